@@ -1,0 +1,64 @@
+"""The ``walklens`` command line.  Each sub-command lives in its own module in this package and exposes
+``register(subparsers)``; modules are discovered automatically.
+
+Every failure on bad input prints one line (``walklens: error: ...``) and exits with code 2; results already
+written stay on disk.  Set ``WALKLENS_DEBUG=1`` to see a traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import sys
+from typing import Sequence
+
+from .. import __version__
+from ..errors import WalklensError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse's default prints usage too)
+        sys.stderr.write(f"walklens: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="walklens", description="See a transformer as movement through embedding space.")
+    parser.add_argument("--version", action="version", version=f"walklens {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name == "common":
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "register"):
+            module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except WalklensError as e:
+        if os.environ.get("WALKLENS_DEBUG"):
+            raise
+        sys.stderr.write(f"walklens: error: {e}\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("walklens: interrupted; results written so far are kept\n")
+        return 130
+    except Exception as e:  # last resort: still one line, never a traceback
+        if os.environ.get("WALKLENS_DEBUG"):
+            raise
+        sys.stderr.write(f"walklens: internal error: {e.__class__.__name__}: {e} (WALKLENS_DEBUG=1 for details)\n")
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""Typed exceptions. Every user-facing failure is one of these; the CLI prints one line and exits 2."""
+
+from __future__ import annotations
+
+
+class WalklensError(Exception):
+    """Base class for all errors walklens raises on bad input or a bad environment."""
+
+    exit_code: int = 2
+
+
+class UnknownModelError(WalklensError):
+    """The model spec is neither a known name, a local path, a .gguf file nor a cached hub id."""
+
+
+class UnsupportedFamilyError(WalklensError):
+    """The model's ``config.model_type`` has no adapter."""
+
+
+class MissingDependencyError(WalklensError):
+    """An optional package (a model package, gguf, chromium, ...) is not installed."""
+
+
+class InputError(WalklensError):
+    """Bad user input: empty text, bad option value, malformed file."""
+
+
+class EmptyTextError(InputError):
+    """The text to analyse is empty or tokenises to nothing."""
+
+
+class ContextTooLongError(InputError):
+    """The text is longer than the model's context window (use truncate=True / --truncate)."""
+
+
+class DataFormatError(InputError):
+    """A data file is malformed; the message names the file and line."""

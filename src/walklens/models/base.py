@@ -1,0 +1,219 @@
+"""Declarative architecture adapters (one file per family beside this one).
+
+An :class:`Adapter` names, for one Hugging Face ``model_type``, where each part of seed 000's Figure 1 lives
+in the real module tree: the token-embedding matrix V, the layer list(s), per layer the self-attention,
+cross-attention and MLP modules whose outputs are added to the residual stream, the norms, the final norm and
+the unembedding.  Nothing here re-implements a forward pass: capture hooks the modules named here.
+
+Conventions: vectors are rows (seed 000, A.3), so a head computes ``A_h X W_v,h W_o,h``.  Per-head weights
+are returned by :func:`Adapter.head_weights` in that row convention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import torch
+from torch import nn
+
+Residual = Literal["pre_norm", "parallel", "post_norm"]
+Position = Literal["learned", "rotary", "t5_relative", "alibi", "none"]
+
+
+def get_module(root: nn.Module, path: str) -> nn.Module:
+    """Resolve a dotted path (``"model.layers"``, ``"layer.0.SelfAttention"``) below ``root``."""
+    mod: Any = root
+    for part in path.split("."):
+        mod = mod[int(part)] if part.isdigit() else getattr(mod, part)
+    return mod
+
+
+def has_module(root: nn.Module, path: str) -> bool:
+    try:
+        get_module(root, path)
+        return True
+    except (AttributeError, IndexError, TypeError):
+        return False
+
+
+@dataclass(frozen=True)
+class HeadWeights:
+    """Per-head attention weights of one attention module, row convention (x @ W).
+
+    Shapes: ``w_q`` [H, D, d], ``w_k``/``w_v`` [H_kv, D, d], ``w_o`` [H, d, D]; biases ``b_q`` [H, d],
+    ``b_k``/``b_v`` [H_kv, d], ``b_o`` [D] (zeros where the module has none).  ``kv_head[h]`` maps query head
+    h to its key/value head (grouped-query attention).  ``scale`` multiplies q·k before the softmax.
+    ``qk_norm`` is True when the family normalises q and k per head (Gemma 3), so that q·k is not bilinear
+    in x; ``notes`` says anything else a user should know.
+    """
+
+    w_q: torch.Tensor
+    w_k: torch.Tensor
+    w_v: torch.Tensor
+    w_o: torch.Tensor
+    b_q: torch.Tensor
+    b_k: torch.Tensor
+    b_v: torch.Tensor
+    b_o: torch.Tensor
+    kv_head: tuple[int, ...]
+    scale: float
+    qk_norm: bool = False
+    notes: str = ""
+
+    @property
+    def n_heads(self) -> int:
+        return self.w_q.shape[0]
+
+    @property
+    def d_head(self) -> int:
+        return self.w_q.shape[2]
+
+    @property
+    def d_model(self) -> int:
+        return self.w_q.shape[1]
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """One transformer stack (decoder-only models have one; T5 has ``enc`` and ``dec``).
+
+    Paths of ``layers`` and ``final_norm`` are relative to the model root; the other paths are relative to
+    one layer.  ``attn_out``/``cross_out``/``mlp_out`` name the modules whose outputs are the
+    contributions added to the residual stream (pre-norm and parallel families) or, for post-norm families,
+    the projection added before the sublayer's norm; ``mid`` names a module whose output *is* the residual
+    after attention (post-norm families), else it is computed as ``resid_pre + attn_out``.
+    ``shared_layer``: one layer module applied ``n_layers`` times (ALBERT).
+    """
+
+    name: str
+    layers: str
+    attn: str
+    attn_out: str
+    mlp_out: str
+    final_norm: str | None = None
+    cross_attn: str | None = None
+    cross_out: str | None = None
+    mid: str | None = None
+    norms: dict[str, str] = field(default_factory=dict)
+    embed_point: str | None = None
+    shared_layer: bool = False
+    causal: bool = True
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """Everything walklens needs to know about one architecture family."""
+
+    family: str
+    model_types: tuple[str, ...]
+    auto_class: Literal["causal", "seq2seq", "masked"]
+    embed: str
+    stacks: tuple[StackSpec, ...]
+    position: Position | Callable[[Any], Position]
+    residual: Residual | Callable[[Any], Residual]
+    head_weights_fn: Callable[[nn.Module, Any], HeadWeights]
+    logits_fn: Callable[[nn.Module, torch.Tensor], torch.Tensor]
+    n_layers_fn: Callable[[Any], int] = lambda c: c.num_hidden_layers
+    mlp_act_fn: Callable[[nn.Module, int], Callable[[torch.Tensor], torch.Tensor]] | None = None
+    unembed: str | None = None
+    embed_scale_fn: Callable[[Any], float] = lambda c: 1.0
+
+    # --- convenience -------------------------------------------------------------------------------------
+    def position_scheme(self, config: Any) -> Position:
+        return self.position(config) if callable(self.position) else self.position
+
+    def residual_kind(self, config: Any) -> Residual:
+        return self.residual(config) if callable(self.residual) else self.residual
+
+    def n_layers(self, config: Any) -> int:
+        return int(self.n_layers_fn(config))
+
+    def stack(self, name: str | None = None) -> StackSpec:
+        if name is None:
+            return self.stacks[-1]
+        for s in self.stacks:
+            if s.name == name:
+                return s
+        raise KeyError(f"{self.family} has no stack {name!r}; stacks: {[s.name for s in self.stacks]}")
+
+    def layer_modules(self, model: nn.Module, stack: str | None = None) -> list[nn.Module]:
+        """The layer module applied at each depth (the same module L times for a shared-weight stack)."""
+        spec = self.stack(stack)
+        layers = list(get_module(model, spec.layers))
+        if spec.shared_layer:
+            return [layers[0]] * self.n_layers(model.config)
+        return layers
+
+    def embedding_matrix(self, model: nn.Module) -> torch.Tensor:
+        """V, the token-embedding matrix [vocab, D_embed] (eq. 2)."""
+        return get_module(model, self.embed).weight
+
+    def attention_module(self, model: nn.Module, layer: int, stack: str | None = None, cross: bool = False) -> nn.Module:
+        spec = self.stack(stack)
+        path = spec.cross_attn if cross else spec.attn
+        if path is None:
+            raise KeyError(f"stack {spec.name!r} of {self.family} has no cross-attention")
+        return get_module(self.layer_modules(model, stack)[layer], path)
+
+    def head_weights(self, model: nn.Module, layer: int, stack: str | None = None, cross: bool = False) -> HeadWeights:
+        return self.head_weights_fn(self.attention_module(model, layer, stack, cross), model.config)
+
+    def logits(self, model: nn.Module, final: torch.Tensor) -> torch.Tensor:
+        """Logits from the ``final`` captured point (eq. 12, plus any family-specific head)."""
+        return self.logits_fn(model, final)
+
+    def mlp_activation(self, model: nn.Module, layer: int = 0) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The model's own feed-forward activation function (used by relu|mean word aggregation, A.6)."""
+        if self.mlp_act_fn is not None:
+            return self.mlp_act_fn(model, layer)
+        raise NotImplementedError(f"{self.family}: no MLP activation registered")
+
+
+# ---- helpers shared by adapters ------------------------------------------------------------------------------
+
+def zeros_or(bias: torch.Tensor | None, *shape: int, like: torch.Tensor) -> torch.Tensor:
+    if bias is None:
+        return torch.zeros(*shape, dtype=like.dtype, device=like.device)
+    return bias.detach().reshape(*shape)
+
+
+def split_linear_heads(linear: nn.Module, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """nn.Linear(D -> n_heads*d) as per-head row-convention [H, D, d] and bias [H, d]."""
+    w = linear.weight.detach()  # [H*d, D]
+    D = w.shape[1]
+    w_h = w.reshape(n_heads, d_head, D).transpose(1, 2).contiguous()
+    return w_h, zeros_or(getattr(linear, "bias", None), n_heads, d_head, like=w)
+
+
+def split_out_linear(linear: nn.Module, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """nn.Linear(H*d -> D) as per-head row-convention [H, d, D] and bias [D]."""
+    w = linear.weight.detach()  # [D, H*d]
+    D = w.shape[0]
+    w_h = w.t().reshape(n_heads, d_head, D).contiguous()
+    return w_h, zeros_or(getattr(linear, "bias", None), D, like=w)
+
+
+def lm_head_logits(path: str, softcap_attr: str | None = None) -> Callable[[nn.Module, torch.Tensor], torch.Tensor]:
+    """Logits = final @ W_U^T (+ b), with optional final-logit soft-capping read from the config."""
+
+    def fn(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
+        head = get_module(model, path)
+        out = head(final.to(head.weight.dtype))
+        cap = getattr(model.config, softcap_attr, None) if softcap_attr else None
+        if cap:
+            out = torch.tanh(out / cap) * cap
+        return out
+
+    return fn
+
+
+def act_from_config(attr: str) -> Callable[[nn.Module, int], Callable[[torch.Tensor], torch.Tensor]]:
+    from transformers.activations import ACT2FN
+
+    def fn(model: nn.Module, layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        cfg = model.config
+        name = getattr(cfg, attr, None) or getattr(cfg, "hidden_act", None) or "gelu"
+        return ACT2FN[name]
+
+    return fn

@@ -1,0 +1,102 @@
+"""Tiny randomly initialised models of every supported family, built in code (no downloads).
+
+Used by the test-suite and handy for users who want to try walklens without weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ..loading import LoadedModel, wrap
+
+WORDS = ("the a of to and in is was it that he she they on for with as at by from this his her their "
+         "capital france paris city river london england king queen man woman boy girl dog cat house car "
+         "red blue green one two three four five big small run runs ran walk walks eat eats good bad").split()
+
+
+def tiny_tokenizer() -> Any:
+    """A word-level fast tokenizer over :data:`WORDS` with <pad>=0, </s>=1, <unk>=2, [CLS]=3, [SEP]=4, [MASK]=5."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "</s>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {w: i for i, w in enumerate(specials + [w for w in WORDS])}
+    vocab.update({"Ġ" + w: len(vocab) + i for i, w in enumerate(WORDS)})
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+
+
+def _configs(V: int) -> dict[str, Callable[[], Any]]:
+    import transformers as T
+
+    common = dict(vocab_size=V)
+    return {
+        "gpt2": lambda: T.GPT2Config(**common, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+        "gpt_neo": lambda: T.GPTNeoConfig(**common, hidden_size=32, num_layers=2, num_heads=4,
+                                          attention_types=[[["global", "local"], 1]], window_size=4,
+                                          max_position_embeddings=64),
+        "gpt_neox": lambda: T.GPTNeoXConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                            intermediate_size=64, max_position_embeddings=64, rotary_pct=0.5,
+                                            use_parallel_residual=True),
+        "gpt_neox_seq": lambda: T.GPTNeoXConfig(**common, hidden_size=32, num_hidden_layers=2,
+                                                num_attention_heads=4, intermediate_size=64,
+                                                max_position_embeddings=64, use_parallel_residual=False),
+        "llama": lambda: T.LlamaConfig(**common, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                       tie_word_embeddings=True),
+        "gemma3": lambda: T.Gemma3TextConfig(**common, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                             sliding_window=4, max_position_embeddings=64,
+                                             layer_types=["sliding_attention", "full_attention"]),
+        "falcon": lambda: T.FalconConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         new_decoder_architecture=True, num_kv_heads=2, alibi=False,
+                                         max_position_embeddings=64),
+        "falcon_alibi": lambda: T.FalconConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                               multi_query=True, parallel_attn=True, alibi=True,
+                                               new_decoder_architecture=False, max_position_embeddings=64),
+        "falcon_seq": lambda: T.FalconConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                             multi_query=False, parallel_attn=False, alibi=False,
+                                             new_decoder_architecture=False, bias=True, max_position_embeddings=64),
+        "t5": lambda: T.T5Config(**common, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+                                 num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                                 decoder_start_token_id=0, pad_token_id=0, eos_token_id=1),
+        "bert": lambda: T.BertConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=64),
+        "albert": lambda: T.AlbertConfig(**common, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                                         num_attention_heads=4, intermediate_size=64, max_position_embeddings=64),
+    }
+
+
+TINY_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "gpt_neox_seq", "llama", "gemma3", "falcon", "falcon_alibi",
+                 "falcon_seq", "t5", "bert", "albert")
+
+
+def tiny_model(family: str, seed: int = 0, init_std: float | None = 0.2) -> LoadedModel:
+    """A tiny random model of ``family`` (see :data:`TINY_FAMILIES`), fp32, eager attention, eval mode.
+
+    ``init_std`` re-draws every weight matrix with a larger std than HF's 0.02 so that attention patterns
+    and logits are far from uniform (numerical checks are then meaningful).
+    """
+    import transformers as T
+
+    tok = tiny_tokenizer()
+    config = _configs(len(tok))[family]()
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    auto = {"t5": T.AutoModelForSeq2SeqLM, "bert": T.AutoModelForMaskedLM, "albert": T.AutoModelForMaskedLM}
+    cls = auto.get(family, T.AutoModelForCausalLM)
+    model = cls.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    if init_std:
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if p.dim() >= 2 or "relative_attention_bias" in name:
+                    p.copy_(torch.randn(p.shape, generator=g) * init_std)
+                elif name.endswith("bias"):
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    return wrap(model, tok, name=f"tiny-{family}")
