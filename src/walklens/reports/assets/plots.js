@@ -1,0 +1,95 @@
+// walklens inline plots: heatmaps on <canvas> with a hover tooltip, and SVG line charts. No network, no CDN.
+(function () {
+  function colour(v, lo, hi, diverging) {
+    var t = hi > lo ? (v - lo) / (hi - lo) : 0.5;
+    t = Math.max(0, Math.min(1, t));
+    if (diverging) { // blue - white - red
+      var r = t < 0.5 ? Math.round(255 * t * 2) : 255, b = t > 0.5 ? Math.round(255 * (1 - t) * 2) : 255;
+      var g = Math.round(255 * (1 - Math.abs(t - 0.5) * 2));
+      return "rgb(" + r + "," + g + "," + b + ")";
+    }
+    // viridis-like ramp
+    var stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+    var x = t * (stops.length - 1), i = Math.min(stops.length - 2, Math.floor(x)), f = x - i;
+    var c = stops[i].map(function (s, k) { return Math.round(s + f * (stops[i + 1][k] - s)); });
+    return "rgb(" + c.join(",") + ")";
+  }
+  function heatmap(el) {
+    var spec = JSON.parse(el.getAttribute("data-spec"));
+    var z = spec.z, rows = z.length, cols = rows ? z[0].length : 0;
+    var cell = spec.cell || Math.max(4, Math.min(28, Math.floor(900 / Math.max(cols, 1))));
+    var left = spec.row_labels ? 130 : 10, top = spec.col_labels ? 90 : 10;
+    var canvas = document.createElement("canvas");
+    canvas.width = left + cols * cell + 10; canvas.height = top + rows * cell + 10;
+    canvas.className = "wl-canvas";
+    el.appendChild(canvas);
+    var ctx = canvas.getContext("2d");
+    var lo = Infinity, hi = -Infinity;
+    z.forEach(function (r) { r.forEach(function (v) { if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); } }); });
+    if (spec.vmin !== undefined && spec.vmin !== null) lo = spec.vmin;
+    if (spec.vmax !== undefined && spec.vmax !== null) hi = spec.vmax;
+    if (spec.diverging) { var m = Math.max(Math.abs(lo), Math.abs(hi)); lo = -m; hi = m; }
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, canvas.width, canvas.height);
+    for (var i = 0; i < rows; i++) for (var j = 0; j < cols; j++) {
+      var v = z[i][j];
+      ctx.fillStyle = v === null ? "#ddd" : colour(v, lo, hi, spec.diverging);
+      ctx.fillRect(left + j * cell, top + i * cell, cell, cell);
+    }
+    ctx.fillStyle = "#222"; ctx.font = Math.min(12, Math.max(8, cell - 2)) + "px sans-serif";
+    if (spec.row_labels) { ctx.textAlign = "right"; ctx.textBaseline = "middle";
+      spec.row_labels.forEach(function (s, i) { if (cell >= 8 || i % 4 === 0) ctx.fillText(s, left - 4, top + i * cell + cell / 2); }); }
+    if (spec.col_labels) { ctx.textAlign = "left"; ctx.textBaseline = "middle";
+      spec.col_labels.forEach(function (s, j) { if (cell >= 8 || j % 4 === 0) { ctx.save();
+        ctx.translate(left + j * cell + cell / 2, top - 4); ctx.rotate(-Math.PI / 3); ctx.fillText(s, 0, 0); ctx.restore(); } }); }
+    var tip = document.createElement("div"); tip.className = "wl-tip"; el.appendChild(tip);
+    canvas.addEventListener("mousemove", function (e) {
+      var r = canvas.getBoundingClientRect(), x = e.clientX - r.left - left, y = e.clientY - r.top - top;
+      var j = Math.floor(x / cell), i = Math.floor(y / cell);
+      if (i < 0 || j < 0 || i >= rows || j >= cols) { tip.style.display = "none"; return; }
+      var txt = (spec.row_labels ? spec.row_labels[i] : i) + " / " + (spec.col_labels ? spec.col_labels[j] : j) +
+        ": " + (z[i][j] === null ? "-" : Number(z[i][j]).toPrecision(4));
+      if (spec.hover) txt += "<br>" + spec.hover[i][j];
+      tip.innerHTML = txt; tip.style.display = "block";
+      tip.style.left = (e.clientX - el.getBoundingClientRect().left + 12) + "px";
+      tip.style.top = (e.clientY - el.getBoundingClientRect().top + 12) + "px";
+    });
+    canvas.addEventListener("mouseleave", function () { tip.style.display = "none"; });
+    el.setAttribute("data-rendered", "1");
+  }
+  function lines(el) {
+    var spec = JSON.parse(el.getAttribute("data-spec"));
+    var W = spec.width || 640, H = spec.height || 300, L = 50, R = 150, T = 10, B = 40;
+    var xs = spec.x, lo = Infinity, hi = -Infinity;
+    spec.series.forEach(function (s) { s.y.forEach(function (v, k) { if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+      if (s.band) { lo = Math.min(lo, s.band[0][k]); hi = Math.max(hi, s.band[1][k]); } }); });
+    if (!(hi > lo)) { hi = lo + 1; }
+    var n = xs.length, sx = function (i) { return L + (n > 1 ? i * (W - L - R) / (n - 1) : 0); };
+    var sy = function (v) { return T + (H - T - B) * (1 - (v - lo) / (hi - lo)); };
+    var palette = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
+    var svg = '<svg xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + H + '" class="wl-svg">';
+    svg += '<line x1="' + L + '" y1="' + (H - B) + '" x2="' + (W - R) + '" y2="' + (H - B) + '" stroke="#444"/>';
+    svg += '<line x1="' + L + '" y1="' + T + '" x2="' + L + '" y2="' + (H - B) + '" stroke="#444"/>';
+    [lo, (lo + hi) / 2, hi].forEach(function (v) { svg += '<text x="' + (L - 4) + '" y="' + sy(v) + '" font-size="10" text-anchor="end">' + Number(v).toPrecision(3) + '</text>'; });
+    var step = Math.max(1, Math.ceil(n / 12));
+    xs.forEach(function (x, i) { if (i % step === 0) svg += '<text x="' + sx(i) + '" y="' + (H - B + 14) + '" font-size="10" text-anchor="middle">' + x + '</text>'; });
+    if (spec.xlabel) svg += '<text x="' + ((L + W - R) / 2) + '" y="' + (H - 6) + '" font-size="11" text-anchor="middle">' + spec.xlabel + '</text>';
+    spec.series.forEach(function (s, k) {
+      var c = s.color || palette[k % palette.length];
+      if (s.band) { var pts = s.band[1].map(function (v, i) { return sx(i) + "," + sy(v); });
+        pts = pts.concat(s.band[0].map(function (v, i) { return sx(i) + "," + sy(v); }).reverse());
+        svg += '<polygon points="' + pts.join(" ") + '" fill="' + c + '" opacity="0.15"/>'; }
+      var d = s.y.map(function (v, i) { return v === null ? null : sx(i) + "," + sy(v); }).filter(Boolean);
+      svg += '<polyline fill="none" stroke="' + c + '" stroke-width="2" points="' + d.join(" ") + '"' + (s.dash ? ' stroke-dasharray="4 3"' : '') + '><title>' + s.name + '</title></polyline>';
+      svg += '<text x="' + (W - R + 8) + '" y="' + (T + 14 * (k + 1)) + '" font-size="11" fill="' + c + '">' + s.name + '</text>';
+    });
+    svg += "</svg>";
+    el.innerHTML = svg;
+    el.setAttribute("data-rendered", "1");
+  }
+  function render() {
+    document.querySelectorAll(".wl-heatmap").forEach(heatmap);
+    document.querySelectorAll(".wl-lines").forEach(lines);
+    document.body.setAttribute("data-plots-rendered", "1");
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", render); else render();
+})();

@@ -1,0 +1,130 @@
+"""Self-contained HTML reports: one file, every script and image inlined (works offline, no CDN).
+
+A :class:`Report` collects sections; interactive heatmaps (canvas + hover) and line charts (SVG) are drawn
+by the small inline script ``assets/plots.js``; matplotlib figures are embedded as PNG and also written
+beside the HTML.  Reports take plain tensors/lists and strings; they never load models.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+_CSS = """
+body{font-family:system-ui,-apple-system,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
+h1{font-size:1.6em}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:2em}
+table.wl{border-collapse:collapse;font-size:13px;margin:8px 0}table.wl td,table.wl th{border:1px solid #ddd;
+padding:3px 7px;text-align:left;white-space:pre}table.wl th{background:#f4f4f4}.wl-heatmap{position:relative;
+overflow-x:auto;margin:8px 0}.wl-tip{position:absolute;display:none;background:#fffbe6;border:1px solid #aaa;
+padding:4px 6px;font-size:12px;pointer-events:none;white-space:pre;z-index:10}.note{color:#666;font-size:13px}
+img.wl{max-width:100%}code{background:#f4f4f4;padding:1px 4px}
+"""
+
+
+def _esc(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _num(x: Any) -> Any:
+    if hasattr(x, "tolist"):
+        x = x.tolist()
+    if isinstance(x, float):
+        return None if x != x or x in (float("inf"), float("-inf")) else round(x, 6)
+    if isinstance(x, (list, tuple)):
+        return [_num(v) for v in x]
+    return x
+
+
+class Report:
+    """An HTML report being built; ``save(out_dir)`` writes ``index.html`` plus PNG figures."""
+
+    def __init__(self, title: str, subtitle: str = "") -> None:
+        self.title = title
+        self.parts: list[str] = [f"<h1>{_esc(title)}</h1>"]
+        if subtitle:
+            self.parts.append(f"<p class='note'>{_esc(subtitle)}</p>")
+        self.images: dict[str, bytes] = {}
+
+    def h2(self, text: str) -> Report:
+        self.parts.append(f"<h2>{_esc(text)}</h2>")
+        return self
+
+    def p(self, text: str, note: bool = False) -> Report:
+        self.parts.append(f"<p{' class=note' if note else ''}>{_esc(text)}</p>")
+        return self
+
+    def raw(self, markup: str) -> Report:
+        self.parts.append(markup)
+        return self
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "{:.4g}") -> Report:
+        def cell(v: Any) -> str:
+            return _esc(fmt.format(v)) if isinstance(v, float) else _esc(v)
+
+        head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
+        body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in r) + "</tr>" for r in rows)
+        self.parts.append(f"<table class='wl'><tr>{head}</tr>{body}</table>")
+        return self
+
+    def heatmap(self, z: Any, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
+                title: str = "", hover: Sequence[Sequence[str]] | None = None, diverging: bool = False,
+                vmin: float | None = None, vmax: float | None = None, cell: int | None = None) -> Report:
+        """Interactive heatmap (canvas); ``hover[i][j]`` adds text to the tooltip of cell (i, j)."""
+        spec = {"z": _num(z), "row_labels": list(map(str, row_labels)) if row_labels is not None else None,
+                "col_labels": list(map(str, col_labels)) if col_labels is not None else None,
+                "hover": hover, "diverging": diverging, "vmin": vmin, "vmax": vmax, "cell": cell}
+        if title:
+            self.parts.append(f"<h3>{_esc(title)}</h3>")
+        self.parts.append(f"<div class='wl-heatmap' data-spec='{_esc(json.dumps(spec))}'></div>")
+        return self
+
+    def lines(self, x: Sequence[Any], series: Sequence[dict[str, Any]], title: str = "", xlabel: str = "",
+              width: int = 720, height: int = 320) -> Report:
+        """SVG line chart; each series is ``{"name", "y", optional "band": [lo, hi], "dash", "color"}``."""
+        spec = {"x": [str(v) for v in x], "series": [{**s, "y": _num(s["y"]),
+                                                       **({"band": _num(s["band"])} if "band" in s else {})}
+                                                      for s in series],
+                "xlabel": xlabel, "width": width, "height": height}
+        if title:
+            self.parts.append(f"<h3>{_esc(title)}</h3>")
+        self.parts.append(f"<div class='wl-lines' data-spec='{_esc(json.dumps(spec))}'></div>")
+        return self
+
+    def figure(self, fig: Any, name: str, caption: str = "") -> Report:
+        """Embed a matplotlib figure as PNG (also written as ``name.png`` beside the HTML)."""
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+        data = buf.getvalue()
+        self.images[f"{name}.png"] = data
+        b64 = base64.b64encode(data).decode()
+        self.parts.append(f"<figure><img class='wl' alt='{_esc(name)}' src='data:image/png;base64,{b64}'>"
+                          f"{f'<figcaption class=note>{_esc(caption)}</figcaption>' if caption else ''}</figure>")
+        try:
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+        except Exception:  # pragma: no cover
+            pass
+        return self
+
+    def render(self) -> str:
+        js = resources.files("walklens.reports").joinpath("assets/plots.js").read_text(encoding="utf-8")
+        return ("<!doctype html><html><head><meta charset='utf-8'>"
+                f"<title>{_esc(self.title)}</title><style>{_CSS}</style></head><body>"
+                + "\n".join(self.parts) + f"<script>{js}</script></body></html>")
+
+    def save(self, out_dir: str | Path, name: str = "index.html") -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for fname, data in self.images.items():
+            (out / fname).write_bytes(data)
+        path = out / name
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.render(), encoding="utf-8")
+        tmp.replace(path)
+        return path
