@@ -11,10 +11,14 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# Imported eagerly: the function ``capture`` shares its name with the module ``walklens.capture``, and a lazy
+# export would be shadowed by the submodule as soon as anything imports ``walklens.capture``.
+from .capture import capture  # noqa: E402
+
 _EXPORTS: dict[str, str] = {
     # foundation
     "load_model": "loading", "wrap": "loading", "LoadedModel": "loading", "DEFAULT_MODEL": "loading",
-    "capture": "capture", "Trace": "trace",
+    "Trace": "trace",
     "get_adapter": "models", "supported_model_types": "models",
     "WalklensError": "errors", "InputError": "errors", "UnknownModelError": "errors",
     "UnsupportedFamilyError": "errors", "MissingDependencyError": "errors", "EmptyTextError": "errors",
