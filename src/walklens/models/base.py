@@ -84,6 +84,9 @@ class StackSpec:
     the projection added before the sublayer's norm; ``mid`` names a module whose output *is* the residual
     after attention (post-norm families), else it is computed as ``resid_pre + attn_out``.
     ``shared_layer``: one layer module applied ``n_layers`` times (ALBERT).
+    ``attn_proj``/``cross_proj`` name the module whose output is the raw attention projection
+    ``sum_h A_h X W_vo,h + b_o`` (seed 000, A.3) before any post-norm or residual add, when that is not
+    ``attn_out``/``cross_out`` (Gemma 3's sandwich norm); the A.3 identity check compares against it.
     """
 
     name: str
@@ -99,6 +102,18 @@ class StackSpec:
     embed_point: str | None = None
     shared_layer: bool = False
     causal: bool = True
+    attn_proj: str | None = None
+    cross_proj: str | None = None
+
+    @property
+    def attn_proj_path(self) -> str:
+        """Module whose output is the self-attention projection (before post-norms and the residual add)."""
+        return self.attn_proj or self.attn_out
+
+    @property
+    def cross_proj_path(self) -> str | None:
+        """Module whose output is the cross-attention projection, if the stack has cross-attention."""
+        return self.cross_proj or self.cross_out
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ ADAPTER = Adapter(
     auto_class="causal",
     embed="model.embed_tokens",
     stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="post_attention_layernorm",
-                      mlp_out="post_feedforward_layernorm", final_norm="model.norm",
+                      mlp_out="post_feedforward_layernorm", final_norm="model.norm", attn_proj="self_attn",
                       norms={"attn": "input_layernorm", "attn_post": "post_attention_layernorm",
                              "mlp": "pre_feedforward_layernorm", "mlp_post": "post_feedforward_layernorm"}),),
     position="rotary",

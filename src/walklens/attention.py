@@ -1,0 +1,500 @@
+"""Attention as *filter, then cluster & aggregate* (seed 000, sec. 2.2.1, Result 2, derivation in A.3).
+
+Vectors are rows.  Head h of an attention layer computes (A.3)
+
+    O_h = A_h V_h W_o,h = A_h X W_v,h W_o,h = A_h X W_vo,h,        W_vo,h = W_v,h W_o,h  (D x D, rank <= d)
+    A_h = softmax(X W_q,h W_k,h^T X^T * scale + B) = softmax(X W_qk,h X^T * scale + B)
+
+and the layer outputs ``O = sum_h O_h + b_o``.  This module gives
+
+- :class:`FactoredMatrix` -- a D x D matrix kept as two thin factors (``A`` [D, d] @ ``B`` [d, D]); norms, SVD
+  and eigenvalues come from d x d products, never from the dense matrix;
+- :func:`head_matrices` -- W_vo,h and W_qk,h of every head of one attention module (grouped-query attention:
+  query head h uses key/value head ``kv_head[h]``), with their bias terms;
+- :func:`attention_identity` -- the A.3 identity checked numerically against the module's real output;
+- :func:`cluster_view` and :func:`self_mass` -- the cluster & aggregate reading of one query position (its
+  soft-cluster memberships, the centroid it moves to, and the self-association pull of A.2).
+
+**Biases.**  With biases the value path is ``A_h (X W_v,h + 1 b_v,h) W_o,h = A_h X W_vo,h + 1 (b_v,h W_o,h)``
+because every row of A_h sums to 1: b_v passes through the attention unchanged and contributes the constant
+row ``b_v,h W_o,h`` (:meth:`HeadMatrices.vo_bias`); ``b_o`` is added once per layer, not per head.  On the
+query/key side ``(x W_q + b_q)(y W_k + b_k)^T = x W_qk y^T + x (W_q b_k^T) + (b_q W_k^T) y^T + b_q b_k^T``:
+the terms that depend only on the query (x W_q b_k^T and b_q b_k^T) are the same for every key and cancel in
+the softmax; the key-side term ``(b_q W_k^T) y^T`` (:meth:`HeadMatrices.qk_key_bias`) does change attention.
+Rotary models rotate q and k by position, so their W_qk is the position-0 (no rotation) form; Gemma 3
+normalises q and k per head, so W_qk is only a direction-level summary there (``HeadWeights.qk_norm``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import torch
+
+from .capture import capture, hooks
+from .errors import InputError
+from .models.base import HeadWeights, get_module
+
+if TYPE_CHECKING:
+    from .loading import LoadedModel
+    from .trace import Trace
+
+
+# ---- factored matrices ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FactoredMatrix:
+    """A matrix ``M = A @ B`` kept as thin factors ``A`` [..., m, r] and ``B`` [..., r, n] (r small).
+
+    Leading batch dimensions are allowed (e.g. one matrix per head).  Nothing of size m x n is formed unless
+    :meth:`dense` is called: the Frobenius norm uses ``tr((A^T A)(B B^T))``, the SVD the QR factors of A and
+    B^T, the eigenvalues (square M) the small r x r product ``B @ A``, whose non-zero eigenvalues are exactly
+    those of ``A @ B`` (Sylvester); the remaining m - r eigenvalues of M are zero.
+    """
+
+    A: torch.Tensor
+    B: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.A.dim() < 2 or self.B.dim() < 2 or self.A.shape[-1] != self.B.shape[-2]:
+            raise ValueError(f"factors do not chain: A {tuple(self.A.shape)} @ B {tuple(self.B.shape)}")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (*torch.broadcast_shapes(self.A.shape[:-2], self.B.shape[:-2]), self.A.shape[-2], self.B.shape[-1])
+
+    @property
+    def inner_dim(self) -> int:
+        """r, the width of the factors (an upper bound on the rank)."""
+        return self.A.shape[-1]
+
+    def dense(self) -> torch.Tensor:
+        """The full matrix ``A @ B``."""
+        return self.A @ self.B
+
+    @property
+    def T(self) -> FactoredMatrix:
+        return FactoredMatrix(self.B.transpose(-1, -2), self.A.transpose(-1, -2))
+
+    def __getitem__(self, idx: int | slice) -> FactoredMatrix:
+        """Index the leading (batch) dimension, e.g. one head of a stack of heads."""
+        return FactoredMatrix(self.A[idx], self.B[idx])
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ M`` for row vectors x [..., m], computed through the factors (the 'filter' of sec. 2.2)."""
+        return (x @ self.A) @ self.B
+
+    def norm(self, kind: str = "fro") -> torch.Tensor:
+        """Frobenius (``"fro"``), spectral (``"spectral"``) or nuclear (``"nuclear"``) norm, from the factors."""
+        if kind == "fro":
+            gram = (self.A.transpose(-1, -2) @ self.A) * (self.B @ self.B.transpose(-1, -2))
+            return gram.sum((-1, -2)).clamp_min(0).sqrt()
+        s = self.singular_values()
+        if kind == "spectral":
+            return s[..., 0]
+        if kind == "nuclear":
+            return s.sum(-1)
+        raise ValueError(f"unknown norm {kind!r}; use 'fro', 'spectral' or 'nuclear'")
+
+    def svd(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Thin SVD ``M = U diag(S) Vh`` with U [..., m, r], S [..., r], Vh [..., r, n].
+
+        With ``A = Q_a R_a`` and ``B^T = Q_b R_b``: ``M = Q_a (R_a R_b^T) Q_b^T``; the SVD of the r x r core
+        ``R_a R_b^T = U_c S V_c^T`` gives ``U = Q_a U_c`` and ``Vh = V_c^T Q_b^T``.
+        """
+        qa, ra = torch.linalg.qr(self.A)
+        qb, rb = torch.linalg.qr(self.B.transpose(-1, -2))
+        uc, s, vch = torch.linalg.svd(ra @ rb.transpose(-1, -2))
+        return qa @ uc, s, vch @ qb.transpose(-1, -2)
+
+    def singular_values(self) -> torch.Tensor:
+        """The r largest singular values, descending (the rest are zero)."""
+        return self.svd()[1]
+
+    def eigenvalues(self, pad_zeros: bool = False) -> torch.Tensor:
+        """Eigenvalues (complex) of the square matrix ``A @ B`` via the r x r product ``B @ A``.
+
+        ``pad_zeros`` appends the m - r zero eigenvalues so the result has one entry per dimension.
+        """
+        m, n = self.A.shape[-2], self.B.shape[-1]
+        if m != n:
+            raise ValueError(f"eigenvalues need a square matrix, got {m} x {n}")
+        ev = torch.linalg.eigvals(self.B @ self.A)
+        if pad_zeros and m > ev.shape[-1]:
+            zeros = torch.zeros(*ev.shape[:-1], m - ev.shape[-1], dtype=ev.dtype, device=ev.device)
+            ev = torch.cat([ev, zeros], -1)
+        return ev
+
+    def copying_score(self) -> torch.Tensor:
+        """``sum Re(lambda) / sum |lambda|`` over the eigenvalues: +1 when the filter maps vectors onto
+        themselves (copies), -1 when it reverses them; a one-number summary of the W_vo filter."""
+        ev = self.eigenvalues()
+        return ev.real.sum(-1) / ev.abs().sum(-1).clamp_min(1e-30)
+
+
+# ---- per-head matrices ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HeadMatrices:
+    """W_vo,h and W_qk,h of every head of one attention module (seed 000, A.3), kept factored.
+
+    ``weights`` are the module's per-head weights in row convention (:class:`~walklens.models.HeadWeights`).
+    ``W_vo,h = W_v,kv(h) W_o,h`` [D, D] and ``W_qk,h = W_q,h W_k,kv(h)^T`` [D, D]; the softmax argument is
+    ``scale * x W_qk,h y^T`` plus the bias terms described in the module docstring and any position bias.
+    For cross-attention (T5 decoder) the key/value side is the encoder's final output.
+    """
+
+    layer: int
+    stack: str
+    cross: bool
+    family: str
+    weights: HeadWeights
+
+    @property
+    def n_heads(self) -> int:
+        return self.weights.n_heads
+
+    @property
+    def d_head(self) -> int:
+        return self.weights.d_head
+
+    @property
+    def d_model(self) -> int:
+        return self.weights.d_model
+
+    @property
+    def kv_head(self) -> tuple[int, ...]:
+        return self.weights.kv_head
+
+    @property
+    def scale(self) -> float:
+        return self.weights.scale
+
+    def _check(self, h: int) -> int:
+        if not -self.n_heads <= h < self.n_heads:
+            raise InputError(f"head {h} out of range: this layer has {self.n_heads} heads")
+        return h % self.n_heads
+
+    def _kv_index(self) -> torch.Tensor:
+        return torch.tensor(self.kv_head, dtype=torch.long)
+
+    # factored forms
+    def vo(self, h: int | None = None) -> FactoredMatrix:
+        """W_vo (factored): one head, or all heads stacked ([H, D, d] @ [H, d, D]) when ``h`` is None."""
+        w = self.weights
+        if h is None:
+            return FactoredMatrix(w.w_v[self._kv_index()], w.w_o)
+        h = self._check(h)
+        return FactoredMatrix(w.w_v[w.kv_head[h]], w.w_o[h])
+
+    def qk(self, h: int | None = None) -> FactoredMatrix:
+        """W_qk = W_q W_k^T (factored, unscaled): one head, or all heads stacked when ``h`` is None."""
+        w = self.weights
+        if h is None:
+            return FactoredMatrix(w.w_q, w.w_k[self._kv_index()].transpose(-1, -2))
+        h = self._check(h)
+        return FactoredMatrix(w.w_q[h], w.w_k[w.kv_head[h]].transpose(-1, -2))
+
+    # dense forms (the names the acceptance checks use)
+    def w_vo(self, h: int) -> torch.Tensor:
+        """Dense W_vo,h = W_v,h W_o,h [D, D] (rank <= d_head)."""
+        return self.vo(h).dense()
+
+    def w_qk(self, h: int) -> torch.Tensor:
+        """Dense W_qk,h = W_q,h W_k,h^T [D, D] (unscaled; multiply by ``scale`` for the softmax argument)."""
+        return self.qk(h).dense()
+
+    # bias terms
+    def vo_bias(self, h: int | None = None) -> torch.Tensor:
+        """``b_v,h W_o,h`` [D] (or [H, D]): the constant row the value bias adds to head h's output."""
+        w = self.weights
+        if h is None:
+            return torch.einsum("hd,hdD->hD", w.b_v[self._kv_index()], w.w_o)
+        h = self._check(h)
+        return w.b_v[w.kv_head[h]] @ w.w_o[h]
+
+    @property
+    def b_o(self) -> torch.Tensor:
+        """The output bias [D], added once per layer."""
+        return self.weights.b_o
+
+    def qk_key_bias(self, h: int) -> torch.Tensor:
+        """``W_k,h b_q,h^T`` [D]: the key-side score term ``y . (W_k b_q^T)`` that survives the softmax."""
+        w = self.weights
+        h = self._check(h)
+        return w.w_k[w.kv_head[h]] @ w.b_q[h]
+
+    # the filter -> cluster & aggregate computation
+    def head_outputs(self, A: torch.Tensor, X_kv: torch.Tensor) -> torch.Tensor:
+        """O_h = A_h X W_vo,h + b_v,h W_o,h for every head: [H, T, D] from A [H, T, S] and X_kv [S, D].
+
+        Computed as in A.3: cluster & aggregate in input space (``A_h @ X``, the soft-cluster centroids),
+        then the filter W_vo,h through its factors.  ``sum_h O_h + b_o`` is the module's output.
+        """
+        if A.dim() != 3 or A.shape[0] != self.n_heads:
+            raise InputError(f"attention must be [H={self.n_heads}, T, S], got {tuple(A.shape)}")
+        if X_kv.shape != (A.shape[2], self.d_model):
+            raise InputError(f"X must be [S={A.shape[2]}, D={self.d_model}], got {tuple(X_kv.shape)}")
+        w = self.weights
+        A = A.to(w.w_v.dtype)
+        centroids = A @ X_kv.to(w.w_v.dtype)  # [H, T, D]
+        return self.vo().apply(centroids) + self.vo_bias()[:, None, :]
+
+    def output(self, A: torch.Tensor, X_kv: torch.Tensor) -> torch.Tensor:
+        """The module output ``sum_h O_h + b_o`` [T, D] (A.3)."""
+        return self.head_outputs(A, X_kv).sum(0) + self.b_o
+
+
+def _stack_name(lm: LoadedModel, stack: str | None) -> str:
+    try:
+        return lm.adapter.stack(stack).name
+    except KeyError as e:
+        raise InputError(str(e.args[0])) from None
+
+
+def head_matrices(model: LoadedModel, layer: int, stack: str | None = None, cross: bool = False) -> HeadMatrices:
+    """W_vo,h and W_qk,h of every head of one layer's attention (seed 000, A.3), in factored form.
+
+    ``layer`` may be negative (from the top).  ``stack``: ``"enc"``/``"dec"`` for T5 (default: the last stack,
+    the decoder); ``cross=True``: the T5 decoder's cross-attention (keys and values from the encoder output).
+    """
+    spec_name = _stack_name(model, stack)
+    n = model.adapter.n_layers(model.model.config)
+    if not -n <= layer < n:
+        raise InputError(f"layer {layer} out of range: the model has {n} layers")
+    layer %= n
+    try:
+        hw = model.adapter.head_weights(model.model, layer, spec_name, cross)
+    except KeyError as e:
+        raise InputError(str(e.args[0])) from None
+    hw = HeadWeights(*(t.detach().float() if isinstance(t, torch.Tensor) else t
+                       for t in (hw.w_q, hw.w_k, hw.w_v, hw.w_o, hw.b_q, hw.b_k, hw.b_v, hw.b_o)),
+                     kv_head=hw.kv_head, scale=hw.scale, qk_norm=hw.qk_norm, notes=hw.notes)
+    return HeadMatrices(layer=layer, stack=spec_name, cross=cross, family=model.adapter.family, weights=hw)
+
+
+# ---- the A.3 identity --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class IdentityCheck:
+    """One attention module: max |recomputed - real| and the scale of the real output."""
+
+    name: str
+    stack: str
+    layer: int
+    kind: str  # "attn" (self) or "cross"
+    max_abs_error: float
+    max_abs_output: float
+
+
+@dataclass(frozen=True)
+class IdentityResult(Mapping[str, float]):
+    """Max absolute error of the A.3 identity per attention module, keyed ``"L{l}.attn"`` (``"enc.L0.attn"``,
+    ``"dec.L0.cross"`` for T5).  Behaves as a read-only dict name -> error; ``checks`` has the details."""
+
+    checks: tuple[IdentityCheck, ...]
+    model_name: str = ""
+    tokens: tuple[str, ...] = ()
+
+    def __getitem__(self, key: str) -> float:
+        for c in self.checks:
+            if c.name == key:
+                return c.max_abs_error
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (c.name for c in self.checks)
+
+    def __len__(self) -> int:
+        return len(self.checks)
+
+    @property
+    def max_error(self) -> float:
+        return max(c.max_abs_error for c in self.checks)
+
+    def holds(self, tol: float = 1e-4) -> bool:
+        return self.max_error <= tol
+
+
+MatricesFn = Callable[[str, int, bool], HeadMatrices]
+
+
+def _identity_key(lm: LoadedModel, stack: str, layer: int, kind: str) -> str:
+    return f"{stack}.L{layer}.{kind}" if len(lm.adapter.stacks) > 1 else f"L{layer}.{kind}"
+
+
+@torch.no_grad()
+def attention_identity(model: LoadedModel, text: str, *, decoder_text: str | None = None, truncate: bool = False,
+                       matrices: MatricesFn | None = None) -> IdentityResult:
+    """Check the A.3 identity ``O = sum_h A_h X W_vo,h + sum_h b_v,h W_o,h + b_o`` on every attention module.
+
+    One forward pass captures, per module, its input X (already normed), its attention probabilities A_h and
+    its real output before any post-norm or residual add (``StackSpec.attn_proj_path``: the raw ``self_attn``
+    output for Gemma 3, the W_o projection before the LayerNorm for BERT/ALBERT).  For T5 cross-attention X
+    for keys and values is the encoder's final output.  Returns the max absolute error per module (fp32
+    models hold it to ~1e-6).  ``matrices(stack, layer, cross)`` overrides where W_vo comes from (tests use
+    it to show a wrong W_vo fails).
+    """
+    lm = model
+    get = matrices or (lambda s, l, c: head_matrices(lm, l, s, c))
+    raw: dict[tuple[str, str], list[torch.Tensor]] = {}
+    handles = []
+
+    def keep(key: tuple[str, str]) -> Callable:
+        def hook(_m: torch.nn.Module, _inp: object, out: object) -> None:
+            t = out[0] if isinstance(out, (tuple, list)) else out
+            raw.setdefault(key, []).append(t.detach()[0].float().cpu())
+        return hook
+
+    for spec in lm.adapter.stacks:
+        seen: set[int] = set()
+        for layer_mod in lm.adapter.layer_modules(lm.model, spec.name):
+            if id(layer_mod) in seen:  # a shared layer's hook fires once per use
+                continue
+            seen.add(id(layer_mod))
+            handles.append(get_module(layer_mod, spec.attn_proj_path).register_forward_hook(keep((spec.name, "attn"))))
+            if spec.cross_proj_path:
+                handles.append(get_module(layer_mod, spec.cross_proj_path).register_forward_hook(
+                    keep((spec.name, "cross"))))
+    with hooks(handles):
+        trace = capture(lm, text, attentions=True, truncate=truncate, decoder_text=decoder_text)
+
+    checks: list[IdentityCheck] = []
+    traces = {spec.name: (trace.encoder if (trace.encoder is not None and spec is not lm.adapter.stacks[-1])
+                          else trace) for spec in lm.adapter.stacks}
+    for spec in lm.adapter.stacks:
+        tr = traces[spec.name]
+        for kind in ("attn", "cross"):
+            outs = raw.get((spec.name, kind), [])
+            for l, real in enumerate(outs):
+                A = tr.attentions[f"L{l}.{kind}"]
+                X_q = tr.attn_inputs[f"L{l}.{kind}"]
+                X_kv = X_q if kind == "attn" else traces[lm.adapter.stacks[0].name]["final"].float()
+                hm = get(spec.name, l, kind == "cross")
+                rec = hm.output(A, X_kv)
+                err = (rec - real).abs().max().item()
+                checks.append(IdentityCheck(_identity_key(lm, spec.name, l, kind), spec.name, l, kind, err,
+                                            real.abs().max().item()))
+    if not checks:
+        raise InputError(f"{lm.name}: no attention module outputs were captured")
+    return IdentityResult(tuple(checks), lm.name, tuple(trace.tokens))
+
+
+# ---- cluster & aggregate view ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Head h at query position t read as cluster & aggregate (seed 000, sec. 2.2.1 and A.2).
+
+    ``memberships`` [S]: the attention row A_h[t] (soft-cluster membership of every key position).
+    ``centroid`` [D]: ``A_h[t] X``, the membership-weighted mean of the (normed) inputs the query moves to;
+    ``filtered_centroid`` [D]: the head's output ``centroid W_vo,h + b_v,h W_o,h`` added to the residual.
+    ``self_mass``: ``A_h[t, t]`` (0 for cross-attention, where the query is not among the keys);
+    ``foreign_mass = 1 - self_mass``.  Because ``centroid - x_t = foreign_mass * (foreign_centroid - x_t)``,
+    the query moves ``move_fraction = foreign_mass`` of the way from x_t to the centroid of the *foreign*
+    positions: the self-association pull of A.2 is exactly the self mass.  ``move_distance`` =
+    ||centroid - x_t||, ``foreign_distance`` = ||foreign_centroid - x_t||, ``cos_query_centroid`` the cosine
+    between x_t and the centroid.
+    """
+
+    layer: int
+    head: int
+    position: int
+    kind: str
+    tokens: tuple[str, ...]
+    memberships: torch.Tensor
+    centroid: torch.Tensor
+    filtered_centroid: torch.Tensor
+    self_mass: float
+    foreign_mass: float
+    move_fraction: float
+    move_distance: float
+    foreign_distance: float
+    cos_query_centroid: float
+    top_members: tuple[tuple[int, str, float], ...] = field(default=())
+
+
+def cluster_view(trace: Trace, hm: HeadMatrices, head: int, position: int = -1, *, top: int = 5) -> ClusterView:
+    """The cluster & aggregate view of one head at one query position, from a trace captured with
+    ``attentions=True`` and the layer's :class:`HeadMatrices` (self- or cross-attention)."""
+    kind = "cross" if hm.cross else "attn"
+    key = f"L{hm.layer}.{kind}"
+    if key not in trace.attentions:
+        raise InputError(f"the trace has no attention {key!r}; capture with attentions=True")
+    A = trace.attentions[key].float()
+    X_q = trace.attn_inputs[key].float()
+    if hm.cross:
+        if trace.encoder is None:
+            raise InputError("cross-attention needs the encoder trace")
+        X_kv, key_tokens = trace.encoder["final"].float(), tuple(trace.encoder.tokens)
+    else:
+        X_kv, key_tokens = X_q, tuple(trace.tokens)
+    h = hm._check(head)
+    T = A.shape[1]
+    if not -T <= position < T:
+        raise InputError(f"position {position} out of range for {T} tokens")
+    t = position % T
+    row = A[h, t]
+    centroid = row @ X_kv
+    filtered = hm.vo(h).apply(centroid) + hm.vo_bias(h)
+    x = X_q[t]
+    self_mass = float(row[t]) if not hm.cross else 0.0
+    foreign = 1.0 - self_mass
+    if hm.cross:
+        fc = centroid
+    else:
+        w = row.clone()
+        w[t] = 0
+        fc = (w @ X_kv) / w.sum() if w.sum() > 0 else x
+    cos = torch.nn.functional.cosine_similarity(x, centroid, dim=0).item()
+    order = torch.argsort(row, descending=True)[:top]
+    members = tuple((int(j), key_tokens[int(j)], float(row[j])) for j in order)
+    return ClusterView(layer=hm.layer, head=h, position=t, kind=kind, tokens=key_tokens, memberships=row,
+                       centroid=centroid, filtered_centroid=filtered, self_mass=self_mass, foreign_mass=foreign,
+                       move_fraction=foreign, move_distance=float((centroid - x).norm()),
+                       foreign_distance=float((fc - x).norm()), cos_query_centroid=cos, top_members=members)
+
+
+@dataclass(frozen=True)
+class SelfMass:
+    """Mean attention mass a query puts on itself, per layer and head (the self-association pull, A.2).
+
+    ``mass`` [L, H]: mean over query positions of A_h[t, t]; ``uniform`` [L, H]: the same mean for uniform
+    attention over the visible keys (1/(t+1) causal, 1/T bidirectional), so ``mass / uniform`` < 1 means
+    the head attenuates self relative to chance.  Causal stacks skip t = 0 (it can only attend to itself).
+    """
+
+    stack: str
+    mass: torch.Tensor
+    uniform: torch.Tensor
+    positions: int
+
+    @property
+    def ratio(self) -> torch.Tensor:
+        return self.mass / self.uniform
+
+
+def self_mass(trace: Trace, causal: bool | None = None) -> SelfMass:
+    """Self-attention mass per layer and head from a trace captured with ``attentions=True``."""
+    keys = sorted((k for k in trace.attentions if k.endswith(".attn")), key=lambda k: int(k[1:].split(".")[0]))
+    if not keys:
+        raise InputError("the trace has no self-attention probabilities; capture with attentions=True")
+    if causal is None:
+        causal = bool(torch.triu(trace.attentions[keys[0]][0], 1).abs().max() == 0) and len(trace.tokens) > 1
+    masses, unif = [], []
+    for k in keys:
+        A = trace.attentions[k].float()
+        T = A.shape[-1]
+        diag = torch.diagonal(A, dim1=-2, dim2=-1)  # [H, T]
+        start = 1 if (causal and T > 1) else 0
+        u = (1.0 / torch.arange(1, T + 1, dtype=torch.float32)) if causal else torch.full((T,), 1.0 / T)
+        masses.append(diag[:, start:].mean(-1))
+        unif.append(u[start:].mean().expand(A.shape[0]))
+    return SelfMass(stack=trace.stack, mass=torch.stack(masses), uniform=torch.stack(unif),
+                    positions=len(trace.tokens))
+
+
+__all__ = ["FactoredMatrix", "HeadMatrices", "head_matrices", "attention_identity", "IdentityResult",
+           "IdentityCheck", "ClusterView", "cluster_view", "SelfMass", "self_mass"]
