@@ -1,0 +1,215 @@
+"""Scheme grids: the cartesian product of the A.6 parameter values, minus invalid combinations.
+
+Seed 000, A.6 lists the parameters of a "distributed concept composition scheme": ``encoding_scheme``,
+``ENCODING_LAYER``, ``WORD_AGG_SCHEME``, ``NORM``, ``SEGMENT_AGG_SCHEME``, ``EXAMPLE_AGG_SCHEME``,
+``SIMILARITY_FUNC`` and, for Test 2 (concept similarity, sec. 5.1.2), ``OUT_ENCODING_LAYER`` and
+``OUT_WORD_AGG_SCHEME``.  The seed's authors swept "about 1200" Test 1 and "over 6000" Test 2 schemes
+(sec. 5.1.1-5.1.2); a :class:`GridSpec` with the default layer set (``E, 0, middle, -2, -1``) spans the whole
+product instead (~10^6 Test 2 schemes), which :mod:`walklens.concepts.sweep` evaluates from one forward pass
+per distinct segment text.
+
+A grid is a mapping from :class:`~walklens.concepts.schemes.Scheme` field names to the values to try:
+
+* ``full``: every value of every parameter (layers from the layer set);
+* ``standard``: only the paper's standard scheme (sec. 5.1), handy as a reference point and for benchmarks;
+* a TOML file: any parameter given as a list restricts (or extends: e.g. more layers) the full grid; the
+  optional ``base = "standard"`` starts from the standard scheme instead of the full product, e.g.::
+
+      base = "full"              # or "standard"
+      layer = ["-1", "middle"]   # restricts ENCODING_LAYER (and layers = [...] sets the layer set of both)
+      norm = ["None", "L2"]
+
+Invalid combinations are those :meth:`Scheme.validate` refuses for the test and architecture.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+from ..errors import InputError
+
+#: Default layer set for ENCODING_LAYER and OUT_ENCODING_LAYER (issue 7): token embeddings, the first
+#: layer's input, the middle, one below the top and the top of the stack.
+DEFAULT_LAYERS: tuple[str, ...] = ("E", "0", "middle", "-2", "-1")
+
+#: Scheme fields in A.6 order; the last two only exist for Test 2.
+FIELDS: tuple[str, ...] = ("enc", "layer", "word", "norm", "seg", "ex", "sim", "out_layer", "out_word")
+#: Fields that fix the context side of a Test 2 scheme (everything but the choice-side encoding).
+CONTEXT_FIELDS: tuple[str, ...] = ("enc", "layer", "word", "norm", "seg", "ex", "sim")
+OUT_FIELDS: tuple[str, ...] = ("out_layer", "out_word")
+
+
+def _schemes_module() -> Any:
+    from . import schemes
+
+    return schemes
+
+
+def parameter_values(test: int, layers: Sequence[str] = DEFAULT_LAYERS) -> dict[str, tuple[Any, ...]]:
+    """Every A.6 value of every parameter for ``test`` (1 or 2), layers taken from ``layers``."""
+    s = _schemes_module()
+    vals: dict[str, tuple[Any, ...]] = {
+        "enc": tuple(s.ENCODING_SCHEMES), "layer": tuple(layers), "word": tuple(s.WORD_AGG_SCHEMES),
+        "norm": tuple(s.NORMS), "seg": tuple(s.SEGMENT_AGG_SCHEMES), "ex": tuple(s.EXAMPLE_AGG_SCHEMES),
+    }
+    if test == 2:
+        vals.update(sim=tuple(s.SIMILARITY_FUNCS), out_layer=tuple(layers), out_word=tuple(s.WORD_AGG_SCHEMES))
+    return vals
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """The values to try for each parameter, plus the test they belong to (1 or 2).
+
+    ``values`` holds, per Scheme field, a tuple of values in their string form (as in ``str(Scheme)``);
+    ``explicit`` lists the schemes of a ``standard`` grid (which is a list, not a product).
+    """
+
+    test: int
+    values: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    explicit: tuple[Any, ...] = ()
+    name: str = "custom"
+
+    # ---- construction -----------------------------------------------------------------------------------
+    @classmethod
+    def full(cls, test: int, layers: Sequence[str] = DEFAULT_LAYERS) -> GridSpec:
+        _check_test(test)
+        vals = {k: tuple(_as_str(v) for v in vs) for k, vs in parameter_values(test, layers).items()}
+        return cls(test=test, values=vals, name="full")
+
+    @classmethod
+    def standard(cls, test: int, arch: str) -> GridSpec:
+        _check_test(test)
+        return cls(test=test, explicit=(_schemes_module().Scheme.standard(test, arch),), name="standard")
+
+    @classmethod
+    def from_toml(cls, path: str | Path, test: int, arch: str, layers: Sequence[str] | None = None) -> GridSpec:
+        """A grid file: lists restrict/extend parameters of ``base`` (``full``, default, or ``standard``)."""
+        _check_test(test)
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{p}: no such grid file")
+        try:
+            doc = tomllib.loads(p.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            raise InputError(f"{p}: not valid TOML ({e})") from None
+        base = doc.pop("base", "full")
+        lay = doc.pop("layers", None)
+        if lay is not None:
+            if not isinstance(lay, list) or not lay:
+                raise InputError(f"{p}: 'layers' must be a non-empty list")
+            layers = [str(x) for x in lay]
+        if base == "full":
+            spec = cls.full(test, tuple(layers) if layers else DEFAULT_LAYERS)
+            vals = dict(spec.values)
+        elif base == "standard":
+            std = _schemes_module().Scheme.standard(test, arch)
+            vals = {k: (_as_str(getattr(std, k)),) for k in FIELDS if k in _fields_for(test)}
+            if layers:
+                vals["layer"] = tuple(layers)
+                if test == 2:
+                    vals["out_layer"] = tuple(layers)
+        else:
+            raise InputError(f"{p}: base must be 'full' or 'standard', not {base!r}")
+        allowed = set(_fields_for(test))
+        for key, v in doc.items():
+            if key not in allowed:
+                raise InputError(f"{p}: unknown parameter {key!r} for Test {test}; known: {', '.join(sorted(allowed))}")
+            if not isinstance(v, list) or not v:
+                raise InputError(f"{p}: {key} must be a non-empty list")
+            vals[key] = tuple(_as_str(x) for x in v)
+        return cls(test=test, values=vals, name=p.stem)
+
+    @classmethod
+    def resolve(cls, grid: str, test: int, arch: str, layers: Sequence[str] | None = None) -> GridSpec:
+        """``full`` | ``standard`` | a TOML file path."""
+        if grid == "full":
+            return cls.full(test, tuple(layers) if layers else DEFAULT_LAYERS)
+        if grid == "standard":
+            return cls.standard(test, arch)
+        return cls.from_toml(grid, test, arch, layers)
+
+    # ---- enumeration --------------------------------------------------------------------------------------
+    def product_size(self) -> int:
+        """Size of the cartesian product before removing invalid combinations."""
+        if self.explicit:
+            return len(self.explicit)
+        n = 1
+        for v in self.values.values():
+            n *= len(v)
+        return n
+
+    def candidates(self) -> Iterator[Any]:
+        """Every scheme of the product, valid or not, in a fixed order."""
+        if self.explicit:
+            yield from self.explicit
+            return
+        Scheme = _schemes_module().Scheme
+        keys = list(self.values)
+        for combo in itertools.product(*(self.values[k] for k in keys)):
+            yield Scheme.parse(",".join(f"{k}={v}" for k, v in zip(keys, combo)))
+
+    def enumerate(self, arch: str) -> tuple[list[Any], dict[str, int]]:
+        """Valid schemes of this grid for ``arch`` and a count of refused ones by reason (first words)."""
+        valid: list[Any] = []
+        refused: dict[str, int] = {}
+        seen: set[str] = set()
+        for s in self._fast_candidates(arch):
+            key = str(s)
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                s.validate(self.test, arch)
+            except InputError as e:
+                reason = str(e).split(":")[0][:80]
+                refused[reason] = refused.get(reason, 0) + 1
+                continue
+            valid.append(s)
+        return valid, refused
+
+    def _fast_candidates(self, arch: str) -> Iterator[Any]:
+        """Candidates, built by ``dataclasses.replace`` from one parsed scheme per context part (fast)."""
+        if self.explicit or self.test != 2:
+            yield from self.candidates()
+            return
+        Scheme = _schemes_module().Scheme
+        ctx_keys = [k for k in self.values if k not in OUT_FIELDS]
+        outs = [Scheme.parse(f"enc=concat_all_examples,layer={ol},word={ow},norm=None,seg=mean,ex=mean,"
+                             f"sim=dot,out_layer={ol},out_word={ow}")
+                for ol, ow in itertools.product(self.values["out_layer"], self.values["out_word"])]
+        for combo in itertools.product(*(self.values[k] for k in ctx_keys)):
+            base = Scheme.parse(",".join(f"{k}={v}" for k, v in zip(ctx_keys, combo))
+                                + f",out_layer={self.values['out_layer'][0]},out_word={self.values['out_word'][0]}")
+            for o in outs:
+                yield replace(base, out_layer=o.out_layer, out_word=o.out_word)
+
+
+def group_by_context(schemes: Iterable[Any]) -> "OrderedDict[tuple[Any, ...], list[Any]]":
+    """Schemes grouped by their context part (:data:`CONTEXT_FIELDS`), each group's schemes in order.
+
+    One group shares its context vectors; its members differ only in how the choices are encoded
+    (OUT_ENCODING_LAYER, OUT_WORD_AGG_SCHEME), so the sweep scores a whole group with one matrix product.
+    """
+    groups: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
+    for s in schemes:
+        groups.setdefault(tuple(getattr(s, k) for k in CONTEXT_FIELDS), []).append(s)
+    return groups
+
+
+def _fields_for(test: int) -> tuple[str, ...]:
+    return FIELDS if test == 2 else FIELDS[:6]
+
+
+def _as_str(v: Any) -> str:
+    return "None" if v is None else str(v)
+
+
+def _check_test(test: int) -> None:
+    if test not in (1, 2):
+        raise InputError(f"--test must be 1 or 2, not {test!r}")
