@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import torch
 
 from ..errors import InputError
 
@@ -230,3 +233,85 @@ class Scheme:
                     raise bad(f"{name}=last takes the last vector as a summary of the sequence, which only holds "
                               f"under causal masking (decoder-only models); use it with layer=E only")
         return self
+
+
+# ---- pure composition functions (A.6), on batched tensors ------------------------------------------------------
+
+def apply_filter(x: "torch.Tensor", filt: str | None, act_fn: Callable[["torch.Tensor"], "torch.Tensor"] | None
+                 ) -> "torch.Tensor":
+    """A.6's activation filters with the model's own MLP activation f: ``relu`` → f(x); ``-relu`` → -f(-x)
+    (lets the negative part through); ``relu+`` → x + f(x); ``-relu+`` → x - f(-x); None → x."""
+    if filt is None:
+        return x
+    if act_fn is None:
+        raise InputError(f"word aggregation {filt}|... needs the model's MLP activation function")
+    if filt == "relu":
+        return act_fn(x)
+    if filt == "-relu":
+        return -act_fn(-x)
+    if filt == "relu+":
+        return x + act_fn(x)
+    if filt == "-relu+":
+        return x - act_fn(-x)
+    raise InputError(f"unknown activation filter {filt!r}; use one of {ACTIVATION_FILTERS}")
+
+
+def word_aggregate(vectors: "torch.Tensor", scheme_word: str,
+                   act_fn: Callable[["torch.Tensor"], "torch.Tensor"] | None = None,
+                   mask: "torch.Tensor | None" = None) -> "torch.Tensor":
+    """WORD_AGG_SCHEME (A.6): reduce token vectors ``[..., T, D]`` to ``[..., D]``.
+
+    ``mean``: element-wise mean; ``w1mean``: weighted mean with weight t/N for the t-th of N vectors (1-based),
+    i.e. ``sum_t t·e_t / sum_t t`` (the seed's code divides by the sum of the weights); ``last``: the last
+    vector (decoder-only models: the only one that has seen the whole segment); ``F|mean`` / ``F|w1mean``:
+    :func:`apply_filter` F first.  ``mask`` (``[..., T]``, broadcastable against ``vectors[..., 0]``; 1 = real
+    token) excludes padding: weights count real tokens only and ``last`` takes the last real one.
+    """
+    import torch
+
+    filt, agg = word_parts(scheme_word)
+    if scheme_word not in WORD_AGG_SCHEMES:
+        raise InputError(f"invalid word aggregation {scheme_word!r}; allowed: {', '.join(WORD_AGG_SCHEMES)}")
+    T = vectors.shape[-2]
+    if T == 0:
+        raise InputError("cannot aggregate an empty sequence of vectors")
+    m = (torch.ones(vectors.shape[:-1], dtype=vectors.dtype, device=vectors.device) if mask is None
+         else mask.to(vectors.dtype).expand(vectors.shape[:-1]))
+    if agg == "last":
+        idx = (m * torch.arange(1, T + 1, dtype=m.dtype, device=m.device)).argmax(dim=-1)  # last real position
+        x = apply_filter(vectors, filt, act_fn)
+        return torch.gather(x, -2, idx[..., None, None].expand(*idx.shape, 1, x.shape[-1])).squeeze(-2)
+    x = apply_filter(vectors, filt, act_fn)
+    w = m if agg == "mean" else torch.cumsum(m, dim=-1) * m
+    return (x * w[..., None]).sum(dim=-2) / w.sum(dim=-1, keepdim=True)
+
+
+def normalize(v: "torch.Tensor", norm: str | None) -> "torch.Tensor":
+    """NORM (A.6), over the last dimension: None → v; ``L2`` → v/||v||; ``varNorm`` → v/std(v) (unit variance,
+    the mean kept; unbiased std as in the seed's code); ``zNorm`` → (v - mean)/sqrt(var + 1e-5) (layer norm
+    without affine parameters, as in the seed's code)."""
+    import torch
+
+    if norm is None:
+        return v
+    if norm == "L2":
+        return torch.nn.functional.normalize(v, p=2, dim=-1)
+    if norm == "varNorm":
+        return v / v.std(dim=-1, keepdim=True)
+    if norm == "zNorm":
+        return torch.nn.functional.layer_norm(v, v.shape[-1:])
+    raise InputError(f"invalid norm {norm!r}; allowed: {', '.join(str(n) for n in NORMS)}")
+
+
+def similarity(a: "torch.Tensor", b: "torch.Tensor", sim: str) -> "torch.Tensor":
+    """SIMILARITY_FUNC (A.6) between every row of ``a`` ``[..., M, D]`` and every row of ``b`` ``[..., C, D]``:
+    ``[..., C, M]`` (choices by context vectors).  ``dot``: inner product; ``cosine``: inner product of the
+    L2-normalised vectors."""
+    import torch
+
+    if sim == "cosine":
+        a = torch.nn.functional.normalize(a, p=2, dim=-1)
+        b = torch.nn.functional.normalize(b, p=2, dim=-1)
+    elif sim != "dot":
+        raise InputError(f"invalid similarity {sim!r}; use dot or cosine")
+    return b @ a.transpose(-1, -2)
