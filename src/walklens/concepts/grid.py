@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import tomllib
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -58,7 +58,8 @@ def parameter_values(test: int, layers: Sequence[str] = DEFAULT_LAYERS) -> dict[
         "norm": tuple(s.NORMS), "seg": tuple(s.SEGMENT_AGG_SCHEMES), "ex": tuple(s.EXAMPLE_AGG_SCHEMES),
     }
     if test == 2:
-        vals.update(sim=tuple(s.SIMILARITY_FUNCS), out_layer=tuple(layers), out_word=tuple(s.WORD_AGG_SCHEMES))
+        # SIMILARITY_FUNC=None is A.6's value for Test 1 only ("where it's not applicable")
+        vals.update(sim=tuple(v for v in s.SIMILARITY_FUNCS if v is not None), out_layer=tuple(layers), out_word=tuple(s.WORD_AGG_SCHEMES))
     return vals
 
 
@@ -145,49 +146,37 @@ class GridSpec:
         return n
 
     def candidates(self) -> Iterator[Any]:
-        """Every scheme of the product, valid or not, in a fixed order."""
+        """Every scheme of the product, valid or not, in a fixed order (the product's, last field fastest)."""
         if self.explicit:
             yield from self.explicit
             return
         Scheme = _schemes_module().Scheme
+        canon = _schemes_module().canonical_layer
         keys = list(self.values)
-        for combo in itertools.product(*(self.values[k] for k in keys)):
-            yield Scheme.parse(",".join(f"{k}={v}" for k, v in zip(keys, combo)))
+        vals = [tuple(dict.fromkeys(canon(v) if k in ("layer", "out_layer") else _from_str(k, v)
+                                    for v in self.values[k])) for k in keys]
+        for combo in itertools.product(*vals):
+            yield Scheme(**dict(zip(keys, combo)))
 
     def enumerate(self, arch: str) -> tuple[list[Any], dict[str, int]]:
-        """Valid schemes of this grid for ``arch`` and a count of refused ones by reason (first words)."""
+        """Valid schemes of this grid for ``arch`` (duplicates removed) and how many were refused, by reason."""
         valid: list[Any] = []
         refused: dict[str, int] = {}
-        seen: set[str] = set()
-        for s in self._fast_candidates(arch):
-            key = str(s)
-            if key in seen:
-                continue
-            seen.add(key)
+        seen: set[Any] = set()
+        for s in self.candidates():
+            if self.explicit:  # a product has no duplicates (values are canonical and unique per field)
+                if s in seen:
+                    continue
+                seen.add(s)
             try:
                 s.validate(self.test, arch)
             except InputError as e:
-                reason = str(e).split(":")[0][:80]
+                msg = str(e)
+                reason = msg.split(": ", 1)[-1] if " model: " in msg else msg
                 refused[reason] = refused.get(reason, 0) + 1
                 continue
             valid.append(s)
         return valid, refused
-
-    def _fast_candidates(self, arch: str) -> Iterator[Any]:
-        """Candidates, built by ``dataclasses.replace`` from one parsed scheme per context part (fast)."""
-        if self.explicit or self.test != 2:
-            yield from self.candidates()
-            return
-        Scheme = _schemes_module().Scheme
-        ctx_keys = [k for k in self.values if k not in OUT_FIELDS]
-        outs = [Scheme.parse(f"enc=concat_all_examples,layer={ol},word={ow},norm=None,seg=mean,ex=mean,"
-                             f"sim=dot,out_layer={ol},out_word={ow}")
-                for ol, ow in itertools.product(self.values["out_layer"], self.values["out_word"])]
-        for combo in itertools.product(*(self.values[k] for k in ctx_keys)):
-            base = Scheme.parse(",".join(f"{k}={v}" for k, v in zip(ctx_keys, combo))
-                                + f",out_layer={self.values['out_layer'][0]},out_word={self.values['out_word'][0]}")
-            for o in outs:
-                yield replace(base, out_layer=o.out_layer, out_word=o.out_word)
 
 
 def group_by_context(schemes: Iterable[Any]) -> "OrderedDict[tuple[Any, ...], list[Any]]":
@@ -204,6 +193,13 @@ def group_by_context(schemes: Iterable[Any]) -> "OrderedDict[tuple[Any, ...], li
 
 def _fields_for(test: int) -> tuple[str, ...]:
     return FIELDS if test == 2 else FIELDS[:6]
+
+
+def _from_str(key: str, v: str) -> Any:
+    """A grid value in string form → the Scheme field value (``"None"`` → None for the optional fields)."""
+    if key in ("enc", "layer", "word"):
+        return v
+    return None if v in ("None", "none", "") else v
 
 
 def _as_str(v: Any) -> str:

@@ -106,16 +106,29 @@ def text_key(model_name: str, text: str) -> str:
     return hashlib.sha256(f"{model_name}\x00{text}".encode()).hexdigest()
 
 
-def build_bank(lm: Any, texts: Iterable[str], layers: Sequence[str], words: Sequence[str],
-               encode: Callable[[Any, str], list[int]], *, cache_dir: str | Path | None = None,
-               batch_tokens: int = 2048, progress: bool = True) -> VectorBank:
+def layer_keys(lm: Any, layers: Iterable[str]) -> dict[str, str]:
+    """Scheme layer values (``E``, ``middle``, ``-1``, ...) → bank keys (``"E"`` or the hidden-state index)."""
+    from .schemes import resolve_layer
+
+    out = {}
+    for l in layers:
+        r = resolve_layer(str(l), lm.n_layers)
+        out[str(l)] = "E" if r is None else str(r)
+    return out
+
+
+def build_bank(lm: Any, texts: Iterable[str], layers: Sequence[str], words: Sequence[str], *,
+               cache_dir: str | Path | None = None, batch_tokens: int = 2048, progress: bool = True) -> VectorBank:
     """Run every distinct text once and reduce its hidden states by every word aggregation.
 
-    ``layers``: resolved keys (``"E"`` or ``"0"``..``"N"``); hidden state ``l`` is the input of layer ``l`` and
-    ``N`` the top of the stack after the final norm (A.6, ENCODING_LAYER).  ``encode(lm, text)`` gives the
-    token ids exactly as the single-scheme runner tokenises a segment.  With ``cache_dir``, each reduced text
-    is also written there (safetensors, atomically) and read back on the next run instead of recomputed.
+    ``layers``: bank keys (``"E"`` or a hidden-state index ``"0"``..``"N"``; hidden state ``l`` is the input of
+    layer ``l`` and ``N`` the top of the stack after the final norm, A.6 ENCODING_LAYER).  Each text is
+    tokenised and run exactly as the single-scheme runner does (:func:`~.encode.segment_token_ids`,
+    :func:`~.encode.hidden_states`; a BOS prefix conditions the segment but is left out of the aggregation).
+    Texts of equal token length share a batch, so no padding enters any number.  With ``cache_dir``, each
+    reduced text is also written there (safetensors, atomically) and read back on the next run.
     """
+    from .encode import hidden_states, n_prefix_tokens, segment_token_ids
     from .schemes import word_aggregate
 
     uniq = list(OrderedDict.fromkeys(texts))
@@ -125,7 +138,7 @@ def build_bank(lm: Any, texts: Iterable[str], layers: Sequence[str], words: Sequ
     out = torch.empty(len(uniq), len(layers), len(words), D, dtype=torch.float32)
     todo: list[int] = []
     cache = Path(cache_dir) if cache_dir else None
-    tag = hashlib.sha256(json.dumps([lm.name, list(layers), list(words)]).encode()).hexdigest()[:12]
+    tag = hashlib.sha256(json.dumps([lm.name, lm.n_layers, D, list(layers), list(words)]).encode()).hexdigest()[:12]
     if cache:
         (cache / tag).mkdir(parents=True, exist_ok=True)
         from safetensors.torch import load_file
@@ -139,11 +152,8 @@ def build_bank(lm: Any, texts: Iterable[str], layers: Sequence[str], words: Sequ
     else:
         todo = list(range(len(uniq)))
     act = lm.adapter.mlp_activation(lm.model)
-    V = lm.embedding_matrix().detach().float()
-    ids = {i: encode(lm, uniq[i]) for i in todo}
-    for i in todo:
-        if not ids[i]:
-            raise InputError(f"a segment tokenises to nothing: {uniq[i]!r}")
+    skip = n_prefix_tokens(lm)
+    ids = {i: segment_token_ids(lm, uniq[i]) for i in todo}
     by_len: dict[int, list[int]] = {}
     for i in todo:
         by_len.setdefault(len(ids[i]), []).append(i)
@@ -152,23 +162,21 @@ def build_bank(lm: Any, texts: Iterable[str], layers: Sequence[str], words: Sequ
         per = max(1, batch_tokens // n)
         batches += [members[j:j + per] for j in range(0, len(members), per)]
     bar = _bar(total=len(todo), desc="forward passes (distinct texts)", disable=not progress or not todo)
-    hidden_pos = [None if k == "E" else int(k) for k in layers]
-    with torch.inference_mode():
-        for b in batches:
-            inp = torch.tensor([ids[i] for i in b], dtype=torch.long)
-            hs = lm.model(input_ids=inp, output_hidden_states=True, use_cache=False).hidden_states
-            stack = torch.stack([V[inp] if p is None else hs[p].float() for p in hidden_pos], dim=1)  # [B,L,T,D]
-            for w_i, w in enumerate(words):
-                out[b, :, w_i] = word_aggregate(stack, w, act).float()
-            if cache:
-                from safetensors.torch import save_file
+    resolved = [None if k == "E" else int(k) for k in layers]
+    for b in batches:
+        hs, _mask = hidden_states(lm, [ids[i] for i in b], resolved)
+        stack = torch.stack([hs[r][:, skip:] for r in resolved], dim=1)  # [B, L, T, D]
+        for w_i, w in enumerate(words):
+            out[b, :, w_i] = word_aggregate(stack, w, act).float()
+        if cache:
+            from safetensors.torch import save_file
 
-                for r, i in enumerate(b):
-                    f = cache / tag / f"{text_key(lm.name, uniq[i])}.safetensors"
-                    tmp = f.with_name(f.name + ".tmp")
-                    save_file({"v": out[i].contiguous()}, str(tmp))
-                    tmp.replace(f)
-            bar.update(len(b))
+            for i in b:
+                f = cache / tag / f"{text_key(lm.name, uniq[i])}.safetensors"
+                tmp = f.with_name(f.name + ".tmp")
+                save_file({"v": out[i].contiguous()}, str(tmp))
+                tmp.replace(f)
+        bar.update(len(b))
     bar.close()
     return VectorBank(layers=layers, words=words, index={t: i for i, t in enumerate(uniq)}, vectors=out)
 

@@ -1,0 +1,153 @@
+"""The composition-scheme sweep (issue 7): grid, vectorised evaluation vs the single-scheme runner, resumable
+storage, held-out statistics, report and CLI."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from walklens.concepts import stats
+from walklens.concepts.grid import DEFAULT_LAYERS, GridSpec, group_by_context
+from walklens.concepts.schemes import Scheme
+from walklens.concepts.sweep import SweepStore, pack_predictions, unpack_predictions
+from walklens.errors import InputError
+
+# ---- grid ---------------------------------------------------------------------------------------------------
+
+
+def test_full_grid_sizes_are_the_product_minus_invalid() -> None:
+    g1 = GridSpec.full(1)
+    v1, refused1 = g1.enumerate("decoder")
+    # Test 1: enc 6 x layer 5 x word 11 x norm 4 x seg 2 x ex 3; soft_cluster and composed cross_encoding refused
+    assert g1.product_size() == 6 * 5 * 11 * 4 * 2 * 3
+    assert len(v1) == 5 * 5 * 11 * 4 * 2 * 2 + 1  # + the one cross_encoding scheme (the baseline, layer E)
+    assert sum(refused1.values()) == g1.product_size() - len(v1)
+    assert all(s.validate(1, "decoder") for s in v1[:50])
+    names = [str(s) for s in v1]
+    assert len(set(names)) == len(names)
+
+
+def test_standard_and_toml_grids(tmp_path: Path) -> None:
+    std, _ = GridSpec.standard(2, "decoder").enumerate("decoder")
+    assert [str(s) for s in std] == [str(Scheme.standard(2, "decoder"))]
+    f = tmp_path / "g.toml"
+    f.write_text('base = "standard"\nlayers = ["-1", "middle"]\nnorm = ["None", "L2"]\n', encoding="utf-8")
+    g = GridSpec.from_toml(f, 2, "decoder")
+    schemes, _ = g.enumerate("decoder")
+    assert len(schemes) == 2 * 2 * 2  # layer x norm x out_layer
+    assert {s.norm for s in schemes} == {None, "L2"}
+    f.write_text('layer = ["-1"]\nbogus = [1]\n', encoding="utf-8")
+    with pytest.raises(InputError, match="unknown parameter 'bogus'"):
+        GridSpec.from_toml(f, 2, "decoder")
+    f.write_text("layer = [", encoding="utf-8")
+    with pytest.raises(InputError, match="not valid TOML"):
+        GridSpec.from_toml(f, 2, "decoder")
+
+
+def test_group_by_context_shares_everything_but_the_choice_side() -> None:
+    f = GridSpec(test=2, values={"enc": ("concat_each_example",), "layer": ("-1", "E"), "word": ("mean",),
+                                 "norm": ("None",), "seg": ("mean",), "ex": ("mean",), "sim": ("dot", "cosine"),
+                                 "out_layer": DEFAULT_LAYERS, "out_word": ("mean", "last")})
+    schemes, _ = f.enumerate("decoder")
+    groups = group_by_context(schemes)
+    assert len(groups) == 4 and all(len(g) == len(DEFAULT_LAYERS) * 2 for g in groups.values())
+
+
+# ---- packing and storage --------------------------------------------------------------------------------------
+
+
+def test_pack_roundtrip() -> None:
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 3, 4, 5, 203):
+        p = rng.integers(0, 4, size=n).astype(np.uint8)
+        assert np.array_equal(unpack_predictions(pack_predictions(p), n), p)
+    with pytest.raises(ValueError):
+        pack_predictions(np.array([4]))
+
+
+def _fill(store: SweepStore, rid: int, labels: np.ndarray, groups: list[str], stop: int | None = None) -> None:
+    rng = np.random.default_rng(1)
+    for i, g in enumerate(groups):
+        preds = rng.integers(0, 4, size=(1, 3, len(labels))).astype(np.uint8)
+        if stop is not None and i >= stop:
+            return
+        if g in store.done(rid):
+            continue
+        store.put_group(rid, g, ["out_layer=-1,out_word=mean", "out_layer=E,out_word=mean",
+                                 "out_layer=0,out_word=mean"], ["acc"], preds, labels, 0.0)
+
+
+def test_store_resume_gives_identical_table(tmp_path: Path) -> None:
+    labels = np.array([0, 1, 2, 3, 1, 2], np.uint8)
+    groups = [f"enc=concat_each_example,layer={l},word=mean,norm=None,seg=mean,ex=mean,sim=dot" for l in range(5)]
+    kw = dict(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(6),
+              arch="decoder", n_layers=4)
+    with SweepStore(tmp_path / "a.sqlite") as a:
+        rid = a.run_id(**kw)
+        _fill(a, rid, labels, groups)
+        full = a.load(rid)
+    with SweepStore(tmp_path / "b.sqlite") as b:  # interrupted after 2 groups, then resumed
+        rid = b.run_id(**kw)
+        _fill(b, rid, labels, groups, stop=2)
+        assert len(b.done(rid)) == 2
+    with SweepStore(tmp_path / "b.sqlite") as b:
+        assert b.run_id(**kw) == rid
+        _fill(b, rid, labels, groups)
+        res = b.load(rid)
+    assert res.schemes == full.schemes and np.array_equal(res.preds, full.preds)
+    assert np.allclose(res.acc, (res.preds[0] == labels).mean(-1))
+    with sqlite3.connect(tmp_path / "b.sqlite") as con:
+        assert con.execute("SELECT count(*) FROM sweep_groups").fetchone()[0] == 5
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_store_refuses_a_non_database(tmp_path: Path) -> None:
+    bad = tmp_path / "x.sqlite"
+    bad.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(InputError, match="not a usable SQLite database"):
+        SweepStore(bad)
+
+
+# ---- statistics -----------------------------------------------------------------------------------------------
+
+
+def test_wilson_interval_hand_values() -> None:
+    lo, hi = stats.wilson(50, 100)
+    assert abs(lo - 0.4038) < 1e-3 and abs(hi - 0.5962) < 1e-3
+    assert stats.wilson(0, 10)[0] == 0.0
+
+
+def test_held_out_removes_selection_bias_on_pure_noise() -> None:
+    rng = np.random.default_rng(0)
+    correct = rng.random((4000, 200)) < 0.25  # 4000 coin-flip schemes at chance
+    names = [f"s{i}" for i in range(len(correct))]
+    ins = stats.in_sample_best(correct, names)
+    kf = stats.held_out_kfold(correct, names, k=5)
+    split = stats.held_out_split(correct, names)
+    assert ins.acc > 0.33  # the in-sample best of noise looks far better than chance
+    assert abs(kf.acc - 0.25) < 0.07 and kf.lo < 0.25 < kf.hi  # held out, it is chance again
+    assert all(abs(s.acc - 0.25) < 0.1 for s in split)
+    assert stats.chance_max(4000, 200) > 0.33
+
+
+def test_held_out_finds_a_real_signal() -> None:
+    rng = np.random.default_rng(1)
+    correct = rng.random((500, 300)) < 0.25
+    correct[123] = rng.random(300) < 0.6  # one genuinely good scheme
+    names = [f"s{i}" for i in range(len(correct))]
+    kf = stats.held_out_kfold(correct, names, k=5)
+    assert set(kf.fold_schemes) == {"s123"} and kf.acc > 0.5
+
+
+def test_distribution_and_marginals() -> None:
+    acc = np.array([0.2, 0.3, 0.5, 0.25])
+    d = stats.distribution(acc, n_items=100)
+    assert d["n_schemes"] == 4 and d["quantiles"]["q100"] == 0.5 and d["frac_above_chance"] == 0.5
+    names = ["a=1,b=x", "a=1,b=y", "a=2,b=x", "a=2,b=y"]
+    m = stats.marginal_effects(names, acc, baseline=0.5)
+    row = {r["value"]: r for r in m["a"]}
+    assert row["1"]["mean"] == pytest.approx(0.25) and row["2"]["best"] == 0.5 and row["2"]["best_norm"] == 1.0
