@@ -297,6 +297,7 @@ class IdentityResult(Mapping[str, float]):
     checks: tuple[IdentityCheck, ...]
     model_name: str = ""
     tokens: tuple[str, ...] = ()
+    trace: Trace | None = field(default=None, repr=False, compare=False)
 
     def __getitem__(self, key: str) -> float:
         for c in self.checks:
@@ -379,7 +380,7 @@ def attention_identity(model: LoadedModel, text: str, *, decoder_text: str | Non
                                             real.abs().max().item()))
     if not checks:
         raise InputError(f"{lm.name}: no attention module outputs were captured")
-    return IdentityResult(tuple(checks), lm.name, tuple(trace.tokens))
+    return IdentityResult(tuple(checks), lm.name, tuple(trace.tokens), trace)
 
 
 # ---- cluster & aggregate view ------------------------------------------------------------------------------
@@ -496,5 +497,36 @@ def self_mass(trace: Trace, causal: bool | None = None) -> SelfMass:
                     positions=len(trace.tokens))
 
 
-__all__ = ["FactoredMatrix", "HeadMatrices", "head_matrices", "attention_identity", "IdentityResult",
+@dataclass(frozen=True)
+class HeadStats:
+    """Per layer and head summaries of the filters, all computed from the factors: ``vo_norm``/``qk_norm``
+    [L, H] Frobenius norms, ``vo_sigma1`` the largest singular value of W_vo,h, ``vo_copying`` the copying
+    score ``sum Re(eig) / sum |eig|`` of W_vo,h (:meth:`FactoredMatrix.copying_score`)."""
+
+    stack: str
+    cross: bool
+    layers: list[int]
+    vo_norm: torch.Tensor
+    qk_norm: torch.Tensor
+    vo_sigma1: torch.Tensor
+    vo_copying: torch.Tensor
+
+
+def head_stats(model: LoadedModel, stack: str | None = None, cross: bool = False,
+               layers: list[int] | None = None) -> HeadStats:
+    """:class:`HeadStats` of every (or the given) layer of one stack."""
+    name = _stack_name(model, stack)
+    layers = list(range(model.n_layers)) if layers is None else layers
+    vo_n, qk_n, s1, cp = [], [], [], []
+    for l in layers:
+        hm = head_matrices(model, l, name, cross)
+        vo, qk = hm.vo(), hm.qk()
+        vo_n.append(vo.norm())
+        qk_n.append(qk.norm())
+        s1.append(vo.singular_values()[..., 0])
+        cp.append(vo.copying_score())
+    return HeadStats(name, cross, layers, torch.stack(vo_n), torch.stack(qk_n), torch.stack(s1), torch.stack(cp))
+
+
+__all__ = ["HeadStats", "head_stats", "FactoredMatrix", "HeadMatrices", "head_matrices", "attention_identity", "IdentityResult",
            "IdentityCheck", "ClusterView", "cluster_view", "SelfMass", "self_mass"]
