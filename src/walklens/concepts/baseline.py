@@ -1,0 +1,100 @@
+"""The ordinary HellaSwag score, exactly as lm-evaluation-harness computes it (seed 000, sec. 5.1.1: "the
+standard procedure used to evaluate language models against Hellaswag"), with the context computed once.
+
+Per item: context = few-shot examples (each ``query + " " + gold ending``, joined by ``"\\n\\n"``) + the query;
+each ending i is scored by the summed log-probability of the tokens of ``" " + ending_i`` after the context,
+tokenised by :func:`~.encode.encode_pair`.  ``acc`` picks the ending with the largest log-likelihood;
+``acc_norm`` the largest log-likelihood divided by the ending's length in characters (the harness divides by
+``len(choice)``, the ending without the delimiter space).  Ties go to the first ending (``numpy.argmax``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from ..errors import ContextTooLongError
+from .data import HellaswagItem, fewshot_context
+from .encode import continuation_logliks, encode_pair, max_positions
+from .store import ItemResult
+
+if TYPE_CHECKING:
+    from ..loading import LoadedModel
+
+
+def argmax_first(values: Sequence[float]) -> int:
+    """Index of the largest value, the first one on ties (as ``numpy.argmax``)."""
+    best = 0
+    for i, v in enumerate(values):
+        if v > values[best]:
+            best = i
+    return best
+
+
+def picks(scores: Sequence[float], endings: Sequence[str], per_char: bool = True) -> tuple[int, int]:
+    """(``acc`` pick, ``acc_norm`` pick) from the four scores: argmax of the score, and of the score divided
+    by ``len(ending)`` (characters) when ``per_char``, else the same as ``acc``."""
+    pred = argmax_first(scores)
+    if not per_char:
+        return pred, pred
+    return pred, argmax_first([s / len(e) for s, e in zip(scores, endings)])
+
+
+def item_result(item: HellaswagItem, scores: Sequence[float], per_char: bool = True) -> ItemResult:
+    pred, pred_norm = picks(scores, item.endings, per_char)
+    return ItemResult(item=item.index, gold=item.label, pred=pred, pred_norm=pred_norm,
+                      scores=tuple(float(s) for s in scores))
+
+
+def accuracy(results: Sequence[ItemResult]) -> tuple[float | None, float | None]:
+    """(acc, acc_norm): the fractions of items whose pick is the gold ending; None for no items."""
+    if not results:
+        return None, None
+    n = len(results)
+    return (sum(r.pred == r.gold for r in results) / n, sum(r.pred_norm == r.gold for r in results) / n)
+
+
+def item_tokens(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem]
+                ) -> tuple[list[int], list[list[int]]]:
+    """The context's token ids and each ending's continuation ids, as the harness splits them.  For causal
+    models every ending shares the context's ids (the split is at the context's own token length)."""
+    context = fewshot_context(item, examples)
+    pairs = [encode_pair(lm, context, item.continuation(i)) for i in range(len(item.endings))]
+    ctx = pairs[0][0]
+    return ctx, [p[1] for p in pairs]
+
+
+def baseline_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> list[float]:
+    """The four endings' log-likelihoods after the item's context (one context pass, see
+    :func:`~.encode.continuation_logliks`)."""
+    ctx, conts = item_tokens(lm, item, examples)
+    limit = max_positions(lm)
+    if lm.adapter.auto_class == "causal" and limit is not None and len(ctx) + max(map(len, conts)) - 1 > limit:
+        raise ContextTooLongError(f"item {item.index}: {len(ctx)} context + {max(map(len, conts))} ending tokens "
+                                  f"exceed the model's {limit} positions (use fewer shots)")
+    return continuation_logliks(lm, conts, context_ids=ctx)
+
+
+def baseline_item(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> ItemResult:
+    return item_result(item, baseline_scores(lm, item, examples))
+
+
+@torch.inference_mode()
+def reference_logliks(lm: "LoadedModel", context_ids: Sequence[int], continuations: Sequence[Sequence[int]]
+                      ) -> list[float]:
+    """The harness's own way, for checking: each (context, continuation) pair as one full sequence, with no
+    sharing (causal: input ``(ctx + cont)[:-1]``, the last ``len(cont)`` logits; encoder-decoder: the context
+    into the encoder and the continuation as the decoder's labels)."""
+    out = []
+    dev = lm.device
+    for cont in continuations:
+        if lm.adapter.auto_class == "seq2seq":
+            logits = lm.model(input_ids=torch.tensor([list(context_ids)], device=dev),
+                              labels=torch.tensor([list(cont)], device=dev)).logits[0]
+        else:
+            inp = torch.tensor([list(context_ids) + list(cont)[:-1]], device=dev)
+            logits = lm.model(input_ids=inp, use_cache=False).logits[0, -len(cont):]
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        out.append(float(lp.gather(-1, torch.tensor(list(cont), device=dev)[:, None]).sum()))
+    return out

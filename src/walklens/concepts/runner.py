@@ -1,0 +1,121 @@
+"""Running a test over HellaSwag items: few-shot contexts, resume from the store, progress bar, summaries and
+normalised scores (seed 000, sec. 5.1: "The scores shown are normalized by the model's baseline hellaswag
+score").
+
+``normalised = acc(test) / acc(baseline)`` on the same items, model and shots (likewise for ``acc_norm``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from ..errors import InputError
+from .baseline import accuracy, baseline_item
+from .data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
+from .schemes import Scheme
+from .store import ItemResult, ResultStore, RunKey
+
+if TYPE_CHECKING:
+    from ..loading import LoadedModel
+
+TESTS = ("baseline", "test1", "test2")
+BASELINE_SCHEME = "baseline"
+
+
+@dataclass
+class RunSummary:
+    """The outcome of one run over ``items`` (in the order given): accuracies and per-item results."""
+
+    key: RunKey
+    results: list[ItemResult]
+    computed: int = 0  # items computed in this call (the rest came from the store)
+    acc: float | None = None
+    acc_norm: float | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.results)
+
+    @property
+    def predictions(self) -> list[dict[str, int]]:
+        """Per item, the ending picked by each metric: ``{"acc": i, "acc_norm": j}``."""
+        return [{"acc": r.pred, "acc_norm": r.pred_norm} for r in self.results]
+
+
+def normalised(test: float | None, base: float | None) -> float | None:
+    """Test accuracy / baseline accuracy (None when the baseline is 0 or missing)."""
+    if test is None or not base:
+        return None
+    return test / base
+
+
+def _item_fn(test: str, scheme: Scheme | None) -> Callable[["LoadedModel", HellaswagItem, Sequence[HellaswagItem]],
+                                                            ItemResult]:
+    if test == "baseline":
+        return baseline_item
+    if scheme is None:
+        raise InputError(f"{test} needs a scheme")
+    if test == "test1":
+        from .test1 import test1_item
+
+        return lambda lm, it, ex: test1_item(lm, it, ex, scheme)
+    if test == "test2":
+        from .test2 import test2_item
+
+        return lambda lm, it, ex: test2_item(lm, it, ex, scheme)
+    raise InputError(f"unknown test {test!r}; use one of {TESTS}")
+
+
+def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], *, test: str, scheme: Scheme | None = None,
+             shots: int = 0, pool: Sequence[HellaswagItem] | None = None, data: str = "",
+             store: ResultStore | None = None, fewshot_seed: int = FEWSHOT_SEED, progress: bool = True,
+             desc: str | None = None) -> RunSummary:
+    """Run ``test`` (``baseline``, ``test1`` or ``test2``) on ``items``.
+
+    ``pool``: where few-shot examples come from (default: ``items``); ``data``: the data source id used in the
+    store key.  With a ``store``, items already stored for the same (model, data, split, shots, test, scheme)
+    are read back instead of recomputed, each new item is committed as soon as it is scored, and the run's
+    summary row is updated at the end; an interrupted run therefore resumes where it stopped.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    if test not in TESTS:
+        raise InputError(f"unknown test {test!r}; use one of {TESTS}")
+    if test != "baseline":
+        from .encode import arch_of
+
+        if scheme is None:
+            raise InputError(f"{test} needs a scheme")
+        scheme.validate(1 if test == "test1" else 2, arch_of(lm))
+    split = items[0].split if items else "validation"
+    scheme_key = BASELINE_SCHEME if test == "baseline" else str(scheme)
+    data_key = data if fewshot_seed == FEWSHOT_SEED else f"{data}#seed={fewshot_seed}"
+    key = RunKey(model=lm.name, data=data_key, split=split, shots=int(shots), test=test, scheme=scheme_key)
+    stored = store.results(key, [it.index for it in items]) if store is not None else {}
+    fn = _item_fn(test, scheme)
+    pool = items if pool is None else pool
+    todo = [it for it in items if it.index not in stored]
+    computed = 0
+    bar = tqdm(total=len(todo), desc=desc or f"{lm.name} {test}", unit="item", disable=not progress or not todo,
+               file=sys.stderr, dynamic_ncols=True)
+    try:
+        with torch.inference_mode():
+            for it in todo:
+                ex = fewshot_examples(pool, shots, it.index, seed=fewshot_seed, query_split=it.split) if shots else []
+                r = fn(lm, it, ex)
+                stored[it.index] = r
+                if store is not None:
+                    store.add_results(key, [r])
+                computed += 1
+                bar.update(1)
+    finally:
+        bar.close()
+    results = [stored[it.index] for it in items]
+    acc, acc_norm = accuracy(results)
+    if store is not None:
+        store.record_run(key, len(results), acc, acc_norm)
+    return RunSummary(key=key, results=results, computed=computed, acc=acc, acc_norm=acc_norm)
