@@ -232,3 +232,46 @@ def test_identity_and_matrices_on_smollm2(smollm2):
     assert torch.allclose(hm.w_vo(4), W, atol=1e-6)
     U, S, Vh = hm.vo(4).svd()
     assert torch.allclose(S, torch.linalg.svdvals(W)[:d], rtol=1e-3, atol=1e-5)
+
+
+# ---- command line ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def saved_t5(tmp_path_factory, tiny):
+    path = tmp_path_factory.mktemp("tiny") / "t5"
+    lm = tiny("t5")
+    lm.model.save_pretrained(str(path))
+    lm.tokenizer.save_pretrained(str(path))
+    return path
+
+
+def test_cli_heads_json_and_report(saved_t5, tmp_path, capsys):
+    import json
+
+    from walklens.cli import main
+
+    out, js = tmp_path / "rep", tmp_path / "h.json"
+    rc = main(["heads", TEXT, "--model", str(saved_t5), "--json", str(js), "--out", str(out), "--maps", "0,-1"])
+    assert rc == 0, capsys.readouterr().err
+    data = json.loads(js.read_text())
+    assert data["identity_max"] < 1e-4 and set(data["identity"]) >= {"enc.L1.attn", "dec.L1.cross"}
+    assert len(data["cluster"]) == 4 and abs(sum(data["cluster"][0]["memberships"]) - 1) < 1e-5
+    assert {"dec.L0.attn", "dec.L0.cross", "enc.L0.attn"} <= set(data["attentions"])
+    html = (out / "index.html").read_text()
+    assert "A.3 identity" in html and "cross-attention" in html and "position kernels" in html
+    assert "src=\"http" not in html and "<script src" not in html  # self-contained
+    assert html.count("wl-heatmap") >= 6
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--layer", "9"], "out of range"),
+    (["--position", "99"], "out of range"),
+    (["--maps", "x"], "--maps"),
+    (["--stack", "middle"], "no stack"),
+])
+def test_cli_heads_bad_input(saved_t5, tmp_path, capsys, args, msg):
+    from walklens.cli import main
+
+    rc = main(["heads", TEXT, "--model", str(saved_t5), "--out", str(tmp_path / "r"), *args])
+    err = [l for l in capsys.readouterr().err.splitlines() if l.startswith("walklens:")]
+    assert rc == 2 and len(err) == 1 and err[0].startswith("walklens: error:") and msg in err[0], err

@@ -208,3 +208,53 @@ def test_empirical_kernels_on_smollm2(smollm2):
     assert s.values.shape == (30, 9, 16) and bool(torch.isfinite(s.log_values).all())
     f = pk.fractions()["model"]
     assert 0.0 <= f["negative_self"] <= 1.0 and math.isclose(sum(v for k, v in f.items() if k.startswith("label")), 1.0)
+
+
+# ---- command line ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    def get(fam):
+        path = tmp_path_factory.getbasetemp() / f"saved-{fam}"
+        if not path.exists():
+            lm = tiny_model(fam)
+            lm.model.save_pretrained(str(path))
+            lm.tokenizer.save_pretrained(str(path))
+        return path
+    return get
+
+
+def test_cli_kernels_t5_json_and_report(saved, tmp_path, capsys):
+    import json
+
+    from walklens.cli import main
+
+    js, out = tmp_path / "k.json", tmp_path / "rep"
+    assert main(["kernels", "--model", str(saved("t5")), "--json", str(js), "--out", str(out)]) == 0
+    data = json.loads(js.read_text())
+    pk = walklens.position_kernels(tiny_model("t5"))
+    assert data["scheme"] == "t5_relative" and [s["stack"] for s in data["stacks"]] == ["enc", "dec"]
+    for st, f in pk.fractions().items():
+        assert data["fractions"][st] == pytest.approx(f)
+    assert torch.allclose(torch.tensor(data["stacks"][0]["values"]), pk.stack("enc").values, atol=1e-6)
+    html = (out / "index.html").read_text()
+    assert "self-bias classes" in html and "wl-lines" in html
+    text = capsys.readouterr().out
+    assert "negative_self" in text and "enc" in text
+
+
+def test_cli_kernels_empirical_and_errors(saved, tmp_path, capsys):
+    import json
+
+    from walklens.cli import main
+
+    js = tmp_path / "k.json"
+    assert main(["kernels", "--model", str(saved("llama")), "--samples", "3", "--length", "20",
+                 "--json", str(js)]) == 0
+    data = json.loads(js.read_text())
+    assert data["scheme"] == "empirical" and len(data["stacks"][0]["spread"]) == 2
+    for args, msg in ((["--method", "weights"], "no position bias"), (["--samples", "1"], "--samples"),
+                      (["--margin", "-1"], "margin"), (["--corpus", "@/no/such/file"], "no such file")):
+        rc = main(["kernels", "--model", str(saved("llama")), *args])
+        err = [l for l in capsys.readouterr().err.splitlines() if l.startswith("walklens:")]
+        assert rc == 2 and len(err) == 1 and msg in err[0], (args, err)

@@ -124,15 +124,19 @@ def run_heads(args: argparse.Namespace) -> int:
 
     lm = load(args)
     text = read_text(args.text)
-    ident = attention_identity(lm, text, truncate=args.truncate)
-    trace = ident.trace
-    assert trace is not None
     n = lm.n_layers
     if not -n <= args.layer < n:
         raise InputError(f"--layer {args.layer} out of range: the model has {n} layers")
+    maps = _layers(args.maps, n)
     stack = args.stack or lm.adapter.stacks[-1].name
-    if args.cross and not lm.adapter.stack(None).cross_attn:
-        raise InputError(f"{lm.name} has no cross-attention")
+    if stack not in [s.name for s in lm.adapter.stacks]:
+        raise InputError(f"{lm.name} has no stack {stack!r}; stacks: {[s.name for s in lm.adapter.stacks]}")
+    if args.cross and not lm.adapter.stack(stack).cross_attn:
+        raise InputError(f"{lm.name} has no cross-attention in stack {stack!r}")
+    ident = attention_identity(lm, text, truncate=args.truncate)
+    trace = ident.trace
+    if trace is None:  # pragma: no cover - attention_identity always attaches its trace
+        raise InputError("no trace was captured")
     tr = trace.encoder if (trace.encoder is not None and stack == lm.adapter.stacks[0].name
                            and len(lm.adapter.stacks) > 1) else trace
     hm = head_matrices(lm, args.layer, stack, args.cross)
@@ -192,7 +196,6 @@ def run_heads(args: argparse.Namespace) -> int:
         rep = Report(f"walklens heads: {lm.name}", f"text: {text[:200]!r}")
         add_identity(rep, ident)
         add_cluster_views(rep, views)
-        maps = _layers(args.maps, n)
         if trace.encoder is not None:
             add_attention_maps(rep, trace.encoder.attentions, trace.encoder.tokens, title="encoder self-attention",
                                layers=maps)
