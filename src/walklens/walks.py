@@ -1,0 +1,692 @@
+"""Encoding walks, decoding walks and similarity maps (seed 000: sec. 2.1, 2.2.2, A.1, A.2; Figs. 3, 9, 11, 12).
+
+- :func:`encoding_walk` follows every position's vector up the stack (the *encoding walk*, sec. 2.2.2) and
+  reads it against the token vectors: nearest tokens, rank and probability of the input token w_t and of
+  the next token w_{t+1}, step lengths and angles, and where w_{t+1} first outranks w_t (A.2).
+- :func:`decoding_walk` generates text and records the decoding vector d_t of every step (eqs. 8-15), with
+  ``target=`` teacher-forcing a target path (A.1) and reporting where the walk leaves it.
+- :func:`similarity_map` gives the [tokens, tokens] similarity of the vectors at one point (Figs. 3, 11, 12).
+
+Which matrix each reading compares with (``against``):
+
+- ``norm="none"`` (the papers' reading, default ``against="embed"``): the raw captured vector x against the
+  rows of V, the input embedding matrix (eq. 12 with tied embeddings: P_t = softmax(d_t V^T)).
+- ``norm="final"`` (the logit-lens reading, default ``against="unembed"``): the model's own final norm is
+  applied to x (never twice: the ``final`` point already is its output) and the result is read through the
+  model's own head, so ``metric="dot"`` scores are exactly the model's logits (W_U, its bias, T5's
+  d_model**-0.5 scale, Gemma's soft-capping, the MLM transform of BERT/ALBERT).  Cosines then compare the
+  head's input with the rows of W_U.  For tied models W_U is V.
+- ``against="embed"``/``"unembed"`` chooses the matrix explicitly; without the head (``norm="none"``, or
+  ``against="embed"``) scores are plain inner products x·m_i.
+
+BERT and ALBERT have no final norm: their residual stream is already the output of a LayerNorm at every
+layer, so ``norm="final"`` applies no norm and reads through the MLM head.  ALBERT's V lives in E-space
+(E may differ from D); comparing D-sized vectors with it raises a clear :class:`~walklens.errors.InputError`
+(use ``norm="final"``, which reads through the MLM head that maps D to E).
+
+Ranks are counts of scores strictly greater than the token's score (rank 0 = nearest), computed with one
+projection per chunk of rows and a comparison, never a sort; chunks keep memory bounded (never points x
+tokens x |V| at once).  Probabilities are always softmax of the inner products (eq. 12), whatever the metric.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
+
+import torch
+from torch import nn
+
+from .errors import ContextTooLongError, EmptyTextError, InputError
+from .models.base import get_module
+
+if TYPE_CHECKING:
+    from .loading import LoadedModel
+    from .trace import Trace
+
+Metric = Literal["dot", "cosine"]
+Norm = Literal["none", "final"]
+Against = Literal["auto", "embed", "unembed"]
+
+_RESIDUAL_KINDS = ("resid_pre", "resid_mid", "resid_cross", "resid_post")
+_CHUNK_BYTES = 64 << 20  # one [rows, |V|] float32 score block
+_EXP_FLOOR = -80.0  # exp(-80) is a normal float: keeps the softmax pass off the slow denormal path
+
+
+# ------------------------------------------------------------------------------------------------------------
+# result types
+# ------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class EncodingWalk:
+    """The encoding walk of every position through every selected point (sec. 2.2.2, Fig. 9, A.2).
+
+    Per point p and position t (tensors [points, tokens]): ``top_ids``/``top_scores`` [points, tokens, k]
+    (nearest tokens by ``metric``), ``rank_of_input``/``rank_of_next`` (rank of w_t / w_{t+1}; 0 = nearest;
+    the last position has no next token: -1), ``prob_of_input``/``prob_of_next`` (softmax of the inner
+    products, eq. 12; NaN where undefined), ``dot_input``/``dot_next`` and ``cos_input``/``cos_next``
+    (inner product and cosine with the token's row), ``vector_norm`` (|x|), ``step_length`` and
+    ``step_angle`` (distance and angle in degrees from the previous residual point, measured on the raw
+    captured vectors; NaN for the first residual point and for contribution points such as ``attn_out``).
+    Per position: ``escape_point`` — index into ``points`` of the first residual point where w_{t+1}
+    outranks w_t (the escape from the self-neighbourhood, A.2), -1 if never (or the last position);
+    ``escape_stable`` — the first residual point from which w_{t+1} stays ahead of w_t up to the top.
+    ``encoder`` holds the encoder stack's walk for encoder-decoder models (A.2, "Encoder vs Decoder Walks").
+    """
+
+    tokens: list[str]
+    token_ids: torch.Tensor
+    points: list[str]
+    residual: list[bool]
+    k: int
+    metric: str
+    norm: str
+    matrix: str
+    top_ids: torch.Tensor
+    top_scores: torch.Tensor
+    rank_of_input: torch.Tensor
+    rank_of_next: torch.Tensor
+    prob_of_input: torch.Tensor
+    prob_of_next: torch.Tensor
+    dot_input: torch.Tensor
+    dot_next: torch.Tensor
+    cos_input: torch.Tensor
+    cos_next: torch.Tensor
+    vector_norm: torch.Tensor
+    step_length: torch.Tensor
+    step_angle: torch.Tensor
+    escape_point: torch.Tensor
+    escape_stable: torch.Tensor
+    stack: str = ""
+    model_name: str = ""
+    n_layers: int = 0
+    encoder: EncodingWalk | None = None
+
+    def __post_init__(self) -> None:
+        P, T = len(self.points), len(self.tokens)
+        if len(self.residual) != P:
+            raise ValueError(f"residual flags: {len(self.residual)} for {P} points")
+        for name in ("rank_of_input", "rank_of_next", "prob_of_input", "prob_of_next", "dot_input", "dot_next",
+                     "cos_input", "cos_next", "vector_norm", "step_length", "step_angle"):
+            shape = tuple(getattr(self, name).shape)
+            if shape != (P, T):
+                raise ValueError(f"{name} has shape {shape}, expected {(P, T)}")
+        for name in ("top_ids", "top_scores"):
+            if tuple(getattr(self, name).shape) != (P, T, self.k):
+                raise ValueError(f"{name} has shape {tuple(getattr(self, name).shape)}, expected {(P, T, self.k)}")
+        for name in ("escape_point", "escape_stable"):
+            if tuple(getattr(self, name).shape) != (T,):
+                raise ValueError(f"{name} has shape {tuple(getattr(self, name).shape)}, expected {(T,)}")
+
+    @property
+    def residual_points(self) -> list[str]:
+        """The points on the residual stream, in walk order."""
+        return [p for p, r in zip(self.points, self.residual) if r]
+
+    @property
+    def escape_names(self) -> list[str | None]:
+        """Name of the escape point of each position (None: w_{t+1} never outranks w_t)."""
+        return [self.points[i] if i >= 0 else None for i in self.escape_point.tolist()]
+
+    @property
+    def escape_stable_names(self) -> list[str | None]:
+        """Name of the point from which w_{t+1} stays ahead of w_t to the top (None: it does not)."""
+        return [self.points[i] if i >= 0 else None for i in self.escape_stable.tolist()]
+
+    def point_index(self, name: str) -> int:
+        try:
+            return self.points.index(name)
+        except ValueError:
+            raise InputError(f"no point {name!r} in this walk") from None
+
+    def label_ids(self) -> list[int]:
+        """Every token id this walk mentions (inputs and top-k), for decoding labels once."""
+        ids = torch.cat([self.token_ids.reshape(-1), self.top_ids.reshape(-1)]).unique()
+        out = [int(i) for i in ids.tolist() if i >= 0]
+        if self.encoder is not None:
+            out = sorted(set(out) | set(self.encoder.label_ids()))
+        return out
+
+
+@dataclass
+class DecodingWalk:
+    """A decoding walk ⟨d_i⟩ (eq. 10): one decoding vector d_t per generated (or teacher-forced) token.
+
+    ``tokens``/``token_ids``: the emitted tokens; ``ranks``: rank of each emitted token in P_t (0 = the
+    nearest token, what greedy decoding picks); ``probs``: its probability P_t(w_{t+1}) (eq. 12, temperature
+    1); ``top_ids``/``top_probs`` [steps, k]: d_t's nearest tokens by logit; ``greedy_ids``: the argmax at each
+    step; ``d`` [steps, D]: the decoding vectors (final normed output); ``step_length``/``step_angle``: movement
+    of d from the previous step (degrees; step 0 is measured from the prompt's second-to-last d).
+    With a target (A.1): ``in_neighbourhood[i]`` is True when d_i lies in the target token's neighbourhood
+    (the target token ranks first) and ``left_path_at`` is the first step where it does not (-1: the walk
+    stays on the target path).
+    """
+
+    prompt: str
+    prompt_tokens: list[str]
+    prompt_ids: torch.Tensor
+    tokens: list[str]
+    token_ids: torch.Tensor
+    ranks: torch.Tensor
+    probs: torch.Tensor
+    top_ids: torch.Tensor
+    top_probs: torch.Tensor
+    greedy_ids: torch.Tensor
+    d: torch.Tensor
+    d_norm: torch.Tensor
+    step_length: torch.Tensor
+    step_angle: torch.Tensor
+    sample: bool = False
+    seed: int = 0
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    stopped_at_eos: bool = False
+    target: str | None = None
+    target_ids: torch.Tensor | None = None
+    in_neighbourhood: torch.Tensor | None = None
+    left_path_at: int = -1
+    model_name: str = ""
+    top_tokens: list[list[str]] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.tokens)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------------------------
+
+def _need_lm(trace: Trace, lm: LoadedModel | None) -> LoadedModel:
+    lm = lm if lm is not None else trace.lm
+    if lm is None:
+        raise InputError("this trace is not attached to a model (capture it with walklens.capture, or pass lm=)")
+    return lm
+
+
+def _check_choice(name: str, value: str, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise InputError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
+
+
+def final_norm_fn(lm: LoadedModel, stack: str = "") -> Callable[[torch.Tensor], torch.Tensor]:
+    """The model's final norm of ``stack`` as a function (identity for BERT/ALBERT, which have none)."""
+    spec = lm.adapter.stack(stack if stack in [s.name for s in lm.adapter.stacks] else None)
+    if not spec.final_norm:
+        return lambda x: x
+    module = get_module(lm.model, spec.final_norm)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        w = next(module.parameters(), None)
+        with torch.no_grad():
+            return module(x.to(w.dtype) if w is not None else x).float()
+
+    return fn
+
+
+def _is_residual(trace: Trace, point: str) -> bool:
+    return point in ("embed", "final") or trace.kind_of(point) in _RESIDUAL_KINDS
+
+
+def _select_points(trace: Trace, points: Sequence[str] | str | None) -> list[int]:
+    if points is None or points == "all":
+        return list(range(len(trace.points)))
+    if points == "residual":
+        return [i for i, p in enumerate(trace.points) if _is_residual(trace, p)]
+    if isinstance(points, str):
+        points = [points]
+    keep = [i for i, p in enumerate(trace.points) if any(fnmatch.fnmatchcase(p, pat) for pat in points)]
+    if not keep:
+        raise InputError(f"no captured point matches {', '.join(points)}; captured: {', '.join(trace.points[:6])} ...")
+    return keep
+
+
+@contextmanager
+def _unembed_input(module: nn.Module, store: dict[str, torch.Tensor]) -> Iterator[None]:
+    """Record the input and output of the unembedding module while the model's own head runs."""
+
+    def pre(_m: nn.Module, args: Any) -> None:
+        store["u"] = args[0]
+
+    def post(_m: nn.Module, _a: Any, out: Any) -> None:
+        store["y"] = out
+
+    handles = [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def labels_for(tokenizer: Any, ids: Sequence[int]) -> dict[int, str]:
+    """Each id decoded on its own (``" Paris"``, not ``"ĠParis"``), once per distinct id."""
+    return {int(i): tokenizer.decode([int(i)]) for i in ids}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# encoding walk
+# ------------------------------------------------------------------------------------------------------------
+
+def encoding_walk(trace: Trace, k: int = 10, metric: Metric = "dot", norm: Norm = "none", *,
+                  against: Against = "auto", points: Sequence[str] | str | None = None,
+                  lm: LoadedModel | None = None, chunk_rows: int | None = None,
+                  progress: bool = True) -> EncodingWalk:
+    """The encoding walk of every position (seed 000, sec. 2.2.2, Fig. 9; A.2) read against the token vectors.
+
+    ``metric``: ``"dot"`` (the inner product of eq. 13) or ``"cosine"``.  ``norm``: ``"none"`` compares the raw
+    captured vectors (the papers' reading); ``"final"`` applies the model's final norm first and reads through
+    the model's head (the logit lens; see the module docstring for the matrix each reading uses).
+    ``points``: ``None``/``"all"`` (every captured point), ``"residual"`` or glob patterns.
+    For encoder-decoder models the encoder's walk is attached as ``.encoder``.
+    """
+    _check_choice("metric", metric, ("dot", "cosine"))
+    _check_choice("norm", norm, ("none", "final"))
+    _check_choice("against", against, ("auto", "embed", "unembed"))
+    if not isinstance(k, int) or k < 1:
+        raise InputError(f"k must be a positive integer, not {k!r}")
+    lm = _need_lm(trace, lm)
+    walk = _walk_stack(trace, lm, k, metric, norm, against, points, chunk_rows, progress)
+    if trace.encoder is not None:
+        enc = trace.encoder
+        if enc.lm is None:
+            enc.lm = lm
+        walk.encoder = _walk_stack(enc, lm, k, metric, norm, against, points, chunk_rows, progress)
+    return walk
+
+
+def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, against: str,
+                points: Sequence[str] | str | None, chunk_rows: int | None, progress: bool) -> EncodingWalk:
+    from tqdm.auto import tqdm
+
+    model, adapter = lm.model, lm.adapter
+    device = lm.device
+    which = ("embed" if norm == "none" else "unembed") if against == "auto" else against
+    if which == "unembed" and not adapter.unembed:
+        which = "embed"
+    lens = norm == "final" and which == "unembed"
+    sel = _select_points(trace, points)
+    names = [trace.points[i] for i in sel]
+    P, T, D = len(sel), len(trace.tokens), trace.d_model
+    token_ids = trace.token_ids.reshape(-1).long().cpu()
+
+    head: nn.Module | None = None
+    if lens:
+        head = get_module(model, adapter.unembed)
+        M = head.weight.detach()
+        matrix = f"W_U ({adapter.unembed}) through the model's head"
+    else:
+        M = (adapter.embedding_matrix(model) if which == "embed" else get_module(model, adapter.unembed).weight).detach()
+        matrix = "V" if which == "embed" else f"W_U ({adapter.unembed})"
+        if M.shape[1] != D:
+            raise InputError(
+                f"{lm.name}: the {'token embedding matrix V' if which == 'embed' else 'unembedding'} has width "
+                f"{M.shape[1]} but the captured vectors have D={D} (ALBERT keeps V in E-space); "
+                f"use norm='final', which reads through the model's head")
+    M = M.float().to(device)
+    n_vocab = M.shape[0]
+    if int(token_ids.max()) >= n_vocab:
+        raise InputError(f"token id {int(token_ids.max())} is outside the matrix of {n_vocab} rows")
+    inv_m = 1.0 / M.norm(dim=-1).clamp_min(1e-12)
+    Mt = M.t()
+    normf = final_norm_fn(lm, trace.stack) if norm == "final" else None
+    final_idx = [j for j, n in enumerate(names) if n == "final"]
+    exact_float_count = n_vocab < (1 << 24)
+
+    # targets per token position
+    nxt = torch.full((T,), -1, dtype=torch.long)
+    nxt[:-1] = token_ids[1:]
+    rows_total = P * T
+    if chunk_rows is None:
+        chunk_rows = max(1, _CHUNK_BYTES // (4 * n_vocab))
+    chunk_rows = max(1, int(chunk_rows))
+    hidden = trace.hidden[sel] if sel != list(range(len(trace.points))) else trace.hidden
+    flat = hidden.reshape(rows_total, D)
+
+    out_top_i = torch.empty(rows_total, k, dtype=torch.long)
+    out_top_v = torch.empty(rows_total, k)
+    ranks = torch.empty(2, rows_total, dtype=torch.long)
+    probs = torch.empty(2, rows_total)
+    dots = torch.empty(2, rows_total)
+    coss = torch.empty(2, rows_total)
+    norms = torch.empty(rows_total)
+    n_buf = min(chunk_rows, rows_total)
+    cmp_buf = torch.empty(n_buf, n_vocab, device=device)  # comparisons and the exp pass
+    dot_buf = torch.empty_like(cmp_buf) if not lens else None  # the projection itself
+    cos_buf = torch.empty_like(cmp_buf) if (not lens and metric == "cosine") else None
+    k_eff = min(k, n_vocab)
+    starts = range(0, rows_total, chunk_rows)
+    bar = tqdm(starts, desc=f"encoding walk{' ' + trace.stack if trace.stack else ''}", unit="chunk",
+               disable=not progress or len(starts) < 8, file=sys.stderr, leave=False)
+    with torch.no_grad():
+        for r0 in bar:
+            r1 = min(r0 + chunk_rows, rows_total)
+            n = r1 - r0
+            rows = torch.arange(r0, r1)
+            t_idx = rows % T
+            x = flat[r0:r1].to(device=device, dtype=torch.float32)
+            norms[r0:r1] = x.norm(dim=-1).cpu()
+            if normf is not None:
+                xn = normf(x)
+                if final_idx:
+                    keep = torch.isin(rows // T, torch.tensor(final_idx)).to(device)
+                    xn = torch.where(keep[:, None], x, xn)
+                x = xn
+            ids_in = token_ids[t_idx].to(device)
+            ids_nx = nxt[t_idx].to(device)
+            has_nx = ids_nx >= 0
+            ids_nx_c = ids_nx.clamp_min(0)
+            if lens:
+                store: dict[str, torch.Tensor] = {}
+                with _unembed_input(head, store):
+                    dot = adapter.logits(model, x).float()
+                u = store["u"].float()
+                if metric == "cosine":
+                    y = store["y"].float()  # may be the very tensor returned as logits: never modify in place
+                    if getattr(head, "bias", None) is not None:
+                        y = y - head.bias.float()
+                    scores = (y * inv_m).mul_(1.0 / u.norm(dim=-1, keepdim=True).clamp_min(1e-12))
+                else:
+                    scores = dot
+            else:
+                u = x
+                dot = torch.mm(x, Mt, out=dot_buf[:n])
+                if metric == "cosine":
+                    scores = torch.mul(dot, inv_m, out=cos_buf[:n]).mul_(1.0 / x.norm(dim=-1, keepdim=True).clamp_min(1e-12))
+                else:
+                    scores = dot
+            top_v, top_i = scores.topk(k_eff, dim=-1)
+            s_in = scores.gather(1, ids_in[:, None])
+            s_nx = scores.gather(1, ids_nx_c[:, None])
+            cmp = cmp_buf[:n]
+            if exact_float_count:
+                r_in = torch.gt(scores, s_in, out=cmp).sum(-1)
+                r_nx = torch.gt(scores, s_nx, out=cmp).sum(-1)
+            else:  # float sums of 0/1 are exact only below 2**24
+                r_in = torch.gt(scores, s_in).sum(-1)
+                r_nx = torch.gt(scores, s_nx).sum(-1)
+            # log-sum-exp of the inner products (eq. 12), one exp pass
+            m = top_v[:, :1] if metric == "dot" else dot.amax(-1, keepdim=True)
+            torch.sub(dot, m, out=cmp).clamp_(min=_EXP_FLOOR).exp_()
+            lse = m[:, 0] + cmp.sum(-1).log()
+            d_in = dot.gather(1, ids_in[:, None])[:, 0]
+            d_nx = dot.gather(1, ids_nx_c[:, None])[:, 0]
+            inv_u = 1.0 / u.norm(dim=-1).clamp_min(1e-12)
+            c_in = (u * M[ids_in]).sum(-1) * inv_u * inv_m[ids_in]
+            c_nx = (u * M[ids_nx_c]).sum(-1) * inv_u * inv_m[ids_nx_c]
+            nan = torch.tensor(float("nan"), device=device)
+            out_top_v[r0:r1, :k_eff] = top_v.cpu()
+            out_top_i[r0:r1, :k_eff] = top_i.cpu()
+            ranks[0, r0:r1] = r_in.long().cpu()
+            ranks[1, r0:r1] = torch.where(has_nx, r_nx.long(), -1).cpu()
+            probs[0, r0:r1] = (d_in - lse).exp().cpu()
+            probs[1, r0:r1] = torch.where(has_nx, (d_nx - lse).exp(), nan).cpu()
+            dots[0, r0:r1], dots[1, r0:r1] = d_in.cpu(), torch.where(has_nx, d_nx, nan).cpu()
+            coss[0, r0:r1], coss[1, r0:r1] = c_in.cpu(), torch.where(has_nx, c_nx, nan).cpu()
+    if k_eff < k:
+        out_top_i[:, k_eff:] = -1
+        out_top_v[:, k_eff:] = float("nan")
+
+    residual = [_is_residual(trace, n) for n in names]
+    step_len, step_ang = _steps(trace, sel, residual)
+    rank_in, rank_nx = ranks[0].reshape(P, T), ranks[1].reshape(P, T)
+    return EncodingWalk(
+        tokens=list(trace.tokens), token_ids=token_ids, points=names, residual=residual, k=k, metric=metric,
+        norm=norm, matrix=matrix, top_ids=out_top_i.reshape(P, T, k), top_scores=out_top_v.reshape(P, T, k),
+        rank_of_input=rank_in, rank_of_next=rank_nx, prob_of_input=probs[0].reshape(P, T),
+        prob_of_next=probs[1].reshape(P, T), dot_input=dots[0].reshape(P, T), dot_next=dots[1].reshape(P, T),
+        cos_input=coss[0].reshape(P, T), cos_next=coss[1].reshape(P, T), vector_norm=norms.reshape(P, T),
+        step_length=step_len, step_angle=step_ang, escape_point=_escape(rank_in, rank_nx, residual),
+        escape_stable=_escape(rank_in, rank_nx, residual, stable=True),
+        stack=trace.stack, model_name=trace.model_name, n_layers=trace.n_layers)
+
+
+def _steps(trace: Trace, sel: list[int], residual: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distance and angle (degrees) of each residual point from the previous one, on the raw vectors."""
+    T = len(trace.tokens)
+    length = torch.full((len(sel), T), float("nan"))
+    angle = torch.full((len(sel), T), float("nan"))
+    prev: torch.Tensor | None = None
+    for j, (i, r) in enumerate(zip(sel, residual)):
+        if not r:
+            continue
+        x = trace.hidden[i].float()
+        if prev is not None:
+            length[j] = (x - prev).norm(dim=-1)
+            cos = torch.nn.functional.cosine_similarity(x, prev, dim=-1, eps=1e-12).clamp(-1.0, 1.0)
+            angle[j] = torch.rad2deg(torch.arccos(cos))
+        prev = x
+    return length, angle
+
+
+def _escape(rank_in: torch.Tensor, rank_nx: torch.Tensor, residual: list[bool], stable: bool = False) -> torch.Tensor:
+    """First residual point where w_{t+1} outranks w_t (A.2), per position; -1 if never.
+
+    ``stable``: the first residual point from which it outranks w_t at every later residual point too.
+    """
+    T = rank_in.shape[1]
+    res_idx = torch.tensor([i for i, r in enumerate(residual) if r], dtype=torch.long)
+    out = torch.full((T,), -1, dtype=torch.long)
+    if len(res_idx) == 0:
+        return out
+    esc = (rank_nx[res_idx] >= 0) & (rank_nx[res_idx] < rank_in[res_idx])  # [R, T]
+    if stable:  # ahead here and at every later point: a suffix-AND along the walk
+        esc = esc.flip(0).int().cummin(0).values.flip(0).bool()
+    anyv = esc.any(0)
+    first = esc.int().argmax(0)
+    out[anyv] = res_idx[first[anyv]]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# similarity maps
+# ------------------------------------------------------------------------------------------------------------
+
+def similarity_map(trace: Trace, point: str = "embed", metric: Metric = "dot", normed: bool = False, *,
+                   lm: LoadedModel | None = None) -> torch.Tensor:
+    """The [tokens, tokens] similarity of the vectors at one point (seed 000, Figs. 3, 11, 12).
+
+    ``point``: a captured point name, or ``"V"`` for the token embedding rows V[w_t] themselves.
+    ``metric``: ``"dot"`` (inner product, eq. 13) or ``"cosine"``.  ``normed``: apply the model's final norm
+    to every vector first (the paper's layer-normed maps; a no-op on the ``final`` point, which already is
+    the norm's output, and for BERT/ALBERT, whose residual is LayerNorm output at every layer).
+    """
+    _check_choice("metric", metric, ("dot", "cosine"))
+    if point == "V":
+        model_lm = _need_lm(trace, lm)
+        x = model_lm.embedding_matrix().detach()[trace.token_ids.long().to(model_lm.device)].float().cpu()
+    else:
+        x = trace[point].float()
+    if normed and point != "final":
+        model_lm = _need_lm(trace, lm)
+        if point == "V" and x.shape[-1] != trace.d_model:
+            raise InputError("V lives in E-space for this model (E != D); the final norm cannot be applied")
+        with torch.no_grad():
+            x = final_norm_fn(model_lm, trace.stack)(x.to(model_lm.device)).float().cpu()
+    if metric == "cosine":
+        x = x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return x @ x.t()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# decoding walk
+# ------------------------------------------------------------------------------------------------------------
+
+def _eos_ids(lm: LoadedModel) -> set[int]:
+    ids: set[int] = set()
+    for src in (getattr(lm.model, "generation_config", None), lm.model.config):
+        e = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(e, int):
+            ids.add(e)
+        elif isinstance(e, (list, tuple)):
+            ids.update(int(v) for v in e)
+        if ids:
+            break
+    return ids
+
+
+def _filter_logits(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """Temperature, top-k and nucleus (top-p) filtering of one row of logits, as in common samplers."""
+    x = logits / temperature
+    if top_k is not None and top_k < x.shape[-1]:
+        kth = x.topk(top_k).values[-1]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_x, order = x.sort(descending=False)
+        cum = sorted_x.softmax(-1).cumsum(-1)
+        remove = cum <= (1.0 - top_p)
+        remove[-1] = False  # keep at least the most probable token
+        x = x.masked_fill(remove.scatter(0, order, remove), float("-inf"))
+    return x
+
+
+@torch.no_grad()
+def decoding_walk(lm: LoadedModel, prompt: str, max_new_tokens: int = 20, sample: bool = False, seed: int = 0,
+                  target: str | Sequence[int] | None = None, *, temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None, k: int = 10, stop_at_eos: bool = True,
+                  progress: bool = True) -> DecodingWalk:
+    """Generate from ``prompt`` and record the decoding walk ⟨d_t⟩ (seed 000, sec. 2.1, eqs. 8-15).
+
+    One token per step with the model's key/value cache; d_t is the final normed output, read by a hook on
+    the final norm.  Greedy by default (reproduces ``model.generate``); ``sample=True`` draws from P_t with
+    ``temperature``/``top_k``/``top_p`` and a seeded generator.  ``target="..."`` teacher-forces the target
+    tokens instead (a text, or a list of token ids) and reports, step by step, whether d_t lies in the target
+    token's neighbourhood (A.1).
+    """
+    from tqdm.auto import tqdm
+
+    from .capture import context_limit, token_strings, tokenize
+
+    model, adapter, tok = lm.model, lm.adapter, lm.tokenizer
+    if adapter.auto_class == "masked":
+        raise InputError(f"{lm.name} is a masked LM ({adapter.family}); a decoding walk needs a causal or "
+                         f"encoder-decoder model")
+    if sample and not (temperature > 0):
+        raise InputError(f"temperature must be > 0, not {temperature}")
+    if top_k is not None and top_k < 1:
+        raise InputError(f"top_k must be >= 1, not {top_k}")
+    if top_p is not None and not (0 < top_p <= 1):
+        raise InputError(f"top_p must be in (0, 1], not {top_p}")
+    ids = tokenize(lm, prompt).to(lm.device)
+    target_ids: torch.Tensor | None = None
+    if target is not None:
+        if isinstance(target, str):
+            if not target.strip():
+                raise EmptyTextError("the target is empty")
+            target_ids = torch.tensor(tok(target, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        else:
+            target_ids = torch.tensor([int(i) for i in target], dtype=torch.long)
+            target = tok.decode(target_ids.tolist())
+        if len(target_ids) == 0:
+            raise EmptyTextError("the target tokenises to no tokens")
+        n_steps = len(target_ids)
+    else:
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be a positive integer, not {max_new_tokens!r}")
+        n_steps = max_new_tokens
+    seq2seq = adapter.auto_class == "seq2seq"
+    limit = context_limit(lm)
+    if limit is not None and not seq2seq and ids.shape[1] + n_steps > limit:
+        raise ContextTooLongError(f"prompt ({ids.shape[1]} tokens) + {n_steps} new tokens exceed the model's "
+                                  f"context of {limit}")
+    spec = adapter.stack()
+    norm_mod = get_module(model, spec.final_norm) if spec.final_norm else None
+    if norm_mod is None:
+        raise InputError(f"{adapter.family} has no final norm to read d_t from")
+    eos = _eos_ids(lm) if (stop_at_eos and target is None) else set()
+    gen = torch.Generator().manual_seed(int(seed))
+
+    import inspect
+
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    seen: list[torch.Tensor] = []
+    handle = norm_mod.register_forward_hook(lambda _m, _i, o: seen.append((o[0] if isinstance(o, tuple) else o)[0].detach()))
+    d_list: list[torch.Tensor] = []
+    out_ids: list[int] = []
+    ranks: list[int] = []
+    probs: list[float] = []
+    top_ids: list[torch.Tensor] = []
+    top_probs: list[torch.Tensor] = []
+    greedy: list[int] = []
+    prompt_prev: torch.Tensor | None = None
+    stopped = False
+    try:
+        past: Any = None
+        enc_out: Any = None
+        for step in tqdm(range(n_steps), desc="decoding walk", unit="tok", disable=not progress or n_steps < 16,
+                         file=sys.stderr, leave=False):
+            seen.clear()
+            if seq2seq:
+                if step == 0:
+                    start = model.config.decoder_start_token_id
+                    if start is None:
+                        start = model.config.pad_token_id or 0
+                    out = model(input_ids=ids, decoder_input_ids=torch.tensor([[start]], device=lm.device),
+                                use_cache=True)
+                    from transformers.modeling_outputs import BaseModelOutput
+
+                    enc_out = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
+                else:
+                    out = model(encoder_outputs=enc_out, decoder_input_ids=torch.tensor([[out_ids[-1]]], device=lm.device),
+                                use_cache=True, **{cache_kw: past})
+            else:
+                inp = ids if step == 0 else torch.tensor([[out_ids[-1]]], device=lm.device)
+                out = model(input_ids=inp, use_cache=True, **{cache_kw: past})
+            past = getattr(out, "cache", None) if cache_kw == "cache" else out.past_key_values
+            logits = out.logits[0, -1].float().cpu()
+            d_all = seen[-1].float().cpu()
+            if step == 0 and d_all.shape[0] >= 2:
+                prompt_prev = d_all[-2]
+            d_list.append(d_all[-1])
+            g = int(logits.argmax())
+            if target_ids is not None:
+                choice = int(target_ids[step])
+            elif sample:
+                p = _filter_logits(logits, temperature, top_k, top_p).softmax(-1)
+                choice = int(torch.multinomial(p, 1, generator=gen))
+            else:
+                choice = g
+            logp = logits.log_softmax(-1)
+            ranks.append(int((logits > logits[choice]).sum()))
+            probs.append(float(logp[choice].exp()))
+            tv, ti = logits.topk(min(k, logits.shape[-1]))
+            top_ids.append(ti)
+            top_probs.append(logp[ti].exp())
+            greedy.append(g)
+            out_ids.append(choice)
+            if choice in eos:
+                stopped = True
+                break
+    finally:
+        handle.remove()
+
+    d = torch.stack(d_list)
+    prev = torch.cat([(prompt_prev if prompt_prev is not None else torch.full_like(d[0], float("nan")))[None], d[:-1]])
+    step_len = (d - prev).norm(dim=-1)
+    cos = torch.nn.functional.cosine_similarity(d, prev, dim=-1, eps=1e-12).clamp(-1, 1)
+    step_ang = torch.rad2deg(torch.arccos(cos))
+    ranks_t = torch.tensor(ranks, dtype=torch.long)
+    in_nb = (ranks_t == 0) if target_ids is not None else None
+    left = -1
+    if in_nb is not None and not bool(in_nb.all()):
+        left = int((~in_nb).int().argmax())
+    top_ids_t = torch.stack(top_ids)
+    labels = labels_for(tok, sorted(set(top_ids_t.reshape(-1).tolist())))
+    return DecodingWalk(
+        prompt=prompt, prompt_tokens=token_strings(tok, ids[0].tolist()), prompt_ids=ids[0].cpu(),
+        tokens=token_strings(tok, out_ids), token_ids=torch.tensor(out_ids, dtype=torch.long), ranks=ranks_t,
+        probs=torch.tensor(probs), top_ids=top_ids_t, top_probs=torch.stack(top_probs),
+        greedy_ids=torch.tensor(greedy, dtype=torch.long), d=d, d_norm=d.norm(dim=-1), step_length=step_len,
+        step_angle=step_ang, sample=sample and target is None, seed=seed, temperature=temperature, top_k=top_k,
+        top_p=top_p, stopped_at_eos=stopped, target=target, target_ids=target_ids, in_neighbourhood=in_nb,
+        left_path_at=left, model_name=lm.name,
+        top_tokens=[[labels[int(i)] for i in row] for row in top_ids_t.tolist()])
+
+
+__all__ = ["EncodingWalk", "DecodingWalk", "encoding_walk", "decoding_walk", "similarity_map", "final_norm_fn",
+           "labels_for"]
