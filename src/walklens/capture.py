@@ -79,47 +79,132 @@ def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
 
 
 class _Recorder:
-    """Collects hook outputs per (stack, role), in call order (so a shared layer yields one entry per use)."""
+    """Writes hook outputs straight into one preallocated [points, tokens, D] buffer per stack.
 
-    def __init__(self, dtype: torch.dtype, keep_attn: bool) -> None:
-        self.store: dict[tuple[str, str], list[torch.Tensor]] = defaultdict(list)
+    Layer indices come from call order, so a shared layer (ALBERT) yields one entry per use.  The mid
+    residual of pre-norm families (``resid_pre + attn_out``) is added inside the attention hook, while the
+    layer input is still at hand; nothing else is computed.
+    """
+
+    def __init__(self, dtype: torch.dtype, residual: str) -> None:
         self.dtype = dtype
-        self.keep_attn = keep_attn
+        self.residual = residual
         self.handles: list[torch.utils.hooks.RemovableHandle] = []
+        self.names: dict[str, list[str]] = {}
+        self.index: dict[str, dict[str, int]] = {}
+        self.hidden: dict[str, torch.Tensor] = {}
+        self.layer: dict[str, int] = {}
+        self.live: dict[tuple[str, str], torch.Tensor] = {}
+        self.attn_store: dict[tuple[str, str], list[torch.Tensor]] = defaultdict(list)
 
-    def _put(self, key: tuple[str, str], t: torch.Tensor) -> None:
-        self.store[key].append(t.detach()[0].to(dtype=self.dtype, device="cpu", copy=True))
+    def add_stack(self, stack: str, names: list[str]) -> None:
+        self.names[stack] = names
+        self.index[stack] = {n: i for i, n in enumerate(names)}
+        self.layer[stack] = -1
 
-    def out(self, module: nn.Module, key: tuple[str, str]) -> None:
-        def hook(_m: nn.Module, _inp: Any, output: Any) -> None:
-            self._put(key, _first(output))
+    def wants(self, stack: str, name: str) -> bool:
+        return name in self.index[stack]
 
-        self.handles.append(module.register_forward_hook(hook))
+    def put(self, stack: str, name: str, x: torch.Tensor) -> None:
+        i = self.index[stack].get(name)
+        if i is None:
+            return
+        buf = self.hidden.get(stack)
+        if buf is None:
+            buf = torch.empty(len(self.names[stack]), x.shape[-2], x.shape[-1], dtype=self.dtype)
+            self.hidden[stack] = buf
+        buf[i].copy_(x.detach()[0])
 
-    def inp(self, module: nn.Module, key: tuple[str, str]) -> None:
-        def hook(_m: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-            x = args[0] if args else kwargs.get("hidden_states")
-            self._put(key, x)
+    def _hook(self, module: nn.Module, fn: Any, pre: bool = False) -> None:
+        if pre:
+            self.handles.append(module.register_forward_pre_hook(fn, with_kwargs=True))
+        else:
+            self.handles.append(module.register_forward_hook(fn))
 
-        self.handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    def register(self, model: nn.Module, adapter: Adapter, spec: StackSpec, attentions: bool, n_layers: int) -> None:
+        s = spec.name
+        need_mid = self.residual == "pre_norm" and (
+            self.wants(s, "L0.resid_mid") or (spec.cross_out is not None and self.wants(s, "L0.resid_cross")))
 
-    def attn(self, module: nn.Module, key: tuple[str, str]) -> None:
+        def layer_in(_m: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+            x = args[0] if args else kwargs["hidden_states"]
+            self.layer[s] += 1
+            self.live[(s, "pre")] = x
+            self.put(s, f"L{self.layer[s]}.resid_pre", x)
+
+        def layer_out(_m: nn.Module, _i: Any, out: Any) -> None:
+            self.put(s, f"L{self.layer[s]}.resid_post", _first(out))
+            if not spec.final_norm and self.layer[s] == n_layers - 1:  # no final norm: final = last output
+                self.put(s, "final", _first(out))
+
+        def attn_out(_m: nn.Module, _i: Any, out: Any) -> None:
+            x, l = _first(out), self.layer[s]
+            self.put(s, f"L{l}.attn_out", x)
+            if need_mid:
+                mid = self.live[(s, "pre")] + x
+                self.live[(s, "mid")] = mid
+                self.put(s, f"L{l}.resid_mid", mid)
+
+        def mid_out(_m: nn.Module, _i: Any, out: Any) -> None:
+            self.put(s, f"L{self.layer[s]}.resid_mid", _first(out))
+
+        def cross_out(_m: nn.Module, _i: Any, out: Any) -> None:
+            x, l = _first(out), self.layer[s]
+            self.put(s, f"L{l}.cross_out", x)
+            if need_mid:
+                self.put(s, f"L{l}.resid_cross", self.live[(s, "mid")] + x)
+
+        def mlp_out(_m: nn.Module, _i: Any, out: Any) -> None:
+            self.put(s, f"L{self.layer[s]}.mlp_out", _first(out))
+
+        seen: set[int] = set()
+        for layer in adapter.layer_modules(model, s):
+            if id(layer) in seen:  # a shared layer's hooks fire once per use
+                continue
+            seen.add(id(layer))
+            self._hook(layer, layer_in, pre=True)
+            self._hook(layer, layer_out)
+            self._hook(get_module(layer, spec.attn_out), attn_out)
+            self._hook(get_module(layer, spec.mlp_out), mlp_out)
+            if spec.mid:
+                self._hook(get_module(layer, spec.mid), mid_out)
+            if spec.cross_out:
+                self._hook(get_module(layer, spec.cross_out), cross_out)
+            if attentions:
+                self._attn(get_module(layer, spec.attn), s, "attn")
+                if spec.cross_attn:
+                    self._attn(get_module(layer, spec.cross_attn), s, "cross")
+        if spec.final_norm:
+            self._hook(get_module(model, spec.final_norm), lambda _m, _i, out: self.put(s, "final", _first(out)))
+
+    def embed(self, module: nn.Module, stacks: Sequence[str]) -> None:
+        """Token embeddings; a module shared by several stacks feeds them in call order."""
+        calls = iter(stacks)
+
+        def hook(_m: nn.Module, _i: Any, out: Any) -> None:
+            stack = next(calls, None)
+            if stack is not None:
+                self.put(stack, "embed", _first(out))
+
+        self._hook(module, hook)
+
+    def _attn(self, module: nn.Module, s: str, kind: str) -> None:
         """Attention probabilities [H, T, S] and the (normed) input X the module attends from."""
 
         def pre(_m: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
             x = args[0] if args else kwargs.get("hidden_states")
-            self.store[(key[0], key[1] + ".in")].append(x.detach()[0].to(torch.float32, copy=True).cpu())
+            self.attn_store[(s, kind + ".in")].append(x.detach()[0].to(torch.float32, copy=True))
 
         def post(_m: nn.Module, _inp: Any, output: Any) -> None:
             w = _attn_weights(output)
             if w is not None:
-                self.store[key].append(w.detach()[0].to(torch.float32, copy=True).cpu())
+                self.attn_store[(s, kind)].append(w.detach()[0].to(torch.float32, copy=True))
 
-        self.handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-        self.handles.append(module.register_forward_hook(post))
+        self._hook(module, pre, pre=True)
+        self._hook(module, post)
 
 
-def _point_names(spec: StackSpec, residual: str, n_layers: int, has_final: bool) -> list[str]:
+def _point_names(spec: StackSpec, residual: str, n_layers: int) -> list[str]:
     names = ["embed"]
     for l in range(n_layers):
         names.append(f"L{l}.resid_pre")
@@ -130,8 +215,7 @@ def _point_names(spec: StackSpec, residual: str, n_layers: int, has_final: bool)
             names += [f"L{l}.cross_out", f"L{l}.resid_cross"]
         names.append(f"L{l}.mlp_out")
         names.append(f"L{l}.resid_post")
-    if has_final:
-        names.append("final")
+    names.append("final")
     return names
 
 
@@ -139,62 +223,9 @@ def _select(names: list[str], patterns: Sequence[str] | None) -> list[str]:
     if not patterns:
         return names
     keep = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-    if "final" in names and "final" not in keep:
+    if "final" not in keep:
         keep.append("final")  # logits() needs it; it is one row of points
     return keep
-
-
-def _register(rec: _Recorder, model: nn.Module, adapter: Adapter, spec: StackSpec, attentions: bool) -> None:
-    s = spec.name
-    seen: set[int] = set()
-    for layer in adapter.layer_modules(model, s):
-        if id(layer) in seen:  # shared layer: one set of hooks fires once per use
-            continue
-        seen.add(id(layer))
-        rec.inp(layer, (s, "resid_pre"))
-        rec.out(layer, (s, "resid_post"))
-        rec.out(get_module(layer, spec.attn_out), (s, "attn_out"))
-        rec.out(get_module(layer, spec.mlp_out), (s, "mlp_out"))
-        if spec.mid:
-            rec.out(get_module(layer, spec.mid), (s, "resid_mid"))
-        if spec.cross_out:
-            rec.out(get_module(layer, spec.cross_out), (s, "cross_out"))
-        if attentions:
-            rec.attn(get_module(layer, spec.attn), (s, "attn"))
-            if spec.cross_attn:
-                rec.attn(get_module(layer, spec.cross_attn), (s, "cross"))
-    if spec.final_norm:
-        rec.out(get_module(model, spec.final_norm), (s, "final"))
-    if spec.embed_point:
-        rec.out(get_module(model, spec.embed_point), (s, "embed"))
-
-
-def _assemble(rec: _Recorder, spec: StackSpec, residual: str, n_layers: int, embed: torch.Tensor,
-              patterns: Sequence[str] | None) -> tuple[list[str], torch.Tensor, dict, dict]:
-    s = spec.name
-    st = rec.store
-    vec: dict[str, torch.Tensor] = {"embed": embed}
-    for l in range(n_layers):
-        pre, attn, mlp, post = (st[(s, k)][l] for k in ("resid_pre", "attn_out", "mlp_out", "resid_post"))
-        vec[f"L{l}.resid_pre"], vec[f"L{l}.attn_out"] = pre, attn
-        vec[f"L{l}.mlp_out"], vec[f"L{l}.resid_post"] = mlp, post
-        if residual == "post_norm":
-            vec[f"L{l}.resid_mid"] = st[(s, "resid_mid")][l]
-        elif residual == "pre_norm":
-            mid = pre + attn
-            vec[f"L{l}.resid_mid"] = mid
-            if spec.cross_out:
-                cross = st[(s, "cross_out")][l]
-                vec[f"L{l}.cross_out"], vec[f"L{l}.resid_cross"] = cross, mid + cross
-    if st.get((s, "final")):
-        vec["final"] = st[(s, "final")][-1]
-    else:
-        vec["final"] = vec[f"L{n_layers - 1}.resid_post"]
-    names = _select(_point_names(spec, residual, n_layers, True), patterns)
-    hidden = torch.stack([vec[n] for n in names])
-    att = {f"L{l}.{k}": st[(s, k)][l] for k in ("attn", "cross") for l in range(len(st.get((s, k), [])))}
-    ain = {f"L{l}.{k}": st[(s, k + ".in")][l] for k in ("attn", "cross") for l in range(len(st.get((s, k + ".in"), [])))}
-    return names, hidden, att, ain
 
 
 @torch.no_grad()
@@ -213,32 +244,38 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None, 
     ids = tokenize(lm, text, truncate=truncate).to(lm.device)
     n_layers = adapter.n_layers(model.config)
     residual = adapter.residual_kind(model.config)
-    rec = _Recorder(dtype, attentions)
+    rec = _Recorder(dtype, residual)
     for spec in adapter.stacks:
-        _register(rec, model, adapter, spec, attentions)
+        rec.add_stack(spec.name, _select(_point_names(spec, residual, n_layers), points))
+        rec.register(model, adapter, spec, attentions, n_layers)
+    for spec in adapter.stacks:
+        if spec.embed_point:
+            rec.embed(get_module(model, spec.embed_point), [spec.name])
     if not any(sp.embed_point for sp in adapter.stacks):
-        rec.out(get_module(model, adapter.embed), ("*", "embed"))
+        rec.embed(get_module(model, adapter.embed), [sp.name for sp in adapter.stacks])
 
     kwargs: dict[str, Any] = {"input_ids": ids}
     dec_ids = None
     if adapter.auto_class == "seq2seq":
-        if decoder_text is not None:
-            dec_ids = tokenize(lm, decoder_text, truncate=truncate).to(lm.device)
-        else:
-            dec_ids = model._shift_right(ids)
+        dec_ids = tokenize(lm, decoder_text, truncate=truncate).to(lm.device) if decoder_text is not None \
+            else model._shift_right(ids)
         kwargs["decoder_input_ids"] = dec_ids
+    if adapter.auto_class != "masked":
+        kwargs["use_cache"] = False
     with hooks(rec.handles):
-        model(**kwargs, use_cache=False) if adapter.auto_class != "masked" else model(**kwargs)
+        model(**kwargs)
 
-    embeds = rec.store.get(("*", "embed"), [])
     traces: list[Trace] = []
-    for i, spec in enumerate(adapter.stacks):
-        embed = rec.store[(spec.name, "embed")][0] if spec.embed_point else embeds[i]
-        names, hidden, att, ain = _assemble(rec, spec, residual, n_layers, embed, points)
-        stack_ids = (dec_ids if (spec.name == "dec") else ids)[0].cpu()
-        traces.append(Trace(tokens=token_strings(tok, stack_ids.tolist()), token_ids=stack_ids,
-                            points=names, hidden=hidden, model_name=lm.name, family=adapter.family,
-                            stack=spec.name, n_layers=n_layers, attentions=att, attn_inputs=ain, lm=lm))
+    for spec in adapter.stacks:
+        s = spec.name
+        names = rec.names[s]
+        st = rec.attn_store
+        att = {f"L{l}.{k}": w for k in ("attn", "cross") for l, w in enumerate(st.get((s, k), []))}
+        ain = {f"L{l}.{k}": x for k in ("attn", "cross") for l, x in enumerate(st.get((s, k + ".in"), []))}
+        stack_ids = (dec_ids if s == "dec" else ids)[0].cpu()
+        traces.append(Trace(tokens=token_strings(tok, stack_ids.tolist()), token_ids=stack_ids, points=names,
+                            hidden=rec.hidden[s], model_name=lm.name, family=adapter.family, stack=s,
+                            n_layers=n_layers, attentions=att, attn_inputs=ain, lm=lm))
     main = traces[-1]
     if len(traces) > 1:
         main.encoder = traces[0]
