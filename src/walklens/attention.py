@@ -172,6 +172,13 @@ class HeadMatrices:
     def scale(self) -> float:
         return self.weights.scale
 
+    def to(self, dtype: torch.dtype) -> HeadMatrices:
+        """A copy with every weight cast to ``dtype`` (the identity check recomputes in float64)."""
+        w = self.weights
+        cast = HeadWeights(*(t.to(dtype) for t in (w.w_q, w.w_k, w.w_v, w.w_o, w.b_q, w.b_k, w.b_v, w.b_o)),
+                           kv_head=w.kv_head, scale=w.scale, qk_norm=w.qk_norm, notes=w.notes)
+        return HeadMatrices(self.layer, self.stack, self.cross, self.family, cast)
+
     def _check(self, h: int) -> int:
         if not -self.n_heads <= h < self.n_heads:
             raise InputError(f"head {h} out of range: this layer has {self.n_heads} heads")
@@ -288,6 +295,11 @@ class IdentityCheck:
     max_abs_error: float
     max_abs_output: float
 
+    @property
+    def rel_error(self) -> float:
+        """max |error| / max |real output|: fp32 rounding of the model itself is ~1e-7 to 1e-6 of this scale."""
+        return self.max_abs_error / self.max_abs_output if self.max_abs_output > 0 else float("inf")
+
 
 @dataclass(frozen=True)
 class IdentityResult(Mapping[str, float]):
@@ -333,7 +345,8 @@ def attention_identity(model: LoadedModel, text: str, *, decoder_text: str | Non
 
     One forward pass captures, per module, its input X (already normed), its attention probabilities A_h and
     its real output before any post-norm or residual add (``StackSpec.attn_proj_path``: the raw ``self_attn``
-    output for Gemma 3, the W_o projection before the LayerNorm for BERT/ALBERT).  For T5 cross-attention X
+    output for Gemma 3, the W_o projection before the LayerNorm for BERT/ALBERT).  The recomputation runs in
+    float64 from the captured fp32 tensors, so the error measures the model's own rounding.  For T5 cross-attention X
     for keys and values is the encoder's final output.  Returns the max absolute error per module (fp32
     models hold it to ~1e-6).  ``matrices(stack, layer, cross)`` overrides where W_vo comes from (tests use
     it to show a wrong W_vo fails).
@@ -374,8 +387,8 @@ def attention_identity(model: LoadedModel, text: str, *, decoder_text: str | Non
                 X_q = tr.attn_inputs[f"L{l}.{kind}"]
                 X_kv = X_q if kind == "attn" else traces[lm.adapter.stacks[0].name]["final"].float()
                 hm = get(spec.name, l, kind == "cross")
-                rec = hm.output(A, X_kv)
-                err = (rec - real).abs().max().item()
+                rec = hm.to(torch.float64).output(A.double(), X_kv.double())  # float64: only the model rounds
+                err = (rec - real.double()).abs().max().item()
                 checks.append(IdentityCheck(_identity_key(lm, spec.name, l, kind), spec.name, l, kind, err,
                                             real.abs().max().item()))
     if not checks:

@@ -89,9 +89,9 @@ def _print_kernels(pk: Any) -> None:
     for st, per in pk.margin_sweep().items():
         sw.add_row(st, *[f"{per[m]['negative_self']:.0%} / {per[m]['far_amplifying']:.0%}" for m in margins])
     con.print(sw)
-    con.print(f"[dim]{pk.estimator}[/dim]")
+    con.print(pk.estimator, style="dim", markup=False)
     if pk.notes and pk.notes != pk.estimator:
-        con.print(f"[dim]{pk.notes}[/dim]")
+        con.print(pk.notes, style="dim", markup=False)
 
 
 def run_kernels(args: argparse.Namespace) -> int:
@@ -118,6 +118,7 @@ def run_kernels(args: argparse.Namespace) -> int:
 
 def run_heads(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from ..attention import attention_identity, cluster_view, head_matrices, head_stats, self_mass
@@ -156,13 +157,14 @@ def run_heads(args: argparse.Namespace) -> int:
         t.add_row(c.name, f"{c.max_abs_error:.2g}", f"{c.max_abs_output:.3g}")
     con.print(t)
     v0 = views[0]
-    ct = Table(title=f"cluster & aggregate: layer {hm.layer} {v0.kind}, query {v0.position} "
-                     f"{tr.tokens[v0.position]!r}")
+    ct = Table(title=escape(f"cluster & aggregate: layer {hm.layer} {v0.kind}, query {v0.position} "
+                            f"{tr.tokens[v0.position]!r}"))
     for col in ("head", "self mass", "foreign mass", "|centroid - x_t|", "cos(x_t, centroid)", "top members"):
         ct.add_column(col)
     for v in views:
         ct.add_row(str(v.head), f"{v.self_mass:.3f}", f"{v.foreign_mass:.3f}", f"{v.move_distance:.3g}",
-                   f"{v.cos_query_centroid:.3f}", ", ".join(f"{t!r} {w:.2f}" for _, t, w in v.top_members[:3]))
+                   f"{v.cos_query_centroid:.3f}",
+                   escape(", ".join(f"{t!r} {w:.2f}" for _, t, w in v.top_members[:3])))
     con.print(ct)
     for name, sm in masses.items():
         below = float((sm.ratio < 1).float().mean())

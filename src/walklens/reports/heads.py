@@ -27,8 +27,9 @@ def add_identity(report: Report, result: IdentityResult, tol: float = 1e-4) -> R
     report.h2("A.3 identity: sum_h A_h X W_vo,h + biases vs the module's real output")
     report.p(f"max |error| over all modules: {result.max_error:.3g} (tolerance {tol:g}: "
              f"{'holds' if result.holds(tol) else 'FAILS'})")
-    report.table(["module", "max |recomputed - real|", "max |real output|"],
-                 [[c.name, f"{c.max_abs_error:.3g}", f"{c.max_abs_output:.4g}"] for c in result.checks])
+    report.table(["module", "max |recomputed - real|", "max |real output|", "relative"],
+                 [[c.name, f"{c.max_abs_error:.3g}", f"{c.max_abs_output:.4g}", f"{c.rel_error:.2g}"]
+                  for c in result.checks])
     return report
 
 
@@ -148,6 +149,14 @@ def add_kernels(report: Report, pk: PositionKernels) -> Report:
             for start in range(0, H, 8):
                 series = [{"name": f"h{h} ({labels[h]})", "y": s.values[0, h]} for h in range(start, min(H, start + 8))]
                 report.lines(s.distances, series, title=f"{name}: heads {start}-{min(H, start + 8) - 1}",
+                             xlabel="distance (key - query)")
+        else:  # per-layer (empirical) kernels: curves with 95% CI bands for the first, middle and last layer
+            for r in sorted({0, K // 2, K - 1}):
+                band = s.ci95[r] if s.ci95 is not None else None
+                series = [{"name": f"h{h} ({labels[r * H + h]})", "y": s.values[r, h],
+                           **({"band": [s.values[r, h] - band[h], s.values[r, h] + band[h]]} if band is not None
+                              else {})} for h in range(H)]
+                report.lines(s.distances, series, title=f"{name}: layer {s.layers[r]} ({pk.units}, 95% CI bands)",
                              xlabel="distance (key - query)")
         report.table(["kernel", "class"], [[row_labels[r], labels[r]] for r in range(K * H)])
     return report
