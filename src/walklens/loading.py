@@ -11,9 +11,10 @@ import hashlib
 import importlib.util
 import os
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -173,9 +174,9 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32,
     kw: dict[str, Any] = {"trust_remote_code": False}
     try:
         config = transformers.AutoConfig.from_pretrained(source, **kw)
-    except OSError as e:
+    except (OSError, ValueError) as e:
         if local:
-            raise UnknownModelError(f"{source}: not a model directory ({e.__class__.__name__})") from None
+            raise UnknownModelError(f"{source}: not a model directory (no usable config.json)") from None
         try:  # fall back to the local hub cache only
             config = transformers.AutoConfig.from_pretrained(source, local_files_only=True, **kw)
         except OSError:
@@ -184,15 +185,32 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32,
     load_kw: dict[str, Any] = dict(kw, dtype=dtype, attn_implementation="eager", use_safetensors=True)
     if not local:
         load_kw["local_files_only"] = not _online()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _quiet_transformers():
         warnings.simplefilter("ignore")
         try:
             model = _auto(adapter.auto_class).from_pretrained(source, **load_kw)
-        except OSError as e:
-            raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({e})") from None
+        except (OSError, ValueError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+            raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({first})") from None
         tok = transformers.AutoTokenizer.from_pretrained(source, **({} if local else {"local_files_only": not _online()}))
     model.to(device)
     return wrap(model, tok, name=name)
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No per-tensor progress bars or info logs for an ordinary (fast) load."""
+    from transformers.utils import logging as hf_logging
+
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _online() -> bool:
