@@ -253,23 +253,37 @@ def similarity_report(maps: Mapping[str, torch.Tensor], tokens: Sequence[str], t
         rep.h2(f"similarity map: {key}")
         cosine = key.endswith("cosine")
         z = m.float()
-        rep.heatmap(z, row_labels=labels, col_labels=labels, diverging=True,
+        n = len(labels)
+        # colour range from the 1st-99th percentiles off the diagonal, so a few huge entries (massive
+        # activations) do not wash the map out (the hover shows exact values); diverging only when both
+        # signs occur
+        off = z[~torch.eye(n, dtype=torch.bool)] if n > 1 else z.reshape(-1)
+        off = off[:1_000_000]
+        lo, hi = float(torch.quantile(off, 0.01)), float(torch.quantile(off, 0.99))
+        diverging = lo < 0 < hi
+        if diverging:
+            lo, hi = -max(-lo, hi), max(-lo, hi)
+        if not hi > lo:
+            lo, hi = float(z.min()), float(z.max()) if float(z.max()) > float(z.min()) else float(z.min()) + 1
+        rep.p(f"colour range {lo:.4g} .. {hi:.4g} (1st-99th percentile off the diagonal); min {float(z.min()):.4g}, "
+              f"max {float(z.max()):.4g}", note=True)
+        zq = [[float(f"{v:.3g}") for v in row] for row in z.tolist()]  # 3 significant digits keep the page small
+        rep.heatmap(zq, row_labels=labels, col_labels=labels, diverging=diverging, vmin=lo, vmax=hi,
                     title=f"{key}: {'cosine' if cosine else 'inner product'} between every pair of positions",
-                    cell=None if len(labels) <= 150 else 4)
+                    cell=None if n <= 150 else 4)
         if figures:
             plt = _matplotlib()
-            n = len(labels)
-            size = min(16.0, 4 + 0.12 * n)
+            size = min(13.0, 4 + 0.1 * n)
             fig, ax = plt.subplots(figsize=(size, size))
-            lim = float(z.abs().max()) or 1.0
-            im = ax.imshow(z.numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
+            im = ax.imshow(z.numpy(), cmap="RdBu_r" if diverging else "viridis", vmin=lo, vmax=hi,
+                           interpolation="nearest")
             step = max(1, math.ceil(n / 80))
             ax.set_xticks(range(0, n, step), labels[::step], rotation=90, fontsize=5)
             ax.set_yticks(range(0, n, step), labels[::step], fontsize=5)
             ax.set_title(key, fontsize=10)
             fig.colorbar(im, ax=ax, fraction=0.04)
             fig.tight_layout()
-            rep.figure(fig, "simmap_" + key.replace("/", "_").replace(".", "_"))
+            rep.figure(fig, "simmap_" + key.replace("/", "_").replace(".", "_").replace("+", "_"))
     return rep
 
 
