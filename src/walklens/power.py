@@ -49,16 +49,23 @@ _REL_IMAG = 1e-9  # an eigenvalue is complex when |Im| > this * |lambda|
 
 # ---- factors of F ---------------------------------------------------------------------------------------------
 
-def ov_factors(lm: LoadedModel, layer: int, head: int | None = None,
-               hw: HeadWeights | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def ov_factors(lm: LoadedModel, layer: int, head: int | None = None, hw: HeadWeights | None = None,
+               grouped: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The thin factors (A [D, n d], B [n d, D]) of F = A B for one layer (``head=None``: all heads), float64.
 
-    Row convention (seed 000, A.3): ``x F = sum_h (x W_v,kv(h)) W_o,h``."""
+    Row convention (seed 000, A.3): ``x F = sum_h (x W_v,kv(h)) W_o,h``.  ``grouped``: with grouped-query
+    attention, one block per key/value head, ``F = sum_g W_v,g (sum_{h in g} W_o,h)`` (same F, smaller factors)."""
     if hw is None:
         hw = lm.adapter.head_weights(lm.model, layer)
-    heads = range(hw.n_heads) if head is None else [head]
     if head is not None and not 0 <= head < hw.n_heads:
         raise InputError(f"layer {layer} has {hw.n_heads} heads; no head {head}")
+    heads = list(range(hw.n_heads)) if head is None else [head]
+    if grouped and head is None:
+        groups = sorted(set(hw.kv_head))
+        A = torch.cat([hw.w_v[g] for g in groups], dim=1).detach().double().cpu()
+        B = torch.cat([sum(hw.w_o[h].detach().double() for h in heads if hw.kv_head[h] == g) for g in groups],
+                      dim=0).cpu()
+        return A, B
     A = torch.cat([hw.w_v[hw.kv_head[h]] for h in heads], dim=1).detach().double().cpu()
     B = torch.cat([hw.w_o[h] for h in heads], dim=0).detach().double().cpu()
     return A, B
@@ -66,7 +73,7 @@ def ov_factors(lm: LoadedModel, layer: int, head: int | None = None,
 
 def ov_matrix(lm: LoadedModel, layer: int, head: int | None = None) -> torch.Tensor:
     """The dense F = W_V W_O [D, D] of one layer (or head), float64, row convention (for checks)."""
-    A, B = ov_factors(lm, layer, head)
+    A, B = ov_factors(lm, layer, head, grouped=True)
     return A @ B
 
 
@@ -221,30 +228,34 @@ class PowerSpectra:
         return len(self.layers)
 
 
-def _nearest_tokens(lm: LoadedModel, basis: torch.Tensor, k: int) -> tuple[torch.Tensor, list[str], list[float],
-                                                                            list[str], list[float]]:
-    V = lm.embedding_matrix().detach().double().cpu()
-    if V.shape[1] != basis.shape[1] or k <= 0:
+def _unit_rows(lm: LoadedModel) -> torch.Tensor:
+    V = lm.embedding_matrix().detach().float().cpu()
+    return V / V.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def _nearest_tokens(lm: LoadedModel, basis: torch.Tensor, k: int, Vn: torch.Tensor | None
+                    ) -> tuple[torch.Tensor, list[str], list[float], list[str], list[float]]:
+    if Vn is None or Vn.shape[1] != basis.shape[1] or k <= 0:
         return basis, [], [], [], []  # e.g. ALBERT: V lives in E-space, not D-space
-    Vn = V / V.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    basis_f = basis.float()
     dec = lambda ids: [lm.tokenizer.decode([int(i)]) for i in ids]  # noqa: E731
     if basis.shape[0] == 1:
-        cos = Vn @ basis[0]
+        cos = Vn @ basis_f[0]
         if cos.abs().max() == -cos.min():  # fix the sign: the closest token has positive cosine
             basis, cos = -basis, -cos
         top = torch.topk(cos, k)
         bot = torch.topk(-cos, k)
         return basis, dec(top.indices), top.values.tolist(), dec(bot.indices), (-bot.values).tolist()
-    proj = (Vn @ basis.T).norm(dim=1)
+    proj = (Vn @ basis_f.T).norm(dim=1)
     top = torch.topk(proj, k)
     return basis, dec(top.indices), top.values.tolist(), [], []
 
 
-def _layer_spectrum(lm: LoadedModel, layer: int, heads: bool, nearest: int) -> LayerSpectrum:
+def _layer_spectrum(lm: LoadedModel, layer: int, heads: bool, nearest: int, Vn: torch.Tensor | None) -> LayerSpectrum:
     hw = lm.adapter.head_weights(lm.model, layer)
-    A, B = ov_factors(lm, layer, hw=hw)
+    A, B = ov_factors(lm, layer, hw=hw, grouped=True)
     e = eigen_factored(A, B)
-    basis, near, near_c, opp, opp_c = _nearest_tokens(lm, e.basis, nearest)
+    basis, near, near_c, opp, opp_c = _nearest_tokens(lm, e.basis, nearest, Vn)
     v1 = basis[0].clone()
     hs: list[HeadSpectrum] = []
     if heads:
@@ -278,13 +289,14 @@ def power_spectra(model: LoadedModel, *, layers: Sequence[int] | None = None, he
     mods = lm.adapter.layer_modules(lm.model)
     done: dict[int, LayerSpectrum] = {}
     out: list[LayerSpectrum] = []
+    Vn = _unit_rows(lm) if nearest > 0 else None
     for l in tqdm(idx, desc="spectra", disable=not progress, leave=False):
         key = id(mods[l])
         if key in done:
             s = done[key]
             out.append(LayerSpectrum(**{**s.__dict__, "layer": l}))
             continue
-        s = _layer_spectrum(lm, l, heads, nearest)
+        s = _layer_spectrum(lm, l, heads, nearest, Vn)
         done[key] = s
         out.append(s)
     return PowerSpectra(model_name=lm.name, d_model=lm.d_model if out and out[0].v1.shape[0] == lm.d_model
@@ -485,9 +497,9 @@ def predicted_alignment(cos0: torch.Tensor, rho: float, steps: int) -> torch.Ten
     return (1 / (1 + tan_l ** 2).sqrt()).mean(1)
 
 
-def fitted_rate(cos: Sequence[float] | torch.Tensor, start: int = 0, floor: float = 1e-10) -> float:
+def fitted_rate(cos: Sequence[float] | torch.Tensor, start: int = 0, floor: float = 1e-6) -> float:
     """Rate rho fitted to an alignment curve: slope of log tan(theta_l) against l (least squares) from
-    ``start``, stopping where tan theta falls below ``floor`` (numerical saturation)."""
+    ``start``, using only points where tan theta >= ``floor`` (below it, tan from cos loses float64 precision)."""
     c = torch.as_tensor(cos, dtype=torch.float64).clamp(1e-12, 1.0)
     tan = (1 - c ** 2).clamp_min(0).sqrt() / c
     l = torch.arange(len(c), dtype=torch.float64)
@@ -535,10 +547,10 @@ def _linear_layer_fn(lm: LoadedModel, layer: int) -> Callable[[torch.Tensor], to
     residual = lm.adapter.residual_kind(lm.model.config)
     mod = lm.adapter.layer_modules(lm.model)[layer]
     hw = lm.adapter.head_weights(lm.model, layer)
-    A, B = ov_factors(lm, layer, hw=hw)
+    A, B = ov_factors(lm, layer, hw=hw, grouped=True)
     F = (A @ B).float()
-    bv = torch.cat([hw.b_v[hw.kv_head[h]] for h in range(hw.n_heads)]).double().cpu()
-    b = (bv @ B + hw.b_o.double().cpu()).float()
+    b = (sum(hw.b_v[hw.kv_head[h]].double().cpu() @ hw.w_o[h].double().cpu() for h in range(hw.n_heads))
+         + hw.b_o.double().cpu()).float()
     if "attn" not in spec.norms:
         raise UnsupportedFamilyError(f"{lm.adapter.family}: no attention norm named; the linear dynamics need it")
     norm = get_module(mod, spec.norms["attn"])
@@ -727,7 +739,7 @@ def shared_weights(model: LoadedModel, texts: str | Sequence[str], *, layer: int
     L = n_layers or lm.n_layers
     k = layer + lm.n_layers if layer < 0 else layer
     spec_k = power_spectra(lm, layers=[k], heads=False, nearest=8).layers[0]
-    A, B = ov_factors(lm, k)
+    A, B = ov_factors(lm, k, grouped=True)
     F = A @ B
     basis = spec_k.basis
     pts = ["L0.resid_pre"] + [f"L{l}.resid_post" for l in range(L)]

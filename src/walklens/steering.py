@@ -147,7 +147,7 @@ def _eigen_edit(lm: LoadedModel, layers: list[int], u: torch.Tensor, alpha: floa
             saved.append((p, p.detach().clone()))
             with torch.no_grad():
                 p.add_((dB.T if transposed else dB).to(dtype=p.dtype, device=p.device))
-            A2, B2 = ov_factors(lm, l)
+            A2, B2 = ov_factors(lm, l, grouped=True)
             target = alpha * torch.outer(w, u)
             realised = A2 @ B2 - A @ B
             scale = target.abs().max().item()
@@ -327,7 +327,7 @@ def steering_sweep(model: LoadedModel, prompts: str | Sequence[str], toward: str
     reach = {}
     for s in sets:
         for l in s:
-            A, _ = ov_factors(lm, l)
+            A, _ = ov_factors(lm, l, grouped=True)
             reach[l] = float((A @ (torch.linalg.pinv(A) @ u)).norm())
     rows: list[SteerRow] = []
     jobs = [(m, s, a, p) for m in methods for s in sets for a in (alphas if m == "eigen" else add_alphas)

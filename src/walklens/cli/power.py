@@ -1,0 +1,192 @@
+"""``walklens power TEXT...`` (spectra of F = W_V W_O, alignment through depth with chance baselines, idealised
+dynamics, shared-weight experiment) and ``walklens steer PROMPT... --toward T --layers L --alpha A``
+(eigen-steering next to activation addition), seed 002."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import InputError
+from .common import add_model_args, add_output_args, load, read_text, write_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("power", help="power-method view: spectra of W_V W_O, alignment through depth, shared weights")
+    p.add_argument("texts", nargs="*", help="texts (use @FILE to read one from a file)")
+    p.add_argument("--corpus", metavar="FILE", help="more texts, one per line")
+    p.add_argument("--heads", action="store_true", help="also decompose every head's W_v,h W_o,h")
+    p.add_argument("--skip-first", action="store_true", help="leave out each text's first position (attention sink)")
+    p.add_argument("--shared-layer", type=int, default=None, metavar="K",
+                   help="shared-weight experiment: apply layer K (default: the middle layer) ...")
+    p.add_argument("--shared-depth", type=int, default=None, metavar="L", help="... L times (default: model depth)")
+    p.add_argument("--no-shared", action="store_true", help="skip the shared-weight experiment")
+    p.add_argument("--no-dynamics", action="store_true", help="skip the idealised dynamics")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random baselines")
+    add_model_args(p)
+    add_output_args(p)
+    p.set_defaults(func=run_power)
+
+    s = sub.add_parser("steer", help="eigen-steering (rank-one W_O edit) next to activation addition")
+    s.add_argument("prompts", nargs="+", help="prompts (use @FILE to read one from a file)")
+    s.add_argument("--toward", required=True, help="target token or text (its first token is scored); "
+                                                   "mind the leading space, e.g. ' Paris'")
+    s.add_argument("--layers", action="append", required=True, metavar="L",
+                   help="layers to steer: 12, 10,12 or 8-12; repeat the option to compare layer sets")
+    s.add_argument("--alpha", default="0,2,4,8,16", help="comma-separated strengths for eigen-steering")
+    s.add_argument("--add-alpha", default=None,
+                   help="comma-separated strengths for activation addition (default: --alpha)")
+    s.add_argument("--method", choices=("both", "eigen", "add"), default="both")
+    s.add_argument("--max-new-tokens", type=int, default=12)
+    add_model_args(s)
+    add_output_args(s)
+    s.set_defaults(func=run_steer)
+
+
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        vals = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{name} must be comma-separated numbers, got {text!r}") from None
+    if not vals:
+        raise InputError(f"{name} is empty")
+    return vals
+
+
+def parse_layers(text: str) -> list[int]:
+    """``"12"``, ``"10,12"``, ``"8-12"`` (inclusive) or a mix, as a list of ints."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "-" in part[1:]:
+                a, b = part[0] + part[1:].split("-", 1)[0], part[1:].split("-", 1)[1]
+                lo, hi = int(a), int(b)
+                out.extend(range(lo, hi + 1) if lo <= hi else range(lo, hi - 1, -1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise InputError(f"bad layer list {text!r}: use 12, 10,12 or 8-12") from None
+    if not out:
+        raise InputError("empty layer list")
+    return out
+
+
+def plain(x: Any) -> Any:
+    """JSON-ready form: complex numbers (and complex tensors) as [re, im] pairs; dataclasses as dicts."""
+    if isinstance(x, torch.Tensor):
+        if x.is_complex():
+            return torch.stack([x.real, x.imag], dim=-1).tolist()
+        return x.tolist()
+    if isinstance(x, complex):
+        return [x.real, x.imag]
+    if hasattr(x, "__dataclass_fields__"):
+        return {k: plain(getattr(x, k)) for k in x.__dataclass_fields__}
+    if isinstance(x, dict):
+        return {str(k): plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [plain(v) for v in x]
+    return x
+
+
+def _texts(args: argparse.Namespace) -> list[str]:
+    texts = [read_text(t) for t in args.texts]
+    if args.corpus:
+        path = Path(args.corpus)
+        if not path.is_file():
+            raise InputError(f"{path}: no such file")
+        texts += [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise InputError("give at least one non-empty text (or --corpus FILE)")
+    return texts
+
+
+def run_power(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..power import alignment, dynamics, power_spectra, shared_weights
+
+    texts = _texts(args)
+    lm = load(args)
+    if args.shared_depth is not None and args.shared_depth < 1:
+        raise InputError("--shared-depth must be at least 1")
+    spectra = power_spectra(lm, heads=args.heads, progress=True)
+    al = alignment(lm, texts, spectra=spectra, skip_first=args.skip_first, seed=args.seed, progress=True)
+    dyn = None if args.no_dynamics or lm.adapter.auto_class == "seq2seq" else dynamics(
+        lm, texts, spectra=spectra, skip_first=args.skip_first, seed=args.seed, progress=True)
+    sw = None
+    if not args.no_shared and lm.adapter.auto_class != "seq2seq":
+        k = lm.n_layers // 2 if args.shared_layer is None else args.shared_layer
+        sw = shared_weights(lm, texts, layer=k, n_layers=args.shared_depth, skip_first=args.skip_first,
+                            seed=args.seed, progress=True)
+
+    table = Table(title=f"{lm.name}: F = W_V W_O per layer (seed 002); alignment = mean |cos(x, v1)| at the layer output")
+    for c in ("layer", "|λ1|", "λ1", "gap |λ2/λ1|", "align out", "random (95%)", "other layers", "v1 ≈ tokens"):
+        table.add_column(c)
+    for s in spectra.layers:
+        i = al.points.index(f"L{s.layer}.resid_post")
+        lam = s.lambda1
+        table.add_row(str(s.layer), f"{abs(lam):.3g}", f"{lam.real:.3g}{lam.imag:+.3g}i" if s.complex_pair else f"{lam.real:.3g}",
+                      f"{s.gap:.3f}", f"{al.mean[i]:.3f}", f"{al.random_hi[i]:.3f}", f"{al.other_mean[i]:.3f}",
+                      " ".join(repr(t) for t in s.nearest[:4]))
+    con = Console()
+    con.print(table)
+    if sw is not None:
+        con.print(f"shared weights: layer {sw.layer} x {sw.n_layers}: rate |λ2/λ1| = {sw.rate:.3f} "
+                  f"(I+F: {sw.rate_residual:.4f}); alignment {sw.measured[0]:.3f} -> {sw.measured[-1]:.3f} "
+                  f"(power method {sw.power[-1]:.3f}, analytic {sw.predicted[-1]:.3f}, random {sw.random_mean:.3f})")
+    if args.json:
+        write_json(args.json, plain({"model": lm.name, "texts": texts, "spectra": spectra, "alignment": al,
+                                     "dynamics": dyn, "shared": sw}))
+    if args.out:
+        from ..reports.power import power_report
+
+        path = power_report(spectra, al, dyn, sw).save(args.out)
+        con.print(f"report: {path}")
+    return 0
+
+
+def run_steer(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..steering import steering_sweep
+
+    prompts = [read_text(p) for p in args.prompts]
+    sets = [parse_layers(v) for v in args.layers]
+    alphas = _floats(args.alpha, "--alpha")
+    add_alphas = _floats(args.add_alpha, "--add-alpha") if args.add_alpha else alphas
+    if args.max_new_tokens < 1:
+        raise InputError("--max-new-tokens must be at least 1")
+    methods = ("eigen", "add") if args.method == "both" else (args.method,)
+    lm = load(args)
+    sw = steering_sweep(lm, prompts, args.toward, sets, alphas, add_alphas=add_alphas, methods=methods,
+                        max_new_tokens=args.max_new_tokens, progress=True)
+    table = Table(title=f"{lm.name}: steering toward {sw.target_token!r} (mean over {len(prompts)} prompts)")
+    for c in ("method", "layers", "alpha", "p(target)", "rank", "ppl (unsteered)", "push along u", "first prompt →"):
+        table.add_column(c, overflow="fold")
+    for m in sw.methods:
+        for s in sw.layer_sets:
+            for a in (sw.alphas if m == "eigen" else sw.add_alphas):
+                rs = [r for r in sw.rows if r.method == m and r.layers == s and r.alpha == a]
+                n = len(rs)
+                table.add_row(m, ",".join(map(str, s)), f"{a:g}", f"{sum(r.target_prob for r in rs) / n:.4f}",
+                              f"{sum(r.target_rank for r in rs) / n:.1f}", f"{sum(r.perplexity for r in rs) / n:.1f}",
+                              f"{sum(r.push for r in rs) / n:.2f}", repr(rs[0].text))
+    con = Console()
+    con.print(table)
+    if args.json:
+        write_json(args.json, plain(sw))
+    if args.out:
+        from ..reports.power import steer_report
+
+        path = steer_report(sw).save(args.out)
+        con.print(f"report: {path}")
+    return 0

@@ -1,0 +1,150 @@
+"""HTML reports for the power-method view (seed 002): spectra of F = W_V W_O, alignment through depth with
+chance bands, idealised dynamics, shared-weight convergence, and steering curves with sample generations.
+Reports draw the dataclasses of :mod:`walklens.power` / :mod:`walklens.steering`; they never load models."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .html import Report
+
+if TYPE_CHECKING:
+    from ..power import Alignment, Dynamics, PowerSpectra, SharedWeights
+    from ..steering import SteeringSweep
+
+
+def spectra_figure(spectra: PowerSpectra, top: int = 40) -> Any:
+    """Matplotlib figure: the top eigenvalues of every layer's F in the complex plane (colour = depth) and
+    |lambda1| and the gap per layer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
+    n = max(len(spectra.layers) - 1, 1)
+    cmap = plt.get_cmap("viridis")
+    for s in spectra.layers:
+        ev = s.eigenvalues[:top]
+        ax.scatter(ev.real.numpy(), ev.imag.numpy(), s=8, color=cmap(s.layer / n), alpha=0.7)
+        ax.scatter([s.lambda1.real], [s.lambda1.imag], s=36, color=cmap(s.layer / n), edgecolor="k", linewidth=0.6)
+    ax.axhline(0, color="#999", lw=0.5)
+    ax.axvline(0, color="#999", lw=0.5)
+    ax.set_xlabel("Re λ")
+    ax.set_ylabel("Im λ")
+    ax.set_title(f"top {top} eigenvalues of F per layer (black edge: λ1; colour: depth)")
+    layers = [s.layer for s in spectra.layers]
+    bx.plot(layers, [abs(s.lambda1) for s in spectra.layers], "o-", label="|λ1|")
+    bx.set_xlabel("layer")
+    bx.set_ylabel("|λ1|")
+    cx = bx.twinx()
+    cx.plot(layers, [s.gap for s in spectra.layers], "s--", color="C1", label="gap |λ2|/|λ1|")
+    cx.set_ylabel("gap |λ2|/|λ1| (1 = no convergence)")
+    cx.set_ylim(0, 1.05)
+    for i, s in enumerate(spectra.layers):
+        if s.complex_pair:
+            cx.plot([s.layer], [s.gap], "x", color="C3")
+    bx.set_title("principal eigenvalue and gap (red x: complex pair)")
+    fig.tight_layout()
+    return fig
+
+
+def power_report(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None = None,
+                 shared: SharedWeights | None = None, title: str = "") -> Report:
+    """The ``walklens power`` report."""
+    r = Report(title or f"Power-method view of {spectra.model_name}",
+               "Seed 002 (Li & Altafini): a layer's projections and normalisation as a power-method step on "
+               "F = W_V W_O; tokens tilt toward F's principal eigenvector v1. Definitions: docs/power.md.")
+    r.h2("Spectra of F = W_V W_O")
+    r.figure(spectra_figure(spectra), "spectra", "eigenvalues from the factored B A (row convention); "
+             "v1 is the principal left eigenvector (x F = λ x)")
+    rows = []
+    for s in spectra.layers:
+        lam = s.lambda1
+        rows.append([s.layer, abs(lam), f"{lam.real:.4g}{lam.imag:+.4g}i" if s.complex_pair else f"{lam.real:.4g}",
+                     s.gap, s.residual_gap, " ".join(repr(t) for t in s.nearest[:6]),
+                     " ".join(repr(t) for t in s.opposite[:4])])
+    r.table(["layer", "|λ1|", "λ1", "gap |λ2/λ1|", "gap of I+F", "nearest tokens to +v1", "nearest to -v1"], rows)
+    if any(s.heads for s in spectra.layers):
+        hz = [[abs(complex(h.eigenvalues[0])) for h in s.heads] for s in spectra.layers]
+        r.heatmap(hz, row_labels=[f"L{s.layer}" for s in spectra.layers],
+                  col_labels=[f"h{h.head}" for h in spectra.layers[0].heads], title="|λ1| of each head's W_v,h W_o,h")
+
+    r.h2("Alignment through depth")
+    r.p(f"Mean |cos(x, v1(F_l))| over {align.n_tokens} tokens at each point of layer l, with chance bands "
+        "(5-95 %): random directions of equal dimension, v1 of the other layers, and the layers' v1 shuffled."
+        + (" First positions left out." if align.skip_first else ""), note=True)
+    for kind in ("resid_pre", "resid_mid", "resid_post"):
+        sel = [i for i, p in enumerate(align.points) if p.endswith("." + kind)]
+        if not sel:
+            continue
+        pick = lambda xs: [xs[i] for i in sel]  # noqa: E731
+        r.lines([align.layer_of[i] for i in sel], [
+            {"name": "own layer's v1", "y": pick(align.mean)},
+            {"name": "random directions", "y": pick(align.random_mean),
+             "band": [pick(align.random_lo), pick(align.random_hi)], "dash": True},
+            {"name": "other layers' v1", "y": pick(align.other_mean),
+             "band": [pick(align.other_lo), pick(align.other_hi)], "dash": True},
+            {"name": "shuffled layers", "y": pick(align.shuffled_mean),
+             "band": [pick(align.shuffled_lo), pick(align.shuffled_hi)], "dash": True},
+        ], title=f"at {kind}", xlabel="layer")
+    if align.per_token and align.tokens:
+        sel = [i for i, p in enumerate(align.points) if p.endswith(".resid_post")]
+        z = align.per_token[0][sel].T.tolist()
+        r.heatmap(z, row_labels=align.tokens[0], col_labels=[f"L{align.layer_of[i]}" for i in sel],
+                  title="per token (first text), at each layer's output", vmin=0.0)
+
+    if dyn is not None:
+        r.h2("Idealised dynamics")
+        r.p("real: the model; mlp_ablated: every feed-forward output zeroed; linear: the seed's simplified layer "
+            "from the real weights (normalisation and value/output projection, token attends to itself, no "
+            "feed-forward); power: x <- x F_l / |x F_l|. All start from the real input of layer 0.", note=True)
+        r.lines(dyn.layers, [{"name": m, "y": dyn.alignment[m]} for m in dyn.modes]
+                + [{"name": "random", "y": [dyn.random_mean] * len(dyn.layers), "dash": True}],
+                title="mean |cos(x, v1(F_l))| at each layer's output", xlabel="layer")
+        r.lines(dyn.layers, [{"name": m, "y": dyn.agreement[m]} for m in dyn.modes if m != "real"],
+                title="agreement with the real trajectory: mean cos(x_mode, x_real)", xlabel="layer")
+
+    if shared is not None:
+        r.h2("Shared weights")
+        r.p(f"Layer {shared.layer} applied {shared.n_layers} times. λ1 = {shared.lambda1:.4g}, λ2 = "
+            f"{shared.lambda2:.4g}; analytic rate |λ2/λ1| = {shared.rate:.4f} (I + F: {shared.rate_residual:.4f}); "
+            f"fitted on the power method: {shared.fitted_power:.4f}, on the tied model: {shared.fitted_measured:.4f}. "
+            f"v1 ≈ {' '.join(repr(t) for t in shared.nearest[:5])}.", note=True)
+        x = list(range(shared.n_layers + 1))
+        r.lines(x, [
+            {"name": "tied model (measured)", "y": shared.measured, "band": [shared.measured_lo, shared.measured_hi]},
+            {"name": "power method x F", "y": shared.power},
+            {"name": "analytic tanθ0·ρ^l", "y": shared.predicted, "dash": True},
+            {"name": "x (I+F)", "y": shared.residual},
+            {"name": "analytic, I+F", "y": shared.predicted_residual, "dash": True},
+            {"name": "random", "y": [shared.random_mean] * len(x), "dash": True},
+        ], title="mean |cos(x_l, v1(F_k))| against depth", xlabel="depth l")
+    return r
+
+
+def steer_report(sweep: SteeringSweep, title: str = "") -> Report:
+    """The ``walklens steer`` report: target probability / rank / perplexity against alpha for each method
+    and layer set, and the generations."""
+    r = Report(title or f"Steering {sweep.model_name} toward {sweep.target_token!r}",
+               "Eigen-steering (seed 002: rank-one W_O edit, F' = F + alpha w u^T) next to activation addition "
+               "(alpha u added to the residual at the same layers).")
+    r.p("reach |P u| of the target direction in each layer's value space: "
+        + ", ".join(f"L{l}: {v:.3f}" for l, v in sorted(sweep.reach.items())), note=True)
+    names = {"eigen": "Eigen-steering", "add": "Activation addition"}
+    for m in sweep.methods:
+        r.h2(names.get(m, m))
+        for metric, label in (("target_prob", "p(target)"), ("target_rank", "rank of target"),
+                              ("perplexity", "perplexity under the unsteered model"), ("push", "push along u")):
+            series = []
+            xs: list[float] = []
+            for s in sweep.layer_sets:
+                xs, ys = sweep.curve(m, s, metric)
+                series.append({"name": "layers " + ",".join(map(str, s)), "y": ys})
+            r.lines([f"{a:g}" for a in xs], series, title=f"{label} (mean over {len(sweep.prompts)} prompts)",
+                    xlabel="alpha", height=240)
+    r.h2("Generations")
+    rows = [[x.method, ",".join(map(str, x.layers)), x.alpha, x.prompt, x.text, x.target_prob, x.target_rank,
+             x.perplexity] for x in sweep.rows]
+    r.table(["method", "layers", "alpha", "prompt", "greedy continuation", "p(target)", "rank", "ppl"], rows)
+    return r
