@@ -266,6 +266,7 @@ def head_matrices(model: LoadedModel, layer: int, stack: str | None = None, cros
 
     ``layer`` may be negative (from the top).  ``stack``: ``"enc"``/``"dec"`` for T5 (default: the last stack,
     the decoder); ``cross=True``: the T5 decoder's cross-attention (keys and values from the encoder output).
+    The weights are copied to the CPU in float32 (traces live there too).
     """
     spec_name = _stack_name(model, stack)
     n = model.adapter.n_layers(model.model.config)
@@ -276,7 +277,7 @@ def head_matrices(model: LoadedModel, layer: int, stack: str | None = None, cros
         hw = model.adapter.head_weights(model.model, layer, spec_name, cross)
     except KeyError as e:
         raise InputError(str(e.args[0])) from None
-    hw = HeadWeights(*(t.detach().float() if isinstance(t, torch.Tensor) else t
+    hw = HeadWeights(*(t.detach().float().cpu() if isinstance(t, torch.Tensor) else t
                        for t in (hw.w_q, hw.w_k, hw.w_v, hw.w_o, hw.b_q, hw.b_k, hw.b_v, hw.b_o)),
                      kv_head=hw.kv_head, scale=hw.scale, qk_norm=hw.qk_norm, notes=hw.notes)
     return HeadMatrices(layer=layer, stack=spec_name, cross=cross, family=model.adapter.family, weights=hw)

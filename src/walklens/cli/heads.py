@@ -177,6 +177,7 @@ def run_heads(args: argparse.Namespace) -> int:
             "model": lm.name, "tokens": trace.tokens,
             "encoder_tokens": trace.encoder.tokens if trace.encoder is not None else None,
             "identity": dict(ident), "identity_max": ident.max_error,
+            "identity_relative": {c.name: c.rel_error for c in ident.checks},
             "cluster": [{"layer": v.layer, "head": v.head, "position": v.position, "kind": v.kind,
                          "memberships": v.memberships, "self_mass": v.self_mass, "foreign_mass": v.foreign_mass,
                          "move_distance": v.move_distance, "foreign_distance": v.foreign_distance,
