@@ -43,6 +43,8 @@ def test_identity_holds_on_every_family(tiny, family):
     assert min(c.max_abs_output for c in res.checks) > 0.1
     if family == "t5":
         assert {"enc.L0.attn", "dec.L0.attn", "dec.L0.cross"} <= set(res)
+    else:
+        assert list(res) == [f"L{l}.attn" for l in range(lm.n_layers)] and res[0] == res["L0.attn"]
 
 
 def _tampered(lm, change):

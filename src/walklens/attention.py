@@ -305,14 +305,18 @@ class IdentityCheck:
 @dataclass(frozen=True)
 class IdentityResult(Mapping[str, float]):
     """Max absolute error of the A.3 identity per attention module, keyed ``"L{l}.attn"`` (``"enc.L0.attn"``,
-    ``"dec.L0.cross"`` for T5).  Behaves as a read-only dict name -> error; ``checks`` has the details."""
+    ``"dec.L0.cross"`` for T5), in layer order.  Behaves as a read-only dict name -> error (``res[0]`` is the
+    first module's error); ``checks`` has the details, ``trace`` the captured forward pass."""
 
     checks: tuple[IdentityCheck, ...]
     model_name: str = ""
     tokens: tuple[str, ...] = ()
     trace: Trace | None = field(default=None, repr=False, compare=False)
 
-    def __getitem__(self, key: str) -> float:
+    def __getitem__(self, key: str | int) -> float:  # type: ignore[override]
+        """Error of module ``key`` (``"L3.attn"``), or of the ``key``-th checked module when an int."""
+        if isinstance(key, int):
+            return self.checks[key].max_abs_error
         for c in self.checks:
             if c.name == key:
                 return c.max_abs_error
