@@ -98,7 +98,7 @@ class KernelClass:
         return LABELS["other"]
 
 
-def _mean_at(k: torch.Tensor, dist: torch.Tensor, sel: torch.Tensor) -> float | None:
+def _mean_at(k: torch.Tensor, sel: torch.Tensor) -> float | None:
     return float(k[sel].mean()) if bool(sel.any()) else None
 
 
@@ -110,18 +110,18 @@ def classify_kernel(values: torch.Tensor, distances: Sequence[int], margin: floa
         raise InputError("a kernel needs one value per distance, including distance 0")
     W = int(dist.abs().max())
     self_v = float(k[dist == 0][0])
-    neigh = _mean_at(k, dist, dist.abs() == 1)
+    neigh = _mean_at(k, dist.abs() == 1)
     negative_self = neigh is not None and self_v < neigh - margin
     far_from = max(4, W // 4)
     far_amp = False
     for side in (-1, 1):
         s = dist * side
-        far = _mean_at(k, dist, (s >= far_from) & (s <= W))
-        mid = _mean_at(k, dist, (s >= 3) & (s < far_from))
+        far = _mean_at(k, (s >= far_from) & (s <= W))
+        mid = _mean_at(k, (s >= 3) & (s < far_from))
         if far is not None and mid is not None and far > mid + margin:
             far_amp = True
-    near = _mean_at(k, dist, dist.abs() <= 2)
-    rest = _mean_at(k, dist, dist.abs() > 2)
+    near = _mean_at(k, dist.abs() <= 2)
+    rest = _mean_at(k, dist.abs() > 2)
     local = near is not None and rest is not None and near > rest + margin
     flat = float(k.max() - k.min()) < margin
     return KernelClass(negative_self, far_amp, local, flat)
