@@ -151,3 +151,111 @@ def test_distribution_and_marginals() -> None:
     m = stats.marginal_effects(names, acc, baseline=0.5)
     row = {r["value"]: r for r in m["a"]}
     assert row["1"]["mean"] == pytest.approx(0.25) and row["2"]["best"] == 0.5 and row["2"]["best_norm"] == 1.0
+
+
+# ---- the vectorised sweep equals the single-scheme runner ------------------------------------------------------
+
+_W = ("the a of to and in is was it that he she they on for with as at by from this his her their capital "
+      "france paris city river london england king queen man woman boy girl dog cat house car red blue green "
+      "one two three four five big small run runs ran walk walks eat eats good bad").split()
+
+
+def _items(n: int = 8, seed: int = 0) -> list:
+    from walklens.concepts.data import HellaswagItem
+
+    rng = np.random.default_rng(seed)
+
+    def sent(k: int) -> str:
+        return " ".join(rng.choice(_W, size=k))
+
+    out = []
+    for i in range(n):
+        ctx = f"{sent(1)}: {sent(int(rng.integers(3, 7)))}. {sent(int(rng.integers(2, 6)))}"
+        endings = tuple(sent(int(rng.integers(1, 5))) + ("." if rng.random() < 0.5 else "") for _ in range(4))
+        out.append(HellaswagItem(index=i, activity_label="x", ctx=ctx, endings=endings, label=int(rng.integers(0, 4))))
+    return out
+
+
+def _sample(schemes: list, k: int, seed: int = 0) -> list:
+    idx = np.random.default_rng(seed).choice(len(schemes), size=min(k, len(schemes)), replace=False)
+    return [schemes[i] for i in sorted(idx)]
+
+
+@pytest.mark.parametrize("family,shots", [("llama", 2), ("gemma3", 0)])
+def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, shots: int) -> None:
+    from walklens.concepts.data import fewshot_examples
+    from walklens.concepts.sweep import run_sweep
+    from walklens.concepts.test2 import test2_item
+    from walklens.testing import tiny_model
+
+    lm = tiny_model(family)
+    items = _items(8)
+    grid = GridSpec.full(2, layers=("E", "middle", "-1"))
+    schemes, _ = grid.enumerate("decoder")
+    db = tmp_path / "r.sqlite"
+    out = run_sweep(lm, items, test=2, schemes=schemes, db=db, shots=shots, data="toy", progress=False)
+    assert out.groups_computed == out.n_groups
+    with SweepStore(db) as st:
+        res = st.load(out.run_id)
+    assert len(res.schemes) == len(schemes) == 5 * 3 * 11 * 4 * 2 * 3 * 2 * 3 * 11
+    pos = {n: i for i, n in enumerate(res.schemes)}
+    preds = res.preds[0]
+    # every value of every parameter appears in the sample; standard scheme included
+    sample = _sample(schemes, 60) + [Scheme.standard(2, "decoder")]
+    mismatches = 0
+    for s in sample:
+        single = [test2_item(lm, it, fewshot_examples(items, shots, it.index) if shots else [], s).pred
+                  for it in items]
+        mismatches += int(not np.array_equal(preds[pos[str(s)]], np.array(single)))
+    assert mismatches == 0
+    acc = (preds == res.labels[None]).mean(1)
+    assert np.allclose(res.acc[0], acc)
+    assert len(np.unique(preds, axis=0)) > 10  # the schemes really differ
+
+
+def test_test1_sweep_matches_single_scheme_runner(tmp_path: Path) -> None:
+    from walklens.concepts.data import fewshot_examples
+    from walklens.concepts.sweep import run_sweep
+    from walklens.concepts.test1 import test1_item
+    from walklens.testing import tiny_model
+
+    lm = tiny_model("gemma3")  # scales its input embeddings and prefixes a BOS: the harder case
+    items = _items(6, seed=3)
+    f = tmp_path / "g.toml"
+    f.write_text('layers = ["E", "-1"]\nword = ["mean", "last", "relu|w1mean"]\nnorm = ["None", "zNorm"]\n',
+                 encoding="utf-8")
+    schemes, _ = GridSpec.from_toml(f, 1, "decoder").enumerate("decoder")
+    db = tmp_path / "r.sqlite"
+    out = run_sweep(lm, items, test=1, schemes=schemes, db=db, shots=1, data="toy", progress=False)
+    with SweepStore(db) as st:
+        res = st.load(out.run_id)
+    pos = {n: i for i, n in enumerate(res.schemes)}
+    for s in _sample(schemes, 12, seed=1):
+        single = [test1_item(lm, it, fewshot_examples(items, 1, it.index), s) for it in items]
+        assert res.preds[0, pos[str(s)]].tolist() == [r.pred for r in single], str(s)
+        assert res.preds[1, pos[str(s)]].tolist() == [r.pred_norm for r in single], str(s)
+    base = [r for r in res.schemes if r.startswith("enc=cross_encoding")]
+    assert len(base) == 1  # the baseline itself, as the cross_encoding scheme
+    assert res.acc[0, pos[base[0]]] == pytest.approx(res.baseline("acc"))
+
+
+def test_interrupted_sweep_resumes_to_the_identical_table(tmp_path: Path) -> None:
+    from walklens.concepts.sweep import run_sweep
+    from walklens.testing import tiny_model
+
+    lm = tiny_model("llama")
+    items = _items(5, seed=2)
+    f = tmp_path / "g.toml"
+    f.write_text('layers = ["E", "-1"]\nword = ["mean", "last"]\nout_word = ["w1mean", "last"]\n', encoding="utf-8")
+    schemes, _ = GridSpec.from_toml(f, 2, "decoder").enumerate("decoder")
+    a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    full = run_sweep(lm, items, test=2, schemes=schemes, db=a, data="toy", progress=False)
+    part = run_sweep(lm, items, test=2, schemes=schemes, db=b, data="toy", progress=False, stop_after=7)
+    assert part.groups_computed == 7 < full.n_groups
+    rest = run_sweep(lm, items, test=2, schemes=schemes, db=b, data="toy", progress=False)
+    assert rest.groups_stored_before == 7 and rest.groups_computed == full.n_groups - 7
+    again = run_sweep(lm, items, test=2, schemes=schemes, db=b, data="toy", progress=False)
+    assert again.groups_computed == 0 and again.n_texts == 0  # nothing recomputed, not even a forward pass
+    with SweepStore(a) as sa, SweepStore(b) as sb:
+        ra, rb = sa.load(full.run_id), sb.load(rest.run_id)
+    assert ra.schemes == rb.schemes and np.array_equal(ra.preds, rb.preds) and np.array_equal(ra.acc, rb.acc)

@@ -186,51 +186,54 @@ def build_bank(lm: Any, texts: Iterable[str], layers: Sequence[str], words: Sequ
 # ======================================================================================================
 
 
-def compose_context(seg_vecs: list[Tensor], norm: str, seg: str, ex: str,
-                    choice: Tensor | None = None) -> Tensor:
-    """Compose the context of one item for many (layer, word) pairs at once.
-
-    ``seg_vecs``: one tensor ``[P, n_segments, D]`` per example, already word-aggregated and normalised.
-    Returns ``[P, m, D]`` (a sequence of ``m`` context vectors), or, for ``ex=soft_cluster``,
-    ``[P, Q, C, D]`` with one context vector per choice vector of ``choice`` ``[Q, C, D]``.
-
-    NORM is applied after every aggregation that takes place (A.6: "applied to vectors after an aggregation
-    operation").  SEGMENT_AGG ``mean`` turns each example into one vector, ``None`` keeps its segment vectors;
-    EXAMPLE_AGG then works on the whole sequence: ``mean`` averages it, ``None`` keeps it, ``soft_cluster``
-    averages it with weights softmax(sequence · choice vector), a different context vector per choice.
-    """
+def normed_bank(bank: VectorBank, norm: str | None) -> Tensor:
+    """The bank after NORM, which follows word aggregation except ``word=last`` (a selection, not an
+    aggregation; :mod:`~.compose` does the same): ``[texts, layers, words, D]``."""
     from .schemes import normalize
 
-    if seg == "mean":
-        examples = [normalize(v.mean(dim=-2, keepdim=True), norm) for v in seg_vecs]
-    else:
-        examples = seg_vecs
-    seq = torch.cat(examples, dim=-2)  # [P, m, D]
-    if ex == "mean":
-        return normalize(seq.mean(dim=-2, keepdim=True), norm)
-    if ex == "soft_cluster":
-        if choice is None:
-            raise ValueError("soft_cluster needs the choice vectors")
-        logits = torch.einsum("pmd,qcd->pqcm", seq, choice)
-        w = torch.softmax(logits, dim=-1)
-        return normalize(torch.einsum("pqcm,pmd->pqcd", w, seq), norm)
+    if norm is None:
+        return bank.vectors
+    out = normalize(bank.vectors, norm)
+    if "last" in bank.words:
+        w = bank.word_pos("last")
+        out[:, :, w] = bank.vectors[:, :, w]
+    return out
+
+
+def compose_batch(seg_vecs: Sequence[Tensor], norm: str | None, seg: str | None, ex: str | None) -> Tensor:
+    """:func:`~.compose.compose_context` for many (layer, word) pairs at once: one ``[P, n_segments, D]`` tensor
+    per example → the context's vector sequence ``[P, m, D]``.  SEGMENT_AGG ``mean`` (then NORM) per example;
+    EXAMPLE_AGG ``mean`` (then NORM) only when more than one vector remains; ``soft_cluster`` is applied when
+    scoring (it needs the choice vectors)."""
+    from .schemes import normalize
+
+    parts = [normalize(v.mean(dim=-2, keepdim=True), norm) if seg == "mean" else v for v in seg_vecs]
+    seq = torch.cat(parts, dim=-2)
+    if seq.shape[-2] > 1 and ex == "mean":
+        seq = normalize(seq.mean(dim=-2, keepdim=True), norm)
     return seq
 
 
-def similarity_scores(ctx: Tensor, choices: Tensor, sim: str) -> Tensor:
-    """Scores ``[P, Q, C]`` of C choices: the best match over the context sequence (sec. 5.1.2).
+def score_batch(ctx: Tensor, choices: Tensor, sim: str, soft_cluster: bool) -> Tensor:
+    """Test 2 scores ``[P, Q, C]`` of choice vectors ``[Q, C, D]`` against context sequences ``[P, m, D]``.
 
-    ``ctx`` is ``[P, m, D]`` (or ``[P, Q, C, D]`` for soft_cluster), ``choices`` ``[Q, C, D]``; ``sim`` is
-    ``dot`` or ``cosine`` (SIMILARITY_FUNC, A.6).
+    As :func:`~.test2.test2_from_vectors`: the best match over the sequence, ``max_j sim(k_j, e_c)``; with
+    ``soft_cluster`` the sequence is first averaged with weights ``softmax_j(k_j · e_c)`` (one context vector
+    per choice, no NORM after it) and compared once.  ``sim``: ``dot`` or ``cosine`` (A.6 SIMILARITY_FUNC).
     """
+    if sim not in ("dot", "cosine"):
+        raise InputError(f"invalid similarity {sim!r}; use dot or cosine")
+    if soft_cluster:
+        w = torch.softmax(torch.einsum("qcd,pmd->pqcm", choices, ctx), dim=-1)
+        ctx_c = torch.einsum("pqcm,pmd->pqcd", w, ctx)  # [P, Q, C, D]
+        if sim == "cosine":
+            ctx_c = torch.nn.functional.normalize(ctx_c, p=2, dim=-1)
+            choices = torch.nn.functional.normalize(choices, p=2, dim=-1)
+        return (ctx_c * choices.unsqueeze(0)).sum(-1)
     if sim == "cosine":
-        choices = choices / choices.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        ctx = ctx / ctx.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    elif sim != "dot":
-        raise InputError(f"unknown similarity function {sim!r}")
-    if ctx.dim() == 4:
-        return (ctx * choices.unsqueeze(0)).sum(-1)
-    return torch.einsum("pmd,qcd->pqcm", ctx, choices).amax(dim=-1)
+        ctx = torch.nn.functional.normalize(ctx, p=2, dim=-1)
+        choices = torch.nn.functional.normalize(choices, p=2, dim=-1)
+    return torch.einsum("qcd,pmd->pqcm", choices, ctx).amax(dim=-1)
 
 
 # ======================================================================================================
@@ -419,159 +422,180 @@ class SweepResults:
         return None if v is None else float(v)
 
 
+
 # ======================================================================================================
-# Test 2 over a whole grid
+# Evaluating groups of schemes
 # ======================================================================================================
 
 
-def _ctx_key(s: Any) -> str:
-    """The context part of a scheme's string form (everything before out_layer)."""
-    parts = [p for p in str(s).split(",") if p.split("=")[0] not in OUT_FIELDS]
-    return ",".join(parts)
+def context_key(s: Any) -> str:
+    """The context part of a scheme's string form (everything but out_layer/out_word)."""
+    return ",".join(p for p in str(s).split(",") if p.split("=", 1)[0] not in OUT_FIELDS)
 
 
-def _out_key(s: Any) -> str:
-    parts = [p for p in str(s).split(",") if p.split("=")[0] in OUT_FIELDS]
-    return ",".join(parts)
+def out_key(s: Any) -> str:
+    return ",".join(p for p in str(s).split(",") if p.split("=", 1)[0] in OUT_FIELDS)
 
 
-@dataclass
-class SweepPlan:
-    """What a sweep needs besides the model: the items (cut by every encoding scheme) and the schemes."""
+def _items_from(it: Any, ex: Sequence[Any], encs: Iterable[str], lm: Any) -> ItemPlan:
+    from .segment import segment_context
 
-    items: list[ItemPlan]
-    schemes: list[Any]
-    layer_key: Callable[[Any], str]  # scheme layer value -> bank layer key
-    test: int
-
-    @property
-    def labels(self) -> np.ndarray:
-        return np.array([it.label for it in self.items], dtype=np.uint8)
+    contexts = {}
+    for enc in encs:
+        segs = segment_context(it, ex, enc, lm)
+        contexts[enc] = tuple(tuple(str(x) for x in e) for e in segs)
+    return ItemPlan(index=it.index, label=it.label, contexts=contexts, endings=tuple(it.endings),
+                    ending_chars=tuple(len(e) for e in it.endings))
 
 
-def test2_group_predictions(bank: VectorBank, items: Sequence[ItemPlan], group: Sequence[Any],
-                            layer_key: Callable[[Any], str]) -> tuple[list[str], np.ndarray]:
-    """Predictions ``[1, len(group), items]`` of every scheme of one context group (same enc/norm/seg/ex/sim
-    and the same context layer and word).  Vectorised over the group's (out_layer, out_word) pairs."""
-    from .schemes import normalize
+def test2_bundle(bank: VectorBank, nbank: Tensor, items: Sequence[ItemPlan], groups: Sequence[Sequence[Any]],
+                 layer_key: dict[str, str]) -> np.ndarray:
+    """Predictions ``[groups, outs, items]`` of Test 2 for context groups that share (enc, norm, seg, ex, sim)
+    and the list of choice encodings (out_layer, out_word), differing in (layer, word).
 
-    s0 = group[0]
-    enc, norm, seg, ex, sim = s0.enc, s0.norm, s0.seg, s0.ex, s0.sim
-    lk, wk = bank.layer_pos(layer_key(s0.layer)), bank.word_pos(s0.word)
-    outs = [(bank.layer_pos(layer_key(s.out_layer)), bank.word_pos(s.out_word)) for s in group]
-    ol = torch.tensor([o[0] for o in outs])
-    ow = torch.tensor([o[1] for o in outs])
-    preds = np.empty((1, len(group), len(items)), np.uint8)
-    for j, it in enumerate(items):
-        segs = [normalize(bank.rows(list(e))[:, lk, wk], norm).unsqueeze(0) for e in it.contexts[enc]]  # [1,n,D]
-        E = bank.rows(list(it.endings))  # [C, L, W, D]
-        choice = normalize(E[:, ol, ow].transpose(0, 1), norm)  # [Q, C, D]
-        ctx = compose_context(segs, norm, seg, ex, choice if ex == "soft_cluster" else None)
-        scores = similarity_scores(ctx, choice, sim)[0]  # [Q, C]
-        preds[0, :, j] = scores.argmax(dim=-1).numpy()
-    return [_out_key(s) for s in group], preds
-
-
-def test2_context_predictions(bank: VectorBank, items: Sequence[ItemPlan], groups: Sequence[Sequence[Any]],
-                              layer_key: Callable[[Any], str]) -> list[tuple[list[str], np.ndarray]]:
-    """Like :func:`test2_group_predictions` for several groups that differ only in (layer, word): the context
-    vectors of all of them are composed in one batch ``[P, m, D]`` and scored with one einsum per item."""
-    from .schemes import normalize
-
+    ``nbank`` is :func:`normed_bank` for the groups' NORM.  Per item, all context sequences ``[P, m, D]`` and
+    all choice vectors ``[Q, C, D]`` are formed at once and scored with one einsum.
+    """
     s0 = groups[0][0]
-    enc, norm, seg, ex, sim = s0.enc, s0.norm, s0.seg, s0.ex, s0.sim
-    lw = [(bank.layer_pos(layer_key(g[0].layer)), bank.word_pos(g[0].word)) for g in groups]
-    pl = torch.tensor([x[0] for x in lw])
-    pw = torch.tensor([x[1] for x in lw])
-    # all groups share the same out list when they come from one grid; fall back to per-group otherwise
-    outs0 = [_out_key(s) for s in groups[0]]
-    if any([_out_key(s) for s in g] != outs0 for g in groups):
-        return [test2_group_predictions(bank, items, g, layer_key) for g in groups]
-    ol = torch.tensor([bank.layer_pos(layer_key(s.out_layer)) for s in groups[0]])
-    ow = torch.tensor([bank.word_pos(s.out_word) for s in groups[0]])
-    preds = np.empty((len(groups), len(outs0), len(items)), np.uint8)
+    pl = torch.tensor([bank.layer_pos(layer_key[g[0].layer]) for g in groups])
+    pw = torch.tensor([bank.word_pos(g[0].word) for g in groups])
+    ol = torch.tensor([bank.layer_pos(layer_key[s.out_layer_eff]) for s in groups[0]])
+    ow = torch.tensor([bank.word_pos(s.out_word_eff) for s in groups[0]])
+    preds = np.empty((len(groups), len(groups[0]), len(items)), np.uint8)
+    soft = s0.ex == "soft_cluster"
     for j, it in enumerate(items):
-        segs = [normalize(bank.rows(list(e))[:, pl, pw].transpose(0, 1), norm) for e in it.contexts[enc]]  # [P,n,D]
-        E = bank.rows(list(it.endings))
-        choice = normalize(E[:, ol, ow].transpose(0, 1), norm)  # [Q, C, D]
-        ctx = compose_context(segs, norm, seg, ex, choice if ex == "soft_cluster" else None)
-        scores = similarity_scores(ctx, choice, sim)  # [P, Q, C]
+        segs = []
+        for e in it.contexts[s0.enc]:
+            rows = nbank[[bank.index[t] for t in e]]  # [n, L, W, D]
+            segs.append(rows[:, pl, pw].transpose(0, 1))  # [P, n, D]
+        ctx = compose_batch(segs, s0.norm, s0.seg, s0.ex)
+        E = nbank[[bank.index[t] for t in it.endings]]  # [C, L, W, D]
+        choice = E[:, ol, ow].transpose(0, 1)  # [Q, C, D]
+        scores = score_batch(ctx, choice, s0.sim, soft)  # [P, Q, C]
         preds[:, :, j] = scores.argmax(dim=-1).numpy()
-    return [(outs0, preds[g:g + 1]) for g in range(len(groups))]
+    return preds
 
 
-# ======================================================================================================
-# Test 1 over a whole grid
-# ======================================================================================================
+def _bar(**kw: Any) -> Any:
+    import sys
+
+    from tqdm.auto import tqdm
+
+    return tqdm(file=sys.stderr, dynamic_ncols=True, **kw)
 
 
-def test1_group_predictions(lm: Any, bank: VectorBank, items: Sequence[ItemPlan], scheme: Any,
-                            layer_key: Callable[[Any], str], ending_ids: Sequence[Sequence[Sequence[int]]],
-                            context_embeds: Callable[[Any, Tensor], Tensor],
-                            ending_embeds: Callable[[Any, list[int]], Tensor],
-                            memo: dict[bytes, tuple[float, ...]], batch: int = 16) -> tuple[list[str], np.ndarray]:
+def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequence[ItemPlan],
+                   schemes: Sequence[Any], layer_key: dict[str, str], progress: bool = True,
+                   stop_after: int | None = None) -> int:
+    """Evaluate and store every Test 2 context group not yet stored; returns the number computed.
+
+    Groups are bundled by (NORM, enc, seg, ex, sim) so that one einsum per item scores every (layer, word)
+    of the bundle; each group is committed on its own.  ``stop_after`` stops after that many groups (the
+    tests use it to simulate an interruption).
+    """
+    groups = group_by_context(schemes)
+    done = store.done(run_id)
+    labels = np.array([it.label for it in items], np.uint8)
+    bundles: OrderedDict[tuple[Any, ...], list[list[Any]]] = OrderedDict()
+    for members in groups.values():
+        if context_key(members[0]) in done:
+            continue
+        s = members[0]
+        outs = tuple(out_key(m) for m in members)
+        bundles.setdefault((str(s.norm), s.enc, str(s.seg), str(s.ex), s.sim, outs), []).append(members)
+    todo = sum(len(b) for b in bundles.values())
+    bar = _bar(total=todo, desc="Test 2 scheme groups", disable=not progress or not todo)
+    computed = 0
+    by_norm: OrderedDict[str, list[list[list[Any]]]] = OrderedDict()
+    for key, b in bundles.items():
+        by_norm.setdefault(key[0], []).append(b)
+    try:
+        for norm_s, bl in by_norm.items():
+            nbank = normed_bank(bank, None if norm_s == "None" else norm_s)
+            for b in bl:
+                t0 = time.perf_counter()
+                preds = test2_bundle(bank, nbank, items, b, layer_key)
+                dt = (time.perf_counter() - t0) / len(b)
+                for g, members in enumerate(b):
+                    store.put_group(run_id, context_key(members[0]), [out_key(m) for m in members], ["acc"],
+                                    preds[g:g + 1], labels, dt)
+                    computed += 1
+                    bar.update(1)
+                    if stop_after is not None and computed >= stop_after:
+                        return computed
+    finally:
+        bar.close()
+    return computed
+
+
+def test1_predictions(lm: Any, bank: VectorBank, nbank: Tensor, items: Sequence[ItemPlan], scheme: Any,
+                      layer_key: dict[str, str], conts: Sequence[Sequence[Sequence[int]]],
+                      memo: dict[bytes, list[float]]) -> np.ndarray:
     """Test 1 (pyramidal generation, sec. 5.1.1) predictions ``[2, 1, items]`` (acc, acc_norm) of one scheme.
 
-    The context's concept vectors (from the bank) are followed by an ending's token embeddings and fed
-    through ``inputs_embeds``; the ending's joint log-likelihood picks the answer (acc), and divided by its
-    character count (acc_norm), as in the baseline.  ``context_embeds(lm, vectors)`` maps the concept
-    vectors to the model input (identity, or whatever the single-scheme runner does), ``ending_embeds`` an
-    ending's ids to input embeddings.  ``memo`` maps the bytes of an identical (concept sequence, ending)
-    pair to its log-likelihood so that schemes giving the same sequence share one model pass.
+    The concept sequence of each item (from the bank; Gemma's BOS embedding in front, as
+    :func:`~.test1.concept_sequence`) replaces the context; :func:`~.encode.continuation_logliks` scores the
+    baseline's continuation tokens of the four endings after it (the context runs once, its past key/values
+    serve the four endings).  ``memo`` maps the bytes of a concept sequence to its four log-likelihoods, so
+    schemes that give the same sequence (e.g. every EXAMPLE_AGG of a one-example context) share one pass.
     """
-    from .schemes import normalize
+    from .encode import continuation_logliks, input_embeddings, n_prefix_tokens
 
-    lk, wk = bank.layer_pos(layer_key(scheme.layer)), bank.word_pos(scheme.word)
+    lk, wk = bank.layer_pos(layer_key[scheme.layer]), bank.word_pos(scheme.word)
+    dtype = lm.model.get_input_embeddings().weight.dtype
+    prefix = None
+    if n_prefix_tokens(lm):
+        with torch.inference_mode():
+            prefix = input_embeddings(lm, torch.tensor([lm.tokenizer.bos_token_id])).float()
+    if lm.adapter.auto_class != "causal":
+        raise InputError("the Test 1 sweep supports decoder-only models (use walklens hellaswag test1 for others)")
     preds = np.empty((2, 1, len(items)), np.uint8)
-    jobs: list[tuple[bytes, Tensor, list[int]]] = []
-    keys_per_item: list[list[bytes]] = []
     for j, it in enumerate(items):
-        segs = [normalize(bank.rows(list(e))[:, lk, wk], scheme.norm).unsqueeze(0) for e in it.contexts[scheme.enc]]
-        keys = []
-        if scheme.ex == "soft_cluster":
-            E = bank.rows(list(it.endings))  # choices as in Test 2: the choice encoded at the same layer/word
-            choice = normalize(E[:, lk, wk], scheme.norm).unsqueeze(0)
-            ctx = compose_context(segs, scheme.norm, scheme.seg, scheme.ex, choice)[0, 0]  # [C, D]
-            per_choice = [ctx[c:c + 1] for c in range(len(it.endings))]
-        else:
-            c = compose_context(segs, scheme.norm, scheme.seg, scheme.ex)[0]  # [m, D]
-            per_choice = [c] * len(it.endings)
-        for c_i, (cv, ids) in enumerate(zip(per_choice, ending_ids[j])):
-            cv = context_embeds(lm, cv)
-            key = hashlib.sha256(cv.numpy().tobytes() + np.asarray(ids, np.int64).tobytes()).digest()
-            keys.append(key)
-            if key not in memo:
-                jobs.append((key, cv, list(ids)))
-        keys_per_item.append(keys)
-    # one padded forward pass per batch of distinct (concept sequence, ending) pairs
-    uniq: dict[bytes, tuple[Tensor, list[int]]] = {}
-    for k, cv, ids in jobs:
-        uniq.setdefault(k, (cv, ids))
-    todo = list(uniq.items())
-    todo.sort(key=lambda kv: kv[1][0].shape[0] + len(kv[1][1]))
-    with torch.inference_mode():
-        for b0 in range(0, len(todo), batch):
-            chunk = todo[b0:b0 + batch]
-            seqs = [torch.cat([cv, ending_embeds(lm, ids)], dim=0) for _, (cv, ids) in chunk]
-            L = max(s.shape[0] for s in seqs)
-            D = seqs[0].shape[1]
-            x = torch.zeros(len(seqs), L, D, dtype=seqs[0].dtype)
-            mask = torch.zeros(len(seqs), L, dtype=torch.long)
-            for r, s in enumerate(seqs):
-                x[r, :s.shape[0]] = s
-                mask[r, :s.shape[0]] = 1
-            logits = lm.model(inputs_embeds=x, attention_mask=mask, use_cache=False).logits.float()
-            logp = torch.log_softmax(logits, dim=-1)
-            for r, (k, (cv, ids)) in enumerate(chunk):
-                m = cv.shape[0]
-                tgt = torch.tensor(ids)
-                lp = logp[r, m - 1:m - 1 + len(ids)].gather(-1, tgt[:, None])[:, 0]
-                memo[k] = (float(lp.sum()),)
-    for j, it in enumerate(items):
-        ll = np.array([memo[k][0] for k in keys_per_item[j]])
+        segs = [nbank[[bank.index[t] for t in e]][:, lk, wk].unsqueeze(0) for e in it.contexts[scheme.enc]]
+        seq = compose_batch(segs, scheme.norm, scheme.seg, scheme.ex)[0]
+        if prefix is not None:
+            seq = torch.cat([prefix, seq], dim=0)
+        seq = seq.to(dtype).contiguous()
+        key = hashlib.sha256(seq.numpy().tobytes() + json.dumps(conts[j]).encode()).digest()
+        if key not in memo:
+            memo[key] = continuation_logliks(lm, conts[j], context_embeds=seq)
+        ll = np.asarray(memo[key], dtype=np.float64)
         preds[0, 0, j] = int(np.argmax(ll))
         preds[1, 0, j] = int(np.argmax(ll / np.asarray(it.ending_chars, dtype=np.float64)))
-    return [""], preds
+    return preds
+
+
+def evaluate_test1(store: SweepStore, run_id: int, lm: Any, bank: VectorBank, items: Sequence[ItemPlan],
+                   schemes: Sequence[Any], layer_key: dict[str, str], conts: Sequence[Sequence[Sequence[int]]],
+                   baseline_preds: np.ndarray, progress: bool = True, stop_after: int | None = None) -> int:
+    """Evaluate and store every Test 1 scheme not yet stored (one group each); returns how many were computed.
+    ``enc=cross_encoding`` is the baseline itself: its predictions are the baseline's ``[2, items]``."""
+    done = store.done(run_id)
+    labels = np.array([it.label for it in items], np.uint8)
+    todo = [s for s in schemes if context_key(s) not in done]
+    todo.sort(key=lambda s: str(s.norm))
+    memo: dict[bytes, list[float]] = {}
+    bar = _bar(total=len(todo), desc="Test 1 schemes", disable=not progress or not todo)
+    computed = 0
+    nb: tuple[str, Tensor] | None = None
+    try:
+        for s in todo:
+            t0 = time.perf_counter()
+            if s.enc == "cross_encoding":
+                preds = baseline_preds.reshape(2, 1, -1).astype(np.uint8)
+            else:
+                if nb is None or nb[0] != str(s.norm):
+                    nb = (str(s.norm), normed_bank(bank, s.norm))
+                preds = test1_predictions(lm, bank, nb[1], items, s, layer_key, conts, memo)
+            store.put_group(run_id, context_key(s), [""], ["acc", "acc_norm"], preds, labels,
+                            time.perf_counter() - t0)
+            computed += 1
+            bar.update(1)
+            if stop_after is not None and computed >= stop_after:
+                break
+    finally:
+        bar.close()
+    return computed
 
 
 # ======================================================================================================
@@ -580,85 +604,102 @@ def test1_group_predictions(lm: Any, bank: VectorBank, items: Sequence[ItemPlan]
 
 
 @dataclass
-class SweepReport:
+class SweepOutcome:
     """What one call of :func:`run_sweep` did."""
 
     run_id: int
     n_schemes: int
     n_groups: int
-    groups_done_before: int
+    groups_stored_before: int
     groups_computed: int
     n_texts: int
+    seconds_baseline: float
     seconds_forward: float
     seconds_eval: float
+    baseline_acc: float | None
+    baseline_acc_norm: float | None
     refused: dict[str, int] = field(default_factory=dict)
 
 
-def _bar(**kw: Any) -> Any:
-    from tqdm.auto import tqdm
+def run_sweep(lm: Any, items: Sequence[Any], *, test: int, schemes: Sequence[Any], db: str | Path, shots: int = 0,
+              pool: Sequence[Any] | None = None, data: str = "", fewshot_seed: int | None = None,
+              cache_dir: str | Path | None = None, progress: bool = True, stop_after: int | None = None,
+              log: Callable[[str], None] = lambda m: None) -> SweepOutcome:
+    """Sweep ``schemes`` (valid for ``test`` on this model) over ``items``, storing into ``db``.
 
-    return tqdm(**kw)
-
-
-def _batched_groups(groups: "OrderedDict[tuple[Any, ...], list[Any]]", done: set[str]
-                    ) -> Iterator[list[list[Any]]]:
-    """Unfinished groups, bundled by (enc, norm, seg, ex, sim) so one einsum scores many (layer, word)."""
-    bundles: OrderedDict[tuple[Any, ...], list[list[Any]]] = OrderedDict()
-    for key, members in groups.items():
-        if _ctx_key(members[0]) in done:
-            continue
-        k = (key[0],) + tuple(key[3:])
-        bundles.setdefault(k, []).append(members)
-    for b in bundles.values():
-        yield b
-
-
-def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, plan: SweepPlan,
-                   progress: bool = True, stop_after: int | None = None) -> int:
-    """Evaluate and store every unfinished Test 2 group; returns the number of groups computed.
-
-    ``stop_after`` stops after that many groups (used by the tests to simulate an interruption).
+    1. the baseline of the same items (issue 4's runner and store, same database: shared with single runs;
+       normalised scores divide by it);
+    2. every distinct segment text of every encoding scheme used, run once (:func:`build_bank`);
+    3. every scheme group not yet stored, evaluated and committed one by one (:func:`evaluate_test2`,
+       :func:`evaluate_test1`).  Rerunning the same call after an interruption continues where it stopped.
     """
-    groups = group_by_context(plan.schemes)
-    done = store.done(run_id)
-    labels = plan.labels
-    todo = sum(1 for g in groups.values() if _ctx_key(g[0]) not in done)
-    bar = _bar(total=todo, desc="Test 2 scheme groups", disable=not progress or not todo)
-    computed = 0
-    for bundle in _batched_groups(groups, done):
-        t0 = time.perf_counter()
-        results = test2_context_predictions(bank, plan.items, bundle, plan.layer_key)
-        dt = (time.perf_counter() - t0) / len(bundle)
-        for members, (outs, preds) in zip(bundle, results):
-            store.put_group(run_id, _ctx_key(members[0]), outs, ["acc"], preds, labels, dt)
-            computed += 1
-            bar.update(1)
-            if stop_after is not None and computed >= stop_after:
-                bar.close()
-                return computed
-    bar.close()
-    return computed
+    from .data import FEWSHOT_SEED, fewshot_examples
+    from .encode import arch_of
+    from .runner import run_test
+    from .store import ResultStore
 
+    seed = FEWSHOT_SEED if fewshot_seed is None else fewshot_seed
+    if not items:
+        raise InputError("no items to sweep")
+    if not schemes:
+        raise InputError("the grid has no valid scheme for this test and model")
+    arch = arch_of(lm)
+    pool = list(items) if pool is None else list(pool)
+    t0 = time.perf_counter()
+    with ResultStore(db) as rs:
+        base = run_test(lm, items, test="baseline", shots=shots, pool=pool, data=data, store=rs,
+                        fewshot_seed=seed, progress=progress, desc=f"{lm.name} baseline")
+    t_base = time.perf_counter() - t0
+    base_preds = np.array([[r.pred for r in base.results], [r.pred_norm for r in base.results]], np.uint8)
+    data_key = data if seed == FEWSHOT_SEED else f"{data}#seed={seed}"
+    store = SweepStore(db)
+    try:
+        rid = store.run_id(model=lm.name, data=data_key, split=items[0].split, shots=shots, test=test,
+                           labels=[it.label for it in items], item_index=[it.index for it in items], arch=arch,
+                           n_layers=lm.n_layers)
+        store.set_baseline(rid, base.acc or 0.0, base.acc_norm or 0.0, base_preds)
+        groups = group_by_context(schemes) if test == 2 else {context_key(s): [s] for s in schemes}
+        done = store.done(rid)
+        before = sum(1 for g in groups.values() if context_key(g[0]) in done)
+        log(f"{len(schemes)} schemes in {len(groups)} groups; {before} groups already stored")
+        outcome = SweepOutcome(run_id=rid, n_schemes=len(schemes), n_groups=len(groups), groups_stored_before=before,
+                               groups_computed=0, n_texts=0, seconds_baseline=t_base, seconds_forward=0.0,
+                               seconds_eval=0.0, baseline_acc=base.acc, baseline_acc_norm=base.acc_norm)
+        if before == len(groups):
+            return outcome
+        encs = list(dict.fromkeys(s.enc for s in schemes if s.enc != "cross_encoding"))
+        plans = []
+        for it in items:
+            ex = fewshot_examples(pool, shots, it.index, seed=seed, query_split=it.split) if shots else []
+            plans.append(_items_from(it, ex, encs, lm))
+        layer_vals = {s.layer for s in schemes if s.enc != "cross_encoding"}
+        word_vals = {s.word for s in schemes if s.enc != "cross_encoding"}
+        if test == 2:
+            layer_vals |= {s.out_layer_eff for s in schemes}
+            word_vals |= {s.out_word_eff for s in schemes}
+        lkey = layer_keys(lm, layer_vals)
+        bank_layers = sorted(set(lkey.values()), key=lambda k: -1 if k == "E" else int(k))
+        from .schemes import WORD_AGG_SCHEMES
 
-def evaluate_test1(store: SweepStore, run_id: int, lm: Any, bank: VectorBank, plan: SweepPlan,
-                   ending_ids: Sequence[Sequence[Sequence[int]]], context_embeds: Callable[[Any, Tensor], Tensor],
-                   ending_embeds: Callable[[Any, list[int]], Tensor], progress: bool = True,
-                   stop_after: int | None = None, batch: int = 16) -> int:
-    """Evaluate and store every unfinished Test 1 scheme (one group each); returns how many were computed."""
-    done = store.done(run_id)
-    labels = plan.labels
-    todo = [s for s in plan.schemes if _ctx_key(s) not in done]
-    memo: dict[bytes, tuple[float, ...]] = {}
-    bar = _bar(total=len(todo), desc="Test 1 schemes", disable=not progress or not todo)
-    computed = 0
-    for s in todo:
-        t0 = time.perf_counter()
-        outs, preds = test1_group_predictions(lm, bank, plan.items, s, plan.layer_key, ending_ids, context_embeds,
-                                              ending_embeds, memo, batch=batch)
-        store.put_group(run_id, _ctx_key(s), outs, ["acc", "acc_norm"], preds, labels, time.perf_counter() - t0)
-        computed += 1
-        bar.update(1)
-        if stop_after is not None and computed >= stop_after:
-            break
-    bar.close()
-    return computed
+        words = [w for w in WORD_AGG_SCHEMES if w in word_vals]
+        texts = [t for p in plans for t in p.texts()] if encs else []
+        t1 = time.perf_counter()
+        bank = build_bank(lm, texts, bank_layers, words, cache_dir=cache_dir, progress=progress)
+        outcome.n_texts = len(bank.index)
+        t2 = time.perf_counter()
+        outcome.seconds_forward = t2 - t1
+        if test == 2:
+            outcome.groups_computed = evaluate_test2(store, rid, bank, plans, schemes, lkey, progress, stop_after)
+        else:
+            from .baseline import item_tokens
+
+            conts = []
+            for it in items:
+                ex = fewshot_examples(pool, shots, it.index, seed=seed, query_split=it.split) if shots else []
+                conts.append(item_tokens(lm, it, ex)[1])
+            outcome.groups_computed = evaluate_test1(store, rid, lm, bank, plans, schemes, lkey, conts, base_preds,
+                                                     progress, stop_after)
+        outcome.seconds_eval = time.perf_counter() - t2
+        return outcome
+    finally:
+        store.close()

@@ -1,0 +1,165 @@
+"""Baseline throughput: walklens vs lm-evaluation-harness on the same HellaSwag items, and achieved FLOP/s.
+
+Issue 7's benchmarks, measured in one run (ratios, never asserted on wall-clock):
+
+* walklens baseline items/s / lm-evaluation-harness items/s on smollm2-135m, N validation items, zero-shot,
+  fp32, CPU, at identical acc and acc_norm (target >= 2.5).  lm-eval runs its ``hellaswag`` scoring through a
+  local task YAML (``dataset_path: json``) on a jsonl written from walklens' own loader, ``--model hf`` on the
+  de-quantized safetensors copy of the model that walklens loads, in its own virtual environment (a
+  benchmark-only dependency; see docs/sweep.md, "Reproducing the lm-evaluation-harness benchmark").
+* achieved useful FLOP/s of the walklens baseline (2 x parameters x tokens actually needed / seconds) divided by
+  the machine's fp32 matmul FLOP/s (torch 2048x2048, measured in the same run) (target >= 0.5).
+
+Both sides time the evaluation only, after loading the model.  Usage::
+
+    .venv/bin/python benchmarks/bench_lmeval.py [--n 200] [--lmeval-python /work/lmeval-venv/bin/python]
+        [--lmeval-batch 8] [--json docs/results/bench_lmeval.json]
+
+Without an lm-eval environment the comparison is skipped (and said so); the FLOP/s ratio is still measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+TASK_YAML = """task: walklens_hellaswag_local
+dataset_path: json
+dataset_name: null
+dataset_kwargs:
+  data_files:
+    validation: {jsonl}
+output_type: multiple_choice
+validation_split: validation
+test_split: null
+doc_to_text: "{{{{query}}}}"
+doc_to_target: "{{{{label}}}}"
+doc_to_choice: "choices"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+  - metric: acc_norm
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
+
+def matmul_flops(n: int = 2048, reps: int = 10) -> float:
+    """Best-of-``reps`` fp32 FLOP/s of an ``n x n`` matmul (2 n^3 flops)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n ** 3 / best
+
+
+def write_task(items: list, folder: Path) -> Path:
+    """The items as lm-eval's hellaswag ``process_docs`` would produce them (query, choices, label) + the YAML."""
+    jsonl = folder / "items.jsonl"
+    with open(jsonl, "w", encoding="utf-8") as f:
+        for it in items:
+            f.write(json.dumps({"query": it.ctx, "choices": list(it.endings), "label": it.label,
+                                "index": it.index}) + "\n")
+    (folder / "walklens_hellaswag_local.yaml").write_text(TASK_YAML.format(jsonl=jsonl), encoding="utf-8")
+    return folder
+
+
+def walklens_baseline(lm: object, items: list) -> dict:
+    from walklens.concepts.baseline import baseline_item, item_tokens
+
+    n_params = sum(p.numel() for p in lm.model.parameters())
+    tokens = 0
+    for it in items:
+        ctx, conts = item_tokens(lm, it, [])
+        tokens += len(ctx) + sum(len(c) - 1 for c in conts)  # context once, each ending after its first token
+    for it in items[:2]:  # warm-up (allocations, kernels)
+        baseline_item(lm, it, [])
+    t0 = time.perf_counter()
+    res = [baseline_item(lm, it, []) for it in items]
+    dt = time.perf_counter() - t0
+    n = len(items)
+    return {"seconds": dt, "n": n, "acc": sum(r.pred == r.gold for r in res) / n,
+            "acc_norm": sum(r.pred_norm == r.gold for r in res) / n, "tokens": tokens, "params": n_params,
+            "predictions": [{"acc": r.pred, "acc_norm": r.pred_norm, "ll": list(r.scores)} for r in res]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--lmeval-python", default=os.environ.get("LMEVAL_PYTHON", "/work/lmeval-venv/bin/python"))
+    ap.add_argument("--lmeval-batch", type=int, default=8)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+
+    import walklens
+    from walklens.concepts.data import load_hellaswag
+    from walklens.loading import NAMED_MODELS, _gguf_cache_path
+
+    items = load_hellaswag(limit=args.n)
+    lm = walklens.load_model("smollm2-135m")
+    model_dir = _gguf_cache_path(NAMED_MODELS["smollm2-135m"]())
+    peak = matmul_flops()
+    wl = walklens_baseline(lm, items)
+    peak = max(peak, matmul_flops())  # measured before and after; the better of the two
+    useful = 2 * wl["params"] * wl["tokens"] / wl["seconds"]
+    out: dict = {"n": len(items), "model": "smollm2-135m", "model_dir": str(model_dir),
+                 "walklens": {k: v for k, v in wl.items() if k != "predictions"},
+                 "matmul_fp32_flops": peak, "useful_flops": useful, "flops_ratio": useful / peak,
+                 "torch_threads": torch.get_num_threads()}
+    print(f"walklens baseline: {len(items)} items in {wl['seconds']:.1f} s = {len(items) / wl['seconds']:.2f} items/s; "
+          f"acc {wl['acc']:.4f} acc_norm {wl['acc_norm']:.4f}")
+    print(f"useful FLOP/s {useful / 1e9:.2f} G / fp32 2048^2 matmul {peak / 1e9:.2f} G = ratio {useful / peak:.3f}")
+    py = Path(args.lmeval_python)
+    if not py.is_file():
+        print(f"lm-evaluation-harness comparison skipped: no {py} (see docs/sweep.md to create it)")
+    else:
+        with tempfile.TemporaryDirectory() as td:
+            folder = write_task(items, Path(td))
+            res_file = Path(td) / "lmeval.json"
+            env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+            cmd = [str(py), str(HERE / "lmeval_driver.py"), str(folder), str(model_dir), str(args.lmeval_batch),
+                   str(res_file)]
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                sys.stderr.write(proc.stderr[-3000:])
+                raise SystemExit(f"lm-eval failed (exit {proc.returncode})")
+            le = json.loads(res_file.read_text())
+        same_preds = all(a["acc"] == b["acc"] and a["acc_norm"] == b["acc_norm"]
+                         for a, b in zip(wl["predictions"], le["predictions"]))
+        max_ll_diff = max(abs(x - y) for a, b in zip(wl["predictions"], le["predictions"])
+                          for x, y in zip(a["ll"], b["ll"]))
+        ratio = (len(items) / wl["seconds"]) / (le["n"] / le["seconds"])
+        out["lmeval"] = {k: v for k, v in le.items() if k != "predictions"}
+        out.update(same_predictions=same_preds, max_loglik_diff=max_ll_diff, items_per_s_ratio=ratio,
+                   identical_acc=(wl["acc"] == le["acc"] and wl["acc_norm"] == le["acc_norm"]))
+        print(f"lm-eval (batch {le['batch_size']}): {le['n']} items in {le['seconds']:.1f} s = "
+              f"{le['n'] / le['seconds']:.2f} items/s; acc {le['acc']:.4f} acc_norm {le['acc_norm']:.4f}")
+        print(f"identical acc/acc_norm: {out['identical_acc']}; identical per-item picks: {same_preds}; "
+              f"max |loglik diff| {max_ll_diff:.2e}")
+        print(f"items/s ratio walklens / lm-eval = {ratio:.2f} (target >= 2.5)")
+    if args.json:
+        p = Path(args.json)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps(out, indent=1), encoding="utf-8")
+        tmp.replace(p)
+
+
+if __name__ == "__main__":
+    main()
