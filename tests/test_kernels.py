@@ -258,3 +258,30 @@ def test_cli_kernels_empirical_and_errors(saved, tmp_path, capsys):
         rc = main(["kernels", "--model", str(saved("llama")), *args])
         err = [l for l in capsys.readouterr().err.splitlines() if l.startswith("walklens:")]
         assert rc == 2 and len(err) == 1 and msg in err[0], (args, err)
+
+
+def test_cli_kernels_reproduces_planted_t5_fractions(tmp_path, capsys):
+    """The seed's T5 figures come from one command; here on a tiny T5 whose biases are planted: 3 of 4 encoder
+    heads attenuate distance 0 (75% negative self-bias), 1 of 4 decoder heads amplifies far positions (25%)."""
+    import json
+
+    from walklens.cli import main
+
+    lm = copy.deepcopy(tiny_model("t5"))
+    enc = lm.adapter.attention_module(lm.model, 0, "enc").relative_attention_bias
+    dec = lm.adapter.attention_module(lm.model, 0, "dec").relative_attention_bias
+    with torch.no_grad():
+        enc.weight.zero_()
+        enc.weight[0, :3] = -2.0  # bucket 0 = distance 0
+        enc.weight[0, 3] = 2.0
+        dec.weight.zero_()
+        dec.weight[4:, 1] = 2.0  # causal buckets 4..7 = distances 4..16 (the far band); bucket 3 = distance 3
+    path = tmp_path / "planted"
+    lm.model.save_pretrained(str(path))
+    lm.tokenizer.save_pretrained(str(path))
+    js = tmp_path / "k.json"
+    assert main(["kernels", "--model", str(path), "--json", str(js)]) == 0
+    f = json.loads(js.read_text())["fractions"]
+    assert f["enc"]["negative_self"] == 0.75 and f["enc"]["far_amplifying"] == 0.0
+    assert f["dec"]["far_amplifying"] == 0.25 and f["dec"]["negative_self"] == 0.0
+    assert f["dec"]["flat"] == 0.75
