@@ -1,0 +1,107 @@
+"""``walklens hellaswag``: JSON output, stored results reused, one-line errors; and, on the real SmolLM2, the
+baseline's picks against full-sequence scoring and Test 1's token-level reproduction."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from walklens.concepts.baseline import baseline_scores, item_tokens, picks, reference_logliks
+from walklens.concepts.data import load_hellaswag
+from walklens.concepts import test1 as t1
+from walklens.concepts.schemes import Scheme
+from walklens.testing import tiny_model
+
+ROWS = [("the city", "the man walks to the", "river. he", ["runs to the house.", "eats a red car.", "was big", "ran."], 0),
+        ("a dog", "the dog runs. it", "", ["eats.", "was good.", "ran to the queen.", "is red."], 2),
+        ("the king", "the king and the queen walk.", "they", ["eat.", "run to london.", "ran.", "walk to paris."], 3),
+        ("a cat", "a small cat", "is", ["red.", "big.", "good.", "bad."], 1)]
+
+
+@pytest.fixture
+def run(capsys):
+    """The CLI in-process (``walklens.cli.main``), returning code and captured output like a subprocess."""
+    from walklens.cli import main
+
+    def call(*args: str) -> SimpleNamespace:
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse errors
+            code = e.code
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+    return call
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hs")
+    lm = tiny_model("llama")
+    lm.model.save_pretrained(str(d / "model"), safe_serialization=True)
+    lm.tokenizer.save_pretrained(str(d / "model"))
+    data = d / "toy.jsonl"
+    data.write_text("".join(json.dumps({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l})
+                            + "\n" for a, ca, cb, e, l in ROWS))
+    return d, lm, data
+
+
+def test_baseline_test1_test2_json(toy, run):
+    d, lm, data = toy
+    db = d / "r.sqlite"
+    common = ["--model", str(d / "model"), "--data", str(data), "--db", str(db), "--no-progress"]
+    r = run("hellaswag", "baseline", *common, "--json", str(d / "b.json"))
+    assert r.returncode == 0, r.stderr
+    b = json.loads((d / "b.json").read_text())
+    assert b["n"] == 4 and len(b["predictions"]) == 4 and set(b["predictions"][0]) == {"acc", "acc_norm"}
+    items = load_hellaswag(data)
+    expect = [picks(baseline_scores(lm, it), it.endings) for it in items]
+    assert [(p["acc"], p["acc_norm"]) for p in b["predictions"]] == expect
+    gold = [it.label for it in items]
+    assert b["acc"] == sum(p[0] == g for p, g in zip(expect, gold)) / 4
+    assert b["acc_norm"] == sum(p[1] == g for p, g in zip(expect, gold)) / 4
+
+    r = run("hellaswag", "test1", *common, "--limit", "3", "--shots", "1", "--json", str(d / "t1.json"),
+            "--scheme", "enc=token_level,layer=E,word=last,norm=None,seg=None,ex=None")
+    assert r.returncode == 0, r.stderr
+    t = json.loads((d / "t1.json").read_text())
+    # token-level Test 1 is the baseline: identical picks, normalised scores 1 (when the baseline is not 0)
+    assert t["n"] == 3 and t["acc"] == t["baseline"]["acc"] and t["acc_norm"] == t["baseline"]["acc_norm"]
+    if t["baseline"]["acc"]:
+        assert t["normalised"]["acc"] == pytest.approx(t["acc"] / t["baseline"]["acc"])
+
+    r = run("hellaswag", "test2", *common, "--json", str(d / "t2.json"))
+    assert r.returncode == 0, r.stderr
+    t2 = json.loads((d / "t2.json").read_text())
+    assert t2["scheme"] == str(Scheme.standard(2, "decoder")) and t2["computed"] == 4
+    assert t2["baseline"] == {"acc": b["acc"], "acc_norm": b["acc_norm"]}
+    r = run("hellaswag", "export", str(d / "all.csv"), "--db", str(db), "--test", "test2")
+    assert r.returncode == 0 and len((d / "all.csv").read_text().splitlines()) == 1 + 4
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["test1", "--scheme", "enc=concat_each_example,layer=-1,word=mean,sim=dot"], "belong to Test 2"),
+    (["test2", "--scheme", "enc=nope,layer=1,word=mean"], "invalid enc"),
+    (["baseline", "--data", "BADFILE"], "bad.txt:2:"),
+    (["baseline", "--data", "/no/such.jsonl"], "no such file"),
+])
+def test_errors_are_one_line(toy, run, extra, msg):
+    d, _, _ = toy
+    (d / "bad.txt").write_text("a: b\nx\ne\ne\ne\ne\n")
+    extra = [str(d / "bad.txt") if x == "BADFILE" else x for x in extra]
+    r = run("hellaswag", *extra[:1], "--model", str(d / "model"), *extra[1:], "--no-db", "--no-progress")
+    assert r.returncode == 2, r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.startswith("walklens:")]
+    assert len(lines) == 1 and msg in lines[0] and "Traceback" not in r.stderr
+
+
+@pytest.mark.real
+def test_real_baseline_and_token_level(smollm2):
+    items = load_hellaswag(limit=2)
+    for it in items:
+        ctx, conts = item_tokens(smollm2, it, [])
+        fast = baseline_scores(smollm2, it, [])
+        assert fast == pytest.approx(reference_logliks(smollm2, ctx, conts), abs=1e-3, rel=1e-5)
+        tok = Scheme(enc="token_level", layer="E", word="last", norm=None, seg=None, ex=None)
+        assert t1.test1_scores(smollm2, it, [], tok) == pytest.approx(fast, abs=1e-3, rel=1e-5)
