@@ -49,6 +49,97 @@ def spectra_figure(spectra: PowerSpectra, top: int = 40) -> Any:
     return fig
 
 
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def alignment_figure(align: Alignment, kinds: tuple[str, ...] = ("resid_pre", "resid_mid", "resid_post")) -> Any:
+    """Alignment through depth with the three chance bands, one panel per kind of point."""
+    plt = _plt()
+    kinds = tuple(k for k in kinds if any(p.endswith("." + k) for p in align.points))
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.4 * len(kinds), 3.6), sharey=True, squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        sel = [i for i, p in enumerate(align.points) if p.endswith("." + kind)]
+        x = [align.layer_of[i] for i in sel]
+        pick = lambda xs: [xs[i] for i in sel]  # noqa: E731
+        for name, m, lo, hi, c in (("random directions", align.random_mean, align.random_lo, align.random_hi, "C7"),
+                                   ("other layers' v1", align.other_mean, align.other_lo, align.other_hi, "C1"),
+                                   ("shuffled layers", align.shuffled_mean, align.shuffled_lo, align.shuffled_hi, "C2")):
+            ax.fill_between(x, pick(lo), pick(hi), color=c, alpha=0.18)
+            ax.plot(x, pick(m), "--", color=c, lw=1, label=name)
+        ax.plot(x, pick(align.mean), "o-", color="C0", ms=3, label="own layer's v1")
+        ax.set_title(kind)
+        ax.set_xlabel("layer")
+    axes[0][0].set_ylabel("mean |cos(x, v1(F_l))|")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle(f"{align.model_name}: alignment with v1 of F = W_V W_O ({align.n_tokens} tokens; bands 5-95 %)")
+    fig.tight_layout()
+    return fig
+
+
+def dynamics_figure(dyn: Dynamics) -> Any:
+    plt = _plt()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for m in dyn.modes:
+        ax.plot(dyn.layers, dyn.alignment[m], "o-", ms=3, label=m)
+        if m != "real":
+            bx.plot(dyn.layers, dyn.agreement[m], "o-", ms=3, label=m)
+    ax.axhline(dyn.random_mean, color="C7", ls="--", lw=1, label="random")
+    ax.set_title("mean |cos(x, v1(F_l))| at layer output")
+    bx.set_title("agreement with the real trajectory (mean cos)")
+    for a in (ax, bx):
+        a.set_xlabel("layer")
+        a.legend(fontsize=8)
+    fig.suptitle(f"{dyn.model_name}: idealised dynamics")
+    fig.tight_layout()
+    return fig
+
+
+def shared_figure(sw: SharedWeights) -> Any:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = list(range(sw.n_layers + 1))
+    ax.fill_between(x, sw.measured_lo, sw.measured_hi, color="C0", alpha=0.15)
+    ax.plot(x, sw.measured, "o-", ms=3, color="C0", label="tied model (measured, 5-95 % band)")
+    ax.plot(x, sw.power, "-", color="C1", label="power method x F")
+    ax.plot(x, sw.predicted, "--", color="C1", label=f"analytic, rho = |λ2/λ1| = {sw.rate:.3f}")
+    ax.plot(x, sw.residual, "-", color="C2", label="x (I + F)")
+    ax.plot(x, sw.predicted_residual, "--", color="C2", label=f"analytic, I+F, rho = {sw.rate_residual:.4f}")
+    ax.axhline(sw.random_mean, color="C7", ls=":", label="random direction")
+    ax.set_xlabel("depth l (applications of the layer)")
+    ax.set_ylabel("mean |cos(x_l, v1(F_k))|")
+    ax.set_title(f"{sw.model_name}: layer {sw.layer} applied {sw.n_layers} times")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def steering_figure(sweep: SteeringSweep) -> Any:
+    plt = _plt()
+    metrics = (("target_prob", "p(target)"), ("target_rank", "rank of target"),
+               ("perplexity", "perplexity (unsteered model)"))
+    fig, axes = plt.subplots(len(sweep.methods), 3, figsize=(13, 3.4 * len(sweep.methods)), squeeze=False)
+    names = {"eigen": "eigen-steering", "add": "activation addition"}
+    for row, m in zip(axes, sweep.methods):
+        for ax, (metric, label) in zip(row, metrics):
+            for s in sweep.layer_sets:
+                xs, ys = sweep.curve(m, s, metric)
+                ax.plot(xs, ys, "o-", ms=3, label="layers " + ",".join(map(str, s)))
+            ax.set_title(f"{names.get(m, m)}: {label}")
+            ax.set_xlabel("alpha")
+            if metric in ("target_rank", "perplexity"):
+                ax.set_yscale("log")
+        row[0].legend(fontsize=8)
+    fig.suptitle(f"{sweep.model_name}: steering toward {sweep.target_token!r}, mean over {len(sweep.prompts)} prompts")
+    fig.tight_layout()
+    return fig
+
+
 def power_report(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None = None,
                  shared: SharedWeights | None = None, title: str = "") -> Report:
     """The ``walklens power`` report."""
@@ -88,6 +179,7 @@ def power_report(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None =
             {"name": "shuffled layers", "y": pick(align.shuffled_mean),
              "band": [pick(align.shuffled_lo), pick(align.shuffled_hi)], "dash": True},
         ], title=f"at {kind}", xlabel="layer")
+    r.figure(alignment_figure(align), "alignment")
     if align.per_token and align.tokens:
         sel = [i for i, p in enumerate(align.points) if p.endswith(".resid_post")]
         z = align.per_token[0][sel].T.tolist()
@@ -104,6 +196,7 @@ def power_report(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None =
                 title="mean |cos(x, v1(F_l))| at each layer's output", xlabel="layer")
         r.lines(dyn.layers, [{"name": m, "y": dyn.agreement[m]} for m in dyn.modes if m != "real"],
                 title="agreement with the real trajectory: mean cos(x_mode, x_real)", xlabel="layer")
+        r.figure(dynamics_figure(dyn), "dynamics")
 
     if shared is not None:
         r.h2("Shared weights")
@@ -120,6 +213,7 @@ def power_report(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None =
             {"name": "analytic, I+F", "y": shared.predicted_residual, "dash": True},
             {"name": "random", "y": [shared.random_mean] * len(x), "dash": True},
         ], title="mean |cos(x_l, v1(F_k))| against depth", xlabel="depth l")
+        r.figure(shared_figure(shared), "shared")
     return r
 
 
@@ -143,6 +237,7 @@ def steer_report(sweep: SteeringSweep, title: str = "") -> Report:
                 series.append({"name": "layers " + ",".join(map(str, s)), "y": ys})
             r.lines([f"{a:g}" for a in xs], series, title=f"{label} (mean over {len(sweep.prompts)} prompts)",
                     xlabel="alpha", height=240)
+    r.figure(steering_figure(sweep), "steering")
     r.h2("Generations")
     rows = [[x.method, ",".join(map(str, x.layers)), x.alpha, x.prompt, x.text, x.target_prob, x.target_rank,
              x.perplexity] for x in sweep.rows]
