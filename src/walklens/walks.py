@@ -53,7 +53,7 @@ Norm = Literal["none", "final"]
 Against = Literal["auto", "embed", "unembed"]
 
 _RESIDUAL_KINDS = ("resid_pre", "resid_mid", "resid_cross", "resid_post")
-_CHUNK_BYTES = 64 << 20  # one [rows, |V|] float32 score block
+_CHUNK_BYTES = 128 << 20  # one [rows, |V|] float32 score block (~650 rows for |V| = 49152)
 _EXP_FLOOR = -80.0  # exp(-80) is a normal float: keeps the softmax pass off the slow denormal path
 
 
@@ -356,7 +356,7 @@ def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, a
     coss = torch.empty(2, rows_total)
     norms = torch.empty(rows_total)
     n_buf = min(chunk_rows, rows_total)
-    cmp_buf = torch.empty(n_buf, n_vocab, device=device)  # comparisons and the exp pass
+    cmp_buf = torch.empty(n_buf, n_vocab, device=device)  # the rank comparisons
     dot_buf = torch.empty_like(cmp_buf) if not lens else None  # the projection itself
     cos_buf = torch.empty_like(cmp_buf) if (not lens and metric == "cosine") else None
     k_eff = min(k, n_vocab)
@@ -410,15 +410,19 @@ def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, a
             else:  # float sums of 0/1 are exact only below 2**24
                 r_in = torch.gt(scores, s_in).sum(-1)
                 r_nx = torch.gt(scores, s_nx).sum(-1)
-            # log-sum-exp of the inner products (eq. 12), one exp pass
-            m = top_v[:, :1] if metric == "dot" else dot.amax(-1, keepdim=True)
-            torch.sub(dot, m, out=cmp).clamp_(min=_EXP_FLOOR).exp_()
-            lse = m[:, 0] + cmp.sum(-1).log()
             d_in = dot.gather(1, ids_in[:, None])[:, 0]
             d_nx = dot.gather(1, ids_nx_c[:, None])[:, 0]
             inv_u = 1.0 / u.norm(dim=-1).clamp_min(1e-12)
-            c_in = (u * M[ids_in]).sum(-1) * inv_u * inv_m[ids_in]
-            c_nx = (u * M[ids_nx_c]).sum(-1) * inv_u * inv_m[ids_nx_c]
+            if lens:  # the head's input u and its logits differ (bias, scale, transform): use u
+                c_in = (u * M[ids_in]).sum(-1) * inv_u * inv_m[ids_in]
+                c_nx = (u * M[ids_nx_c]).sum(-1) * inv_u * inv_m[ids_nx_c]
+            else:  # u = x and dot = x·m: the cosine follows from the inner product
+                c_in = d_in * inv_u * inv_m[ids_in]
+                c_nx = d_nx * inv_u * inv_m[ids_nx_c]
+            # log-sum-exp of the inner products (eq. 12): one exp pass, in place (dot is not needed after it)
+            m = top_v[:, :1] if metric == "dot" else dot.amax(-1, keepdim=True)
+            dot.sub_(m).clamp_(min=_EXP_FLOOR).exp_()
+            lse = m[:, 0] + dot.sum(-1).log()
             nan = torch.tensor(float("nan"), device=device)
             out_top_v[r0:r1, :k_eff] = top_v.cpu()
             out_top_i[r0:r1, :k_eff] = top_i.cpu()
