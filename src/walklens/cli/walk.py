@@ -42,6 +42,13 @@ def walk_json(walk: Any) -> dict[str, Any]:
     return d
 
 
+def _short(point: str | None) -> str:
+    """``L26.resid_post`` -> ``L26 post`` for narrow terminals; None -> ``-``."""
+    if point is None:
+        return "-"
+    return point.replace(".resid_", " ")
+
+
 def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -77,15 +84,21 @@ def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str) -> None
             cells.append(s)
         table.add_row(w.points[i], *cells)
     con.print(table)
-    summary = Table(title="per position: next token at the top of the stack, and where w_t+1 outranks w_t")
-    for c in ("t", "w_t", "w_t+1", "rank w_t+1", "P(w_t+1)", *[f"escape ({k})" for k in walks]):
-        summary.add_column(c, no_wrap=c.startswith("escape"))
+    summary = Table(title="per position: the next token at the top of the stack, the first point where w_t+1 "
+                          "outranks w_t, and the point from which it stays ahead")
+    cols = ["t", "w_t", "w_t+1", "rank w_t+1", "P(w_t+1)"]
+    for k in walks:
+        cols += [f"first ({k})", f"stays ({k})"]
+    for c in cols:
+        summary.add_column(c, no_wrap=c.startswith(("first", "stays")))
     for t in range(min(T, 64)):
         rn = int(w.rank_of_next[fi, t])
+        esc = []
+        for v in walks.values():
+            esc += [_short(v.escape_names[t]), _short(v.escape_stable_names[t])]
         summary.add_row(str(t), show(w.tokens[t]).replace("[", r"\["),
                         show(w.tokens[t + 1]).replace("[", r"\[") if t + 1 < T else "",
-                        str(rn) if rn >= 0 else "", f"{float(w.prob_of_next[fi, t]):.3f}" if rn >= 0 else "",
-                        *[str(v.escape_names[t] or "-") for v in walks.values()])
+                        str(rn) if rn >= 0 else "", f"{float(w.prob_of_next[fi, t]):.3f}" if rn >= 0 else "", *esc)
     con.print(summary)
     if n < T:
         con.print(f"[dim](showing {n} of {T} positions; --json / --out hold all of them)[/dim]")
