@@ -119,3 +119,24 @@ def test_fewshot_context_joins_like_the_harness():
     # each example: query + " " + gold ending; joined by "\n\n", then "\n\n" + the query
     assert ctx == "A: item 0. e0\n\nA: item 1. e1\n\nA: item 2."
     assert fewshot_context(pool[2], []) == "A: item 2."
+
+
+def test_hub_form_with_a_stub_datasets(monkeypatch):
+    """The hub path builds items the harness's way and uses the train split for few-shot examples."""
+    import types
+
+    calls = []
+
+    def load_dataset(name, split):
+        calls.append((name, split))
+        rows = [dict(ROOF, label=str(i % 4), ctx_b="he") for i in range(3)]
+        return rows if split == "validation" else [dict(r, activity_label="Train") for r in rows]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    val = load_hellaswag("hf:Rowan/hellaswag", limit=2)
+    train = load_hellaswag("hf:Rowan/hellaswag", split="train")
+    assert calls == [("Rowan/hellaswag", "validation"), ("Rowan/hellaswag", "train")]
+    assert len(val) == 2 and val[0].ctx == "Roof shingle removal: A man is sitting on a roof. He" and val[1].label == 1
+    ex = fewshot_examples(train, 3, query_index=0, query_split="validation")
+    assert {e.split for e in ex} == {"train"} and len(ex) == 3  # the train item 0 is not the query
+    assert data_id("hf:Rowan/hellaswag") == "hf:Rowan/hellaswag"

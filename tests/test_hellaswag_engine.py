@@ -168,3 +168,17 @@ def test_test2_standard_by_hand(models):
     c = vec(ITEM.ctx)
     expect = [float(vec(e) @ c) for e in ITEM.endings]
     assert got == pytest.approx(expect, rel=1e-4, abs=1e-4)
+
+
+def test_test2_on_an_encoder_only_model():
+    """Masked LMs have no likelihood baseline and refuse Test 1, but Test 2 only needs hidden states."""
+    lm = tiny_model("bert")
+    s = Scheme.standard(2, "encoder").validate(2, "encoder")
+    scores = t2.test2_scores(lm, ITEM, [SHOT], s)
+    assert len(scores) == 4 and len(set(scores)) == 4
+    from walklens.errors import InputError, UnsupportedFamilyError
+
+    with pytest.raises(InputError, match="causal or encoder-decoder"):
+        Scheme.standard(1, "encoder-decoder").validate(1, "encoder")
+    with pytest.raises(UnsupportedFamilyError):
+        baseline_scores(lm, ITEM, [])

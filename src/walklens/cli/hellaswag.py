@@ -100,7 +100,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         common = dict(shots=args.shots, pool=pool, data=did, store=store, fewshot_seed=seed,
                       progress=not args.no_progress)
-        base = run_test(lm, items, test="baseline", desc=f"{lm.name} baseline", **common)
+        if arch_of(lm) == "encoder" and args.test != "baseline":
+            base = None  # a masked LM has no HellaSwag likelihood baseline: Test 2 is reported unnormalised
+        else:
+            base = run_test(lm, items, test="baseline", desc=f"{lm.name} baseline", **common)
         summ = base if args.test == "baseline" else run_test(lm, items, test=args.test, scheme=scheme,
                                                              desc=f"{lm.name} {args.test}", **common)
     finally:
@@ -109,8 +112,9 @@ def run(args: argparse.Namespace) -> int:
     out = {
         "model": lm.name, "data": did, "split": summ.key.split, "shots": args.shots, "test": args.test,
         "scheme": None if scheme is None else str(scheme), "n": summ.n, "acc": summ.acc, "acc_norm": summ.acc_norm,
-        "baseline": {"acc": base.acc, "acc_norm": base.acc_norm},
-        "normalised": {"acc": normalised(summ.acc, base.acc), "acc_norm": normalised(summ.acc_norm, base.acc_norm)},
+        "baseline": {"acc": base.acc if base else None, "acc_norm": base.acc_norm if base else None},
+        "normalised": {"acc": normalised(summ.acc, base.acc) if base else None,
+                       "acc_norm": normalised(summ.acc_norm, base.acc_norm) if base else None},
         "computed": summ.computed, "db": None if store is None else str(store.path),
         "command": "walklens " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("walklens") else None,
         "predictions": summ.predictions,
