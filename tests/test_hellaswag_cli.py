@@ -105,3 +105,20 @@ def test_real_baseline_and_token_level(smollm2):
         assert fast == pytest.approx(reference_logliks(smollm2, ctx, conts), abs=1e-3, rel=1e-5)
         tok = Scheme(enc="token_level", layer="E", word="last", norm=None, seg=None, ex=None)
         assert t1.test1_scores(smollm2, it, [], tok) == pytest.approx(fast, abs=1e-3, rel=1e-5)
+
+
+def test_other_modules_can_add_hellaswag_subcommands(monkeypatch):
+    import pkgutil
+    import sys
+    import types
+
+    from walklens.cli import build_parser
+
+    fake = types.ModuleType("walklens.cli.zz_fake")
+    fake.register_hellaswag = lambda hs: hs.add_parser("fake").set_defaults(func=lambda a: 7)
+    monkeypatch.setitem(sys.modules, "walklens.cli.zz_fake", fake)
+    real = pkgutil.iter_modules
+    monkeypatch.setattr(pkgutil, "iter_modules",
+                        lambda path=None, prefix="": list(real(path, prefix)) + [pkgutil.ModuleInfo(None, "zz_fake", False)])
+    args = build_parser().parse_args(["hellaswag", "fake"])
+    assert args.func(args) == 7

@@ -1,8 +1,8 @@
 """``walklens hellaswag baseline|test1|test2|export``: the concept-space experiments of seed 000 (sec. 5.1,
 A.6) on HellaSwag, with results stored in an SQLite database (resumable) and an optional JSON summary.
 
-Other modules can add ``walklens hellaswag`` sub-commands: a module ``walklens.cli.hellaswag_<name>`` that
-defines ``register_hellaswag(subparsers)`` is discovered and called with this command's sub-parsers.
+Other modules can add ``walklens hellaswag`` sub-commands: any module of ``walklens.cli`` that defines
+``register_hellaswag(subparsers)`` is called with this command's sub-parsers (e.g. ``walklens hellaswag sweep``).
 """
 
 from __future__ import annotations
@@ -60,10 +60,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     from .. import cli as cli_pkg
 
     for info in sorted(pkgutil.iter_modules(cli_pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("hellaswag_"):
-            mod = importlib.import_module(f"{cli_pkg.__name__}.{info.name}")
-            if hasattr(mod, "register_hellaswag"):
-                mod.register_hellaswag(hs)
+        if info.name.startswith("_") or info.name in ("common", "hellaswag"):
+            continue
+        mod = importlib.import_module(f"{cli_pkg.__name__}.{info.name}")
+        if hasattr(mod, "register_hellaswag"):
+            mod.register_hellaswag(hs)
 
 
 def _pool(args: argparse.Namespace, items: list[Any]) -> list[Any] | None:
