@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from importlib import resources
 
 import pytest
@@ -337,13 +335,26 @@ def tiny_dir(tmp_path_factory):
     return d
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "walklens", *args], capture_output=True, text=True, timeout=600)
+class Result:
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
-def test_cli_walk_generate_simmap(tiny_dir, tmp_path):
+def cli(capsys, *args: str) -> Result:
+    """The command line, in-process (the same main() the console script runs; no interpreter start-up)."""
+    from walklens.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse errors
+        code = int(e.code)
+    out = capsys.readouterr()
+    return Result(code, out.out, out.err)
+
+
+def test_cli_walk_generate_simmap(tiny_dir, tmp_path, capsys):
     out = tmp_path / "walk"
-    r = cli("walk", "the capital of france is paris", "--model", str(tiny_dir), "--json", str(tmp_path / "w.json"),
+    r = cli(capsys, "walk", "the capital of france is paris", "--model", str(tiny_dir), "--json", str(tmp_path / "w.json"),
             "--out", str(out), "--k", "4")
     assert r.returncode == 0, r.stderr
     data = json.loads((tmp_path / "w.json").read_text())
@@ -356,13 +367,13 @@ def test_cli_walk_generate_simmap(tiny_dir, tmp_path):
     assert (out / "rank_next_final.png").stat().st_size > 1000
     assert "capital" in r.stdout  # the terminal table
 
-    r = cli("generate", "the capital of", "--model", str(tiny_dir), "--max-new-tokens", "3", "--json",
+    r = cli(capsys, "generate", "the capital of", "--model", str(tiny_dir), "--max-new-tokens", "3", "--json",
             str(tmp_path / "g.json"), "--out", str(tmp_path / "gen"))
     assert r.returncode == 0, r.stderr
     g = json.loads((tmp_path / "g.json").read_text())
     assert len(g["tokens"]) == len(g["ranks"]) <= 3 and (tmp_path / "gen" / "index.html").is_file()
 
-    r = cli("simmap", "the capital of france", "--model", str(tiny_dir), "--point", "embed", "--point", "final",
+    r = cli(capsys, "simmap", "the capital of france", "--model", str(tiny_dir), "--point", "embed", "--point", "final",
             "--json", str(tmp_path / "s.json"), "--out", str(tmp_path / "sim"))
     assert r.returncode == 0, r.stderr
     s = json.loads((tmp_path / "s.json").read_text())
@@ -375,8 +386,8 @@ def test_cli_walk_generate_simmap(tiny_dir, tmp_path):
     (("walk", "the king", "--k", "0"), "k must be"),
     (("generate", "the king", "--max-new-tokens", "0"), "max_new_tokens"),
 ])
-def test_cli_errors_one_line(tiny_dir, args, msg):
-    r = cli(*args, "--model", str(tiny_dir))
+def test_cli_errors_one_line(tiny_dir, args, msg, capsys):
+    r = cli(capsys, *args, "--model", str(tiny_dir))
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
     lines = [l for l in r.stderr.splitlines() if l.startswith("walklens:")]
