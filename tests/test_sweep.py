@@ -16,6 +16,17 @@ from walklens.concepts.schemes import Scheme
 from walklens.concepts.sweep import SweepStore, pack_predictions, unpack_predictions
 from walklens.errors import InputError
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small tensors on shared cores: one intra-op thread is many times faster than spinning OpenMP workers."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
 # ---- grid ---------------------------------------------------------------------------------------------------
 
 
@@ -190,18 +201,20 @@ def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, s
 
     lm = tiny_model(family)
     items = _items(8)
-    grid = GridSpec.full(2, layers=("E", "middle", "-1"))
+    grid = GridSpec.full(2, layers=("E", "-1"))
     schemes, _ = grid.enumerate("decoder")
     db = tmp_path / "r.sqlite"
     out = run_sweep(lm, items, test=2, schemes=schemes, db=db, shots=shots, data="toy", progress=False)
     assert out.groups_computed == out.n_groups
     with SweepStore(db) as st:
         res = st.load(out.run_id)
-    assert len(res.schemes) == len(schemes) == 5 * 3 * 11 * 4 * 2 * 3 * 2 * 3 * 11
+    assert len(res.schemes) == len(schemes) == 5 * 2 * 11 * 4 * 2 * 3 * 2 * 2 * 11
     pos = {n: i for i, n in enumerate(res.schemes)}
     preds = res.preds[0]
     # every value of every parameter appears in the sample; standard scheme included
-    sample = _sample(schemes, 60) + [Scheme.standard(2, "decoder")]
+    sample = _sample(schemes, 40) + [Scheme.standard(2, "decoder"), Scheme.parse(  # exact ties: E/last of "x."
+        "enc=sentence_level_segmentation,layer=E,word=-relu+|w1mean,norm=None,seg=None,ex=soft_cluster,sim=cosine,"
+        "out_layer=E,out_word=last")]
     mismatches = 0
     for s in sample:
         single = [test2_item(lm, it, fewshot_examples(items, shots, it.index) if shots else [], s).pred
@@ -220,17 +233,17 @@ def test_test1_sweep_matches_single_scheme_runner(tmp_path: Path) -> None:
     from walklens.testing import tiny_model
 
     lm = tiny_model("gemma3")  # scales its input embeddings and prefixes a BOS: the harder case
-    items = _items(6, seed=3)
+    items = _items(4, seed=3)
     f = tmp_path / "g.toml"
-    f.write_text('layers = ["E", "-1"]\nword = ["mean", "last", "relu|w1mean"]\nnorm = ["None", "zNorm"]\n',
-                 encoding="utf-8")
+    f.write_text('layers = ["E", "-1"]\nword = ["last", "relu|w1mean"]\nnorm = ["None", "zNorm"]\n'
+                 'enc = ["concat_each_example", "sentence_level_segmentation", "cross_encoding"]\n', encoding="utf-8")
     schemes, _ = GridSpec.from_toml(f, 1, "decoder").enumerate("decoder")
     db = tmp_path / "r.sqlite"
     out = run_sweep(lm, items, test=1, schemes=schemes, db=db, shots=1, data="toy", progress=False)
     with SweepStore(db) as st:
         res = st.load(out.run_id)
     pos = {n: i for i, n in enumerate(res.schemes)}
-    for s in _sample(schemes, 12, seed=1):
+    for s in _sample(schemes, 8, seed=1):
         single = [test1_item(lm, it, fewshot_examples(items, 1, it.index), s) for it in items]
         assert res.preds[0, pos[str(s)]].tolist() == [r.pred for r in single], str(s)
         assert res.preds[1, pos[str(s)]].tolist() == [r.pred_norm for r in single], str(s)
@@ -259,3 +272,48 @@ def test_interrupted_sweep_resumes_to_the_identical_table(tmp_path: Path) -> Non
     with SweepStore(a) as sa, SweepStore(b) as sb:
         ra, rb = sa.load(full.run_id), sb.load(rest.run_id)
     assert ra.schemes == rb.schemes and np.array_equal(ra.preds, rb.preds) and np.array_equal(ra.acc, rb.acc)
+
+
+# ---- command line and report ----------------------------------------------------------------------------------
+
+
+def test_cli_sweep_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from walklens.cli import main
+    from walklens.testing import tiny_model
+
+    lm = tiny_model("llama")
+    mdir = tmp_path / "tiny"
+    lm.model.save_pretrained(mdir)
+    lm.tokenizer.save_pretrained(mdir)
+    data = tmp_path / "items.jsonl"
+    with open(data, "w", encoding="utf-8") as f:
+        for it in _items(6, seed=5):
+            f.write(json.dumps({"activity_label": "x", "ctx_a": it.ctx, "ctx_b": "", "endings": list(it.endings),
+                                "label": it.label}) + "\n")
+    grid = tmp_path / "g.toml"
+    grid.write_text('layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None"]\nout_word = ["mean"]\n',
+                    encoding="utf-8")
+    db = tmp_path / "r.sqlite"
+    args = ["sweep", "--test", "2", "--grid", str(grid), "--model", str(mdir), "--data", str(data), "--db", str(db),
+            "--no-progress"]
+    assert main(args + ["--dry-run"]) == 0
+    assert "schemes to run" in capsys.readouterr().out
+    assert main(args + ["--json", str(tmp_path / "s.json")]) == 0
+    info = json.loads((tmp_path / "s.json").read_text())
+    assert info["n_schemes"] == 5 * 2 * 2 * 2 * 3 * 2 * 2 and info["groups_computed"] == info["n_groups"]
+    assert main(args) == 0  # rerun: everything stored, nothing recomputed
+    assert "0 groups computed now" in capsys.readouterr().out
+    out = tmp_path / "rep"
+    assert main(["report", "--db", str(db), "--out", str(out)]) == 0
+    assert (out / "index.html").is_file() and (out / "summary.csv").is_file()
+    assert list(out.glob("top10_*_acc.csv")) and list(out.glob("fig10_test2_acc.png"))
+    html = (out / "index.html").read_text()
+    assert "<script src=" not in html and "held-out" in html
+    rows = (out / "summary.csv").read_text().splitlines()
+    assert len(rows) == 2 and rows[0].startswith("model,test,shots")
+    # bad input: one line, exit 2
+    grid.write_text("layer = [", encoding="utf-8")
+    assert main(args) == 2
+    assert main(["report", "--db", str(tmp_path / "missing.sqlite"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "not valid TOML" in err and "no such database" in err

@@ -67,9 +67,7 @@ def run(args: argparse.Namespace) -> int:
         layers = tuple(canonical_layer(x) for x in args.layers.split(",") if x.strip())
         if not layers:
             raise InputError("--layers is empty")
-    # the grid is checked before anything heavy is loaded
-    from ..concepts.schemes import ARCHES  # noqa: F401  (validates the module imports)
-
+    GridSpec.resolve(args.grid, args.test, "decoder", layers if args.layers else None)  # bad grid: fail fast
     lm = load_model(args.model)
     from ..concepts.encode import arch_of
 

@@ -448,6 +448,26 @@ def _items_from(it: Any, ex: Sequence[Any], encs: Iterable[str], lm: Any) -> Ite
                     ending_chars=tuple(len(e) for e in it.endings))
 
 
+def tie_identical(score: Tensor, choices: Tensor, c_dim: int, cv_dim: int) -> Tensor:
+    """Give bitwise-identical choice vectors bitwise-identical scores (the first one's).
+
+    Two endings can have the very same vector (e.g. ``out_layer=E, out_word=last`` and both end in ``.``); the
+    single-scheme runner then scores them equally and the first wins the argmax, while a batched product may
+    round them differently.  ``score`` has the choices on ``c_dim``; ``choices`` holds their vectors on
+    ``cv_dim`` (``D`` last), its other dims broadcastable to ``score``'s once both choice dims are moved last.
+    """
+    C = score.shape[c_dim]
+    sc = score.movedim(c_dim, -1).clone()
+    cv = choices.movedim(cv_dim, -2)  # [..., C, D]
+    for c in range(1, C):
+        for c0 in range(c):
+            same = (cv[..., c, :] == cv[..., c0, :]).all(-1)  # [...]
+            if bool(same.any()):
+                sc[..., c] = torch.where(same, sc[..., c0], sc[..., c])
+                break
+    return sc.movedim(-1, c_dim)
+
+
 def test2_bundle(bank: VectorBank, nbank: Tensor, items: Sequence[ItemPlan], groups: Sequence[Sequence[Any]],
                  layer_key: dict[str, str]) -> np.ndarray:
     """Predictions ``[groups, outs, items]`` of Test 2 for context groups that share (enc, norm, seg, ex, sim)
@@ -472,7 +492,104 @@ def test2_bundle(bank: VectorBank, nbank: Tensor, items: Sequence[ItemPlan], gro
         E = nbank[[bank.index[t] for t in it.endings]]  # [C, L, W, D]
         choice = E[:, ol, ow].transpose(0, 1)  # [Q, C, D]
         scores = score_batch(ctx, choice, s0.sim, soft)  # [P, Q, C]
+        scores = tie_identical(scores, choice.unsqueeze(0), 2, 2)
         preds[:, :, j] = scores.argmax(dim=-1).numpy()
+    return preds
+
+
+@dataclass
+class EncLayout:
+    """Padded text-row indices of one encoding scheme over all items: ``seg[N, E, S]`` (row in the bank,
+    0 where padded), ``smask[N, E, S]`` (a real segment), ``emask[N, E]`` (a real example), ``end[N, C]``."""
+
+    seg: Tensor
+    smask: Tensor
+    emask: Tensor
+    end: Tensor
+
+    @classmethod
+    def build(cls, bank: VectorBank, items: Sequence[ItemPlan], enc: str) -> EncLayout:
+        E = max(len(it.contexts[enc]) for it in items)
+        S = max(len(e) for it in items for e in it.contexts[enc])
+        seg = torch.zeros(len(items), E, S, dtype=torch.long)
+        smask = torch.zeros(len(items), E, S, dtype=torch.bool)
+        for n, it in enumerate(items):
+            for e, ex in enumerate(it.contexts[enc]):
+                for k, t in enumerate(ex):
+                    seg[n, e, k] = bank.index[t]
+                    smask[n, e, k] = True
+        end = torch.tensor([[bank.index[t] for t in it.endings] for it in items], dtype=torch.long)
+        return cls(seg=seg, smask=smask, emask=smask.any(-1), end=end)
+
+
+def _masked_mean(x: Tensor, mask: Tensor, dim: int) -> Tensor:
+    """Mean of ``x`` over ``dim`` counting only ``mask`` (broadcast over the trailing dims of x)."""
+    m = mask.to(x.dtype)
+    while m.dim() < x.dim():
+        m = m.unsqueeze(-1)
+    return (x * m).sum(dim) / m.sum(dim).clamp_min(1.0)
+
+
+def test2_bundle_batched(bank: VectorBank, nbank: Tensor, layout: EncLayout, groups: Sequence[Sequence[Any]],
+                         layer_key: dict[str, str], chunk: int = 8) -> np.ndarray:
+    """:func:`test2_bundle` vectorised over items too (chunks of ``chunk`` items; padding masked out):
+    predictions ``[groups, outs, items]``.
+
+    Padded segments and examples are masked; the best match over the sequence ignores padded positions;
+    ``soft_cluster`` is computed without forming a context vector per (pair, choice): with weights
+    ``w = softmax_j(k_j · e_c)``, ``k̄_c · e_c = sum_j w_j (k_j · e_c)`` and ``|k̄_c|^2 = w^T G w`` with the Gram
+    matrix ``G = K K^T`` (cosine).  The same numbers as :func:`test2_bundle` up to float rounding.
+    """
+    from .schemes import normalize
+
+    s0 = groups[0][0]
+    norm, seg, ex, sim = s0.norm, s0.seg, s0.ex, s0.sim
+    if sim not in ("dot", "cosine"):
+        raise InputError(f"invalid similarity {sim!r}; use dot or cosine")
+    pl = torch.tensor([bank.layer_pos(layer_key[g[0].layer]) for g in groups])
+    pw = torch.tensor([bank.word_pos(g[0].word) for g in groups])
+    ol = torch.tensor([bank.layer_pos(layer_key[s.out_layer_eff]) for s in groups[0]])
+    ow = torch.tensor([bank.word_pos(s.out_word_eff) for s in groups[0]])
+    N = layout.seg.shape[0]
+    preds = np.empty((len(groups), len(groups[0]), N), np.uint8)
+    for a in range(0, N, chunk):
+        sl = slice(a, min(N, a + chunk))
+        idx, smask, emask = layout.seg[sl], layout.smask[sl], layout.emask[sl]
+        n, E, S = idx.shape
+        x = nbank[idx.reshape(-1)][:, pl, pw].reshape(n, E, S, len(pl), -1)  # [n, E, S, P, D]
+        if seg == "mean":
+            seq = normalize(_masked_mean(x, smask, dim=2), norm)  # [n, E, P, D]
+            mmask = emask  # [n, E]
+        else:
+            seq = x.reshape(n, E * S, len(pl), -1)
+            mmask = smask.reshape(n, E * S)
+        count = mmask.sum(-1)  # [n]
+        if ex == "mean":
+            avg = normalize(_masked_mean(seq, mmask, dim=1), norm).unsqueeze(1)  # [n, 1, P, D]
+            first = seq[torch.arange(n), mmask.to(torch.int8).argmax(-1)].unsqueeze(1)  # the single real vector
+            seq = torch.where((count > 1)[:, None, None, None], avg, first)
+            mmask = torch.ones(n, 1, dtype=torch.bool)
+        P, Q = len(pl), len(ol)
+        m = seq.shape[1]
+        ch = nbank[layout.end[sl].reshape(-1)][:, ol, ow].reshape(n, -1, Q, nbank.shape[-1])  # [n, C, Q, D]
+        C = ch.shape[1]
+        if sim == "cosine" and ex != "soft_cluster":
+            seq = torch.nn.functional.normalize(seq, p=2, dim=-1)
+            ch = torch.nn.functional.normalize(ch, p=2, dim=-1)
+        # every context vector against every choice vector: one batched matrix product [n, m*P, C*Q]
+        dots = torch.bmm(seq.reshape(n, m * P, -1), ch.reshape(n, C * Q, -1).transpose(1, 2)).reshape(n, m, P, C, Q)
+        pad = ~mmask[:, :, None, None, None]
+        if ex == "soft_cluster":
+            w = torch.softmax(dots.masked_fill(pad, float("-inf")), dim=1)  # weights over the sequence
+            score = (w * dots.masked_fill(pad, 0.0)).sum(1)  # k̄_c · e_c  [n, P, C, Q]
+            if sim == "cosine":
+                gram = torch.einsum("nmpd,nkpd->npmk", seq, seq)  # [n, P, m, m]
+                sq = torch.einsum("nmpcq,npmk,nkpcq->npcq", w, gram, w).clamp_min(0.0)
+                score = score / (sq.sqrt().clamp_min(1e-12) * ch.norm(dim=-1).clamp_min(1e-12)[:, None])
+        else:
+            score = dots.masked_fill(pad, torch.finfo(dots.dtype).min).amax(1)  # best match [n, P, C, Q]
+        score = tie_identical(score, ch.unsqueeze(1), 2, 2)  # ch [n, 1, C, Q, D] broadcasts over P
+        preds[:, :, sl] = score.argmax(2).permute(1, 2, 0).numpy()  # [P, Q, n]
     return preds
 
 
@@ -509,12 +626,16 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
     by_norm: OrderedDict[str, list[list[list[Any]]]] = OrderedDict()
     for key, b in bundles.items():
         by_norm.setdefault(key[0], []).append(b)
+    layouts: dict[str, EncLayout] = {}
     try:
         for norm_s, bl in by_norm.items():
             nbank = normed_bank(bank, None if norm_s == "None" else norm_s)
             for b in bl:
                 t0 = time.perf_counter()
-                preds = test2_bundle(bank, nbank, items, b, layer_key)
+                enc = b[0][0].enc
+                if enc not in layouts:
+                    layouts[enc] = EncLayout.build(bank, items, enc)
+                preds = test2_bundle_batched(bank, nbank, layouts[enc], b, layer_key)
                 dt = (time.perf_counter() - t0) / len(b)
                 for g, members in enumerate(b):
                     store.put_group(run_id, context_key(members[0]), [out_key(m) for m in members], ["acc"],

@@ -114,27 +114,36 @@ def bar_chart(summaries: Sequence[dict[str, Any]], test: int, metric: str = "acc
     rows = [s for s in summaries if s["test"] == test and metric in s["metrics"]]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(rows) + 1.5), 3.4))
     xs = np.arange(len(rows))
+    seen: set[str] = set()
+
+    def once(label: str) -> str | None:
+        if label in seen:
+            return None
+        seen.add(label)
+        return label
+
     for x, s in zip(xs, rows):
         m = s["metrics"][metric]
         std = m.get("standard")
         if std and std["norm"] is not None:
-            ax.bar(x, std["norm"], color="#7aa6c2", width=0.6, label="standard scheme" if x == 0 else None)
+            ax.bar(x, std["norm"], color="#7aa6c2", width=0.6, label=once("standard scheme"))
         ins = m["in_sample"]["norm_score"]
         if ins is not None:
-            ax.plot(x, ins, marker="*", ms=13, color="#e67e22", ls="none", label="best, in-sample" if x == 0 else None)
+            ax.plot(x, ins, marker="*", ms=13, color="#e67e22", ls="none", label=once("best, in-sample"))
         kf = m["kfold"]
         if kf["norm"] is not None:
             ax.errorbar(x + 0.18, kf["norm"], yerr=[[kf["norm"] - kf["norm_lo"]], [kf["norm_hi"] - kf["norm"]]],
                         marker="D", ms=6, color="#27ae60", capsize=3, ls="none",
-                        label="best, 5-fold held-out (95% CI)" if x == 0 else None)
+                        label=once("best, k-fold held-out (95% CI)"))
         if m["baseline"]:
             ax.plot([x - 0.35, x + 0.35], [0.25 / m["baseline"]] * 2, color="k", ls="--", lw=0.8,
-                    label="chance" if x == 0 else None)
+                    label=once("chance"))
     ax.axhline(1.0, color="#c0392b", lw=0.8)
     ax.set_xticks(xs, [f"{Path(str(s['model'])).name}\n{s['shots']}-shot" for s in rows], fontsize=8)
     ax.set_ylabel(f"normalised score ({metric} / baseline {metric})")
     ax.set_title(f"Test {test}: {'pyramidal generation' if test == 1 else 'concept similarity'}", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
     return fig
 
 
