@@ -103,6 +103,16 @@ def test_layers_mean_what_a6_says(family):
         pos = lm.model.transformer.wpe.weight[:5]
         assert torch.allclose(states[0], states[None] + pos, atol=1e-6)
     assert mask.tolist() == [[1] * 5]
+    # asking only for a lower layer stops the pass early and gives the same states
+    spec = lm.adapter.stack("enc") if family == "t5" else lm.adapter.stack()
+    last = lm.adapter.layer_modules(lm.model, spec.name)[-1]
+    ran = []
+    h = last.register_forward_hook(lambda m, a, o: ran.append(1))
+    try:
+        only, _ = hidden_states(lm, [ids], [1])
+    finally:
+        h.remove()
+    assert list(only) == [1] and torch.allclose(only[1], states[1]) and ran == []  # layer 1 itself never ran
 
 
 def test_padding_does_not_change_states():
