@@ -392,3 +392,25 @@ def test_cli_errors_one_line(tiny_dir, args, msg, capsys):
     assert "Traceback" not in r.stderr
     lines = [l for l in r.stderr.splitlines() if l.startswith("walklens:")]
     assert len(lines) == 1 and msg in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("family", ["t5", "albert"])
+def test_cli_walk_encoder_decoder_and_e_space(family, tmp_path, capsys):
+    """T5: the report holds the encoder and the decoder walks (A.2); ALBERT: the raw reading is skipped with
+    a note (V lives in E-space) and the lens reading is reported."""
+    lm = tiny_model(family)
+    d = tmp_path / family
+    lm.model.save_pretrained(str(d), safe_serialization=True)
+    lm.tokenizer.save_pretrained(str(d))
+    r = cli(capsys, "walk", "the capital of france", "--model", str(d), "--json", str(tmp_path / "w.json"),
+            "--out", str(tmp_path / "out"), "--k", "3")
+    assert r.returncode == 0, r.stderr
+    data = json.loads((tmp_path / "w.json").read_text())
+    html = (tmp_path / "out" / "index.html").read_text()
+    if family == "t5":
+        assert set(data["walks"]) == {"none", "final"}
+        enc = data["walks"]["final"]["encoder"]
+        assert len(enc["rank_of_input"][0]) == len(enc["tokens"]) and "Encoder walk" in html and "Decoder walk" in html
+        assert (tmp_path / "out" / "rank_next_enc_final.png").is_file()
+    else:
+        assert set(data["walks"]) == {"final"} and "E-space" in r.stderr
