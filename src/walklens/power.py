@@ -714,8 +714,9 @@ class SharedWeights:
     analytically").  Depth index l = 0..L (0 = the input).  ``measured``: mean |cos(x_l, v1(F_k))| of the
     real tied model at each depth; ``power``: the pure power method x <- x F_k from the same inputs;
     ``residual``: the linear residual form x <- x (I + F_k) (normalised); ``predicted`` and
-    ``predicted_residual``: the analytic curves tan theta_l = tan theta_0 rho^l with rho = ``rate`` (gap of F_k)
-    and ``rate_residual`` (gap of I + F_k); ``fitted_*``: rates fitted to the measured curves; ``random_mean``:
+    ``predicted_residual``: the analytic two-component curves tan theta_l = tan theta_1 rho^(l-1) with
+    rho = ``rate`` (gap of F_k) and ``rate_residual`` (gap of I + F_k), started after the first step (which
+    removes F's null space, where most of a token's mass lies when rank F < D); ``fitted_*``: rates fitted to the measured curves; ``random_mean``:
     the random-direction baseline."""
 
     model_name: str
@@ -791,8 +792,8 @@ def shared_weights(model: LoadedModel, texts: str | Sequence[str], *, layer: int
                          complex_pair=spec_k.complex_pair, rate=spec_k.gap, rate_residual=rate_res,
                          measured=m.mean(1).tolist(), measured_lo=q[0].tolist(), measured_hi=q[1].tolist(),
                          power=pw.mean(1).tolist(), residual=rs.mean(1).tolist(),
-                         predicted=predicted_alignment(m[0], spec_k.gap, L).tolist(),
-                         predicted_residual=predicted_alignment(m[0], rate_res, L).tolist(),
+                         predicted=[float(m[0].mean())] + predicted_alignment(pw[1], spec_k.gap, L - 1).tolist(),
+                         predicted_residual=[float(m[0].mean())] + predicted_alignment(rs[1], rate_res, L - 1).tolist(),
                          fitted_measured=fitted_rate(m.mean(1)), fitted_power=fitted_rate(pw.mean(1), start=1),
                          random_mean=rnd, n_tokens=int(X.shape[1]), nearest=spec_k.nearest)
 
