@@ -9,13 +9,14 @@ final norm.  Encoder-decoder models are encoded with their encoder stack (sec. 5
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Sequence
 
 import torch
 from torch import nn
 
 from ..errors import ContextTooLongError, EmptyTextError, UnsupportedFamilyError
-from ..models.base import get_module
+from ..models.base import StackSpec, get_module
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
@@ -98,7 +99,7 @@ class _Stop(Exception):
     pass
 
 
-def _encoder_spec(lm: "LoadedModel"):  # noqa: ANN202 - StackSpec
+def _encoder_spec(lm: "LoadedModel") -> StackSpec:
     return lm.adapter.stack("enc") if lm.adapter.auto_class == "seq2seq" else lm.adapter.stack()
 
 
@@ -184,11 +185,16 @@ def _log_softmax_at(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
-def _cache_kw(model: nn.Module) -> str:
-    """The name of the past-key/values argument (transformers 5.2x renamed ``past_key_values`` to ``cache``)."""
+@functools.lru_cache(maxsize=None)
+def _cache_kw_for(cls: type) -> str:
     import inspect
 
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
+
+def _cache_kw(model: nn.Module) -> str:
+    """The name of the past-key/values argument (transformers 5.2x renamed ``past_key_values`` to ``cache``)."""
+    return _cache_kw_for(type(model))
 
 
 @torch.inference_mode()
