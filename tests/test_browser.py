@@ -13,7 +13,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import torch
 
 import walklens
 from walklens.reports.walks import decoding_walk_report, encoding_walk_report, similarity_report

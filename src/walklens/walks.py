@@ -32,7 +32,6 @@ tokens x |V| at once).  Probabilities are always softmax of the inner products (
 from __future__ import annotations
 
 import fnmatch
-import math
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
