@@ -255,14 +255,15 @@ class SteeringSweep:
     methods: list[str]
     rows: list[SteerRow]
 
-    def curve(self, method: str, layers: Sequence[int], metric: str = "target_prob") -> tuple[list[float], list[float]]:
-        """(alphas, mean over prompts of ``metric``) for one method and layer set."""
+    def curve(self, method: str, layers: Sequence[int], metric: str = "target_prob",
+              stat: str = "mean") -> tuple[list[float], list[float]]:
+        """(alphas, mean or median over prompts of ``metric``) for one method and layer set."""
         sel = [r for r in self.rows if r.method == method and list(r.layers) == list(layers)]
         al = sorted({r.alpha for r in sel})
         ys = []
         for a in al:
-            v = [getattr(r, metric) for r in sel if r.alpha == a]
-            ys.append(sum(v) / len(v))
+            v = torch.tensor([float(getattr(r, metric)) for r in sel if r.alpha == a], dtype=torch.float64)
+            ys.append(float(v.mean() if stat == "mean" else v.median()))
         return al, ys
 
 

@@ -121,21 +121,21 @@ def shared_figure(sw: SharedWeights) -> Any:
 
 def steering_figure(sweep: SteeringSweep) -> Any:
     plt = _plt()
-    metrics = (("target_prob", "p(target)"), ("target_rank", "rank of target"),
-               ("perplexity", "perplexity (unsteered model)"))
+    metrics = (("target_prob", "mean p(target)", "mean"), ("target_rank", "median rank of target", "median"),
+               ("perplexity", "median perplexity (unsteered model)", "median"))
     fig, axes = plt.subplots(len(sweep.methods), 3, figsize=(13, 3.4 * len(sweep.methods)), squeeze=False)
     names = {"eigen": "eigen-steering", "add": "activation addition"}
     for row, m in zip(axes, sweep.methods):
-        for ax, (metric, label) in zip(row, metrics):
+        for ax, (metric, label, stat) in zip(row, metrics):
             for s in sweep.layer_sets:
-                xs, ys = sweep.curve(m, s, metric)
+                xs, ys = sweep.curve(m, s, metric, stat)
                 ax.plot(xs, ys, "o-", ms=3, label="layers " + ",".join(map(str, s)))
             ax.set_title(f"{names.get(m, m)}: {label}")
             ax.set_xlabel("alpha")
             if metric in ("target_rank", "perplexity"):
                 ax.set_yscale("log")
         row[0].legend(fontsize=8)
-    fig.suptitle(f"{sweep.model_name}: steering toward {sweep.target_token!r}, mean over {len(sweep.prompts)} prompts")
+    fig.suptitle(f"{sweep.model_name}: steering toward {sweep.target_token!r} over {len(sweep.prompts)} prompts")
     fig.tight_layout()
     return fig
 
