@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
+from ..capture import context_limit
 from ..errors import ContextTooLongError
 from .data import HellaswagItem, fewshot_context
-from .encode import continuation_logliks, encode_pair, max_positions
+from .encode import continuation_logliks, encode_pair
 from .store import ItemResult
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def baseline_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[H
     """The four endings' log-likelihoods after the item's context (one context pass, see
     :func:`~.encode.continuation_logliks`)."""
     ctx, conts = item_tokens(lm, item, examples)
-    limit = max_positions(lm)
+    limit = context_limit(lm)
     if lm.adapter.auto_class == "causal" and limit is not None and len(ctx) + max(map(len, conts)) - 1 > limit:
         raise ContextTooLongError(f"item {item.index}: {len(ctx)} context + {max(map(len, conts))} ending tokens "
                                   f"exceed the model's {limit} positions (use fewer shots)")

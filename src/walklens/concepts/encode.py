@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from torch import nn
 
+from ..capture import context_limit
 from ..errors import ContextTooLongError, EmptyTextError, UnsupportedFamilyError
 from ..models.base import StackSpec, get_module
 
@@ -77,15 +78,6 @@ def segment_token_ids(lm: "LoadedModel", text: str) -> list[int]:
     if len(ids) <= n_prefix_tokens(lm):
         raise EmptyTextError(f"the segment {text[:40]!r} tokenises to nothing")
     return ids
-
-
-def max_positions(lm: "LoadedModel") -> int | None:
-    cfg = lm.model.config
-    for attr in ("n_positions", "max_position_embeddings"):
-        v = getattr(cfg, attr, None)
-        if isinstance(v, int) and v > 0:
-            return v
-    return None
 
 
 # ---- hidden states ----------------------------------------------------------------------------------------
@@ -228,7 +220,7 @@ def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int
         raise EmptyTextError("the context is empty")
     kind = lm.adapter.auto_class
     if kind == "causal":
-        limit = max_positions(lm)
+        limit = context_limit(lm)
         if limit is not None and C + L - 1 > limit:
             raise ContextTooLongError(f"context ({C}) + continuation ({L}) tokens exceed the model's {limit} positions")
         model = lm.model
