@@ -372,6 +372,22 @@ class SweepStore:
             self.con.execute("ROLLBACK")
             raise
 
+    def put_groups(self, run_id: int, groups: Sequence[tuple[str, Sequence[str], np.ndarray]],
+                   metrics: Sequence[str], labels: np.ndarray, seconds: float) -> None:
+        """Store several groups ``(context, outs, preds [metrics, outs, items])`` in one transaction."""
+        rows = []
+        for context, outs, preds in groups:
+            acc = (preds == labels[None, None, :]).mean(axis=-1).astype(np.float32)
+            rows.append((run_id, context, json.dumps(list(outs)), json.dumps(list(metrics)), acc.tobytes(),
+                         pack_predictions(preds), float(seconds)))
+        self.con.execute("BEGIN IMMEDIATE")
+        try:
+            self.con.executemany("INSERT OR IGNORE INTO sweep_groups VALUES (?,?,?,?,?,?,?)", rows)
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+
     def load(self, run_id: int, with_preds: bool = True) -> SweepResults:
         """Every stored scheme of a run: names, accuracy per metric and (optionally) predictions."""
         run = next((r for r in self.runs() if r["id"] == run_id), None)
@@ -606,8 +622,8 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
                    stop_after: int | None = None) -> int:
     """Evaluate and store every Test 2 context group not yet stored; returns the number computed.
 
-    Groups are bundled by (NORM, enc, seg, ex, sim) so that one einsum per item scores every (layer, word)
-    of the bundle; each group is committed on its own.  ``stop_after`` stops after that many groups (the
+    Groups are bundled by (NORM, enc, seg, ex, sim) so that one batched product scores every (layer, word)
+    of the bundle; a bundle's groups are committed in one transaction.  ``stop_after`` stops after that many groups (the
     tests use it to simulate an interruption).
     """
     groups = group_by_context(schemes)
@@ -637,13 +653,14 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
                     layouts[enc] = EncLayout.build(bank, items, enc)
                 preds = test2_bundle_batched(bank, nbank, layouts[enc], b, layer_key)
                 dt = (time.perf_counter() - t0) / len(b)
-                for g, members in enumerate(b):
-                    store.put_group(run_id, context_key(members[0]), [out_key(m) for m in members], ["acc"],
-                                    preds[g:g + 1], labels, dt)
-                    computed += 1
-                    bar.update(1)
-                    if stop_after is not None and computed >= stop_after:
-                        return computed
+                if stop_after is not None:
+                    b = b[:max(0, stop_after - computed)]
+                store.put_groups(run_id, [(context_key(m[0]), [out_key(x) for x in m], preds[g:g + 1])
+                                          for g, m in enumerate(b)], ["acc"], labels, dt)
+                computed += len(b)
+                bar.update(len(b))
+                if stop_after is not None and computed >= stop_after:
+                    return computed
     finally:
         bar.close()
     return computed
