@@ -352,3 +352,12 @@ def test_real_smollm2_factored_equals_dense_and_steer_restores(smollm2):
         assert not torch.equal(p, before)
         assert r.edits[0].error < 1e-4 and 0 < r.edits[0].reach < 1  # GQA: 3 kv heads of 64 < 576
     assert torch.equal(p, before)
+
+
+def test_residual_gap_skips_conjugate_and_counts_null_space():
+    from walklens.power import residual_gap
+
+    ev = torch.tensor([1 + 1j, 1 - 1j, 0.5 + 0j], dtype=torch.complex128)  # 1 + lambda: 2 +- 1i, 1.5; plus 1
+    assert residual_gap(ev, d_model=3) == pytest.approx(1.5 / math.sqrt(5), rel=1e-12)
+    ev = torch.tensor([-0.1 + 0j], dtype=torch.complex128)  # 0.9, and 1 on the null space dominates
+    assert residual_gap(ev, d_model=4) == pytest.approx(0.9, rel=1e-12)

@@ -178,12 +178,17 @@ def eigen_dense(F: torch.Tensor) -> Eigen:
 
 
 def residual_gap(eigenvalues: torch.Tensor, d_model: int) -> float:
-    """|mu2| / |mu1| for I + F: eigenvalues 1 + lambda_i, plus 1 on F's null space (D - len(lambda) of them)."""
-    mu = (1 + eigenvalues.to(torch.complex128)).abs()
+    """|mu_next| / |mu1| for I + F: eigenvalues 1 + lambda_i, plus 1 on F's null space (D - len(lambda) of
+    them); when mu1 is one of a complex-conjugate pair, mu_next is the next after its conjugate."""
+    mu = 1 + eigenvalues.to(torch.complex128)
     if d_model > len(eigenvalues):
         mu = torch.cat([mu, torch.ones(1, dtype=mu.dtype)])
-    mu, _ = torch.sort(mu, descending=True)
-    return float(mu[1] / mu[0]) if len(mu) > 1 and mu[0] > 0 else float("nan")
+    mu = mu[torch.argsort(mu.abs(), descending=True, stable=True)]
+    if len(mu) < 2 or mu[0].abs() == 0:
+        return float("nan")
+    pair = bool(abs(mu[0].imag) > _REL_IMAG * float(mu[0].abs()))
+    nxt = 2 if pair else 1
+    return float(mu[nxt].abs() / mu[0].abs()) if len(mu) > nxt else float("nan")
 
 
 # ---- spectra --------------------------------------------------------------------------------------------------
