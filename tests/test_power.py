@@ -361,3 +361,25 @@ def test_residual_gap_skips_conjugate_and_counts_null_space():
     assert residual_gap(ev, d_model=3) == pytest.approx(1.5 / math.sqrt(5), rel=1e-12)
     ev = torch.tensor([-0.1 + 0j], dtype=torch.complex128)  # 0.9, and 1 on the null space dominates
     assert residual_gap(ev, d_model=4) == pytest.approx(0.9, rel=1e-12)
+
+
+def test_direction_of_text_is_mean_of_token_rows(llama):
+    V = llama.embedding_matrix().detach().double()
+    ids = llama.tokenizer(" cat dog", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 2
+    u, tid, _ = direction(llama, " cat dog")
+    m = V[ids].mean(0)
+    assert torch.allclose(u, m / m.norm(), atol=1e-12) and tid == ids[0]
+
+
+def test_shared_layer_is_edited_once_and_restored():
+    lm = tiny_model("albert")
+    before = {k: v.clone() for k, v in lm.model.state_dict().items()}
+    u = torch.randn(32, dtype=torch.float64)
+    F0 = ov_matrix(lm, 0)
+    with walklens.steer(lm, toward=u, layers=[0, 1, 2], alpha=1.5) as r:
+        assert len(r.edits) == 1 and r.edits[0].shared_with == [0, 1, 2]
+        F1 = ov_matrix(lm, 2)
+    un = u / u.norm()
+    assert torch.allclose(F1 - F0, 1.5 * torch.outer(un, un), atol=1e-5)  # MHA with invertible W_V: exact u u^T
+    assert all(torch.equal(before[k], v) for k, v in lm.model.state_dict().items())
