@@ -85,10 +85,11 @@ def alignment_figure(align: Alignment, kinds: tuple[str, ...] = ("resid_pre", "r
 def dynamics_figure(dyn: Dynamics) -> Any:
     plt = _plt()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
+    colors = {"real": "C0", "mlp_ablated": "C1", "linear": "C2", "power": "C3"}
     for m in dyn.modes:
-        ax.plot(dyn.layers, dyn.alignment[m], "o-", ms=3, label=m)
+        ax.plot(dyn.layers, dyn.alignment[m], "o-", ms=3, label=m, color=colors.get(m))
         if m != "real":
-            bx.plot(dyn.layers, dyn.agreement[m], "o-", ms=3, label=m)
+            bx.plot(dyn.layers, dyn.agreement[m], "o-", ms=3, label=m, color=colors.get(m))
     ax.axhline(dyn.random_mean, color="C7", ls="--", lw=1, label="random")
     ax.set_title("mean |cos(x, v1(F_l))| at layer output")
     bx.set_title("agreement with the real trajectory (mean cos)")
