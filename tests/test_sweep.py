@@ -192,8 +192,11 @@ def _sample(schemes: list, k: int, seed: int = 0) -> list:
     return [schemes[i] for i in sorted(idx)]
 
 
-@pytest.mark.parametrize("family,shots", [("llama", 2), ("gemma3", 0)])
-def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, shots: int) -> None:
+@pytest.mark.parametrize("family,shots,layers", [("llama", 2, ("E", "-1")), ("gemma3", 0, ("E", "0", "-1"))])
+def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, shots: int,
+                                                  layers: tuple[str, ...]) -> None:
+    """Zero-shot, the example-level encodings cut each item identically and E equals hidden state 0 (both
+    are computed once and shared); 2-shot, every encoding differs."""
     from walklens.concepts.data import fewshot_examples
     from walklens.concepts.sweep import run_sweep
     from walklens.concepts.test2 import test2_item
@@ -201,14 +204,15 @@ def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, s
 
     lm = tiny_model(family)
     items = _items(8)
-    grid = GridSpec.full(2, layers=("E", "-1"))
+    grid = GridSpec.full(2, layers=layers)
     schemes, _ = grid.enumerate("decoder")
     db = tmp_path / "r.sqlite"
     out = run_sweep(lm, items, test=2, schemes=schemes, db=db, shots=shots, data="toy", progress=False)
     assert out.groups_computed == out.n_groups
     with SweepStore(db) as st:
         res = st.load(out.run_id)
-    assert len(res.schemes) == len(schemes) == 5 * 2 * 11 * 4 * 2 * 3 * 2 * 2 * 11
+    L = len(layers)
+    assert len(res.schemes) == len(schemes) == 5 * L * 11 * 4 * 2 * 3 * 2 * L * 11
     pos = {n: i for i, n in enumerate(res.schemes)}
     preds = res.preds[0]
     # every value of every parameter appears in the sample; standard scheme included

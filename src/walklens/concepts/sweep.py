@@ -92,6 +92,15 @@ class VectorBank:
     index: dict[str, int]
     vectors: Tensor
 
+    def layer_alias(self) -> list[int]:
+        """For each bank layer, the first layer whose vectors are bit-identical to it (itself if none): e.g.
+        ``E`` and hidden state ``0`` coincide in models without absolute position embeddings."""
+        out = []
+        for i in range(len(self.layers)):
+            out.append(next((j for j in range(i) if out[j] == j and torch.equal(self.vectors[:, i], self.vectors[:, j])),
+                            i))
+        return out
+
     def rows(self, texts: Sequence[str]) -> Tensor:
         return self.vectors[[self.index[t] for t in texts]]
 
@@ -537,6 +546,12 @@ class EncLayout:
         end = torch.tensor([[bank.index[t] for t in it.endings] for it in items], dtype=torch.long)
         return cls(seg=seg, smask=smask, emask=smask.any(-1), end=end)
 
+    def same_cut(self, other: EncLayout) -> bool:
+        """Whether two encoding schemes cut every item into the very same examples and segments (e.g. all
+        example-level schemes in zero-shot, where the query is the only example and one segment)."""
+        return (self.seg.shape == other.seg.shape and torch.equal(self.seg, other.seg)
+                and torch.equal(self.smask, other.smask) and torch.equal(self.end, other.end))
+
 
 def _masked_mean(x: Tensor, mask: Tensor, dim: int) -> Tensor:
     """Mean of ``x`` over ``dim`` counting only ``mask`` (broadcast over the trailing dims of x)."""
@@ -547,14 +562,15 @@ def _masked_mean(x: Tensor, mask: Tensor, dim: int) -> Tensor:
 
 
 def test2_bundle_batched(bank: VectorBank, nbank: Tensor, layout: EncLayout, groups: Sequence[Sequence[Any]],
-                         layer_key: dict[str, str], chunk: int = 8) -> np.ndarray:
+                         layer_key: dict[str, str], chunk: int = 8, alias: Sequence[int] | None = None) -> np.ndarray:
     """:func:`test2_bundle` vectorised over items too (chunks of ``chunk`` items; padding masked out):
     predictions ``[groups, outs, items]``.
 
     Padded segments and examples are masked; the best match over the sequence ignores padded positions;
     ``soft_cluster`` is computed without forming a context vector per (pair, choice): with weights
     ``w = softmax_j(k_j · e_c)``, ``k̄_c · e_c = sum_j w_j (k_j · e_c)`` and ``|k̄_c|^2 = w^T G w`` with the Gram
-    matrix ``G = K K^T`` (cosine).  The same numbers as :func:`test2_bundle` up to float rounding.
+    matrix ``G = K K^T`` (cosine).  The same numbers as :func:`test2_bundle` up to float rounding.  Pairs
+    whose bank vectors are bit-identical (``alias``: :meth:`VectorBank.layer_alias`) are computed once.
     """
     from .schemes import normalize
 
@@ -562,12 +578,14 @@ def test2_bundle_batched(bank: VectorBank, nbank: Tensor, layout: EncLayout, gro
     norm, seg, ex, sim = s0.norm, s0.seg, s0.ex, s0.sim
     if sim not in ("dot", "cosine"):
         raise InputError(f"invalid similarity {sim!r}; use dot or cosine")
-    pl = torch.tensor([bank.layer_pos(layer_key[g[0].layer]) for g in groups])
-    pw = torch.tensor([bank.word_pos(g[0].word) for g in groups])
-    ol = torch.tensor([bank.layer_pos(layer_key[s.out_layer_eff]) for s in groups[0]])
-    ow = torch.tensor([bank.word_pos(s.out_word_eff) for s in groups[0]])
+    alias = bank.layer_alias() if alias is None else alias
+    # identical (layer, word) vectors give identical predictions: compute each distinct pair once
+    pl, pw, p_inv = _unique_pairs([alias[bank.layer_pos(layer_key[g[0].layer])] for g in groups],
+                                  [bank.word_pos(g[0].word) for g in groups])
+    ol, ow, q_inv = _unique_pairs([alias[bank.layer_pos(layer_key[s.out_layer_eff])] for s in groups[0]],
+                                  [bank.word_pos(s.out_word_eff) for s in groups[0]])
     N = layout.seg.shape[0]
-    preds = np.empty((len(groups), len(groups[0]), N), np.uint8)
+    preds = np.empty((len(pl), len(ol), N), np.uint8)
     for a in range(0, N, chunk):
         sl = slice(a, min(N, a + chunk))
         idx, smask, emask = layout.seg[sl], layout.smask[sl], layout.emask[sl]
@@ -606,7 +624,15 @@ def test2_bundle_batched(bank: VectorBank, nbank: Tensor, layout: EncLayout, gro
             score = dots.masked_fill(pad, torch.finfo(dots.dtype).min).amax(1)  # best match [n, P, C, Q]
         score = tie_identical(score, ch.unsqueeze(1), 2, 2)  # ch [n, 1, C, Q, D] broadcasts over P
         preds[:, :, sl] = score.argmax(2).permute(1, 2, 0).numpy()  # [P, Q, n]
-    return preds
+    return preds[p_inv][:, q_inv]
+
+
+def _unique_pairs(layers: Sequence[int], words: Sequence[int]) -> tuple[Tensor, Tensor, np.ndarray]:
+    """Distinct (layer, word) pairs in first-seen order and, for each input pair, its position among them."""
+    first: dict[tuple[int, int], int] = {}
+    inv = [first.setdefault((l, w), len(first)) for l, w in zip(layers, words)]
+    u = list(first)
+    return (torch.tensor([k[0] for k in u]), torch.tensor([k[1] for k in u]), np.asarray(inv, dtype=np.int64))
 
 
 def _bar(**kw: Any) -> Any:
@@ -643,15 +669,27 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
     for key, b in bundles.items():
         by_norm.setdefault(key[0], []).append(b)
     layouts: dict[str, EncLayout] = {}
+    canon: dict[str, str] = {}  # encoding scheme -> the first one that cuts every item identically
+    cache: dict[tuple[Any, ...], np.ndarray] = {}
+    alias = bank.layer_alias()
     try:
         for norm_s, bl in by_norm.items():
             nbank = normed_bank(bank, None if norm_s == "None" else norm_s)
+            cache.clear()
             for b in bl:
                 t0 = time.perf_counter()
                 enc = b[0][0].enc
                 if enc not in layouts:
                     layouts[enc] = EncLayout.build(bank, items, enc)
-                preds = test2_bundle_batched(bank, nbank, layouts[enc], b, layer_key)
+                    canon[enc] = next((e for e in layouts if e != enc and canon[e] == e
+                                       and layouts[e].same_cut(layouts[enc])), enc)
+                s0 = b[0][0]
+                ckey = (canon[enc], str(s0.seg), str(s0.ex), s0.sim, tuple(out_key(m) for m in b[0]),
+                        tuple((g[0].layer, g[0].word) for g in b))
+                preds = cache.get(ckey)
+                if preds is None:
+                    preds = test2_bundle_batched(bank, nbank, layouts[enc], b, layer_key, alias=alias)
+                    cache[ckey] = preds
                 dt = (time.perf_counter() - t0) / len(b)
                 if stop_after is not None:
                     b = b[:max(0, stop_after - computed)]
