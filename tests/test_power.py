@@ -383,3 +383,9 @@ def test_shared_layer_is_edited_once_and_restored():
     un = u / u.norm()
     assert torch.allclose(F1 - F0, 1.5 * torch.outer(un, un), atol=1e-5)  # MHA with invertible W_V: exact u u^T
     assert all(torch.equal(before[k], v) for k, v in lm.model.state_dict().items())
+
+
+def test_alignment_needs_spectra_of_every_layer(llama):
+    sp = power_spectra(llama, layers=[0], heads=False, nearest=0)
+    with pytest.raises(InputError):
+        walklens.alignment(llama, TEXTS[:1], spectra=sp)

@@ -418,6 +418,9 @@ def alignment_from_states(states: Sequence[torch.Tensor], points: Sequence[str],
         raise EmptyTextError("no states given")
     bases, kdim = _bases_tensor(spectra)
     layer_pos = {s.layer: i for i, s in enumerate(spectra.layers)}
+    missing = sorted({l for l in layer_of if l not in layer_pos})
+    if missing:
+        raise InputError(f"the spectra have no layer(s) {missing}; compute them for every layer measured")
     li = torch.tensor([layer_pos[l] for l in layer_of])
     L, P = len(spectra.layers), len(points)
     gen = torch.Generator().manual_seed(seed)
