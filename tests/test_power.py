@@ -389,3 +389,10 @@ def test_alignment_needs_spectra_of_every_layer(llama):
     sp = power_spectra(llama, layers=[0], heads=False, nearest=0)
     with pytest.raises(InputError):
         walklens.alignment(llama, TEXTS[:1], spectra=sp)
+
+
+def test_linear_dynamics_on_falcon_new_architecture_norm_names():
+    lm = tiny_model("falcon")  # new decoder architecture: ln_attn instead of input_layernorm
+    d = dynamics(lm, TEXTS[:1], modes=("real", "linear"))
+    assert d.modes == ["real", "linear"] and not d.notes
+    assert all(0 <= a <= 1 for a in d.alignment["linear"])

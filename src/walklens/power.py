@@ -578,7 +578,12 @@ def _linear_layer_fn(lm: LoadedModel, layer: int) -> Callable[[torch.Tensor], to
          + hw.b_o.double().cpu()).float()
     if "attn" not in spec.norms:
         raise UnsupportedFamilyError(f"{lm.adapter.family}: no attention norm named; the linear dynamics need it")
-    norm = get_module(mod, spec.norms["attn"])
+    from .models.base import has_module
+
+    path = next((q for q in (spec.norms["attn"], "ln_attn") if has_module(mod, q)), None)
+    if path is None:  # e.g. Falcon's new decoder architecture names its norms ln_attn / ln_mlp
+        raise UnsupportedFamilyError(f"{lm.adapter.family}: attention norm {spec.norms['attn']!r} not found")
+    norm = get_module(mod, path)
     post = get_module(mod, spec.norms["attn_post"]) if "attn_post" in spec.norms else None
     dev = lm.device
 
@@ -612,6 +617,7 @@ class Dynamics:
     agreement: dict[str, list[float]]
     random_mean: float
     n_tokens: int
+    notes: list[str] = field(default_factory=list)
 
 
 @torch.no_grad()
@@ -636,7 +642,15 @@ def dynamics(model: LoadedModel, texts: str | Sequence[str], *, spectra: PowerSp
     states: dict[str, list[torch.Tensor]] = {m: [] for m in modes}
     reals: list[torch.Tensor] = []
     Fs = [ov_matrix(lm, l) for l in range(L)] if "power" in modes else []
-    steps = [_linear_layer_fn(lm, l) for l in range(L)] if "linear" in modes else []
+    notes: list[str] = []
+    steps = []
+    if "linear" in modes:
+        try:
+            steps = [_linear_layer_fn(lm, l) for l in range(L)]
+        except UnsupportedFamilyError as e:
+            modes = [m for m in modes if m != "linear"]
+            states.pop("linear", None)
+            notes.append(f"linear mode left out: {e}")
     for t in tqdm(texts, desc="dynamics", disable=not progress, leave=False):
         tr = capture(lm, t, points=["L0.resid_pre", "L*.resid_post"])
         real = torch.stack([tr[p] for p in pts]).float()
@@ -676,7 +690,7 @@ def dynamics(model: LoadedModel, texts: str | Sequence[str], *, spectra: PowerSp
         cs = [torch.nn.functional.cosine_similarity(s.double(), r.double(), dim=-1) for s, r in zip(states[m], reals)]
         ag[m] = torch.cat(cs, dim=1).mean(1).tolist()
     return Dynamics(model_name=lm.name, layers=layer_of, modes=list(modes), alignment=al, agreement=ag,
-                    random_mean=rnd, n_tokens=sum(int(r.shape[1]) for r in reals))
+                    random_mean=rnd, n_tokens=sum(int(r.shape[1]) for r in reals), notes=notes)
 
 
 # ---- shared weights ----------------------------------------------------------------------------------------------
