@@ -55,8 +55,8 @@ def test_sublayer_contributions_rebuild_layer_output(fam):
         attn, mlp = tr[("attn_out", layer)], tr[("mlp_out", layer)]
         if kind == "post_norm":  # resid_mid = LN1(pre + attn_out), resid_post = LN2(mid + mlp_out)
             layer_mod = lm.adapter.layer_modules(lm.model)[layer]
-            ln1 = walklens.models.get_module(layer_mod, lm.adapter.stacks[0].norms["attn"])
-            ln2 = walklens.models.get_module(layer_mod, lm.adapter.stacks[0].norms["mlp"])
+            ln1 = lm.adapter.stacks[0].norm_module(layer_mod, "attn")
+            ln2 = lm.adapter.stacks[0].norm_module(layer_mod, "mlp")
             mid = tr[("resid_mid", layer)]
             assert torch.allclose(ln1(pre + attn), mid, atol=1e-5)
             assert torch.allclose(ln2(mid + mlp), post, atol=1e-5)
@@ -66,6 +66,18 @@ def test_sublayer_contributions_rebuild_layer_output(fam):
             total = total + tr[("cross_out", layer)]
         assert torch.allclose(total, post, atol=1e-5), layer
         assert not torch.allclose(pre + mlp, post, atol=1e-5)  # the attention contribution is not zero
+
+
+def test_adapter_paths_resolve(fam):
+    """Every module an adapter names exists in the real module tree (norms through their alternatives)."""
+    lm, tr, _ = fam
+    for spec in lm.adapter.stacks:
+        layer = lm.adapter.layer_modules(lm.model, spec.name)[0]
+        for role in spec.norms:
+            assert spec.norm_module(layer, role) is not None, (spec.name, role)
+        hw = lm.adapter.head_weights(lm.model, 0, spec.name)
+        assert hw.w_o.shape[-1] == hw.w_q.shape[1] == tr.d_model
+        assert len(hw.kv_head) == hw.n_heads and max(hw.kv_head) < hw.w_v.shape[0]
 
 
 def test_subset_and_fp16_and_roundtrip(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import shutil
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -136,10 +137,15 @@ def _dequantize_gguf(gguf: Path, target: Path) -> None:
     plain = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(q.state_dict(), strict=False)
     plain.tie_weights()
-    tmp = target.with_name(target.name + ".tmp")
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     plain.save_pretrained(str(tmp), safe_serialization=True)
     tok.save_pretrained(str(tmp))
-    tmp.rename(target)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process finished the same cache first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not target.is_dir():
+            raise
 
 
 def load_model(spec: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32, device: str = "cpu") -> LoadedModel:

@@ -576,15 +576,10 @@ def _linear_layer_fn(lm: LoadedModel, layer: int) -> Callable[[torch.Tensor], to
     F = (A @ B).float()
     b = (sum(hw.b_v[hw.kv_head[h]].double().cpu() @ hw.w_o[h].double().cpu() for h in range(hw.n_heads))
          + hw.b_o.double().cpu()).float()
-    if "attn" not in spec.norms:
-        raise UnsupportedFamilyError(f"{lm.adapter.family}: no attention norm named; the linear dynamics need it")
-    from .models.base import has_module
-
-    path = next((q for q in (spec.norms["attn"], "ln_attn") if has_module(mod, q)), None)
-    if path is None:  # e.g. Falcon's new decoder architecture names its norms ln_attn / ln_mlp
-        raise UnsupportedFamilyError(f"{lm.adapter.family}: attention norm {spec.norms['attn']!r} not found")
-    norm = get_module(mod, path)
-    post = get_module(mod, spec.norms["attn_post"]) if "attn_post" in spec.norms else None
+    norm = spec.norm_module(mod, "attn")
+    if norm is None:
+        raise UnsupportedFamilyError(f"{lm.adapter.family}: no attention norm found; the linear dynamics need it")
+    post = spec.norm_module(mod, "attn_post")
     dev = lm.device
 
     def step(x: torch.Tensor) -> torch.Tensor:

@@ -48,6 +48,8 @@ def load(args: argparse.Namespace) -> LoadedModel:
 def _jsonable(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return _jsonable(x.tolist())
+    if isinstance(x, complex):
+        return [_jsonable(x.real), _jsonable(x.imag)]
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):

@@ -116,6 +116,15 @@ class StackSpec:
         return self.cross_proj or self.cross_out
 
 
+    def norm_module(self, layer: nn.Module, role: str) -> nn.Module | None:
+        """The norm playing ``role`` ("attn", "mlp", ...) in one layer; a path may list alternatives
+        separated by ``|`` (the first that exists wins: Falcon's layouts differ by config)."""
+        for path in self.norms.get(role, "").split("|"):
+            if path and has_module(layer, path):
+                return get_module(layer, path)
+        return None
+
+
 @dataclass(frozen=True)
 class Adapter:
     """Everything walklens needs to know about one architecture family."""
