@@ -356,8 +356,10 @@ def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, a
     norms = torch.empty(rows_total)
     n_buf = min(chunk_rows, rows_total)
     cmp_buf = torch.empty(n_buf, n_vocab, device=device)  # the rank comparisons
-    dot_buf = torch.empty_like(cmp_buf) if not lens else None  # the projection itself
+    dot_buf = torch.empty_like(cmp_buf)  # the projection itself
     cos_buf = torch.empty_like(cmp_buf) if (not lens and metric == "cosine") else None
+    head_bias = head.bias.detach().float().to(device) if (head is not None and getattr(head, "bias", None) is not None) else None
+    plain_head: bool | None = None  # lens: decided on the first chunk
     k_eff = min(k, n_vocab)
     starts = range(0, rows_total, chunk_rows)
     bar = tqdm(starts, desc=f"encoding walk{' ' + trace.stack if trace.stack else ''}", unit="chunk",
@@ -380,11 +382,21 @@ def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, a
             ids_nx = nxt[t_idx].to(device)
             has_nx = ids_nx >= 0
             ids_nx_c = ids_nx.clamp_min(0)
-            if lens:
+            if lens and plain_head:  # the head is checked to be exactly x @ W_U^T (+ b): reuse the buffer
+                u = x
+                dot = torch.mm(x, Mt, out=dot_buf[:n])
+                if head_bias is not None:
+                    dot.add_(head_bias)
+                scores = dot if metric == "dot" else (dot - (head_bias if head_bias is not None else 0)).mul_(
+                    inv_m).mul_(1.0 / x.norm(dim=-1, keepdim=True).clamp_min(1e-12))
+            elif lens:
                 store: dict[str, torch.Tensor] = {}
                 with _unembed_input(head, store):
                     dot = adapter.logits(model, x).float()
                 u = store["u"].float()
+                if plain_head is None:  # first chunk: is the model's head a plain linear map of x?
+                    plain_head = bool(u.shape == x.shape and torch.equal(u, x)
+                                      and torch.equal(dot, torch.nn.functional.linear(x, M, head_bias)))
                 if metric == "cosine":
                     y = store["y"].float()  # may be the very tensor returned as logits: never modify in place
                     if getattr(head, "bias", None) is not None:
