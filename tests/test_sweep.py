@@ -40,6 +40,7 @@ def test_full_grid_sizes_are_the_product_minus_invalid() -> None:
     assert all(s.validate(1, "decoder") for s in v1[:50])
     names = [str(s) for s in v1]
     assert len(set(names)) == len(names)
+    assert all(Scheme.parse(n) == s and hash(Scheme.parse(n)) == hash(s) for n, s in zip(names, v1))
 
 
 def test_standard_and_toml_grids(tmp_path: Path) -> None:

@@ -143,7 +143,8 @@ def bar_chart(summaries: Sequence[dict[str, Any]], test: int, metric: str = "acc
     ax.set_ylabel(f"normalised score ({metric} / baseline {metric})")
     ax.set_title(f"Test {test}: {'pyramidal generation' if test == 1 else 'concept similarity'}", fontsize=10)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    ax.set_xlim(-0.7, len(rows) - 0.3)
     return fig
 
 
