@@ -25,6 +25,7 @@ Invalid combinations are those :meth:`Scheme.validate` refuses for the test and 
 from __future__ import annotations
 
 import itertools
+import operator
 import tomllib
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -200,9 +201,10 @@ def group_by_context(schemes: Iterable[Any]) -> "OrderedDict[tuple[Any, ...], li
     One group shares its context vectors; its members differ only in how the choices are encoded
     (OUT_ENCODING_LAYER, OUT_WORD_AGG_SCHEME), so the sweep scores a whole group with one matrix product.
     """
+    key = operator.attrgetter(*CONTEXT_FIELDS)
     groups: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
     for s in schemes:
-        groups.setdefault(tuple(getattr(s, k) for k in CONTEXT_FIELDS), []).append(s)
+        groups.setdefault(key(s), []).append(s)
     return groups
 
 

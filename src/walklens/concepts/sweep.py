@@ -454,12 +454,21 @@ class SweepResults:
 
 
 def context_key(s: Any) -> str:
-    """The context part of a scheme's string form (everything but out_layer/out_word)."""
-    return ",".join(p for p in str(s).split(",") if p.split("=", 1)[0] not in OUT_FIELDS)
+    """The context part of a scheme's string form: ``str(s)`` without out_layer/out_word (built from the
+    fields in the order of ``Scheme.__str__``, without formatting the whole scheme)."""
+    key = (f"enc={s.enc},layer={s.layer},word={s.word},norm={s.norm},seg={s.seg},ex={s.ex}")
+    return key if s.sim is None else f"{key},sim={s.sim}"
 
 
 def out_key(s: Any) -> str:
-    return ",".join(p for p in str(s).split(",") if p.split("=", 1)[0] in OUT_FIELDS)
+    """The choice part of a scheme's string form (``out_layer=..,out_word=..``; empty for Test 1)."""
+    if s.out_layer is None and s.out_word is None:
+        return ""
+    if s.out_word is None:
+        return f"out_layer={s.out_layer}"
+    if s.out_layer is None:
+        return f"out_word={s.out_word}"
+    return f"out_layer={s.out_layer},out_word={s.out_word}"
 
 
 def _items_from(it: Any, ex: Sequence[Any], encs: Iterable[str], lm: Any) -> ItemPlan:
@@ -656,11 +665,17 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
     done = store.done(run_id)
     labels = np.array([it.label for it in items], np.uint8)
     bundles: OrderedDict[tuple[Any, ...], list[list[Any]]] = OrderedDict()
+    outs_of: dict[tuple[Any, ...], tuple[str, ...]] = {}  # interned: every group of a grid has the same outs
+    group_outs: dict[int, tuple[str, ...]] = {}
     for members in groups.values():
         if context_key(members[0]) in done:
             continue
         s = members[0]
-        outs = tuple(out_key(m) for m in members)
+        raw = tuple((m.out_layer, m.out_word) for m in members)
+        if raw not in outs_of:
+            outs_of[raw] = tuple(out_key(m) for m in members)
+        outs = outs_of[raw]
+        group_outs[id(members)] = outs
         bundles.setdefault((str(s.norm), s.enc, str(s.seg), str(s.ex), s.sim, outs), []).append(members)
     todo = sum(len(b) for b in bundles.values())
     bar = _bar(total=todo, desc="Test 2 scheme groups", disable=not progress or not todo)
@@ -684,7 +699,7 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
                     canon[enc] = next((e for e in layouts if e != enc and canon[e] == e
                                        and layouts[e].same_cut(layouts[enc])), enc)
                 s0 = b[0][0]
-                ckey = (canon[enc], str(s0.seg), str(s0.ex), s0.sim, tuple(out_key(m) for m in b[0]),
+                ckey = (canon[enc], str(s0.seg), str(s0.ex), s0.sim, group_outs[id(b[0])],
                         tuple((g[0].layer, g[0].word) for g in b))
                 preds = cache.get(ckey)
                 if preds is None:
@@ -693,7 +708,7 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
                 dt = (time.perf_counter() - t0) / len(b)
                 if stop_after is not None:
                     b = b[:max(0, stop_after - computed)]
-                store.put_groups(run_id, [(context_key(m[0]), [out_key(x) for x in m], preds[g:g + 1])
+                store.put_groups(run_id, [(context_key(m[0]), group_outs[id(m)], preds[g:g + 1])
                                           for g, m in enumerate(b)], ["acc"], labels, dt)
                 computed += len(b)
                 bar.update(len(b))
