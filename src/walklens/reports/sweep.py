@@ -111,7 +111,8 @@ def bar_chart(summaries: Sequence[dict[str, Any]], test: int, metric: str = "acc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [s for s in summaries if s["test"] == test and metric in s["metrics"]]
+    rows = sorted((s for s in summaries if s["test"] == test and metric in s["metrics"]),
+                  key=lambda s: (str(s["model"]), s["shots"]))
     fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(rows) + 1.5), 3.4))
     xs = np.arange(len(rows))
     seen: set[str] = set()
