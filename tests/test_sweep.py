@@ -117,6 +117,38 @@ def test_store_resume_gives_identical_table(tmp_path: Path) -> None:
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def test_two_writers_at_once_do_not_corrupt_the_store(tmp_path: Path) -> None:
+    import threading
+
+    labels = np.array([0, 1, 2, 3], np.uint8)
+    kw = dict(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(4),
+              arch="decoder", n_layers=4)
+    db = tmp_path / "c.sqlite"
+    with SweepStore(db) as st:
+        rid = st.run_id(**kw)
+    groups = [f"enc=concat_each_example,layer={l},word=mean,norm=None,seg=mean,ex=mean,sim=dot" for l in range(40)]
+    errors: list[BaseException] = []
+
+    def writer(order: list[str]) -> None:
+        try:
+            with SweepStore(db) as st:
+                for g in order:  # both writers store every group; the content is the same
+                    preds = np.full((1, 1, 4), len(g) % 4, np.uint8)
+                    st.put_groups(rid, [(g, ["out_layer=-1,out_word=mean"], preds)], ["acc"], labels, 0.0)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(o,)) for o in (groups, groups[::-1])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert con.execute("SELECT count(*) FROM sweep_groups").fetchone()[0] == 40
+
+
 def test_store_refuses_a_non_database(tmp_path: Path) -> None:
     bad = tmp_path / "x.sqlite"
     bad.write_bytes(b"not a database at all" * 100)
