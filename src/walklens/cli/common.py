@@ -67,6 +67,6 @@ def write_json(path: str | os.PathLike[str], data: Any) -> Path:
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(data), indent=1), encoding="utf-8")
+    tmp.write_text(json.dumps(_jsonable(data), separators=(",", ":")), encoding="utf-8")
     tmp.replace(path)
     return path
