@@ -34,7 +34,8 @@ def _parse(name: str) -> dict[str, str]:
 
 def _tag(run: dict[str, Any]) -> str:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(str(run["model"])).name)
-    return f"{safe}_test{run['test']}_{run['shots']}shot"
+    n = run.get("n_items")
+    return f"{safe}_test{run['test']}_{run['shots']}shot" + (f"_{n}items" if n is not None else "")
 
 
 def write_csv(path: Path, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> Path:
@@ -112,7 +113,7 @@ def bar_chart(summaries: Sequence[dict[str, Any]], test: int, metric: str = "acc
     import matplotlib.pyplot as plt
 
     rows = sorted((s for s in summaries if s["test"] == test and metric in s["metrics"]),
-                  key=lambda s: (str(s["model"]), s["shots"]))
+                  key=lambda s: (str(s["model"]), s["shots"], s["n_items"]))
     fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(rows) + 1.5), 3.4))
     xs = np.arange(len(rows))
     seen: set[str] = set()
@@ -140,7 +141,8 @@ def bar_chart(summaries: Sequence[dict[str, Any]], test: int, metric: str = "acc
             ax.plot([x - 0.35, x + 0.35], [0.25 / m["baseline"]] * 2, color="k", ls="--", lw=0.8,
                     label=once("chance"))
     ax.axhline(1.0, color="#c0392b", lw=0.8)
-    ax.set_xticks(xs, [f"{Path(str(s['model'])).name}\n{s['shots']}-shot" for s in rows], fontsize=8)
+    ax.set_xticks(xs, [f"{Path(str(s['model'])).name}\n{s['shots']}-shot, {s['n_items']} items" for s in rows],
+                  fontsize=8)
     ax.set_ylabel(f"normalised score ({metric} / baseline {metric})")
     ax.set_title(f"Test {test}: {'pyramidal generation' if test == 1 else 'concept similarity'}", fontsize=10)
     if ax.get_legend_handles_labels()[0]:
