@@ -354,3 +354,34 @@ def test_cli_sweep_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["report", "--db", str(tmp_path / "missing.sqlite"), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "not valid TOML" in err and "no such database" in err
+
+
+def test_batched_evaluation_equals_the_per_item_reference() -> None:
+    """test2_bundle_batched (items in chunks, masked padding, soft_cluster via the Gram matrix, tie handling)
+    gives the per-item reference's predictions for every scheme of a grid covering every enc/norm/seg/ex/sim."""
+    from walklens.concepts.data import fewshot_examples
+    from walklens.concepts.schemes import WORD_AGG_SCHEMES
+    from walklens.concepts.sweep import (EncLayout, _items_from, build_bank, layer_keys, normed_bank, test2_bundle,
+                                         test2_bundle_batched)
+    from walklens.testing import tiny_model
+
+    lm = tiny_model("llama")
+    items = _items(6, seed=7)
+    g = GridSpec(test=2, values={**GridSpec.full(2, layers=("E", "-1")).values, "word": ("mean", "last", "relu|w1mean"),
+                                 "out_word": ("w1mean", "last")})
+    schemes, _ = g.enumerate("decoder")
+    encs = list(dict.fromkeys(s.enc for s in schemes))
+    plans = [_items_from(it, fewshot_examples(items, 2, it.index), encs, lm) for it in items]
+    lk = layer_keys(lm, ["E", "-1"])
+    bank = build_bank(lm, [t for p in plans for t in p.texts()], sorted(set(lk.values())), list(WORD_AGG_SCHEMES),
+                      progress=False)
+    bundles: dict = {}
+    for members in group_by_context(schemes).values():
+        s = members[0]
+        bundles.setdefault((str(s.norm), s.enc, str(s.seg), str(s.ex), s.sim), []).append(members)
+    assert len(bundles) == 5 * 4 * 2 * 3 * 2
+    for (norm, enc, *_), b in bundles.items():
+        nb = normed_bank(bank, None if norm == "None" else norm)
+        ref = test2_bundle(bank, nb, plans, b, lk)
+        fast = test2_bundle_batched(bank, nb, EncLayout.build(bank, plans, enc), b, lk, chunk=4)
+        assert np.array_equal(ref, fast), (norm, enc, _)

@@ -508,7 +508,8 @@ def test2_bundle(bank: VectorBank, nbank: Tensor, items: Sequence[ItemPlan], gro
     and the list of choice encodings (out_layer, out_word), differing in (layer, word).
 
     ``nbank`` is :func:`normed_bank` for the groups' NORM.  Per item, all context sequences ``[P, m, D]`` and
-    all choice vectors ``[Q, C, D]`` are formed at once and scored with one einsum.
+    all choice vectors ``[Q, C, D]`` are formed at once and scored with one einsum.  This is the plain
+    reference that the sweep's :func:`test2_bundle_batched` is tested against (same predictions).
     """
     s0 = groups[0][0]
     pl = torch.tensor([bank.layer_pos(layer_key[g[0].layer]) for g in groups])
