@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sqlite3
 import time
 from collections import OrderedDict
@@ -43,7 +42,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .grid import CONTEXT_FIELDS, OUT_FIELDS, group_by_context
+from .grid import group_by_context
 
 Tensor = torch.Tensor
 
