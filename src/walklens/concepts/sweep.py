@@ -10,21 +10,24 @@ How the cost of ~10^6 schemes is kept near the cost of one:
 2. **Word aggregation once per (text, layer, word scheme).**  The ``[T, D]`` hidden states of a text are
    reduced right away by every WORD_AGG_SCHEME (A.6) into a :class:`VectorBank` ``[texts, layers, words, D]``
    (the hidden states themselves are dropped), optionally cached on disk as safetensors.
-3. **Test 2: one batched product per context group.**  For a context group (encoding scheme, NORM,
-   SEGMENT_AGG_SCHEME, EXAMPLE_AGG_SCHEME, SIMILARITY_FUNC) the context vectors of all (layer, word) pairs
-   of an item are formed at once ``[P, m, D]``, the choice vectors of all (out_layer, out_word) pairs
-   ``[Q, 4, D]``, and one einsum gives every score ``[P, Q, m, 4]``.
-4. **Test 1** still needs a model pass per (context vector sequence, ending).  Shared: the segment vectors
-   (from the bank), identical concept sequences (deduplicated bit-exactly across schemes, which collapses
-   e.g. all EXAMPLE_AGG_SCHEMEs of a zero-shot context), the ending's token embeddings, and the batch: many
-   sequences go through the model in one padded forward pass.  What remains is one pass per distinct
-   (concept sequence, ending) pair.
+3. **Test 2: one batched product per bundle.**  Context groups (enc, layer, word, NORM, SEGMENT_AGG,
+   EXAMPLE_AGG, SIMILARITY_FUNC; each holding its (out_layer, out_word) schemes) that differ only in
+   (layer, word) form a bundle.  For a chunk of items, the context sequences of all (layer, word) pairs
+   ``[n, m, P, D]`` (masked padding) meet all choice vectors ``[n, C, Q, D]`` in one ``bmm``; the best match
+   is a masked max, ``soft_cluster`` uses the weights and a Gram matrix instead of per-choice vectors.
+   Bit-identical layers (``E`` = hidden state 0 without absolute positions) and encodings that cut every
+   item identically are computed once.
+4. **Test 1** still needs a model pass per (concept sequence, ending): the engine's
+   :func:`~.encode.continuation_logliks` (context once, its key/values shared by the four endings).
+   Shared across schemes: the segment vectors (from the bank) and identical concept sequences (a bit-exact
+   memo, which collapses e.g. every SEGMENT_AGG/EXAMPLE_AGG of a one-segment zero-shot context).  What
+   remains is one such call per distinct concept sequence and item.
 
 Results go into the same SQLite file as single runs (issue 4's store), in two tables of their own:
-``sweep_runs`` (one row per model, data, shots, test, items, layer set) and ``sweep_groups`` (one row per
+``sweep_runs`` (one row per model, data, split, shots, test and item set) and ``sweep_groups`` (one row per
 context group with the predictions of all its schemes packed 2 bits per item): a million schemes are a few
-thousand rows.  Each group is written in its own transaction, so a killed sweep resumes at the next
-unfinished group and the final table is identical to an uninterrupted run.
+thousand rows.  A bundle's groups are written in one transaction, so a killed sweep resumes at the first
+unstored group and the final table is identical to an uninterrupted run.
 """
 
 from __future__ import annotations
