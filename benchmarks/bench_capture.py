@@ -54,7 +54,8 @@ print(json.dumps({{"delta_mb": after - before, "peak_mb": after, "stored_mb": st
 """
 
 
-def bench_overhead(lm: walklens.LoadedModel, n_tokens: int = 512, repeats: int = 5) -> dict:
+def bench_overhead(lm: walklens.LoadedModel, n_tokens: int = 512, repeats: int = 7) -> dict:
+    """Alternating runs; the ratio of the fastest runs is the least disturbed by other work on the machine."""
     ids = tokenize(lm, TEXT, truncate=True)[:, :n_tokens]
     text = lm.tokenizer.decode(ids[0])
     ids = tokenize(lm, text)[:, :n_tokens]
@@ -68,9 +69,9 @@ def bench_overhead(lm: walklens.LoadedModel, n_tokens: int = 512, repeats: int =
             t = time.perf_counter()
             tr = walklens.capture(lm, text)
             captured.append(time.perf_counter() - t)
-    return {"tokens": tr.hidden.shape[1], "points": tr.hidden.shape[0], "plain_s": statistics.median(plain),
-            "capture_s": statistics.median(captured),
-            "ratio": statistics.median(captured) / statistics.median(plain)}
+    return {"tokens": tr.hidden.shape[1], "points": tr.hidden.shape[0], "plain_s": min(plain),
+            "capture_s": min(captured), "ratio": min(captured) / min(plain),
+            "median_ratio": statistics.median(captured) / statistics.median(plain)}
 
 
 def main() -> None:
@@ -78,7 +79,7 @@ def main() -> None:
     ov = bench_overhead(lm)
     print(f"capture overhead, {MODEL}, {ov['tokens']} tokens, {ov['points']} points: "
           f"plain forward {ov['plain_s']:.3f} s, forward + full capture {ov['capture_s']:.3f} s, "
-          f"ratio {ov['ratio']:.3f} (target <= 1.10)")
+          f"ratio of fastest runs {ov['ratio']:.3f} (target <= 1.10; ratio of medians {ov['median_ratio']:.3f})")
 
     with tempfile.TemporaryDirectory() as cache:
         env = {"WALKLENS_CACHE": cache}
