@@ -385,3 +385,12 @@ def test_batched_evaluation_equals_the_per_item_reference() -> None:
         ref = test2_bundle(bank, nb, plans, b, lk)
         fast = test2_bundle_batched(bank, nb, EncLayout.build(bank, plans, enc), b, lk, chunk=4)
         assert np.array_equal(ref, fast), (norm, enc, _)
+
+
+def test_sweep_is_also_a_hellaswag_subcommand():
+    from walklens.cli import build_parser
+
+    args = build_parser().parse_args(["hellaswag", "sweep", "--test", "2", "--grid", "standard"])
+    from walklens.cli import sweep
+
+    assert args.func is sweep.run and args.test == 2

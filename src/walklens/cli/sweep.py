@@ -24,6 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def register_hellaswag(sub: argparse._SubParsersAction) -> None:
+    """The same command as ``walklens hellaswag sweep`` (the issue's spelling)."""
+    register(sub)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--test", type=int, required=True, choices=(1, 2), help="1: pyramidal generation, 2: concept "
                    "similarity (sec. 5.1.1, 5.1.2)")
