@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+from walklens.cli.common import write_json
+
 HERE = Path(__file__).resolve().parent
 TASK_YAML = """task: walklens_hellaswag_local
 dataset_path: json
@@ -154,11 +156,7 @@ def main() -> None:
               f"max |loglik diff| {max_ll_diff:.2e}")
         print(f"items/s ratio walklens / lm-eval = {ratio:.2f} (target >= 2.5)")
     if args.json:
-        p = Path(args.json)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(json.dumps(out, indent=1), encoding="utf-8")
-        tmp.replace(p)
+        write_json(args.json, out)
 
 
 if __name__ == "__main__":

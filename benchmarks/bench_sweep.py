@@ -12,13 +12,14 @@ the sweep are checked against the single run's.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from walklens.cli.common import write_json
 
 
 def main() -> None:
@@ -69,11 +70,7 @@ def main() -> None:
     print(f"ratio full grid / one scheme = {ratio:.2f} (target <= 1.5); "
           f"{len(schemes) * len(items) / t_grid:,.0f} scheme-items/s; standard scheme identical: {same}")
     if args.json:
-        p = Path(args.json)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(json.dumps(result, indent=1), encoding="utf-8")
-        tmp.replace(p)
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":
