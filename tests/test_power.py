@@ -148,8 +148,7 @@ def test_alignment_baselines_and_per_point_values():
     sp = walklens.power.PowerSpectra("constructed", D, [], False)
     for l in range(L):
         e = eigen_dense(F)
-        sp.layers.append(walklens.power.LayerSpectrum(l, e.eigenvalues, e.v1, e.basis, e.v1_right, e.complex_pair,
-                                                      e.gap, float("nan")))
+        sp.layers.append(walklens.power.LayerSpectrum(**e.__dict__, layer=l, residual_gap=float("nan")))
     x0 = torch.randn(30, D, dtype=torch.float64)
     traj = power_iterate(F, x0, L)[1:]  # [L, N, D]: states "after" each layer
     al = alignment_from_states([traj.float()], [f"L{l}.resid_post" for l in range(L)], list(range(L)), sp,

@@ -26,7 +26,7 @@ def _first(x: Any) -> torch.Tensor:
     return x[0] if isinstance(x, (tuple, list)) else x
 
 
-def _attn_weights(x: Any) -> torch.Tensor | None:
+def attention_probs(x: Any) -> torch.Tensor | None:
     """The attention probabilities in a module's output tuple: its last 4-D tensor, if any."""
     if not isinstance(x, (tuple, list)):
         return None
@@ -196,7 +196,7 @@ class _Recorder:
             self.attn_store[(s, kind + ".in")].append(x.detach()[0].to(torch.float32, copy=True))
 
         def post(_m: nn.Module, _inp: Any, output: Any) -> None:
-            w = _attn_weights(output)
+            w = attention_probs(output)
             if w is not None:
                 self.attn_store[(s, kind)].append(w.detach()[0].to(torch.float32, copy=True))
 

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from .capture import hooks
+from .capture import attention_probs, hooks
 from .errors import InputError
 from .models.base import get_module
 
@@ -244,15 +244,6 @@ def _t5_kernels(lm: LoadedModel, max_distance: int | None) -> tuple[list[StackKe
 
 # ---- position-only probe and ALiBi -------------------------------------------------------------------------
 
-def _attn_probs(output: Any) -> torch.Tensor | None:
-    if not isinstance(output, (tuple, list)):
-        return None
-    for item in reversed(output[1:]):
-        if isinstance(item, torch.Tensor) and item.dim() == 4:
-            return item
-    return None
-
-
 def _attention_modules(lm: LoadedModel, stack: str) -> list[torch.nn.Module]:
     spec = lm.adapter.stack(stack)
     return [get_module(layer, spec.attn) for layer in lm.adapter.layer_modules(lm.model, stack)]
@@ -280,7 +271,7 @@ def position_only_attention(lm: LoadedModel, length: int = 32) -> torch.Tensor:
         return args, kwargs
 
     def keep(_m: torch.nn.Module, _i: Any, out: Any) -> None:
-        w = _attn_probs(out)
+        w = attention_probs(out)
         if w is not None:
             store.append(w.detach()[0].float().cpu())
 
@@ -374,7 +365,7 @@ def empirical_kernels(lm: LoadedModel, *, corpus: str | None = None, samples: in
     cols = rows[:, None] + dist_t[None, :]  # [|Q|, n]
 
     def keep(_m: torch.nn.Module, _i: Any, out: Any) -> None:
-        w = _attn_probs(out)
+        w = attention_probs(out)
         if w is None:
             return
         w = w.detach().float().cpu()  # [B, H, T, T]

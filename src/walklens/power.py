@@ -205,20 +205,14 @@ class HeadSpectrum:
 
 
 @dataclass
-class LayerSpectrum:
-    """Spectrum of one layer's F = sum_h W_vo,h (seed 002).
+class LayerSpectrum(Eigen):
+    """Spectrum of one layer's F = sum_h W_vo,h (seed 002): the :class:`Eigen` fields plus what follows.
 
     ``nearest``/``nearest_cos``: tokens of V closest (cosine) to +v1 (v1's sign is fixed so that the
     closest token by |cos| has positive cosine); ``opposite``: closest to -v1.  For a complex pair, tokens by
     alignment with the plane (``opposite`` empty).  ``residual_gap``: the gap of I + F."""
 
     layer: int
-    eigenvalues: torch.Tensor
-    v1: torch.Tensor
-    basis: torch.Tensor
-    v1_right: torch.Tensor
-    complex_pair: bool
-    gap: float
     residual_gap: float
     nearest: list[str] = field(default_factory=list)
     nearest_cos: list[float] = field(default_factory=list)
