@@ -65,31 +65,32 @@ def test_resume_after_interruption_gives_identical_rows(tmp_path, monkeypatch, t
     items = _items(7)
     scheme = None if test == "baseline" else Scheme.standard(1 if test == "test1" else 2, "decoder")
     kw = dict(test=test, scheme=scheme, shots=1, data="toy", progress=False)
+    monkeypatch.setattr(runner, "CHUNK", 2)  # items are scored and committed two at a time
     with ResultStore(tmp_path / "full.sqlite") as st:
         full = runner.run_test(lm, items, store=st, **kw)
         full_rows = list(st.iter_rows("results"))
-    real = runner._item_fn
+    real = runner._batch_fn
     calls = []
 
     def flaky(test_, scheme_):
         fn = real(test_, scheme_)
 
         def wrapped(*a):
-            if len(calls) == 3:
-                raise KeyboardInterrupt  # interrupted while scoring the 4th item
+            if len(calls) == 2:
+                raise KeyboardInterrupt  # interrupted while scoring the third chunk (items 5 and 6)
             calls.append(1)
             return fn(*a)
         return wrapped
 
-    monkeypatch.setattr(runner, "_item_fn", flaky)
+    monkeypatch.setattr(runner, "_batch_fn", flaky)
     with ResultStore(tmp_path / "resumed.sqlite") as st:
         with pytest.raises(KeyboardInterrupt):
             runner.run_test(lm, items, store=st, **kw)
-        assert len(st.done_items(full.key)) == 3  # what was scored before the interruption is kept
-    monkeypatch.setattr(runner, "_item_fn", real)
+        assert len(st.done_items(full.key)) == 4  # what was scored before the interruption is kept
+    monkeypatch.setattr(runner, "_batch_fn", real)
     with ResultStore(tmp_path / "resumed.sqlite") as st:
         again = runner.run_test(lm, items, store=st, **kw)
-        assert again.computed == 4  # only the missing items
+        assert again.computed == 3  # only the missing items
         assert list(st.iter_rows("results")) == full_rows
         assert (again.acc, again.acc_norm, again.predictions) == (full.acc, full.acc_norm, full.predictions)
         third = runner.run_test(lm, items, store=st, **kw)

@@ -18,6 +18,7 @@ from ..capture import context_limit
 from ..errors import ContextTooLongError
 from .data import HellaswagItem, fewshot_context
 from .encode import continuation_logliks, encode_pair
+from .packing import ScoreRequest, packed_logliks
 from .store import ItemResult
 
 if TYPE_CHECKING:
@@ -66,19 +67,34 @@ def item_tokens(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[Hella
     return ctx, [p[1] for p in pairs]
 
 
-def baseline_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> list[float]:
-    """The four endings' log-likelihoods after the item's context (one context pass, see
-    :func:`~.encode.continuation_logliks`)."""
+def baseline_request(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> ScoreRequest:
+    """The item's context ids and its four continuations, checked against the model's context length."""
     ctx, conts = item_tokens(lm, item, examples)
     limit = context_limit(lm)
     if lm.adapter.auto_class == "causal" and limit is not None and len(ctx) + max(map(len, conts)) - 1 > limit:
         raise ContextTooLongError(f"item {item.index}: {len(ctx)} context + {max(map(len, conts))} ending tokens "
                                   f"exceed the model's {limit} positions (use fewer shots)")
-    return continuation_logliks(lm, conts, context_ids=ctx)
+    return ScoreRequest(conts, context_ids=ctx)
+
+
+def baseline_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> list[float]:
+    """The four endings' log-likelihoods after the item's context (one context pass, see
+    :func:`~.encode.continuation_logliks`)."""
+    r = baseline_request(lm, item, examples)
+    return continuation_logliks(lm, r.continuations, context_ids=r.context_ids)
 
 
 def baseline_item(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> ItemResult:
     return item_result(item, baseline_scores(lm, item, examples))
+
+
+def baseline_items(lm: "LoadedModel", items: Sequence[HellaswagItem],
+                   examples: Sequence[Sequence[HellaswagItem]] | None = None) -> list[ItemResult]:
+    """:func:`baseline_item` for many items at once: their requests packed into shared forward passes
+    (:func:`~.packing.packed_logliks`; same log-likelihoods to float rounding)."""
+    examples = examples if examples is not None else [()] * len(items)
+    reqs = [baseline_request(lm, it, ex) for it, ex in zip(items, examples)]
+    return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]
 
 
 @torch.inference_mode()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import InputError
-from .baseline import accuracy, baseline_item
+from .baseline import accuracy, baseline_items
 from .data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
 from .schemes import Scheme
 from .store import ItemResult, ResultStore, RunKey
@@ -52,20 +52,27 @@ def normalised(test: float | None, base: float | None) -> float | None:
     return test / base
 
 
-def _item_fn(test: str, scheme: Scheme | None) -> Callable[["LoadedModel", HellaswagItem, Sequence[HellaswagItem]],
-                                                            ItemResult]:
+BatchFn = Callable[["LoadedModel", Sequence[HellaswagItem], Sequence[Sequence[HellaswagItem]]], list[ItemResult]]
+
+#: Items scored together by one call of a test's batch function (and committed to the store together).
+CHUNK = 128
+
+
+def _batch_fn(test: str, scheme: Scheme | None) -> BatchFn:
+    """The function scoring a chunk of items (with their few-shot examples) for ``test``: the baseline and
+    Test 1 pack the chunk's forward passes (:mod:`.packing`); Test 2 runs item by item."""
     if test == "baseline":
-        return baseline_item
+        return baseline_items
     if scheme is None:
         raise InputError(f"{test} needs a scheme")
     if test == "test1":
-        from .test1 import test1_item
+        from .test1 import test1_items
 
-        return lambda lm, it, ex: test1_item(lm, it, ex, scheme)
+        return lambda lm, its, exs: test1_items(lm, its, exs, scheme)
     if test == "test2":
         from .test2 import test2_item
 
-        return lambda lm, it, ex: test2_item(lm, it, ex, scheme)
+        return lambda lm, its, exs: [test2_item(lm, it, ex, scheme) for it, ex in zip(its, exs)]
     raise InputError(f"unknown test {test!r}; use one of {TESTS}")
 
 
@@ -77,7 +84,7 @@ def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], *, test: str, sc
 
     ``pool``: where few-shot examples come from (default: ``items``); ``data``: the data source id used in the
     store key.  With a ``store``, items already stored for the same (model, data, split, shots, test, scheme)
-    are read back instead of recomputed, each new item is committed as soon as it is scored, and the run's
+    are read back instead of recomputed, each chunk of new items (:data:`CHUNK`) is committed as soon as it is scored, and the run's
     summary row is updated at the end; an interrupted run therefore resumes where it stopped.
     """
     import torch
@@ -96,7 +103,7 @@ def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], *, test: str, sc
     data_key = data if fewshot_seed == FEWSHOT_SEED else f"{data}#seed={fewshot_seed}"
     key = RunKey(model=lm.name, data=data_key, split=split, shots=int(shots), test=test, scheme=scheme_key)
     stored = store.results(key, [it.index for it in items]) if store is not None else {}
-    fn = _item_fn(test, scheme)
+    fn = _batch_fn(test, scheme)
     pool = items if pool is None else pool
     todo = [it for it in items if it.index not in stored]
     computed = 0
@@ -104,14 +111,17 @@ def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], *, test: str, sc
                file=sys.stderr, dynamic_ncols=True)
     try:
         with torch.inference_mode():
-            for it in todo:
-                ex = fewshot_examples(pool, shots, it.index, seed=fewshot_seed, query_split=it.split) if shots else []
-                r = fn(lm, it, ex)
-                stored[it.index] = r
+            for start in range(0, len(todo), CHUNK):
+                chunk = todo[start:start + CHUNK]
+                exs = [fewshot_examples(pool, shots, it.index, seed=fewshot_seed, query_split=it.split)
+                       if shots else [] for it in chunk]
+                rs = fn(lm, chunk, exs)
+                for r in rs:
+                    stored[r.item] = r
                 if store is not None:
-                    store.add_results(key, [r])
-                computed += 1
-                bar.update(1)
+                    store.add_results(key, rs)
+                computed += len(rs)
+                bar.update(len(rs))
     finally:
         bar.close()
     results = [stored[it.index] for it in items]

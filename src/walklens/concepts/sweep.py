@@ -18,7 +18,7 @@ How the cost of ~10^6 schemes is kept near the cost of one:
    Bit-identical layers (``E`` = hidden state 0 without absolute positions) and encodings that cut every
    item identically are computed once.
 4. **Test 1** still needs a model pass per (concept sequence, ending): the engine's
-   :func:`~.encode.continuation_logliks` (context once, its key/values shared by the four endings).
+   :func:`~.packing.packed_logliks` (context once per request, requests packed into shared forward passes).
    Shared across schemes: the segment vectors (from the bank) and identical concept sequences (a bit-exact
    memo, which collapses e.g. every SEGMENT_AGG/EXAMPLE_AGG of a one-segment zero-shot context).  What
    remains is one such call per distinct concept sequence and item.
@@ -728,12 +728,14 @@ def test1_predictions(lm: Any, bank: VectorBank, nbank: Tensor, items: Sequence[
     """Test 1 (pyramidal generation, sec. 5.1.1) predictions ``[2, 1, items]`` (acc, acc_norm) of one scheme.
 
     The concept sequence of each item (from the bank; Gemma's BOS embedding in front, as
-    :func:`~.test1.concept_sequence`) replaces the context; :func:`~.encode.continuation_logliks` scores the
-    baseline's continuation tokens of the four endings after it (the context runs once, its past key/values
-    serve the four endings).  ``memo`` maps the bytes of a concept sequence to its four log-likelihoods, so
-    schemes that give the same sequence (e.g. every EXAMPLE_AGG of a one-example context) share one pass.
+    :func:`~.test1.concept_sequence`) replaces the context; :func:`~.packing.packed_logliks` scores the
+    baseline's continuation tokens of the four endings after it, every item's request packed into shared
+    forward passes (the context computed once per request, see :mod:`.packing`).  ``memo`` maps the bytes of a
+    concept sequence (and its continuations) to its four log-likelihoods, so schemes that give the same
+    sequence (e.g. every EXAMPLE_AGG of a one-example context) share one pass.
     """
-    from .encode import continuation_logliks, input_embeddings, n_prefix_tokens
+    from .encode import input_embeddings, n_prefix_tokens
+    from .packing import ScoreRequest, packed_logliks
 
     lk, wk = bank.layer_pos(layer_key[scheme.layer]), bank.word_pos(scheme.word)
     dtype = lm.model.get_input_embeddings().weight.dtype
@@ -743,7 +745,8 @@ def test1_predictions(lm: Any, bank: VectorBank, nbank: Tensor, items: Sequence[
             prefix = input_embeddings(lm, torch.tensor([lm.tokenizer.bos_token_id])).float()
     if lm.adapter.auto_class != "causal":
         raise InputError("the Test 1 sweep supports decoder-only models (use walklens hellaswag test1 for others)")
-    preds = np.empty((2, 1, len(items)), np.uint8)
+    keys: list[bytes] = []
+    new: dict[bytes, ScoreRequest] = {}
     for j, it in enumerate(items):
         segs = [nbank[[bank.index[t] for t in e]][:, lk, wk].unsqueeze(0) for e in it.contexts[scheme.enc]]
         seq = compose_batch(segs, scheme.norm, scheme.seg, scheme.ex)[0]
@@ -751,8 +754,12 @@ def test1_predictions(lm: Any, bank: VectorBank, nbank: Tensor, items: Sequence[
             seq = torch.cat([prefix, seq], dim=0)
         seq = seq.to(dtype).contiguous()
         key = hashlib.sha256(seq.numpy().tobytes() + json.dumps(conts[j]).encode()).digest()
-        if key not in memo:
-            memo[key] = continuation_logliks(lm, conts[j], context_embeds=seq)
+        keys.append(key)
+        if key not in memo and key not in new:
+            new[key] = ScoreRequest(conts[j], context_embeds=seq)
+    memo.update(zip(new, packed_logliks(lm, list(new.values()))))
+    preds = np.empty((2, 1, len(items)), np.uint8)
+    for j, (it, key) in enumerate(zip(items, keys)):
         ll = np.asarray(memo[key], dtype=np.float64)
         preds[0, 0, j] = int(np.argmax(ll))
         preds[1, 0, j] = int(np.argmax(ll / np.asarray(it.ending_chars, dtype=np.float64)))

@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from .baseline import baseline_scores, item_result, item_tokens
+from .baseline import baseline_request, item_result, item_tokens
 from .compose import context_vectors
 from .data import HellaswagItem
 from .encode import continuation_logliks, input_embeddings, n_prefix_tokens
+from .packing import ScoreRequest, packed_logliks
 from .schemes import Scheme
 from .segment import segment_context
 from .store import ItemResult
@@ -61,17 +62,32 @@ def concept_sequence(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[
     return torch.cat(parts, dim=0)
 
 
-def test1_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
-                 scheme: Scheme) -> list[float]:
-    """The four endings' log-likelihoods after the concept sequence of the item's context."""
+def test1_request(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
+                  scheme: Scheme) -> ScoreRequest:
+    """The concept sequence of the item's context and the baseline's four continuations after it."""
     if scheme.enc == "cross_encoding":
-        return baseline_scores(lm, item, examples)
+        return baseline_request(lm, item, examples)
     _, conts = item_tokens(lm, item, examples)
     seq = concept_sequence(lm, item, examples, scheme)
     dtype = lm.model.get_input_embeddings().weight.dtype
-    return continuation_logliks(lm, conts, context_embeds=seq.to(dtype))
+    return ScoreRequest(conts, context_embeds=seq.to(dtype))
+
+
+def test1_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
+                 scheme: Scheme) -> list[float]:
+    """The four endings' log-likelihoods after the concept sequence of the item's context."""
+    r = test1_request(lm, item, examples, scheme)
+    return continuation_logliks(lm, r.continuations, context_ids=r.context_ids, context_embeds=r.context_embeds)
 
 
 def test1_item(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
                scheme: Scheme) -> ItemResult:
     return item_result(item, test1_scores(lm, item, examples, scheme))
+
+
+def test1_items(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
+                scheme: Scheme) -> list[ItemResult]:
+    """:func:`test1_item` for many items, their requests packed into shared forward passes
+    (:func:`~.packing.packed_logliks`)."""
+    reqs = [test1_request(lm, it, ex, scheme) for it, ex in zip(items, examples)]
+    return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]
