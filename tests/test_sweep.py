@@ -348,6 +348,8 @@ def test_cli_sweep_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "<script src=" not in html and "held-out" in html
     rows = (out / "summary.csv").read_text().splitlines()
     assert len(rows) == 2 and rows[0].startswith("model,test,shots")
+    md = (out / "summary.md").read_text().splitlines()
+    assert len(md) == 3 and md[2].startswith(f"| {mdir} | 2 | 0 | 6 | 480 | acc |")
     # bad input: one line, exit 2
     grid.write_text("layer = [", encoding="utf-8")
     assert main(args) == 2
@@ -394,3 +396,24 @@ def test_sweep_is_also_a_hellaswag_subcommand():
     from walklens.cli import sweep
 
     assert args.func is sweep.run and args.test == 2
+
+
+def test_bank_cache_is_reused_and_serves_subsets(tmp_path, monkeypatch) -> None:
+    """--cache: a second run reads the bank back without a forward pass, and a run needing fewer layers and
+    word aggregations (a Test 1 grid after a Test 2 grid) is served from the larger cache by slicing."""
+    import torch
+
+    from walklens.concepts import encode
+    from walklens.concepts.sweep import build_bank
+    from walklens.testing import tiny_model
+
+    lm = tiny_model("llama")
+    texts = ["the man walks to the river.", "he runs.", "the dog eats a red car."]
+    full = build_bank(lm, texts, ["E", "1", "2"], ["mean", "last", "w1mean"], cache_dir=tmp_path, progress=False)
+    monkeypatch.setattr(encode, "hidden_states", lambda *a, **k: pytest.fail("ran a forward pass"))
+    again = build_bank(lm, texts, ["E", "1", "2"], ["mean", "last", "w1mean"], cache_dir=tmp_path, progress=False)
+    assert torch.equal(again.vectors, full.vectors)
+    sub = build_bank(lm, texts[::-1], ["2", "E"], ["last"], cache_dir=tmp_path, progress=False)
+    assert torch.equal(sub.vectors, full.vectors[[2, 1, 0]][:, [2, 0]][:, :, [1]])
+    with pytest.raises(pytest.fail.Exception):  # a layer the cache does not hold needs the model
+        build_bank(lm, texts, ["0"], ["last"], cache_dir=tmp_path, progress=False)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import time
 from collections import OrderedDict
@@ -128,6 +129,34 @@ def layer_keys(lm: Any, layers: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def _cache_sources(cache: Path, tag: str, lm: Any, layers: Sequence[str], words: Sequence[str]
+                   ) -> list[tuple[Path, list[int] | None, list[int] | None]]:
+    """Cache folders that hold these (layers, words) for this model: its own (``tag``, created with a
+    ``meta.json``), then any folder written for a superset of layers and words (read back by slicing).
+    Returns ``(folder, layer positions, word positions)``; ``None`` positions: the folder is an exact match."""
+    own = cache / tag
+    own.mkdir(parents=True, exist_ok=True)
+    meta = {"model": lm.name, "n_layers": lm.n_layers, "d_model": lm.d_model, "layers": list(layers),
+            "words": list(words)}
+    if not (own / "meta.json").is_file():
+        tmp = own / f"meta.json.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(meta), encoding="utf-8")
+        tmp.replace(own / "meta.json")
+    out: list[tuple[Path, list[int] | None, list[int] | None]] = [(own, None, None)]
+    for d in sorted(cache.iterdir()):
+        if d == own or not (d / "meta.json").is_file():
+            continue
+        try:
+            m = json.loads((d / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if (m.get("model"), m.get("n_layers"), m.get("d_model")) != (lm.name, lm.n_layers, lm.d_model):
+            continue
+        if set(layers) <= set(m["layers"]) and set(words) <= set(m["words"]):
+            out.append((d, [m["layers"].index(l) for l in layers], [m["words"].index(w) for w in words]))
+    return out
+
+
 def build_bank(lm: Any, texts: Iterable[str], layers: Sequence[str], words: Sequence[str], *,
                cache_dir: str | Path | None = None, batch_tokens: int = 2048, progress: bool = True) -> VectorBank:
     """Run every distinct text once and reduce its hidden states by every word aggregation.
@@ -137,7 +166,8 @@ def build_bank(lm: Any, texts: Iterable[str], layers: Sequence[str], words: Sequ
     tokenised and run exactly as the single-scheme runner does (:func:`~.encode.segment_token_ids`,
     :func:`~.encode.hidden_states`; a BOS prefix conditions the segment but is left out of the aggregation).
     Texts of equal token length share a batch, so no padding enters any number.  With ``cache_dir``, each
-    reduced text is also written there (safetensors, atomically) and read back on the next run.
+    reduced text is also written there (safetensors, atomically) and read back on the next run, also by runs
+    that need a subset of these layers and word aggregations (a Test 1 grid after a full Test 2 grid).
     """
     from .encode import hidden_states, n_prefix_tokens, segment_token_ids
     from .schemes import word_aggregate
@@ -151,13 +181,16 @@ def build_bank(lm: Any, texts: Iterable[str], layers: Sequence[str], words: Sequ
     cache = Path(cache_dir) if cache_dir else None
     tag = hashlib.sha256(json.dumps([lm.name, lm.n_layers, D, list(layers), list(words)]).encode()).hexdigest()[:12]
     if cache:
-        (cache / tag).mkdir(parents=True, exist_ok=True)
         from safetensors.torch import load_file
 
+        sources = _cache_sources(cache, tag, lm, layers, words)
         for i, t in enumerate(uniq):
-            f = cache / tag / f"{text_key(lm.name, t)}.safetensors"
-            if f.is_file():
-                out[i] = load_file(str(f))["v"]
+            for folder, li, wi in sources:
+                f = folder / f"{text_key(lm.name, t)}.safetensors"
+                if f.is_file():
+                    v = load_file(str(f))["v"]
+                    out[i] = v if li is None else v[li][:, wi]
+                    break
             else:
                 todo.append(i)
     else:

@@ -8,7 +8,7 @@ the normalised-score bar chart with a marker for each model's best scheme (like 
 held-out best beside the in-sample one.
 
 Output: ``index.html`` (self-contained, offline), PNG charts, and CSV tables (``summary.csv``,
-``top10_*.csv``, ``marginals_*.csv``) plus ``summary.json``.
+``top10_*.csv``, ``marginals_*.csv``) plus ``summary.json`` and ``summary.md`` (the summary table in Markdown).
 """
 
 from __future__ import annotations
@@ -151,6 +151,31 @@ def bar_chart(summaries: Sequence[dict[str, Any]], test: int, metric: str = "acc
     return fig
 
 
+def _fmt(x: Any, places: int = 3) -> str:
+    return "-" if x is None else f"{x:.{places}f}"
+
+
+def summary_markdown(summaries: Sequence[dict[str, Any]]) -> str:
+    """The summary as one Markdown table (the one docs/sweep.md quotes): per run and metric the baseline, the
+    standard scheme, the in-sample, split-half and 5-fold held-out best (normalised in brackets), the median
+    scheme and the expected best of as many coin-flip schemes."""
+    lines = ["| model | test | shots | items | schemes | metric | baseline | standard (norm) | best in-sample (norm) "
+             "| split-half held-out (norm) | 5-fold held-out [95% CI] (norm) | median scheme | E[best] if all chance |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        for metric, m in s["metrics"].items():
+            std, kf, ins = m.get("standard") or {}, m["kfold"], m["in_sample"]
+            lines.append(
+                f"| {s['model']} | {s['test']} | {s['shots']} | {s['n_items']} | {s['n_schemes']:,} | {metric} "
+                f"| {_fmt(m['baseline'])} | {_fmt(std.get('acc'))} ({_fmt(std.get('norm'), 2)}) "
+                f"| {_fmt(ins['acc'])} ({_fmt(ins['norm_score'], 2)}) "
+                f"| {_fmt(m['split_mean'])} ({_fmt(m['split_mean_norm'], 2)}) "
+                f"| {_fmt(kf['acc'])} [{_fmt(kf['lo'])}, {_fmt(kf['hi'])}] ({_fmt(kf['norm'], 2)}) "
+                f"| {_fmt(m['distribution']['quantiles']['q50'])} "
+                f"| {_fmt(m['distribution']['expected_best_if_all_chance'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def build_report(db: str | Path, out_dir: str | Path, k: int = 5, seed: int = 0) -> Path:
     """Write the report of every sweep run in ``db`` to ``out_dir``; returns the HTML path."""
     out = Path(out_dir)
@@ -183,6 +208,7 @@ def build_report(db: str | Path, out_dir: str | Path, k: int = 5, seed: int = 0)
                "best norm (split-half)", "best acc (5-fold held-out)", "ci lo", "ci hi", "best norm (5-fold)",
                "median acc", "share above chance (95%)", "E[best] if all chance"]
     write_csv(out / "summary.csv", headers, rows)
+    (out / "summary.md").write_text(summary_markdown(summaries), encoding="utf-8")
     rep.h2("Summary: standard scheme, in-sample best and held-out best")
     rep.p("Normalised score = accuracy / the baseline's accuracy on the same items, model and shots (sec. 5.1). "
           "The in-sample best is chosen and scored on the same items (biased upward, like the seed's star "
