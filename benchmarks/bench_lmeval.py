@@ -95,22 +95,40 @@ def run_lmeval(py: Path, items: list, model_dir: Path, batch: int) -> dict:
         return json.loads(res_file.read_text())
 
 
+def work(lm: object, items: list) -> dict:
+    """What each side must compute: walklens' packed rows (context once + the prefix tree of the endings'
+    inputs; the LM head only where an ending token is predicted) against lm-eval's full sequences (context +
+    ending minus its last token, four times per item; the LM head at every position).  FLOPs = 2 x weights x
+    positions, split into the body and the LM head."""
+    from walklens.concepts.baseline import baseline_request
+
+    reqs = [baseline_request(lm, it) for it in items]
+    head = lm.model.get_output_embeddings().weight
+    embed = lm.model.get_input_embeddings().weight
+    total = sum(p.numel() for p in lm.model.parameters())
+    body = total - embed.numel() - (0 if head is embed else head.numel())
+    wl_rows = sum(r.row_len for r in reqs)
+    wl_head = sum(r.n_needed for r in reqs)
+    le_tokens = sum(r.context_len + len(c) - 1 for r in reqs for c in r.continuations)
+    wl_flops = 2 * (body * wl_rows + head.numel() * wl_head)
+    le_flops = 2 * (body + head.numel()) * le_tokens
+    return {"params": total, "body_params": body, "head_params": head.numel(), "walklens_positions": wl_rows,
+            "walklens_head_positions": wl_head, "lmeval_positions": le_tokens, "walklens_flops": wl_flops,
+            "lmeval_flops": le_flops, "work_ratio": le_flops / wl_flops}
+
+
 def walklens_baseline(lm: object, items: list) -> dict:
-    from walklens.concepts.baseline import item_tokens
     from walklens.concepts.runner import run_test
 
-    n_params = sum(p.numel() for p in lm.model.parameters())
-    tokens = 0
-    for it in items:
-        ctx, conts = item_tokens(lm, it, [])
-        tokens += len(ctx) + sum(len(c) - 1 for c in conts)  # context once, each ending after its first token
+    w = work(lm, items)
+    n_params, tokens = w["params"], w["walklens_positions"]  # tokens actually needed: context + ending trees
     run_test(lm, items[:4], test="baseline", progress=False)  # warm-up (allocations, kernels)
     t0 = time.perf_counter()
     res = run_test(lm, items, test="baseline", progress=False).results  # `walklens hellaswag baseline`'s path
     dt = time.perf_counter() - t0
     n = len(items)
     return {"seconds": dt, "n": n, "acc": sum(r.pred == r.gold for r in res) / n,
-            "acc_norm": sum(r.pred_norm == r.gold for r in res) / n, "tokens": tokens, "params": n_params,
+            "acc_norm": sum(r.pred_norm == r.gold for r in res) / n, "tokens": tokens, "params": n_params, "work": w,
             "predictions": [{"acc": r.pred, "acc_norm": r.pred_norm, "ll": list(r.scores)} for r in res]}
 
 
@@ -142,6 +160,10 @@ def main() -> None:
     print(f"walklens baseline: {len(items)} items in {wl['seconds']:.1f} s = {len(items) / wl['seconds']:.2f} items/s; "
           f"acc {wl['acc']:.4f} acc_norm {wl['acc_norm']:.4f}")
     print(f"useful FLOP/s {useful / 1e9:.2f} G / fp32 2048^2 matmul {peak / 1e9:.2f} G = ratio {useful / peak:.3f}")
+    w = wl["work"]
+    print(f"work: walklens {w['walklens_positions']} positions ({w['walklens_head_positions']} through the LM head), "
+          f"lm-eval {w['lmeval_positions']} (all through the LM head); lm-eval FLOPs / walklens FLOPs = "
+          f"{w['work_ratio']:.2f} (the items/s ratio at equal FLOP efficiency)")
     py = Path(args.lmeval_python)
     if not py.is_file():
         print(f"lm-evaluation-harness comparison skipped: no {py} (see docs/sweep.md to create it)")
