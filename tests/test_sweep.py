@@ -417,3 +417,28 @@ def test_bank_cache_is_reused_and_serves_subsets(tmp_path, monkeypatch) -> None:
     assert torch.equal(sub.vectors, full.vectors[[2, 1, 0]][:, [2, 0]][:, :, [1]])
     with pytest.raises(pytest.fail.Exception):  # a layer the cache does not hold needs the model
         build_bank(lm, texts, ["0"], ["last"], cache_dir=tmp_path, progress=False)
+
+
+def test_report_keeps_the_baseline_scheme_out_of_the_best() -> None:
+    """Test 1's enc=cross_encoding scheme is the baseline itself; a best chosen among schemes that include it
+    would be the baseline, trivially.  The summary leaves it out of selection and of the scheme count."""
+    from walklens.concepts.sweep import SweepResults
+    from walklens.reports.sweep import summarise_run
+
+    rng = np.random.default_rng(0)
+    n = 60
+    labels = rng.integers(0, 4, n).astype(np.uint8)
+    base = "enc=cross_encoding,layer=E,word=last,norm=None,seg=None,ex=None"
+    names = [base] + [f"enc=concat_all_examples,layer=-1,word=w{i},norm=None,seg=None,ex=None" for i in range(5)]
+    preds = rng.integers(0, 4, (2, len(names), n)).astype(np.uint8)
+    preds[:, 0] = labels  # the baseline scheme is perfect here
+    correct = preds == labels[None, None]
+    run = {"model": "m", "shots": 0, "test": 1, "n_items": n, "data": "d", "labels": labels,
+           "baseline_acc": 1.0, "baseline_acc_norm": 1.0}
+    res = SweepResults(run=run, schemes=names, metrics=["acc", "acc_norm"], acc=correct.mean(axis=2), preds=preds)
+    s = summarise_run(res)
+    assert s["n_schemes"] == 5
+    for m in ("acc", "acc_norm"):
+        assert s["metrics"][m]["in_sample"]["scheme"] != base
+        assert all(t["scheme"] != base for t in s["metrics"][m]["top10"])
+        assert s["metrics"][m]["in_sample"]["acc"] < 1.0
