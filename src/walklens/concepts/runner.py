@@ -84,8 +84,9 @@ def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], *, test: str, sc
 
     ``pool``: where few-shot examples come from (default: ``items``); ``data``: the data source id used in the
     store key.  With a ``store``, items already stored for the same (model, data, split, shots, test, scheme)
-    are read back instead of recomputed, each chunk of new items (:data:`CHUNK`) is committed as soon as it is scored, and the run's
-    summary row is updated at the end; an interrupted run therefore resumes where it stopped.
+    are read back instead of recomputed, each chunk of new items (:data:`CHUNK`) is committed as soon as it is
+    scored, and the run's summary row is updated at the end; an interrupted run therefore resumes where it
+    stopped.
     """
     import torch
     from tqdm.auto import tqdm
