@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from ..capture import context_limit
 from ..errors import ContextTooLongError
 from .data import HellaswagItem, fewshot_context
 from .encode import continuation_logliks, encode_pair
-from .packing import ScoreRequest, packed_logliks
+from .packing import ScoreRequest, check_request, packed_logliks
 from .store import ItemResult
 
 if TYPE_CHECKING:
@@ -70,11 +69,12 @@ def item_tokens(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[Hella
 def baseline_request(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> ScoreRequest:
     """The item's context ids and its four continuations, checked against the model's context length."""
     ctx, conts = item_tokens(lm, item, examples)
-    limit = context_limit(lm)
-    if lm.adapter.auto_class == "causal" and limit is not None and len(ctx) + max(map(len, conts)) - 1 > limit:
-        raise ContextTooLongError(f"item {item.index}: {len(ctx)} context + {max(map(len, conts))} ending tokens "
-                                  f"exceed the model's {limit} positions (use fewer shots)")
-    return ScoreRequest(conts, context_ids=ctx)
+    r = ScoreRequest(conts, context_ids=ctx)
+    try:
+        check_request(lm, r)
+    except ContextTooLongError as e:
+        raise ContextTooLongError(f"item {item.index}: {e} (use fewer shots)") from None
+    return r
 
 
 def baseline_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> list[float]:

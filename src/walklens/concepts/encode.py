@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from torch import nn
 
-from ..capture import context_limit
-from ..errors import ContextTooLongError, EmptyTextError, UnsupportedFamilyError
+from ..errors import EmptyTextError, UnsupportedFamilyError
 from ..models.base import StackSpec, get_module
 
 if TYPE_CHECKING:
@@ -202,10 +201,11 @@ def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int
     context goes through the encoder once; the continuations are the decoder's targets, its inputs being
     ``decoder_start`` followed by each continuation minus its last token, as one batch.
     """
+    from .packing import ScoreRequest, check_request
+
     if (context_ids is None) == (context_embeds is None):
         raise ValueError("give exactly one of context_ids and context_embeds")
-    if not continuations or any(len(c) == 0 for c in continuations):
-        raise EmptyTextError("a continuation tokenises to nothing")
+    check_request(lm, ScoreRequest(continuations, context_ids=context_ids, context_embeds=context_embeds))
     dev = lm.device
     n = len(continuations)
     L = max(len(c) for c in continuations)
@@ -215,14 +215,8 @@ def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int
         targets[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
     ctx_kw = ({"input_ids": torch.tensor([list(context_ids)], dtype=torch.long, device=dev)}
               if context_ids is not None else {"inputs_embeds": context_embeds[None].to(dev)})
-    C = ctx_kw["input_ids"].shape[1] if context_ids is not None else context_embeds.shape[0]
-    if C == 0:
-        raise EmptyTextError("the context is empty")
     kind = lm.adapter.auto_class
     if kind == "causal":
-        limit = context_limit(lm)
-        if limit is not None and C + L - 1 > limit:
-            raise ContextTooLongError(f"context ({C}) + continuation ({L}) tokens exceed the model's {limit} positions")
         model = lm.model
         try:
             out = model(**ctx_kw, use_cache=True, logits_to_keep=1)

@@ -116,14 +116,16 @@ def can_pack(lm: "LoadedModel") -> bool:
             and lm.adapter.position_scheme(lm.model.config) in ("learned", "rotary"))
 
 
-def _check(lm: "LoadedModel", r: ScoreRequest) -> None:
+def check_request(lm: "LoadedModel", r: ScoreRequest) -> None:
+    """Refuse what no scorer can score: an empty context or continuation, and (causal LMs) a context plus
+    continuation longer than the model's positions."""
     if not r.continuations or any(len(c) == 0 for c in r.continuations):
         raise EmptyTextError("a continuation tokenises to nothing")
     if r.context_len == 0:
         raise EmptyTextError("the context is empty")
     limit = context_limit(lm)
     L = max(len(c) for c in r.continuations)
-    if limit is not None and r.context_len + L - 1 > limit:
+    if lm.adapter.auto_class == "causal" and limit is not None and r.context_len + L - 1 > limit:
         raise ContextTooLongError(f"context ({r.context_len}) + continuation ({L}) tokens exceed the model's "
                                   f"{limit} positions")
 
@@ -276,7 +278,7 @@ def packed_logliks(lm: "LoadedModel", requests: Sequence[ScoreRequest], *, max_t
     from .encode import continuation_logliks
 
     for r in requests:
-        _check(lm, r)
+        check_request(lm, r)
     if not can_pack(lm):
         return [continuation_logliks(lm, r.continuations, context_ids=r.context_ids,
                                      context_embeds=r.context_embeds) for r in requests]
