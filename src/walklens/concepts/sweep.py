@@ -902,10 +902,9 @@ def run_sweep(lm: Any, items: Sequence[Any], *, test: int, schemes: Sequence[Any
         if before == len(groups):
             return outcome
         encs = list(dict.fromkeys(s.enc for s in schemes if s.enc != "cross_encoding"))
-        plans = []
-        for it in items:
-            ex = fewshot_examples(pool, shots, it.index, seed=seed, query_split=it.split) if shots else []
-            plans.append(_items_from(it, ex, encs, lm))
+        exs = [fewshot_examples(pool, shots, it.index, seed=seed, query_split=it.split) if shots else []
+               for it in items]
+        plans = [_items_from(it, ex, encs, lm) for it, ex in zip(items, exs)]
         layer_vals = {s.layer for s in schemes if s.enc != "cross_encoding"}
         word_vals = {s.word for s in schemes if s.enc != "cross_encoding"}
         if test == 2:
@@ -927,10 +926,7 @@ def run_sweep(lm: Any, items: Sequence[Any], *, test: int, schemes: Sequence[Any
         else:
             from .baseline import item_tokens
 
-            conts = []
-            for it in items:
-                ex = fewshot_examples(pool, shots, it.index, seed=seed, query_split=it.split) if shots else []
-                conts.append(item_tokens(lm, it, ex)[1])
+            conts = [item_tokens(lm, it, ex)[1] for it, ex in zip(items, exs)]
             outcome.groups_computed = evaluate_test1(store, rid, lm, bank, plans, schemes, lkey, conts, base_preds,
                                                      progress, stop_after)
         outcome.seconds_eval = time.perf_counter() - t2
