@@ -230,18 +230,39 @@ def build_bank(lm: Any, texts: Iterable[str], layers: Sequence[str], words: Sequ
 # ======================================================================================================
 
 
-def normed_bank(bank: VectorBank, norm: str | None) -> Tensor:
+class NormedBank:
     """The bank after NORM, which follows word aggregation except ``word=last`` (a selection, not an
-    aggregation; :mod:`~.compose` does the same): ``[texts, layers, words, D]``."""
-    from .schemes import normalize
+    aggregation; :mod:`~.compose` does the same), indexed like ``bank.vectors`` (``[texts, layers, words, D]``).
 
-    if norm is None:
-        return bank.vectors
-    out = normalize(bank.vectors, norm)
-    if "last" in bank.words:
-        w = bank.word_pos("last")
-        out[:, :, w] = bank.vectors[:, :, w]
-    return out
+    The rows asked for are normalised when they are read, so a sweep never holds a second copy of the whole
+    bank (at 10,042 items the bank alone is ~9 GB).  NORM acts on each vector by itself, so a row reads the same
+    whichever other rows are read with it.
+    """
+
+    def __init__(self, bank: VectorBank, norm: str | None) -> None:
+        self.bank = bank
+        self.norm = norm
+        self.last = bank.word_pos("last") if "last" in bank.words else None
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.bank.vectors.shape
+
+    def __getitem__(self, rows: Any) -> Tensor:
+        from .schemes import normalize
+
+        x = self.bank.vectors[rows]
+        if self.norm is None:
+            return x
+        out = normalize(x, self.norm)
+        if self.last is not None:
+            out[..., self.last, :] = x[..., self.last, :]
+        return out
+
+
+def normed_bank(bank: VectorBank, norm: str | None) -> NormedBank:
+    """:class:`NormedBank` of ``bank`` for ``norm``."""
+    return NormedBank(bank, norm)
 
 
 def compose_batch(seg_vecs: Sequence[Tensor], norm: str | None, seg: str | None, ex: str | None) -> Tensor:
@@ -537,7 +558,7 @@ def tie_identical(score: Tensor, choices: Tensor, c_dim: int, cv_dim: int) -> Te
     return sc.movedim(-1, c_dim)
 
 
-def test2_bundle(bank: VectorBank, nbank: Tensor, items: Sequence[ItemPlan], groups: Sequence[Sequence[Any]],
+def test2_bundle(bank: VectorBank, nbank: NormedBank, items: Sequence[ItemPlan], groups: Sequence[Sequence[Any]],
                  layer_key: dict[str, str]) -> np.ndarray:
     """Predictions ``[groups, outs, items]`` of Test 2 for context groups that share (enc, norm, seg, ex, sim)
     and the list of choice encodings (out_layer, out_word), differing in (layer, word).
@@ -606,7 +627,7 @@ def _masked_mean(x: Tensor, mask: Tensor, dim: int) -> Tensor:
     return (x * m).sum(dim) / m.sum(dim).clamp_min(1.0)
 
 
-def test2_bundle_batched(bank: VectorBank, nbank: Tensor, layout: EncLayout, groups: Sequence[Sequence[Any]],
+def test2_bundle_batched(bank: VectorBank, nbank: NormedBank, layout: EncLayout, groups: Sequence[Sequence[Any]],
                          layer_key: dict[str, str], chunk: int = 8, alias: Sequence[int] | None = None) -> np.ndarray:
     """:func:`test2_bundle` vectorised over items too (chunks of ``chunk`` items; padding masked out):
     predictions ``[groups, outs, items]``.
@@ -755,7 +776,7 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
     return computed
 
 
-def test1_predictions(lm: Any, bank: VectorBank, nbank: Tensor, items: Sequence[ItemPlan], scheme: Any,
+def test1_predictions(lm: Any, bank: VectorBank, nbank: NormedBank, items: Sequence[ItemPlan], scheme: Any,
                       layer_key: dict[str, str], conts: Sequence[Sequence[Sequence[int]]],
                       memo: dict[bytes, list[float]]) -> np.ndarray:
     """Test 1 (pyramidal generation, sec. 5.1.1) predictions ``[2, 1, items]`` (acc, acc_norm) of one scheme.
