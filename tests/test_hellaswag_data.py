@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import bz2
+import hashlib
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
-from walklens.concepts.data import (HellaswagItem, data_id, default_path, fewshot_context, fewshot_examples,
-                                    load_hellaswag, make_item, preprocess)
+from walklens.concepts.data import (HellaswagItem, bundled_path, data_id, default_path, fewshot_context,
+                                    fewshot_examples, load_hellaswag, make_item, preprocess)
 from walklens.errors import DataFormatError, InputError, MissingDependencyError
 
 # The first item of rowanz's hellaswag_val.jsonl (ind 24), as stored in the dataset.
@@ -87,14 +89,130 @@ def test_hub_needs_datasets(monkeypatch):
         load_hellaswag("hf:Rowan/hellaswag")
 
 
+BUNDLED_TEXT_SHA256 = "d572539320eb2050e858ca34b495bbe2103e3b3f1391a9c3bcdf215b0bb93bd1"  # data/README.md
+
+
 def test_bundled_file_and_env(tmp_path, monkeypatch):
+    """The validation split ships inside the package (no folder outside the repository is searched)."""
+    import walklens
+
+    monkeypatch.delenv("WALKLENS_HELLASWAG", raising=False)
     p = default_path()
-    items = load_hellaswag(limit=3)
+    assert p == bundled_path() and p.is_file() and p.name == "hellaswag_val_full.txt.bz2"
+    assert p.parent.parent == Path(walklens.__file__).resolve().parent  # walklens/data/, inside the package
+    assert hashlib.sha256(bz2.decompress(p.read_bytes())).hexdigest() == BUNDLED_TEXT_SHA256
+    items = load_hellaswag()
+    assert len(items) == 10_042 and [it.index for it in items] == list(range(10_042))
     assert items[0].ctx.startswith("Roof shingle removal: A man is sitting on a roof.") and items[0].label == 3
-    assert data_id(None) == data_id(p) and data_id(None).startswith("hellaswag_val_full.txt.bz2:")
+    assert {it.label for it in items} == {0, 1, 2, 3} and all(len(it.endings) == 4 for it in items)
+    # results are keyed by file name + sha256 prefix of the .bz2 bytes: the bundled copy must keep both
+    assert data_id(None) == data_id(p) == "hellaswag_val_full.txt.bz2:50b637899e42"
+    # WALKLENS_HELLASWAG overrides the bundled file
+    own = tmp_path / "own.txt"
+    own.write_text("Roof shingle removal: A man is sitting on a roof. he\n3\n" + "\n".join(ROOF["endings"]) + "\n")
+    monkeypatch.setenv("WALKLENS_HELLASWAG", str(own))
+    assert default_path() == own and len(load_hellaswag()) == 1 and data_id(None).startswith("own.txt:")
     monkeypatch.setenv("WALKLENS_HELLASWAG", str(tmp_path / "none.txt"))
     with pytest.raises(InputError, match="no such file"):
         load_hellaswag()
+
+
+def test_no_code_refers_to_a_shared_folder():
+    """The project reads nothing outside its repository: no search for a sibling ``shared`` folder."""
+    import re
+
+    import walklens
+
+    pattern = re.compile(r"""\.\./shared|shared[/]data|["']shared["']\s*/|/\s*["']shared["']""")
+    pkg = Path(walklens.__file__).resolve().parent
+    hits = [f"{f}:{n}" for f in sorted(pkg.rglob("*.py")) for n, line in enumerate(f.read_text().splitlines(), 1)
+            if pattern.search(line)]
+    assert hits == []
+
+
+@pytest.mark.parametrize("doc,msg", [
+    (dict(ROOF, label=""), "unlabelled item"),                      # was label -1: acc 0, endings[-1] as gold
+    (dict(ROOF, label=None), "unlabelled item"),
+    (dict(ROOF, label=" "), "unlabelled item"),
+    (dict(ROOF, label=-1), "0-3, got -1"),
+    (dict(ROOF, label=4), "0-3, got 4"),
+    (dict(ROOF, label="1.0"), "0-3"),
+    (dict(ROOF, label=1.0), "0-3"),
+    (dict(ROOF, label=True), "0-3"),
+    (dict(ROOF, label=[1]), "0-3"),
+    (dict(ROOF, endings=[1, 2, 3, 4]), "4 strings"),                # was accepted as "1".."4"
+    (dict(ROOF, endings="abcd"), "4 strings"),
+    (dict(ROOF, endings=ROOF["endings"] + ["x"]), "4 strings"),
+    (dict(ROOF, endings=["a", "b", None, "d"]), "4 strings"),
+    (dict(ROOF, endings=["a", "b", "", "d"]), "ending 2 is empty"),  # was ZeroDivisionError in picks (acc_norm)
+    (dict(ROOF, endings=["a", "[step]", "c", "d"]), "ending 1 is empty after preprocessing"),
+    (dict(ROOF, endings=["a", "b", "c", "[a] [b]"]), "ending 3 is empty after preprocessing"),  # blank: " "
+    (dict(ROOF, ctx_a=None), "'ctx_a' must be a string"),
+    (dict(ROOF, ctx_b=3), "'ctx_b' must be a string"),
+    (dict(ROOF, activity_label=["x"]), "'activity_label' must be a string"),
+    ({k: v for k, v in ROOF.items() if k != "label"}, "missing field(s) label"),
+])
+def test_jsonl_items_are_checked(tmp_path, doc, msg):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(json.dumps(ROOF) + "\n" + json.dumps(doc) + "\n")
+    with pytest.raises(DataFormatError) as e:
+        load_hellaswag(p)
+    assert str(e.value).startswith(f"{p}:2: ") and msg in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("lines,where,msg", [
+    (["A: b", "", "e0", "e1", "e2", "e3"], ":2:", "unlabelled item"),
+    (["A: b", "1", "e0", "[title]", "e2", "e3"], ":4:", "ending 1 is empty after preprocessing"),
+    (["A: b", "-1", "e0", "e1", "e2", "e3"], ":2:", "0-3"),
+])
+def test_text_items_are_checked(tmp_path, lines, where, msg):
+    p = tmp_path / "bad.txt"
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataFormatError) as e:
+        load_hellaswag(p)
+    assert f"bad.txt{where}" in str(e.value) and msg in str(e.value)
+
+
+def test_make_item_checks_records():
+    """acc_norm divides by the ending's length (``baseline.picks``): an empty ending is refused at load."""
+    with pytest.raises(DataFormatError, match="^item 5: ending 1 is empty$"):
+        make_item(dict(ROOF, endings=["a", "", "c", "d"]), 5)
+    with pytest.raises(DataFormatError, match="^item 0: unlabelled item"):
+        make_item(dict(ROOF, label=""), 0)
+
+
+@pytest.mark.parametrize("name,content,msg", [
+    ("empty.txt", b"", "no items"),
+    ("blank.jsonl", b"\n \n\t\n", "no items"),
+    ("empty.txt.bz2", bz2.compress(b""), "no items"),
+    ("latin1.txt", "A: caf\xe9\n1\ne\ne\ne\ne\n".encode("latin-1"), "UnicodeDecodeError"),
+    ("plain.txt.bz2", b"A: b\n1\ne\ne\ne\ne\n", "cannot be read"),  # not bz2 at all
+    ("cut.txt.bz2", bz2.compress(b"A: b\n1\ne\ne\ne\ne\n" * 50)[:-10], "EOFError"),
+    ("deep.jsonl", b"[" * 100_000, "not valid JSON"),  # was RecursionError
+    ("bigint.jsonl", b"1" * 5000, "not valid JSON"),   # was ValueError (int digit limit)
+    ("list.jsonl", b"[1, 2]", "expected a JSON object"),
+])
+def test_unreadable_files_are_one_data_format_error(tmp_path, name, content, msg):
+    p = tmp_path / name
+    p.write_bytes(content)
+    with pytest.raises(DataFormatError) as e:
+        load_hellaswag(p)
+    assert str(e.value).startswith(str(p)) and msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_directory_is_not_a_data_file(tmp_path):
+    (tmp_path / "d.txt").mkdir()
+    with pytest.raises(InputError, match="not a regular file"):
+        load_hellaswag(tmp_path / "d.txt")
+
+
+def test_jsonl_lines_split_only_at_newline(tmp_path):
+    """A raw U+2028 / U+0085 inside a JSON string is valid JSON; ``str.splitlines`` used to cut the line there."""
+    p = tmp_path / "u.jsonl"
+    doc = dict(ROOF, endings=["a\u2028b", "c\x85d", "e", "f"])
+    p.write_text(json.dumps(doc, ensure_ascii=False) + "\r\n" + json.dumps(ROOF) + "\r\n", encoding="utf-8")
+    items = load_hellaswag(p)
+    assert len(items) == 2 and items[0].endings[:2] == ("a\u2028b", "c\x85d") and items[1].label == 3
 
 
 def _pool(n: int) -> list[HellaswagItem]:
@@ -140,3 +258,13 @@ def test_hub_form_with_a_stub_datasets(monkeypatch):
     ex = fewshot_examples(train, 3, query_index=0, query_split="validation")
     assert {e.split for e in ex} == {"train"} and len(ex) == 3  # the train item 0 is not the query
     assert data_id("hf:Rowan/hellaswag") == "hf:Rowan/hellaswag"
+
+
+def test_hub_test_split_is_refused_as_unlabelled(monkeypatch):
+    """The hub's test split has label "": it used to load as label -1 (acc 0, endings[-1] as few-shot gold)."""
+    import types
+
+    rows = [dict(ROOF, label="")]
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=lambda name, split: rows))
+    with pytest.raises(DataFormatError, match=r"^hf:Rowan/hellaswag \(test split\) item 0: unlabelled item"):
+        load_hellaswag("hf:Rowan/hellaswag", split="test")

@@ -13,9 +13,16 @@ Three sources are accepted:
 
 * the rowanz jsonl (``hellaswag_val.jsonl``, with ``ctx_a``/``ctx_b``): identical to the harness;
 * the Hugging Face dataset ``"hf:Rowan/hellaswag"`` (needs the ``datasets`` package; identical to the harness);
-* the six-lines-per-item text form (``.txt`` or ``.txt.bz2``, see ../shared/data/hellaswag/README.md): it has
-  no ``ctx_a``/``ctx_b`` split, so the query is ``preprocess(first line)``; ``ctx_b`` keeps its lower-case first
-  letter where the jsonl would capitalise it (about a third of the items).  Everything else matches.
+* the six-lines-per-item text form (``.txt`` or ``.txt.bz2``; the package bundles the whole validation split in
+  this form, see ``walklens/data/README.md``): it has no ``ctx_a``/``ctx_b`` split, so the query is
+  ``preprocess(first line)``; ``ctx_b`` keeps its lower-case first letter where the jsonl would capitalise it
+  (about a third of the items).  Everything else matches.
+
+Every item must be usable as it is scored: a gold label 0-3 (unlabelled items, such as the hub's test split, are
+refused: every score is measured against the gold ending), four strings as endings, none empty after
+``preprocess`` (``acc_norm`` divides by an ending's length).  Anything else (wrong types, missing fields, bad
+UTF-8, a damaged ``.bz2``, an empty file) raises :class:`~walklens.errors.DataFormatError` naming the file and
+line (or the hub item), before any model is loaded.
 """
 
 from __future__ import annotations
@@ -84,17 +91,68 @@ def preprocess(text: str) -> str:
     return text
 
 
-def make_item(doc: dict[str, Any], index: int, split: str = "validation") -> HellaswagItem:
-    """An item from a rowanz/hub record (``activity_label``, ``ctx_a``, ``ctx_b``, ``endings``, ``label``)."""
-    ctx_a, ctx_b = str(doc["ctx_a"]), str(doc["ctx_b"])
-    ctx = ctx_a + " " + ctx_b.capitalize()
-    label = doc.get("label", "")
+def _show(value: Any) -> str:
+    """A short repr for error messages."""
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def parse_label(value: Any, where: str) -> int:
+    """The gold ending's index from a label field (an int 0-3 or its string, as rowanz and the hub store it).
+
+    An empty or missing label (an unlabelled item) is refused, as is anything else: every test scores against the
+    gold ending, and a placeholder would silently count as wrong (or index ``endings[-1]`` as a few-shot gold).
+    """
+    if isinstance(value, str) and value.strip() in ("0", "1", "2", "3"):
+        return int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3:
+        return value
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise DataFormatError(f"{where}: unlabelled item (label {_show(value)}): every score is measured against "
+                              "the gold ending, so each item needs a label 0-3 (unlabelled splits are not supported)")
+    raise DataFormatError(f"{where}: 'label' must be the gold ending's index 0-3, got {_show(value)}")
+
+
+def clean_ending(text: str, where: str, j: int) -> str:
+    """``preprocess(text)``, refused when empty or blank (``acc_norm`` divides each score by the ending's length;
+    a blank ending may tokenise to nothing).  Not idempotent, as in the harness: ``"[a] x"`` gives ``" x"``."""
+    ending = preprocess(text)
+    if not ending.strip():
+        raise DataFormatError(f"{where}: ending {j} is empty" + (f" after preprocessing (was {_show(text)})"
+                                                                  if text.strip() else ""))
+    return ending
+
+
+_DOC_KEYS = ("activity_label", "ctx_a", "ctx_b", "endings", "label")
+
+
+def make_item(doc: dict[str, Any], index: int, split: str = "validation", where: str | None = None) -> HellaswagItem:
+    """An item from a rowanz/hub record (``activity_label``, ``ctx_a``, ``ctx_b``, ``endings``, ``label``).
+
+    The record is checked first (``where`` names it in the :class:`~walklens.errors.DataFormatError`): three
+    string fields, ``endings`` a list of 4 strings none empty after :func:`preprocess`, ``label`` 0-3.
+    """
+    where = where or f"item {index}"
+    if not isinstance(doc, dict):
+        raise DataFormatError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    missing = [k for k in _DOC_KEYS if k not in doc]
+    if missing:
+        raise DataFormatError(f"{where}: missing field(s) {', '.join(missing)}")
+    for k in ("activity_label", "ctx_a", "ctx_b"):
+        if not isinstance(doc[k], str):
+            raise DataFormatError(f"{where}: {k!r} must be a string, got {_show(doc[k])}")
+    raw = doc["endings"]
+    if not isinstance(raw, (list, tuple)) or len(raw) != 4 or not all(isinstance(e, str) for e in raw):
+        raise DataFormatError(f"{where}: 'endings' must be a list of 4 strings, got {_show(raw)}")
+    label = parse_label(doc["label"], where)
+    endings = tuple(clean_ending(e, where, j) for j, e in enumerate(raw))
+    ctx_a, ctx_b = doc["ctx_a"], doc["ctx_b"]
     return HellaswagItem(
         index=index,
-        activity_label=str(doc["activity_label"]),
-        ctx=preprocess(str(doc["activity_label"]) + ": " + ctx),
-        endings=tuple(preprocess(str(e)) for e in doc["endings"]),
-        label=int(label) if str(label).strip() != "" else -1,
+        activity_label=doc["activity_label"],
+        ctx=preprocess(doc["activity_label"] + ": " + ctx_a + " " + ctx_b.capitalize()),
+        endings=endings,
+        label=label,
         ctx_a=ctx_a,
         ctx_b=ctx_b,
         split=split,
@@ -103,35 +161,32 @@ def make_item(doc: dict[str, Any], index: int, split: str = "validation") -> Hel
 
 # ---- sources ----------------------------------------------------------------------------------------------
 
+def bundled_path() -> Path:
+    """The validation split shipped inside the package (``walklens/data/``, see its README.md)."""
+    return Path(__file__).resolve().parent.parent / "data" / DEFAULT_FILE
+
+
 def default_path() -> Path:
-    """The bundled validation file: ``$WALKLENS_HELLASWAG``, else ``../shared/data/hellaswag/`` found by walking
-    up from the working directory and from this package (the repository's sibling ``shared`` folder)."""
+    """The data used when none is given: ``$WALKLENS_HELLASWAG`` if set, else :func:`bundled_path`."""
     env = os.environ.get("WALKLENS_HELLASWAG")
-    if env:
-        return Path(env).expanduser()
-    starts = [Path.cwd(), Path(__file__).resolve().parent]
-    for start in starts:
-        for d in (start, *start.parents):
-            for cand in (d / "shared" / "data" / "hellaswag" / DEFAULT_FILE,
-                         d.parent / "shared" / "data" / "hellaswag" / DEFAULT_FILE):
-                if cand.is_file():
-                    return cand
-    raise InputError("no HellaSwag data given and none found: pass --data FILE (a .jsonl, .txt or .txt.bz2), "
-                     "'hf:Rowan/hellaswag', or set WALKLENS_HELLASWAG")
+    return Path(env).expanduser() if env else bundled_path()
 
 
 def _open_text(path: Path) -> io.TextIOBase:
     if path.suffix == ".bz2":
-        return io.TextIOWrapper(bz2.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return io.TextIOWrapper(bz2.open(path, "rb"), encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
 
 
 def _read_lines(path: Path) -> list[str]:
+    """The file's lines, split at line feeds only (a jsonl string may hold a raw U+2028 or U+0085, which
+    ``str.splitlines`` would cut), a trailing carriage return removed."""
     try:
         with _open_text(path) as f:
-            return f.read().splitlines()
-    except (OSError, EOFError, UnicodeDecodeError) as e:
+            text = f.read()
+    except (OSError, EOFError, ValueError) as e:  # damaged .bz2, bad UTF-8 (UnicodeDecodeError is a ValueError)
         raise DataFormatError(f"{path}: cannot be read as text ({e.__class__.__name__}: {e})") from None
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
 
 
 def _parse_text(path: Path, limit: int | None) -> list[HellaswagItem]:
@@ -147,21 +202,15 @@ def _parse_text(path: Path, limit: int | None) -> list[HellaswagItem]:
         if limit is not None and len(items) >= limit:
             break
         base = 6 * k
-        head, label_line, endings = lines[base], lines[base + 1].strip(), lines[base + 2: base + 6]
+        head = lines[base]
         if ": " not in head:
-            raise DataFormatError(f"{path}:{base + 1}: expected '<activity_label>: <context>', got {head[:60]!r}")
-        if label_line not in ("0", "1", "2", "3"):
-            raise DataFormatError(f"{path}:{base + 2}: expected the gold ending's index 0-3, got {label_line[:60]!r}")
-        for j, e in enumerate(endings):
-            if not e.strip():
-                raise DataFormatError(f"{path}:{base + 3 + j}: empty ending")
+            raise DataFormatError(f"{path}:{base + 1}: expected '<activity_label>: <context>', got {_show(head)}")
+        label = parse_label(lines[base + 1], f"{path}:{base + 2}")
+        endings = tuple(clean_ending(lines[base + 2 + j], f"{path}:{base + 3 + j}", j) for j in range(4))
         activity, _ = head.split(": ", 1)
-        items.append(HellaswagItem(index=k, activity_label=activity, ctx=preprocess(head),
-                                   endings=tuple(preprocess(e) for e in endings), label=int(label_line)))
+        items.append(HellaswagItem(index=k, activity_label=activity, ctx=preprocess(head), endings=endings,
+                                   label=label))
     return items
-
-
-_JSONL_KEYS = ("activity_label", "ctx_a", "ctx_b", "endings", "label")
 
 
 def _parse_jsonl(path: Path, limit: int | None, split: str) -> list[HellaswagItem]:
@@ -175,17 +224,14 @@ def _parse_jsonl(path: Path, limit: int | None, split: str) -> list[HellaswagIte
             doc = json.loads(line)
         except json.JSONDecodeError as e:
             raise DataFormatError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        except (ValueError, RecursionError) as e:  # a number over the int digit limit, nesting too deep
+            raise DataFormatError(f"{path}:{lineno}: not valid JSON ({e.__class__.__name__})") from None
+        where = f"{path}:{lineno}"
         if not isinstance(doc, dict):
-            raise DataFormatError(f"{path}:{lineno}: expected a JSON object")
-        missing = [k for k in _JSONL_KEYS if k not in doc]
-        if missing:
-            raise DataFormatError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")
-        if not isinstance(doc["endings"], list) or len(doc["endings"]) != 4:
-            raise DataFormatError(f"{path}:{lineno}: 'endings' must be a list of 4 strings")
-        lab = str(doc["label"]).strip()
-        if lab not in ("0", "1", "2", "3", ""):
-            raise DataFormatError(f"{path}:{lineno}: 'label' must be 0-3, got {doc['label']!r}")
-        items.append(make_item(doc, index=len(items), split=str(doc.get("split", split)) or split))
+            raise DataFormatError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+        doc_split = doc.get("split", split)
+        items.append(make_item(doc, index=len(items), split=doc_split if isinstance(doc_split, str) and doc_split
+                               else split, where=where))
     return items
 
 
@@ -203,7 +249,7 @@ def _load_hf(name: str, split: str, limit: int | None) -> list[HellaswagItem]:
     for i, doc in enumerate(ds):
         if limit is not None and i >= limit:
             break
-        items.append(make_item(doc, index=i, split=split))
+        items.append(make_item(doc, index=i, split=split, where=f"hf:{name} ({split} split) item {i}"))
     return items
 
 
@@ -221,7 +267,7 @@ def load_hellaswag(path: str | os.PathLike[str] | None = None, limit: int | None
         return _load_hf(str(path)[len(HF_PREFIX):], split, limit)
     p = Path(path).expanduser() if path is not None else default_path()
     if not p.is_file():
-        raise InputError(f"{p}: no such file")
+        raise InputError(f"{p}: " + ("not a regular file" if p.exists() else "no such file"))
     name = p.name.lower()
     if name.endswith((".jsonl", ".jsonl.bz2", ".json")):
         items = _parse_jsonl(p, limit, split)
