@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import walklens
-from walklens.reports.walks import decoding_walk_report, encoding_walk_report, similarity_report
+from walklens.reports.walks import decoding_walk_report, encoding_walk_report, show, similarity_report
 from walklens.testing import tiny_model
 from walklens.walks import labels_for
 
@@ -128,3 +128,102 @@ def test_real_demo_report_renders(chromium, tmp_path, smollm2):
     _check_page(chromium, path, ["4: is →  Paris", "3: France →  is"])
     # the nearest-token grid names " Paris" as the top token for " is" at the top of the stack
     assert re.search(r"<th>final</th>(<td[^>]*>[^<]*</td>){4}<td[^>]*>\s*Paris</td>", dump_dom(chromium, path))
+
+
+# ---- model strings reach the page as text, never markup (tooltips too) -----------------------------------------------
+
+EVIL = ["<img src=x onerror=\"document.title='pwned'\">", "</script><b>x</b>", "<filename>", "a&amp;b"]
+
+# Appended after plots.js: once the page has loaded, move the mouse over every 4 px of every heatmap (cells are at
+# least 4 px) and over every element, keep each tooltip's text and every element hovering added (tooltips set
+# text only, so none), then report what the DOM holds.
+_PROBE = """<script>
+window.addEventListener("load", function () {
+  var tips = [], added = [];  // every element that hovering puts into the page, even for a moment
+  var note = function (ms) { ms.forEach(function (m) { m.addedNodes.forEach(function (n) {
+    if (n.nodeType === 1) added.push(n.tagName); }); }); };
+  var seen = new MutationObserver(note);
+  seen.observe(document, {childList: true, subtree: true});
+  document.querySelectorAll("canvas").forEach(function (c) {
+    var r = c.getBoundingClientRect(), tip = c.parentNode.querySelector(".wl-tip");
+    for (var y = 1; y < r.height; y += 4) for (var x = 1; x < r.width; x += 4) {
+      c.dispatchEvent(new MouseEvent("mousemove", {clientX: r.left + x, clientY: r.top + y, bubbles: true}));
+      if (tip.style.display === "block" && tips.indexOf(tip.textContent) < 0) tips.push(tip.textContent);
+    }
+  });
+  document.querySelectorAll("body *").forEach(function (e) {
+    e.dispatchEvent(new MouseEvent("mouseover", {bubbles: true}));
+    e.dispatchEvent(new MouseEvent("mouseenter"));
+  });
+  setTimeout(function () {
+    note(seen.takeRecords()); seen.disconnect();
+    var svg = [];
+    document.querySelectorAll("svg text, svg title").forEach(function (e) { svg.push(e.textContent); });
+    var out = document.createElement("pre");
+    out.id = "wl-probe";
+    out.textContent = JSON.stringify({tips: tips, svg: svg, title: document.title, added: added,
+                                imgs: document.querySelectorAll("img").length,
+                                bold: document.querySelectorAll("b").length});
+    document.body.appendChild(out);
+  }, 500);
+});
+</script>"""
+
+
+def hover_everything(chromium: str, page: Path) -> dict:
+    """Load ``page`` with the probe above; returns tooltips, SVG texts, the title and the <img>/<b> counts."""
+    import html as html_mod
+    import json
+
+    probed = page.with_name(page.stem + "_probe.html")
+    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", _PROBE + "</body>"), encoding="utf-8")
+    dom = dump_dom(chromium, probed)
+    m = re.search(r'<pre id="wl-probe">(.*?)</pre>', dom, flags=re.S)
+    assert m, dom[-2000:]
+    return json.loads(html_mod.unescape(m.group(1)))
+
+
+def test_model_strings_are_text_on_hover(chromium, tmp_path):
+    """Token strings with markup (a token named ``<img onerror=...>``, ``</script>``, SmolLM2's ``<filename>``)
+    are shown as text in the walk, simmap, power and generic reports: hovering every cell creates no element and runs
+    no script, and the exact strings are in the tooltips and chart labels."""
+    import dataclasses
+
+    from walklens.reports.html import Report
+
+    lm = tiny_model("llama")
+    tr = walklens.capture(lm, "the capital of france is paris")
+    n = len(tr.tokens)
+    toks = [EVIL[i % len(EVIL)] for i in range(n)]
+    walk = walklens.encoding_walk(tr, k=3, norm="final")
+    walk = dataclasses.replace(walk, tokens=toks)
+    labels = {i: EVIL[i % len(EVIL)] for i in walk.label_ids()}
+    rep = encoding_walk_report({"final": walk}, labels, EVIL[0], EVIL[1], figures=False)
+    pages = {"walk": rep.save(tmp_path / "w")}
+    maps = {"embed/cosine": walklens.similarity_map(tr, "embed", "cosine")}
+    pages["sim"] = similarity_report(maps, toks, EVIL[1], figures=False).save(tmp_path / "s")
+    rep = Report(EVIL[0], EVIL[1]).h2(EVIL[0]).p(EVIL[1]).table(EVIL, [EVIL])
+    rep.heatmap([[0.1, 0.5], [0.9, None]], row_labels=EVIL[:2], col_labels=EVIL[2:], title=EVIL[3],
+                hover=[[EVIL[0], EVIL[1]], [EVIL[2], EVIL[3]]], cell=20)
+    rep.lines(EVIL, [{"name": EVIL[0], "y": [1, 2, 3, 4]}, {"name": EVIL[1], "y": [2, 1, 0, 1], "dash": True}],
+              title=EVIL[2], xlabel=EVIL[1])
+    pages["generic"] = rep.save(tmp_path / "g")
+    from walklens.power import alignment, power_spectra
+    from walklens.reports.power import power_report
+
+    spectra = power_spectra(lm, nearest=4)
+    al = alignment(lm, "the cat and the dog", spectra=spectra, n_random=8, n_shuffles=4)
+    al.tokens = [[EVIL[i % len(EVIL)] for i in range(len(al.tokens[0]))]]
+    pages["power"] = power_report(spectra, al).save(tmp_path / "p")
+    for name, page in pages.items():
+        got = hover_everything(chromium, page)
+        figures = page.read_text(encoding="utf-8").count("<img class='wl' ")  # the report's own PNG figures
+        assert got["added"] == [] and got["imgs"] == figures and got["bold"] == 0, (name, got["added"], got["tips"][:3])
+        assert got["title"] != "pwned", name
+        tips = "\n".join(got["tips"])
+        shown = EVIL if name in ("generic", "power") else [show(e) for e in EVIL]  # walks show '\n' as \\n
+        assert got["tips"] and all(e in tips for e in shown), (name, got["tips"][:3])
+        if name == "generic":
+            assert all(e in got["svg"] for e in EVIL) and got["title"] == EVIL[0], got
+        if name == "walk":  # the nearest tokens of each cell, and the per-position curves' names
+            assert repr(EVIL[0]) in tips and any(show(EVIL[1]) in s for s in got["svg"])

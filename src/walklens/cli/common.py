@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch
 
 from ..errors import InputError
 from ..loading import DEFAULT_MODEL, LoadedModel, load_model
+from ..outputs import STDOUT, check_dir, check_file, write_atomic
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -37,11 +39,30 @@ def read_text(value: str) -> str:
         path = Path(value[1:])
         if not path.is_file():
             raise InputError(f"{path}: no such file")
-        return path.read_text(encoding="utf-8")
+        try:
+            return path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"{path}: not UTF-8 text (undecodable byte at offset {e.start})") from None
+        except OSError as e:
+            raise InputError(f"{path}: {e.strerror}") from None
     return value
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse bad output paths (``--json`` FILE or ``-``, ``--out`` DIR, ``--cache`` DIR) before any model loads
+    or any computation: one :class:`InputError` line naming the option (rules: :mod:`walklens.outputs`)."""
+    js = getattr(args, "json", None)
+    if js and js != STDOUT:
+        check_file(js, "--json")
+    for opt in ("out", "cache"):
+        value = getattr(args, opt, None)
+        if value:
+            check_dir(value, f"--{opt}")
+
+
 def load(args: argparse.Namespace) -> LoadedModel:
+    """Check the output paths, then load ``--model``."""
+    check_outputs(args)
     return load_model(args.model)
 
 
@@ -61,12 +82,12 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def write_json(path: str | os.PathLike[str], data: Any) -> Path:
-    """Write JSON atomically (a temp file renamed), so an interruption never leaves half a file."""
-    path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(data), separators=(",", ":")), encoding="utf-8")
-    tmp.replace(path)
-    return path
+def write_json(path: str | os.PathLike[str], data: Any) -> Path | None:
+    """Write JSON to standard output (``-``) or to a file by the rules of :mod:`walklens.outputs` (atomic
+    replace of a regular file, symlinks written through, devices/FIFOs/folders refused)."""
+    text = json.dumps(_jsonable(data), separators=(",", ":"))
+    if str(path) == STDOUT:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        return None
+    return write_atomic(path, text, "--json")

@@ -1,8 +1,13 @@
 """Self-contained HTML reports: one file, every script and image inlined (works offline, no CDN).
 
 A :class:`Report` collects sections; interactive heatmaps (canvas + hover) and line charts (SVG) are drawn
-by the small inline script ``assets/plots.js``; matplotlib figures are embedded as PNG and also written
-beside the HTML.  Reports take plain tensors/lists and strings; they never load models.
+by the small inline script ``assets/plots.js``; matplotlib figures are written as PNG beside the HTML and
+embedded too, unless they repeat an interactive view (``embed=False``: the page links the PNG instead).
+Reports take plain tensors/lists and strings; they never load models.
+
+Every string (token, text, database value) reaches the page as text, never markup: Python escapes it with
+:func:`html.escape` (JSON specs live in attributes, escaped the same way), and ``plots.js`` inserts labels,
+tooltips and chart text with ``textContent`` only.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ import json
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
+from urllib.parse import quote
+
+from ..outputs import make_dir, write_atomic
 
 _CSS = """
 body{font-family:system-ui,-apple-system,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
@@ -74,7 +82,8 @@ class Report:
     def heatmap(self, z: Any, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
                 title: str = "", hover: Sequence[Sequence[str]] | None = None, diverging: bool = False,
                 vmin: float | None = None, vmax: float | None = None, cell: int | None = None) -> Report:
-        """Interactive heatmap (canvas); ``hover[i][j]`` adds text to the tooltip of cell (i, j)."""
+        """Interactive heatmap (canvas); ``hover[i][j]`` adds plain text (``\\n`` breaks lines) to the tooltip
+        of cell (i, j)."""
         spec = {"z": _num(z), "row_labels": list(map(str, row_labels)) if row_labels is not None else None,
                 "col_labels": list(map(str, col_labels)) if col_labels is not None else None,
                 "hover": hover, "diverging": diverging, "vmin": vmin, "vmax": vmax, "cell": cell}
@@ -95,15 +104,22 @@ class Report:
         self.parts.append(f"<div class='wl-lines' data-spec='{_esc(json.dumps(spec))}'></div>")
         return self
 
-    def figure(self, fig: Any, name: str, caption: str = "") -> Report:
-        """Embed a matplotlib figure as PNG (also written as ``name.png`` beside the HTML)."""
+    def figure(self, fig: Any, name: str, caption: str = "", embed: bool = True) -> Report:
+        """A matplotlib figure, written as ``name.png`` beside the HTML (for papers).  ``embed=True`` also shows
+        it in the page; ``embed=False`` (the figure repeats an interactive view) only links the file."""
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
         data = buf.getvalue()
-        self.images[f"{name}.png"] = data
-        b64 = base64.b64encode(data).decode()
-        self.parts.append(f"<figure><img class='wl' alt='{_esc(name)}' src='data:image/png;base64,{b64}'>"
-                          f"{f'<figcaption class=note>{_esc(caption)}</figcaption>' if caption else ''}</figure>")
+        fname = f"{name}.png"
+        self.images[fname] = data
+        if embed:
+            b64 = base64.b64encode(data).decode()
+            cap = f"<figcaption class=note>{_esc(caption)}</figcaption>" if caption else ""
+            self.parts.append(f"<figure><img class='wl' alt='{_esc(name)}' src='data:image/png;base64,{b64}'>"
+                              f"{cap}</figure>")
+        else:
+            self.parts.append(f"<p class='note wl-png'>PNG of this view: <a href='{_esc(quote(fname))}'>"
+                              f"{_esc(fname)}</a>{f' ({_esc(caption)})' if caption else ''}</p>")
         try:
             import matplotlib.pyplot as plt
 
@@ -119,12 +135,10 @@ class Report:
                 + "\n".join(self.parts) + f"<script>{js}</script></body></html>")
 
     def save(self, out_dir: str | Path, name: str = "index.html") -> Path:
+        """Write the PNGs and then ``name`` into ``out_dir`` (rules of :mod:`walklens.outputs`); returns the
+        HTML path."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        make_dir(out, "report folder")
         for fname, data in self.images.items():
-            (out / fname).write_bytes(data)
-        path = out / name
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.render(), encoding="utf-8")
-        tmp.replace(path)
-        return path
+            write_atomic(out / fname, data)
+        return write_atomic(out / name, self.render())

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from .html import Report
 
 if TYPE_CHECKING:
-    from ..power import Alignment, Dynamics, PowerSpectra, SharedWeights
+    from ..idealised import Dynamics, SharedWeights
+    from ..power import Alignment, PowerSpectra
     from ..steering import SteeringSweep
 
 
@@ -122,7 +123,7 @@ def shared_figure(sw: SharedWeights) -> Any:
 
 def steering_figure(sweep: SteeringSweep) -> Any:
     plt = _plt()
-    metrics = (("target_prob", "mean p(target)", "mean"), ("target_rank", "median rank of target", "median"),
+    metrics = (("target_prob", "mean p(target)", "mean"), ("target_rank", "median rank of target (0 = top)", "median"),
                ("perplexity", "median perplexity (unsteered model)", "median"))
     fig, axes = plt.subplots(len(sweep.methods), 3, figsize=(13, 3.4 * len(sweep.methods)), squeeze=False)
     names = {"eigen": "eigen-steering", "add": "activation addition"}
@@ -134,7 +135,7 @@ def steering_figure(sweep: SteeringSweep) -> Any:
             ax.set_title(f"{names.get(m, m)}: {label}")
             ax.set_xlabel("alpha")
             if metric in ("target_rank", "perplexity"):
-                ax.set_yscale("log")
+                ax.set_yscale("symlog" if metric == "target_rank" else "log")  # 0-based ranks can be 0
         row[0].legend(fontsize=8)
     fig.suptitle(f"{sweep.model_name}: steering toward {sweep.target_token!r} over {len(sweep.prompts)} prompts")
     fig.tight_layout()
@@ -180,7 +181,7 @@ def power_report(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None =
             {"name": "shuffled layers", "y": pick(align.shuffled_mean),
              "band": [pick(align.shuffled_lo), pick(align.shuffled_hi)], "dash": True},
         ], title=f"at {kind}", xlabel="layer")
-    r.figure(alignment_figure(align), "alignment")
+    r.figure(alignment_figure(align), "alignment", embed=False)  # the charts above, as one PNG
     if align.per_token and align.tokens:
         sel = [i for i, p in enumerate(align.points) if p.endswith(".resid_post")]
         z = align.per_token[0][sel].T.tolist()
@@ -197,7 +198,7 @@ def power_report(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None =
                 title="mean |cos(x, v1(F_l))| at each layer's output", xlabel="layer")
         r.lines(dyn.layers, [{"name": m, "y": dyn.agreement[m]} for m in dyn.modes if m != "real"],
                 title="agreement with the real trajectory: mean cos(x_mode, x_real)", xlabel="layer")
-        r.figure(dynamics_figure(dyn), "dynamics")
+        r.figure(dynamics_figure(dyn), "dynamics", embed=False)  # repeats the two charts above
 
     if shared is not None:
         r.h2("Shared weights")
@@ -214,7 +215,7 @@ def power_report(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None =
             {"name": "analytic, I+F", "y": shared.predicted_residual, "dash": True},
             {"name": "random", "y": [shared.random_mean] * len(x), "dash": True},
         ], title="mean |cos(x_l, v1(F_k))| against depth", xlabel="depth l")
-        r.figure(shared_figure(shared), "shared")
+        r.figure(shared_figure(shared), "shared", embed=False)  # repeats the chart above
     return r
 
 
@@ -229,7 +230,7 @@ def steer_report(sweep: SteeringSweep, title: str = "") -> Report:
     names = {"eigen": "Eigen-steering", "add": "Activation addition"}
     for m in sweep.methods:
         r.h2(names.get(m, m))
-        for metric, label in (("target_prob", "p(target)"), ("target_rank", "rank of target"),
+        for metric, label in (("target_prob", "p(target)"), ("target_rank", "rank of target (0 = top)"),
                               ("perplexity", "perplexity under the unsteered model"), ("push", "push along u")):
             series = []
             xs: list[float] = []
@@ -238,9 +239,9 @@ def steer_report(sweep: SteeringSweep, title: str = "") -> Report:
                 series.append({"name": "layers " + ",".join(map(str, s)), "y": ys})
             r.lines([f"{a:g}" for a in xs], series, title=f"{label} (mean over {len(sweep.prompts)} prompts)",
                     xlabel="alpha", height=240)
-    r.figure(steering_figure(sweep), "steering")
+    r.figure(steering_figure(sweep), "steering", embed=False)  # repeats the charts above
     r.h2("Generations")
     rows = [[x.method, ",".join(map(str, x.layers)), x.alpha, x.prompt, x.text, x.target_prob, x.target_rank,
              x.perplexity] for x in sweep.rows]
-    r.table(["method", "layers", "alpha", "prompt", "greedy continuation", "p(target)", "rank", "ppl"], rows)
+    r.table(["method", "layers", "alpha", "prompt", "greedy continuation", "p(target)", "rank (0 = top)", "ppl"], rows)
     return r

@@ -15,7 +15,8 @@ import torch
 from .html import Report
 
 if TYPE_CHECKING:
-    from ..walks import DecodingWalk, EncodingWalk
+    from ..decoding import DecodingWalk
+    from ..walks import EncodingWalk
 
 TOP_HOVER = 5
 
@@ -23,11 +24,6 @@ TOP_HOVER = 5
 def show(tok: str) -> str:
     """A token as a visible label: whitespace and control characters escaped (``'\\n'``), nothing else."""
     return repr(tok)[1:-1] if tok else "∅"
-
-
-def _svg(text: str) -> str:
-    """Text that the line charts insert as SVG markup (escaped, so '<' or '&' in a token cannot break it)."""
-    return html.escape(text, quote=True)
 
 
 def _pos_labels(tokens: Sequence[str], n: int) -> list[str]:
@@ -138,10 +134,10 @@ def add_encoding_walk(report: Report, walk: EncodingWalk, labels: Mapping[int, s
     for t in range(n_cols):
         line = []
         for i in rows:
-            tops = ", ".join(html.escape(repr(labels.get(int(j), str(int(j))))) for j in walk.top_ids[i, t, :TOP_HOVER])
+            tops = ", ".join(repr(labels.get(int(j), str(int(j)))) for j in walk.top_ids[i, t, :TOP_HOVER])
             rn = int(walk.rank_of_next[i, t])
             line.append(f"rank of w_t {int(walk.rank_of_input[i, t])}" + (f", of w_t+1 {rn}" if rn >= 0 else "")
-                        + f"<br>nearest: {tops}")
+                        + f"\nnearest: {tops}")  # plain text: plots.js inserts it with textContent
         hover.append(line)
     for what, ranks in (("input", walk.rank_of_input), ("next", walk.rank_of_next)):
         r = ranks[rows, :n_cols].t()
@@ -152,22 +148,23 @@ def add_encoding_walk(report: Report, walk: EncodingWalk, labels: Mapping[int, s
                        title=f"rank of {sym} at each point, log10(1 + rank): dark = near (hover for the nearest tokens)")
         if figures:
             report.figure(_rank_figure(z, cols, row_names, f"{heading}: rank of {sym}"), f"rank_{what}_{key}",
-                          caption=f"log10(1 + rank of {sym}) for each position (rows) at each point (columns)")
+                          caption=f"log10(1 + rank of {sym}) for each position (rows) at each point (columns)",
+                          embed=False)  # the interactive heatmap above shows the same view
 
     report.raw("<h3>nearest token at each point (green: w_t+1, grey: w_t)</h3>")
     grid_rows = rows if len(rows) <= 70 else [i for i in rows if not walk.points[i].endswith(("resid_mid", "resid_cross"))]
     report.raw(_grid_html(walk, labels, grid_rows, n_cols))
 
     # per-layer curves (mean over positions, 10-90 % band), and per position for short texts
-    x = [_svg(n) for n in row_names]
+    x = list(row_names)
     ci, cn = walk.cos_input[rows], walk.cos_next[rows]
     series = []
     for name, v, colour in (("cos(x, w_t)", ci, "#1f77b4"), ("cos(x, w_t+1)", cn, "#d62728")):
         m, lo, hi = _band(v)
-        series.append({"name": _svg(name + " mean"), "y": m, "band": [lo, hi], "color": colour})
+        series.append({"name": name + " mean", "y": m, "band": [lo, hi], "color": colour})
     if T <= 12:
         for t in range(T - 1):
-            series.append({"name": _svg(f"{t}:{show(walk.tokens[t])} → {show(walk.tokens[t + 1])}"),
+            series.append({"name": f"{t}:{show(walk.tokens[t])} → {show(walk.tokens[t + 1])}",
                            "y": cn[:, t].tolist(), "dash": True})
     report.lines(x, series, title="cosine with w_t and with w_t+1 through the stack", xlabel="point",
                  width=900, height=340)
@@ -225,7 +222,7 @@ def decoding_walk_report(dw: DecodingWalk, title: str, figures: bool = True) -> 
         rows.append([i, show(tok), float(dw.probs[i]), int(dw.ranks[i]), flag, float(dw.d_norm[i]),
                      float(dw.step_length[i]), float(dw.step_angle[i]), near])
     rep.table(heads, rows)
-    x = [_svg(f"{i}:{show(t)}") for i, t in enumerate(dw.tokens)]
+    x = [f"{i}:{show(t)}" for i, t in enumerate(dw.tokens)]
     rep.lines(x, [{"name": "P(emitted token)", "y": dw.probs.tolist()},
                   {"name": "P(nearest token)", "y": dw.top_probs[:, 0].tolist(), "dash": True}],
               title="probability of each emitted token", xlabel="step: token", width=900)
@@ -240,7 +237,7 @@ def decoding_walk_report(dw: DecodingWalk, title: str, figures: bool = True) -> 
         ax.set_ylabel("P(token)")
         ax.set_title("decoding walk: probability of each emitted token (green: the nearest token)", fontsize=10)
         fig.tight_layout()
-        rep.figure(fig, "decoding_walk")
+        rep.figure(fig, "decoding_walk", embed=False)  # repeats the first line chart
     return rep
 
 
@@ -283,7 +280,8 @@ def similarity_report(maps: Mapping[str, torch.Tensor], tokens: Sequence[str], t
             ax.set_title(key, fontsize=10)
             fig.colorbar(im, ax=ax, fraction=0.04)
             fig.tight_layout()
-            rep.figure(fig, "simmap_" + key.replace("/", "_").replace(".", "_").replace("+", "_"))
+            rep.figure(fig, "simmap_" + key.replace("/", "_").replace(".", "_").replace("+", "_"),
+                       embed=False)  # the interactive map above shows the same view
     return rep
 
 

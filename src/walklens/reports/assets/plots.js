@@ -1,5 +1,15 @@
 // walklens inline plots: heatmaps on <canvas> with a hover tooltip, and SVG line charts. No network, no CDN.
+// Every label, tooltip and legend comes from a model, a text or a database: it is inserted with textContent
+// (or drawn on the canvas), never parsed as markup.
 (function () {
+  var SVG = "http://www.w3.org/2000/svg";
+  function node(parent, tag, attrs, text) { // an SVG element with attributes and (plain) text
+    var e = document.createElementNS(SVG, tag);
+    Object.keys(attrs).forEach(function (k) { e.setAttribute(k, String(attrs[k])); });
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    parent.appendChild(e);
+    return e;
+  }
   function colour(v, lo, hi, diverging) {
     var t = hi > lo ? (v - lo) / (hi - lo) : 0.5;
     t = Math.max(0, Math.min(1, t));
@@ -48,8 +58,8 @@
       if (i < 0 || j < 0 || i >= rows || j >= cols) { tip.style.display = "none"; return; }
       var txt = (spec.row_labels ? spec.row_labels[i] : i) + " / " + (spec.col_labels ? spec.col_labels[j] : j) +
         ": " + (z[i][j] === null ? "-" : Number(z[i][j]).toPrecision(4));
-      if (spec.hover) txt += "<br>" + spec.hover[i][j];
-      tip.innerHTML = txt; tip.style.display = "block";
+      if (spec.hover) txt += "\n" + spec.hover[i][j];
+      tip.textContent = txt; tip.style.display = "block";
       tip.style.left = (e.clientX - el.getBoundingClientRect().left + 12) + "px";
       tip.style.top = (e.clientY - el.getBoundingClientRect().top + 12) + "px";
     });
@@ -66,24 +76,29 @@
     var n = xs.length, sx = function (i) { return L + (n > 1 ? i * (W - L - R) / (n - 1) : 0); };
     var sy = function (v) { return T + (H - T - B) * (1 - (v - lo) / (hi - lo)); };
     var palette = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
-    var svg = '<svg xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + H + '" class="wl-svg">';
-    svg += '<line x1="' + L + '" y1="' + (H - B) + '" x2="' + (W - R) + '" y2="' + (H - B) + '" stroke="#444"/>';
-    svg += '<line x1="' + L + '" y1="' + T + '" x2="' + L + '" y2="' + (H - B) + '" stroke="#444"/>';
-    [lo, (lo + hi) / 2, hi].forEach(function (v) { svg += '<text x="' + (L - 4) + '" y="' + sy(v) + '" font-size="10" text-anchor="end">' + Number(v).toPrecision(3) + '</text>'; });
+    var svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("class", "wl-svg");
+    node(svg, "line", {x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#444"});
+    node(svg, "line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#444"});
+    [lo, (lo + hi) / 2, hi].forEach(function (v) {
+      node(svg, "text", {x: L - 4, y: sy(v), "font-size": 10, "text-anchor": "end"}, Number(v).toPrecision(3)); });
     var step = Math.max(1, Math.ceil(n / 12));
-    xs.forEach(function (x, i) { if (i % step === 0) svg += '<text x="' + sx(i) + '" y="' + (H - B + 14) + '" font-size="10" text-anchor="middle">' + x + '</text>'; });
-    if (spec.xlabel) svg += '<text x="' + ((L + W - R) / 2) + '" y="' + (H - 6) + '" font-size="11" text-anchor="middle">' + spec.xlabel + '</text>';
+    xs.forEach(function (x, i) { if (i % step === 0)
+      node(svg, "text", {x: sx(i), y: H - B + 14, "font-size": 10, "text-anchor": "middle"}, x); });
+    if (spec.xlabel) node(svg, "text", {x: (L + W - R) / 2, y: H - 6, "font-size": 11, "text-anchor": "middle"}, spec.xlabel);
     spec.series.forEach(function (s, k) {
       var c = s.color || palette[k % palette.length];
       if (s.band) { var pts = s.band[1].map(function (v, i) { return sx(i) + "," + sy(v); });
         pts = pts.concat(s.band[0].map(function (v, i) { return sx(i) + "," + sy(v); }).reverse());
-        svg += '<polygon points="' + pts.join(" ") + '" fill="' + c + '" opacity="0.15"/>'; }
+        node(svg, "polygon", {points: pts.join(" "), fill: c, opacity: 0.15}); }
       var d = s.y.map(function (v, i) { return v === null ? null : sx(i) + "," + sy(v); }).filter(Boolean);
-      svg += '<polyline fill="none" stroke="' + c + '" stroke-width="2" points="' + d.join(" ") + '"' + (s.dash ? ' stroke-dasharray="4 3"' : '') + '><title>' + s.name + '</title></polyline>';
-      svg += '<text x="' + (W - R + 8) + '" y="' + (T + 14 * (k + 1)) + '" font-size="11" fill="' + c + '">' + s.name + '</text>';
+      var line = node(svg, "polyline", {fill: "none", stroke: c, "stroke-width": 2, points: d.join(" ")});
+      if (s.dash) line.setAttribute("stroke-dasharray", "4 3");
+      node(line, "title", {}, s.name);
+      node(svg, "text", {x: W - R + 8, y: T + 14 * (k + 1), "font-size": 11, fill: c}, s.name);
     });
-    svg += "</svg>";
-    el.innerHTML = svg;
+    el.textContent = "";
+    el.appendChild(svg);
     el.setAttribute("data-rendered", "1");
   }
   function render() {

@@ -1,0 +1,156 @@
+"""Where walklens writes: one rule for every output file (JSON, HTML, PNG, CSV, Parquet) and folder.
+
+- ``-`` means standard output (for single files; :func:`walklens.cli.common.write_json` handles it);
+- a symbolic link is written through to its target (the link itself stays);
+- an existing non-regular file (a device such as ``/dev/null``, a FIFO, a socket, or a folder where a file is
+  expected) is refused with one :class:`~walklens.errors.InputError` line, never replaced;
+- a regular file is replaced atomically: a fresh temp file in the same folder, then :func:`os.replace`, so an
+  interruption never leaves half a file and a failed write never destroys the previous one.
+
+:func:`check_file` and :func:`check_dir` test a path without writing anything, so the command line can refuse a
+bad path before any model loads (:func:`walklens.cli.common.check_outputs`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+from .errors import InputError
+
+STDOUT = "-"
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _where(path: str | os.PathLike[str], label: str | None) -> str:
+    return f"{label} {path}" if label else str(path)
+
+
+def _stat(target: Path, where: str) -> os.stat_result | None:
+    """``stat`` of an existing path, None when nothing is there (or a component is missing / not a folder)."""
+    try:
+        return target.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise InputError(f"{where}: {e.strerror}") from None
+
+
+def _can_write(folder: Path) -> bool:
+    """Whether this process (its effective ids) may create files in ``folder``."""
+    return os.access(folder, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids)
+
+
+def _writable_parent(target: Path, where: str) -> None:
+    """The folder that will hold ``target``: its nearest existing ancestor must be a writable directory."""
+    p = target.parent
+    while _stat(p, where) is None and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        raise InputError(f"{where}: {p} is not a directory")
+    if not _can_write(p):
+        raise InputError(f"{where}: {p} is not writable")
+
+
+def check_file(path: str | os.PathLike[str], label: str | None = None) -> Path:
+    """The real file an output ``path`` names (symlinks resolved), checked to be writable or creatable.
+
+    Raises :class:`InputError` for ``-`` (the caller handles standard output), an existing non-regular file,
+    a path under a regular file, or a folder that cannot be written.  ``label`` (e.g. ``"--json"``) starts
+    the message."""
+    where = _where(path, label)
+    if str(path) == STDOUT:
+        raise InputError(f"{where}: standard output is not a file here")
+    target = Path(os.path.realpath(path))
+    st = _stat(target, where)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{where}: {_kind(st.st_mode)}; refusing to replace it")
+    _writable_parent(target, where)
+    return target
+
+
+def check_dir(path: str | os.PathLike[str], label: str | None = None) -> Path:
+    """The real folder an output ``path`` names, checked to be (or to be creatable as) a writable directory."""
+    where = _where(path, label)
+    if str(path) == STDOUT:
+        raise InputError(f"{where}: needs a folder; standard output cannot hold it")
+    target = Path(os.path.realpath(path))
+    st = _stat(target, where)
+    if st is None:
+        _writable_parent(target, where)
+    elif not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{where}: exists and is not a directory")
+    elif not _can_write(target):
+        raise InputError(f"{where}: not writable")
+    return target
+
+
+def make_dir(path: str | os.PathLike[str], label: str | None = None) -> Path:
+    """:func:`check_dir`, then create the folder (and its parents)."""
+    target = check_dir(path, label)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{_where(path, label)}: cannot create the folder: {e.strerror}") from None
+    return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "w", label: str | None = None,
+                **kwargs: Any) -> Iterator[IO[Any]]:
+    """Open a temp file beside the real target of ``path``; on success it replaces the target atomically.
+
+    ``mode`` is ``"w"`` (text, UTF-8 unless ``encoding`` is given) or ``"wb"``.  On an exception the temp file
+    is removed and the old file is untouched."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open: mode must be 'w' or 'wb', not {mode!r}")
+    target = check_file(path, label)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as e:
+        raise InputError(f"{_where(path, label)}: {e.strerror}") from None
+    try:
+        if "b" not in mode:
+            kwargs.setdefault("encoding", "utf-8")
+        with open(fd, mode, **kwargs) as f:
+            yield f
+        try:
+            keep = stat.S_IMODE(target.stat().st_mode)
+        except FileNotFoundError:
+            keep = 0o666 & ~_umask()
+        os.chmod(tmp, keep)
+        os.replace(tmp, target)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise InputError(f"{_where(path, label)}: {e.strerror or e}") from None
+        raise
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes, label: str | None = None) -> Path:
+    """Write ``data`` (text as UTF-8) to ``path`` by the rule above; returns ``path``."""
+    with atomic_open(path, "wb" if isinstance(data, bytes) else "w", label) as f:
+        f.write(data)
+    return Path(path)
+
+
+__all__ = ["STDOUT", "check_file", "check_dir", "make_dir", "atomic_open", "write_atomic"]
