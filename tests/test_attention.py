@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import walklens
-from walklens.attention import FactoredMatrix, HeadMatrices, cluster_view, self_mass
+from walklens.attention import HeadMatrices, cluster_view, self_mass
 from walklens.errors import InputError
+from walklens.ov import FactoredMatrix
 from walklens.testing import TINY_FAMILIES, tiny_model
 
 TEXT = "the capital of france is paris and the king ran to the river"

@@ -148,3 +148,74 @@ def test_smollm2_paris(smollm2):
     with torch.no_grad():
         ref = smollm2.model(ids).logits[0]
     assert torch.allclose(logits, ref, atol=1e-4)
+
+
+# ---- one-point selections, batches stopped early, per-call records ------------------------------------------
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "t5"])
+def test_a_lone_mid_residual_point_is_computed(family):
+    """Pre-norm resid_mid is resid_pre + attn_out, added in the attention hook: asking for one layer's mid
+    point alone must compute it (it used to be computed only when L0's mid point was kept)."""
+    lm = tiny_model(family)
+    full = walklens.capture(lm, TEXT)
+    for point in ("L1.resid_mid", "L1.resid_*"):
+        sub = walklens.capture(lm, TEXT, points=[point])
+        assert torch.equal(sub["L1.resid_mid"], full["L1.resid_mid"]), point
+
+
+def _layer_runs(lm, stack=None):
+    """Hooks counting finished layer calls (a shared ALBERT layer counts once per use)."""
+    runs = []
+    hooks = walklens.Hooks()
+    for layer in dict.fromkeys(lm.adapter.layer_modules(lm.model, stack)):
+        hooks.post(layer, lambda *_: runs.append(1))
+    return hooks, runs
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_neox", "bert", "t5", "albert"])
+def test_capture_batch_rows_equal_capture_and_stop_early(family):
+    lm = tiny_model(family)
+    texts = ["the capital of france is paris", "the king ran", "a big red dog runs to the river and the city"]
+    traces = [walklens.capture(lm, t) for t in texts]
+    seqs = [tr.encoder.token_ids.tolist() if tr.encoder is not None else tr.token_ids.tolist() for tr in traces]
+    b = walklens.capture_batch(lm, seqs, ["L*.resid_pre", "final"])
+    assert b.points == [f"L{l}.resid_pre" for l in range(lm.n_layers)] + ["final"]
+    assert b.mask.tolist() == [[1] * len(s) + [0] * (max(map(len, seqs)) - len(s)) for s in seqs]
+    for i, (tr, s) in enumerate(zip(traces, seqs)):
+        own = tr.encoder if tr.encoder is not None else tr
+        for p in b.points:
+            assert torch.allclose(b[p][i, :len(s)], own[p], atol=1e-5), (i, p)
+    stack = "enc" if family == "t5" else None
+    hooks, runs = _layer_runs(lm, stack)
+    with hooks:
+        one = walklens.capture_batch(lm, seqs, ["L1.resid_pre"])
+    assert len(runs) == 1 and one.points == ["L1.resid_pre"]  # layer 0 ran; layer 1 itself never ran
+    assert torch.equal(one["L1.resid_pre"], b["L1.resid_pre"])
+    hooks, runs = _layer_runs(lm, stack)
+    with hooks:
+        walklens.capture_batch(lm, seqs, ["L1.resid_pre"], stop_early=False)
+    assert len(runs) == lm.n_layers
+
+
+def test_capture_batch_bad_input():
+    lm = tiny_model("llama")
+    with pytest.raises(walklens.InputError, match="no point"):
+        walklens.capture_batch(lm, [[7, 8]], ["L9.nothing"])
+    with pytest.raises(walklens.EmptyTextError):
+        walklens.capture_batch(lm, [[7, 8], []], ["final"])
+    with pytest.raises(walklens.InputError):
+        walklens.capture_batch(lm, [[7, 8]], ["final"], stack="dec")
+    assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in lm.model.modules()) == 0
+
+
+def test_record_steps_one_record_per_call():
+    lm = tiny_model("llama")
+    ids = lm.tokenizer("the capital of france", return_tensors="pt").input_ids
+    with walklens.record_steps(lm) as steps, torch.no_grad():
+        out = lm.model(input_ids=ids)
+        lm.model(input_ids=ids[:, :2])
+    assert len(steps) == 2 and steps[0].final.shape == (ids.shape[1], 32) and steps[1].final.shape[0] == 2
+    assert torch.equal(steps[0].logits, out.logits[0, -1].float())
+    tr = walklens.capture(lm, "the capital of france")
+    assert torch.allclose(steps[0].final, tr["final"], atol=1e-6)
+    assert sum(len(m._forward_hooks) for m in lm.model.modules()) == 0

@@ -6,13 +6,17 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
-from walklens.concepts.baseline import baseline_scores, item_tokens, picks, reference_logliks
-from walklens.concepts.data import load_hellaswag
+from walklens.concepts.baseline import baseline_scores, item_tokens
+from walklens.concepts.data import fewshot_examples, load_hellaswag
 from walklens.concepts import test1 as t1
 from walklens.concepts.schemes import Scheme
 from walklens.testing import tiny_model
+
+from oracles import reference_logliks
+from _ties import assert_picks_match
 
 ROWS = [("the city", "the man walks to the", "river. he", ["runs to the house.", "eats a red car.", "was big", "ran."], 0),
         ("a dog", "the dog runs. it", "", ["eats.", "was good.", "ran to the queen.", "is red."], 2),
@@ -56,18 +60,29 @@ def test_baseline_test1_test2_json(toy, run):
     b = json.loads((d / "b.json").read_text())
     assert b["n"] == 4 and len(b["predictions"]) == 4 and set(b["predictions"][0]) == {"acc", "acc_norm"}
     items = load_hellaswag(data)
-    expect = [picks(baseline_scores(lm, it), it.endings) for it in items]
-    assert [(p["acc"], p["acc_norm"]) for p in b["predictions"]] == expect
+    chars = np.array([[len(e) for e in it.endings] for it in items], np.float64)
+    ll = np.array([baseline_scores(lm, it) for it in items])
+    got = [(p["acc"], p["acc_norm"]) for p in b["predictions"]]
+    # the packed run's picks are per-item scoring's, but for float near-ties (tests/_ties.py)
+    assert_picks_match([p[0] for p in got], ll, "baseline acc")
+    assert_picks_match([p[1] for p in got], ll / chars, "baseline acc_norm")
     gold = [it.label for it in items]
-    assert b["acc"] == sum(p[0] == g for p, g in zip(expect, gold)) / 4
-    assert b["acc_norm"] == sum(p[1] == g for p, g in zip(expect, gold)) / 4
+    assert b["acc"] == sum(p[0] == g for p, g in zip(got, gold)) / 4
+    assert b["acc_norm"] == sum(p[1] == g for p, g in zip(got, gold)) / 4
 
     r = run("hellaswag", "test1", *common, "--limit", "3", "--shots", "1", "--json", str(d / "t1.json"),
             "--scheme", "enc=token_level,layer=E,word=last,norm=None,seg=None,ex=None")
     assert r.returncode == 0, r.stderr
     t = json.loads((d / "t1.json").read_text())
-    # token-level Test 1 is the baseline: identical picks, normalised scores 1 (when the baseline is not 0)
-    assert t["n"] == 3 and t["acc"] == t["baseline"]["acc"] and t["acc_norm"] == t["baseline"]["acc_norm"]
+    # token-level Test 1 is the baseline: its picks are the 1-shot baseline's (but for float near-ties), so
+    # its accuracies are the baseline's and the normalised scores 1 (when the baseline is not 0)
+    ll1 = np.array([baseline_scores(lm, it, fewshot_examples(items, 1, it.index, query_split=it.split))
+                    for it in items[:3]])
+    ties = (assert_picks_match([p["acc"] for p in t["predictions"]], ll1, "token-level Test 1 acc")
+            + assert_picks_match([p["acc_norm"] for p in t["predictions"]], ll1 / chars[:3], "... acc_norm"))
+    assert t["n"] == 3
+    if not ties:
+        assert t["acc"] == t["baseline"]["acc"] and t["acc_norm"] == t["baseline"]["acc_norm"]
     if t["baseline"]["acc"]:
         assert t["normalised"]["acc"] == pytest.approx(t["acc"] / t["baseline"]["acc"])
 

@@ -9,12 +9,14 @@ import torch
 
 from walklens.concepts import test1 as t1
 from walklens.concepts import test2 as t2
-from walklens.concepts.baseline import baseline_scores, item_tokens, reference_logliks
+from walklens.concepts.baseline import baseline_scores, item_tokens
 from walklens.concepts.data import HellaswagItem
 from walklens.concepts.encode import continuation_logliks, hidden_states, input_embeddings
 from walklens.concepts.schemes import Scheme
 from walklens.concepts.segment import segment_context, split_sentences
 from walklens.testing import tiny_model
+
+from oracles import reference_logliks
 
 SCORING = ("gpt2", "gpt_neo", "gpt_neox", "gpt_neox_seq", "llama", "gemma3", "falcon", "falcon_alibi",
            "falcon_seq", "t5")

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import walklens
-from walklens.capture import hooks
 from walklens.errors import InputError
+from walklens.interventions import Hooks
 from walklens.kernels import StackKernels, classify_kernel, empirical_kernels
 from walklens.testing import WORDS, tiny_model
 
@@ -25,13 +25,11 @@ def t5():
 def _t5_position_biases(lm, ids):
     """position_bias returned by every T5 self-attention module in one forward pass, per stack."""
     got: dict[str, list[torch.Tensor]] = {"enc": [], "dec": []}
-    handles = []
-    for stack in ("enc", "dec"):
-        for layer in range(lm.n_layers):
-            mod = lm.adapter.attention_module(lm.model, layer, stack)
-            handles.append(mod.register_forward_hook(
-                lambda _m, _i, out, s=stack: got[s].append(out[1].detach()[0].clone())))
-    with hooks(handles), torch.no_grad():
+    with Hooks() as hooks, torch.no_grad():
+        for stack in ("enc", "dec"):
+            for layer in range(lm.n_layers):
+                mod = lm.adapter.attention_module(lm.model, layer, stack)
+                hooks.post(mod, lambda _m, _i, out, s=stack: got[s].append(out[1].detach()[0].clone()))
         lm.model(input_ids=ids, decoder_input_ids=ids, use_cache=False)
     return got
 
@@ -78,11 +76,11 @@ def _zero_input_attention(lm, T):
     """Independent of walklens.kernels: attention with every attention input zeroed (position bias only)."""
     mods = [layer.self_attention for layer in lm.model.transformer.h]
     probs = []
-    handles = [m.register_forward_pre_hook(
-        lambda _m, a, k: ((torch.zeros_like(a[0]),) + a[1:], k) if a else
-        (a, {**k, "hidden_states": torch.zeros_like(k["hidden_states"])}), with_kwargs=True) for m in mods]
-    handles += [m.register_forward_hook(lambda _m, _i, out: probs.append(out[-1][0].detach())) for m in mods]
-    with hooks(handles), torch.no_grad():
+    with Hooks() as hooks, torch.no_grad():
+        for m in mods:
+            hooks.pre(m, lambda _m, a, k: ((torch.zeros_like(a[0]),) + a[1:], k) if a else
+                      (a, {**k, "hidden_states": torch.zeros_like(k["hidden_states"])}), with_kwargs=True)
+            hooks.post(m, lambda _m, _i, out: probs.append(out[-1][0].detach()))
         lm.model(input_ids=torch.arange(6, 6 + T)[None])
     return torch.stack(probs)
 

@@ -8,13 +8,16 @@ import random
 import pytest
 import torch
 
-from walklens.concepts import encode, packing
-from walklens.concepts.baseline import baseline_items, baseline_scores, reference_logliks
+from walklens.concepts import packing
+from walklens.concepts.baseline import baseline_items, baseline_scores
 from walklens.concepts.data import HellaswagItem
 from walklens.concepts.encode import continuation_logliks, input_embeddings
-from walklens.concepts.packing import ScoreRequest, can_pack, packed_logliks, plan_batches
+from walklens.concepts.packing import can_pack, packed_logliks, plan_batches
+from walklens.concepts.request import ScoreRequest
 from walklens.errors import ContextTooLongError, EmptyTextError
 from walklens.testing import TINY_FAMILIES, tiny_model
+
+from oracles import reference_logliks
 
 CAUSAL = tuple(f for f in TINY_FAMILIES if f not in ("t5", "bert", "albert"))
 
@@ -40,7 +43,7 @@ def test_packed_equals_full_sequences(models, family, monkeypatch):
     lm = models[family]
     reqs = _requests(lm, 9, seed=1)
     if can_pack(lm) and family != "gpt_neo":  # the packed path really runs: no request-by-request fallback
-        monkeypatch.setattr(encode, "continuation_logliks", lambda *a, **k: pytest.fail("fell back"))
+        monkeypatch.setattr(packing, "continuation_logliks", lambda *a, **k: pytest.fail("fell back"))
     got = packed_logliks(lm, reqs, max_tokens=48)  # several batches, rows of unequal length (padding)
     for r, g in zip(reqs, got):
         assert g == pytest.approx(reference_logliks(lm, r.context_ids, r.continuations), abs=1e-4)
@@ -83,8 +86,8 @@ def test_gpt_neo_local_window_falls_back_for_long_rows(models, monkeypatch):
     long_rows = sum(r.row_len > window for r in reqs)
     assert 0 < long_rows < len(reqs)
     calls = []
-    real = encode.continuation_logliks
-    monkeypatch.setattr(encode, "continuation_logliks", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = packing.continuation_logliks
+    monkeypatch.setattr(packing, "continuation_logliks", lambda *a, **k: calls.append(1) or real(*a, **k))
     got = packed_logliks(lm, reqs)
     assert len(calls) == long_rows
     for r, g in zip(reqs, got):

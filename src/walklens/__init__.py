@@ -1,7 +1,19 @@
 """walklens: see and measure a transformer as movement through embedding space.
 
 Data flows one way: :func:`load_model` → :func:`capture` (a :class:`Trace`) → analyses (walks, attention,
-kernels, power, concepts) → reports.  Public names are imported lazily so ``import walklens`` stays fast.
+kernels, power, steering, concepts) → reports.  Public names are imported lazily so ``import walklens`` stays
+fast.
+
+The public API follows one rule:
+
+- every verb takes the loaded model first, as ``lm`` (a :class:`LoadedModel`), or a :class:`Trace` that knows
+  its model; analyses return plain dataclasses (result types) and never draw;
+- ``walklens.__all__`` lists every public verb and every result type of the analysis modules (each module's
+  own ``__all__``), so ``walklens.X`` works for all of them;
+- ranks are 0-based everywhere: rank 0 is the nearest token (the most probable one; what greedy decoding
+  picks), rank r means r tokens score strictly higher; layers are 0-based too (negative: from the top);
+- hooks and interventions live in :mod:`walklens.interventions`; every intervention is a context manager that
+  restores the model bit for bit on exit, even on error.
 """
 
 from __future__ import annotations
@@ -15,37 +27,49 @@ __version__ = "0.1.0"
 # export would be shadowed by the submodule as soon as anything imports ``walklens.capture``.
 from .capture import capture  # noqa: E402
 
-_EXPORTS: dict[str, str] = {
+_PUBLIC: dict[str, tuple[str, ...]] = {
     # foundation
-    "load_model": "loading", "wrap": "loading", "LoadedModel": "loading", "DEFAULT_MODEL": "loading",
-    "Trace": "trace",
-    "get_adapter": "models", "supported_model_types": "models",
-    "WalklensError": "errors", "InputError": "errors", "UnknownModelError": "errors",
-    "UnsupportedFamilyError": "errors", "MissingDependencyError": "errors", "EmptyTextError": "errors",
-    "ContextTooLongError": "errors", "DataFormatError": "errors",
+    "loading": ("load_model", "wrap", "LoadedModel", "DEFAULT_MODEL"),
+    "capture": ("capture_batch", "record_steps", "Batch", "Step"),
+    "trace": ("Trace",),
+    "models": ("get_adapter", "supported_model_types"),
+    "errors": ("WalklensError", "InputError", "UnknownModelError", "UnsupportedFamilyError",
+               "MissingDependencyError", "EmptyTextError", "ContextTooLongError", "DataFormatError"),
     # walks (seed 000 sec. 2.1, 2.2.2)
-    "encoding_walk": "walks", "decoding_walk": "walks", "similarity_map": "walks",
-    "EncodingWalk": "walks", "DecodingWalk": "walks",
+    "walks": ("encoding_walk", "similarity_map", "EncodingWalk"),
+    "decoding": ("decoding_walk", "DecodingWalk"),
     # attention and kernels (sec. 2.2.1, A.2, A.3)
-    "head_matrices": "attention", "attention_identity": "attention", "HeadMatrices": "attention",
-    "FactoredMatrix": "attention",
-    "position_kernels": "kernels",
-    # power method (seed 002)
-    "power_spectra": "power", "alignment": "power", "steer": "power",
+    "attention": ("head_matrices", "attention_identity", "cluster_view", "self_mass", "head_stats", "HeadMatrices",
+                  "IdentityResult", "IdentityCheck", "ClusterView", "SelfMass", "HeadStats"),
+    "kernels": ("position_kernels", "empirical_kernels", "position_only_attention", "classify_kernel",
+                "t5_kernel_values", "PositionKernels", "StackKernels", "KernelClass", "DEFAULT_CORPUS"),
+    # F = W_V W_O and the power method (seed 002)
+    "ov": ("ov_factors", "ov_matrix", "value_projection", "eigen_factored", "residual_gap", "FactoredMatrix",
+           "Eigen"),
+    "power": ("power_spectra", "alignment", "alignment_from_states", "power_iterate", "predicted_alignment",
+              "fitted_rate", "PowerSpectra", "LayerSpectrum", "HeadSpectrum", "Alignment"),
+    "idealised": ("dynamics", "shared_weights", "Dynamics", "SharedWeights"),
+    "steering": ("steer", "activation_addition", "steering_sweep", "direction", "SteerResult", "SteerRow",
+                 "SteeringSweep"),
+    # hooks and interventions
+    "interventions": ("Hooks", "ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers",
+                      "SteerEdit"),
 }
+
+_EXPORTS: dict[str, str] = {name: module for module, names in _PUBLIC.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
         value = getattr(module, name)
-        globals()[name] = value  # also replaces the submodule binding of the same name (walklens.capture)
+        globals()[name] = value
         return value
     raise AttributeError(f"module 'walklens' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS))
 
 
-__all__ = list(_EXPORTS)
+__all__ = ["capture", *_EXPORTS]

@@ -7,8 +7,8 @@ Vectors are rows.  Head h of an attention layer computes (A.3)
 
 and the layer outputs ``O = sum_h O_h + b_o``.  This module gives
 
-- :class:`FactoredMatrix` -- a D x D matrix kept as two thin factors (``A`` [D, d] @ ``B`` [d, D]); norms, SVD
-  and eigenvalues come from d x d products, never from the dense matrix;
+- :class:`~walklens.ov.FactoredMatrix` (in :mod:`walklens.ov`) -- a D x D matrix kept as two thin factors
+  (``A`` [D, d] @ ``B`` [d, D]); norms, SVD and eigenvalues come from d x d products, never from the dense matrix;
 - :func:`head_matrices` -- W_vo,h and W_qk,h of every head of one attention module (grouped-query attention:
   query head h uses key/value head ``kv_head[h]``), with their bias terms;
 - :func:`attention_identity` -- the A.3 identity checked numerically against the module's real output;
@@ -33,105 +33,15 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
-from .capture import capture, hooks
+from .capture import capture
 from .errors import InputError
+from .interventions import Hooks, distinct, first_output
 from .models.base import HeadWeights, get_module
+from .ov import FactoredMatrix
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
     from .trace import Trace
-
-
-# ---- factored matrices ---------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class FactoredMatrix:
-    """A matrix ``M = A @ B`` kept as thin factors ``A`` [..., m, r] and ``B`` [..., r, n] (r small).
-
-    Leading batch dimensions are allowed (e.g. one matrix per head).  Nothing of size m x n is formed unless
-    :meth:`dense` is called: the Frobenius norm uses ``tr((A^T A)(B B^T))``, the SVD the QR factors of A and
-    B^T, the eigenvalues (square M) the small r x r product ``B @ A``, whose non-zero eigenvalues are exactly
-    those of ``A @ B`` (Sylvester); the remaining m - r eigenvalues of M are zero.
-    """
-
-    A: torch.Tensor
-    B: torch.Tensor
-
-    def __post_init__(self) -> None:
-        if self.A.dim() < 2 or self.B.dim() < 2 or self.A.shape[-1] != self.B.shape[-2]:
-            raise ValueError(f"factors do not chain: A {tuple(self.A.shape)} @ B {tuple(self.B.shape)}")
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (*torch.broadcast_shapes(self.A.shape[:-2], self.B.shape[:-2]), self.A.shape[-2], self.B.shape[-1])
-
-    @property
-    def inner_dim(self) -> int:
-        """r, the width of the factors (an upper bound on the rank)."""
-        return self.A.shape[-1]
-
-    def dense(self) -> torch.Tensor:
-        """The full matrix ``A @ B``."""
-        return self.A @ self.B
-
-    @property
-    def T(self) -> FactoredMatrix:
-        return FactoredMatrix(self.B.transpose(-1, -2), self.A.transpose(-1, -2))
-
-    def __getitem__(self, idx: int | slice) -> FactoredMatrix:
-        """Index the leading (batch) dimension, e.g. one head of a stack of heads."""
-        return FactoredMatrix(self.A[idx], self.B[idx])
-
-    def apply(self, x: torch.Tensor) -> torch.Tensor:
-        """``x @ M`` for row vectors x [..., m], computed through the factors (the 'filter' of sec. 2.2)."""
-        return (x @ self.A) @ self.B
-
-    def norm(self, kind: str = "fro") -> torch.Tensor:
-        """Frobenius (``"fro"``), spectral (``"spectral"``) or nuclear (``"nuclear"``) norm, from the factors."""
-        if kind == "fro":
-            gram = (self.A.transpose(-1, -2) @ self.A) * (self.B @ self.B.transpose(-1, -2))
-            return gram.sum((-1, -2)).clamp_min(0).sqrt()
-        s = self.singular_values()
-        if kind == "spectral":
-            return s[..., 0]
-        if kind == "nuclear":
-            return s.sum(-1)
-        raise ValueError(f"unknown norm {kind!r}; use 'fro', 'spectral' or 'nuclear'")
-
-    def svd(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Thin SVD ``M = U diag(S) Vh`` with U [..., m, r], S [..., r], Vh [..., r, n].
-
-        With ``A = Q_a R_a`` and ``B^T = Q_b R_b``: ``M = Q_a (R_a R_b^T) Q_b^T``; the SVD of the r x r core
-        ``R_a R_b^T = U_c S V_c^T`` gives ``U = Q_a U_c`` and ``Vh = V_c^T Q_b^T``.
-        """
-        qa, ra = torch.linalg.qr(self.A)
-        qb, rb = torch.linalg.qr(self.B.transpose(-1, -2))
-        uc, s, vch = torch.linalg.svd(ra @ rb.transpose(-1, -2))
-        return qa @ uc, s, vch @ qb.transpose(-1, -2)
-
-    def singular_values(self) -> torch.Tensor:
-        """The r largest singular values, descending (the rest are zero)."""
-        return self.svd()[1]
-
-    def eigenvalues(self, pad_zeros: bool = False) -> torch.Tensor:
-        """Eigenvalues (complex) of the square matrix ``A @ B`` via the r x r product ``B @ A``.
-
-        ``pad_zeros`` appends the m - r zero eigenvalues so the result has one entry per dimension.
-        """
-        m, n = self.A.shape[-2], self.B.shape[-1]
-        if m != n:
-            raise ValueError(f"eigenvalues need a square matrix, got {m} x {n}")
-        ev = torch.linalg.eigvals(self.B @ self.A)
-        if pad_zeros and m > ev.shape[-1]:
-            zeros = torch.zeros(*ev.shape[:-1], m - ev.shape[-1], dtype=ev.dtype, device=ev.device)
-            ev = torch.cat([ev, zeros], -1)
-        return ev
-
-    def copying_score(self) -> torch.Tensor:
-        """``sum Re(lambda) / sum |lambda|`` over the eigenvalues: +1 when the filter maps vectors onto
-        themselves (copies), -1 when it reverses them; a one-number summary of the W_vo filter."""
-        ev = self.eigenvalues()
-        return ev.real.sum(-1) / ev.abs().sum(-1).clamp_min(1e-30)
 
 
 # ---- per-head matrices ---------------------------------------------------------------------------------------
@@ -261,26 +171,26 @@ def _stack_name(lm: LoadedModel, stack: str | None) -> str:
         raise InputError(str(e.args[0])) from None
 
 
-def head_matrices(model: LoadedModel, layer: int, stack: str | None = None, cross: bool = False) -> HeadMatrices:
+def head_matrices(lm: LoadedModel, layer: int, stack: str | None = None, cross: bool = False) -> HeadMatrices:
     """W_vo,h and W_qk,h of every head of one layer's attention (seed 000, A.3), in factored form.
 
     ``layer`` may be negative (from the top).  ``stack``: ``"enc"``/``"dec"`` for T5 (default: the last stack,
     the decoder); ``cross=True``: the T5 decoder's cross-attention (keys and values from the encoder output).
     The weights are copied to the CPU in float32 (traces live there too).
     """
-    spec_name = _stack_name(model, stack)
-    n = model.adapter.n_layers(model.model.config)
+    spec_name = _stack_name(lm, stack)
+    n = lm.adapter.n_layers(lm.model.config)
     if not -n <= layer < n:
         raise InputError(f"layer {layer} out of range: the model has {n} layers")
     layer %= n
     try:
-        hw = model.adapter.head_weights(model.model, layer, spec_name, cross)
+        hw = lm.adapter.head_weights(lm.model, layer, spec_name, cross)
     except KeyError as e:
         raise InputError(str(e.args[0])) from None
     hw = HeadWeights(*(t.detach().float().cpu() if isinstance(t, torch.Tensor) else t
                        for t in (hw.w_q, hw.w_k, hw.w_v, hw.w_o, hw.b_q, hw.b_k, hw.b_v, hw.b_o)),
                      kv_head=hw.kv_head, scale=hw.scale, qk_norm=hw.qk_norm, notes=hw.notes)
-    return HeadMatrices(layer=layer, stack=spec_name, cross=cross, family=model.adapter.family, weights=hw)
+    return HeadMatrices(layer=layer, stack=spec_name, cross=cross, family=lm.adapter.family, weights=hw)
 
 
 # ---- the A.3 identity --------------------------------------------------------------------------------------
@@ -344,7 +254,7 @@ def _identity_key(lm: LoadedModel, stack: str, layer: int, kind: str) -> str:
 
 
 @torch.no_grad()
-def attention_identity(model: LoadedModel, text: str, *, decoder_text: str | None = None, truncate: bool = False,
+def attention_identity(lm: LoadedModel, text: str, *, decoder_text: str | None = None, truncate: bool = False,
                        matrices: MatricesFn | None = None) -> IdentityResult:
     """Check the A.3 identity ``O = sum_h A_h X W_vo,h + sum_h b_v,h W_o,h + b_o`` on every attention module.
 
@@ -356,28 +266,20 @@ def attention_identity(model: LoadedModel, text: str, *, decoder_text: str | Non
     models hold it to ~1e-6).  ``matrices(stack, layer, cross)`` overrides where W_vo comes from (tests use
     it to show a wrong W_vo fails).
     """
-    lm = model
     get = matrices or (lambda s, l, c: head_matrices(lm, l, s, c))
     raw: dict[tuple[str, str], list[torch.Tensor]] = {}
-    handles = []
 
     def keep(key: tuple[str, str]) -> Callable:
         def hook(_m: torch.nn.Module, _inp: object, out: object) -> None:
-            t = out[0] if isinstance(out, (tuple, list)) else out
-            raw.setdefault(key, []).append(t.detach()[0].float().cpu())
+            raw.setdefault(key, []).append(first_output(out).detach()[0].float().cpu())
         return hook
 
-    for spec in lm.adapter.stacks:
-        seen: set[int] = set()
-        for layer_mod in lm.adapter.layer_modules(lm.model, spec.name):
-            if id(layer_mod) in seen:  # a shared layer's hook fires once per use
-                continue
-            seen.add(id(layer_mod))
-            handles.append(get_module(layer_mod, spec.attn_proj_path).register_forward_hook(keep((spec.name, "attn"))))
-            if spec.cross_proj_path:
-                handles.append(get_module(layer_mod, spec.cross_proj_path).register_forward_hook(
-                    keep((spec.name, "cross"))))
-    with hooks(handles):
+    with Hooks() as hooks:
+        for spec in lm.adapter.stacks:
+            for layer_mod in distinct(lm.adapter.layer_modules(lm.model, spec.name)):  # shared: once per use
+                hooks.post(get_module(layer_mod, spec.attn_proj_path), keep((spec.name, "attn")))
+                if spec.cross_proj_path:
+                    hooks.post(get_module(layer_mod, spec.cross_proj_path), keep((spec.name, "cross")))
         trace = capture(lm, text, attentions=True, truncate=truncate, decoder_text=decoder_text)
 
     checks: list[IdentityCheck] = []
@@ -530,14 +432,14 @@ class HeadStats:
     vo_copying: torch.Tensor
 
 
-def head_stats(model: LoadedModel, stack: str | None = None, cross: bool = False,
+def head_stats(lm: LoadedModel, stack: str | None = None, cross: bool = False,
                layers: list[int] | None = None) -> HeadStats:
     """:class:`HeadStats` of every (or the given) layer of one stack."""
-    name = _stack_name(model, stack)
-    layers = list(range(model.n_layers)) if layers is None else layers
+    name = _stack_name(lm, stack)
+    layers = list(range(lm.n_layers)) if layers is None else layers
     vo_n, qk_n, s1, cp = [], [], [], []
     for l in layers:
-        hm = head_matrices(model, l, name, cross)
+        hm = head_matrices(lm, l, name, cross)
         vo, qk = hm.vo(), hm.qk()
         vo_n.append(vo.norm())
         qk_n.append(qk.norm())
@@ -546,5 +448,5 @@ def head_stats(model: LoadedModel, stack: str | None = None, cross: bool = False
     return HeadStats(name, cross, layers, torch.stack(vo_n), torch.stack(qk_n), torch.stack(s1), torch.stack(cp))
 
 
-__all__ = ["HeadStats", "head_stats", "FactoredMatrix", "HeadMatrices", "head_matrices", "attention_identity", "IdentityResult",
+__all__ = ["HeadStats", "head_stats", "HeadMatrices", "head_matrices", "attention_identity", "IdentityResult",
            "IdentityCheck", "ClusterView", "cluster_view", "SelfMass", "self_mass"]

@@ -1,7 +1,16 @@
-"""One forward pass with forward hooks on the real modules, returning a :class:`~walklens.trace.Trace`.
+"""Every forward pass that records: hooks on the real modules copy what the named modules output (seed 000, Fig. 1).
 
-The model's own forward runs unchanged; hooks only copy what the named modules output (seed 000, Fig. 1).
-Hooks are registered in a context manager that always removes them, even on error.
+- :func:`capture` -- one text, every point (or a subset), optionally attention probabilities: a
+  :class:`~walklens.trace.Trace`;
+- :func:`capture_batch` -- many token-id sequences as one right-padded batch through one stack, keeping only the
+  points asked for and stopping the forward pass right after the last of them is written (the hook of the
+  last needed point raises a private exception that ends the pass), e.g. the hidden states of segment texts
+  (:func:`walklens.concepts.encode.hidden_states`);
+- :func:`record_steps` -- inside a ``with`` block, the final normed output d and the logits of every call of
+  the model, e.g. one per generated token in ``model.generate`` (the decoding walk, :mod:`walklens.decoding`).
+
+The model's own forward runs unchanged.  Hooks are registered through :class:`~walklens.interventions.Hooks`,
+which removes them on exit, even on error.
 """
 
 from __future__ import annotations
@@ -9,21 +18,19 @@ from __future__ import annotations
 import fnmatch
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 from torch import nn
 
-from .errors import ContextTooLongError, EmptyTextError, InputError
+from .errors import ContextTooLongError, EmptyTextError, InputError, WalklensError
+from .interventions import Hooks, distinct, first_output
 from .models.base import Adapter, StackSpec, get_module
 from .trace import Trace
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
-
-
-def _first(x: Any) -> torch.Tensor:
-    return x[0] if isinstance(x, (tuple, list)) else x
 
 
 def attention_probs(x: Any) -> torch.Tensor | None:
@@ -34,16 +41,6 @@ def attention_probs(x: Any) -> torch.Tensor | None:
         if isinstance(item, torch.Tensor) and item.dim() == 4:
             return item
     return None
-
-
-@contextmanager
-def hooks(handles: list[torch.utils.hooks.RemovableHandle]) -> Iterator[None]:
-    """Remove every registered hook on exit, even on error."""
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def context_limit(lm: LoadedModel) -> int | None:
@@ -78,32 +75,41 @@ def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     return [tokenizer.decode([int(i)]) for i in ids]
 
 
+class _Stop(Exception):
+    """Raised by the hook that writes the last needed point, to end the forward pass there (caught below)."""
+
+
 class _Recorder:
-    """Writes hook outputs straight into one preallocated [points, tokens, D] buffer per stack.
+    """Writes hook outputs straight into one preallocated [points, batch, tokens, D] buffer per stack.
 
     Layer indices come from call order, so a shared layer (ALBERT) yields one entry per use.  The mid
     residual of pre-norm families (``resid_pre + attn_out``) is added inside the attention hook, while the
-    layer input is still at hand; nothing else is computed.
+    layer input is still at hand; nothing else is computed.  With ``stop_early`` the hook that writes the
+    last missing point raises :class:`_Stop`, so nothing after it runs.
     """
 
-    def __init__(self, dtype: torch.dtype, residual: str) -> None:
+    def __init__(self, dtype: torch.dtype, residual: str, device: torch.device | str = "cpu",
+                 stop_early: bool = False) -> None:
         self.dtype = dtype
         self.residual = residual
-        self.handles: list[torch.utils.hooks.RemovableHandle] = []
+        self.device = device
+        self.stop_early = stop_early
         self.names: dict[str, list[str]] = {}
         self.index: dict[str, dict[str, int]] = {}
         self.hidden: dict[str, torch.Tensor] = {}
         self.layer: dict[str, int] = {}
         self.live: dict[tuple[str, str], torch.Tensor] = {}
         self.attn_store: dict[tuple[str, str], list[torch.Tensor]] = defaultdict(list)
+        self.missing: set[tuple[str, str]] = set()
 
     def add_stack(self, stack: str, names: list[str]) -> None:
         self.names[stack] = names
         self.index[stack] = {n: i for i, n in enumerate(names)}
         self.layer[stack] = -1
+        self.missing |= {(stack, n) for n in names}
 
-    def wants(self, stack: str, name: str) -> bool:
-        return name in self.index[stack]
+    def wants_kind(self, stack: str, kind: str) -> bool:
+        return any(n.endswith("." + kind) for n in self.names[stack])
 
     def put(self, stack: str, name: str, x: torch.Tensor) -> None:
         i = self.index[stack].get(name)
@@ -111,20 +117,18 @@ class _Recorder:
             return
         buf = self.hidden.get(stack)
         if buf is None:
-            buf = torch.empty(len(self.names[stack]), x.shape[-2], x.shape[-1], dtype=self.dtype)
+            buf = torch.empty(len(self.names[stack]), *x.shape, dtype=self.dtype, device=self.device)
             self.hidden[stack] = buf
-        buf[i].copy_(x.detach()[0])
+        buf[i].copy_(x.detach())
+        self.missing.discard((stack, name))
+        if self.stop_early and not self.missing:
+            raise _Stop
 
-    def _hook(self, module: nn.Module, fn: Any, pre: bool = False) -> None:
-        if pre:
-            self.handles.append(module.register_forward_pre_hook(fn, with_kwargs=True))
-        else:
-            self.handles.append(module.register_forward_hook(fn))
-
-    def register(self, model: nn.Module, adapter: Adapter, spec: StackSpec, attentions: bool, n_layers: int) -> None:
+    def register(self, hooks: Hooks, model: nn.Module, adapter: Adapter, spec: StackSpec, attentions: bool,
+                 n_layers: int) -> None:
         s = spec.name
         need_mid = self.residual == "pre_norm" and (
-            self.wants(s, "L0.resid_mid") or (spec.cross_out is not None and self.wants(s, "L0.resid_cross")))
+            self.wants_kind(s, "resid_mid") or (spec.cross_out is not None and self.wants_kind(s, "resid_cross")))
 
         def layer_in(_m: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
             x = args[0] if args else kwargs["hidden_states"]
@@ -133,12 +137,12 @@ class _Recorder:
             self.put(s, f"L{self.layer[s]}.resid_pre", x)
 
         def layer_out(_m: nn.Module, _i: Any, out: Any) -> None:
-            self.put(s, f"L{self.layer[s]}.resid_post", _first(out))
+            self.put(s, f"L{self.layer[s]}.resid_post", first_output(out))
             if not spec.final_norm and self.layer[s] == n_layers - 1:  # no final norm: final = last output
-                self.put(s, "final", _first(out))
+                self.put(s, "final", first_output(out))
 
         def attn_out(_m: nn.Module, _i: Any, out: Any) -> None:
-            x, l = _first(out), self.layer[s]
+            x, l = first_output(out), self.layer[s]
             self.put(s, f"L{l}.attn_out", x)
             if need_mid:
                 mid = self.live[(s, "pre")] + x
@@ -146,49 +150,45 @@ class _Recorder:
                 self.put(s, f"L{l}.resid_mid", mid)
 
         def mid_out(_m: nn.Module, _i: Any, out: Any) -> None:
-            self.put(s, f"L{self.layer[s]}.resid_mid", _first(out))
+            self.put(s, f"L{self.layer[s]}.resid_mid", first_output(out))
 
         def cross_out(_m: nn.Module, _i: Any, out: Any) -> None:
-            x, l = _first(out), self.layer[s]
+            x, l = first_output(out), self.layer[s]
             self.put(s, f"L{l}.cross_out", x)
             if need_mid:
                 self.put(s, f"L{l}.resid_cross", self.live[(s, "mid")] + x)
 
         def mlp_out(_m: nn.Module, _i: Any, out: Any) -> None:
-            self.put(s, f"L{self.layer[s]}.mlp_out", _first(out))
+            self.put(s, f"L{self.layer[s]}.mlp_out", first_output(out))
 
-        seen: set[int] = set()
-        for layer in adapter.layer_modules(model, s):
-            if id(layer) in seen:  # a shared layer's hooks fire once per use
-                continue
-            seen.add(id(layer))
-            self._hook(layer, layer_in, pre=True)
-            self._hook(layer, layer_out)
-            self._hook(get_module(layer, spec.attn_out), attn_out)
-            self._hook(get_module(layer, spec.mlp_out), mlp_out)
+        for layer in distinct(adapter.layer_modules(model, s)):  # a shared layer's hooks fire once per use
+            hooks.pre(layer, layer_in, with_kwargs=True)
+            hooks.post(layer, layer_out)
+            hooks.post(get_module(layer, spec.attn_out), attn_out)
+            hooks.post(get_module(layer, spec.mlp_out), mlp_out)
             if spec.mid:
-                self._hook(get_module(layer, spec.mid), mid_out)
+                hooks.post(get_module(layer, spec.mid), mid_out)
             if spec.cross_out:
-                self._hook(get_module(layer, spec.cross_out), cross_out)
+                hooks.post(get_module(layer, spec.cross_out), cross_out)
             if attentions:
-                self._attn(get_module(layer, spec.attn), s, "attn")
+                self._attn(hooks, get_module(layer, spec.attn), s, "attn")
                 if spec.cross_attn:
-                    self._attn(get_module(layer, spec.cross_attn), s, "cross")
+                    self._attn(hooks, get_module(layer, spec.cross_attn), s, "cross")
         if spec.final_norm:
-            self._hook(get_module(model, spec.final_norm), lambda _m, _i, out: self.put(s, "final", _first(out)))
+            hooks.post(get_module(model, spec.final_norm), lambda _m, _i, out: self.put(s, "final", first_output(out)))
 
-    def embed(self, module: nn.Module, stacks: Sequence[str]) -> None:
+    def embed(self, hooks: Hooks, module: nn.Module, stacks: Sequence[str]) -> None:
         """Token embeddings; a module shared by several stacks feeds them in call order."""
         calls = iter(stacks)
 
         def hook(_m: nn.Module, _i: Any, out: Any) -> None:
             stack = next(calls, None)
             if stack is not None:
-                self.put(stack, "embed", _first(out))
+                self.put(stack, "embed", first_output(out))
 
-        self._hook(module, hook)
+        hooks.post(module, hook)
 
-    def _attn(self, module: nn.Module, s: str, kind: str) -> None:
+    def _attn(self, hooks: Hooks, module: nn.Module, s: str, kind: str) -> None:
         """Attention probabilities [H, T, S] and the (normed) input X the module attends from."""
 
         def pre(_m: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
@@ -200,8 +200,8 @@ class _Recorder:
             if w is not None:
                 self.attn_store[(s, kind)].append(w.detach()[0].to(torch.float32, copy=True))
 
-        self._hook(module, pre, pre=True)
-        self._hook(module, post)
+        hooks.pre(module, pre, with_kwargs=True)
+        hooks.post(module, post)
 
 
 def _point_names(spec: StackSpec, residual: str, n_layers: int) -> list[str]:
@@ -228,6 +228,31 @@ def _select(names: list[str], patterns: Sequence[str] | None) -> list[str]:
     return keep
 
 
+def _register(rec: _Recorder, hooks: Hooks, lm: LoadedModel, specs: Sequence[StackSpec], attentions: bool,
+              n_layers: int) -> None:
+    """The recorder's hooks on every module of ``specs`` and on the token embeddings (a module shared by
+    several stacks, T5's, feeds them in call order)."""
+    model, adapter = lm.model, lm.adapter
+    for spec in specs:
+        rec.register(hooks, model, adapter, spec, attentions, n_layers)
+    for spec in specs:
+        if spec.embed_point:
+            rec.embed(hooks, get_module(model, spec.embed_point), [spec.name])
+    if not any(sp.embed_point for sp in specs):
+        rec.embed(hooks, get_module(model, adapter.embed), [sp.name for sp in specs])
+
+
+def _check_written(rec: _Recorder) -> None:
+    if rec.missing:
+        names = ", ".join(sorted(f"{s}:{n}" if len(rec.names) > 1 else n for s, n in rec.missing))
+        raise WalklensError(f"the forward pass never produced the point(s) {names}")
+
+
+def _check_dtype(dtype: torch.dtype) -> None:
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        raise InputError(f"unsupported storage dtype {dtype}")
+
+
 @torch.no_grad()
 def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None, dtype: torch.dtype = torch.float32,
             attentions: bool = False, truncate: bool = False, decoder_text: str | None = None) -> Trace:
@@ -238,8 +263,7 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None, 
     attention module's probabilities [H, T, S] and its normed input X (for the A.3 identity).
     For T5, ``decoder_text`` is the decoder's input (default: the text itself, shifted right as in training).
     """
-    if dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
-        raise InputError(f"unsupported storage dtype {dtype}")
+    _check_dtype(dtype)
     model, adapter, tok = lm.model, lm.adapter, lm.tokenizer
     ids = tokenize(lm, text, truncate=truncate).to(lm.device)
     n_layers = adapter.n_layers(model.config)
@@ -247,12 +271,6 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None, 
     rec = _Recorder(dtype, residual)
     for spec in adapter.stacks:
         rec.add_stack(spec.name, _select(_point_names(spec, residual, n_layers), points))
-        rec.register(model, adapter, spec, attentions, n_layers)
-    for spec in adapter.stacks:
-        if spec.embed_point:
-            rec.embed(get_module(model, spec.embed_point), [spec.name])
-    if not any(sp.embed_point for sp in adapter.stacks):
-        rec.embed(get_module(model, adapter.embed), [sp.name for sp in adapter.stacks])
 
     kwargs: dict[str, Any] = {"input_ids": ids}
     dec_ids = None
@@ -262,8 +280,10 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None, 
         kwargs["decoder_input_ids"] = dec_ids
     if adapter.auto_class != "masked":
         kwargs["use_cache"] = False
-    with hooks(rec.handles):
+    with Hooks() as hooks:
+        _register(rec, hooks, lm, adapter.stacks, attentions, n_layers)
         model(**kwargs)
+    _check_written(rec)
 
     traces: list[Trace] = []
     for spec in adapter.stacks:
@@ -274,9 +294,131 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None, 
         ain = {f"L{l}.{k}": x for k in ("attn", "cross") for l, x in enumerate(st.get((s, k + ".in"), []))}
         stack_ids = (dec_ids if s == "dec" else ids)[0].cpu()
         traces.append(Trace(tokens=token_strings(tok, stack_ids.tolist()), token_ids=stack_ids, points=names,
-                            hidden=rec.hidden[s], model_name=lm.name, family=adapter.family, stack=s,
+                            hidden=rec.hidden[s][:, 0], model_name=lm.name, family=adapter.family, stack=s,
                             n_layers=n_layers, attentions=att, attn_inputs=ain, lm=lm))
     main = traces[-1]
     if len(traces) > 1:
         main.encoder = traces[0]
     return main
+
+
+# ---- batches, stopped early ------------------------------------------------------------------------------------
+
+@dataclass
+class Batch:
+    """The vectors of a right-padded batch at the captured points: ``hidden`` [points, B, T, D] (on the
+    model's device), ``mask`` [B, T] (1 = real token), ``token_ids`` [B, T] (padding: the pad id)."""
+
+    points: list[str]
+    hidden: torch.Tensor
+    mask: torch.Tensor
+    token_ids: torch.Tensor
+    stack: str = ""
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        """The [B, T, D] vectors of one point."""
+        try:
+            return self.hidden[self.points.index(name)]
+        except ValueError:
+            raise InputError(f"no captured point {name!r}; captured: {', '.join(self.points)}") from None
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists into ``ids [B, T]`` and ``mask [B, T]`` (1 = real token)."""
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(list(s), dtype=torch.long)
+        mask[i, :len(s)] = 1
+    return ids, mask
+
+
+def reading_stack(lm: LoadedModel) -> StackSpec:
+    """The stack that reads a text: the encoder of an encoder-decoder model, else the only stack."""
+    return lm.adapter.stack("enc") if lm.adapter.auto_class == "seq2seq" else lm.adapter.stack()
+
+
+def _stack_body(lm: LoadedModel, spec: StackSpec) -> nn.Module:
+    """The module that runs one stack alone: the encoder of an encoder-decoder model, else the model body
+    without its head."""
+    if lm.adapter.auto_class == "seq2seq":
+        if spec.name != reading_stack(lm).name:
+            raise InputError(f"{lm.adapter.family}: a batch runs the encoder stack only, not {spec.name!r}")
+        return lm.model.get_encoder()
+    return lm.model.base_model
+
+
+@torch.no_grad()
+def capture_batch(lm: LoadedModel, seqs: Sequence[Sequence[int]], points: Sequence[str], *,
+                  stack: str | None = None, dtype: torch.dtype = torch.float32, stop_early: bool = True) -> Batch:
+    """Token-id sequences as one right-padded batch (with its attention mask) through one stack, keeping the
+    points matching ``points`` (glob patterns; nothing is added).  With ``stop_early`` (default) the forward
+    pass ends right after the last needed point is written: asking for ``L3.resid_pre`` runs the embeddings
+    and layers 0-2 only, and no head runs.  ``stack``: default the one that reads text (:func:`reading_stack`;
+    encoder-decoder models run their encoder alone)."""
+    _check_dtype(dtype)
+    points = [points] if isinstance(points, str) else list(points)
+    if not seqs or any(len(s) == 0 for s in seqs):
+        raise EmptyTextError("a sequence of the batch is empty")
+    model, adapter = lm.model, lm.adapter
+    try:
+        spec = adapter.stack(stack) if stack is not None else reading_stack(lm)
+    except KeyError as e:
+        raise InputError(str(e.args[0])) from None
+    n_layers = adapter.n_layers(model.config)
+    residual = adapter.residual_kind(model.config)
+    names = [n for n in _point_names(spec, residual, n_layers) if any(fnmatch.fnmatchcase(n, p) for p in points)]
+    if not names:
+        raise InputError(f"no point matches {', '.join(points)}")
+    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    ids, mask = pad_batch(seqs, pad)
+    body = _stack_body(lm, spec)
+    rec = _Recorder(dtype, residual, device=lm.device, stop_early=stop_early)
+    rec.add_stack(spec.name, names)
+    with Hooks() as hooks:
+        _register(rec, hooks, lm, [spec], False, n_layers)
+        try:
+            body(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), use_cache=False)
+        except _Stop:
+            pass
+    _check_written(rec)
+    return Batch(points=names, hidden=rec.hidden[spec.name], mask=mask, token_ids=ids, stack=spec.name)
+
+
+# ---- one record per call (generation) ----------------------------------------------------------------------------
+
+@dataclass
+class Step:
+    """One call of the model: ``final`` [T, D], the final normed output (d) at every position the call
+    computed, and ``logits`` [V], the model's own logits at its last position (float32, CPU)."""
+
+    final: torch.Tensor
+    logits: torch.Tensor
+
+
+@contextmanager
+def record_steps(lm: LoadedModel) -> Iterator[list[Step]]:
+    """Inside the block, append one :class:`Step` per call of the whole model (``model.generate`` makes one
+    per new token; a T5 encoder pass is not a call of the model).  d is read by a hook on the final norm of the
+    last stack (the decoder), the logits by a hook on the model's output, before any logits processor."""
+    spec = lm.adapter.stack()
+    if not spec.final_norm:
+        raise InputError(f"{lm.adapter.family} has no final norm to read d_t from")
+    steps: list[Step] = []
+    finals: list[torch.Tensor] = []
+
+    def final(_m: nn.Module, _i: Any, out: Any) -> None:
+        finals.append(first_output(out)[0].detach().float().cpu())
+
+    def model_out(_m: nn.Module, _i: Any, out: Any) -> None:
+        steps.append(Step(final=finals[-1], logits=out.logits[0, -1].detach().float().cpu()))
+        finals.clear()
+
+    with Hooks() as hooks:
+        hooks.post(get_module(lm.model, spec.final_norm), final)
+        hooks.post(lm.model, model_out)
+        yield steps
+
+
+__all__ = ["capture", "capture_batch", "record_steps", "Batch", "Step"]

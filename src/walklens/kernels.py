@@ -52,8 +52,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from .capture import attention_probs, hooks
+from .capture import attention_probs, context_limit
 from .errors import InputError
+from .interventions import Hooks, distinct
 from .models.base import get_module
 
 if TYPE_CHECKING:
@@ -262,7 +263,6 @@ def position_only_attention(lm: LoadedModel, length: int = 32) -> torch.Tensor:
     spec = lm.adapter.stacks[-1]
     modules = _attention_modules(lm, spec.name)
     store: list[torch.Tensor] = []
-    handles = []
 
     def zero(_m: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if args:
@@ -275,13 +275,13 @@ def position_only_attention(lm: LoadedModel, length: int = 32) -> torch.Tensor:
         if w is not None:
             store.append(w.detach()[0].float().cpu())
 
-    for m in dict.fromkeys(modules):  # a shared module once
-        handles.append(m.register_forward_pre_hook(zero, with_kwargs=True))
-        handles.append(m.register_forward_hook(keep))
     ids = _token_pool(lm, DEFAULT_CORPUS)[:length].unsqueeze(0).to(lm.device)
     if ids.shape[1] < length:
         ids = ids.repeat(1, math.ceil(length / ids.shape[1]))[:, :length]
-    with hooks(handles):
+    with Hooks() as hooks:
+        for m in distinct(modules):  # a shared module once
+            hooks.pre(m, zero, with_kwargs=True)
+            hooks.post(m, keep)
         lm.model(input_ids=ids)
     return torch.stack(store)
 
@@ -332,8 +332,6 @@ def empirical_kernels(lm: LoadedModel, *, corpus: str | None = None, samples: in
                          "from the weights)")
     spec = lm.adapter.stacks[-1]
     causal = spec.causal
-    from .capture import context_limit
-
     limit = context_limit(lm)
     if limit is not None and length > limit:
         length = limit
@@ -371,12 +369,11 @@ def empirical_kernels(lm: LoadedModel, *, corpus: str | None = None, samples: in
         w = w.detach().float().cpu()  # [B, H, T, T]
         per_layer.append(w[:, :, rows[:, None], cols].mean(2))  # [B, H, n]
 
-    handles = []
-    for m in dict.fromkeys(modules):
-        handles.append(m.register_forward_hook(keep))
     L = lm.n_layers
     chunks: list[torch.Tensor] = []
-    with hooks(handles):
+    with Hooks() as hooks:
+        for m in distinct(modules):
+            hooks.post(m, keep)
         for start in tqdm(range(0, samples, batch), desc="empirical kernels", disable=not progress, leave=False):
             per_layer.clear()
             lm.model(input_ids=ids[start:start + batch].to(lm.device))
@@ -396,7 +393,7 @@ def empirical_kernels(lm: LoadedModel, *, corpus: str | None = None, samples: in
 
 # ---- entry point -------------------------------------------------------------------------------------------
 
-def position_kernels(model: LoadedModel, *, method: str = "auto", margin: float = 0.1,
+def position_kernels(lm: LoadedModel, *, method: str = "auto", margin: float = 0.1,
                      max_distance: int | None = None, corpus: str | None = None, samples: int = 16,
                      length: int = 64, seed: int = 0, progress: bool = True) -> PositionKernels:
     """Every head's position kernel and its self-bias class (seed 000, A.2; Figs. 6 and 8).
@@ -406,7 +403,6 @@ def position_kernels(model: LoadedModel, *, method: str = "auto", margin: float 
     ALiBi default 32; empirical default (length-2)//2 causal, (length-1)//4 bidirectional).  ``margin``: the
     classification margin in nats (logit units).
     """
-    lm = model
     if method not in ("auto", "weights", "empirical"):
         raise InputError(f"unknown method {method!r}; use auto, weights or empirical")
     if margin < 0:

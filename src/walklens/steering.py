@@ -4,7 +4,7 @@ also suggests a method to steer the output of the transformer towards an arbitra
 **Eigen-steering** (:func:`steer`, ``method="eigen"``): a rank-one edit of each chosen layer's W_O so that
 F = W_V W_O becomes ``F' = F + alpha w u^T`` (row convention, seed 000 A.3), with u the unit target direction
 and ``w = P u`` its orthogonal projection on the layer's value space col(A), A = [W_v,kv(0) | ... ] (see
-:mod:`walklens.power`).  Then ``u F' = u F + alpha |P u|^2 u``: for large alpha u becomes F's principal left
+:mod:`walklens.ov`).  Then ``u F' = u F + alpha |P u|^2 u``: for large alpha u becomes F's principal left
 eigenvector, the direction the power step tilts tokens toward, and the layer writes ``alpha (x . w) u`` more
 for a token x.  Why w and not u: only W_O is edited, so ``F' - F = A dB`` has its rows' read-side in col(A).
 When u lies in col(A) (multi-head attention with an invertible W_V, e.g. GPT-2, BERT, ALBERT) w = u and the
@@ -17,37 +17,29 @@ error reported.
 **Activation addition** (``method="add"``): forward hooks add ``alpha u`` to the residual stream at the
 output of the same layers (the usual steering-vector method).
 
-Both are context managers that restore the model exactly on exit (weights copied back bit for bit; hooks
-removed), even on error.
+Both are interventions of :mod:`walklens.interventions` (:func:`~walklens.interventions.eigen_edit`,
+:func:`~walklens.interventions.add_to_residual`): context managers that restore the model exactly on exit
+(weights copied back bit for bit; hooks removed), even on error.  Ranks are 0-based (0 = the most probable
+token), as everywhere in walklens.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
-from torch import nn
 
+from .capture import capture, tokenize
 from .errors import InputError, UnsupportedFamilyError
+from .interventions import SteerEdit, add_to_residual, eigen_edit, resolve_layers
+from .ov import ov_factors, value_projection
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
-
-
-@dataclass
-class SteerEdit:
-    """One edited attention module: its first layer, the edited parameter, ``reach`` = |P u| (1: u is in the
-    layer's value space) and ``error`` = max |(F' - F) - alpha w u^T| / max |alpha w u^T| measured on the
-    edited weights (float32 rounding only)."""
-
-    layer: int
-    param: str
-    reach: float
-    error: float
-    shared_with: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -64,10 +56,9 @@ class SteerResult:
     edits: list[SteerEdit] = field(default_factory=list)
 
 
-def direction(model: LoadedModel, toward: str | torch.Tensor) -> tuple[torch.Tensor, int | None, str]:
+def direction(lm: LoadedModel, toward: str | torch.Tensor) -> tuple[torch.Tensor, int | None, str]:
     """Unit direction u [D] (float64) for a token (its row of V), a text (the mean of its tokens' rows of V,
     a concept vector) or a given vector; plus the target token id (the text's first token) and a label."""
-    lm = model
     if isinstance(toward, torch.Tensor):
         u = toward.detach().double().flatten().cpu()
         if u.shape[0] != lm.d_model and u.shape[0] != _resid_dim(lm):
@@ -93,128 +84,34 @@ def _resid_dim(lm: LoadedModel) -> int:
     return hw.d_model
 
 
-def _layers(lm: LoadedModel, layers: int | Sequence[int]) -> list[int]:
-    L = lm.n_layers
-    out = [layers] if isinstance(layers, int) else list(layers)
-    if not out:
-        raise InputError("no layers given")
-    res = []
-    for l in out:
-        l = int(l) + L if int(l) < 0 else int(l)
-        if not 0 <= l < L:
-            raise InputError(f"layer {l} out of range: the model has {L} layers")
-        if l not in res:
-            res.append(l)
-    return res
-
-
-def _out_param(attn: nn.Module, B: torch.Tensor) -> tuple[str, nn.Parameter, bool]:
-    """The parameter of ``attn`` that stores B ([H d, D], row convention) as-is or transposed (exact match)."""
-    found = []
-    for name, p in attn.named_parameters():
-        if p.dim() != 2:
-            continue
-        pd = p.detach().double().cpu()
-        if pd.shape == B.shape and torch.equal(pd, B):
-            found.append((name, p, False))
-        elif pd.shape == B.T.shape and torch.equal(pd, B.T):
-            found.append((name, p, True))
-    if len(found) != 1:
-        raise UnsupportedFamilyError(f"could not locate W_O uniquely in {type(attn).__name__} ({len(found)} matches)")
-    return found[0]
-
-
 @contextmanager
-def _eigen_edit(lm: LoadedModel, layers: list[int], u: torch.Tensor, alpha: float) -> Iterator[list[SteerEdit]]:
-    from .power import ov_factors
-
-    mods = lm.adapter.layer_modules(lm.model)
-    saved: list[tuple[nn.Parameter, torch.Tensor]] = []
-    edits: list[SteerEdit] = []
-    by_module: dict[int, SteerEdit] = {}
-    try:
-        for l in layers:
-            if id(mods[l]) in by_module:
-                by_module[id(mods[l])].shared_with.append(l)
-                continue
-            attn = lm.adapter.attention_module(lm.model, l)
-            hw = lm.adapter.head_weights(lm.model, l)
-            A, B = ov_factors(lm, l, hw=hw)
-            name, p, transposed = _out_param(attn, B)
-            z = torch.linalg.pinv(A) @ u  # A^+ u; w = A z = P u
-            w = A @ z
-            dB = alpha * torch.outer(z, u)  # A dB = alpha w u^T
-            saved.append((p, p.detach().clone()))
-            with torch.no_grad():
-                p.add_((dB.T if transposed else dB).to(dtype=p.dtype, device=p.device))
-            A2, B2 = ov_factors(lm, l, grouped=True)
-            target = alpha * torch.outer(w, u)
-            realised = A2 @ B2 - A @ B
-            scale = target.abs().max().item()
-            err = (realised - target).abs().max().item() / scale if scale > 0 else (realised.abs().max().item())
-            e = SteerEdit(layer=l, param=name, reach=float(w.norm()), error=err, shared_with=[l])
-            by_module[id(mods[l])] = e
-            edits.append(e)
-        yield edits
-    finally:
-        with torch.no_grad():
-            for p, old in reversed(saved):
-                p.copy_(old)
-
-
-@contextmanager
-def _add_hooks(lm: LoadedModel, layers: list[int], u: torch.Tensor, alpha: float) -> Iterator[None]:
-    mods = lm.adapter.layer_modules(lm.model)
-    handles = []
-
-    def hook(_m: nn.Module, _inp: Any, output: Any) -> Any:
-        if isinstance(output, tuple):
-            h = output[0]
-            return (h + (alpha * u).to(dtype=h.dtype, device=h.device),) + tuple(output[1:])
-        return output + (alpha * u).to(dtype=output.dtype, device=output.device)
-
-    seen: set[int] = set()
-    try:
-        for l in layers:
-            if id(mods[l]) in seen:
-                continue
-            seen.add(id(mods[l]))
-            handles.append(mods[l].register_forward_hook(hook))
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
-@contextmanager
-def steer(model: LoadedModel, toward: str | torch.Tensor, layers: int | Sequence[int], alpha: float,
+def steer(lm: LoadedModel, toward: str | torch.Tensor, layers: int | Sequence[int], alpha: float,
           method: str = "eigen") -> Iterator[SteerResult]:
-    """Steer ``model`` toward ``toward`` (a token, a text or a [D] vector) at ``layers`` with strength
+    """Steer ``lm`` toward ``toward`` (a token, a text or a [D] vector) at ``layers`` with strength
     ``alpha`` inside a ``with`` block (seed 002).  ``method="eigen"``: rank-one W_O edit F' = F + alpha w u^T
     (module docstring); ``"add"``: activation addition of alpha u at the layers' outputs.  Everything is
     restored exactly on exit, even on error.  On a shared-weight stack (ALBERT) one edit or hook acts at every
     depth."""
-    lm = model
     if method not in ("eigen", "add"):
         raise InputError(f"unknown steering method {method!r}; choose eigen or add")
     if not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
         raise InputError(f"alpha must be a finite number, got {alpha!r}")
-    ls = _layers(lm, layers)
+    ls = resolve_layers(lm, layers)
     u, tid, label = direction(lm, toward)
     res = SteerResult(method=method, alpha=float(alpha), layers=ls, u=u.float(), label=label, target_id=tid)
     if method == "eigen":
-        with _eigen_edit(lm, ls, u, float(alpha)) as edits:
+        with eigen_edit(lm, ls, u, float(alpha)) as edits:
             res.edits = edits
             yield res
     else:
-        with _add_hooks(lm, ls, u, float(alpha)):
+        with add_to_residual(lm, ls, u, float(alpha)):
             yield res
 
 
-def activation_addition(model: LoadedModel, toward: str | torch.Tensor, layers: int | Sequence[int],
-                        alpha: float) -> Any:
+def activation_addition(lm: LoadedModel, toward: str | torch.Tensor, layers: int | Sequence[int],
+                        alpha: float) -> contextlib.AbstractContextManager[SteerResult]:
     """:func:`steer` with ``method="add"`` (alpha u added to the residual at the layers' outputs)."""
-    return steer(model, toward, layers, alpha, method="add")
+    return steer(lm, toward, layers, alpha, method="add")
 
 
 # ---- sweeps ----------------------------------------------------------------------------------------------------
@@ -222,7 +119,8 @@ def activation_addition(model: LoadedModel, toward: str | torch.Tensor, layers: 
 @dataclass
 class SteerRow:
     """One (method, layers, alpha, prompt) run.  Target numbers are for the next token after the prompt
-    (steered model); ``text``: greedy continuation; ``perplexity``: of that continuation under the unsteered
+    (steered model); ``target_rank``: 0-based (0 = the target is the most probable token); ``text``: greedy
+    continuation; ``perplexity``: of that continuation under the unsteered
     model; ``push``: (steered - unsteered) state at the first steered layer's output, last position, projected
     on u (signed; activation addition gives exactly alpha), ``injection``: its norm."""
 
@@ -297,7 +195,7 @@ def _perplexity(lm: LoadedModel, ids: torch.Tensor, new: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def steering_sweep(model: LoadedModel, prompts: str | Sequence[str], toward: str | torch.Tensor,
+def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | torch.Tensor,
                    layer_sets: Sequence[Sequence[int]] | Sequence[int], alphas: Sequence[float],
                    add_alphas: Sequence[float] | None = None, methods: Sequence[str] = ("eigen", "add"),
                    max_new_tokens: int = 12, progress: bool = False) -> SteeringSweep:
@@ -307,9 +205,6 @@ def steering_sweep(model: LoadedModel, prompts: str | Sequence[str], toward: str
     grid for activation addition, whose alpha is in residual-stream units."""
     from tqdm.auto import tqdm
 
-    from .capture import capture, tokenize
-
-    lm = model
     if lm.adapter.auto_class != "causal":
         raise UnsupportedFamilyError("steering sweeps generate text and need a causal LM")
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
@@ -317,19 +212,17 @@ def steering_sweep(model: LoadedModel, prompts: str | Sequence[str], toward: str
         raise InputError("give at least one non-empty prompt")
     sets = [[int(layer_sets)]] if isinstance(layer_sets, int) else [
         [int(s)] if isinstance(s, int) else [int(v) for v in s] for s in layer_sets]
-    sets = [_layers(lm, s) for s in sets]
+    sets = [resolve_layers(lm, s) for s in sets]
     add_alphas = list(alphas if add_alphas is None else add_alphas)
     alphas = list(alphas)
     u, tid, label = direction(lm, toward)
     if tid is None:
         raise InputError("a sweep needs a token or text target (its first token is scored)")
-    from .power import ov_factors
-
     reach = {}
     for s in sets:
         for l in s:
             A, _ = ov_factors(lm, l, grouped=True)
-            reach[l] = float((A @ (torch.linalg.pinv(A) @ u)).norm())
+            reach[l] = float(value_projection(A, u)[1].norm())
     rows: list[SteerRow] = []
     jobs = [(m, s, a, p) for m in methods for s in sets for a in (alphas if m == "eigen" else add_alphas)
             for p in prompts]
@@ -345,7 +238,7 @@ def steering_sweep(model: LoadedModel, prompts: str | Sequence[str], toward: str
             st = capture(lm, p, points=[pt])[pt][-1].double()
         d = st - base_state[key]
         probs = torch.softmax(logits.double(), -1)
-        rank = int((logits > logits[tid]).sum()) + 1
+        rank = int((logits > logits[tid]).sum())  # 0 = nearest, as in walklens.walks
         rows.append(SteerRow(method=m, layers=s, alpha=float(a), prompt=p, target_logit=float(logits[tid]),
                              target_prob=float(probs[tid]), target_rank=rank,
                              top_token=lm.tokenizer.decode([int(logits.argmax())]),
@@ -354,3 +247,7 @@ def steering_sweep(model: LoadedModel, prompts: str | Sequence[str], toward: str
     return SteeringSweep(model_name=lm.name, toward=label, target_token=lm.tokenizer.decode([tid]), reach=reach,
                          prompts=prompts, alphas=alphas, add_alphas=add_alphas, layer_sets=sets,
                          methods=list(methods), rows=rows)
+
+
+__all__ = ["steer", "activation_addition", "steering_sweep", "direction", "SteerResult", "SteerEdit", "SteerRow",
+           "SteeringSweep"]

@@ -156,3 +156,6 @@ class Trace:
         if "encoder/" in meta:
             tr.encoder = get("encoder/")
         return tr
+
+
+__all__ = ["Trace"]

@@ -3,8 +3,8 @@
 - :func:`encoding_walk` follows every position's vector up the stack (the *encoding walk*, sec. 2.2.2) and
   reads it against the token vectors: nearest tokens, rank and probability of the input token w_t and of
   the next token w_{t+1}, step lengths and angles, and where w_{t+1} first outranks w_t (A.2).
-- :func:`decoding_walk` generates text and records the decoding vector d_t of every step (eqs. 8-15), with
-  ``target=`` teacher-forcing a target path (A.1) and reporting where the walk leaves it.
+- :func:`~walklens.decoding.decoding_walk` (in :mod:`walklens.decoding`) generates text and records the
+  decoding vector d_t of every step (eqs. 8-15), with ``target=`` teacher-forcing a target path (A.1).
 - :func:`similarity_map` gives the [tokens, tokens] similarity of the vectors at one point (Figs. 3, 11, 12).
 
 Which matrix each reading compares with (``against``):
@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import fnmatch
 import sys
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import torch
 from torch import nn
 
-from .errors import ContextTooLongError, EmptyTextError, InputError
+from .errors import InputError
+from .interventions import Hooks
 from .models.base import get_module
 
 if TYPE_CHECKING:
@@ -151,52 +151,6 @@ class EncodingWalk:
         return out
 
 
-@dataclass
-class DecodingWalk:
-    """A decoding walk ⟨d_i⟩ (eq. 10): one decoding vector d_t per generated (or teacher-forced) token.
-
-    ``tokens``/``token_ids``: the emitted tokens; ``ranks``: rank of each emitted token in P_t (0 = the
-    nearest token, what greedy decoding picks); ``probs``: its probability P_t(w_{t+1}) (eq. 12, temperature
-    1); ``top_ids``/``top_probs`` [steps, k]: d_t's nearest tokens by logit; ``greedy_ids``: the argmax at each
-    step; ``d`` [steps, D]: the decoding vectors (final normed output); ``step_length``/``step_angle``: movement
-    of d from the previous step (degrees; step 0 is measured from the prompt's second-to-last d).
-    With a target (A.1): ``in_neighbourhood[i]`` is True when d_i lies in the target token's neighbourhood
-    (the target token ranks first) and ``left_path_at`` is the first step where it does not (-1: the walk
-    stays on the target path).
-    """
-
-    prompt: str
-    prompt_tokens: list[str]
-    prompt_ids: torch.Tensor
-    tokens: list[str]
-    token_ids: torch.Tensor
-    ranks: torch.Tensor
-    probs: torch.Tensor
-    top_ids: torch.Tensor
-    top_probs: torch.Tensor
-    greedy_ids: torch.Tensor
-    d: torch.Tensor
-    d_norm: torch.Tensor
-    step_length: torch.Tensor
-    step_angle: torch.Tensor
-    sample: bool = False
-    seed: int = 0
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    stopped_at_eos: bool = False
-    target: str | None = None
-    target_ids: torch.Tensor | None = None
-    in_neighbourhood: torch.Tensor | None = None
-    left_path_at: int = -1
-    model_name: str = ""
-    top_tokens: list[list[str]] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.tokens)
-
-
 # ------------------------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------------------------
@@ -243,24 +197,6 @@ def _select_points(trace: Trace, points: Sequence[str] | str | None) -> list[int
     if not keep:
         raise InputError(f"no captured point matches {', '.join(points)}; captured: {', '.join(trace.points[:6])} ...")
     return keep
-
-
-@contextmanager
-def _unembed_input(module: nn.Module, store: dict[str, torch.Tensor]) -> Iterator[None]:
-    """Record the input and output of the unembedding module while the model's own head runs."""
-
-    def pre(_m: nn.Module, args: Any) -> None:
-        store["u"] = args[0]
-
-    def post(_m: nn.Module, _a: Any, out: Any) -> None:
-        store["y"] = out
-
-    handles = [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def labels_for(tokenizer: Any, ids: Sequence[int]) -> dict[int, str]:
@@ -391,7 +327,9 @@ def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, a
                     inv_m).mul_(1.0 / x.norm(dim=-1, keepdim=True).clamp_min(1e-12))
             elif lens:
                 store: dict[str, torch.Tensor] = {}
-                with _unembed_input(head, store):
+                with Hooks() as hooks:  # the head's input and output while the model's own head runs
+                    hooks.pre(head, lambda _m, args: store.__setitem__("u", args[0]))
+                    hooks.post(head, lambda _m, _a, out: store.__setitem__("y", out))
                     dot = adapter.logits(model, x).float()
                 u = store["u"].float()
                 if plain_head is None:  # first chunk: is the model's head a plain linear map of x?
@@ -528,180 +466,4 @@ def similarity_map(trace: Trace, point: str = "embed", metric: Metric = "dot", n
     return x @ x.t()
 
 
-# ------------------------------------------------------------------------------------------------------------
-# decoding walk
-# ------------------------------------------------------------------------------------------------------------
-
-def _eos_ids(lm: LoadedModel) -> set[int]:
-    ids: set[int] = set()
-    for src in (getattr(lm.model, "generation_config", None), lm.model.config):
-        e = getattr(src, "eos_token_id", None) if src is not None else None
-        if isinstance(e, int):
-            ids.add(e)
-        elif isinstance(e, (list, tuple)):
-            ids.update(int(v) for v in e)
-        if ids:
-            break
-    return ids
-
-
-def _filter_logits(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
-    """Temperature, top-k and nucleus (top-p) filtering of one row of logits, as in common samplers."""
-    x = logits / temperature
-    if top_k is not None and top_k < x.shape[-1]:
-        kth = x.topk(top_k).values[-1]
-        x = x.masked_fill(x < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        sorted_x, order = x.sort(descending=False)
-        cum = sorted_x.softmax(-1).cumsum(-1)
-        remove = cum <= (1.0 - top_p)
-        remove[-1] = False  # keep at least the most probable token
-        x = x.masked_fill(remove.scatter(0, order, remove), float("-inf"))
-    return x
-
-
-@torch.no_grad()
-def decoding_walk(lm: LoadedModel, prompt: str, max_new_tokens: int = 20, sample: bool = False, seed: int = 0,
-                  target: str | Sequence[int] | None = None, *, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None, k: int = 10, stop_at_eos: bool = True,
-                  progress: bool = True) -> DecodingWalk:
-    """Generate from ``prompt`` and record the decoding walk ⟨d_t⟩ (seed 000, sec. 2.1, eqs. 8-15).
-
-    One token per step with the model's key/value cache; d_t is the final normed output, read by a hook on
-    the final norm.  Greedy by default (reproduces ``model.generate``); ``sample=True`` draws from P_t with
-    ``temperature``/``top_k``/``top_p`` and a seeded generator.  ``target="..."`` teacher-forces the target
-    tokens instead (a text, or a list of token ids) and reports, step by step, whether d_t lies in the target
-    token's neighbourhood (A.1).
-    """
-    from tqdm.auto import tqdm
-
-    from .capture import context_limit, token_strings, tokenize
-
-    model, adapter, tok = lm.model, lm.adapter, lm.tokenizer
-    if adapter.auto_class == "masked":
-        raise InputError(f"{lm.name} is a masked LM ({adapter.family}); a decoding walk needs a causal or "
-                         f"encoder-decoder model")
-    if sample and not (temperature > 0):
-        raise InputError(f"temperature must be > 0, not {temperature}")
-    if top_k is not None and top_k < 1:
-        raise InputError(f"top_k must be >= 1, not {top_k}")
-    if top_p is not None and not (0 < top_p <= 1):
-        raise InputError(f"top_p must be in (0, 1], not {top_p}")
-    ids = tokenize(lm, prompt).to(lm.device)
-    target_ids: torch.Tensor | None = None
-    if target is not None:
-        if isinstance(target, str):
-            if not target.strip():
-                raise EmptyTextError("the target is empty")
-            target_ids = torch.tensor(tok(target, add_special_tokens=False)["input_ids"], dtype=torch.long)
-        else:
-            target_ids = torch.tensor([int(i) for i in target], dtype=torch.long)
-            target = tok.decode(target_ids.tolist())
-        if len(target_ids) == 0:
-            raise EmptyTextError("the target tokenises to no tokens")
-        n_steps = len(target_ids)
-    else:
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be a positive integer, not {max_new_tokens!r}")
-        n_steps = max_new_tokens
-    seq2seq = adapter.auto_class == "seq2seq"
-    limit = context_limit(lm)
-    if limit is not None and not seq2seq and ids.shape[1] + n_steps > limit:
-        raise ContextTooLongError(f"prompt ({ids.shape[1]} tokens) + {n_steps} new tokens exceed the model's "
-                                  f"context of {limit}")
-    spec = adapter.stack()
-    norm_mod = get_module(model, spec.final_norm) if spec.final_norm else None
-    if norm_mod is None:
-        raise InputError(f"{adapter.family} has no final norm to read d_t from")
-    eos = _eos_ids(lm) if (stop_at_eos and target is None) else set()
-    gen = torch.Generator().manual_seed(int(seed))
-
-    import inspect
-
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    seen: list[torch.Tensor] = []
-    handle = norm_mod.register_forward_hook(lambda _m, _i, o: seen.append((o[0] if isinstance(o, tuple) else o)[0].detach()))
-    d_list: list[torch.Tensor] = []
-    out_ids: list[int] = []
-    ranks: list[int] = []
-    probs: list[float] = []
-    top_ids: list[torch.Tensor] = []
-    top_probs: list[torch.Tensor] = []
-    greedy: list[int] = []
-    prompt_prev: torch.Tensor | None = None
-    stopped = False
-    try:
-        past: Any = None
-        enc_out: Any = None
-        for step in tqdm(range(n_steps), desc="decoding walk", unit="tok", disable=not progress or n_steps < 16,
-                         file=sys.stderr, leave=False):
-            seen.clear()
-            if seq2seq:
-                if step == 0:
-                    start = model.config.decoder_start_token_id
-                    if start is None:
-                        start = model.config.pad_token_id or 0
-                    out = model(input_ids=ids, decoder_input_ids=torch.tensor([[start]], device=lm.device),
-                                use_cache=True)
-                    from transformers.modeling_outputs import BaseModelOutput
-
-                    enc_out = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
-                else:
-                    out = model(encoder_outputs=enc_out, decoder_input_ids=torch.tensor([[out_ids[-1]]], device=lm.device),
-                                use_cache=True, **{cache_kw: past})
-            else:
-                inp = ids if step == 0 else torch.tensor([[out_ids[-1]]], device=lm.device)
-                out = model(input_ids=inp, use_cache=True, **{cache_kw: past})
-            past = getattr(out, "cache", None) if cache_kw == "cache" else out.past_key_values
-            logits = out.logits[0, -1].float().cpu()
-            d_all = seen[-1].float().cpu()
-            if step == 0 and d_all.shape[0] >= 2:
-                prompt_prev = d_all[-2]
-            d_list.append(d_all[-1])
-            g = int(logits.argmax())
-            if target_ids is not None:
-                choice = int(target_ids[step])
-            elif sample:
-                p = _filter_logits(logits, temperature, top_k, top_p).softmax(-1)
-                choice = int(torch.multinomial(p, 1, generator=gen))
-            else:
-                choice = g
-            logp = logits.log_softmax(-1)
-            ranks.append(int((logits > logits[choice]).sum()))
-            probs.append(float(logp[choice].exp()))
-            tv, ti = logits.topk(min(k, logits.shape[-1]))
-            top_ids.append(ti)
-            top_probs.append(logp[ti].exp())
-            greedy.append(g)
-            out_ids.append(choice)
-            if choice in eos:
-                stopped = True
-                break
-    finally:
-        handle.remove()
-
-    d = torch.stack(d_list)
-    prev = torch.cat([(prompt_prev if prompt_prev is not None else torch.full_like(d[0], float("nan")))[None], d[:-1]])
-    step_len = (d - prev).norm(dim=-1)
-    cos = torch.nn.functional.cosine_similarity(d, prev, dim=-1, eps=1e-12).clamp(-1, 1)
-    step_ang = torch.rad2deg(torch.arccos(cos))
-    ranks_t = torch.tensor(ranks, dtype=torch.long)
-    in_nb = (ranks_t == 0) if target_ids is not None else None
-    left = -1
-    if in_nb is not None and not bool(in_nb.all()):
-        left = int((~in_nb).int().argmax())
-    top_ids_t = torch.stack(top_ids)
-    labels = labels_for(tok, sorted(set(top_ids_t.reshape(-1).tolist())))
-    return DecodingWalk(
-        prompt=prompt, prompt_tokens=token_strings(tok, ids[0].tolist()), prompt_ids=ids[0].cpu(),
-        tokens=token_strings(tok, out_ids), token_ids=torch.tensor(out_ids, dtype=torch.long), ranks=ranks_t,
-        probs=torch.tensor(probs), top_ids=top_ids_t, top_probs=torch.stack(top_probs),
-        greedy_ids=torch.tensor(greedy, dtype=torch.long), d=d, d_norm=d.norm(dim=-1), step_length=step_len,
-        step_angle=step_ang, sample=sample and target is None, seed=seed, temperature=temperature, top_k=top_k,
-        top_p=top_p, stopped_at_eos=stopped, target=target, target_ids=target_ids, in_neighbourhood=in_nb,
-        left_path_at=left, model_name=lm.name,
-        top_tokens=[[labels[int(i)] for i in row] for row in top_ids_t.tolist()])
-
-
-__all__ = ["EncodingWalk", "DecodingWalk", "encoding_walk", "decoding_walk", "similarity_map", "final_norm_fn",
-           "labels_for"]
+__all__ = ["EncodingWalk", "encoding_walk", "similarity_map"]

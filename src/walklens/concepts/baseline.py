@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-import torch
-
 from ..errors import ContextTooLongError
 from .data import HellaswagItem, fewshot_context
 from .encode import continuation_logliks, encode_pair
-from .packing import ScoreRequest, check_request, packed_logliks
+from .packing import packed_logliks
+from .request import ScoreRequest, check_request
 from .store import ItemResult
 
 if TYPE_CHECKING:
@@ -96,22 +95,3 @@ def baseline_items(lm: "LoadedModel", items: Sequence[HellaswagItem],
     reqs = [baseline_request(lm, it, ex) for it, ex in zip(items, examples)]
     return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]
 
-
-@torch.inference_mode()
-def reference_logliks(lm: "LoadedModel", context_ids: Sequence[int], continuations: Sequence[Sequence[int]]
-                      ) -> list[float]:
-    """The harness's own way, for checking: each (context, continuation) pair as one full sequence, with no
-    sharing (causal: input ``(ctx + cont)[:-1]``, the last ``len(cont)`` logits; encoder-decoder: the context
-    into the encoder and the continuation as the decoder's labels)."""
-    out = []
-    dev = lm.device
-    for cont in continuations:
-        if lm.adapter.auto_class == "seq2seq":
-            logits = lm.model(input_ids=torch.tensor([list(context_ids)], device=dev),
-                              labels=torch.tensor([list(cont)], device=dev)).logits[0]
-        else:
-            inp = torch.tensor([list(context_ids) + list(cont)[:-1]], device=dev)
-            logits = lm.model(input_ids=inp, use_cache=False).logits[0, -len(cont):]
-        lp = torch.log_softmax(logits.float(), dim=-1)
-        out.append(float(lp.gather(-1, torch.tensor(list(cont), device=dev)[:, None]).sum()))
-    return out

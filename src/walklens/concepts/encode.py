@@ -9,14 +9,13 @@ final norm.  Encoder-decoder models are encoded with their encoder stack (sec. 5
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Sequence
 
 import torch
-from torch import nn
 
+from ..capture import capture_batch, pad_batch
 from ..errors import EmptyTextError, UnsupportedFamilyError
-from ..models.base import StackSpec, get_module
+from .request import ScoreRequest, check_request
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
@@ -86,106 +85,37 @@ def input_embeddings(lm: "LoadedModel", ids: torch.Tensor) -> torch.Tensor:
     return lm.model.get_input_embeddings()(ids)
 
 
-class _Stop(Exception):
-    pass
-
-
-def _encoder_spec(lm: "LoadedModel") -> StackSpec:
-    return lm.adapter.stack("enc") if lm.adapter.auto_class == "seq2seq" else lm.adapter.stack()
-
-
-def _body(lm: "LoadedModel") -> nn.Module:
-    """The module to run for hidden states: the encoder stack of encoder-decoder models, else the model body
-    without its LM head."""
-    if lm.adapter.auto_class == "seq2seq":
-        return lm.model.get_encoder()
-    return lm.model.base_model
-
-
-def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id lists into ``ids [B, T]`` and ``mask [B, T]`` (1 = real token)."""
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), T), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(list(s), dtype=torch.long)
-        mask[i, :len(s)] = 1
-    return ids, mask
-
-
 @torch.inference_mode()
 def hidden_states(lm: "LoadedModel", seqs: Sequence[Sequence[int]], layers: Sequence[int | None]
                   ) -> tuple[dict[int | None, torch.Tensor], torch.Tensor]:
     """Hidden states of a batch of id sequences at resolved ``layers`` (None = E, 0..N, see
     :func:`~.schemes.resolve_layer`), right-padded: returns ({layer: [B, T, D] float32}, mask [B, T]).
 
-    One forward pass of the encoder stack (encoder-decoder) or the model body (decoder-only, no LM head),
-    stopped after the deepest layer needed; forward pre-hooks read each layer's input, a hook on the final norm
-    reads the top.  Hooks are always removed.
+    One batched pass of the encoder stack (encoder-decoder) or the model body (decoder-only, no LM head) through
+    :func:`walklens.capture.capture_batch`, stopped after the deepest layer needed: layer ``l`` < N is the
+    point ``L{l}.resid_pre``, N is ``final`` (after the final norm; the last layer's output for post-norm
+    stacks without one).  E needs no pass: it is the input-embedding module's output.
     """
-    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
-    ids, mask = pad_batch(seqs, pad)
-    ids, mask = ids.to(lm.device), mask.to(lm.device)
     N = lm.n_layers
+    wanted = sorted({l for l in layers if l is not None})
+    names = {l: "final" if l == N else f"L{l}.resid_pre" for l in wanted}
+    if wanted:
+        batch = capture_batch(lm, seqs, list(names.values()))
+        ids, mask = batch.token_ids, batch.mask
+    else:
+        ids, mask = pad_batch(seqs, lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0)
     out: dict[int | None, torch.Tensor] = {}
     if None in layers:
-        out[None] = input_embeddings(lm, ids).float()
-    wanted = sorted({l for l in layers if l is not None})
-    if not wanted:
-        return out, mask.cpu()
-    spec = _encoder_spec(lm)
-    modules = lm.adapter.layer_modules(lm.model, spec.name)
-    inputs: list[torch.Tensor] = []
-    top: list[torch.Tensor] = []
-    deepest = max(wanted)
-
-    def pre(_m: nn.Module, args: tuple, kwargs: dict) -> None:
-        h = args[0] if args else kwargs.get("hidden_states")
-        inputs.append(h)
-        if deepest < N and len(inputs) > deepest:
-            raise _Stop
-
-    def post_final(_m: nn.Module, _a: tuple, output: torch.Tensor) -> None:
-        top.append(output[0] if isinstance(output, (tuple, list)) else output)
-
-    handles = []
-    try:
-        for m in dict.fromkeys(modules):  # unique modules (ALBERT shares one)
-            handles.append(m.register_forward_pre_hook(pre, with_kwargs=True))
-        if deepest == N:
-            if spec.final_norm is not None:
-                handles.append(get_module(lm.model, spec.final_norm).register_forward_hook(post_final))
-            else:  # post-norm stacks: the top is the last layer's output
-                handles.append(modules[-1].register_forward_hook(
-                    lambda m, a, o: top.append(o[0] if isinstance(o, (tuple, list)) else o)))
-        try:
-            _body(lm)(input_ids=ids, attention_mask=mask, use_cache=False)
-        except _Stop:
-            pass
-    finally:
-        for h in handles:
-            h.remove()
+        out[None] = input_embeddings(lm, ids.to(lm.device)).float()
     for l in wanted:
-        out[l] = (top[-1] if l == N else inputs[l]).float()
-    return out, mask.cpu()
+        out[l] = batch[names[l]]
+    return out, mask
 
 
 # ---- scoring continuations after one context pass ---------------------------------------------------------
 
 def _log_softmax_at(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None]).squeeze(-1)
-
-
-@functools.lru_cache(maxsize=None)
-def _cache_kw_for(cls: type) -> str:
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
-
-
-def _cache_kw(model: nn.Module) -> str:
-    """The name of the past-key/values argument (transformers 5.2x renamed ``past_key_values`` to ``cache``)."""
-    return _cache_kw_for(type(model))
 
 
 @torch.inference_mode()
@@ -201,8 +131,6 @@ def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int
     context goes through the encoder once; the continuations are the decoder's targets, its inputs being
     ``decoder_start`` followed by each continuation minus its last token, as one batch.
     """
-    from .packing import ScoreRequest, check_request
-
     if (context_ids is None) == (context_embeds is None):
         raise ValueError("give exactly one of context_ids and context_embeds")
     check_request(lm, ScoreRequest(continuations, context_ids=context_ids, context_embeds=context_embeds))
@@ -226,9 +154,8 @@ def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int
         lp = torch.zeros((n, L), dtype=torch.float32, device=dev)
         lp[:, 0] = first[targets[:, 0]]
         if L > 1:
-            cache = out["cache"] if "cache" in out else out["past_key_values"]
-            cache.batch_repeat_interleave(n)
-            out2 = model(input_ids=targets[:, :-1], use_cache=True, **{_cache_kw(model): cache})
+            out.cache.batch_repeat_interleave(n)  # transformers 5.2x: ``cache`` (was ``past_key_values``)
+            out2 = model(input_ids=targets[:, :-1], use_cache=True, cache=out.cache)
             lp[:, 1:] = _log_softmax_at(out2.logits, targets[:, 1:])
     elif kind == "seq2seq":
         from transformers.modeling_outputs import BaseModelOutput

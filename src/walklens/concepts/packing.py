@@ -19,8 +19,9 @@ Only the positions that predict an ending token reach the LM head (a pre-hook on
 embedding picks them), so the ``[tokens, vocab]`` logits of the context are never formed.  The model's own
 forward runs unchanged; nothing of it is re-implemented.
 
-Packing is exact for causal LMs whose positions come from position ids (learned absolute or rotary).  ALiBi
-(distances derived from the layout), encoder-decoder and masked LMs fall back to
+Requests are :class:`~.request.ScoreRequest`s (checked by :func:`~.request.check_request`, shared with the
+one-at-a-time scorer).  Packing is exact for causal LMs whose positions come from position ids (learned
+absolute or rotary).  ALiBi (distances derived from the layout), encoder-decoder and masked LMs fall back to
 :func:`~.encode.continuation_logliks`, request by request; so does GPT-Neo when a row is longer than its
 local-attention window (that window is counted in the layout, not in position ids).  Sliding-window layers
 (Gemma 3) get a mask of their own, with the window counted in position ids.
@@ -28,15 +29,14 @@ local-attention window (that window is counted in the layout, not in position id
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
 
-from ..capture import context_limit
-from ..errors import ContextTooLongError, EmptyTextError
+from ..interventions import Hooks
+from .encode import continuation_logliks
+from .request import ScoreRequest, check_request
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
@@ -45,49 +45,6 @@ if TYPE_CHECKING:
 MAX_TOKENS = 1024
 #: Largest logits tensor of one packed forward pass, in floats (needed positions x vocabulary).
 MAX_LOGITS = 1 << 26
-
-
-@dataclass(frozen=True)
-class ScoreRequest:
-    """One context (token ids, or input embeddings ``[C, D]``) and the continuations (token ids) scored after it."""
-
-    continuations: Sequence[Sequence[int]]
-    context_ids: Sequence[int] | None = None
-    context_embeds: torch.Tensor | None = None
-
-    @property
-    def context_len(self) -> int:
-        return len(self.context_ids) if self.context_ids is not None else int(self.context_embeds.shape[0])
-
-    @cached_property
-    def tree(self) -> tuple[list[int], list[int], list[int]]:
-        """The continuations' input tokens (each continuation minus its last token) as a prefix tree:
-        ``(token, parent, depth)`` per node, parents first (parent -1: the context)."""
-        tokens: list[int] = []
-        parents: list[int] = []
-        depths: list[int] = []
-        index: dict[tuple[int, int], int] = {}
-        for c in self.continuations:
-            node = -1
-            for j, t in enumerate(c[:-1]):
-                key = (node, int(t))
-                if key not in index:
-                    index[key] = len(tokens)
-                    tokens.append(int(t))
-                    parents.append(node)
-                    depths.append(j)
-                node = index[key]
-        return tokens, parents, depths
-
-    @property
-    def row_len(self) -> int:
-        """Length of the packed row: the context plus the prefix tree of the continuations' inputs."""
-        return self.context_len + len(self.tree[0])
-
-    @property
-    def n_needed(self) -> int:
-        """Positions whose logits are needed: the context's last plus every tree node."""
-        return 1 + len(self.tree[0])
 
 
 def _local_window(lm: "LoadedModel") -> int | None:
@@ -114,20 +71,6 @@ def can_pack(lm: "LoadedModel") -> bool:
     """Whether :func:`packed_logliks` packs requests for this model (else it scores them one by one)."""
     return (lm.adapter.auto_class == "causal"
             and lm.adapter.position_scheme(lm.model.config) in ("learned", "rotary"))
-
-
-def check_request(lm: "LoadedModel", r: ScoreRequest) -> None:
-    """Refuse what no scorer can score: an empty context or continuation, and (causal LMs) a context plus
-    continuation longer than the model's positions."""
-    if not r.continuations or any(len(c) == 0 for c in r.continuations):
-        raise EmptyTextError("a continuation tokenises to nothing")
-    if r.context_len == 0:
-        raise EmptyTextError("the context is empty")
-    limit = context_limit(lm)
-    L = max(len(c) for c in r.continuations)
-    if lm.adapter.auto_class == "causal" and limit is not None and r.context_len + L - 1 > limit:
-        raise ContextTooLongError(f"context ({r.context_len}) + continuation ({L}) tokens exceed the model's "
-                                  f"{limit} positions")
 
 
 def plan_batches(requests: Sequence[ScoreRequest], vocab: int, max_tokens: int = MAX_TOKENS,
@@ -249,12 +192,9 @@ def _packed_batch(lm: "LoadedModel", reqs: Sequence[ScoreRequest]) -> list[list[
     def pick(module: torch.nn.Module, args: tuple) -> tuple:
         return (args[0][sel_b, sel_t][None],) + tuple(args[1:])
 
-    head = model.get_output_embeddings()
-    handle = head.register_forward_pre_hook(pick)
-    try:
+    with Hooks() as hooks:
+        hooks.pre(model.get_output_embeddings(), pick)
         logits = model(**inputs, attention_mask=mask, position_ids=pos.to(dev), use_cache=False).logits[0]
-    finally:
-        handle.remove()
     logits = logits.float()
     rows = where.to(dev)
     tok_lp = logits[rows, torch.tensor(tgt_tok, device=dev)] - torch.logsumexp(logits, dim=-1)[rows]
@@ -275,8 +215,6 @@ def packed_logliks(lm: "LoadedModel", requests: Sequence[ScoreRequest], *, max_t
     requests are packed into batched rows (module docstring); models that cannot be packed are scored one
     request at a time.
     """
-    from .encode import continuation_logliks
-
     for r in requests:
         check_request(lm, r)
     if not can_pack(lm):

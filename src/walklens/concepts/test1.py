@@ -32,7 +32,8 @@ from .baseline import baseline_request, item_result, item_tokens
 from .compose import context_vectors
 from .data import HellaswagItem
 from .encode import continuation_logliks, input_embeddings, n_prefix_tokens
-from .packing import ScoreRequest, packed_logliks
+from .packing import packed_logliks
+from .request import ScoreRequest
 from .schemes import Scheme
 from .segment import segment_context
 from .store import ItemResult

@@ -1,0 +1,268 @@
+"""The one place where walklens attaches to or changes a model: hooks, and interventions that restore it.
+
+- :class:`Hooks` registers forward hooks and pre-hooks and removes every one of them on exit, even on error
+  (also when a later registration fails).  Every hook walklens registers goes through it: capture's recorders
+  (:mod:`walklens.capture`), the probes of :mod:`walklens.attention`, :mod:`walklens.kernels` and
+  :mod:`walklens.walks`, packed scoring's head pre-hook and the interventions below.
+- Interventions, each a context manager that restores the model **bit for bit** on exit, even when the body
+  raises (every parameter and buffer ``torch.equal`` to before; no hook left; layer list and config back):
+
+  * :func:`ablate_mlps` -- every feed-forward contribution (``mlp_out``) zeroed (seed 002's simplified layer
+    "disregarding the feedforward neural network");
+  * :func:`add_to_residual` -- activation addition: ``alpha v`` added to the residual at some layers' outputs;
+  * :func:`edit_weights` -- in-place additions to parameters, copied back on exit; :func:`eigen_edit` uses it
+    for eigen-steering's rank-one W_O edit ``F' = F + alpha w u^T`` (seed 002; :mod:`walklens.steering`);
+  * :func:`tied_layers` -- one layer's module applied n times (seed 002's shared-weight case).
+
+Layers are 0-based and may be negative (from the top).  A shared-weight stack (ALBERT) has one module at
+every depth, which is hooked or edited once.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from .errors import InputError, UnsupportedFamilyError
+from .models.base import get_module
+from .ov import ov_factors, value_projection
+
+if TYPE_CHECKING:
+    from .loading import LoadedModel
+
+
+# ---- hooks -----------------------------------------------------------------------------------------------------
+
+class Hooks:
+    """Forward hooks and pre-hooks on real modules, all removed when the ``with`` block ends (even on error).
+
+    Register inside the block, so that a failure halfway through registration removes what was registered::
+
+        with Hooks() as hooks:
+            hooks.post(module, fn)          # fn(module, args, output) -> None or a replacement output
+            hooks.pre(module, fn2)          # fn2(module, args) -> None or replacement args
+            model(...)
+    """
+
+    def __init__(self) -> None:
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def post(self, module: nn.Module, fn: Callable[..., Any]) -> None:
+        """A forward hook: ``fn(module, args, output)``; a non-None return replaces the output."""
+        self._handles.append(module.register_forward_hook(fn))
+
+    def pre(self, module: nn.Module, fn: Callable[..., Any], *, with_kwargs: bool = False) -> None:
+        """A forward pre-hook: ``fn(module, args)`` (``fn(module, args, kwargs)`` with ``with_kwargs``)."""
+        self._handles.append(module.register_forward_pre_hook(fn, with_kwargs=with_kwargs))
+
+    def remove(self) -> None:
+        """Remove every hook registered so far (idempotent)."""
+        while self._handles:
+            self._handles.pop().remove()
+
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    def __enter__(self) -> Hooks:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.remove()
+
+
+def distinct(modules: Iterable[nn.Module]) -> list[nn.Module]:
+    """Each module once, in order: a shared layer (ALBERT) is hooked once and its hooks fire once per use."""
+    return list(dict.fromkeys(modules))
+
+
+def first_output(x: Any) -> torch.Tensor:
+    """The hidden states in a module's output (the first element of a tuple output)."""
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+def _replace_first(output: Any, new: torch.Tensor) -> Any:
+    return (new,) + tuple(output[1:]) if isinstance(output, tuple) else new
+
+
+def resolve_layers(lm: LoadedModel, layers: int | Sequence[int]) -> list[int]:
+    """Layer indices as a list of distinct non-negative ints (negative: from the top); refuses out-of-range."""
+    L = lm.n_layers
+    given = [layers] if isinstance(layers, int) else list(layers)
+    if not given:
+        raise InputError("no layers given")
+    out: list[int] = []
+    for l in given:
+        l = int(l) + L if int(l) < 0 else int(l)
+        if not 0 <= l < L:
+            raise InputError(f"layer {l} out of range: the model has {L} layers")
+        if l not in out:
+            out.append(l)
+    return out
+
+
+# ---- hook interventions ----------------------------------------------------------------------------------------
+
+@contextmanager
+def ablate_mlps(lm: LoadedModel) -> Iterator[None]:
+    """Zero every layer's feed-forward contribution (the ``mlp_out`` module's output) inside the block."""
+    spec = lm.adapter.stack()
+
+    def zero(_m: nn.Module, _inp: Any, output: Any) -> Any:
+        return _replace_first(output, torch.zeros_like(first_output(output)))
+
+    with Hooks() as hooks:
+        for layer in distinct(lm.adapter.layer_modules(lm.model)):
+            hooks.post(get_module(layer, spec.mlp_out), zero)
+        yield
+
+
+@contextmanager
+def add_to_residual(lm: LoadedModel, layers: int | Sequence[int], vector: torch.Tensor,
+                    alpha: float = 1.0) -> Iterator[None]:
+    """Activation addition: ``alpha * vector`` ([D]) added to the residual stream at the output of ``layers``
+    (every position), inside the block."""
+    mods = lm.adapter.layer_modules(lm.model)
+    ls = resolve_layers(lm, layers)
+    delta = alpha * vector
+
+    def add(_m: nn.Module, _inp: Any, output: Any) -> Any:
+        h = first_output(output)
+        return _replace_first(output, h + delta.to(dtype=h.dtype, device=h.device))
+
+    with Hooks() as hooks:
+        for m in distinct(mods[l] for l in ls):
+            hooks.post(m, add)
+        yield
+
+
+# ---- weight edits ----------------------------------------------------------------------------------------------
+
+@contextmanager
+def edit_weights(deltas: Sequence[tuple[nn.Parameter, torch.Tensor]]) -> Iterator[None]:
+    """Add each delta to its parameter in place (cast to the parameter's dtype and device) inside the block;
+    on exit every edited parameter gets its saved copy back, bit for bit, even on error."""
+    saved: list[tuple[nn.Parameter, torch.Tensor]] = []
+    try:
+        with torch.no_grad():
+            for p, d in deltas:
+                saved.append((p, p.detach().clone()))
+                p.add_(d.to(dtype=p.dtype, device=p.device))
+        yield
+    finally:
+        with torch.no_grad():
+            for p, old in reversed(saved):
+                p.copy_(old)
+
+
+@dataclass
+class SteerEdit:
+    """One edited attention module: its first layer, the edited parameter, ``reach`` = |P u| (1: u is in the
+    layer's value space) and ``error`` = max |(F' - F) - alpha w u^T| / max |alpha w u^T| measured on the
+    edited weights (float32 rounding only)."""
+
+    layer: int
+    param: str
+    reach: float
+    error: float
+    shared_with: list[int] = field(default_factory=list)
+
+
+def _out_param(attn: nn.Module, B: torch.Tensor) -> tuple[str, nn.Parameter, bool]:
+    """The parameter of ``attn`` that stores B ([H d, D], row convention) as-is or transposed (exact match)."""
+    found = []
+    for name, p in attn.named_parameters():
+        if p.dim() != 2:
+            continue
+        pd = p.detach().double().cpu()
+        if pd.shape == B.shape and torch.equal(pd, B):
+            found.append((name, p, False))
+        elif pd.shape == B.T.shape and torch.equal(pd, B.T):
+            found.append((name, p, True))
+    if len(found) != 1:
+        raise UnsupportedFamilyError(f"could not locate W_O uniquely in {type(attn).__name__} ({len(found)} matches)")
+    return found[0]
+
+
+@contextmanager
+def eigen_edit(lm: LoadedModel, layers: int | Sequence[int], u: torch.Tensor,
+               alpha: float) -> Iterator[list[SteerEdit]]:
+    """Eigen-steering's weight edit (seed 002): W_O of each layer gets ``dB = alpha A^+ w u^T`` (minimum norm)
+    so that ``F' = F + alpha w u^T`` with ``w = P u`` (:func:`~walklens.ov.value_projection`); ``u`` is a unit
+    direction [D] (float64).  Yields one :class:`SteerEdit` per edited module, its error measured on the
+    edited weights.  Weights are restored bit for bit on exit (:func:`edit_weights`)."""
+    mods = lm.adapter.layer_modules(lm.model)
+    plan: list[tuple[int, str, torch.Tensor, torch.Tensor, torch.Tensor]] = []  # layer, param, A, B, w
+    deltas: list[tuple[nn.Parameter, torch.Tensor]] = []
+    by_module: dict[int, list[int]] = {}
+    for l in resolve_layers(lm, layers):
+        if id(mods[l]) in by_module:
+            by_module[id(mods[l])].append(l)
+            continue
+        by_module[id(mods[l])] = [l]
+        hw = lm.adapter.head_weights(lm.model, l)
+        A, B = ov_factors(lm, l, hw=hw)
+        name, p, transposed = _out_param(lm.adapter.attention_module(lm.model, l), B)
+        z, w = value_projection(A, u)
+        dB = alpha * torch.outer(z, u)  # A dB = alpha w u^T
+        deltas.append((p, dB.T if transposed else dB))
+        plan.append((l, name, A, B, w))
+    with edit_weights(deltas):
+        edits = []
+        for l, name, A, B, w in plan:
+            A2, B2 = ov_factors(lm, l, grouped=True)
+            target = alpha * torch.outer(w, u)
+            realised = A2 @ B2 - A @ B
+            scale = target.abs().max().item()
+            err = (realised - target).abs().max().item() / scale if scale > 0 else realised.abs().max().item()
+            edits.append(SteerEdit(layer=l, param=name, reach=float(w.norm()), error=err,
+                                   shared_with=by_module[id(mods[l])]))
+        yield edits
+
+
+# ---- layer tying -----------------------------------------------------------------------------------------------
+
+@contextmanager
+def tied_layers(lm: LoadedModel, layer: int, n_layers: int) -> Iterator[LoadedModel]:
+    """Temporarily turn the model into a weight-tied one: layer ``layer``'s module applied ``n_layers`` times
+    (seed 002's shared-weight case).  For an already shared stack (ALBERT) only the depth changes.  Inside the
+    block the model runs without a key/value cache by default (``config.use_cache = False``: every use of the
+    one module has the same cache index).  The layer list and config are restored on exit, even on error; no
+    weight is copied or changed."""
+    spec = lm.adapter.stack()
+    cfg = lm.model.config
+    layer = resolve_layers(lm, layer)[0]
+    if n_layers < 1:
+        raise InputError("n_layers must be at least 1")
+    if lm.adapter.auto_class == "seq2seq":
+        raise UnsupportedFamilyError("weight-tied variants of encoder-decoder models are not supported")
+    saved_n, had_cache, saved_cache = cfg.num_hidden_layers, hasattr(cfg, "use_cache"), getattr(cfg, "use_cache", None)
+    saved_types = getattr(cfg, "layer_types", None)
+    parent_path, _, attr = spec.layers.rpartition(".")
+    parent = get_module(lm.model, parent_path) if parent_path else lm.model
+    old_list = getattr(parent, attr)
+    try:
+        if not spec.shared_layer:
+            setattr(parent, attr, nn.ModuleList([old_list[layer]] * n_layers))
+            if isinstance(saved_types, list):
+                cfg.layer_types = [saved_types[layer]] * n_layers
+        cfg.num_hidden_layers = n_layers
+        cfg.use_cache = False
+        yield lm
+    finally:
+        setattr(parent, attr, old_list)
+        cfg.num_hidden_layers = saved_n
+        if had_cache:
+            cfg.use_cache = saved_cache
+        else:
+            del cfg.use_cache
+        if isinstance(saved_types, list):
+            cfg.layer_types = saved_types
+
+
+__all__ = ["Hooks", "ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers", "SteerEdit"]

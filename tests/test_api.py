@@ -1,0 +1,132 @@
+"""The public-API rule (package docstring): ``lm`` everywhere, ``walklens.__all__`` lists every public verb and
+result type, 0-based ranks; and the module graph has no import cycles (none dodged by function-level imports)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pathlib
+import pkgutil
+
+import pytest
+
+import walklens
+
+SRC = pathlib.Path(walklens.__file__).parent
+
+#: The modules whose ``__all__`` make up ``walklens.__all__`` (with loading, models and errors).
+ANALYSES = ("capture", "trace", "walks", "decoding", "attention", "kernels", "ov", "power", "idealised", "steering",
+            "interventions")
+
+
+def _modules() -> list[str]:
+    return [m.name for m in pkgutil.walk_packages(walklens.__path__, "walklens.") if not m.name.endswith("__main__")]
+
+
+@pytest.mark.parametrize("name", ANALYSES)
+def test_every_public_name_of_an_analysis_module_is_top_level(name):
+    mod = importlib.import_module(f"walklens.{name}")
+    assert mod.__all__, name
+    for public in mod.__all__:
+        assert public in walklens.__all__, f"walklens.{name}.{public} missing from walklens.__all__"
+        assert getattr(walklens, public) is getattr(mod, public)
+
+
+def test_all_resolves_and_holds_the_verbs_and_result_types():
+    for name in walklens.__all__:
+        assert getattr(walklens, name) is not None
+    assert len(set(walklens.__all__)) == len(walklens.__all__)
+    for name in ("capture", "capture_batch", "encoding_walk", "decoding_walk", "power_spectra", "alignment",
+                 "dynamics", "shared_weights", "steer", "steering_sweep", "ablate_mlps", "tied_layers",
+                 "Trace", "PowerSpectra", "Dynamics", "SharedWeights", "SteerRow", "SteeringSweep", "EncodingWalk",
+                 "DecodingWalk", "Alignment"):
+        assert name in walklens.__all__, name
+    assert callable(walklens.capture) and walklens.capture.__module__ == "walklens.capture"
+
+
+def test_the_loaded_model_parameter_is_lm_everywhere():
+    bad = []
+    for name in _modules():
+        mod = importlib.import_module(name)
+        for fname, obj in vars(mod).items():
+            if inspect.isfunction(obj) and obj.__module__ == name:
+                for p in inspect.signature(obj).parameters.values():
+                    if "LoadedModel" in str(p.annotation) and p.name != "lm":
+                        bad.append(f"{name}.{fname}({p.name})")
+    assert not bad, bad
+
+
+# ---- import graph -------------------------------------------------------------------------------------------------
+
+def _module_files() -> dict[str, pathlib.Path]:
+    out = {}
+    for p in SRC.rglob("*.py"):
+        parts = p.relative_to(SRC.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def _targets(files: dict[str, pathlib.Path], cur: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name in files}
+    pkg = cur if files[cur].name == "__init__.py" else cur.rpartition(".")[0]
+    base = pkg
+    for _ in range(max(node.level - 1, 0)):
+        base = base.rpartition(".")[0]
+    target = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
+    found = {target} if target in files else set()
+    return found | {f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in files}
+
+
+def _runtime_imports(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
+    """Module-level imports that run (``if TYPE_CHECKING:`` blocks excluded)."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    for n in body:
+        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+            continue
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            out.append(n)
+        elif isinstance(n, (ast.If, ast.Try)):
+            out += _runtime_imports(n.body)
+    return out
+
+
+def test_module_level_imports_form_no_cycle():
+    files = _module_files()
+    graph = {name: set().union(*[_targets(files, name, n) for n in _runtime_imports(ast.parse(p.read_text()).body)])
+             - {name} for name, p in files.items()}
+    state: dict[str, int] = {}
+
+    def visit(u: str, path: list[str]) -> None:
+        state[u] = 1
+        for v in sorted(graph[u]):
+            assert state.get(v) != 1, f"import cycle: {' -> '.join(path[path.index(v):] + [u, v])}"
+            if v not in state:
+                visit(v, path + [u])
+        state[u] = 2
+
+    for u in sorted(graph):
+        if u not in state:
+            visit(u, [])
+
+
+@pytest.mark.parametrize("name", ANALYSES + ("concepts.encode", "concepts.packing", "concepts.request"))
+def test_no_function_level_imports_of_walklens_modules(name):
+    """Cycles are broken by layering, not dodged by importing inside functions."""
+    files = _module_files()
+    full = f"walklens.{name}"
+    lazy = []
+    for node in ast.walk(ast.parse(files[full].read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if isinstance(inner, (ast.Import, ast.ImportFrom)) and _targets(files, full, inner):
+                    lazy.append(f"{node.name}: line {inner.lineno}")
+    assert not lazy, lazy
+
+
+def test_hooks_are_registered_in_one_place():
+    """Every forward hook goes through walklens.interventions.Hooks, which removes it on exit."""
+    hits = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+            if "register_forward" in p.read_text() and p.name != "interventions.py"]
+    assert not hits, hits
