@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,141 @@ def test_resume_after_interruption_gives_identical_rows(tmp_path, monkeypatch, t
         assert (again.acc, again.acc_norm, again.predictions) == (full.acc, full.acc_norm, full.predictions)
         third = runner.run_test(lm, items, store=st, **kw)
         assert third.computed == 0 and list(st.iter_rows("results")) == full_rows
+
+
+# ---- integrity: damaged and missing databases -------------------------------------------------------------------
+
+PAGE = 4096
+
+
+def _finished_db(path: Path) -> None:
+    """A small finished database: single-run results and a sweep whose groups span several pages each."""
+    import numpy as np
+
+    from walklens.concepts.sweep import SweepStore
+
+    rng = np.random.default_rng(0)
+    with ResultStore(path) as rs:
+        rs.add_results(KEY, [ItemResult(i, i % 4, (i * 7) % 4, i % 3, (-1.5, -2.0, -0.5, -3.0)) for i in range(300)])
+        rs.record_run(KEY, 300, 0.25, 0.25)
+    n = 301
+    labels = rng.integers(0, 4, n).astype(np.uint8)
+    outs = [f"out_layer={o},out_word=mean" for o in range(55)]  # 55 x 301 predictions: 4,139 bytes per group
+    with SweepStore(path) as st:
+        rid = st.run_id(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(n),
+                        arch="decoder", n_layers=4)
+        st.set_baseline(rid, 0.3, 0.3, np.zeros((2, n), np.uint8))
+        for g in range(30):
+            preds = rng.integers(0, 4, (1, len(outs), n)).astype(np.uint8)
+            st.put_groups(rid, [(f"enc=concat_each_example,layer={g},word=mean,norm=None,seg=mean,ex=mean,sim=dot",
+                                 outs, preds)], ["acc"], labels, 0.0)
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("walklens: error: ") and "internal error" not in err, err
+    return lines[0]
+
+
+def test_a_damaged_page_is_refused_by_every_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One random 4 KB page written over a finished database: reading (report, export) and writing (a sweep,
+    a single run) refuse it with one line naming the file, never an internal error or a 'done'."""
+    import numpy as np
+
+    from walklens.cli import main
+    from walklens.concepts.sweep import SweepStore
+    from walklens.errors import InputError
+
+    good = tmp_path / "good.sqlite"
+    _finished_db(good)
+    assert not Path(f"{good}-wal").exists()  # checkpointed: every page is in the main file
+    with sqlite3.connect(good) as con:
+        pages = con.execute("PRAGMA page_count").fetchone()[0]
+        assert con.execute("PRAGMA page_size").fetchone()[0] == PAGE
+        assert con.execute("PRAGMA freelist_count").fetchone()[0] == 0  # no free page: every page holds data
+    assert pages > 40 and good.stat().st_size == pages * PAGE
+    assert main(["report", "--db", str(good), "--out", str(tmp_path / "ok")]) == 0  # intact: it works
+    capsys.readouterr()
+    rng = np.random.default_rng(12)
+    chosen = [1] + sorted(rng.choice(np.arange(2, pages + 1), size=8, replace=False).tolist())
+    for page in chosen:  # page 1 holds the header and the schema; the rest tables, indexes and overflow blobs
+        bad = tmp_path / f"bad{page}.sqlite"
+        data = bytearray(good.read_bytes())
+        data[(page - 1) * PAGE: page * PAGE] = rng.integers(0, 256, PAGE, dtype=np.uint8).tobytes()
+        bad.write_bytes(bytes(data))
+        assert main(["report", "--db", str(bad), "--out", str(tmp_path / f"rep{page}")]) == 2, page
+        line = _one_error_line(capsys.readouterr().err)
+        assert str(bad) in line and ("corrupted" in line or "not a usable SQLite database" in line), line
+        assert main(["hellaswag", "export", str(tmp_path / "x.csv"), "--db", str(bad)]) == 2, page
+        assert str(bad) in _one_error_line(capsys.readouterr().err)
+        for store in (SweepStore, ResultStore):  # what `walklens sweep` and single runs open before any work
+            with pytest.raises(InputError, match="restore it or start a new database"):
+                store(bad)
+        assert bad.read_bytes() == bytes(data)  # refused, not "repaired" or extended
+
+
+def test_sweep_command_refuses_a_damaged_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import numpy as np
+
+    from walklens.cli import main
+
+    db = tmp_path / "r.sqlite"
+    _finished_db(db)
+    data = bytearray(db.read_bytes())
+    data[5 * PAGE: 6 * PAGE] = np.random.default_rng(3).integers(0, 256, PAGE, dtype=np.uint8).tobytes()
+    db.write_bytes(bytes(data))
+    lm = tiny_model("llama")
+    lm.model.save_pretrained(tmp_path / "tiny")
+    lm.tokenizer.save_pretrained(tmp_path / "tiny")
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps({"activity_label": "x", "ctx_a": f"the {w} runs.", "ctx_b": "he",
+                                         "endings": ["eats.", "ran.", "is red.", "walks."], "label": 1}) + "\n"
+                             for w in ("man", "dog")), encoding="utf-8")
+    capsys.readouterr()
+    code = main(["hellaswag", "sweep", "--test", "2", "--grid", "standard", "--model", str(tmp_path / "tiny"),
+                 "--data", str(items), "--db", str(db), "--no-progress"])
+    out = capsys.readouterr()
+    assert code == 2 and "done" not in out.out
+    assert str(db) in _one_error_line(out.err) and "corrupted" in out.err
+
+
+def test_reading_commands_refuse_a_missing_database_and_never_create_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from walklens.cli import main
+    from walklens.concepts.sweep import SweepStore
+    from walklens.errors import InputError
+
+    missing = tmp_path / "sub" / "missing.sqlite"
+    csv_out = tmp_path / "out.csv"
+    assert main(["hellaswag", "export", str(csv_out), "--db", str(missing)]) == 2
+    assert "no such database" in _one_error_line(capsys.readouterr().err)
+    assert main(["report", "--db", str(missing), "--out", str(tmp_path / "rep")]) == 2
+    assert "no such database" in _one_error_line(capsys.readouterr().err)
+    monkeypatch.setenv("WALKLENS_DB", str(missing))  # the default database, when --db is not given
+    assert main(["hellaswag", "export", str(csv_out)]) == 2
+    assert str(missing) in _one_error_line(capsys.readouterr().err)
+    for store in (ResultStore, SweepStore):
+        with pytest.raises(InputError, match="no such database"):
+            store(missing, readonly=True)
+    assert not missing.exists() and not missing.parent.exists() and not csv_out.exists()
+    # an existing database is read, never changed, by export
+    db = tmp_path / "r.sqlite"
+    _finished_db(db)
+    before = db.read_bytes()
+    assert main(["hellaswag", "export", str(csv_out), "--db", str(db)]) == 0
+    assert len(csv_out.read_text().splitlines()) == 301 and db.read_bytes() == before
+    assert main(["report", "--db", str(db), "--out", str(tmp_path / "rep")]) == 0  # ... and by report
+    assert db.read_bytes() == before and not Path(f"{db}-wal").exists()
+    only_results = tmp_path / "single.sqlite"  # single runs, no sweep tables: an empty report, tables not added
+    ResultStore(only_results).close()
+    before = only_results.read_bytes()
+    assert main(["report", "--db", str(only_results), "--out", str(tmp_path / "rep2")]) == 0
+    assert "No sweep results" in (tmp_path / "rep2" / "index.html").read_text()
+    assert only_results.read_bytes() == before
+    # a file that is not a database: one line
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 300)
+    assert main(["hellaswag", "export", str(csv_out), "--db", str(junk)]) == 2
+    assert "not a usable SQLite database" in _one_error_line(capsys.readouterr().err)

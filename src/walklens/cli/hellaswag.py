@@ -14,14 +14,14 @@ import sys
 from typing import Any
 
 from ..errors import InputError
-from .common import add_model_args, load, write_json
+from .common import add_model_args, check_outputs, load, write_json
 
 
 def _add_common(p: argparse.ArgumentParser, scheme: bool) -> None:
     add_model_args(p)
     p.add_argument("--data", metavar="PATH", default=None,
                    help="HellaSwag .jsonl (rowanz), .txt/.txt.bz2 (6 lines per item) or hf:Rowan/hellaswag "
-                        "(default: $WALKLENS_HELLASWAG or ../shared/data/hellaswag/hellaswag_val_full.txt.bz2)")
+                        "(default: $WALKLENS_HELLASWAG, else the bundled validation set)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N items")
     p.add_argument("--shots", type=int, default=0, metavar="K", help="few-shot examples per item (default 0)")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="few-shot sampling seed (default 1234)")
@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--limit must be positive, got {args.limit}")
     if args.shots < 0:
         raise InputError(f"--shots must be >= 0, got {args.shots}")
+    if args.test != "baseline" and args.scheme != "standard":
+        Scheme.parse(args.scheme)  # a malformed (or empty) --scheme fails before any data or model loads
+    check_outputs(args)
     items = load_hellaswag(args.data, limit=args.limit)
     pool = _pool(args, items)
     did = data_id(args.data)
@@ -144,7 +147,7 @@ def run_export(args: argparse.Namespace) -> int:
     from ..concepts.store import ResultStore
 
     filters = {k[2:]: v for k, v in vars(args).items() if k.startswith("f_") and v is not None}
-    with ResultStore(args.db) as store:
+    with ResultStore(args.db, readonly=True) as store:  # a reading command: a missing database is refused
         path = store.export(args.out, table=args.table, **filters)
     print(f"wrote {path}")
     return 0

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import InputError
+from .common import check_outputs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..reports.sweep import build_report
 
+    check_outputs(args)
     db = Path(args.db)
     if not db.is_file():
         raise InputError(f"{db}: no such database")

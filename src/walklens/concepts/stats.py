@@ -3,17 +3,20 @@ confidence intervals, and the distribution of scores across the grid next to cha
 
 Seed 000 (sec. 5.1.1) takes each model's best composition scheme as "a proxy for the ideal machine-learnt
 scheme" and reports its score as the true test score (the star markers of Fig. 10).  The maximum of many
-noisy accuracies measured on the same few hundred items is biased upward: with 10^6 schemes even a grid of
-coin flips has a best far above chance.  Here the best scheme is also *chosen* on one part of the items and
-*scored* on the rest, which removes that selection bias:
+noisy accuracies measured on the same items is biased upward: with 10^6 schemes even a grid of coin flips
+has a best far above chance.  Here the best scheme is also *chosen* on one part of the items and *scored* on
+the rest, which removes that selection bias:
 
 * fixed split: items shuffled with a fixed seed, cut in two halves A and B; best on A scored on B, and the
   reverse; both reported with Wilson 95% intervals;
 * k-fold: for each fold, the best scheme on the other k-1 folds is scored on the fold; the pooled held-out
   accuracy (each item scored once, by a scheme chosen without it) gets a Wilson interval.
 
-All functions take a boolean correctness matrix ``correct[schemes, items]`` and work in chunks of schemes,
-so a million schemes over hundreds of items fit in memory.
+Every estimate needs only, per scheme, the number of items it got right in each *cell* of one partition of
+the items (fold x half, :class:`Cells`): a :class:`Counts` table ``[schemes, 2k]``.  The table is built from a
+boolean correctness matrix ``correct[schemes, items]`` in chunks of schemes (:func:`cell_counts`) or, for a
+stored sweep, straight from the packed predictions (:meth:`~.sweep.SweepStore.load_counts`), so a full grid
+(726,000 schemes) over the whole HellaSwag validation set (10,042 items) never forms the dense matrix.
 """
 
 from __future__ import annotations
@@ -25,35 +28,129 @@ from typing import Any, Sequence
 import numpy as np
 
 Z95 = 1.959963984540054
-CHUNK = 65536
+#: correctness entries (schemes x items) reduced per matrix product in :func:`count_cells` (bounds its memory)
+BLOCK_ELEMS = 1 << 22
 
 
 def wilson(k: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a proportion ``k/n`` (95% by default)."""
+    """Wilson score interval of a proportion ``k/n`` (95% by default); closed form, valid at any ``n``.
+
+    The interval always holds ``k/n`` (``hi`` is exactly 1 at ``k = n``, not 1 - 1e-16 from rounding)."""
     if n <= 0:
         return (math.nan, math.nan)
     p = k / n
     d = 1 + z * z / n
     c = (p + z * z / (2 * n)) / d
     h = z * math.sqrt(max(p * (1 - p) / n + z * z / (4 * n * n), 0.0)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
-
-
-def _col_sums(correct: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
-    """Per-scheme count of correct items (over ``cols`` if given), chunked; int64 ``[S]``."""
-    S = correct.shape[0]
-    out = np.empty(S, np.int64)
-    for a in range(0, S, CHUNK):
-        block = correct[a:a + CHUNK]
-        if cols is not None:
-            block = block[:, cols]
-        out[a:a + CHUNK] = block.sum(axis=1, dtype=np.int64)
-    return out
+    return (max(0.0, min(c - h, p)), min(1.0, max(c + h, p)))
 
 
 def best_index(scores: np.ndarray) -> int:
     """Index of the best scheme; ties go to the first in the stored order (deterministic)."""
     return int(np.argmax(scores))
+
+
+# ---- the item partition and per-cell counts ------------------------------------------------------------------
+
+
+def split_items(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed random split of ``n`` items into halves A and B (item positions)."""
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
+
+
+def kfold_folds(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
+    """``k`` folds of ``n`` items from the same seeded permutation as :func:`split_items`."""
+    perm = np.random.default_rng(seed).permutation(n)
+    return [np.sort(f) for f in np.array_split(perm, k)]
+
+
+@dataclass(frozen=True)
+class Cells:
+    """Items cut into ``k`` folds (:func:`kfold_folds`) crossed with halves A/B (:func:`split_items`):
+    ``cell[i] = 2 * fold + half``.  Fold and half totals are sums over cells, so one count per cell serves
+    both held-out estimates."""
+
+    n: int
+    k: int
+    seed: int
+    cell: np.ndarray
+
+    @classmethod
+    def build(cls, n: int, k: int, seed: int = 0) -> Cells:
+        if n < 1 or not 1 <= k <= n:
+            raise ValueError(f"a partition of {n} items needs 1 <= k <= n, got k={k}")
+        fold = np.empty(n, np.int64)
+        for f, idx in enumerate(kfold_folds(n, k, seed)):
+            fold[idx] = f
+        half = np.ones(n, np.int64)
+        half[split_items(n, seed)[0]] = 0
+        return cls(n=n, k=k, seed=seed, cell=2 * fold + half)
+
+    @property
+    def n_cells(self) -> int:
+        return 2 * self.k
+
+    def sizes(self) -> np.ndarray:
+        """Items per cell ``[2k]``."""
+        return np.bincount(self.cell, minlength=self.n_cells)
+
+    def onehot(self, dtype: type = np.float32) -> np.ndarray:
+        """``[n, 2k]`` indicator of each item's cell."""
+        m = np.zeros((self.n, self.n_cells), dtype)
+        m[np.arange(self.n), self.cell] = 1
+        return m
+
+
+def count_cells(correct: np.ndarray, cells: Cells, onehot: np.ndarray | None = None) -> np.ndarray:
+    """Per-scheme hits per cell, int64 ``[S, 2k]``, of a boolean block ``correct[S, items]``.
+
+    One matrix product with the cells' indicator per block of :data:`BLOCK_ELEMS` entries: float32 sums of
+    0/1 are exact integers while every partial sum stays below 2^24 (float64 beyond that)."""
+    S, n = correct.shape
+    if n != cells.n:
+        raise ValueError(f"correctness over {n} items, partition of {cells.n}")
+    dt = np.float32 if n < (1 << 24) else np.float64
+    oh = cells.onehot(dt) if onehot is None else onehot
+    out = np.empty((S, cells.n_cells), np.int64)
+    step = max(1, BLOCK_ELEMS // max(n, 1))
+    for a in range(0, S, step):
+        out[a:a + step] = np.rint(correct[a:a + step].astype(dt) @ oh)
+    return out
+
+
+def cell_counts(correct: np.ndarray, cells: Cells) -> Counts:
+    """:class:`Counts` of a dense boolean ``correct[schemes, items]``."""
+    return Counts(hits=count_cells(correct, cells), cells=cells)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """``hits[s, c]``: items of cell ``c`` that scheme ``s`` got right."""
+
+    hits: np.ndarray
+    cells: Cells
+
+    @property
+    def n_schemes(self) -> int:
+        return int(self.hits.shape[0])
+
+    def take(self, rows: np.ndarray | Sequence[int]) -> Counts:
+        return Counts(hits=self.hits[np.asarray(rows, dtype=np.int64)], cells=self.cells)
+
+    def totals(self) -> np.ndarray:
+        return self.hits.sum(axis=1, dtype=np.int64)
+
+    def by_fold(self) -> np.ndarray:
+        """``[S, k]`` hits per fold."""
+        return self.hits.reshape(-1, self.cells.k, 2).sum(axis=2, dtype=np.int64)
+
+    def by_half(self) -> np.ndarray:
+        """``[S, 2]`` hits on halves A and B."""
+        return self.hits.reshape(-1, self.cells.k, 2).sum(axis=1, dtype=np.int64)
+
+
+# ---- estimates ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -73,38 +170,6 @@ class Score:
         return {"score": self.acc / baseline, "lo": self.lo / baseline, "hi": self.hi / baseline}
 
 
-def in_sample_best(correct: np.ndarray, names: Sequence[str]) -> Score:
-    """The best scheme chosen and scored on the same items (upward biased; the seed's star markers)."""
-    n = correct.shape[1]
-    sums = _col_sums(correct)
-    i = best_index(sums)
-    lo, hi = wilson(int(sums[i]), n)
-    return Score(acc=float(sums[i]) / n, lo=lo, hi=hi, n=n, scheme=names[i], how="in-sample")
-
-
-def split_items(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A fixed random split of ``n`` items into halves A and B (item positions)."""
-    perm = np.random.default_rng(seed).permutation(n)
-    return np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
-
-
-def held_out_split(correct: np.ndarray, names: Sequence[str], seed: int = 0) -> list[Score]:
-    """Best on half A scored on half B, and best on B scored on A."""
-    a, b = split_items(correct.shape[1], seed)
-    out = []
-    for sel, ev, tag in ((a, b, "chosen on A, scored on B"), (b, a, "chosen on B, scored on A")):
-        i = best_index(_col_sums(correct, sel))
-        k = int(correct[i, ev].sum())
-        lo, hi = wilson(k, len(ev))
-        out.append(Score(acc=k / len(ev), lo=lo, hi=hi, n=len(ev), scheme=names[i], how=tag))
-    return out
-
-
-def kfold_folds(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
-    perm = np.random.default_rng(seed).permutation(n)
-    return [np.sort(f) for f in np.array_split(perm, k)]
-
-
 @dataclass(frozen=True)
 class KFold:
     """Pooled k-fold held-out accuracy and the scheme chosen for each fold."""
@@ -118,40 +183,93 @@ class KFold:
     fold_acc: tuple[float, ...]
 
 
-def held_out_kfold(correct: np.ndarray, names: Sequence[str], k: int = 5, seed: int = 0) -> KFold:
-    """For each of ``k`` folds, the best scheme on the other folds scored on this fold; pooled."""
-    n = correct.shape[1]
-    if k < 2 or k > n:
-        raise ValueError(f"k-fold needs 2 <= k <= n items ({n}), got k={k}")
-    folds = kfold_folds(n, k, seed)
-    total = _col_sums(correct)
+def in_sample_from(counts: Counts, names: Sequence[str]) -> Score:
+    """The best scheme chosen and scored on the same items (upward biased; the seed's star markers)."""
+    n = counts.cells.n
+    sums = counts.totals()
+    i = best_index(sums)
+    lo, hi = wilson(int(sums[i]), n)
+    return Score(acc=float(sums[i]) / n, lo=lo, hi=hi, n=n, scheme=names[i], how="in-sample")
+
+
+def split_from(counts: Counts, names: Sequence[str]) -> list[Score]:
+    """Best on half A scored on half B, and best on B scored on A."""
+    halves = counts.by_half()
+    size = counts.cells.sizes().reshape(-1, 2).sum(axis=0)
+    out = []
+    for sel, ev, tag in ((0, 1, "chosen on A, scored on B"), (1, 0, "chosen on B, scored on A")):
+        i = best_index(halves[:, sel])
+        k, n = int(halves[i, ev]), int(size[ev])
+        lo, hi = wilson(k, n)
+        out.append(Score(acc=k / n, lo=lo, hi=hi, n=n, scheme=names[i], how=tag))
+    return out
+
+
+def kfold_from(counts: Counts, names: Sequence[str]) -> KFold:
+    """For each fold, the best scheme on the other folds scored on this fold; pooled over folds."""
+    cells = counts.cells
+    if cells.k < 2:
+        raise ValueError(f"k-fold needs 2 <= k <= n items ({cells.n}), got k={cells.k}")
+    folds = counts.by_fold()
+    size = cells.sizes().reshape(-1, 2).sum(axis=1)
+    total = folds.sum(axis=1)
     hits = 0
     chosen: list[str] = []
     accs: list[float] = []
-    for f in folds:
-        train_sums = total - _col_sums(correct, f)
-        i = best_index(train_sums)
-        h = int(correct[i, f].sum())
+    for f in range(cells.k):
+        i = best_index(total - folds[:, f])
+        h = int(folds[i, f])
         hits += h
         chosen.append(names[i])
-        accs.append(h / len(f))
-    lo, hi = wilson(hits, n)
-    return KFold(k=k, acc=hits / n, lo=lo, hi=hi, n=n, fold_schemes=tuple(chosen), fold_acc=tuple(accs))
+        accs.append(h / int(size[f]))
+    lo, hi = wilson(hits, cells.n)
+    return KFold(k=cells.k, acc=hits / cells.n, lo=lo, hi=hi, n=cells.n, fold_schemes=tuple(chosen),
+                 fold_acc=tuple(accs))
+
+
+def in_sample_best(correct: np.ndarray, names: Sequence[str]) -> Score:
+    """:func:`in_sample_from` of a dense ``correct[schemes, items]``."""
+    return in_sample_from(cell_counts(correct, Cells.build(correct.shape[1], 1)), names)
+
+
+def held_out_split(correct: np.ndarray, names: Sequence[str], seed: int = 0) -> list[Score]:
+    """:func:`split_from` of a dense ``correct[schemes, items]``."""
+    return split_from(cell_counts(correct, Cells.build(correct.shape[1], 1, seed)), names)
+
+
+def held_out_kfold(correct: np.ndarray, names: Sequence[str], k: int = 5, seed: int = 0) -> KFold:
+    """:func:`kfold_from` of a dense ``correct[schemes, items]``."""
+    n = correct.shape[1]
+    if k < 2 or k > n:
+        raise ValueError(f"k-fold needs 2 <= k <= n items ({n}), got k={k}")
+    return kfold_from(cell_counts(correct, Cells.build(n, k, seed)), names)
+
+
+# ---- chance and the distribution across the grid --------------------------------------------------------------
 
 
 def chance_max(n_schemes: int, n_items: int, p: float = 0.25) -> float:
     """Expected best accuracy of ``n_schemes`` *independent* chance-level schemes on ``n_items`` items.
 
-    ``E[max] = sum_k P(max >= k) / n`` with ``P(max < k) = F(k-1)^S`` (binomial CDF F).  Real schemes are
+    ``E[max] = sum_{j=0}^{n-1} P(max > j) / n`` with ``P(max <= j) = F(j)^S`` (binomial CDF F, scipy), each term
+    ``-expm1(S log F(j))`` with ``log F`` from ``log1p(-sf)`` in the upper tail: no overflow or cancellation at
+    any ``n``.  Only the window where a term is neither 1 nor below 1e-20 is evaluated, its ends from
+    Hoeffding's bound ``P(|X - np| >= t) <= exp(-2 t^2 / n)`` (rigorous, unlike quantiles far in the tails):
+    below it every term is 1.0 in float64 (``S log F < -40``), above it ``S sf(j) < 1e-20``.  Real schemes are
     strongly correlated, so this is an upper bound on the pure-selection inflation, shown for scale.
     """
-    cdf = 0.0
-    pmf = [math.comb(n_items, j) * p ** j * (1 - p) ** (n_items - j) for j in range(n_items + 1)]
-    e = 0.0
-    for kk in range(1, n_items + 1):
-        cdf += pmf[kk - 1]
-        e += 1.0 - min(cdf, 1.0) ** n_schemes
-    return e / n_items
+    from scipy.stats import binom
+
+    if n_items <= 0 or n_schemes <= 0:
+        return math.nan
+    S, n = float(n_schemes), int(n_items)
+    lo = max(0, math.floor(n * p - math.sqrt(20.0 * n / S)) - 1)  # j < lo: F(j)^S < e^-40, the term is 1.0
+    hi = min(n, math.ceil(n * p + math.sqrt(n * math.log(S * 1e20) / 2)) + 1)  # j >= hi: S sf(j) < 1e-20
+    j = np.arange(lo, max(lo, hi))
+    cdf = binom.cdf(j, n, p)
+    with np.errstate(divide="ignore"):
+        logf = np.where(cdf < 0.5, binom.logcdf(j, n, p), np.log1p(-binom.sf(j, n, p)))
+    return float((lo - np.expm1(S * logf).sum()) / n)
 
 
 def distribution(acc: np.ndarray, n_items: int, chance: float = 0.25) -> dict[str, Any]:
@@ -174,46 +292,66 @@ def distribution(acc: np.ndarray, n_items: int, chance: float = 0.25) -> dict[st
     }
 
 
-def honest_summary(correct: np.ndarray, names: Sequence[str], baseline: float | None, k: int = 5,
-                   seed: int = 0) -> dict[str, Any]:
+def _scored(s: Score, baseline: float | None) -> dict[str, Any]:
+    return {**asdict(s), **{f"norm_{a}": b for a, b in s.normalised(baseline).items()}}
+
+
+def honest_summary_counts(counts: Counts, names: Sequence[str], baseline: float | None) -> dict[str, Any]:
     """Everything :mod:`walklens.reports.sweep` shows for one (model, shots, test, metric): in-sample best,
-    both split-half scores, k-fold, and the grid distribution, each also normalised by the baseline."""
-    n = correct.shape[1]
-    ins = in_sample_best(correct, names)
-    split = held_out_split(correct, names, seed)
-    kf = held_out_kfold(correct, names, k=min(k, n), seed=seed)
-    acc = _col_sums(correct) / n
+    both split-half scores, k-fold (``k = counts.cells.k``), and the grid distribution, each also normalised
+    by the baseline."""
+    n = counts.cells.n
+    ins = in_sample_from(counts, names)
+    split = split_from(counts, names)
+    kf = kfold_from(counts, names)
     split_mean = float(np.mean([s.acc for s in split]))
     return {
         "baseline": baseline,
-        "in_sample": {**asdict(ins), **{f"norm_{a}": b for a, b in ins.normalised(baseline).items()}},
-        "split": [{**asdict(s), **{f"norm_{a}": b for a, b in s.normalised(baseline).items()}} for s in split],
+        "in_sample": _scored(ins, baseline),
+        "split": [_scored(s, baseline) for s in split],
         "split_mean": split_mean,
         "split_mean_norm": split_mean / baseline if baseline else None,
         "kfold": {**asdict(kf), "norm": kf.acc / baseline if baseline else None,
                   "norm_lo": kf.lo / baseline if baseline else None,
                   "norm_hi": kf.hi / baseline if baseline else None},
-        "distribution": distribution(acc, n),
+        "distribution": distribution(counts.totals() / n, n),
     }
 
 
+def honest_summary(correct: np.ndarray, names: Sequence[str], baseline: float | None, k: int = 5,
+                   seed: int = 0) -> dict[str, Any]:
+    """:func:`honest_summary_counts` of a dense ``correct[schemes, items]`` (``k`` capped at the item count)."""
+    n = correct.shape[1]
+    return honest_summary_counts(cell_counts(correct, Cells.build(n, min(k, n), seed)), names, baseline)
+
+
 def marginal_effects(names: Sequence[str], acc: np.ndarray, baseline: float | None) -> dict[str, list[dict[str, Any]]]:
-    """Per parameter and value: the number of schemes, the mean and the best (normalised) score."""
-    fields: dict[str, dict[str, list[int]]] = {}
+    """Per parameter and value: the number of schemes, the mean and the best (normalised) score.
+
+    Values are coded per scheme in one int32 array per parameter (not a list of scheme indices per value), so
+    a million schemes cost a few MB; parameters and values keep their order of first appearance."""
+    S = len(names)
+    values: dict[str, dict[str, int]] = {}
+    codes: dict[str, np.ndarray] = {}
     for i, nm in enumerate(names):
         for part in nm.split(","):
             if "=" not in part:
                 continue
             k, v = part.split("=", 1)
-            fields.setdefault(k, {}).setdefault(v, []).append(i)
+            vals = values.setdefault(k, {})
+            col = codes.get(k)
+            if col is None:
+                col = codes[k] = np.full(S, -1, np.int32)
+            col[i] = vals.setdefault(v, len(vals))
     a = np.asarray(acc, dtype=np.float64)
     out: dict[str, list[dict[str, Any]]] = {}
-    for k, vals in fields.items():
+    for k, vals in values.items():
         rows = []
-        for v, idx in vals.items():
-            sub = a[idx]
-            rows.append({"value": v, "n": len(idx), "mean": float(sub.mean()), "best": float(sub.max()),
-                         "mean_norm": float(sub.mean()) / baseline if baseline else None,
-                         "best_norm": float(sub.max()) / baseline if baseline else None})
+        for v, code in vals.items():
+            sub = a[np.flatnonzero(codes[k] == code)]
+            mean, best = float(sub.mean()), float(sub.max())
+            rows.append({"value": v, "n": int(sub.size), "mean": mean, "best": best,
+                         "mean_norm": mean / baseline if baseline else None,
+                         "best_norm": best / baseline if baseline else None})
         out[k] = rows
     return out

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import InputError, MissingDependencyError
+from ..outputs import atomic_open, check_file
 
 SCHEMA_VERSION = 1
 KEY_COLUMNS: tuple[str, ...] = ("model", "data", "split", "shots", "test", "scheme")
@@ -61,6 +62,56 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def tables(conn: sqlite3.Connection) -> set[str]:
+    """Names of the tables in a database."""
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sqlite3.Connection:
+    """Open a walklens SQLite file (shared by :class:`ResultStore` and :class:`~.sweep.SweepStore`).
+
+    Refuses, with one :class:`InputError` naming the file, a path that is not a regular file, a missing file
+    when ``readonly`` (reading commands never create a database), a file that is not SQLite, and a database
+    that fails ``PRAGMA quick_check`` (a damaged page), so nothing is computed on top of a broken file.
+    Writers get WAL mode, ``busy_timeout`` and ``synchronous=NORMAL``; readers get ``query_only``.
+    """
+    if str(path) == ":memory:":
+        return sqlite3.connect(":memory:", isolation_level=None)
+    if path.exists() and not path.is_file():
+        raise InputError(f"{path}: not a regular file")
+    if readonly and not path.exists():
+        raise InputError(f"{path}: no such database")
+    if not readonly:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    uri = path.resolve().as_uri() + ("?mode=rw" if readonly else "?mode=rwc")
+    fix = "restore it or start a new database"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+    except sqlite3.Error as e:
+        raise InputError(f"{path}: cannot open the database ({e})") from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+        check = [str(r[0]) for r in conn.execute("PRAGMA quick_check(3)").fetchall()]
+        if check != ["ok"]:
+            detail = "; ".join(c.replace("\n", " ") for c in check)
+            raise InputError(f"{path} is corrupted (quick_check: {detail}); {fix}")
+        if readonly:
+            conn.execute("PRAGMA query_only=ON")
+        else:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.OperationalError as e:  # locked, unreadable: the file may well be fine
+        conn.close()
+        raise InputError(f"{path}: cannot use the database ({e})") from None
+    except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed"
+        conn.close()
+        raise InputError(f"{path}: not a usable SQLite database ({e}); {fix}") from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 @dataclass(frozen=True)
 class RunKey:
     """What identifies a run: model, data source id, split, shot count, test and scheme string."""
@@ -91,27 +142,31 @@ class ItemResult:
 class ResultStore:
     """SQLite store of runs and per-item results (WAL mode, transactions, ``INSERT OR IGNORE`` resume)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, timeout: float = 60.0,
+                 readonly: bool = False) -> None:
+        """Open (and create, unless ``readonly``) the database; ``readonly`` refuses a missing file and never
+        writes (no schema, no journal-mode change)."""
         self.path = Path(path).expanduser() if path is not None else default_db_path()
-        if str(self.path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = connect(self.path, timeout=timeout, readonly=readonly)
         try:
-            self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            with self.transaction():
-                for stmt in _SCHEMA.strip().split(";"):
-                    if stmt.strip():
-                        self._conn.execute(stmt)
+            if not readonly:
+                with self.transaction():
+                    for stmt in _SCHEMA.strip().split(";"):
+                        if stmt.strip():
+                            self._conn.execute(stmt)
+                    if self._conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone() is None:
+                        self._conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            if "meta" in tables(self._conn):
                 row = self._conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-                if row is None:
-                    self._conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-                elif int(row[0]) != SCHEMA_VERSION:
+                if row is not None and int(row[0]) != SCHEMA_VERSION:
                     raise InputError(f"{self.path}: results database schema {row[0]}, this walklens reads "
                                      f"{SCHEMA_VERSION}")
         except sqlite3.DatabaseError as e:
+            self._conn.close()
             raise InputError(f"{self.path}: not a usable results database ({e})") from None
+        except BaseException:
+            self._conn.close()
+            raise
 
     # ---- plumbing ------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -187,6 +242,7 @@ class ResultStore:
         bad = set(filters) - set(KEY_COLUMNS)
         if bad:
             raise InputError(f"unknown run filter(s) {sorted(bad)}; use {KEY_COLUMNS}")
+        self._need("runs")
         where = " AND ".join(f"{k}=?" for k in filters) or "1"
         cur = self._conn.execute(f"SELECT * FROM runs WHERE {where} ORDER BY model, data, shots, test, scheme",
                                  tuple(filters.values()))
@@ -199,6 +255,7 @@ class ResultStore:
         bad = set(filters) - set(KEY_COLUMNS)
         if bad:
             raise InputError(f"unknown filter(s) {sorted(bad)}; use {KEY_COLUMNS}")
+        self._need(table)
         where = " AND ".join(f"{k}=?" for k in filters) or "1"
         order = ", ".join(KEY_COLUMNS) + (", item" if table == "results" else "")
         cur = self._conn.execute(f"SELECT * FROM {table} WHERE {where} ORDER BY {order}", tuple(filters.values()))
@@ -209,31 +266,35 @@ class ResultStore:
     # ---- export --------------------------------------------------------------------------------------------
     def export(self, out: str | os.PathLike[str], table: str = "results", **filters: Any) -> Path:
         """Write a table (``runs`` or ``results``, optionally filtered) to ``.csv`` or ``.parquet`` (by suffix),
-        atomically (temp file + rename).  Parquet needs ``pyarrow``."""
+        atomically by the output rules of :mod:`walklens.outputs`.  Parquet needs ``pyarrow``."""
         out = Path(out)
+        if out.suffix not in (".csv", ".parquet"):
+            raise InputError(f"{out}: export to .csv or .parquet")
+        check_file(out)  # a bad path fails before the rows are read
         rows = list(self.iter_rows(table, **filters))
         cols = [d for d in (rows[0].keys() if rows else self._columns(table))]
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
         if out.suffix == ".csv":
             import csv
 
-            with open(tmp, "w", newline="", encoding="utf-8") as f:
+            with atomic_open(out, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=cols)
                 w.writeheader()
                 w.writerows(rows)
-        elif out.suffix == ".parquet":
+        else:
             try:
                 import pyarrow as pa
                 import pyarrow.parquet as pq
             except ImportError:
                 raise MissingDependencyError("Parquet export needs pyarrow; run: pip install pyarrow") from None
             tbl = pa.Table.from_pylist(rows) if rows else pa.table({c: [] for c in cols})
-            pq.write_table(tbl, str(tmp))
-        else:
-            raise InputError(f"{out}: export to .csv or .parquet")
-        tmp.replace(out)
+            with atomic_open(out, "wb") as fb:
+                pq.write_table(tbl, fb)
         return out
+
+    def _need(self, table: str) -> None:
+        """A database opened ``readonly`` may lack the tables (it is never changed): say so in one line."""
+        if table not in tables(self._conn):
+            raise InputError(f"{self.path}: has no '{table}' table (not a walklens results database)")
 
     def _columns(self, table: str) -> list[str]:
         return [r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")]

@@ -47,6 +47,8 @@ import torch
 
 from ..errors import InputError
 from .grid import group_by_context
+from .stats import Cells, Counts, cell_counts, count_cells
+from .store import connect, tables
 
 Tensor = torch.Tensor
 
@@ -350,25 +352,38 @@ CREATE TABLE IF NOT EXISTS sweep_groups (
 """
 
 
+#: predictions (schemes x items) unpacked at a time by :meth:`SweepStore.load_counts` (about 16 MB per metric)
+COUNT_CHUNK_ELEMS = 1 << 24
+
+
 class SweepStore:
     """The sweep's tables inside an SQLite database file (WAL mode; every write one transaction).
 
     Two processes may sweep into the same file at once: each group is written with ``INSERT OR IGNORE``
     inside a transaction (SQLite serialises writers; ``busy_timeout`` waits), so the file is never corrupted
-    and a group computed by both is stored once, with the same content.
+    and a group computed by both is stored once, with the same content.  Opening checks the file
+    (:func:`~.store.connect`: a damaged database is refused); ``readonly`` (the report) never creates or
+    changes it.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.con = connect(self.path, timeout=60.0, readonly=readonly)
         try:
-            self.con = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
-            self.con.execute("PRAGMA journal_mode=WAL")
-            self.con.execute("PRAGMA busy_timeout=60000")
-            self.con.execute("PRAGMA synchronous=NORMAL")
-            self.con.executescript(_SCHEMA)
+            if not readonly:
+                self.con.executescript(_SCHEMA)
+            self._has_tables = {"sweep_runs", "sweep_groups"} <= tables(self.con)
         except sqlite3.DatabaseError as e:
+            self.con.close()
             raise InputError(f"{self.path}: not a usable SQLite database ({e})") from None
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+        """Rows of a query; a read error (a page damaged after opening) is one :class:`InputError`."""
+        try:
+            yield from self.con.execute(sql, args)
+        except sqlite3.DatabaseError as e:
+            raise InputError(f"{self.path}: cannot read the database ({e}); if it is damaged, restore it or start "
+                             f"a new database") from None
 
     def close(self) -> None:
         self.con.close()
@@ -406,11 +421,12 @@ class SweepStore:
                          (float(acc), float(acc_norm), pack_predictions(preds), run_id))
 
     def runs(self) -> list[dict[str, Any]]:
-        cur = self.con.execute("SELECT id,model,data,split,shots,test,items_hash,n_items,labels,item_index,arch,"
-                               "n_layers,baseline_acc,baseline_acc_norm,baseline_preds FROM sweep_runs ORDER BY id")
-        cols = [c[0] for c in cur.description]
+        if not self._has_tables:  # a database opened readonly that never held a sweep
+            return []
+        cols = ["id", "model", "data", "split", "shots", "test", "items_hash", "n_items", "labels", "item_index",
+                "arch", "n_layers", "baseline_acc", "baseline_acc_norm", "baseline_preds"]
         out = []
-        for r in cur.fetchall():
+        for r in list(self._rows(f"SELECT {','.join(cols)} FROM sweep_runs ORDER BY id")):
             d = dict(zip(cols, r))
             d["labels"] = np.frombuffer(d["labels"], np.uint8).copy()
             d["item_index"] = json.loads(d["item_index"])
@@ -453,17 +469,22 @@ class SweepStore:
             self.con.execute("ROLLBACK")
             raise
 
-    def load(self, run_id: int, with_preds: bool = True) -> SweepResults:
-        """Every stored scheme of a run: names, accuracy per metric and (optionally) predictions."""
+    def _run(self, run_id: int) -> dict[str, Any]:
         run = next((r for r in self.runs() if r["id"] == run_id), None)
         if run is None:
             raise InputError(f"{self.path}: no sweep run {run_id}")
+        return run
+
+    def load(self, run_id: int, with_preds: bool = True) -> SweepResults:
+        """Every stored scheme of a run: names, accuracy per metric and (optionally) predictions, dense
+        ``[metrics, schemes, items]`` (a full grid over all items is gigabytes: see :meth:`load_counts`)."""
+        run = self._run(run_id)
         n = run["n_items"]
         names: list[str] = []
         accs: list[np.ndarray] = []
         preds: list[np.ndarray] = []
         metrics: list[str] | None = None
-        for ctx, outs, mets, acc, pb in self.con.execute(
+        for ctx, outs, mets, acc, pb in self._rows(
                 "SELECT context, outs, metrics, acc, preds FROM sweep_groups WHERE run_id=? ORDER BY context", (run_id,)):
             outs_l = json.loads(outs)
             mets_l = json.loads(mets)
@@ -477,16 +498,72 @@ class SweepStore:
         Pr = np.concatenate(preds, axis=1) if preds else None
         return SweepResults(run=run, schemes=names, metrics=metrics, acc=A, preds=Pr)
 
+    def load_counts(self, run_id: int, k: int = 5, seed: int = 0, chunk: int | None = None) -> SweepResults:
+        """Every stored scheme of a run with, instead of predictions, its hits per cell of the item partition
+        ``Cells.build(n, min(k, n), seed)`` (:mod:`.stats`: all the held-out statistics need).
+
+        The 2-bit predictions are streamed from the database ``chunk`` schemes at a time (default: about
+        :data:`COUNT_CHUNK_ELEMS` predictions; never less than one group) and each chunk is reduced at once,
+        so memory is O(schemes x 2k + chunk x items), not the dense O(schemes x items) of :meth:`load`.  The
+        counts equal those of the dense correctness matrix exactly (integers)."""
+        run = self._run(run_id)
+        n = int(run["n_items"])
+        labels = run["labels"]
+        cells = Cells.build(n, min(k, n), seed)
+        onehot = cells.onehot(np.float32 if n < (1 << 24) else np.float64)
+        rows = max(1, chunk if chunk else COUNT_CHUNK_ELEMS // max(n, 1))
+        names: list[str] = []
+        accs: list[np.ndarray] = []
+        hits: list[np.ndarray] = []
+        pending: list[tuple[int, bytes]] = []  # (schemes, packed predictions) of the groups not yet reduced
+        metrics: list[str] | None = None
+
+        def flush() -> None:
+            assert metrics is not None
+            M, r = len(metrics), sum(o for o, _ in pending)
+            block = np.empty((M, r, n), np.uint8)
+            a = 0
+            for outs, pb in pending:
+                block[:, a:a + outs] = unpack_predictions(pb, M * outs * n).reshape(M, outs, n)
+                a += outs
+            hits.append(np.stack([count_cells(block[m] == labels[None, :], cells, onehot) for m in range(M)])
+                        .astype(np.int32))
+            pending.clear()
+
+        for ctx, outs, mets, acc, pb in self._rows(
+                "SELECT context, outs, metrics, acc, preds FROM sweep_groups WHERE run_id=? ORDER BY context", (run_id,)):
+            outs_l = json.loads(outs)
+            mets_l = json.loads(mets)
+            if metrics is None:
+                metrics = mets_l
+            elif mets_l != metrics:
+                raise InputError(f"{self.path}: sweep run {run_id} mixes metrics {metrics} and {mets_l}")
+            names += [f"{ctx},{o}" if o else ctx for o in outs_l]
+            accs.append(np.frombuffer(acc, np.float32).reshape(len(mets_l), len(outs_l)))
+            pending.append((len(outs_l), pb))
+            if sum(o for o, _ in pending) >= rows:
+                flush()
+        if pending:
+            flush()
+        metrics = metrics or ["acc"]
+        A = np.concatenate(accs, axis=1) if accs else np.zeros((len(metrics), 0), np.float32)
+        H = np.concatenate(hits, axis=1) if hits else np.zeros((len(metrics), 0, cells.n_cells), np.int32)
+        return SweepResults(run=run, schemes=names, metrics=metrics, acc=A, hits=H, cells=cells)
+
 
 @dataclass
 class SweepResults:
-    """All stored schemes of one sweep run: ``acc[metric, scheme]``, ``preds[metric, scheme, item]``."""
+    """All stored schemes of one sweep run: ``acc[metric, scheme]``, and either ``preds[metric, scheme, item]``
+    (:meth:`SweepStore.load`) or ``hits[metric, scheme, cell]`` over the partition ``cells``
+    (:meth:`SweepStore.load_counts`)."""
 
     run: dict[str, Any]
     schemes: list[str]
     metrics: list[str]
     acc: np.ndarray
     preds: np.ndarray | None = None
+    hits: np.ndarray | None = None
+    cells: Cells | None = None
 
     @property
     def labels(self) -> np.ndarray:
@@ -501,6 +578,17 @@ class SweepResults:
     def baseline(self, metric: str = "acc") -> float | None:
         v = self.run["baseline_acc" if metric == "acc" else "baseline_acc_norm"]
         return None if v is None else float(v)
+
+    def counts(self, metric: str = "acc", k: int = 5, seed: int = 0) -> Counts:
+        """:class:`~.stats.Counts` over ``Cells.build(items, min(k, items), seed)``: the streamed table when
+        loaded by :meth:`SweepStore.load_counts` with that partition, else computed from the predictions."""
+        n = len(self.labels)
+        want = (min(k, n), seed)
+        if self.hits is not None and self.cells is not None and (self.cells.k, self.cells.seed) == want:
+            return Counts(hits=self.hits[self.metrics.index(metric)], cells=self.cells)
+        if self.preds is None:
+            raise ValueError(f"loaded without predictions, with counts for other folds than k={k}, seed={seed}")
+        return cell_counts(self.correct(metric), Cells.build(n, *want))
 
 
 

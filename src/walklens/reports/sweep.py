@@ -21,8 +21,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..concepts.stats import honest_summary, marginal_effects
+from ..concepts.stats import honest_summary_counts, marginal_effects
 from ..concepts.sweep import SweepResults, SweepStore
+from ..outputs import make_dir, write_atomic
 from .html import Report
 
 PARAMS = ("enc", "layer", "word", "norm", "seg", "ex", "sim", "out_layer", "out_word")
@@ -45,10 +46,7 @@ def write_csv(path: Path, headers: Sequence[str], rows: Sequence[Sequence[Any]])
     w.writerow(headers)
     for r in rows:
         w.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in r])
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(buf.getvalue(), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_atomic(path, buf.getvalue())
 
 
 def standard_name(run: dict[str, Any]) -> str:
@@ -59,7 +57,10 @@ def standard_name(run: dict[str, Any]) -> str:
 
 
 def summarise_run(res: SweepResults, k: int = 5, seed: int = 0) -> dict[str, Any]:
-    """Honest scores, top 10, marginals and the standard scheme's score of one run, per metric."""
+    """Honest scores, top 10, marginals and the standard scheme's score of one run, per metric.
+
+    ``res`` holds either predictions or the per-cell hit counts of :meth:`SweepStore.load_counts` (the same
+    numbers: the statistics only need the counts)."""
     run = res.run
     # Test 1's enc=cross_encoding scheme is the baseline itself (no composition): it is reported as the
     # baseline and kept out of the schemes a best is chosen from (else Test 1's best is the baseline, trivially).
@@ -72,8 +73,10 @@ def summarise_run(res: SweepResults, k: int = 5, seed: int = 0) -> dict[str, Any
     for m_i, metric in enumerate(res.metrics):
         base = res.baseline(metric)
         acc = res.acc[m_i].astype(np.float64)[keep]
-        correct = res.correct(metric)[keep]
-        summ = honest_summary(correct, names, base, k=k, seed=seed)
+        counts = res.counts(metric, k=k, seed=seed)
+        if len(keep) < len(res.schemes):
+            counts = counts.take(keep)
+        summ = honest_summary_counts(counts, names, base)
         order = np.lexsort((np.arange(len(acc)), -acc))[:10]
         top = [{"rank": r + 1, "scheme": names[i], "acc": float(acc[i]),
                 "norm": float(acc[i]) / base if base else None} for r, i in enumerate(order)]
@@ -159,12 +162,19 @@ def _fmt(x: Any, places: int = 3) -> str:
     return "-" if x is None else f"{x:.{places}f}"
 
 
+def kfold_label(summaries: Sequence[dict[str, Any]]) -> str:
+    """``"5-fold"`` when every run used k = 5 folds (k is capped at a run's item count), else ``"k-fold"``."""
+    ks = {m["kfold"]["k"] for s in summaries for m in s["metrics"].values()}
+    return f"{ks.pop()}-fold" if len(ks) == 1 else "k-fold"
+
+
 def summary_markdown(summaries: Sequence[dict[str, Any]]) -> str:
     """The summary as one Markdown table (the one docs/sweep.md quotes): per run and metric the baseline, the
-    standard scheme, the in-sample, split-half and 5-fold held-out best (normalised in brackets), the median
+    standard scheme, the in-sample, split-half and k-fold held-out best (normalised in brackets), the median
     scheme and the expected best of as many coin-flip schemes."""
+    kf_ = kfold_label(summaries)
     lines = ["| model | test | shots | items | schemes | metric | baseline | standard (norm) | best in-sample (norm) "
-             "| split-half held-out (norm) | 5-fold held-out [95% CI] (norm) | median scheme | E[best] if all chance |",
+             f"| split-half held-out (norm) | {kf_} held-out [95% CI] (norm) | median scheme | E[best] if all chance |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         for metric, m in s["metrics"].items():
@@ -180,15 +190,19 @@ def summary_markdown(summaries: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_report(db: str | Path, out_dir: str | Path, k: int = 5, seed: int = 0) -> Path:
-    """Write the report of every sweep run in ``db`` to ``out_dir``; returns the HTML path."""
+def build_report(db: str | Path, out_dir: str | Path, k: int = 5, seed: int = 0, chunk: int | None = None) -> Path:
+    """Write the report of every sweep run in ``db`` to ``out_dir``; returns the HTML path.
+
+    The database is opened read-only (never created or changed; a damaged file is refused) and each run's
+    predictions are streamed ``chunk`` schemes at a time (:meth:`SweepStore.load_counts`), so a full grid over
+    all 10,042 HellaSwag items fits in a few hundred MB."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out, "report folder")
     summaries: list[dict[str, Any]] = []
-    with SweepStore(db) as store:
+    with SweepStore(db, readonly=True) as store:
         runs = store.runs()
         for run in runs:
-            res = store.load(run["id"])
+            res = store.load_counts(run["id"], k=k, seed=seed, chunk=chunk)
             if not res.schemes:
                 continue
             summaries.append(summarise_run(res, k=k, seed=seed))
@@ -197,6 +211,7 @@ def build_report(db: str | Path, out_dir: str | Path, k: int = 5, seed: int = 0)
         rep.p("No sweep results in this database.")
         return rep.save(out)
     # ---- summary across models ----------------------------------------------------------------------------
+    kf_ = kfold_label(summaries)
     rows = []
     for s in summaries:
         for metric, m in s["metrics"].items():
@@ -209,14 +224,14 @@ def build_report(db: str | Path, out_dir: str | Path, k: int = 5, seed: int = 0)
                          m["distribution"]["expected_best_if_all_chance"]])
     headers = ["model", "test", "shots", "metric", "items", "schemes", "baseline", "standard acc", "standard norm",
                "best acc (in-sample)", "best norm (in-sample)", "best acc (split-half, held-out)",
-               "best norm (split-half)", "best acc (5-fold held-out)", "ci lo", "ci hi", "best norm (5-fold)",
+               "best norm (split-half)", f"best acc ({kf_} held-out)", "ci lo", "ci hi", f"best norm ({kf_})",
                "median acc", "share above chance (95%)", "E[best] if all chance"]
     write_csv(out / "summary.csv", headers, rows)
-    (out / "summary.md").write_text(summary_markdown(summaries), encoding="utf-8")
+    write_atomic(out / "summary.md", summary_markdown(summaries))
     rep.h2("Summary: standard scheme, in-sample best and held-out best")
     rep.p("Normalised score = accuracy / the baseline's accuracy on the same items, model and shots (sec. 5.1). "
           "The in-sample best is chosen and scored on the same items (biased upward, like the seed's star "
-          "markers); the split-half and 5-fold scores choose the best scheme on some items and score it on the "
+          f"markers); the split-half and {kf_} scores choose the best scheme on some items and score it on the "
           "others. 'E[best] if all chance' is the expected best accuracy of that many independent coin-flip "
           "schemes: the selection bias in the worst case.", note=True)
     rep.table(headers, rows)
@@ -259,7 +274,5 @@ def build_report(db: str | Path, out_dir: str | Path, k: int = 5, seed: int = 0)
             write_csv(out / f"marginals_{tag}_{metric}.csv", mh, mrows)
             rep.p("Marginal effects: mean and best score over all schemes with each parameter value.", note=True)
             rep.table(mh, mrows)
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summaries, indent=1, default=float), encoding="utf-8")
-    tmp.replace(out / "summary.json")
+    write_atomic(out / "summary.json", json.dumps(summaries, indent=1, default=float))
     return rep.save(out)
