@@ -1,7 +1,7 @@
 """A synthetic sweep database of the full Test 2 grid over the whole HellaSwag validation set, for measuring
 ``walklens report`` at scale (issue 12): 726,000 schemes (13,200 context groups x 55 choice encodings, the real
 scheme names of ``GridSpec.full(2)``) x 10,042 items, random 2-bit predictions written straight into a
-:class:`~walklens.concepts.sweep.SweepStore` (about 1.8 GB).
+:class:`~walklens.concepts.store.SweepStore` (about 1.8 GB).
 
     .venv/bin/python benchmarks/bench_report_scale.py --db /tmp/full.sqlite [--fraction 0.1]
     /usr/bin/time -v .venv/bin/walklens report --db /tmp/full.sqlite --out /tmp/full-report
@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     from walklens.concepts.grid import GridSpec, group_by_context
-    from walklens.concepts.sweep import SweepStore, context_key, out_key, unpack_predictions
+    from walklens.concepts.store import SweepStore, unpack_predictions
 
     if a.db.exists():
         raise SystemExit(f"{a.db} exists")
@@ -46,7 +46,7 @@ def main() -> None:
         st.set_baseline(rid, 0.3, 0.3, np.zeros((2, n), np.uint8))
         rows = []
         for g in groups:
-            outs = [out_key(s) for s in g]
+            outs = [s.out_part() for s in g]
             count = len(outs) * n
             b = rng.integers(0, 256, size=(count + 3) // 4, dtype=np.uint8)
             if count % 4:
@@ -54,7 +54,7 @@ def main() -> None:
             blob = b.tobytes()
             preds = unpack_predictions(blob, count).reshape(len(outs), n)
             acc = (preds == labels).mean(axis=1).astype(np.float32)
-            rows.append((rid, context_key(g[0]), json.dumps(outs), json.dumps(["acc"]), acc.tobytes(), blob, 0.0))
+            rows.append((rid, g[0].context_part(), json.dumps(outs), json.dumps(["acc"]), acc.tobytes(), blob, 0.0))
             if len(rows) == 200:
                 st.con.execute("BEGIN IMMEDIATE")
                 st.con.executemany("INSERT INTO sweep_groups VALUES (?,?,?,?,?,?,?)", rows)

@@ -35,7 +35,8 @@ def main() -> None:
     from walklens.concepts.grid import GridSpec
     from walklens.concepts.runner import run_test
     from walklens.concepts.schemes import Scheme
-    from walklens.concepts.sweep import SweepStore, run_sweep
+    from walklens.concepts.store import SweepStore
+    from walklens.concepts.sweep import run_sweep
 
     items = load_hellaswag(limit=args.n)
     lm = walklens.load_model(args.model)

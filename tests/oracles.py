@@ -4,14 +4,21 @@
   which works through the small product B A.
 - :func:`reference_logliks`: lm-evaluation-harness's own way of scoring continuations, each (context,
   continuation) pair as one full sequence with no sharing, for the one-context-pass and packed scorers.
+- :func:`reference_test2_bundle` (with :func:`score_batch`): Test 2 of a bundle of sweep groups item by item,
+  with a plain einsum and an explicit soft-cluster context vector per choice, for the sweep's batched scorer.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
 import torch
 
+from walklens.concepts.compose import compose_context
+from walklens.concepts.schemes import Scheme
+from walklens.concepts.sweep import ItemPlan, NormedBank, VectorBank
+from walklens.concepts.test2 import tie_identical
 from walklens.ov import Eigen, eig, is_complex_pair, phase_fix, real_basis
 
 if TYPE_CHECKING:
@@ -54,3 +61,47 @@ def reference_logliks(lm: LoadedModel, context_ids: Sequence[int], continuations
         lp = torch.log_softmax(logits.float(), dim=-1)
         out.append(float(lp.gather(-1, torch.tensor(list(cont), device=dev)[:, None]).sum()))
     return out
+
+
+def score_batch(ctx: torch.Tensor, choices: torch.Tensor, sim: str, soft_cluster: bool) -> torch.Tensor:
+    """Test 2 scores ``[P, Q, C]`` of choice vectors ``[Q, C, D]`` against context sequences ``[P, m, D]``:
+    the best match over the sequence, ``max_j sim(k_j, e_c)``; with ``soft_cluster`` the sequence is first
+    averaged with weights ``softmax_j(k_j · e_c)`` (one context vector per choice, formed explicitly) and
+    compared once.  ``sim``: ``dot`` or ``cosine``."""
+    assert sim in ("dot", "cosine"), sim
+    if soft_cluster:
+        w = torch.softmax(torch.einsum("qcd,pmd->pqcm", choices, ctx), dim=-1)
+        ctx_c = torch.einsum("pqcm,pmd->pqcd", w, ctx)  # [P, Q, C, D]
+        if sim == "cosine":
+            ctx_c = torch.nn.functional.normalize(ctx_c, p=2, dim=-1)
+            choices = torch.nn.functional.normalize(choices, p=2, dim=-1)
+        return (ctx_c * choices.unsqueeze(0)).sum(-1)
+    if sim == "cosine":
+        ctx = torch.nn.functional.normalize(ctx, p=2, dim=-1)
+        choices = torch.nn.functional.normalize(choices, p=2, dim=-1)
+    return torch.einsum("qcd,pmd->pqcm", choices, ctx).amax(dim=-1)
+
+
+def reference_test2_bundle(bank: VectorBank, nbank: NormedBank, items: Sequence[ItemPlan],
+                           groups: Sequence[Sequence[Scheme]], layer_key: dict[str, str]
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """Test 2 of context groups that share (enc, norm, seg, ex, sim) and the choice encodings (out_layer,
+    out_word), differing in (layer, word), one item at a time: predictions ``[groups, outs, items]`` and the
+    scores they were picked from ``[groups, outs, items, C]`` (after :func:`~walklens.concepts.test2.tie_identical`).
+
+    ``nbank`` is the bank after the groups' NORM.  Per item, the context sequences ``[P, m, D]`` are composed by
+    :func:`~walklens.concepts.compose.compose_context` and scored with :func:`score_batch`."""
+    s0 = groups[0][0]
+    pl = torch.tensor([bank.layer_pos(layer_key[g[0].layer]) for g in groups])
+    pw = torch.tensor([bank.word_pos(g[0].word) for g in groups])
+    ol = torch.tensor([bank.layer_pos(layer_key[s.out_layer_eff]) for s in groups[0]])
+    ow = torch.tensor([bank.word_pos(s.out_word_eff) for s in groups[0]])
+    scores = []
+    for it in items:
+        segs = [nbank[bank.rows(e)][:, pl, pw].transpose(0, 1) for e in it.contexts[s0.enc]]  # [P, n, D] each
+        ctx = compose_context(segs, s0.seg, s0.ex, s0.norm)  # [P, m, D]
+        choice = nbank[bank.rows(it.endings)][:, ol, ow].transpose(0, 1)  # [Q, C, D]
+        sc = score_batch(ctx, choice, s0.sim, s0.ex == "soft_cluster")  # [P, Q, C]
+        scores.append(tie_identical(sc, choice.unsqueeze(0), 2, 2).numpy())
+    out = np.stack(scores, axis=2)  # [P, Q, items, C]
+    return out.argmax(-1).astype(np.uint8), out

@@ -107,7 +107,7 @@ def _finished_db(path: Path) -> None:
     """A small finished database: single-run results and a sweep whose groups span several pages each."""
     import numpy as np
 
-    from walklens.concepts.sweep import SweepStore
+    from walklens.concepts.store import SweepStore
 
     rng = np.random.default_rng(0)
     with ResultStore(path) as rs:
@@ -138,7 +138,7 @@ def test_a_damaged_page_is_refused_by_every_command(tmp_path: Path, capsys: pyte
     import numpy as np
 
     from walklens.cli import main
-    from walklens.concepts.sweep import SweepStore
+    from walklens.concepts.store import SweepStore
     from walklens.errors import InputError
 
     good = tmp_path / "good.sqlite"
@@ -199,7 +199,7 @@ def test_sweep_command_refuses_a_damaged_database(tmp_path: Path, capsys: pytest
 def test_reading_commands_refuse_a_missing_database_and_never_create_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from walklens.cli import main
-    from walklens.concepts.sweep import SweepStore
+    from walklens.concepts.store import SweepStore
     from walklens.errors import InputError
 
     missing = tmp_path / "sub" / "missing.sqlite"
@@ -234,3 +234,54 @@ def test_reading_commands_refuse_a_missing_database_and_never_create_it(
     junk.write_bytes(b"not a database at all" * 300)
     assert main(["hellaswag", "export", str(csv_out), "--db", str(junk)]) == 2
     assert "not a usable SQLite database" in _one_error_line(capsys.readouterr().err)
+
+
+# ---- schema versions ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["schema", "sweep_schema"])
+def test_a_newer_schema_is_refused_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str) -> None:
+    """Each store records its tables' schema version in ``meta``; a database written by a newer walklens (a
+    higher version, for either store) is refused on open, by every command, and left as it is."""
+    from walklens.cli import main
+    from walklens.concepts.store import SweepStore
+    from walklens.errors import InputError
+
+    db = tmp_path / "r.sqlite"
+    _finished_db(db)
+    with sqlite3.connect(db) as con:
+        assert dict(con.execute("SELECT key, value FROM meta")) == {"schema": "1", "sweep_schema": "1"}
+        con.execute("UPDATE meta SET value='7' WHERE key=?", (key,))
+    con.close()
+    before = db.read_bytes()
+    store = SweepStore if key == "sweep_schema" else ResultStore
+    for readonly in (False, True):
+        with pytest.raises(InputError, match=r"schema version 7, newer than this walklens reads \(1\)"):
+            store(db, readonly=readonly)
+    cmd = (["report", "--db", str(db), "--out", str(tmp_path / "rep")] if key == "sweep_schema"
+           else ["hellaswag", "export", str(tmp_path / "x.csv"), "--db", str(db)])
+    assert main(cmd) == 2
+    assert str(db) in _one_error_line(capsys.readouterr().err)
+    assert db.read_bytes() == before and not list(tmp_path.glob("rep/*")) and not (tmp_path / "x.csv").exists()
+    other = ResultStore if store is SweepStore else SweepStore
+    other(db, readonly=True).close()  # the other store's tables are still readable
+
+
+def test_a_database_without_a_sweep_version_is_the_first_layout(tmp_path: Path) -> None:
+    """Sweep tables written before versions were recorded are version 1: read as they are, and the version is
+    recorded by the next writer."""
+    import numpy as np
+
+    from walklens.concepts.store import SweepStore
+
+    db = tmp_path / "r.sqlite"
+    _finished_db(db)
+    with sqlite3.connect(db) as con:
+        con.execute("DELETE FROM meta WHERE key='sweep_schema'")
+    con.close()
+    with SweepStore(db, readonly=True) as st:
+        (run,) = st.runs()
+        assert st.load(run["id"]).acc.shape == (1, 30 * 55)
+    with SweepStore(db) as st:
+        assert st.con.execute("SELECT value FROM meta WHERE key='sweep_schema'").fetchone() == ("1",)
+        assert np.array_equal(st.load(run["id"]).labels, run["labels"])

@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import binomtest
 
 from walklens.concepts import stats
-from walklens.concepts.sweep import SweepStore
+from walklens.concepts.store import SweepStore
 
 N_HELLASWAG = 10_042
 
@@ -101,7 +101,7 @@ def _store(path: Path, n: int, groups: int, outs: int, metrics: list[str], seed:
             if plant and g == groups // 2:
                 preds[:, 0] = labels  # the first scheme of the middle group
             ctx = (f"enc=cross_encoding,layer=E,word=last,norm=None,seg=None,ex=None" if test == 1 and g == 0 else
-                   f"enc=concat_each_example,layer={g % 5},word=w{g},norm=None,seg=mean,ex=mean"
+                   f"enc=concat_each_example,layer={g},word=mean,norm=None,seg=mean,ex=mean"
                    + (",sim=dot" if test == 2 else ""))
             names = [f"out_layer={o},out_word=mean" for o in range(outs)] if test == 2 else [""]
             st.put_groups(rid, [(ctx, names, preds)], metrics, labels, 0.0)
@@ -153,10 +153,10 @@ def test_report_on_full_width_store_has_bounded_memory(tmp_path: Path, monkeypat
 
     n, outs, groups = N_HELLASWAG, 50, 400
     rid, labels = _store(tmp_path / "big.sqlite", n, groups, outs, ["acc"])
-    from walklens.concepts import sweep
+    from walklens.concepts.store import sweeps
 
     calls = []
-    monkeypatch.setattr(sweep, "count_cells", lambda *a, **kw: calls.append(1) or stats.count_cells(*a, **kw))
+    monkeypatch.setattr(sweeps, "count_cells", lambda *a, **kw: calls.append(1) or stats.count_cells(*a, **kw))
     with SweepStore(tmp_path / "big.sqlite", readonly=True) as st:
         tracemalloc.start()
         res = st.load_counts(rid, k=5, chunk=200)
@@ -171,7 +171,7 @@ def test_report_on_full_width_store_has_bounded_memory(tmp_path: Path, monkeypat
     assert np.array_equal((totals / n).astype(np.float32), res.acc[0])  # exact counts for all 20,000 schemes
     m = summ["metrics"]["acc"]
     g = groups // 2
-    planted = f"enc=concat_each_example,layer={g % 5},word=w{g},norm=None,seg=mean,ex=mean,sim=dot,out_layer=0,out_word=mean"
+    planted = f"enc=concat_each_example,layer={g},word=mean,norm=None,seg=mean,ex=mean,sim=dot,out_layer=0,out_word=mean"
     assert m["in_sample"]["scheme"] == planted and m["in_sample"]["acc"] == 1.0
     assert set(m["kfold"]["fold_schemes"]) == {planted} and m["kfold"]["acc"] == 1.0
     assert all(s["scheme"] == planted and s["acc"] == 1.0 for s in m["split"])

@@ -60,17 +60,13 @@ def segment_vectors(lm: "LoadedModel", segments: Sequence[Segment], layers: Sequ
 
 def compose_context(example_vectors: Sequence[torch.Tensor], seg: str | None, ex: str | None,
                     norm: str | None) -> torch.Tensor:
-    """Segment and example aggregation: ``example_vectors`` holds one ``[n_segments, D]`` tensor per example;
-    returns the context's vector sequence ``[m, D]`` (``m = 1`` when everything is averaged)."""
-    parts = []
-    for v in example_vectors:
-        if seg == "mean":
-            parts.append(normalize(v.mean(dim=0, keepdim=True), norm))
-        else:
-            parts.append(v)
-    seq = torch.cat(parts, dim=0)
-    if seq.shape[0] > 1 and ex == "mean":
-        seq = normalize(seq.mean(dim=0, keepdim=True), norm)
+    """Segment and example aggregation: ``example_vectors`` holds one ``[..., n_segments, D]`` tensor per
+    example; returns the context's vector sequence ``[..., m, D]`` (``m = 1`` when everything is averaged).
+    Leading dimensions are independent contexts (the sweep composes every (layer, word) pair at once)."""
+    parts = [normalize(v.mean(dim=-2, keepdim=True), norm) if seg == "mean" else v for v in example_vectors]
+    seq = torch.cat(parts, dim=-2)
+    if seq.shape[-2] > 1 and ex == "mean":
+        seq = normalize(seq.mean(dim=-2, keepdim=True), norm)
     return seq
 
 

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+from tqdm.auto import tqdm
 
 from ..errors import InputError
 from .baseline import accuracy, baseline_items
 from .data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
+from .encode import arch_of
 from .schemes import Scheme
 from .store import ItemResult, ResultStore, RunKey
+from .test1 import test1_items
+from .test2 import test2_item
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
@@ -52,6 +58,11 @@ def normalised(test: float | None, base: float | None) -> float | None:
     return test / base
 
 
+def progress_bar(**kw: Any) -> tqdm:
+    """A tqdm progress bar on stderr (the runner's and the sweep's)."""
+    return tqdm(file=sys.stderr, dynamic_ncols=True, **kw)
+
+
 BatchFn = Callable[["LoadedModel", Sequence[HellaswagItem], Sequence[Sequence[HellaswagItem]]], list[ItemResult]]
 
 #: Items scored together by one call of a test's batch function (and committed to the store together).
@@ -66,12 +77,8 @@ def _batch_fn(test: str, scheme: Scheme | None) -> BatchFn:
     if scheme is None:
         raise InputError(f"{test} needs a scheme")
     if test == "test1":
-        from .test1 import test1_items
-
         return lambda lm, its, exs: test1_items(lm, its, exs, scheme)
     if test == "test2":
-        from .test2 import test2_item
-
         return lambda lm, its, exs: [test2_item(lm, it, ex, scheme) for it, ex in zip(its, exs)]
     raise InputError(f"unknown test {test!r}; use one of {TESTS}")
 
@@ -88,14 +95,9 @@ def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], *, test: str, sc
     scored, and the run's summary row is updated at the end; an interrupted run therefore resumes where it
     stopped.
     """
-    import torch
-    from tqdm.auto import tqdm
-
     if test not in TESTS:
         raise InputError(f"unknown test {test!r}; use one of {TESTS}")
     if test != "baseline":
-        from .encode import arch_of
-
         if scheme is None:
             raise InputError(f"{test} needs a scheme")
         scheme.validate(1 if test == "test1" else 2, arch_of(lm))
@@ -108,8 +110,7 @@ def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], *, test: str, sc
     pool = items if pool is None else pool
     todo = [it for it in items if it.index not in stored]
     computed = 0
-    bar = tqdm(total=len(todo), desc=desc or f"{lm.name} {test}", unit="item", disable=not progress or not todo,
-               file=sys.stderr, dynamic_ncols=True)
+    bar = progress_bar(total=len(todo), desc=desc or f"{lm.name} {test}", unit="item", disable=not progress or not todo)
     try:
         with torch.inference_mode():
             for start in range(0, len(todo), CHUNK):

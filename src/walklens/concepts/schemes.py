@@ -62,6 +62,7 @@ ARCHES: dict[str, str] = {"decoder": "decoder", "decoder-only": "decoder", "caus
 
 _KEYS = ("enc", "layer", "word", "norm", "seg", "ex", "sim", "out_layer", "out_word")
 _OPTIONAL_KEYS = ("sim", "out_layer", "out_word")
+_OUT_KEYS = ("out_layer", "out_word")
 _INT = re.compile(r"[+-]?\d+")
 
 
@@ -69,14 +70,26 @@ def _none(v: str) -> str | None:
     return None if v in ("None", "none", "") else v
 
 
+def _short_repr(v: Any, limit: int = 60) -> str:
+    try:
+        r = repr(v)
+    except ValueError:  # an int too long to print
+        r = f"<{type(v).__name__}>"
+    return r if len(r) <= limit else r[:limit - 3] + "..."
+
+
 def canonical_layer(layer: Any) -> str:
     """``"E"``, ``"middle"`` or a canonical integer string (``"+3"`` → ``"3"``); refuses anything else."""
-    s = str(layer).strip()
-    if s in LAYER_NAMES:
-        return s
-    if _INT.fullmatch(s):
-        return str(int(s))
-    raise InputError(f"invalid layer {layer!r}: use E, middle, a layer index 0..N or a negative index (-1 = top)")
+    try:
+        s = str(layer).strip()
+        if s in LAYER_NAMES:
+            return s
+        if _INT.fullmatch(s):
+            return str(int(s))
+    except ValueError:  # an integer too long for int() / str() (sys.int_info.str_digits_check_threshold)
+        pass
+    raise InputError(f"invalid layer {_short_repr(layer)}: use E, middle, a layer index 0..N or a negative index "
+                     f"(-1 = top)")
 
 
 def resolve_layer(layer: str, n_layers: int) -> int | None:
@@ -138,9 +151,7 @@ class Scheme:
 
     # ---- string form ------------------------------------------------------------------------------------
     def __str__(self) -> str:
-        parts = [f"{k}={getattr(self, k)}" for k in _KEYS if k not in _OPTIONAL_KEYS]
-        parts += [f"{k}={getattr(self, k)}" for k in _OPTIONAL_KEYS if getattr(self, k) is not None]
-        return ",".join(parts)
+        return ",".join(f"{k}={v}" for k, v in self.pairs())
 
     @classmethod
     def parse(cls, s: str) -> "Scheme":
@@ -179,8 +190,9 @@ class Scheme:
 
     @classmethod
     def from_spec(cls, spec: str | None, test: int, arch: str) -> "Scheme":
-        """``None``/``"standard"`` → :meth:`standard`, else :meth:`parse`; then :meth:`validate`."""
-        s = cls.standard(test, arch) if spec in (None, "", "standard") else cls.parse(spec)
+        """``None``/``"standard"`` → :meth:`standard`, else :meth:`parse` (which refuses ``""``); then
+        :meth:`validate`."""
+        s = cls.standard(test, arch) if spec in (None, "standard") else cls.parse(spec)
         s.validate(test, arch)
         return s
 
@@ -233,6 +245,21 @@ class Scheme:
                     raise bad(f"{name}=last takes the last vector as a summary of the sequence, which only holds "
                               f"under causal masking (decoder-only models); use it with layer=E only")
         return self
+
+    # ---- parts of the string form ---------------------------------------------------------------------------
+    def pairs(self) -> list[tuple[str, str]]:
+        """``(key, value)`` of the string form, in its order: the six context fields always, ``sim``,
+        ``out_layer`` and ``out_word`` when set (``str(self)`` joins them as ``key=value``)."""
+        return [(k, str(getattr(self, k))) for k in _KEYS if k not in _OPTIONAL_KEYS or getattr(self, k) is not None]
+
+    def context_part(self) -> str:
+        """``str(self)`` without ``out_layer``/``out_word``: the context group a sweep stores the scheme under."""
+        return ",".join(f"{k}={v}" for k, v in self.pairs() if k not in _OUT_KEYS)
+
+    def out_part(self) -> str:
+        """The choice part of ``str(self)`` (``out_layer=..,out_word=..``; empty for Test 1): ``str(self)`` is
+        ``context_part()`` followed, when this is not empty, by ``,`` and ``out_part()``."""
+        return ",".join(f"{k}={v}" for k, v in self.pairs() if k in _OUT_KEYS)
 
 
 # ---- pure composition functions (A.6), on batched tensors ------------------------------------------------------

@@ -15,7 +15,7 @@ the rest, which removes that selection bias:
 Every estimate needs only, per scheme, the number of items it got right in each *cell* of one partition of
 the items (fold x half, :class:`Cells`): a :class:`Counts` table ``[schemes, 2k]``.  The table is built from a
 boolean correctness matrix ``correct[schemes, items]`` in chunks of schemes (:func:`cell_counts`) or, for a
-stored sweep, straight from the packed predictions (:meth:`~.sweep.SweepStore.load_counts`), so a full grid
+stored sweep, straight from the packed predictions (:meth:`~.store.SweepStore.load_counts`), so a full grid
 (726,000 schemes) over the whole HellaSwag validation set (10,042 items) never forms the dense matrix.
 """
 
@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
+
+from .schemes import Scheme
 
 Z95 = 1.959963984540054
 #: correctness entries (schemes x items) reduced per matrix product in :func:`count_cells` (bounds its memory)
@@ -329,15 +331,14 @@ def marginal_effects(names: Sequence[str], acc: np.ndarray, baseline: float | No
     """Per parameter and value: the number of schemes, the mean and the best (normalised) score.
 
     Values are coded per scheme in one int32 array per parameter (not a list of scheme indices per value), so
-    a million schemes cost a few MB; parameters and values keep their order of first appearance."""
+    a million schemes cost a few MB; parameters and values keep their order of first appearance.  ``names`` are
+    scheme strings (:meth:`~.schemes.Scheme.parse`; a parameter a scheme leaves out, such as Test 1's ``sim``,
+    is not counted for it)."""
     S = len(names)
     values: dict[str, dict[str, int]] = {}
     codes: dict[str, np.ndarray] = {}
     for i, nm in enumerate(names):
-        for part in nm.split(","):
-            if "=" not in part:
-                continue
-            k, v = part.split("=", 1)
+        for k, v in Scheme.parse(nm).pairs():
             vals = values.setdefault(k, {})
             col = codes.get(k)
             if col is None:

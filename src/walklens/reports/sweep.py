@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..concepts.stats import honest_summary_counts, marginal_effects
-from ..concepts.sweep import SweepResults, SweepStore
+from ..concepts.schemes import Scheme
+from ..concepts.store import SweepResults, SweepStore
 from ..outputs import make_dir, write_atomic
 from .html import Report
 
@@ -30,7 +31,8 @@ PARAMS = ("enc", "layer", "word", "norm", "seg", "ex", "sim", "out_layer", "out_
 
 
 def _parse(name: str) -> dict[str, str]:
-    return dict(p.split("=", 1) for p in name.split(",") if "=" in p)
+    """The parameters of a stored scheme name, as they are written in it (:meth:`Scheme.parse`)."""
+    return dict(Scheme.parse(name).pairs())
 
 
 def _tag(run: dict[str, Any]) -> str:
@@ -50,8 +52,6 @@ def write_csv(path: Path, headers: Sequence[str], rows: Sequence[Sequence[Any]])
 
 
 def standard_name(run: dict[str, Any]) -> str:
-    from ..concepts.schemes import Scheme
-
     arch = run.get("arch") or "decoder"
     return str(Scheme.standard(int(run["test"]), arch))
 

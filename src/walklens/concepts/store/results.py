@@ -1,7 +1,7 @@
-"""An embedded SQLite store for HellaSwag runs and per-item results, with resume and CSV/Parquet export.
+"""The results tables: HellaSwag single runs and their per-item results, with resume and CSV/Parquet export.
 
-Layout (one file; WAL journal so readers never block a writer and two writers wait for each other instead of
-corrupting the file; every write is one ``BEGIN IMMEDIATE`` transaction):
+Layout (in the walklens database file, :mod:`.db`; WAL journal so readers never block a writer and two writers
+wait for each other instead of corrupting the file; every write is one ``BEGIN IMMEDIATE`` transaction):
 
 * ``runs``: one row per (model, data, split, shots, test, scheme) with the latest summary: ``n``, ``acc``,
   ``acc_norm`` and ``created``/``updated`` timestamps (UTC, ISO 8601);
@@ -16,36 +16,37 @@ The default file is ``platformdirs.user_data_dir("walklens")/results.sqlite``, o
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sqlite3
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from ..errors import InputError, MissingDependencyError
-from ..outputs import atomic_open, check_file
+from platformdirs import user_data_dir
+
+from ...errors import InputError, MissingDependencyError
+from ...outputs import atomic_open, check_file
+from .db import FIX, connect, open_tables, tables, transaction
 
 SCHEMA_VERSION = 1
 KEY_COLUMNS: tuple[str, ...] = ("model", "data", "split", "shots", "test", "scheme")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
+_SCHEMA = ("""CREATE TABLE IF NOT EXISTS runs (
     model TEXT NOT NULL, data TEXT NOT NULL, split TEXT NOT NULL, shots INTEGER NOT NULL,
     test TEXT NOT NULL, scheme TEXT NOT NULL,
     n INTEGER, acc REAL, acc_norm REAL,
     created TEXT NOT NULL, updated TEXT NOT NULL,
     PRIMARY KEY (model, data, split, shots, test, scheme)
-);
-CREATE TABLE IF NOT EXISTS results (
+)""", """CREATE TABLE IF NOT EXISTS results (
     model TEXT NOT NULL, data TEXT NOT NULL, split TEXT NOT NULL, shots INTEGER NOT NULL,
     test TEXT NOT NULL, scheme TEXT NOT NULL, item INTEGER NOT NULL,
     gold INTEGER NOT NULL, pred INTEGER NOT NULL, pred_norm INTEGER NOT NULL, scores TEXT NOT NULL,
     PRIMARY KEY (model, data, split, shots, test, scheme, item)
-) WITHOUT ROWID;
-"""
+) WITHOUT ROWID""")
 
 
 def default_db_path() -> Path:
@@ -53,63 +54,11 @@ def default_db_path() -> Path:
     env = os.environ.get("WALKLENS_DB")
     if env:
         return Path(env).expanduser()
-    from platformdirs import user_data_dir
-
     return Path(user_data_dir("walklens")) / "results.sqlite"
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def tables(conn: sqlite3.Connection) -> set[str]:
-    """Names of the tables in a database."""
-    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-
-def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sqlite3.Connection:
-    """Open a walklens SQLite file (shared by :class:`ResultStore` and :class:`~.sweep.SweepStore`).
-
-    Refuses, with one :class:`InputError` naming the file, a path that is not a regular file, a missing file
-    when ``readonly`` (reading commands never create a database), a file that is not SQLite, and a database
-    that fails ``PRAGMA quick_check`` (a damaged page), so nothing is computed on top of a broken file.
-    Writers get WAL mode, ``busy_timeout`` and ``synchronous=NORMAL``; readers get ``query_only``.
-    """
-    if str(path) == ":memory:":
-        return sqlite3.connect(":memory:", isolation_level=None)
-    if path.exists() and not path.is_file():
-        raise InputError(f"{path}: not a regular file")
-    if readonly and not path.exists():
-        raise InputError(f"{path}: no such database")
-    if not readonly:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    uri = path.resolve().as_uri() + ("?mode=rw" if readonly else "?mode=rwc")
-    fix = "restore it or start a new database"
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
-    except sqlite3.Error as e:
-        raise InputError(f"{path}: cannot open the database ({e})") from None
-    try:
-        conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
-        check = [str(r[0]) for r in conn.execute("PRAGMA quick_check(3)").fetchall()]
-        if check != ["ok"]:
-            detail = "; ".join(c.replace("\n", " ") for c in check)
-            raise InputError(f"{path} is corrupted (quick_check: {detail}); {fix}")
-        if readonly:
-            conn.execute("PRAGMA query_only=ON")
-        else:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-    except sqlite3.OperationalError as e:  # locked, unreadable: the file may well be fine
-        conn.close()
-        raise InputError(f"{path}: cannot use the database ({e})") from None
-    except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed"
-        conn.close()
-        raise InputError(f"{path}: not a usable SQLite database ({e}); {fix}") from None
-    except BaseException:
-        conn.close()
-        raise
-    return conn
 
 
 @dataclass(frozen=True)
@@ -145,25 +94,16 @@ class ResultStore:
     def __init__(self, path: str | os.PathLike[str] | None = None, timeout: float = 60.0,
                  readonly: bool = False) -> None:
         """Open (and create, unless ``readonly``) the database; ``readonly`` refuses a missing file and never
-        writes (no schema, no journal-mode change)."""
+        writes (no schema, no journal-mode change).  A database of a newer schema is refused
+        (:func:`~.db.open_tables`)."""
         self.path = Path(path).expanduser() if path is not None else default_db_path()
         self._conn = connect(self.path, timeout=timeout, readonly=readonly)
         try:
-            if not readonly:
-                with self.transaction():
-                    for stmt in _SCHEMA.strip().split(";"):
-                        if stmt.strip():
-                            self._conn.execute(stmt)
-                    if self._conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone() is None:
-                        self._conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            if "meta" in tables(self._conn):
-                row = self._conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-                if row is not None and int(row[0]) != SCHEMA_VERSION:
-                    raise InputError(f"{self.path}: results database schema {row[0]}, this walklens reads "
-                                     f"{SCHEMA_VERSION}")
+            open_tables(self._conn, self.path, what="results", key="schema", version=SCHEMA_VERSION, ddl=_SCHEMA,
+                        readonly=readonly)
         except sqlite3.DatabaseError as e:
             self._conn.close()
-            raise InputError(f"{self.path}: not a usable results database ({e})") from None
+            raise InputError(f"{self.path}: not a usable results database ({e}); {FIX}") from None
         except BaseException:
             self._conn.close()
             raise
@@ -172,26 +112,15 @@ class ResultStore:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "ResultStore":
+    def __enter__(self) -> ResultStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    class _Tx:
-        def __init__(self, conn: sqlite3.Connection) -> None:
-            self.conn = conn
-
-        def __enter__(self) -> sqlite3.Connection:
-            self.conn.execute("BEGIN IMMEDIATE")
-            return self.conn
-
-        def __exit__(self, et: type | None, *rest: object) -> None:
-            self.conn.execute("COMMIT" if et is None else "ROLLBACK")
-
-    def transaction(self) -> "ResultStore._Tx":
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on error)."""
-        return ResultStore._Tx(self._conn)
+        return transaction(self._conn)
 
     # ---- writing -------------------------------------------------------------------------------------------
     def add_results(self, key: RunKey, results: Iterable[ItemResult]) -> int:
@@ -274,8 +203,6 @@ class ResultStore:
         rows = list(self.iter_rows(table, **filters))
         cols = [d for d in (rows[0].keys() if rows else self._columns(table))]
         if out.suffix == ".csv":
-            import csv
-
             with atomic_open(out, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=cols)
                 w.writeheader()

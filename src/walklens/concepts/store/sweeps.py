@@ -1,0 +1,298 @@
+"""The sweep tables (seed 000, sec. 5.1): every scheme's per-item picks, 2 bits each, one row per context group.
+
+In the walklens database file beside the results tables (:mod:`.results`), in two tables of their own:
+``sweep_runs`` (one row per model, data, split, shots, test and item set) and ``sweep_groups`` (one row per
+context group: the choice parts of its schemes, their accuracies and their predictions packed 2 bits per item),
+so a million schemes are a few thousand rows.  :func:`~walklens.concepts.sweep.run_sweep` writes a bundle's
+groups in one transaction; a killed sweep resumes at the first unstored group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ...errors import InputError
+from ..stats import Cells, Counts, cell_counts, count_cells
+from .db import FIX, connect, open_tables, tables, transaction
+
+#: The layout of the sweep tables (``sweep_schema`` in ``meta``; see :func:`~.db.open_tables`).
+SCHEMA_VERSION = 1
+
+_SCHEMA = ("""CREATE TABLE IF NOT EXISTS sweep_runs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  model TEXT NOT NULL, data TEXT NOT NULL, split TEXT NOT NULL, shots INTEGER NOT NULL, test INTEGER NOT NULL,
+  items_hash TEXT NOT NULL, n_items INTEGER NOT NULL, labels BLOB NOT NULL, item_index TEXT NOT NULL,
+  arch TEXT NOT NULL, n_layers INTEGER NOT NULL,
+  baseline_acc REAL, baseline_acc_norm REAL, baseline_preds BLOB,
+  created REAL NOT NULL,
+  UNIQUE(model, data, split, shots, test, items_hash)
+)""", """CREATE TABLE IF NOT EXISTS sweep_groups (
+  run_id INTEGER NOT NULL REFERENCES sweep_runs(id),
+  context TEXT NOT NULL,          -- Scheme.context_part(): enc=..,layer=..,word=..,norm=..,seg=..,ex=..(,sim=..)
+  outs TEXT NOT NULL,             -- JSON list of Scheme.out_part() (out_layer=..,out_word=..), '' for Test 1
+  metrics TEXT NOT NULL,          -- JSON list: ["acc"] (Test 2) or ["acc", "acc_norm"] (Test 1)
+  acc BLOB NOT NULL,              -- float32 [metrics, outs]
+  preds BLOB NOT NULL,            -- 2-bit packed [metrics, outs, items]
+  seconds REAL NOT NULL,
+  PRIMARY KEY (run_id, context)
+)""")
+
+_RUN_COLUMNS = ("id", "model", "data", "split", "shots", "test", "items_hash", "n_items", "labels", "item_index",
+                "arch", "n_layers", "baseline_acc", "baseline_acc_norm", "baseline_preds")
+
+#: predictions (schemes x items) unpacked at a time by :meth:`SweepStore.load_counts` (about 16 MB per metric)
+COUNT_CHUNK_ELEMS = 1 << 24
+
+
+def pack_predictions(pred: np.ndarray) -> bytes:
+    """Pack choice indices 0..3 two bits each (``pred``: any shape, flattened in C order)."""
+    p = np.ascontiguousarray(pred, dtype=np.uint8).ravel()
+    if p.size and p.max() > 3:
+        raise ValueError("predictions must be 0..3")
+    pad = (-p.size) % 4
+    p = np.concatenate([p, np.zeros(pad, np.uint8)]).reshape(-1, 4)
+    return (p[:, 0] | (p[:, 1] << 2) | (p[:, 2] << 4) | (p[:, 3] << 6)).astype(np.uint8).tobytes()
+
+
+def unpack_predictions(blob: bytes, n: int) -> np.ndarray:
+    """Inverse of :func:`pack_predictions`: the first ``n`` choice indices (uint8)."""
+    b = np.frombuffer(blob, dtype=np.uint8)
+    p = np.stack([b & 3, (b >> 2) & 3, (b >> 4) & 3, (b >> 6) & 3], axis=1).ravel()
+    return p[:n].copy()
+
+
+@dataclass
+class SweepResults:
+    """All stored schemes of one sweep run: ``acc[metric, scheme]``, and either ``preds[metric, scheme, item]``
+    (:meth:`SweepStore.load`) or ``hits[metric, scheme, cell]`` over the partition ``cells``
+    (:meth:`SweepStore.load_counts`)."""
+
+    run: dict[str, Any]
+    schemes: list[str]
+    metrics: list[str]
+    acc: np.ndarray
+    preds: np.ndarray | None = None
+    hits: np.ndarray | None = None
+    cells: Cells | None = None
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.run["labels"]
+
+    def correct(self, metric: str = "acc") -> np.ndarray:
+        """Boolean ``[schemes, items]``: did the scheme pick the gold ending."""
+        if self.preds is None:
+            raise ValueError("loaded without predictions")
+        return self.preds[self.metrics.index(metric)] == self.labels[None, :]
+
+    def baseline(self, metric: str = "acc") -> float | None:
+        v = self.run["baseline_acc" if metric == "acc" else "baseline_acc_norm"]
+        return None if v is None else float(v)
+
+    def counts(self, metric: str = "acc", k: int = 5, seed: int = 0) -> Counts:
+        """:class:`~..stats.Counts` over ``Cells.build(items, min(k, items), seed)``: the streamed table when
+        loaded by :meth:`SweepStore.load_counts` with that partition, else computed from the predictions."""
+        n = len(self.labels)
+        want = (min(k, n), seed)
+        if self.hits is not None and self.cells is not None and (self.cells.k, self.cells.seed) == want:
+            return Counts(hits=self.hits[self.metrics.index(metric)], cells=self.cells)
+        if self.preds is None:
+            raise ValueError(f"loaded without predictions, with counts for other folds than k={k}, seed={seed}")
+        return cell_counts(self.correct(metric), Cells.build(n, *want))
+
+
+@dataclass
+class _Group:
+    """One stored row of ``sweep_groups``, decoded but for its packed predictions."""
+
+    names: list[str]
+    metrics: list[str]
+    acc: np.ndarray  # float32 [metrics, outs]
+    packed: bytes
+
+    def preds(self, n: int) -> np.ndarray:
+        """The group's predictions ``[metrics, outs, n]``."""
+        M, O = self.acc.shape
+        return unpack_predictions(self.packed, M * O * n).reshape(M, O, n)
+
+
+class SweepStore:
+    """The sweep's tables inside an SQLite database file (WAL mode; every write one transaction).
+
+    Two processes may sweep into the same file at once: each group is written with ``INSERT OR IGNORE``
+    inside a transaction (SQLite serialises writers; ``busy_timeout`` waits), so the file is never corrupted
+    and a group computed by both is stored once, with the same content.  Opening checks the file
+    (:func:`~.db.connect`: a damaged database is refused) and the sweep tables' schema version (a newer one is
+    refused); ``readonly`` (the report) never creates or changes it.
+    """
+
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self.con = connect(self.path, timeout=60.0, readonly=readonly)
+        try:
+            open_tables(self.con, self.path, what="sweep", key="sweep_schema", version=SCHEMA_VERSION, ddl=_SCHEMA,
+                        readonly=readonly)
+            self._has_tables = {"sweep_runs", "sweep_groups"} <= tables(self.con)
+        except sqlite3.DatabaseError as e:
+            self.con.close()
+            raise InputError(f"{self.path}: not a usable SQLite database ({e}); {FIX}") from None
+        except BaseException:
+            self.con.close()
+            raise
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+        """Rows of a query; a read error (a page damaged after opening) is one :class:`InputError`."""
+        try:
+            yield from self.con.execute(sql, args)
+        except sqlite3.DatabaseError as e:
+            raise InputError(f"{self.path}: cannot read the database ({e}); if it is damaged, {FIX}") from None
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> SweepStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- runs ----------------------------------------------------------------------------------------------
+    def run_id(self, *, model: str, data: str, split: str, shots: int, test: int, labels: Sequence[int],
+               item_index: Sequence[int], arch: str, n_layers: int) -> int:
+        """The id of the run of these items (created on first use)."""
+        items_hash = hashlib.sha256(json.dumps([list(map(int, item_index)), list(map(int, labels))]).encode()
+                                    ).hexdigest()[:16]
+        key = (model, data, split, int(shots), int(test), items_hash)
+        with transaction(self.con) as c:
+            c.execute(
+                "INSERT OR IGNORE INTO sweep_runs (model,data,split,shots,test,items_hash,n_items,labels,item_index,"
+                "arch,n_layers,created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (*key, len(labels), bytes(np.asarray(labels, np.uint8)), json.dumps(list(map(int, item_index))),
+                 arch, int(n_layers), time.time()))
+        row = self.con.execute("SELECT id FROM sweep_runs WHERE model=? AND data=? AND split=? AND shots=? AND "
+                               "test=? AND items_hash=?", key).fetchone()
+        return int(row[0])
+
+    def set_baseline(self, run_id: int, acc: float, acc_norm: float, preds: np.ndarray) -> None:
+        """The baseline of the same items, model and shots (normalised score = acc / baseline acc)."""
+        self.con.execute("UPDATE sweep_runs SET baseline_acc=?, baseline_acc_norm=?, baseline_preds=? WHERE id=?",
+                         (float(acc), float(acc_norm), pack_predictions(preds), run_id))
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every sweep run, with its labels, item indices and baseline picks decoded."""
+        if not self._has_tables:  # a database opened readonly that never held a sweep
+            return []
+        out = []
+        for r in list(self._rows(f"SELECT {','.join(_RUN_COLUMNS)} FROM sweep_runs ORDER BY id")):
+            d = dict(zip(_RUN_COLUMNS, r))
+            d["labels"] = np.frombuffer(d["labels"], np.uint8).copy()
+            d["item_index"] = json.loads(d["item_index"])
+            if d["baseline_preds"] is not None:
+                d["baseline_preds"] = unpack_predictions(d["baseline_preds"], 2 * d["n_items"]).reshape(2, -1)
+            out.append(d)
+        return out
+
+    def _run(self, run_id: int) -> dict[str, Any]:
+        run = next((r for r in self.runs() if r["id"] == run_id), None)
+        if run is None:
+            raise InputError(f"{self.path}: no sweep run {run_id}")
+        return run
+
+    # ---- groups ---------------------------------------------------------------------------------------------
+    def done(self, run_id: int) -> set[str]:
+        """The context parts of the groups already stored for a run."""
+        return {r[0] for r in self.con.execute("SELECT context FROM sweep_groups WHERE run_id=?", (run_id,))}
+
+    def put_group(self, run_id: int, context: str, outs: Sequence[str], metrics: Sequence[str],
+                  preds: np.ndarray, labels: np.ndarray, seconds: float) -> None:
+        """Store one group: ``preds`` ``[metrics, outs, items]`` choice indices."""
+        self.put_groups(run_id, [(context, outs, preds)], metrics, labels, seconds)
+
+    def put_groups(self, run_id: int, groups: Sequence[tuple[str, Sequence[str], np.ndarray]],
+                   metrics: Sequence[str], labels: np.ndarray, seconds: float) -> None:
+        """Store several groups ``(context, outs, preds [metrics, outs, items])`` in one transaction (groups
+        already stored are left as they are)."""
+        rows = []
+        for context, outs, preds in groups:
+            acc = (preds == labels[None, None, :]).mean(axis=-1).astype(np.float32)
+            rows.append((run_id, context, json.dumps(list(outs)), json.dumps(list(metrics)), acc.tobytes(),
+                         pack_predictions(preds), float(seconds)))
+        with transaction(self.con) as c:
+            c.executemany("INSERT OR IGNORE INTO sweep_groups VALUES (?,?,?,?,?,?,?)", rows)
+
+    def _groups(self, run_id: int) -> Iterator[_Group]:
+        """The stored groups of a run in the order of their context part (one set of metrics throughout)."""
+        metrics: list[str] | None = None
+        for ctx, outs, mets, acc, pb in self._rows(
+                "SELECT context, outs, metrics, acc, preds FROM sweep_groups WHERE run_id=? ORDER BY context",
+                (run_id,)):
+            outs_l, mets_l = json.loads(outs), json.loads(mets)
+            if metrics is None:
+                metrics = mets_l
+            elif mets_l != metrics:
+                raise InputError(f"{self.path}: sweep run {run_id} mixes metrics {metrics} and {mets_l}")
+            yield _Group(names=[f"{ctx},{o}" if o else ctx for o in outs_l], metrics=mets_l,
+                         acc=np.frombuffer(acc, np.float32).reshape(len(mets_l), len(outs_l)), packed=pb)
+
+    def load(self, run_id: int, with_preds: bool = True) -> SweepResults:
+        """Every stored scheme of a run: names, accuracy per metric and (optionally) predictions, dense
+        ``[metrics, schemes, items]`` (a full grid over all items is gigabytes: see :meth:`load_counts`)."""
+        run = self._run(run_id)
+        n = int(run["n_items"])
+        groups = list(self._groups(run_id))
+        metrics = groups[0].metrics if groups else ["acc"]
+        names = [s for g in groups for s in g.names]
+        A = np.concatenate([g.acc for g in groups], axis=1) if groups else np.zeros((len(metrics), 0), np.float32)
+        Pr = np.concatenate([g.preds(n) for g in groups], axis=1) if groups and with_preds else None
+        return SweepResults(run=run, schemes=names, metrics=metrics, acc=A, preds=Pr)
+
+    def load_counts(self, run_id: int, k: int = 5, seed: int = 0, chunk: int | None = None) -> SweepResults:
+        """Every stored scheme of a run with, instead of predictions, its hits per cell of the item partition
+        ``Cells.build(n, min(k, n), seed)`` (:mod:`..stats`: all the held-out statistics need).
+
+        The 2-bit predictions are streamed from the database ``chunk`` schemes at a time (default: about
+        :data:`COUNT_CHUNK_ELEMS` predictions; never less than one group) and each chunk is reduced at once,
+        so memory is O(schemes x 2k + chunk x items), not the dense O(schemes x items) of :meth:`load`.  The
+        counts equal those of the dense correctness matrix exactly (integers)."""
+        run = self._run(run_id)
+        n = int(run["n_items"])
+        labels = run["labels"]
+        cells = Cells.build(n, min(k, n), seed)
+        onehot = cells.onehot(np.float32 if n < (1 << 24) else np.float64)
+        rows = max(1, chunk if chunk else COUNT_CHUNK_ELEMS // max(n, 1))
+        names: list[str] = []
+        accs: list[np.ndarray] = []
+        hits: list[np.ndarray] = []
+        pending: list[_Group] = []  # groups not yet reduced
+        metrics = ["acc"]
+
+        def flush() -> None:
+            block = np.empty((len(metrics), sum(len(g.names) for g in pending), n), np.uint8)
+            a = 0
+            for g in pending:
+                block[:, a:a + len(g.names)] = g.preds(n)
+                a += len(g.names)
+            hits.append(np.stack([count_cells(block[m] == labels[None, :], cells, onehot) for m in range(len(block))])
+                        .astype(np.int32))
+            pending.clear()
+
+        for g in self._groups(run_id):
+            metrics = g.metrics
+            names += g.names
+            accs.append(g.acc)
+            pending.append(g)
+            if sum(len(p.names) for p in pending) >= rows:
+                flush()
+        if pending:
+            flush()
+        A = np.concatenate(accs, axis=1) if accs else np.zeros((len(metrics), 0), np.float32)
+        H = np.concatenate(hits, axis=1) if hits else np.zeros((len(metrics), 0, cells.n_cells), np.int32)
+        return SweepResults(run=run, schemes=names, metrics=metrics, acc=A, hits=H, cells=cells)

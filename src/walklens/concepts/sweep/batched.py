@@ -1,0 +1,173 @@
+"""The sweep's batched Test 2 and Test 1 maths (seed 000, sec. 5.1.1-5.1.2, A.6), read from the vector bank.
+
+* Test 2: context groups that differ only in (layer, word) form a bundle.  For a chunk of items, the context
+  sequences of all (layer, word) pairs ``[n, m, P, D]`` (segment and example aggregation with masked padding)
+  meet all choice vectors ``[n, C, Q, D]`` in :func:`~..test2.batched_scores` (one ``bmm``; the same scorer the
+  single-scheme runner uses).  Pairs with bit-identical bank vectors are computed once.
+* Test 1: the concept sequence of each item (:func:`~..compose.compose_context` of bank rows) replaces the
+  context; :func:`~..packing.packed_logliks` scores the endings after it, identical sequences once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import torch
+
+from ...errors import InputError
+from ..compose import compose_context
+from ..encode import input_embeddings, n_prefix_tokens
+from ..packing import packed_logliks
+from ..request import ScoreRequest
+from ..schemes import Scheme, normalize
+from ..test2 import batched_scores
+from .bank import NormedBank, VectorBank
+from .plan import ItemPlan
+
+if TYPE_CHECKING:
+    from ...loading import LoadedModel
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class EncLayout:
+    """Padded text-row indices of one encoding scheme over all items: ``seg[N, E, S]`` (row in the bank,
+    0 where padded), ``smask[N, E, S]`` (a real segment), ``emask[N, E]`` (a real example), ``end[N, C]``."""
+
+    seg: Tensor
+    smask: Tensor
+    emask: Tensor
+    end: Tensor
+
+    @classmethod
+    def build(cls, bank: VectorBank, items: Sequence[ItemPlan], enc: str) -> EncLayout:
+        E = max(len(it.contexts[enc]) for it in items)
+        S = max(len(e) for it in items for e in it.contexts[enc])
+        seg = torch.zeros(len(items), E, S, dtype=torch.long)
+        smask = torch.zeros(len(items), E, S, dtype=torch.bool)
+        for n, it in enumerate(items):
+            for e, ex in enumerate(it.contexts[enc]):
+                seg[n, e, :len(ex)] = torch.tensor(bank.rows(ex), dtype=torch.long)
+                smask[n, e, :len(ex)] = True
+        end = torch.tensor([bank.rows(it.endings) for it in items], dtype=torch.long)
+        return cls(seg=seg, smask=smask, emask=smask.any(-1), end=end)
+
+    def same_cut(self, other: EncLayout) -> bool:
+        """Whether two encoding schemes cut every item into the very same examples and segments (e.g. all
+        example-level schemes in zero-shot, where the query is the only example and one segment)."""
+        return (self.seg.shape == other.seg.shape and torch.equal(self.seg, other.seg)
+                and torch.equal(self.smask, other.smask) and torch.equal(self.end, other.end))
+
+
+def _masked_mean(x: Tensor, mask: Tensor, dim: int) -> Tensor:
+    """Mean of ``x`` over ``dim`` counting only ``mask`` (broadcast over the trailing dims of x)."""
+    m = mask.to(x.dtype)
+    while m.dim() < x.dim():
+        m = m.unsqueeze(-1)
+    return (x * m).sum(dim) / m.sum(dim).clamp_min(1.0)
+
+
+def _unique_pairs(layers: Sequence[int], words: Sequence[int]) -> tuple[Tensor, Tensor, np.ndarray]:
+    """Distinct (layer, word) pairs in first-seen order and, for each input pair, its position among them."""
+    first: dict[tuple[int, int], int] = {}
+    inv = [first.setdefault((l, w), len(first)) for l, w in zip(layers, words)]
+    u = list(first)
+    return (torch.tensor([k[0] for k in u]), torch.tensor([k[1] for k in u]), np.asarray(inv, dtype=np.int64))
+
+
+def _compose_masked(x: Tensor, smask: Tensor, emask: Tensor, norm: str | None, seg: str | None, ex: str | None
+                    ) -> tuple[Tensor, Tensor]:
+    """:func:`~..compose.compose_context` of padded segment vectors ``x`` ``[n, E, S, P, D]``: the context
+    sequences ``[n, m, P, D]`` and their real positions ``[n, m]`` (``soft_cluster`` is left to the scorer)."""
+    n, E, S, P, D = x.shape
+    if seg == "mean":
+        seq = normalize(_masked_mean(x, smask, dim=2), norm)  # [n, E, P, D]
+        mmask = emask  # [n, E]
+    else:
+        seq = x.reshape(n, E * S, P, D)
+        mmask = smask.reshape(n, E * S)
+    if ex == "mean":  # only where more than one vector remains (A.6)
+        avg = normalize(_masked_mean(seq, mmask, dim=1), norm).unsqueeze(1)  # [n, 1, P, D]
+        first = seq[torch.arange(n), mmask.to(torch.int8).argmax(-1)].unsqueeze(1)  # the single real vector
+        seq = torch.where((mmask.sum(-1) > 1)[:, None, None, None], avg, first)
+        mmask = torch.ones(n, 1, dtype=torch.bool)
+    return seq, mmask
+
+
+def test2_bundle_batched(bank: VectorBank, nbank: NormedBank, layout: EncLayout, groups: Sequence[Sequence[Scheme]],
+                         layer_key: dict[str, str], chunk: int = 8, alias: Sequence[int] | None = None) -> np.ndarray:
+    """Test 2 predictions ``[groups, outs, items]`` of context groups that share (enc, norm, seg, ex, sim) and
+    the list of choice encodings (out_layer, out_word), differing in (layer, word).
+
+    ``nbank`` is the bank after the groups' NORM, ``layout`` the encoding's :class:`EncLayout`.  Items go in
+    chunks of ``chunk``, padding masked out; the scores are :func:`~..test2.batched_scores`.  Pairs whose bank
+    vectors are bit-identical (``alias``: :meth:`~.bank.VectorBank.layer_alias`) are computed once.
+    """
+    s0 = groups[0][0]
+    if s0.sim not in ("dot", "cosine"):
+        raise InputError(f"invalid similarity {s0.sim!r}; use dot or cosine")
+    alias = bank.layer_alias() if alias is None else alias
+    # identical (layer, word) vectors give identical predictions: compute each distinct pair once
+    pl, pw, p_inv = _unique_pairs([alias[bank.layer_pos(layer_key[g[0].layer])] for g in groups],
+                                  [bank.word_pos(g[0].word) for g in groups])
+    ol, ow, q_inv = _unique_pairs([alias[bank.layer_pos(layer_key[s.out_layer_eff])] for s in groups[0]],
+                                  [bank.word_pos(s.out_word_eff) for s in groups[0]])
+    N, D = layout.seg.shape[0], nbank.shape[-1]
+    preds = np.empty((len(pl), len(ol), N), np.uint8)
+    for a in range(0, N, chunk):
+        sl = slice(a, min(N, a + chunk))
+        idx = layout.seg[sl]
+        n, E, S = idx.shape
+        x = nbank[idx.reshape(-1)][:, pl, pw].reshape(n, E, S, len(pl), D)  # [n, E, S, P, D]
+        seq, mmask = _compose_masked(x, layout.smask[sl], layout.emask[sl], s0.norm, s0.seg, s0.ex)
+        ch = nbank[layout.end[sl].reshape(-1)][:, ol, ow].reshape(n, -1, len(ol), D)  # [n, C, Q, D]
+        score = batched_scores(seq, mmask, ch, s0.sim, s0.ex == "soft_cluster")  # [n, P, C, Q]
+        preds[:, :, sl] = score.argmax(2).permute(1, 2, 0).numpy()  # [P, Q, n]
+    return preds[p_inv][:, q_inv]
+
+
+def test1_predictions(lm: LoadedModel, bank: VectorBank, nbank: NormedBank, items: Sequence[ItemPlan],
+                      scheme: Scheme, layer_key: dict[str, str], conts: Sequence[Sequence[Sequence[int]]],
+                      memo: dict[bytes, list[float]]) -> np.ndarray:
+    """Test 1 (pyramidal generation, sec. 5.1.1) predictions ``[2, 1, items]`` (acc, acc_norm) of one scheme.
+
+    The concept sequence of each item (from the bank; Gemma's BOS embedding in front, as
+    :func:`~..test1.concept_sequence`) replaces the context; :func:`~..packing.packed_logliks` scores the
+    baseline's continuation tokens of the four endings after it, every item's request packed into shared
+    forward passes.  ``memo`` maps the bytes of a concept sequence (and its continuations) to its four
+    log-likelihoods, so schemes that give the same sequence (e.g. every EXAMPLE_AGG of a one-example context)
+    share one pass.
+    """
+    if lm.adapter.auto_class != "causal":
+        raise InputError("the Test 1 sweep supports decoder-only models (use walklens hellaswag test1 for others)")
+    lk, wk = bank.layer_pos(layer_key[scheme.layer]), bank.word_pos(scheme.word)
+    dtype = lm.model.get_input_embeddings().weight.dtype
+    prefix = None
+    if n_prefix_tokens(lm):
+        with torch.inference_mode():
+            bos = torch.tensor([lm.tokenizer.bos_token_id], device=lm.device)
+            prefix = input_embeddings(lm, bos).float().cpu()
+    keys: list[bytes] = []
+    new: dict[bytes, ScoreRequest] = {}
+    for j, it in enumerate(items):
+        segs = [nbank[bank.rows(e)][:, lk, wk] for e in it.contexts[scheme.enc]]  # [n_segments, D] per example
+        seq = compose_context(segs, scheme.seg, scheme.ex, scheme.norm)
+        if prefix is not None:
+            seq = torch.cat([prefix, seq], dim=0)
+        seq = seq.to(dtype).contiguous()
+        key = hashlib.sha256(seq.view(torch.uint8).numpy().tobytes() + json.dumps(conts[j]).encode()).digest()
+        keys.append(key)
+        if key not in memo and key not in new:
+            new[key] = ScoreRequest(conts[j], context_embeds=seq)
+    memo.update(zip(new, packed_logliks(lm, list(new.values()))))
+    preds = np.empty((2, 1, len(items)), np.uint8)
+    for j, (it, key) in enumerate(zip(items, keys)):
+        ll = np.asarray(memo[key], dtype=np.float64)
+        preds[0, 0, j] = int(np.argmax(ll))
+        preds[1, 0, j] = int(np.argmax(ll / np.asarray(it.ending_chars, dtype=np.float64)))
+    return preds
