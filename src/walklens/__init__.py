@@ -53,7 +53,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
                  "SteeringSweep"),
     # hooks and interventions
     "interventions": ("Hooks", "ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers",
-                      "SteerEdit"),
+                      "SteerEdit", "upcast", "outside_layers", "attention_kernel"),
 }
 
 _EXPORTS: dict[str, str] = {name: module for module, names in _PUBLIC.items() for name in names}

@@ -38,6 +38,7 @@ from .errors import InputError
 from .interventions import Hooks, distinct, first_output
 from .models.base import HeadWeights, get_module
 from .ov import FactoredMatrix
+from .precision import IDENTITY_REL_TOL, dtype_name, is_low_precision, parse_dtype
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -176,7 +177,8 @@ def head_matrices(lm: LoadedModel, layer: int, stack: str | None = None, cross: 
 
     ``layer`` may be negative (from the top).  ``stack``: ``"enc"``/``"dec"`` for T5 (default: the last stack,
     the decoder); ``cross=True``: the T5 decoder's cross-attention (keys and values from the encoder output).
-    The weights are copied to the CPU in float32 (traces live there too).
+    The weights are copied to the CPU in float32 (traces live there too; exact from a bfloat16 or float16 model,
+    so norms, SVDs and eigenvalues of W_vo,h and W_qk,h are float32 computations from the model's own weights).
     """
     spec_name = _stack_name(lm, stack)
     n = lm.adapter.n_layers(lm.model.config)
@@ -216,12 +218,14 @@ class IdentityCheck:
 class IdentityResult(Mapping[str, float]):
     """Max absolute error of the A.3 identity per attention module, keyed ``"L{l}.attn"`` (``"enc.L0.attn"``,
     ``"dec.L0.cross"`` for T5), in layer order.  Behaves as a read-only dict name -> error (``res[0]`` is the
-    first module's error); ``checks`` has the details, ``trace`` the captured forward pass."""
+    first module's error); ``checks`` has the details, ``trace`` the captured forward pass, ``model_dtype`` the
+    dtype the model ran in."""
 
     checks: tuple[IdentityCheck, ...]
     model_name: str = ""
     tokens: tuple[str, ...] = ()
     trace: Trace | None = field(default=None, repr=False, compare=False)
+    model_dtype: str = "float32"
 
     def __getitem__(self, key: str | int) -> float:  # type: ignore[override]
         """Error of module ``key`` (``"L3.attn"``), or of the ``key``-th checked module when an int."""
@@ -242,8 +246,21 @@ class IdentityResult(Mapping[str, float]):
     def max_error(self) -> float:
         return max(c.max_abs_error for c in self.checks)
 
-    def holds(self, tol: float = 1e-4) -> bool:
-        return self.max_error <= tol
+    @property
+    def max_rel_error(self) -> float:
+        """The largest :attr:`IdentityCheck.rel_error` (error over the scale of the module's real output)."""
+        return max(c.rel_error for c in self.checks)
+
+    def holds(self, tol: float | None = None) -> bool:
+        """Whether the identity holds: ``max_error <= tol`` when ``tol`` is given; else, for a float32 model,
+        ``max_error <= 1e-4``, and for a bfloat16 / float16 model ``max_rel_error <=``
+        :data:`~walklens.precision.IDENTITY_REL_TOL` (8 unit roundoffs of its dtype: 2**-5 in bfloat16)."""
+        if tol is not None:
+            return self.max_error <= tol
+        dtype = parse_dtype(self.model_dtype)
+        if is_low_precision(dtype):
+            return self.max_rel_error <= IDENTITY_REL_TOL[dtype]
+        return self.max_error <= 1e-4
 
 
 MatricesFn = Callable[[str, int, bool], HeadMatrices]
@@ -261,10 +278,12 @@ def attention_identity(lm: LoadedModel, text: str, *, decoder_text: str | None =
     One forward pass captures, per module, its input X (already normed), its attention probabilities A_h and
     its real output before any post-norm or residual add (``StackSpec.attn_proj_path``: the raw ``self_attn``
     output for Gemma 3, the W_o projection before the LayerNorm for BERT/ALBERT).  The recomputation runs in
-    float64 from the captured fp32 tensors, so the error measures the model's own rounding.  For T5 cross-attention X
-    for keys and values is the encoder's final output.  Returns the max absolute error per module (fp32
-    models hold it to ~1e-6).  ``matrices(stack, layer, cross)`` overrides where W_vo comes from (tests use
-    it to show a wrong W_vo fails).
+    float64 from the captured tensors (recorded in float32, exact for a bfloat16 or float16 model too) and from
+    the weights converted to float64 (exact from any dtype), so the error measures the model's own rounding.
+    For T5 cross-attention X for keys and values is the encoder's final output.  Returns the max absolute error
+    per module (fp32 models hold it to ~1e-6; bfloat16 models to about one bfloat16 unit roundoff, 2**-8, of
+    the output's scale: :meth:`IdentityResult.holds` knows the tolerance of each dtype).
+    ``matrices(stack, layer, cross)`` overrides where W_vo comes from (tests use it to show a wrong W_vo fails).
     """
     get = matrices or (lambda s, l, c: head_matrices(lm, l, s, c))
     raw: dict[tuple[str, str], list[torch.Tensor]] = {}
@@ -300,7 +319,7 @@ def attention_identity(lm: LoadedModel, text: str, *, decoder_text: str | None =
                                             real.abs().max().item()))
     if not checks:
         raise InputError(f"{lm.name}: no attention module outputs were captured")
-    return IdentityResult(tuple(checks), lm.name, tuple(trace.tokens), trace)
+    return IdentityResult(tuple(checks), lm.name, tuple(trace.tokens), trace, model_dtype=dtype_name(lm.dtype))
 
 
 # ---- cluster & aggregate view ------------------------------------------------------------------------------

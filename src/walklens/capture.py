@@ -11,6 +11,12 @@
 
 The model's own forward runs unchanged.  Hooks are registered through :class:`~walklens.interventions.Hooks`,
 which removes them on exit, even on error.
+
+The model's dtype (``load_model(..., dtype=)``) and the dtype the vectors are recorded in (``dtype=`` here) are
+independent: by default vectors are recorded in float32, so a bfloat16 or float16 model's vectors are kept
+exactly (each of their numbers is a float32 number) while the model runs at its own speed; ``dtype=None``
+records in the model's dtype (half the memory of float32).  Attention probabilities and attention inputs are
+always recorded in float32.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from torch import nn
 from .errors import ContextTooLongError, EmptyTextError, InputError, WalklensError
 from .interventions import Hooks, distinct, first_output
 from .models.base import Adapter, StackSpec, get_module
+from .precision import dtype_name
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -248,22 +255,27 @@ def _check_written(rec: _Recorder) -> None:
         raise WalklensError(f"the forward pass never produced the point(s) {names}")
 
 
-def _check_dtype(dtype: torch.dtype) -> None:
+def _record_dtype(lm: LoadedModel, dtype: torch.dtype | None) -> torch.dtype:
+    """The dtype vectors are recorded in: ``dtype``, or the model's own when None."""
+    dtype = lm.dtype if dtype is None else dtype
     if dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
         raise InputError(f"unsupported storage dtype {dtype}")
+    return dtype
 
 
 @torch.no_grad()
-def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None, dtype: torch.dtype = torch.float32,
-            attentions: bool = False, truncate: bool = False, decoder_text: str | None = None) -> Trace:
+def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
+            dtype: torch.dtype | None = torch.float32, attentions: bool = False, truncate: bool = False,
+            decoder_text: str | None = None) -> Trace:
     """Run ``text`` through the model once and capture every embedding-space vector (seed 000, Fig. 1).
 
     ``points``: glob patterns of point names to keep (e.g. ``["embed", "L*.resid_post"]``); ``final`` is always
-    kept.  ``dtype``: storage dtype (``torch.float16`` halves memory).  ``attentions``: also keep each
+    kept.  ``dtype``: the dtype the vectors are recorded in, whatever the model's (default float32: exact for a
+    bfloat16 or float16 model too; ``torch.float16`` halves memory; None: the model's dtype).  ``attentions``: also keep each
     attention module's probabilities [H, T, S] and its normed input X (for the A.3 identity).
     For T5, ``decoder_text`` is the decoder's input (default: the text itself, shifted right as in training).
     """
-    _check_dtype(dtype)
+    dtype = _record_dtype(lm, dtype)
     model, adapter, tok = lm.model, lm.adapter, lm.tokenizer
     ids = tokenize(lm, text, truncate=truncate).to(lm.device)
     n_layers = adapter.n_layers(model.config)
@@ -286,6 +298,7 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None, 
     _check_written(rec)
 
     traces: list[Trace] = []
+    model_dtype = lm.dtype
     for spec in adapter.stacks:
         s = spec.name
         names = rec.names[s]
@@ -295,7 +308,8 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None, 
         stack_ids = (dec_ids if s == "dec" else ids)[0].cpu()
         traces.append(Trace(tokens=token_strings(tok, stack_ids.tolist()), token_ids=stack_ids, points=names,
                             hidden=rec.hidden[s][:, 0], model_name=lm.name, family=adapter.family, stack=s,
-                            n_layers=n_layers, attentions=att, attn_inputs=ain, lm=lm))
+                            n_layers=n_layers, attentions=att, attn_inputs=ain, lm=lm,
+                            model_dtype=dtype_name(model_dtype)))
     main = traces[-1]
     if len(traces) > 1:
         main.encoder = traces[0]
@@ -351,13 +365,14 @@ def _stack_body(lm: LoadedModel, spec: StackSpec) -> nn.Module:
 
 @torch.no_grad()
 def capture_batch(lm: LoadedModel, seqs: Sequence[Sequence[int]], points: Sequence[str], *,
-                  stack: str | None = None, dtype: torch.dtype = torch.float32, stop_early: bool = True) -> Batch:
+                  stack: str | None = None, dtype: torch.dtype | None = torch.float32,
+                  stop_early: bool = True) -> Batch:
     """Token-id sequences as one right-padded batch (with its attention mask) through one stack, keeping the
     points matching ``points`` (glob patterns; nothing is added).  With ``stop_early`` (default) the forward
     pass ends right after the last needed point is written: asking for ``L3.resid_pre`` runs the embeddings
     and layers 0-2 only, and no head runs.  ``stack``: default the one that reads text (:func:`reading_stack`;
-    encoder-decoder models run their encoder alone)."""
-    _check_dtype(dtype)
+    encoder-decoder models run their encoder alone).  ``dtype``: the record dtype, as in :func:`capture`."""
+    dtype = _record_dtype(lm, dtype)
     points = [points] if isinstance(points, str) else list(points)
     if not seqs or any(len(s) == 0 for s in seqs):
         raise EmptyTextError("a sequence of the batch is empty")

@@ -35,3 +35,11 @@ class ContextTooLongError(InputError):
 
 class DataFormatError(InputError):
     """A data file is malformed; the message names the file and line."""
+
+
+class WalklensWarning(UserWarning):
+    """Base class of walklens' warnings; the CLI prints each as one line ``walklens: warning: ...``."""
+
+
+class SlowDtypeWarning(WalklensWarning):
+    """The model's dtype has no fast kernels on the chosen device (e.g. bfloat16 on a CPU without AMX)."""

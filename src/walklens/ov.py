@@ -15,7 +15,9 @@ Vectors are rows (seed 000, A.3): head h adds ``A_h X W_v,h W_o,h`` to the resid
 - :class:`FactoredMatrix` does the same for any ``A @ B``: norms, SVD and eigenvalues from r x r products,
   never from the dense m x n matrix (TransformerLens-style).
 
-Everything here is float64 on the CPU, except :class:`FactoredMatrix`, which keeps its factors' dtype.
+Everything here is float64 on the CPU, whatever the model's dtype (a bfloat16 or float16 weight converts to
+float64 exactly, so eigenvalues of a bfloat16 model are float64 computations from its own weights), except
+:class:`FactoredMatrix`, which keeps its factors' dtype, raised to float32 at least for SVDs and eigenvalues.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ REL_IMAG = 1e-9
 
 
 # ---- factored matrices ---------------------------------------------------------------------------------------
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 when it is a 16-bit float (LAPACK has no bfloat16/float16 kernels), else unchanged."""
+    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
+
 
 @dataclass(frozen=True)
 class FactoredMatrix:
@@ -98,8 +105,9 @@ class FactoredMatrix:
         With ``A = Q_a R_a`` and ``B^T = Q_b R_b``: ``M = Q_a (R_a R_b^T) Q_b^T``; the SVD of the r x r core
         ``R_a R_b^T = U_c S V_c^T`` gives ``U = Q_a U_c`` and ``Vh = V_c^T Q_b^T``.
         """
-        qa, ra = torch.linalg.qr(self.A)
-        qb, rb = torch.linalg.qr(self.B.transpose(-1, -2))
+        A, B = _wide(self.A), _wide(self.B)
+        qa, ra = torch.linalg.qr(A)
+        qb, rb = torch.linalg.qr(B.transpose(-1, -2))
         uc, s, vch = torch.linalg.svd(ra @ rb.transpose(-1, -2))
         return qa @ uc, s, vch @ qb.transpose(-1, -2)
 
@@ -115,7 +123,7 @@ class FactoredMatrix:
         m, n = self.A.shape[-2], self.B.shape[-1]
         if m != n:
             raise ValueError(f"eigenvalues need a square matrix, got {m} x {n}")
-        ev = torch.linalg.eigvals(self.B @ self.A)
+        ev = torch.linalg.eigvals(_wide(self.B) @ _wide(self.A))
         if pad_zeros and m > ev.shape[-1]:
             zeros = torch.zeros(*ev.shape[:-1], m - ev.shape[-1], dtype=ev.dtype, device=ev.device)
             ev = torch.cat([ev, zeros], -1)

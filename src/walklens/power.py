@@ -21,6 +21,11 @@ Only the seed's abstract is available, so the definitions used here are walklens
 - **Alignment** of a token x with layer l: ``|cos(x, v1(F_l))|`` (the norm of x's projection on the plane,
   over |x|, for a complex pair), at layer l's input, mid-residual and output.
 
+Precision: whatever the model's dtype, F's factors, eigenvalues and eigenvectors are float64 computations from
+the model's own weights (:mod:`walklens.ov`; a bfloat16 weight converts exactly), and alignment reads vectors
+recorded in float32 (:func:`~walklens.capture.capture`) in float64.  Results record the model's dtype
+(``model_dtype``).
+
 Analyses return plain dataclasses and never draw (:mod:`walklens.reports.power` draws).
 """
 
@@ -34,6 +39,7 @@ import torch
 from .capture import capture
 from .errors import EmptyTextError, InputError
 from .ov import Eigen, eigen_factored, ov_factors, residual_gap
+from .precision import dtype_name
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -81,6 +87,7 @@ class PowerSpectra:
     d_model: int
     layers: list[LayerSpectrum]
     shared: bool = False
+    model_dtype: str = "float32"
 
     def __getitem__(self, layer: int) -> LayerSpectrum:
         for s in self.layers:
@@ -163,7 +170,8 @@ def power_spectra(lm: LoadedModel, *, layers: Sequence[int] | None = None, heads
         done[key] = s
         out.append(s)
     return PowerSpectra(model_name=lm.name, d_model=lm.d_model if out and out[0].v1.shape[0] == lm.d_model
-                        else (out[0].v1.shape[0] if out else 0), layers=out, shared=_is_shared(lm))
+                        else (out[0].v1.shape[0] if out else 0), layers=out, shared=_is_shared(lm),
+                        model_dtype=dtype_name(lm.dtype))
 
 
 # ---- alignment through depth ------------------------------------------------------------------------------------
@@ -196,6 +204,7 @@ class Alignment:
     tokens: list[list[str]]
     n_tokens: int
     skip_first: bool = False
+    model_dtype: str = "float32"
 
     def at(self, kind: str) -> tuple[list[int], list[float]]:
         """(layers, mean) for one kind of point (``"resid_pre"``, ``"resid_mid"``, ``"resid_post"``)."""
@@ -253,7 +262,7 @@ def as_texts(texts: str | Sequence[str]) -> list[str]:
 def alignment_from_states(states: Sequence[torch.Tensor], points: Sequence[str], layer_of: Sequence[int],
                           spectra: PowerSpectra, *, tokens: Sequence[list[str]] | None = None,
                           n_random: int = 200, n_shuffles: int = 50, seed: int = 0, model_name: str = "",
-                          skip_first: bool = False) -> Alignment:
+                          skip_first: bool = False, model_dtype: str = "float32") -> Alignment:
     """:func:`alignment` on given states: ``states[j]`` is [points, tokens, D] for text j."""
     if not states:
         raise EmptyTextError("no states given")
@@ -303,7 +312,7 @@ def alignment_from_states(states: Sequence[torch.Tensor], points: Sequence[str],
                      std=own.std(1, unbiased=False).tolist(), random_mean=r_mean, random_lo=r_lo, random_hi=r_hi,
                      other_mean=o_mean, other_lo=o_lo, other_hi=o_hi, shuffled_mean=s_mean, shuffled_lo=s_lo,
                      shuffled_hi=s_hi, per_token=per_token, tokens=[list(t) for t in (tokens or [])],
-                     n_tokens=int(own.shape[1]), skip_first=skip_first)
+                     n_tokens=int(own.shape[1]), skip_first=skip_first, model_dtype=model_dtype)
 
 
 _KINDS = ("resid_pre", "resid_mid", "resid_post")
@@ -331,7 +340,8 @@ def alignment(lm: LoadedModel, texts: str | Sequence[str], *, spectra: PowerSpec
         toks.append(tr.tokens[1:] if skip_first else tr.tokens)
     layer_of = [int(p[1:].split(".")[0]) for p in points]
     return alignment_from_states(states, points, layer_of, spectra, tokens=toks, n_random=n_random,
-                                 n_shuffles=n_shuffles, seed=seed, model_name=lm.name, skip_first=skip_first)
+                                 n_shuffles=n_shuffles, seed=seed, model_name=lm.name, skip_first=skip_first,
+                                 model_dtype=dtype_name(lm.dtype))
 
 
 # ---- analytic power method -----------------------------------------------------------------------------------

@@ -50,6 +50,8 @@ class Trace:
     attn_inputs: dict[str, torch.Tensor] = field(default_factory=dict)
     encoder: Trace | None = None
     lm: LoadedModel | None = field(default=None, repr=False, compare=False)
+    #: The dtype the model ran in (``hidden`` has the record dtype, float32 by default).
+    model_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.hidden.dim() != 3:
@@ -97,7 +99,8 @@ class Trace:
 
     # --- numbers -----------------------------------------------------------------------------------------
     def logits(self, point: str = "final") -> torch.Tensor:
-        """Logits recomputed from a captured point through the model's own unembedding (eq. 12)."""
+        """Logits recomputed from a captured point through the model's own unembedding (eq. 12), in the model's
+        dtype (a bfloat16 model's head runs in bfloat16, as in its own forward pass), returned as float32."""
         if self.lm is None:
             raise InputError("this trace is not attached to a model; pass lm= when loading it")
         x = self[point].float()
@@ -122,7 +125,7 @@ class Trace:
                 tensors[f"{prefix}attn_in/{k}"] = v.contiguous()
             meta[prefix or "main"] = json.dumps({
                 "tokens": tr.tokens, "points": tr.points, "model_name": tr.model_name, "family": tr.family,
-                "stack": tr.stack, "n_layers": tr.n_layers})
+                "stack": tr.stack, "n_layers": tr.n_layers, "model_dtype": tr.model_dtype})
 
         put("", self)
         if self.encoder is not None:
@@ -150,7 +153,8 @@ class Trace:
             ain = {k[len(prefix) + 8:]: v for k, v in tensors.items() if k.startswith(prefix + "attn_in/")}
             return cls(tokens=m["tokens"], token_ids=tensors[prefix + "token_ids"], points=m["points"],
                        hidden=tensors[prefix + "hidden"], model_name=m["model_name"], family=m["family"],
-                       stack=m["stack"], n_layers=m["n_layers"], attentions=att, attn_inputs=ain, lm=lm)
+                       stack=m["stack"], n_layers=m["n_layers"], attentions=att, attn_inputs=ain, lm=lm,
+                       model_dtype=m.get("model_dtype", "float32"))
 
         tr = get("")
         if "encoder/" in meta:

@@ -27,12 +27,19 @@ layer, so ``norm="final"`` applies no norm and reads through the MLM head.  ALBE
 Ranks are counts of scores strictly greater than the token's score (rank 0 = nearest), computed with one
 projection per chunk of rows and a comparison, never a sort; chunks keep memory bounded (never points x
 tokens x |V| at once).  Probabilities are always softmax of the inner products (eq. 12), whatever the metric.
+
+Precision: scores, ranks and probabilities are float32 computations whatever the model's dtype.  A bfloat16 or
+float16 model's vectors are recorded in float32 (:func:`~walklens.capture.capture`), its V / W_U are read in
+float32, and with ``norm="final"`` its final norm and head run in float32 from its own weights
+(:func:`~walklens.interventions.upcast`, exact conversions), so ranks are not decided by 16-bit rounding
+ties.  :attr:`EncodingWalk.model_dtype` records the model's dtype.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
@@ -40,8 +47,9 @@ import torch
 from torch import nn
 
 from .errors import InputError
-from .interventions import Hooks
+from .interventions import Hooks, outside_layers, upcast
 from .models.base import get_module
+from .precision import dtype_name, is_low_precision
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -104,6 +112,7 @@ class EncodingWalk:
     model_name: str = ""
     n_layers: int = 0
     encoder: EncodingWalk | None = None
+    model_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         P, T = len(self.points), len(self.tokens)
@@ -300,7 +309,8 @@ def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, a
     starts = range(0, rows_total, chunk_rows)
     bar = tqdm(starts, desc=f"encoding walk{' ' + trace.stack if trace.stack else ''}", unit="chunk",
                disable=not progress or len(starts) < 8, file=sys.stderr, leave=False)
-    with torch.no_grad():
+    wide = upcast(outside_layers(lm)) if is_low_precision(lm.dtype) else nullcontext()  # head in float32
+    with torch.no_grad(), wide:
         for r0 in bar:
             r1 = min(r0 + chunk_rows, rows_total)
             n = r1 - r0
@@ -396,7 +406,7 @@ def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, a
         cos_input=coss[0].reshape(P, T), cos_next=coss[1].reshape(P, T), vector_norm=norms.reshape(P, T),
         step_length=step_len, step_angle=step_ang, escape_point=_escape(rank_in, rank_nx, residual),
         escape_stable=_escape(rank_in, rank_nx, residual, stable=True),
-        stack=trace.stack, model_name=trace.model_name, n_layers=trace.n_layers)
+        stack=trace.stack, model_name=trace.model_name, n_layers=trace.n_layers, model_dtype=dtype_name(lm.dtype))
 
 
 def _steps(trace: Trace, sel: list[int], residual: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:

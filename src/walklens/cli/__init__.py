@@ -12,10 +12,11 @@ import importlib
 import os
 import pkgutil
 import sys
-from typing import Sequence
+import warnings
+from typing import Any, Sequence
 
 from .. import __version__
-from ..errors import WalklensError
+from ..errors import WalklensError, WalklensWarning
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,6 +38,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(message: str) -> str:
+    """``message`` on one line: a newline in a path or a library's message never splits an error in two."""
+    return " ".join(message.split()) if ("\n" in message or "\r" in message) else message
+
+
+def _one_line(show: Any) -> Any:
+    """``warnings.showwarning`` that prints walklens' own warnings as one line, ``walklens: warning: ...``."""
+
+    def shown(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if issubclass(category, WalklensWarning):
+            sys.stderr.write(f"walklens: warning: {message}\n")
+        else:
+            show(message, category, *args, **kwargs)
+
+    return shown
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -44,11 +62,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line(warnings.showwarning)
+            return int(args.func(args) or 0)
     except WalklensError as e:
         if os.environ.get("WALKLENS_DEBUG"):
             raise
-        sys.stderr.write(f"walklens: error: {e}\n")
+        sys.stderr.write(f"walklens: error: {one_line(str(e))}\n")
         return e.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("walklens: interrupted; results written so far are kept\n")
@@ -56,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # last resort: still one line, never a traceback
         if os.environ.get("WALKLENS_DEBUG"):
             raise
-        sys.stderr.write(f"walklens: internal error: {e.__class__.__name__}: {e} (WALKLENS_DEBUG=1 for details)\n")
+        sys.stderr.write(f"walklens: internal error: {e.__class__.__name__}: {one_line(str(e))} "
+                         "(WALKLENS_DEBUG=1 for details)\n")
         return 1
 
 

@@ -15,11 +15,15 @@ import torch
 from ..errors import InputError
 from ..loading import DEFAULT_MODEL, LoadedModel, load_model
 from ..outputs import STDOUT, check_dir, check_file, write_atomic
+from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help=f"short name, .gguf path, local directory or hub id (default: {DEFAULT_MODEL})")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default=DEFAULT_DTYPE,
+                   help=f"the dtype the model runs in (default: {DEFAULT_DTYPE}; see docs/dtype.md)")
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="where the model runs (default: cpu)")
 
 
 def add_output_args(p: argparse.ArgumentParser, out: bool = True) -> None:
@@ -31,6 +35,31 @@ def add_output_args(p: argparse.ArgumentParser, out: bool = True) -> None:
 def add_text_args(p: argparse.ArgumentParser, name: str = "text") -> None:
     p.add_argument(name, help="the text (use @FILE to read it from a file)")
     p.add_argument("--truncate", action="store_true", help="cut a text longer than the model's context")
+
+
+SEED_LIMIT = 2 ** 63  # torch.manual_seed and numpy accept 0 <= seed < 2**63 (and more, but not for both)
+
+
+def seed_arg(text: str) -> int:
+    """argparse ``type=`` of a ``--seed``: an integer 0 <= seed < 2**63, refused in one line otherwise."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"a seed must be an integer from 0 to 2**63-1, not {text[:40]!r}")
+    return v
+
+
+def finite_arg(text: str) -> float:
+    """argparse ``type=`` of a finite number (nan and inf refused in one line)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text[:40]!r}")
+    return v
 
 
 def read_text(value: str) -> str:
@@ -61,9 +90,14 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 
 def load(args: argparse.Namespace) -> LoadedModel:
-    """Check the output paths, then load ``--model``."""
+    """Check the output paths, then load ``--model`` in ``--dtype`` on ``--device``."""
     check_outputs(args)
-    return load_model(args.model)
+    return load_model(args.model, **model_options(args))
+
+
+def model_options(args: argparse.Namespace) -> dict[str, str]:
+    """``load_model``'s ``dtype`` and ``device`` from ``--dtype`` and ``--device`` (:func:`add_model_args`)."""
+    return {"dtype": getattr(args, "dtype", DEFAULT_DTYPE), "device": getattr(args, "device", "cpu")}
 
 
 def _jsonable(x: Any) -> Any:

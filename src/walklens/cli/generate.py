@@ -5,34 +5,62 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
+
+from rich.markup import escape
 
 from ..errors import InputError
-from .common import add_model_args, add_output_args, add_text_args, load, read_text, write_json
+from .common import add_model_args, add_output_args, add_text_args, load, read_text, seed_arg, write_json
+from .limits import add_limit_args
+from .terminal import ParagraphHelp
+
+DESCRIPTION = """\
+The decoding walk: generate from a prompt (greedy by default, 20 tokens) and record at every step the
+decoding vector d_t (the final normed output), the probability and rank of the emitted token, its 10
+nearest tokens, and how far and in which direction d_t moved. --target teacher-forces a continuation
+instead and reports where the walk leaves the target's path (A.1). The prompt's forward pass (its
+attention grows with the square of the prompt) is checked against --max-memory / --max-work first."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="the decoding walk: generate and record d_t, its neighbours, P and rank")
+    p = sub.add_parser("generate", help="the decoding walk: generate and record d_t, its neighbours, P and rank",
+                       description=DESCRIPTION, formatter_class=ParagraphHelp)
     add_text_args(p, "prompt")
     add_model_args(p)
     add_output_args(p)
     p.add_argument("--max-new-tokens", type=int, default=20, help="tokens to generate (default 20)")
     p.add_argument("--sample", action="store_true", help="sample from P_t instead of greedy decoding")
-    p.add_argument("--seed", type=int, default=0, help="random seed for --sample (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="random seed for --sample (default 0)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k most probable tokens")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with mass >= p")
     p.add_argument("--target", default=None,
                    help="teacher-force this continuation and report where the walk leaves its path (A.1)")
     p.add_argument("--k", type=int, default=10, help="nearest tokens recorded per step (default 10)")
+    add_limit_args(p)
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+def _plan(lm: Any, prompt: str, target: str | None, args: argparse.Namespace) -> None:
+    """Refuse, before the prompt's forward pass, a walk over the limits."""
+    from .limits import check, check_context, fit_hint, generate_need, model_shape, text_tokens
 
+    sh = model_shape(lm)
+    T = text_tokens(lm, prompt, False)
+    steps = args.max_new_tokens if target is None else len(lm.tokenizer(target, add_special_tokens=False)["input_ids"])
+    check_context(lm, T, steps, "--max-new-tokens" if target is None else "--target")
+
+    def need(t: int) -> Any:
+        return generate_need(sh, t, steps=steps, k=args.k, json=bool(args.json), out=bool(args.out))
+
+    check(need(T), args, f"a decoding walk from a prompt of {T} tokens ({steps} steps)",
+          fit_hint(need, args, T, "prompt"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..decoding import decoding_walk
     from ..reports.walks import show
-    from ..walks import decoding_walk
+    from .terminal import Col, console, print_table
 
     if args.k < 1:
         raise InputError(f"k must be a positive integer, not {args.k}")
@@ -41,28 +69,28 @@ def run(args: argparse.Namespace) -> int:
     prompt = read_text(args.prompt)
     target = read_text(args.target) if args.target is not None else None
     lm = load(args)
+    _plan(lm, prompt, target, args)
     dw = decoding_walk(lm, prompt, max_new_tokens=args.max_new_tokens, sample=args.sample, seed=args.seed,
                        target=target, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, k=args.k)
     if args.json:
         write_json(args.json, {"model": lm.name, **{f: getattr(dw, f) for f in dw.__dataclass_fields__},
                                "text": dw.text})
-    con = Console()
+    con = console()
     title = f"{lm.name}: decoding walk of {prompt[-60:]!r}" + (" (teacher-forced target)" if target else "")
-    table = Table(title=title)
-    for c in ("step", "token", "P", "rank", "in N(target)" if target else "greedy", "|d_t|", "|Δd|", "angle°",
-              "nearest tokens (P)"):
-        table.add_column(c, overflow="fold")
+    cols = [Col("step", justify="right"), Col("token"), Col("P", justify="right"), Col("rank", justify="right"),
+            Col("in N(target)" if target else "greedy"), Col("|d_t|", justify="right"),
+            Col("|Δd|", justify="right"), Col("angle°", justify="right"), Col("nearest tokens (P)", wrap=True)]
+    rows = []
     for i, tok in enumerate(dw.tokens):
         near = ", ".join(f"{show(s)} {float(p):.2f}" for s, p in zip(dw.top_tokens[i][:4], dw.top_probs[i][:4]))
         if dw.in_neighbourhood is not None:
             flag = "[green]yes[/green]" if bool(dw.in_neighbourhood[i]) else "[red]no[/red]"
         else:
-            flag = "=" if int(dw.greedy_ids[i]) == int(dw.token_ids[i]) else show(dw.top_tokens[i][0])
-        table.add_row(str(i), show(tok).replace("[", r"\["), f"{float(dw.probs[i]):.3f}", str(int(dw.ranks[i])),
-                      flag.replace("[", r"\[") if dw.in_neighbourhood is None else flag, f"{float(dw.d_norm[i]):.1f}",
-                      f"{float(dw.step_length[i]):.1f}", f"{float(dw.step_angle[i]):.1f}",
-                      near.replace("[", r"\["))
-    con.print(table)
+            flag = escape("=" if int(dw.greedy_ids[i]) == int(dw.token_ids[i]) else show(dw.top_tokens[i][0]))
+        rows.append([str(i), escape(show(tok)), f"{float(dw.probs[i]):.3f}", str(int(dw.ranks[i])), flag,
+                     f"{float(dw.d_norm[i]):.1f}", f"{float(dw.step_length[i]):.1f}", f"{float(dw.step_angle[i]):.1f}",
+                     escape(near)])
+    print_table(con, title, cols, rows, keys=2, short="decoding walk")
     con.print(f"output: {dw.text!r}", markup=False, highlight=False)
     if target is not None:
         con.print("the walk stays on the target path" if dw.left_path_at < 0 else

@@ -6,12 +6,38 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.markup import escape
+
 from ..errors import InputError
-from .common import add_model_args, add_output_args, add_text_args, load, read_text, write_json
+from .common import add_model_args, add_output_args, add_text_args, finite_arg, load, read_text, seed_arg, \
+    write_json
+from .limits import add_limit_args
+from .terminal import ParagraphHelp
+
+MAX_DISTANCE = 65536  # largest --max-distance (the window of distances; the model's context bounds it further)
+
+HEADS_DESCRIPTION = """\
+Attention heads of a text: the A.3 identity on every attention module, every layer's attention maps, the
+cluster & aggregate view of one layer at one query position, self-attention mass and per-head W_vo / W_qk.
+
+By default every layer and every head is computed; the cluster view is the last layer at the last position.
+The A.3 check keeps every layer's attention probabilities (layers x heads x T x T floats), so memory grows
+with the square of the text: a text over --max-memory is refused before anything is computed, saying how
+many tokens fit. The report draws each layer's maps with at most 250,000 cells (a longer text's maps show
+means over b x b blocks of positions) and, without --maps, as many layers (evenly spaced, first and last
+included) as fit --max-output, with a note. --json holds the attention of every layer (of the --maps
+layers when given); a JSON over --max-output is refused."""
+
+KERNELS_DESCRIPTION = """\
+Position kernels of every head and the fraction of heads with negative self-bias (A.2). T5 and ALiBi
+kernels are read from the weights; other models are measured empirically on 16 shuffled samples of 64
+tokens (--samples, --length), 4 samples per forward pass, every layer and head. Memory and work grow with
+--length squared and are checked against --max-memory / --max-work before anything is computed."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("heads", help="attention heads: A.3 identity, attention maps, cluster & aggregate, W_vo/W_qk")
+    p = sub.add_parser("heads", help="attention heads: A.3 identity, attention maps, cluster & aggregate, W_vo/W_qk",
+                       description=HEADS_DESCRIPTION, formatter_class=ParagraphHelp)
     add_text_args(p)
     add_model_args(p)
     add_output_args(p)
@@ -20,22 +46,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stack", default=None, help="T5: enc or dec for the cluster view (default: dec)")
     p.add_argument("--cross", action="store_true", help="T5: cluster view of the decoder's cross-attention")
     p.add_argument("--maps", metavar="LAYERS", default=None,
-                   help="comma-separated layers whose attention maps go into the report (default: all)")
+                   help="comma-separated layers whose attention maps go into the report and the JSON "
+                        "(default: all; the report keeps as many as fit --max-output)")
     p.add_argument("--kernels", action="store_true",
                    help="also add position kernels to the report (empirical for rotary/learned models: slower)")
+    add_limit_args(p)
     p.set_defaults(func=run_heads)
 
-    k = sub.add_parser("kernels", help="position kernels of every head and self-bias fractions per stack (A.2)")
+    k = sub.add_parser("kernels", help="position kernels of every head and self-bias fractions per stack (A.2)",
+                       description=KERNELS_DESCRIPTION, formatter_class=ParagraphHelp)
     add_model_args(k)
     add_output_args(k)
     k.add_argument("--method", choices=("auto", "weights", "empirical"), default="auto",
                    help="auto: from the weights for T5/ALiBi, else empirical")
-    k.add_argument("--margin", type=float, default=0.1, help="classification margin in nats (default 0.1)")
+    k.add_argument("--margin", type=finite_arg, default=0.1, help="classification margin in nats (default 0.1)")
     k.add_argument("--max-distance", type=int, default=None, help="largest |key - query| distance shown")
     k.add_argument("--samples", type=int, default=16, help="empirical: shuffled-token samples (default 16)")
     k.add_argument("--length", type=int, default=64, help="empirical: tokens per sample (default 64)")
     k.add_argument("--corpus", default=None, help="empirical: corpus text or @FILE (default: built-in prose)")
-    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--seed", type=seed_arg, default=0)
+    add_limit_args(k)
     k.set_defaults(func=run_kernels)
 
 
@@ -67,31 +97,50 @@ def _kernels_json(pk: Any) -> dict[str, Any]:
 
 
 def _print_kernels(pk: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from .terminal import console, print_table
 
-    con = Console()
-    t = Table(title=f"{pk.model_name}: position kernels ({pk.scheme}); self-bias fractions at margin {pk.margin:g}")
+    con = console()
     cols = ["negative_self", "far_amplifying", "local", "flat"]
-    t.add_column("stack")
-    t.add_column("kernels")
-    for c in cols:
-        t.add_column(c)
+    rows = []
     for s in pk.stacks:
         f = s.fractions()
-        t.add_row(s.stack or "model", str(sum(len(r) for r in s.classes)), *[f"{f[c]:.1%}" for c in cols])
-    con.print(t)
-    sw = Table(title="negative self-bias / far-amplifying fractions by margin (nats)")
-    sw.add_column("stack")
-    margins = list(next(iter(pk.margin_sweep().values())).keys())
-    for m in margins:
-        sw.add_column(m)
-    for st, per in pk.margin_sweep().items():
-        sw.add_row(st, *[f"{per[m]['negative_self']:.0%} / {per[m]['far_amplifying']:.0%}" for m in margins])
-    con.print(sw)
+        rows.append([escape(s.stack or "model"), str(sum(len(r) for r in s.classes)), *[f"{f[c]:.1%}" for c in cols]])
+    print_table(con, f"{pk.model_name}: position kernels ({pk.scheme}); self-bias fractions at margin {pk.margin:g}",
+                ["stack", "kernels", *cols], rows)
+    sweep = pk.margin_sweep()
+    margins = list(next(iter(sweep.values())).keys())
+    rows = [[escape(st), *[f"{per[m]['negative_self']:.0%} / {per[m]['far_amplifying']:.0%}" for m in margins]]
+            for st, per in sweep.items()]
+    print_table(con, "negative self-bias / far-amplifying fractions by margin (nats)",
+                ["stack", *[escape(str(m)) for m in margins]], rows, short="by margin")
     con.print(pk.estimator, style="dim", markup=False)
     if pk.notes and pk.notes != pk.estimator:
         con.print(pk.notes, style="dim", markup=False)
+
+
+def _plan_kernels(lm: Any, args: argparse.Namespace) -> None:
+    """Refuse, before any forward pass, kernels whose memory, work or files exceed the limits."""
+    from ..capture import context_limit
+    from .limits import check, kernels_need, model_shape
+
+    sh = model_shape(lm)
+    scheme = lm.adapter.position_scheme(lm.config)
+    empirical = args.method == "empirical" or (args.method == "auto" and scheme not in ("t5_relative", "alibi"))
+    limit = context_limit(lm)
+    length = min(args.length, limit) if limit else args.length
+    window = args.max_distance or (max((length - 2) // 2 if sh.causal else (length - 1) // 4, 2) if empirical
+                                   else 128)  # the analysis' defaults (kernels.empirical_kernels)
+    widest = (length - 2 if sh.causal else (length - 1) // 2) if empirical else (limit or MAX_DISTANCE)
+    if args.max_distance is None:
+        window = min(window, widest)  # the default never exceeds what the model or the samples allow
+    elif window > widest:
+        raise InputError(f"--max-distance {window} is too large: at most {widest} "
+                         + (f"for samples of {length} tokens (a larger --length allows more)" if empirical
+                            else "for this model"))
+    need = kernels_need(sh, samples=args.samples, length=length, window=window, json=bool(args.json),
+                        out=bool(args.out), empirical=empirical)
+    check(need, args, f"kernels over {args.samples} samples of {length} tokens",
+          "a smaller --length (memory and work grow with its square) or fewer --samples (work)")
 
 
 def run_kernels(args: argparse.Namespace) -> int:
@@ -99,7 +148,12 @@ def run_kernels(args: argparse.Namespace) -> int:
 
     if args.samples < 2 or args.length < 8:
         raise InputError("--samples must be >= 2 and --length >= 8")
+    if args.margin < 0:
+        raise InputError("--margin must be >= 0")
+    if args.max_distance is not None and not 1 <= args.max_distance <= MAX_DISTANCE:
+        raise InputError(f"--max-distance must be from 1 to {MAX_DISTANCE}, not {args.max_distance}")
     lm = load(args)
+    _plan_kernels(lm, args)
     pk = position_kernels(lm, method=args.method, margin=args.margin, max_distance=args.max_distance,
                           corpus=read_text(args.corpus) if args.corpus else None, samples=args.samples,
                           length=args.length, seed=args.seed)
@@ -116,12 +170,49 @@ def run_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_heads(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+def _plan_heads(lm: Any, text: str, args: argparse.Namespace,
+                maps: list[int] | None) -> tuple[int, list[int], int]:
+    """Check the limits before the forward pass; returns the report's block size b (b x b positions
+    averaged per cell), the layers whose maps it draws and the number of tokens."""
+    from .limits import HEATMAP_CELLS, MB, block_size, check, fit_hint, heads_need, model_shape, note, spread, \
+        text_tokens
 
+    sh = model_shape(lm)
+    n = lm.n_layers
+    T = text_tokens(lm, text, args.truncate)
+    json_layers = len(maps) if maps is not None else n
+    page = "--out index.html"
+
+    def need(t: int, layers: int) -> Any:
+        b = block_size(t, t, HEATMAP_CELLS, per_col=sh.heads) if args.out else 1
+        return heads_need(sh, t, json_layers=json_layers, map_layers=layers, block=b, json=bool(args.json),
+                          out=bool(args.out))
+
+    layers = maps if maps is not None else list(range(n))
+    if args.out and maps is None:
+        k = n
+        while k > 1 and need(T, k).files[page] > args.max_output * MB:
+            k -= 1
+        layers = spread(n, k)
+    hint = [fit_hint(lambda t: need(t, len(layers)), args, T)]
+    if args.json or maps is not None:
+        hint.insert(0, "--maps LAYERS keeps fewer layers' attention in the JSON and the report")
+    check(need(T, len(layers)), args,
+          f"heads over {T} tokens (the A.3 check keeps {n} layers x {sh.heads} heads x {T}x{T} attention "
+          f"probabilities)", "; ".join(hint))
+    b = block_size(T, T, HEATMAP_CELLS, per_col=sh.heads) if args.out else 1
+    if args.out and (b > 1 or len(layers) < n):
+        which = f"{len(layers)} of {n} layers ({', '.join(map(str, layers))})" if len(layers) < n else "every layer"
+        note(f"heads: the report draws the attention maps of {which}"
+             + (f" as means over blocks of {b} x {b} positions" if b > 1 else "")
+             + ("; --maps LAYERS chooses the layers" if maps is None else ""))
+    return b, layers, T
+
+
+def run_heads(args: argparse.Namespace) -> int:
     from ..attention import attention_identity, cluster_view, head_matrices, head_stats, self_mass
+    from .limits import block_labels, block_mean
+    from .terminal import Col, console, print_table
 
     lm = load(args)
     text = read_text(args.text)
@@ -134,6 +225,9 @@ def run_heads(args: argparse.Namespace) -> int:
         raise InputError(f"{lm.name} has no stack {stack!r}; stacks: {[s.name for s in lm.adapter.stacks]}")
     if args.cross and not lm.adapter.stack(stack).cross_attn:
         raise InputError(f"{lm.name} has no cross-attention in stack {stack!r}")
+    b, map_layers, T = _plan_heads(lm, text, args, maps)
+    if not -T <= args.position < T:  # before the forward pass
+        raise InputError(f"--position {args.position} out of range for {T} tokens")
     ident = attention_identity(lm, text, truncate=args.truncate)
     trace = ident.trace
     if trace is None:  # pragma: no cover - attention_identity always attaches its trace
@@ -148,29 +242,29 @@ def run_heads(args: argparse.Namespace) -> int:
                                            causal=s.causal) for s in lm.adapter.stacks}
     stats = {s.name or "model": head_stats(lm, s.name) for s in lm.adapter.stacks}
 
-    con = Console()
-    t = Table(title=f"{lm.name}: A.3 identity, max |error| per module (max {ident.max_error:.2g})")
-    t.add_column("module")
-    t.add_column("max |error|")
-    t.add_column("max |output|")
-    for c in ident.checks:
-        t.add_row(c.name, f"{c.max_abs_error:.2g}", f"{c.max_abs_output:.3g}")
-    con.print(t)
+    con = console()
+    print_table(con, f"{lm.name}: A.3 identity, max |error| per module (max {ident.max_error:.2g})",
+                ["module", "max |error|", "max |output|"],
+                [[escape(c.name), f"{c.max_abs_error:.2g}", f"{c.max_abs_output:.3g}"] for c in ident.checks])
     v0 = views[0]
-    ct = Table(title=escape(f"cluster & aggregate: layer {hm.layer} {v0.kind}, query {v0.position} "
-                            f"{tr.tokens[v0.position]!r}"))
-    for col in ("head", "self mass", "foreign mass", "|centroid - x_t|", "cos(x_t, centroid)", "top members"):
-        ct.add_column(col)
-    for v in views:
-        ct.add_row(str(v.head), f"{v.self_mass:.3f}", f"{v.foreign_mass:.3f}", f"{v.move_distance:.3g}",
-                   f"{v.cos_query_centroid:.3f}",
-                   escape(", ".join(f"{t!r} {w:.2f}" for _, t, w in v.top_members[:3])))
-    con.print(ct)
+    rows = [[str(v.head), f"{v.self_mass:.3f}", f"{v.foreign_mass:.3f}", f"{v.move_distance:.3g}",
+             f"{v.cos_query_centroid:.3f}", escape(", ".join(f"{t!r} {w:.2f}" for _, t, w in v.top_members[:3]))]
+            for v in views]
+    print_table(con, f"cluster & aggregate: layer {hm.layer} {v0.kind}, query {v0.position} "
+                     f"{tr.tokens[v0.position]!r}",
+                [Col("head", justify="right"), "self mass", "foreign mass", "|centroid - x_t|", "cos(x_t, centroid)",
+                 Col("top members", wrap=True)], rows, short="cluster & aggregate")
     for name, sm in masses.items():
         below = float((sm.ratio < 1).float().mean())
         con.print(f"{name}: heads whose mean self mass is below uniform attention: {below:.1%} "
                   f"of {sm.mass.numel()} (mean self mass {float(sm.mass.mean()):.3f}, uniform "
-                  f"{float(sm.uniform.mean()):.3f})")
+                  f"{float(sm.uniform.mean()):.3f})", markup=False)
+
+    def layer_of(key: str) -> int:
+        return int(key.split(".")[0][1:])
+
+    def kept(attn: dict[str, Any], layers: list[int] | None) -> dict[str, Any]:
+        return {k: a for k, a in attn.items() if layers is None or layer_of(k) in layers}
 
     if args.json:
         write_json(args.json, {
@@ -187,8 +281,8 @@ def run_heads(args: argparse.Namespace) -> int:
             "head_stats": {k: {"vo_norm": v.vo_norm, "qk_norm": v.qk_norm, "vo_sigma1": v.vo_sigma1,
                                "vo_copying": v.vo_copying} for k, v in stats.items()},
             "attentions": {**{f"{trace.stack + '.' if trace.encoder is not None else ''}{k}": a
-                              for k, a in trace.attentions.items()},
-                           **({f"{trace.encoder.stack}.{k}": a for k, a in trace.encoder.attentions.items()}
+                              for k, a in kept(trace.attentions, maps).items()},
+                           **({f"{trace.encoder.stack}.{k}": a for k, a in kept(trace.encoder.attentions, maps).items()}
                               if trace.encoder is not None else {})},
         })
     if args.out:
@@ -199,14 +293,23 @@ def run_heads(args: argparse.Namespace) -> int:
         rep = Report(f"walklens heads: {lm.name}", f"text: {text[:200]!r}")
         add_identity(rep, ident)
         add_cluster_views(rep, views)
+        if b > 1:
+            rep.p(f"Attention maps: each cell is the mean attention weight over a block of {b} x {b} positions "
+                  f"(labels: first-last position and its first token); --json holds the full maps.", note=True)
+
+        def shown(attn: dict[str, Any]) -> dict[str, Any]:
+            return {k: block_mean(a, b) for k, a in kept(attn, map_layers).items()}
+
+        toks = block_labels(trace.tokens, b)
         if trace.encoder is not None:
-            add_attention_maps(rep, trace.encoder.attentions, trace.encoder.tokens, title="encoder self-attention",
-                               layers=maps)
-            add_attention_maps(rep, trace.attentions, trace.tokens, title="decoder self-attention", layers=maps)
-            add_attention_maps(rep, trace.attentions, trace.tokens, trace.encoder.tokens, kind="cross",
-                               title="decoder cross-attention (keys: encoder output)", layers=maps)
+            enc = block_labels(trace.encoder.tokens, b)
+            add_attention_maps(rep, shown(trace.encoder.attentions), enc, title="encoder self-attention",
+                               layers=map_layers)
+            add_attention_maps(rep, shown(trace.attentions), toks, title="decoder self-attention", layers=map_layers)
+            add_attention_maps(rep, shown(trace.attentions), toks, enc, kind="cross",
+                               title="decoder cross-attention (keys: encoder output)", layers=map_layers)
         else:
-            add_attention_maps(rep, trace.attentions, trace.tokens, layers=maps)
+            add_attention_maps(rep, shown(trace.attentions), toks, layers=map_layers)
         for name, sm in masses.items():
             add_self_mass(rep, sm, title=f"self-attention mass ({name})")
         for name, st in stats.items():

@@ -5,17 +5,37 @@ dynamics, shared-weight experiment) and ``walklens steer PROMPT... --toward T --
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
+from rich.markup import escape
 
 from ..errors import InputError
-from .common import add_model_args, add_output_args, load, read_text, write_json
+from .common import add_model_args, add_output_args, load, read_text, seed_arg, write_json
+from .limits import add_limit_args
+from .terminal import ParagraphHelp
+
+POWER_DESCRIPTION = """\
+The power-method view (seed 002): the spectrum of F = W_V W_O of every layer (from the weights), the
+alignment of every token of the texts with each layer's principal eigenvector at each layer's input,
+mid-residual and output (with 200 random directions, other layers and shuffled layers as baselines),
+the idealised dynamics and the shared-weight experiment (the middle layer repeated to the model's depth).
+--heads adds every head's W_v,h W_o,h. Memory grows with the tokens of all texts (the baselines keep 200
+numbers per token and point); it and the work are checked against --max-memory / --max-work first."""
+
+STEER_DESCRIPTION = """\
+Eigen-steering (a rank-one edit of W_O along the target's direction) next to activation addition: for
+each method, layer set, strength and prompt, the target's next-token probability and rank, a greedy
+continuation (without cache, so every step is a forward pass over prompt + continuation) and its
+perplexity. Work grows with runs x --max-new-tokens x the prompt's length and is checked against
+--max-work (and --max-memory) first."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("power", help="power-method view: spectra of W_V W_O, alignment through depth, shared weights")
+    p = sub.add_parser("power", help="power-method view: spectra of W_V W_O, alignment through depth, shared weights",
+                       description=POWER_DESCRIPTION, formatter_class=ParagraphHelp)
     p.add_argument("texts", nargs="*", help="texts (use @FILE to read one from a file)")
     p.add_argument("--corpus", metavar="FILE", help="more texts, one per line")
     p.add_argument("--heads", action="store_true", help="also decompose every head's W_v,h W_o,h")
@@ -25,12 +45,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shared-depth", type=int, default=None, metavar="L", help="... L times (default: model depth)")
     p.add_argument("--no-shared", action="store_true", help="skip the shared-weight experiment")
     p.add_argument("--no-dynamics", action="store_true", help="skip the idealised dynamics")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random baselines")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the random baselines")
     add_model_args(p)
     add_output_args(p)
+    add_limit_args(p)
     p.set_defaults(func=run_power)
 
-    s = sub.add_parser("steer", help="eigen-steering (rank-one W_O edit) next to activation addition")
+    s = sub.add_parser("steer", help="eigen-steering (rank-one W_O edit) next to activation addition",
+                       description=STEER_DESCRIPTION, formatter_class=ParagraphHelp)
     s.add_argument("prompts", nargs="+", help="prompts (use @FILE to read one from a file)")
     s.add_argument("--toward", required=True, help="target token or text (its first token is scored); "
                                                    "mind the leading space, e.g. ' Paris'")
@@ -43,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-new-tokens", type=int, default=12)
     add_model_args(s)
     add_output_args(s)
+    add_limit_args(s)
     s.set_defaults(func=run_steer)
 
 
@@ -51,6 +74,8 @@ def _floats(text: str, name: str) -> list[float]:
         vals = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise InputError(f"{name} must be comma-separated numbers, got {text!r}") from None
+    if not all(math.isfinite(v) for v in vals):
+        raise InputError(f"{name} must be finite numbers, got {text!r}")
     if not vals:
         raise InputError(f"{name} is empty")
     return vals
@@ -107,16 +132,46 @@ def _texts(args: argparse.Namespace) -> list[str]:
     return texts
 
 
+def _plan_power(lm: Any, texts: list[str], args: argparse.Namespace) -> None:
+    """Refuse, before any computation, a power run over the limits."""
+    from .limits import check, model_shape, power_need, text_tokens
+
+    lengths = [text_tokens(lm, t, False) for t in texts]
+    seq2seq = lm.adapter.auto_class == "seq2seq"
+    need = power_need(model_shape(lm), lengths, heads=args.heads, dynamics=not (args.no_dynamics or seq2seq),
+                      shared=not (args.no_shared or seq2seq), json=bool(args.json), out=bool(args.out),
+                      shared_depth=args.shared_depth)
+    hint = "fewer or shorter texts, a smaller --shared-depth; --no-dynamics and --no-shared skip those runs" + (
+        "; without --heads only whole layers are decomposed" if args.heads else "")
+    check(need, args, f"power over {len(texts)} text(s) of {sum(lengths)} tokens (the longest {max(lengths)})", hint)
+
+
+def _plan_steer(lm: Any, prompts: list[str], runs: int, args: argparse.Namespace) -> None:
+    """Refuse, before any computation, a steering sweep over the limits."""
+    from .limits import check, check_context, model_shape, steer_need, text_tokens
+
+    lengths = [text_tokens(lm, p, False) for p in prompts]
+    check_context(lm, max(lengths), args.max_new_tokens, "--max-new-tokens")
+    need = steer_need(model_shape(lm), lengths, runs=runs, steps=args.max_new_tokens, json=bool(args.json),
+                      out=bool(args.out))
+    check(need, args, f"steering {len(prompts)} prompt(s) of up to {max(lengths)} tokens in {runs} runs of "
+                      f"{args.max_new_tokens} tokens each",
+          "fewer --alpha / --add-alpha values, --layers sets or prompts, a smaller --max-new-tokens, or shorter prompts")
+
+
 def run_power(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    from .terminal import Col, console, print_table
 
-    from ..power import alignment, dynamics, power_spectra, shared_weights
+    from ..idealised import dynamics, shared_weights
+    from ..power import alignment, power_spectra
 
-    texts = _texts(args)
-    lm = load(args)
     if args.shared_depth is not None and args.shared_depth < 1:
         raise InputError("--shared-depth must be at least 1")
+    texts = _texts(args)
+    lm = load(args)
+    if args.shared_layer is not None and not -lm.n_layers <= args.shared_layer < lm.n_layers:
+        raise InputError(f"--shared-layer {args.shared_layer} out of range: the model has {lm.n_layers} layers")
+    _plan_power(lm, texts, args)
     spectra = power_spectra(lm, heads=args.heads, progress=True)
     al = alignment(lm, texts, spectra=spectra, skip_first=args.skip_first, seed=args.seed, progress=True)
     dyn = None if args.no_dynamics or lm.adapter.auto_class == "seq2seq" else dynamics(
@@ -127,17 +182,18 @@ def run_power(args: argparse.Namespace) -> int:
         sw = shared_weights(lm, texts, layer=k, n_layers=args.shared_depth, skip_first=args.skip_first,
                             seed=args.seed, progress=True)
 
-    table = Table(title=f"{lm.name}: F = W_V W_O per layer (seed 002); alignment = mean |cos(x, v1)| at the layer output")
-    for c in ("layer", "|λ1|", "λ1", "gap |λ2/λ1|", "align out", "random (95%)", "other layers", "v1 ≈ tokens"):
-        table.add_column(c)
+    rows = []
     for s in spectra.layers:
         i = al.points.index(f"L{s.layer}.resid_post")
         lam = s.lambda1
-        table.add_row(str(s.layer), f"{abs(lam):.3g}", f"{lam.real:.3g}{lam.imag:+.3g}i" if s.complex_pair else f"{lam.real:.3g}",
-                      f"{s.gap:.3f}", f"{al.mean[i]:.3f}", f"{al.random_hi[i]:.3f}", f"{al.other_mean[i]:.3f}",
-                      " ".join(repr(t) for t in s.nearest[:4]))
-    con = Console()
-    con.print(table)
+        rows.append([str(s.layer), f"{abs(lam):.3g}",
+                     f"{lam.real:.3g}{lam.imag:+.3g}i" if s.complex_pair else f"{lam.real:.3g}",
+                     f"{s.gap:.3f}", f"{al.mean[i]:.3f}", f"{al.random_hi[i]:.3f}", f"{al.other_mean[i]:.3f}",
+                     escape(" ".join(repr(t) for t in s.nearest[:4]))])
+    con = console()
+    print_table(con, f"{lm.name}: F = W_V W_O per layer (seed 002); alignment = mean |cos(x, v1)| at the layer output",
+                [Col("layer", justify="right"), "|λ1|", "λ1", "gap |λ2/λ1|", "align out", "random (95%)",
+                 "other layers", Col("v1 ≈ tokens", wrap=True)], rows, short="F per layer")
     if sw is not None:
         con.print(f"shared weights: layer {sw.layer} x {sw.n_layers}: rate |λ2/λ1| = {sw.rate:.3f} "
                   f"(I+F: {sw.rate_residual:.4f}); alignment {sw.measured[0]:.3f} -> {sw.measured[-1]:.3f} "
@@ -154,10 +210,8 @@ def run_power(args: argparse.Namespace) -> int:
 
 
 def run_steer(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from ..steering import steering_sweep
+    from .terminal import Col, console, print_table
 
     prompts = [read_text(p) for p in args.prompts]
     sets = [parse_layers(v) for v in args.layers]
@@ -167,21 +221,22 @@ def run_steer(args: argparse.Namespace) -> int:
         raise InputError("--max-new-tokens must be at least 1")
     methods = ("eigen", "add") if args.method == "both" else (args.method,)
     lm = load(args)
+    _plan_steer(lm, prompts, sum(len(sets) * len(alphas if m == "eigen" else add_alphas) for m in methods), args)
     sw = steering_sweep(lm, prompts, args.toward, sets, alphas, add_alphas=add_alphas, methods=methods,
                         max_new_tokens=args.max_new_tokens, progress=True)
-    table = Table(title=f"{lm.name}: steering toward {sw.target_token!r} (mean over {len(prompts)} prompts)")
-    for c in ("method", "layers", "alpha", "p(target)", "rank", "ppl (unsteered)", "push along u", "first prompt →"):
-        table.add_column(c, overflow="fold")
+    rows = []
     for m in sw.methods:
         for s in sw.layer_sets:
             for a in (sw.alphas if m == "eigen" else sw.add_alphas):
                 rs = [r for r in sw.rows if r.method == m and r.layers == s and r.alpha == a]
                 n = len(rs)
-                table.add_row(m, ",".join(map(str, s)), f"{a:g}", f"{sum(r.target_prob for r in rs) / n:.4f}",
-                              f"{sum(r.target_rank for r in rs) / n:.1f}", f"{sum(r.perplexity for r in rs) / n:.1f}",
-                              f"{sum(r.push for r in rs) / n:.2f}", repr(rs[0].text))
-    con = Console()
-    con.print(table)
+                rows.append([m, ",".join(map(str, s)), f"{a:g}", f"{sum(r.target_prob for r in rs) / n:.4f}",
+                             f"{sum(r.target_rank for r in rs) / n:.1f}", f"{sum(r.perplexity for r in rs) / n:.1f}",
+                             f"{sum(r.push for r in rs) / n:.2f}", escape(repr(rs[0].text))])
+    con = console()
+    print_table(con, f"{lm.name}: steering toward {sw.target_token!r} (mean over {len(prompts)} prompts)",
+                ["method", "layers", Col("alpha", justify="right"), "p(target)", "rank (0 = top)", "ppl (unsteered)",
+                 "push along u", Col("first prompt →", wrap=True)], rows, keys=3, short="steering")
     if args.json:
         write_json(args.json, plain(sw))
     if args.out:

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import InputError
-from .common import check_outputs
+from .common import check_outputs, seed_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", required=True, metavar="PATH", help="the SQLite results database")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (index.html, *.png, *.csv)")
     p.add_argument("--folds", type=int, default=5, help="k of the k-fold held-out best (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the item split and folds (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the item split and folds (default 0)")
     p.set_defaults(func=run)
 
 

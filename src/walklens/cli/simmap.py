@@ -9,15 +9,30 @@ from __future__ import annotations
 import argparse
 import sys
 from importlib import resources
+from typing import Any
+
+from rich.markup import escape
 
 from ..errors import InputError
 from .common import add_model_args, add_output_args, load, read_text, write_json
+from .limits import add_limit_args
+from .terminal import ParagraphHelp
 
 EXAMPLES = {"grading": "grading_prompt.txt"}
 
+DESCRIPTION = """\
+Similarity maps between every pair of positions of a text, at any captured point.
+
+By default: three points (V, the token embedding rows; the middle layer's resid_post; final), each with
+the dot product and the cosine (6 maps of T x T). The report draws each map with at most 250,000 cells:
+a longer text's maps show means over b x b blocks of positions (a note says so; --json keeps every value),
+and b grows until the page fits --max-output. A --json file of T x T numbers per map, or memory or work
+over --max-memory / --max-work, is refused before anything is computed."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simmap", help="similarity maps of token vectors at any captured point (Figs. 3, 11, 12)")
+    p = sub.add_parser("simmap", help="similarity maps of token vectors at any captured point (Figs. 3, 11, 12)",
+                       description=DESCRIPTION, formatter_class=ParagraphHelp)
     p.add_argument("text", nargs="?", help="the text (use @FILE to read it from a file)")
     p.add_argument("--example", choices=sorted(EXAMPLES), help="use a bundled text (grading: the A.4 prompt)")
     p.add_argument("--truncate", action="store_true", help="cut a text longer than the model's context")
@@ -29,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", choices=("dot", "cosine", "both"), default="both", help="default both")
     p.add_argument("--normed", action="store_true",
                    help="also show maps of vectors passed through the model's final norm (the paper's layer-normed maps)")
+    add_limit_args(p)
     p.set_defaults(func=run)
 
 
@@ -39,44 +55,78 @@ def example_text(name: str) -> str:
     return resources.files("walklens").joinpath("examples", EXAMPLES[name]).read_text(encoding="utf-8")
 
 
+def _plan(lm: Any, text: str, args: argparse.Namespace, points: list[str], n_maps: int) -> int:
+    """Check the limits before capturing; returns the block size b of the report's maps (b x b positions
+    averaged per cell, 1 = every position), chosen so that each map has at most HEATMAP_CELLS cells and the
+    page fits --max-output."""
+    from ..capture import _point_names
+    from .limits import MB, block_size, check, fit_hint, model_shape, note, simmap_need, text_tokens
+
+    names = _point_names(lm.adapter.stacks[-1], lm.adapter.residual_kind(lm.config), lm.n_layers)
+    for p in points:
+        if p != "V" and p not in names:  # the same message as Trace.point_index, before any work
+            raise InputError(f"no captured point {p!r}; captured: {', '.join(names[:8])} ...")
+    sh = model_shape(lm)
+    T = text_tokens(lm, text, args.truncate)
+    captured = len({p for p in points if p != "V"} | {"final"})
+
+    def need(t: int, b: int) -> Any:
+        return simmap_need(sh, t, maps=n_maps, captured=captured, block=b, json=bool(args.json),
+                           out=bool(args.out))
+
+    b = block_size(T, T, per_col=1) if args.out else 1
+    while args.out and -(-T // b) > 16 and need(T, b).files["--out index.html"] > args.max_output * MB:
+        b += 1
+    hint = "fewer --point / --metric maps" + ("; --json holds T x T numbers per map" if args.json else "")
+    check(need(T, b), args, f"simmap over {T} tokens x {n_maps} maps",
+          f"{hint}; {fit_hint(lambda t: need(t, block_size(t, t, per_col=1) if args.out else 1), args, T)}")
+    if b > 1:
+        side = -(-T // b)
+        note(f"simmap: the report's {T} x {T} maps show means over blocks of {b} x {b} positions "
+             f"({side} x {side} cells){'; --json holds every value' if args.json else ''}")
+    return b
+
+
 def run(args: argparse.Namespace) -> int:
     from ..capture import capture
     from ..walks import similarity_map
+    from .limits import block_labels, block_mean
 
     if (args.text is None) == (args.example is None):
         raise InputError("give either a TEXT or --example NAME")
     text = example_text(args.example) if args.example else read_text(args.text)
     lm = load(args)
-    trace = capture(lm, text, truncate=args.truncate)
-    points = args.point or ["V", f"L{trace.n_layers // 2}.resid_post", "final"]
-    for p in points:
-        if p != "V":
-            trace.point_index(p)  # a clear error before any work
+    points = args.point or ["V", f"L{lm.n_layers // 2}.resid_post", "final"]
     metrics = ("dot", "cosine") if args.metric == "both" else (args.metric,)
+    normeds = (False, True) if args.normed else (False,)
+    b = _plan(lm, text, args, points, len(points) * len(metrics) * len(normeds))
+    trace = capture(lm, text, truncate=args.truncate, points=[p for p in points if p != "V"])
     maps = {}
     for p in points:
-        for normed in ((False, True) if args.normed else (False,)):
+        for normed in normeds:
             for m in metrics:
                 maps[f"{p}{'+norm' if normed else ''}/{m}"] = similarity_map(trace, p, metric=m, normed=normed)
     if args.json:
         write_json(args.json, {"model": lm.name, "text": text, "tokens": trace.tokens, "token_ids": trace.token_ids,
                                "maps": maps})
-    from rich.console import Console
-    from rich.table import Table
+    from .terminal import console, print_table
 
-    table = Table(title=f"{lm.name}: similarity maps over {len(trace.tokens)} tokens")
-    for c in ("map", "min", "max", "mean off-diagonal"):
-        table.add_column(c)
+    rows = []
     for key, m in maps.items():
         T = m.shape[0]
         off = (m.sum() - m.diagonal().sum()) / max(1, T * T - T)
-        table.add_row(key, f"{float(m.min()):.4g}", f"{float(m.max()):.4g}", f"{float(off):.4g}")
-    Console().print(table)
+        rows.append([escape(key), f"{float(m.min()):.4g}", f"{float(m.max()):.4g}", f"{float(off):.4g}"])
+    print_table(console(), f"{lm.name}: similarity maps over {len(trace.tokens)} tokens",
+                ["map", "min", "max", "mean off-diagonal"], rows)
     if args.out:
         from ..reports.walks import similarity_report
 
-        rep = similarity_report(maps, trace.tokens, title=f"Similarity maps — {lm.name}",
-                                subtitle=f"{len(trace.tokens)} tokens" + (f"; example: {args.example}" if args.example else ""))
+        shown = {k: block_mean(m, b) for k, m in maps.items()}
+        sub = f"{len(trace.tokens)} tokens" + (f"; example: {args.example}" if args.example else "")
+        if b > 1:
+            sub += f"; each cell is the mean over a block of {b} x {b} positions (labels: first-last position)"
+        rep = similarity_report(shown, block_labels(trace.tokens, b), title=f"Similarity maps — {lm.name}",
+                                subtitle=sub)
         path = rep.save(args.out)
         sys.stderr.write(f"walklens: report written to {path}\n")
     return 0

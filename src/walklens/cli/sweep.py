@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from ..errors import InputError
-from .common import add_model_args, write_json
+from .common import add_model_args, check_outputs, model_options, write_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,10 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="full: the cartesian product of the A.6 values; standard: the paper's standard scheme; "
                         "FILE: a TOML grid (see docs/sweep.md)")
     p.add_argument("--layers", default=None, metavar="L,L,...",
-                   help="layer set for ENCODING_LAYER and OUT_ENCODING_LAYER (default E,0,middle,-2,-1)")
+                   help="layer set for ENCODING_LAYER and OUT_ENCODING_LAYER (default E,0,middle,-2,-1); with "
+                        "--grid standard, the standard scheme at each of these layers")
     add_model_args(p)
     p.add_argument("--data", metavar="PATH", default=None,
-                   help="HellaSwag .jsonl, .txt(.bz2) or hf:Rowan/hellaswag (default: the bundled validation file)")
+                   help="HellaSwag .jsonl, .txt(.bz2) or hf:Rowan/hellaswag (default: $WALKLENS_HELLASWAG, else the "
+                        "bundled validation set)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N items")
     p.add_argument("--shots", type=int, default=0, metavar="K", help="few-shot examples per item (default 0)")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="few-shot sampling seed (default 1234)")
@@ -67,20 +69,21 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--limit must be positive, got {args.limit}")
     if args.shots < 0:
         raise InputError(f"--shots must be >= 0, got {args.shots}")
+    check_outputs(args)
     layers = DEFAULT_LAYERS
     if args.layers:
         layers = tuple(canonical_layer(x) for x in args.layers.split(",") if x.strip())
         if not layers:
             raise InputError("--layers is empty")
     GridSpec.resolve(args.grid, args.test, "decoder", layers if args.layers else None)  # bad grid: fail fast
-    lm = load_model(args.model)
+    lm = load_model(args.model, **model_options(args))
     from ..concepts.encode import arch_of
 
     arch = arch_of(lm)
     grid = GridSpec.resolve(args.grid, args.test, arch, layers if args.layers else None)
-    for l in grid.values.get("layer", ()) + grid.values.get("out_layer", ()):
-        from ..concepts.schemes import resolve_layer
+    from ..concepts.schemes import resolve_layer
 
+    for l in grid.layers():
         resolve_layer(l, lm.n_layers)  # refuses a layer the model does not have, before any work
     schemes, refused = grid.enumerate(arch)
     n_ref = sum(refused.values())

@@ -7,17 +7,36 @@ every number, ``--out DIR`` a self-contained HTML report with PNG figures.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import sys
 from typing import Any
 
 from ..errors import InputError
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, write_json
+from .limits import add_limit_args
+from .terminal import ParagraphHelp
 
 MAX_TERMINAL_COLS = 12
+MAX_TERMINAL_ROWS = 64
+RESIDUAL = ("resid_pre", "resid_mid", "resid_cross", "resid_post")
+POST = ("embed", "L*.resid_post", "final")  # the narrowest default: the stream after each layer
+READING = {"none": "raw", "final": "lens"}
+
+DESCRIPTION = """\
+The encoding walk of every position: its vector at each captured point read against the token vectors.
+
+By default every captured point is read (embed; per layer resid_pre, attn_out, resid_mid, mlp_out,
+resid_post; final), in both readings (raw vectors against V, and the final norm + the model's head), with
+the 10 nearest tokens. When that would exceed --max-work, --max-memory or --max-output, the default narrows
+to the residual points, then to embed, L*.resid_post and final, with a note on stderr; an explicit --points
+is refused instead, naming what would fit. The terminal shows the first 12 positions at embed, every
+resid_post and final (tables wrapped to the terminal's width) and the first 64 positions' escape points;
+--json holds every number, --out a report of the first 96 positions."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("walk", help="the encoding walk of a text: nearest tokens, ranks and escape layers")
+    p = sub.add_parser("walk", help="the encoding walk of a text: nearest tokens, ranks and escape layers",
+                       description=DESCRIPTION, formatter_class=ParagraphHelp)
     add_text_args(p)
     add_model_args(p)
     add_output_args(p)
@@ -26,8 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--norm", choices=("none", "final", "both"), default="both",
                    help="none: raw vectors against V (the papers' reading); final: final norm + the model's head "
                         "(logit lens); both (default)")
-    p.add_argument("--points", default="all",
+    p.add_argument("--points", default=None,
                    help="'all' captured points (default), 'residual', or comma-separated glob patterns")
+    add_limit_args(p)
     p.set_defaults(func=run)
 
 
@@ -49,59 +69,109 @@ def _short(point: str | None) -> str:
     return point.replace(".resid_", " ")
 
 
+def _selected(names: list[str], spec: Any) -> list[str]:
+    """The point names a --points value selects (as :func:`walklens.walks.encoding_walk` does)."""
+    if spec == "all":
+        return names
+    if spec == "residual":
+        return [n for n in names if n in ("embed", "final") or n.split(".", 1)[-1] in RESIDUAL]
+    return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in spec)]
+
+
+def _plan(lm: Any, text: str, args: argparse.Namespace, points: Any) -> tuple[Any, Any]:
+    """Check the limits before capturing: (points to read, patterns to capture).  The default (all points)
+    narrows to the residual points, then to :data:`POST`, with a note; anything else over a limit is refused."""
+    from ..capture import _point_names
+    from .limits import check, fit_hint, model_shape, note, text_tokens, walk_need
+
+    sh = model_shape(lm)
+    T = text_tokens(lm, text, args.truncate)
+    names = _point_names(lm.adapter.stacks[-1], lm.adapter.residual_kind(lm.config), lm.n_layers)
+    readings = 2 if args.norm == "both" else 1
+
+    def need(spec: Any, t: int = T) -> Any:
+        sel = _selected(names, spec)
+        shown = [n for n in sel if n in ("embed", "final") or n.split(".", 1)[-1] in RESIDUAL[1:]] or sel
+        captured = len(names) if spec == "all" else len(set(sel) | {"final"})
+        return walk_need(sh, t, points=len(sel), captured=captured, shown=len(shown), k=args.k,
+                         readings=readings, json=bool(args.json), out=bool(args.out))
+
+    default = args.points is None  # only the default narrows; an explicit --points all is refused instead
+    chosen = points
+    if default and not need("all").fits(args):
+        chosen = "residual" if need("residual").fits(args) else list(POST)
+        if need(chosen).fits(args):
+            what = "the residual points" if chosen == "residual" else "embed, L*.resid_post and final"
+            note(f"walk: all {len(names)} points of {T} tokens would need {' and '.join(need('all').over(args))}; "
+                 f"reading {what} ({len(_selected(names, chosen))} points) instead")
+    sel = _selected(names, chosen)
+    hints = []
+    if chosen not in ("residual", list(POST)) and len(_selected(names, list(POST))) < len(sel):
+        hints.append(f"--points '{','.join(POST)}' reads {len(_selected(names, list(POST)))} points")
+    if readings == 2:
+        hints.append("--norm final reads once")
+    if args.json and args.k > 1:
+        hints.append("a smaller --k shrinks the JSON")
+    hints.append(fit_hint(lambda t: need(chosen, t), args, T))
+    what = f"walk over {T} tokens x {len(sel)} points" + (
+        f" (the default narrowed from all {len(names)})" if default and chosen != "all" else "")
+    check(need(chosen), args, what, "; ".join(hints))
+    capture_points = None if chosen == "all" or not sel else sorted(set(sel) | {"final"}, key=names.index)
+    return chosen, capture_points
+
+
 def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.markup import escape
 
     from ..reports.walks import show
+    from .terminal import Col, console, print_table
 
-    con = Console()
+    con = console()
     main_key = "final" if "final" in walks else next(iter(walks))
     w = walks[main_key]
     T = len(w.tokens)
     n = min(T, MAX_TERMINAL_COLS)
-    fi = w.points.index("final")
+    fi = w.points.index("final") if "final" in w.points else len(w.points) - 1
     ids = w.token_ids.tolist()
     rows = [i for i, p in enumerate(w.points) if p in ("embed", "final") or p.endswith(".resid_post")]
+    rows = rows or list(range(len(w.points)))
     if len(rows) > 40:
         step = -(-len(rows) // 40)
         rows = rows[:1] + rows[1:-1:step] + rows[-1:]
     title = (f"{model}: nearest token at each layer ({'logit lens' if main_key == 'final' else 'raw, against V'}; "
              f"green = w_t+1, dim = w_t)")
-    table = Table(title=title, show_lines=False)
-    table.add_column("point", style="bold", no_wrap=True)
-    for t in range(n):
-        table.add_column(f"{t}:{show(w.tokens[t])}", overflow="fold")
+    cols = [Col("point", style="bold")] + [Col(escape(f"{t}:{show(w.tokens[t])}")) for t in range(n)]
+    grid = []
     for i in rows:
-        cells = []
+        cells = [_short(w.points[i])]
         for t in range(n):
             top = int(w.top_ids[i, t, 0])
-            s = show(labels.get(top, str(top))).replace("[", r"\[")
+            s = escape(show(labels.get(top, str(top))))
             if t + 1 < T and top == ids[t + 1]:
                 s = f"[green]{s}[/green]"
             elif top == ids[t]:
                 s = f"[dim]{s}[/dim]"
             cells.append(s)
-        table.add_row(w.points[i], *cells)
-    con.print(table)
-    summary = Table(title="per position: the next token at the top of the stack, the first point where w_t+1 "
-                          "outranks w_t, and the point from which it stays ahead")
-    cols = ["t", "w_t", "w_t+1", "rank w_t+1", "P(w_t+1)"]
+        grid.append(cells)
+    print_table(con, title, cols, grid, short="nearest token")
+    cols = [Col("t", justify="right"), Col("w_t"), Col("w_t+1"), Col("rank", justify="right"),
+            Col("P", justify="right")]
     for k in walks:
-        cols += [f"first ({k})", f"stays ({k})"]
-    for c in cols:
-        summary.add_column(c, no_wrap=c.startswith(("first", "stays")))
-    for t in range(min(T, 64)):
+        cols += [Col(f"first ({READING.get(k, k)})"), Col(f"stays ({READING.get(k, k)})")]
+    summary = []
+    for t in range(min(T, MAX_TERMINAL_ROWS)):
         rn = int(w.rank_of_next[fi, t])
         esc = []
         for v in walks.values():
             esc += [_short(v.escape_names[t]), _short(v.escape_stable_names[t])]
-        summary.add_row(str(t), show(w.tokens[t]).replace("[", r"\["),
-                        show(w.tokens[t + 1]).replace("[", r"\[") if t + 1 < T else "",
-                        str(rn) if rn >= 0 else "", f"{float(w.prob_of_next[fi, t]):.3f}" if rn >= 0 else "", *esc)
-    con.print(summary)
+        summary.append([str(t), escape(show(w.tokens[t])), escape(show(w.tokens[t + 1])) if t + 1 < T else "",
+                        str(rn) if rn >= 0 else "", f"{float(w.prob_of_next[fi, t]):.3f}" if rn >= 0 else "", *esc])
+    print_table(con, f"per position: rank and P of w_t+1 at {w.points[fi]} ({READING.get(main_key, main_key)}); "
+                     f"first: where w_t+1 first outranks w_t; stays: from where it stays ahead (raw: against V; "
+                     f"lens: final norm + head)", cols, summary, keys=2, short="per position")
     if n < T:
-        con.print(f"[dim](showing {n} of {T} positions; --json / --out hold all of them)[/dim]")
+        con.print(f"[dim](the nearest tokens of {n} of {T} positions, the escape points of "
+                  f"{min(T, MAX_TERMINAL_ROWS)}; --json / --out hold all of them)[/dim]")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,18 +181,21 @@ def run(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise InputError(f"k must be a positive integer, not {args.k}")
     text = read_text(args.text)
-    points: Any = args.points if args.points in ("all", "residual") else [p.strip() for p in args.points.split(",")]
+    spec = args.points or "all"
+    points: Any = spec if spec in ("all", "residual") else [p.strip() for p in spec.split(",")]
     lm = load(args)
-    trace = capture(lm, text, truncate=args.truncate)
+    points, capture_points = _plan(lm, text, args, points)
+    trace = capture(lm, text, truncate=args.truncate, points=capture_points)
     norms = ("none", "final") if args.norm == "both" else (args.norm,)
     walks = {}
-    for norm in norms:
+    for norm in sorted(norms, key=lambda n: n == "none"):  # lens first: an error both share is raised, no note
         try:
             walks[norm] = encoding_walk(trace, k=args.k, metric=args.metric, norm=norm, points=points)
         except InputError as e:
             if args.norm != "both" or norm != "none":
                 raise
             sys.stderr.write(f"walklens: note: raw reading skipped: {e}\n")  # ALBERT: V lives in E-space
+    walks = {n: walks[n] for n in norms if n in walks}
     ids = sorted(set().union(*[set(w.label_ids()) for w in walks.values()]))
     labels = labels_for(lm.tokenizer, ids)
     if args.json:

@@ -124,7 +124,8 @@ def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int
                          context_embeds: torch.Tensor | None = None) -> list[float]:
     """Sum of log-probabilities of each continuation (token ids) after one context, the context computed once.
 
-    The context is ``context_ids`` or ``context_embeds`` ``[C, D]`` (fed through ``inputs_embeds``).
+    The context is ``context_ids`` or ``context_embeds`` ``[C, D]`` (fed through ``inputs_embeds``, in the
+    model's dtype: float32 vectors of a bfloat16 model's own embeddings convert back exactly).
     Decoder-only: one pass over the context keeps its past key/values and its last logits (which score each
     continuation's first token); the cache is repeated for the continuations, which run as one right-padded
     batch (padding only follows real tokens, so causal attention never sees it).  Encoder-decoder: the
@@ -142,7 +143,7 @@ def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int
     for i, c in enumerate(continuations):
         targets[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
     ctx_kw = ({"input_ids": torch.tensor([list(context_ids)], dtype=torch.long, device=dev)}
-              if context_ids is not None else {"inputs_embeds": context_embeds[None].to(dev)})
+              if context_ids is not None else {"inputs_embeds": context_embeds[None].to(device=dev, dtype=lm.dtype)})
     kind = lm.adapter.auto_class
     if kind == "causal":
         model = lm.model

@@ -25,6 +25,7 @@ Invalid combinations are those :meth:`Scheme.validate` refuses for the test and 
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 import tomllib
 from collections import OrderedDict
@@ -85,9 +86,13 @@ class GridSpec:
         return cls(test=test, values=vals, name="full")
 
     @classmethod
-    def standard(cls, test: int, arch: str) -> GridSpec:
+    def standard(cls, test: int, arch: str, layers: Sequence[str] | None = None) -> GridSpec:
+        """The standard scheme (sec. 5.1); with ``layers``, the standard scheme at each of those layers (and,
+        for Test 2, each OUT_ENCODING_LAYER among them)."""
         _check_test(test)
-        return cls(test=test, explicit=(_schemes_module().Scheme.standard(test, arch),), name="standard")
+        if not layers:
+            return cls(test=test, explicit=(_schemes_module().Scheme.standard(test, arch),), name="standard")
+        return cls(test=test, values=_standard_values(test, arch, layers), name="standard").checked()
 
     @classmethod
     def from_toml(cls, path: str | Path, test: int, arch: str, layers: Sequence[str] | None = None) -> GridSpec:
@@ -97,25 +102,28 @@ class GridSpec:
         if not p.is_file():
             raise InputError(f"{p}: no such grid file")
         try:
-            doc = tomllib.loads(p.read_text(encoding="utf-8"))
+            doc = tomllib.loads(p.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise InputError(f"{p}: not UTF-8 text (undecodable byte at offset {e.start})") from None
         except tomllib.TOMLDecodeError as e:
             raise InputError(f"{p}: not valid TOML ({e})") from None
+        except OSError as e:
+            raise InputError(f"{p}: cannot be read ({e.strerror})") from None
         base = doc.pop("base", "full")
         lay = doc.pop("layers", None)
+        layer_fields = [k for k in ("layer", "out_layer") if k in _fields_for(test)]
+        if layers and (lay is not None or all(k in doc for k in layer_fields)):
+            raise InputError(f"{p}: the grid file sets {'layers' if lay is not None else ' and '.join(layer_fields)} "
+                             f"itself, so --layers would be ignored: give the layers in one place")
         if lay is not None:
             if not isinstance(lay, list) or not lay:
                 raise InputError(f"{p}: 'layers' must be a non-empty list")
-            layers = [str(x) for x in lay]
+            layers = [_as_str(x) for x in lay]
         if base == "full":
             spec = cls.full(test, tuple(layers) if layers else DEFAULT_LAYERS)
             vals = dict(spec.values)
         elif base == "standard":
-            std = _schemes_module().Scheme.standard(test, arch)
-            vals = {k: (_as_str(getattr(std, k)),) for k in FIELDS if k in _fields_for(test)}
-            if layers:
-                vals["layer"] = tuple(layers)
-                if test == 2:
-                    vals["out_layer"] = tuple(layers)
+            vals = _standard_values(test, arch, layers)
         else:
             raise InputError(f"{p}: base must be 'full' or 'standard', not {base!r}")
         allowed = set(_fields_for(test))
@@ -125,26 +133,49 @@ class GridSpec:
             if not isinstance(v, list) or not v:
                 raise InputError(f"{p}: {key} must be a non-empty list")
             vals[key] = tuple(_as_str(x) for x in v)
-        return cls(test=test, values=vals, name=p.stem)
+        try:
+            return cls(test=test, values=vals, name=p.stem).checked()
+        except InputError as e:
+            raise InputError(f"{p}: {e}") from None
 
     @classmethod
     def resolve(cls, grid: str, test: int, arch: str, layers: Sequence[str] | None = None) -> GridSpec:
-        """``full`` | ``standard`` | a TOML file path."""
+        """``full`` | ``standard`` | a TOML file path; ``layers`` (e.g. from ``--layers``) is the layer set of
+        ``full``, the layers of ``standard``, and the layer set of a file that does not set its own."""
         if grid == "full":
-            return cls.full(test, tuple(layers) if layers else DEFAULT_LAYERS)
+            return cls.full(test, tuple(layers) if layers else DEFAULT_LAYERS).checked()
         if grid == "standard":
-            return cls.standard(test, arch)
+            return cls.standard(test, arch, layers)
         return cls.from_toml(grid, test, arch, layers)
+
+    def checked(self) -> GridSpec:
+        """Self, after every value of every parameter was checked (an :class:`InputError` naming the first bad
+        one), so that a bad grid fails before any model loads."""
+        next(self.candidates(), None)
+        return self
+
+    def layers(self) -> tuple[str, ...]:
+        """Every ENCODING_LAYER and OUT_ENCODING_LAYER value the grid uses (to check against a model's depth)."""
+        if self.explicit:
+            used = [x for s in self.explicit for x in (s.layer, s.out_layer) if x is not None]
+        else:
+            used = list(self.values.get("layer", ()) + self.values.get("out_layer", ()))
+        return tuple(dict.fromkeys(used))
 
     # ---- enumeration --------------------------------------------------------------------------------------
     def product_size(self) -> int:
-        """Size of the cartesian product before removing invalid combinations."""
+        """Size of the cartesian product of the distinct values (``-1`` and ``-1``, ``None`` and ``none`` count
+        once), before removing invalid combinations."""
         if self.explicit:
             return len(self.explicit)
-        n = 1
-        for v in self.values.values():
-            n *= len(v)
-        return n
+        return math.prod(len(v) for v in self._distinct()[1])
+
+    def _distinct(self) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """The fields and, per field, its distinct values as Scheme field values (canonical layers, None)."""
+        canon = _schemes_module().canonical_layer
+        keys = list(self.values)
+        return keys, [tuple(dict.fromkeys(canon(v) if k in ("layer", "out_layer") else _from_str(k, v)
+                                          for v in self.values[k])) for k in keys]
 
     def candidates(self) -> Iterator[Any]:
         """Every scheme of the product, valid or not, in a fixed order (the product's, last field fastest)."""
@@ -152,10 +183,7 @@ class GridSpec:
             yield from self.explicit
             return
         Scheme = _schemes_module().Scheme
-        canon = _schemes_module().canonical_layer
-        keys = list(self.values)
-        vals = [tuple(dict.fromkeys(canon(v) if k in ("layer", "out_layer") else _from_str(k, v)
-                                    for v in self.values[k])) for k in keys]
+        keys, vals = self._distinct()
         if not all(vals):
             return
         # every value is checked once by the dataclass (canonical form, allowed values) ...
@@ -206,6 +234,17 @@ def group_by_context(schemes: Iterable[Any]) -> "OrderedDict[tuple[Any, ...], li
     for s in schemes:
         groups.setdefault(key(s), []).append(s)
     return groups
+
+
+def _standard_values(test: int, arch: str, layers: Sequence[str] | None) -> dict[str, tuple[str, ...]]:
+    """The standard scheme as one-value lists, its layer (and Test 2's out_layer) replaced by ``layers``."""
+    std = _schemes_module().Scheme.standard(test, arch)
+    vals = {k: (_as_str(getattr(std, k)),) for k in _fields_for(test)}
+    if layers:
+        vals["layer"] = tuple(layers)
+        if test == 2:
+            vals["out_layer"] = tuple(layers)
+    return vals
 
 
 def _fields_for(test: int) -> tuple[str, ...]:

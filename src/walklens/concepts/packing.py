@@ -16,8 +16,12 @@ is computed once, no padding sits between real tokens, and many requests share e
 are sorted by length and batched under a token budget (padding only at a row's end, masked).
 
 Only the positions that predict an ending token reach the LM head (a pre-hook on the model's own output
-embedding picks them), so the ``[tokens, vocab]`` logits of the context are never formed.  The model's own
-forward runs unchanged; nothing of it is re-implemented.
+embedding picks them), so the ``[tokens, vocab]`` logits of the context are never formed, and the
+log-softmax normaliser runs over a few rows at a time (in float32 whatever the model's dtype).  The model's own
+forward runs unchanged; nothing of it is re-implemented.  No attention probabilities are needed, so the
+forward passes use PyTorch's SDPA kernel where the model can switch to it
+(:func:`~walklens.interventions.attention_kernel`; it takes the same 4-D masks; eager attention is set back
+afterwards): equal to eager attention to float rounding, and faster, most of all in bfloat16.
 
 Requests are :class:`~.request.ScoreRequest`s (checked by :func:`~.request.check_request`, shared with the
 one-at-a-time scorer).  Packing is exact for causal LMs whose positions come from position ids (learned
@@ -34,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import torch
 
-from ..interventions import Hooks
+from ..interventions import Hooks, attention_kernel
 from .encode import continuation_logliks
 from .request import ScoreRequest, check_request
 
@@ -45,6 +49,9 @@ if TYPE_CHECKING:
 MAX_TOKENS = 1024
 #: Largest logits tensor of one packed forward pass, in floats (needed positions x vocabulary).
 MAX_LOGITS = 1 << 26
+#: Rows of logits normalised at a time (a [rows, vocab] float32 block that stays in cache: ~3.5x faster than one
+#: logsumexp over every row on this machine's CPU).
+LSE_ROWS = 16
 
 
 def _local_window(lm: "LoadedModel") -> int | None:
@@ -119,16 +126,20 @@ def _row(r: ScoreRequest) -> tuple[list[int], np.ndarray, list[tuple[int, int, i
     return list(range(C)) + [C + d for d in depths], allowed, targets
 
 
-def _masks(allowed: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype, sliding: tuple[int, bool] | None
-           ) -> torch.Tensor | dict[str, torch.Tensor]:
+def _masks(allowed: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype, sliding: tuple[int, bool] | None,
+           boolean: bool = False) -> torch.Tensor | dict[str, torch.Tensor]:
     """Additive ``[B, 1, T, T]`` masks from the may-attend matrices (padding sees only itself); sliding layers
-    also need ``pos_q - pos_k < window``."""
+    also need ``pos_q - pos_k < window``.  ``boolean``: the may-attend matrices themselves (True = attend),
+    which SDPA takes directly (~20 % faster in its CPU kernel than an additive mask); eager attention adds
+    the mask to the scores, so it needs the additive form."""
     T = allowed.shape[1]
     eye = torch.eye(T, dtype=torch.bool)[None]
     allowed = allowed | eye
     neg = torch.finfo(dtype).min
 
     def additive(a: torch.Tensor) -> torch.Tensor:
+        if boolean:
+            return a[:, None]
         return torch.zeros(a.shape, dtype=dtype).masked_fill_(~a, neg)[:, None]
 
     if sliding is None:
@@ -182,7 +193,8 @@ def _packed_batch(lm: "LoadedModel", reqs: Sequence[ScoreRequest]) -> list[list[
         inputs: dict[str, Any] = {"inputs_embeds": x}
     else:
         inputs = {"input_ids": ids.to(dev)}
-    mask = _masks(torch.from_numpy(allowed), pos, dtype, _sliding_window(lm))
+    mask = _masks(torch.from_numpy(allowed), pos, dtype, _sliding_window(lm),
+                  boolean=model.config._attn_implementation == "sdpa")
     mask = {k: v.to(dev) for k, v in mask.items()} if isinstance(mask, dict) else mask.to(dev)
     # the positions that predict some target, each once, in row-major order
     flat = torch.tensor(tgt_b) * T + torch.tensor(tgt_t)
@@ -195,9 +207,8 @@ def _packed_batch(lm: "LoadedModel", reqs: Sequence[ScoreRequest]) -> list[list[
     with Hooks() as hooks:
         hooks.pre(model.get_output_embeddings(), pick)
         logits = model(**inputs, attention_mask=mask, position_ids=pos.to(dev), use_cache=False).logits[0]
-    logits = logits.float()
     rows = where.to(dev)
-    tok_lp = logits[rows, torch.tensor(tgt_tok, device=dev)] - torch.logsumexp(logits, dim=-1)[rows]
+    tok_lp = logits[rows, torch.tensor(tgt_tok, device=dev)].float() - _logsumexp_rows(logits)[rows]
     sums = torch.zeros(n_out, dtype=torch.float64, device=dev).index_add_(
         0, torch.tensor(tgt_out, device=dev), tok_lp.double())
     out, k = [], 0
@@ -207,13 +218,28 @@ def _packed_batch(lm: "LoadedModel", reqs: Sequence[ScoreRequest]) -> list[list[
     return out
 
 
+def _logsumexp_rows(logits: torch.Tensor) -> torch.Tensor:
+    """``logsumexp`` of each row in float32 (as ``torch.logsumexp``: shifted by the row's max, or by 0 where
+    that max is infinite), :data:`LSE_ROWS` rows at a time in one reused buffer (no allocation per block)."""
+    n = logits.shape[0]
+    buf = torch.empty((min(n, LSE_ROWS), logits.shape[1]), dtype=torch.float32, device=logits.device)
+    out = torch.empty(n, dtype=torch.float32, device=logits.device)
+    for i in range(0, n, LSE_ROWS):
+        b = buf[:min(LSE_ROWS, n - i)]
+        b.copy_(logits[i:i + LSE_ROWS])
+        m = b.amax(dim=-1, keepdim=True)
+        m.masked_fill_(m.isinf(), 0.0)
+        out[i:i + b.shape[0]] = b.sub_(m).exp_().sum(dim=-1).log_().add_(m[:, 0])
+    return out
+
+
 def packed_logliks(lm: "LoadedModel", requests: Sequence[ScoreRequest], *, max_tokens: int = MAX_TOKENS
                    ) -> list[list[float]]:
     """Per request, the summed log-probability of each continuation after its context (the order given).
 
-    Equal to :func:`~.encode.continuation_logliks` per request (tested on every causal family to 1e-4), but
-    requests are packed into batched rows (module docstring); models that cannot be packed are scored one
-    request at a time.
+    Equal to :func:`~.encode.continuation_logliks` per request (tested on every causal family to 1e-4, in
+    float32, with SDPA where the model switches to it), but requests are packed into batched rows (module
+    docstring); models that cannot be packed are scored one request at a time.
     """
     for r in requests:
         check_request(lm, r)
@@ -231,7 +257,8 @@ def packed_logliks(lm: "LoadedModel", requests: Sequence[ScoreRequest], *, max_t
             packable.append(i)
     sub = [requests[i] for i in packable]
     vocab = lm.model.get_output_embeddings().weight.shape[0]
-    for batch in plan_batches(sub, vocab, max_tokens):
-        for j, ll in zip(batch, _packed_batch(lm, [sub[j] for j in batch])):
-            out[packable[j]] = ll
+    with attention_kernel(lm, "sdpa"):
+        for batch in plan_batches(sub, vocab, max_tokens):
+            for j, ll in zip(batch, _packed_batch(lm, [sub[j] for j in batch])):
+                out[packable[j]] = ll
     return out  # type: ignore[return-value]

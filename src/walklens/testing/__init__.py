@@ -10,6 +10,7 @@ from typing import Any, Callable
 import torch
 
 from ..loading import LoadedModel, wrap
+from ..precision import model_label, parse_dtype
 
 WORDS = ("the a of to and in is was it that he she they on for with as at by from this his her their "
          "capital france paris city river london england king queen man woman boy girl dog cat house car "
@@ -76,12 +77,16 @@ TINY_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "gpt_neox_seq", "llama", "gemma3
                  "falcon_seq", "t5", "bert", "albert")
 
 
-def tiny_model(family: str, seed: int = 0, init_std: float | None = 0.2) -> LoadedModel:
-    """A tiny random model of ``family`` (see :data:`TINY_FAMILIES`), fp32, eager attention, eval mode.
+def tiny_model(family: str, seed: int = 0, init_std: float | None = 0.2,
+               dtype: str | torch.dtype = torch.float32) -> LoadedModel:
+    """A tiny random model of ``family`` (see :data:`TINY_FAMILIES`), eager attention, eval mode.
 
     ``init_std`` re-draws every weight matrix with a larger std than HF's 0.02 so that attention patterns
-    and logits are far from uniform (numerical checks are then meaningful).
+    and logits are far from uniform (numerical checks are then meaningful).  ``dtype``: the weights are drawn
+    in float32 (the same for every dtype) and then cast; the name carries a dtype other than float32, as
+    :func:`~walklens.loading.load_model` names it.
     """
+    dtype = parse_dtype(dtype)
     import transformers as T
 
     tok = tiny_tokenizer()
@@ -99,4 +104,4 @@ def tiny_model(family: str, seed: int = 0, init_std: float | None = 0.2) -> Load
                     p.copy_(torch.randn(p.shape, generator=g) * init_std)
                 elif name.endswith("bias"):
                     p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-    return wrap(model, tok, name=f"tiny-{family}")
+    return wrap(model.to(dtype), tok, name=model_label(f"tiny-{family}", dtype))

@@ -1,0 +1,114 @@
+"""Terminal tables that fit the terminal: every command prints its tables through :func:`print_table`.
+
+Rich squeezes a table wider than the console by shrinking columns until their text collapses into ``…``.
+Here the columns are measured first; when they do not fit, the table is *wrapped*: it is printed as several
+tables, each repeating the first ``keys`` columns (the row labels) followed by as many further columns as
+fit.  Columns of free text (``wrap=True``, e.g. lists of nearest tokens) may instead wrap onto several lines;
+every other column keeps its full width, so no header or cell is ever cut.  The width is the console's
+(``$COLUMNS`` when set, else the terminal's, else 80).
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+WRAP_MIN = 24  # a free-text column keeps at least this many cells per line (or its header's width)
+_BORDER = 3  # a column's padding (2) and its right border (1); the table's left border adds 1
+
+
+@dataclass(frozen=True)
+class Col:
+    """One column: its header, whether its text may wrap onto several lines, its justification and style."""
+
+    header: str
+    wrap: bool = False
+    justify: str = "left"
+    style: str | None = None
+
+
+ColSpec = Union[Col, str]
+
+
+def console() -> Console:
+    """The console every command prints to (standard output, the terminal's width)."""
+    return Console()
+
+
+def cell_width(markup: str) -> int:
+    """Width in terminal cells of a rich markup string (its widest line)."""
+    return max((Text.from_markup(line).cell_len for line in markup.split("\n")), default=0)
+
+
+def _need(col: Col, cells: Sequence[str]) -> int:
+    """The width a column needs: its widest cell or header; a free-text column at most WRAP_MIN (or its
+    header, which always stays on one line)."""
+    head = cell_width(col.header)
+    natural = max([head, *(cell_width(c) for c in cells)])
+    return max(head, min(natural, WRAP_MIN)) if col.wrap else natural
+
+
+def split_columns(widths: Sequence[int], keys: int, width: int) -> list[list[int]]:
+    """Groups of column indices (after the ``keys`` key columns) such that each table fits ``width``.
+
+    Greedy, in order; a column too wide to fit even alone with the keys gets a group of its own (rich then
+    folds it)."""
+    base = 1 + sum(w + _BORDER for w in widths[:keys])
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    used = base
+    for i in range(keys, len(widths)):
+        w = widths[i] + _BORDER
+        if cur and used + w > width:
+            groups.append(cur)
+            cur, used = [], base
+        cur.append(i)
+        used += w
+    if cur or not groups:
+        groups.append(cur)
+    return groups
+
+
+def print_table(con: Console, title: str, cols: Sequence[ColSpec], rows: Sequence[Sequence[str]], *,
+                keys: int = 1, short: str | None = None) -> int:
+    """Print ``rows`` under ``cols`` as one table, or as several that each fit the console's width, each
+    repeating the first ``keys`` columns; tables after the first are titled ``short`` (default: the title).
+    Headers and cells are rich markup (escape text from a model or a user); titles are plain text.  Returns the
+    number of tables printed."""
+    spec = [c if isinstance(c, Col) else Col(c) for c in cols]
+    keys = min(keys, len(spec))
+    widths = [_need(c, [r[i] for r in rows]) for i, c in enumerate(spec)]
+    groups = split_columns(widths, keys, con.width)
+    for n, group in enumerate(groups, 1):
+        idx = list(range(keys)) + group
+        head = title if n == 1 or short is None else short
+        suffix = f" ({n}/{len(groups)})" if len(groups) > 1 else ""
+        table = Table(title=Text(head + suffix) if head else None)
+        fits = 1 + sum(widths[i] + _BORDER for i in idx) <= con.width
+        for i in idx:
+            c = spec[i]
+            table.add_column(c.header, justify=c.justify,  # type: ignore[arg-type]
+                             style=c.style, no_wrap=not c.wrap, overflow="fold",
+                             min_width=widths[i] if fits else None)
+        for r in rows:
+            table.add_row(*[r[i] for i in idx])
+        con.print(table)
+    return len(groups)
+
+
+class ParagraphHelp(argparse.HelpFormatter):
+    """``--help`` whose description keeps its paragraphs, each filled to the terminal's width."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
+        return "\n\n".join(textwrap.fill(p, width, initial_indent=indent, subsequent_indent=indent)
+                           for p in paragraphs)
+
+
+__all__ = ["ParagraphHelp", "Col", "console", "cell_width", "split_columns", "print_table", "WRAP_MIN"]
