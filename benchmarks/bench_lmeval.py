@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -58,15 +59,16 @@ metadata:
 """
 
 
-def matmul_flops(n: int = 2048, reps: int = 10) -> float:
-    """Best-of-``reps`` fp32 FLOP/s of an ``n x n`` matmul (2 n^3 flops)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_flops(n: int = 2048, reps: int = 10, dtype: torch.dtype = torch.float32,
+                 clock: Callable[[], float] = time.perf_counter) -> float:
+    """Best-of-``reps`` FLOP/s of an ``n x n`` matmul in ``dtype`` (2 n^3 flops), timed with ``clock``."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b
     best = float("inf")
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = clock()
         a @ b
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     return 2 * n ** 3 / best
 
 
