@@ -194,6 +194,9 @@ def _unprivileged() -> Iterator[None]:
 def test_read_only_folder_refused_before_loading(no_model, capsys):
     import walklens.capture  # noqa: F401  (imported before dropping privileges: walk imports them lazily)
     import walklens.walks  # noqa: F401
+    from walklens.cli import command_modules
+
+    command_modules()  # found while privileged: a clone in a private folder (mktemp -d, mode 0700) is unreadable to nobody
 
     base = Path(tempfile.mkdtemp())
     try:

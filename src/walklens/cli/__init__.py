@@ -8,11 +8,13 @@ written stay on disk.  Set ``WALKLENS_DEBUG=1`` to see a traceback instead.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import pkgutil
 import sys
 import warnings
+from types import ModuleType
 from typing import Any, Sequence
 
 from .. import __version__
@@ -29,13 +31,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="walklens", description="See a transformer as movement through embedding space.")
     parser.add_argument("--version", action="version", version=f"walklens {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module in command_modules():
+        module.register(sub)
+    return parser
+
+
+@functools.cache
+def command_modules() -> tuple[ModuleType, ...]:
+    """The modules of this package that define a command (``register``), found once per process."""
+    found = []
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_") or info.name == "common":
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         if hasattr(module, "register"):
-            module.register(sub)
-    return parser
+            found.append(module)
+    return tuple(found)
 
 
 def one_line(message: str) -> str:
