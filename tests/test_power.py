@@ -329,7 +329,7 @@ def test_cli_power_and_steer(tiny_dir, tmp_path, capsys):
                  "--out", str(out), "--shared-layer", "1", "--shared-depth", "6"]) == 0
     data = json.loads(js.read_text())
     assert len(data["spectra"]["layers"]) == 2 and len(data["alignment"]["mean"]) == 6
-    assert len(data["shared"]["measured"]) == 7
+    assert len(data["shared_weights"]["measured"]) == 7
     html = (out / "index.html").read_text()
     assert "Alignment through depth" in html and "Shared weights" in html
     js2, out2 = tmp_path / "s.json", tmp_path / "rep2"

@@ -200,7 +200,7 @@ def run_power(args: argparse.Namespace) -> int:
                   f"(power method {sw.power[-1]:.3f}, analytic {sw.predicted[-1]:.3f}, random {sw.random_mean:.3f})")
     if args.json:
         write_json(args.json, plain({"model": lm.name, "texts": texts, "spectra": spectra, "alignment": al,
-                                     "dynamics": dyn, "shared": sw}))
+                                     "dynamics": dyn, "shared_weights": sw}))
     if args.out:
         from ..reports.power import power_report
 

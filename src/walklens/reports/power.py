@@ -215,7 +215,7 @@ def power_report(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None =
             {"name": "analytic, I+F", "y": shared.predicted_residual, "dash": True},
             {"name": "random", "y": [shared.random_mean] * len(x), "dash": True},
         ], title="mean |cos(x_l, v1(F_k))| against depth", xlabel="depth l")
-        r.figure(shared_figure(shared), "shared", embed=False)  # repeats the chart above
+        r.figure(shared_figure(shared), "shared_weights", embed=False)  # repeats the chart above
     return r
 
 
