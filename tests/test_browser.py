@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 import walklens
-from walklens.reports.walks import decoding_walk_report, encoding_walk_report, show, similarity_report
+from walklens.reports import generate as generate_report
+from walklens.reports import simmap as simmap_report
+from walklens.reports import walk as walk_report
+from walklens.reports.html import show
 from walklens.testing import tiny_model
 from walklens.walks import labels_for
 
@@ -100,17 +103,17 @@ def test_reports_render_in_chromium(chromium, tmp_path):
     tr = walklens.capture(lm, "the capital of france is paris")
     walks = {"none": walklens.encoding_walk(tr, k=5), "final": walklens.encoding_walk(tr, k=5, norm="final")}
     labels = labels_for(lm.tokenizer, sorted(set().union(*[set(w.label_ids()) for w in walks.values()])))
-    enc = encoding_walk_report(walks, labels, "walk", figures=False).save(tmp_path / "walk")
+    enc = walk_report.build(walks, labels, "walk", figures=False).save(tmp_path / "walk")
     assert tr.tokens[4:] == [" is", " paris"]
     _check_page(chromium, enc, ["4: is →  paris", "cos(x, w_t+1) mean", "L1.resid_post"])
 
     dw = walklens.decoding_walk(lm, "the capital of", max_new_tokens=4, stop_at_eos=False)
-    dec = decoding_walk_report(dw, "dec", figures=False).save(tmp_path / "dec")
+    dec = generate_report.build(dw, "dec", figures=False).save(tmp_path / "dec")
     _check_page(chromium, dec, [f"0:{dw.tokens[0]}", "P(emitted token)"])
 
     maps = {"embed/cosine": walklens.similarity_map(tr, "embed", "cosine"),
             "final/dot": walklens.similarity_map(tr, "final", "dot")}
-    sim = similarity_report(maps, tr.tokens, "sim", figures=False).save(tmp_path / "sim")
+    sim = simmap_report.build(maps, tr.tokens, "sim", figures=False).save(tmp_path / "sim")
     html = sim.read_text()
     dom = dump_dom(chromium, sim)
     assert dom.count('data-rendered="1"') == 2 == len(re.findall(r"<canvas [^>]*class=\"wl-canvas\"", dom))
@@ -123,7 +126,7 @@ def test_real_demo_report_renders(chromium, tmp_path, smollm2):
     tr = walklens.capture(smollm2, "The capital of France is Paris")
     walks = {"final": walklens.encoding_walk(tr, k=5, norm="final", points="residual")}
     labels = labels_for(smollm2.tokenizer, walks["final"].label_ids())
-    path = encoding_walk_report(walks, labels, "demo", figures=False).save(tmp_path / "demo")  # colour = JS only
+    path = walk_report.build(walks, labels, "demo", figures=False).save(tmp_path / "demo")  # colour = JS only
     assert tr.tokens[3:] == [" France", " is", " Paris"]
     _check_page(chromium, path, ["4: is →  Paris", "3: France →  is"])
     # the nearest-token grid names " Paris" as the top token for " is" at the top of the stack
@@ -198,10 +201,10 @@ def test_model_strings_are_text_on_hover(chromium, tmp_path):
     walk = walklens.encoding_walk(tr, k=3, norm="final")
     walk = dataclasses.replace(walk, tokens=toks)
     labels = {i: EVIL[i % len(EVIL)] for i in walk.label_ids()}
-    rep = encoding_walk_report({"final": walk}, labels, EVIL[0], EVIL[1], figures=False)
+    rep = walk_report.build({"final": walk}, labels, EVIL[0], EVIL[1], figures=False)
     pages = {"walk": rep.save(tmp_path / "w")}
     maps = {"embed/cosine": walklens.similarity_map(tr, "embed", "cosine")}
-    pages["sim"] = similarity_report(maps, toks, EVIL[1], figures=False).save(tmp_path / "s")
+    pages["sim"] = simmap_report.build(maps, toks, EVIL[1], figures=False).save(tmp_path / "s")
     rep = Report(EVIL[0], EVIL[1]).h2(EVIL[0]).p(EVIL[1]).table(EVIL, [EVIL])
     rep.heatmap([[0.1, 0.5], [0.9, None]], row_labels=EVIL[:2], col_labels=EVIL[2:], title=EVIL[3],
                 hover=[[EVIL[0], EVIL[1]], [EVIL[2], EVIL[3]]], cell=20)
@@ -209,12 +212,12 @@ def test_model_strings_are_text_on_hover(chromium, tmp_path):
               title=EVIL[2], xlabel=EVIL[1])
     pages["generic"] = rep.save(tmp_path / "g")
     from walklens.power import alignment, power_spectra
-    from walklens.reports.power import power_report
+    from walklens.reports import power as power_report
 
     spectra = power_spectra(lm, nearest=4)
     al = alignment(lm, "the cat and the dog", spectra=spectra, n_random=8, n_shuffles=4)
     al.tokens = [[EVIL[i % len(EVIL)] for i in range(len(al.tokens[0]))]]
-    pages["power"] = power_report(spectra, al).save(tmp_path / "p")
+    pages["power"] = power_report.build(spectra, al).save(tmp_path / "p")
     for name, page in pages.items():
         got = hover_everything(chromium, page)
         figures = page.read_text(encoding="utf-8").count("<img class='wl' ")  # the report's own PNG figures

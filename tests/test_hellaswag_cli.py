@@ -127,7 +127,7 @@ def test_other_modules_can_add_hellaswag_subcommands(monkeypatch):
     import sys
     import types
 
-    from walklens.cli import build_parser
+    from walklens.cli import build_parser, command_modules
 
     fake = types.ModuleType("walklens.cli.zz_fake")
     fake.register_hellaswag = lambda hs: hs.add_parser("fake").set_defaults(func=lambda a: 7)
@@ -135,5 +135,9 @@ def test_other_modules_can_add_hellaswag_subcommands(monkeypatch):
     real = pkgutil.iter_modules
     monkeypatch.setattr(pkgutil, "iter_modules",
                         lambda path=None, prefix="": list(real(path, prefix)) + [pkgutil.ModuleInfo(None, "zz_fake", False)])
-    args = build_parser().parse_args(["hellaswag", "fake"])
-    assert args.func(args) == 7
+    command_modules.cache_clear()  # the command modules are found once per process: find them again
+    try:
+        args = build_parser().parse_args(["hellaswag", "fake"])
+        assert args.func(args) == 7
+    finally:
+        command_modules.cache_clear()

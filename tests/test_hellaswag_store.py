@@ -73,8 +73,8 @@ def test_resume_after_interruption_gives_identical_rows(tmp_path, monkeypatch, t
     real = runner._batch_fn
     calls = []
 
-    def flaky(test_, scheme_):
-        fn = real(test_, scheme_)
+    def flaky(test_, scheme_, cache_=None):
+        fn = real(test_, scheme_, cache_)
 
         def wrapped(*a):
             if len(calls) == 2:

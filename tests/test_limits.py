@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from walklens.cli import limits as L
+from walklens.reports.html import block_labels, block_mean
 from walklens.testing import WORDS, tiny_model, tiny_tokenizer
 
 FACTOR = 2.0  # an estimate is within this factor of the measured size
@@ -277,7 +278,7 @@ def test_estimates_within_factor_2_of_measured(measured, name):
 def test_block_mean_is_the_mean_of_each_block(shape, b):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(*shape, generator=g)
-    m = L.block_mean(x, b)
+    m = block_mean(x, b)
     R, C = shape[-2:]
     assert m.shape == (*shape[:-2], -(-R // b), -(-C // b))
     for i in range(m.shape[-2]):
@@ -289,7 +290,7 @@ def test_block_mean_is_the_mean_of_each_block(shape, b):
 def test_block_size_and_labels():
     assert L.block_size(500, 500) == 2 and L.block_size(499, 499) == 1
     assert L.block_size(100, 100, cells=1000, per_col=4) == 7  # 15 x 4 x 16 = 960 <= 1000 < 17 x 4 x 18
-    assert L.block_labels(["a", "b", "c", "d", "e"], 2) == ["0-1 a", "2-3 c", "4-4 e"]
+    assert block_labels(["a", "b", "c", "d", "e"], 2) == ["0-1 a", "2-3 c", "4-4 e"]
     assert L.spread(30, 4) == [0, 10, 19, 29] and L.spread(3, 5) == [0, 1, 2] and L.spread(9, 1) == [8]
 
 

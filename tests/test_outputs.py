@@ -276,13 +276,16 @@ def llama():
 
 
 def test_walk_and_simmap_reports_escape_every_field(llama):
-    from walklens.reports.walks import decoding_walk_report, encoding_walk_report, show, similarity_report
+    from walklens.reports import generate as generate_report
+    from walklens.reports import simmap as simmap_report
+    from walklens.reports import walk as walk_report
+    from walklens.reports.html import show
 
     tr = walklens.capture(llama, "the capital of france is paris")
     toks = [EVIL[i % len(EVIL)] for i in range(len(tr.tokens))]
     walk = dataclasses.replace(walklens.encoding_walk(tr, k=3, norm="final"), tokens=toks)
     labels = {i: EVIL[i % len(EVIL)] for i in walk.label_ids()}
-    page = _check(encoding_walk_report({"final": walk}, labels, EVIL[0], EVIL[1], figures=False).render(), EVIL[0])
+    page = _check(walk_report.build({"final": walk}, labels, EVIL[0], EVIL[1], figures=False).render(), EVIL[0])
     text, data = "".join(page.text), list(_strings(page.specs))
     assert all(show(e) in text for e in EVIL)  # the tables and the nearest-token grid
     # spec strings are inserted with textContent by plots.js: raw, not pre-escaped (else '&lt;' would show)
@@ -292,11 +295,11 @@ def test_walk_and_simmap_reports_escape_every_field(llama):
 
     dw = walklens.decoding_walk(llama, "the capital of", max_new_tokens=3, stop_at_eos=False)
     dw = dataclasses.replace(dw, prompt=EVIL[0], tokens=EVIL[:3], top_tokens=[EVIL] * 3)
-    page = _check(decoding_walk_report(dw, EVIL[1], figures=False).render(), EVIL[1])
+    page = _check(generate_report.build(dw, EVIL[1], figures=False).render(), EVIL[1])
     assert repr(EVIL[0]) in "".join(page.text) and any(show(EVIL[2]) in s for s in _strings(page.specs))
 
     maps = {f"embed/{EVIL[1]}": walklens.similarity_map(tr, "embed", "cosine")}
-    page = _check(similarity_report(maps, toks, EVIL[2], EVIL[3], figures=False).render(), EVIL[2])
+    page = _check(simmap_report.build(maps, toks, EVIL[2], EVIL[3], figures=False).render(), EVIL[2])
     assert page.specs[0]["row_labels"] == [show(t) for t in toks]
     assert EVIL[1] in "".join(page.text)
 
@@ -304,7 +307,7 @@ def test_walk_and_simmap_reports_escape_every_field(llama):
 def test_power_and_heads_reports_escape_every_field(llama):
     from walklens.power import alignment, power_spectra
     from walklens.reports.heads import add_attention_maps
-    from walklens.reports.power import power_report
+    from walklens.reports import power as power_report
 
     spectra = power_spectra(llama, nearest=4)
     spectra.model_name = EVIL[0]
@@ -312,7 +315,7 @@ def test_power_and_heads_reports_escape_every_field(llama):
         s.nearest, s.opposite = list(EVIL), list(EVIL)
     al = alignment(llama, "the cat and the dog", spectra=spectra, n_random=8, n_shuffles=4)
     al.tokens = [[EVIL[i % len(EVIL)] for i in range(len(al.tokens[0]))]]
-    page = _check(power_report(spectra, al).render(), f"Power-method view of {EVIL[0]}")
+    page = _check(power_report.build(spectra, al).render(), f"Power-method view of {EVIL[0]}")
     assert all(repr(e) in "".join(page.text) for e in EVIL)
     assert any(spec.get("row_labels") == al.tokens[0] for spec in page.specs)
 
@@ -330,20 +333,21 @@ def test_power_and_heads_reports_escape_every_field(llama):
 # ---- each view once: PNGs of interactive views are linked, not shown again -------------------------------------------
 
 def test_each_view_shown_once_pngs_linked(llama, tmp_path):
-    from walklens.reports.walks import encoding_walk_report, similarity_report
+    from walklens.reports import simmap as simmap_report
+    from walklens.reports import walk as walk_report
 
     tr = walklens.capture(llama, "the capital of france is paris")
     walks = {"none": walklens.encoding_walk(tr, k=3), "final": walklens.encoding_walk(tr, k=3, norm="final")}
     ids = sorted(set().union(*[set(w.label_ids()) for w in walks.values()]))
     labels = walklens.walks.labels_for(llama.tokenizer, ids)
-    path = encoding_walk_report(walks, labels, "walk").save(tmp_path / "walk")
+    path = walk_report.build(walks, labels, "walk").save(tmp_path / "walk")
     html = path.read_text()
     assert html.count("class='wl-heatmap'") == 4 and "<img" not in html
     pngs = re.findall(r"<a href='([^']+\.png)'>", html)
     assert sorted(pngs) == sorted(f"rank_{w}_{k}.png" for w in ("input", "next") for k in walks)
     assert all((tmp_path / "walk" / p).stat().st_size > 1000 for p in pngs)
 
-    sim = similarity_report({"embed/cosine": walklens.similarity_map(tr, "embed", "cosine")}, tr.tokens, "s")
+    sim = simmap_report.build({"embed/cosine": walklens.similarity_map(tr, "embed", "cosine")}, tr.tokens, "s")
     html = sim.save(tmp_path / "sim").read_text()
     assert html.count("class='wl-heatmap'") == 1 and "<img" not in html
     assert (tmp_path / "sim" / "simmap_embed_cosine.png").is_file() and "href='simmap_embed_cosine.png'" in html

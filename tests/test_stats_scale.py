@@ -112,16 +112,17 @@ def _store(path: Path, n: int, groups: int, outs: int, metrics: list[str], seed:
                                                    (10, 10, 1, ["acc"], 3), (4, 5, 2, ["acc"], 2)])
 def test_streamed_statistics_equal_the_dense_ones(tmp_path: Path, n: int, k: int, seed: int, metrics: list[str],
                                                   outs: int) -> None:
-    from walklens.reports.sweep import summarise_run
+    from walklens.concepts.summary import summarise_run
+    from walklens.outputs import jsonable
 
     rid, labels = _store(tmp_path / "s.sqlite", n, 40, outs, metrics, seed=seed)
     with SweepStore(tmp_path / "s.sqlite", readonly=True) as st:
         dense = st.load(rid)
         streamed = [st.load_counts(rid, k=k, seed=seed, chunk=c) for c in (1, 5, None)]
-    ref = summarise_run(dense, k=k, seed=seed)
+    ref = jsonable(summarise_run(dense, k=k, seed=seed))
     for res in streamed:  # any chunking: the very same summary (floats included)
         assert res.preds is None and res.hits.shape == (len(metrics), len(dense.schemes), 2 * min(k, n))
-        assert json.dumps(summarise_run(res, k=k, seed=seed)) == json.dumps(ref)
+        assert json.dumps(jsonable(summarise_run(res, k=k, seed=seed))) == json.dumps(ref)
     keep = [i for i, s in enumerate(dense.schemes) if not s.startswith("enc=cross_encoding,")]
     names = [dense.schemes[i] for i in keep]
     for metric in metrics:  # ... and it is the definition's
@@ -149,7 +150,8 @@ def test_report_on_full_width_store_has_bounded_memory(tmp_path: Path, monkeypat
     """20,000 schemes x 10,042 items (the dense matrix: 200 MB of predictions and 200 MB of booleans): the
     streamed statistics stay within a fraction of that, over many chunks, and are exact (every scheme's hit
     count equals the accuracy stored with its predictions; the planted perfect scheme wins every estimate)."""
-    from walklens.reports.sweep import summarise_run
+    from walklens.concepts.summary import summarise_run
+    from walklens.outputs import jsonable
 
     n, outs, groups = N_HELLASWAG, 50, 400
     rid, labels = _store(tmp_path / "big.sqlite", n, groups, outs, ["acc"])
@@ -163,6 +165,7 @@ def test_report_on_full_width_store_has_bounded_memory(tmp_path: Path, monkeypat
         summ = summarise_run(res)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
+    summ = jsonable(summ)
     S = groups * outs
     dense_bytes = S * n  # one byte per prediction, before any boolean or float copy
     assert len(calls) >= S // 250  # many chunks (each at least a group of 50, at least 200 schemes)

@@ -506,7 +506,7 @@ def test_bank_cache_is_reused_and_serves_subsets(tmp_path, monkeypatch) -> None:
     word aggregations (a Test 1 grid after a Test 2 grid) is served from the larger cache by slicing."""
     import torch
 
-    from walklens.concepts.sweep import bank as bank_mod
+    from walklens.concepts import vectors as bank_mod  # where the bank's forward passes run (the concept cache)
     from walklens.concepts.sweep import build_bank
     from walklens.testing import tiny_model
 
@@ -526,7 +526,8 @@ def test_report_keeps_the_baseline_scheme_out_of_the_best() -> None:
     """Test 1's enc=cross_encoding scheme is the baseline itself; a best chosen among schemes that include it
     would be the baseline, trivially.  The summary leaves it out of selection and of the scheme count."""
     from walklens.concepts.store import SweepResults
-    from walklens.reports.sweep import summarise_run
+    from walklens.concepts.summary import summarise_run
+    from walklens.outputs import jsonable
 
     rng = np.random.default_rng(0)
     n = 60
@@ -539,7 +540,7 @@ def test_report_keeps_the_baseline_scheme_out_of_the_best() -> None:
     run = {"model": "m", "shots": 0, "test": 1, "n_items": n, "data": "d", "labels": labels,
            "baseline_acc": 1.0, "baseline_acc_norm": 1.0}
     res = SweepResults(run=run, schemes=names, metrics=["acc", "acc_norm"], acc=correct.mean(axis=2), preds=preds)
-    s = summarise_run(res)
+    s = jsonable(summarise_run(res))
     assert s["n_schemes"] == 5
     for m in ("acc", "acc_norm"):
         assert s["metrics"][m]["in_sample"]["scheme"] != base

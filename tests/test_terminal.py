@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 
@@ -78,6 +79,57 @@ def test_wide_terminal_keeps_one_table(tiny, capsys, monkeypatch):
     assert main(["walk", *ARGS["walk"], "--model", tiny]) == 0
     out = capsys.readouterr().out
     assert "per position (2/2)" in out and out.count("┃ t ┃ w_t ") == 2
+
+
+@pytest.fixture(scope="module")
+def hellaswag_files(tmp_path_factory):
+    """A four-item HellaSwag file and a results database holding a small Test 2 and a Test 1 sweep of the tiny
+    model (the database ``walklens report`` reads)."""
+    import json
+
+    root = tmp_path_factory.mktemp("hs")
+    data = root / "items.jsonl"
+    data.write_text("".join(json.dumps({"activity_label": "x", "ctx_a": f"the {w} ran to the", "ctx_b": "",
+                                        "endings": ["river.", "city.", "house.", "dog."], "label": i % 4}) + "\n"
+                            for i, w in enumerate(("king", "dog", "man", "cat"))), encoding="utf-8")
+    return {"data": str(data), "db": str(root / "r.sqlite"), "root": root}
+
+
+HELLASWAG = {  # command line (after --model) and what the output must show
+    "baseline": (["hellaswag", "baseline"], ["score", "acc", "acc_norm", "baseline"]),
+    "test1": (["hellaswag", "test1", "--scheme", "enc=concat_each_example,layer=-1,word=w1mean,norm=None,seg=mean,"
+               "ex=mean"], ["score", "acc_norm", "baseline", "normalised", "scheme:"]),
+    "test2": (["hellaswag", "test2"], ["score", "acc_norm", "baseline", "normalised", "scheme:"]),
+    "sweep2": (["hellaswag", "sweep", "--test", "2", "--grid", "standard", "--layers", "E,-1"],
+               ["grid standard", "schemes to run", "groups computed now", "forward passes", "acc_norm", "report:"]),
+    "sweep1": (["hellaswag", "sweep", "--test", "1", "--grid", "standard", "--layers", "E,-1"],
+               ["grid standard", "schemes to run", "groups computed now", "forward passes", "acc_norm", "report:"]),
+}
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_hellaswag_sweep_and_report_tables_fit_the_terminal(tiny, hellaswag_files, capsys, monkeypatch, width):
+    """``walklens hellaswag baseline|test1|test2``, ``walklens hellaswag sweep`` and ``walklens report``: every
+    line fits the terminal and every table stays whole (it used to be one line of about 200 characters, and the
+    report printed only a path)."""
+    from walklens.cli import main
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    hs = hellaswag_files
+    common = ["--model", tiny, "--data", hs["data"], "--db", hs["db"], "--no-progress"]
+    for name, (argv, headers) in HELLASWAG.items():
+        assert main([*argv, *common]) == 0, name
+        check_fits(capsys.readouterr().out, width, headers)
+    out_dir = hs["root"] / f"report{width}"
+    assert main(["report", "--db", hs["db"], "--out", str(out_dir), "--folds", "3"]) == 0
+    out = capsys.readouterr().out
+    check_fits(out, width, ["model", "run", "items", "schemes", "baseline", "standard", "best in-sample",
+                            "3-fold held-out", "95% CI", "report:"])
+    assert "5-fold" not in out
+    tables = len(re.findall(r"\(\d+/\d+\)", out)) or 1  # "sweeps (2/3)": the table wrapped into several
+    assert width == 120 or tables > 1
+    for run in ("T2 0-shot acc", "T1 0-shot acc", "T1 0-shot acc_norm"):  # the key columns in every table
+        assert sum(1 for l in out.splitlines() if f" {run} " in l) == tables, (run, out)
 
 
 @pytest.mark.real

@@ -51,6 +51,9 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "idealised": ("dynamics", "shared_weights", "Dynamics", "SharedWeights"),
     "steering": ("steer", "activation_addition", "steering_sweep", "direction", "SteerResult", "SteerRow",
                  "SteeringSweep"),
+    # context compaction and the concept cache (seed 000, footnote 11)
+    "compaction": ("compact", "Compacted", "CompactSpec", "CompactionReport"),
+    "concept_cache": ("ConceptCache",),
     # hooks and interventions
     "interventions": ("Hooks", "ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers",
                       "SteerEdit", "upcast", "outside_layers", "attention_kernel"),

@@ -14,6 +14,7 @@ bad path before any model loads (:func:`walklens.cli.common.check_outputs`).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import stat
 import tempfile
@@ -153,4 +154,24 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, label: str | N
     return Path(path)
 
 
-__all__ = ["STDOUT", "check_file", "check_dir", "make_dir", "atomic_open", "write_atomic"]
+def jsonable(x: Any, digits: int | None = None) -> Any:
+    """``x`` as plain JSON values, the one converter of every JSON walklens writes (``--json``, report specs,
+    ``summary.json``): tensors and NumPy arrays or scalars as (nested) lists of numbers, complex numbers as
+    ``[re, im]``, NaN and infinities as None (JSON has neither), dataclasses as dicts of their public fields,
+    mappings with string keys, tuples as lists.  ``digits``: floats rounded to that many decimals."""
+    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):  # torch.Tensor, numpy array or scalar
+        x = x.tolist()
+    if isinstance(x, float):
+        return None if not math.isfinite(x) else (x if digits is None else round(x, digits))
+    if isinstance(x, complex):
+        return [jsonable(x.real, digits), jsonable(x.imag, digits)]
+    if isinstance(x, dict):
+        return {str(k): jsonable(v, digits) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v, digits) for v in x]
+    if hasattr(x, "__dataclass_fields__") and not isinstance(x, type):
+        return {k: jsonable(getattr(x, k), digits) for k in x.__dataclass_fields__ if not k.startswith("_")}
+    return x
+
+
+__all__ = ["STDOUT", "check_file", "check_dir", "make_dir", "atomic_open", "write_atomic", "jsonable"]

@@ -1,5 +1,11 @@
 """The ``walklens`` command line.  Each sub-command lives in its own module in this package and exposes
-``register(subparsers)``; modules are discovered automatically.
+``register(subparsers)``; modules are discovered automatically (:func:`command_modules`, the one scan).  A
+command whose ``register`` returns its own sub-parsers (``walklens hellaswag``) can be extended by the others:
+a module defining ``register_<command>(subparsers)`` adds a sub-command there (``walklens hellaswag sweep``).
+
+A command parses its options, checks every input and output path, calls the analysis, then renders: tables
+on the terminal (:mod:`.terminal`), ``--json`` and ``--out`` through the topic's builder in
+:mod:`walklens.reports`.
 
 Every failure on bad input prints one line (``walklens: error: ...``) and exits with code 2; results already
 written stay on disk.  Set ``WALKLENS_DEBUG=1`` to see a traceback instead.
@@ -31,20 +37,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="walklens", description="See a transformer as movement through embedding space.")
     parser.add_argument("--version", action="version", version=f"walklens {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in command_modules():
-        module.register(sub)
+    modules = command_modules()
+    groups = {}  # command name -> its sub-parsers, for the register_<command> hooks
+    for module in modules:
+        got = module.register(sub) if hasattr(module, "register") else None
+        if got is not None:
+            groups[module.__name__.rsplit(".", 1)[-1]] = got
+    for name, group in groups.items():
+        for module in modules:
+            hook = getattr(module, f"register_{name}", None)
+            if hook is not None:
+                hook(group)
     return parser
 
 
 @functools.cache
 def command_modules() -> tuple[ModuleType, ...]:
-    """The modules of this package that define a command (``register``), found once per process."""
+    """The modules of this package that define a command (``register``) or extend one (``register_<command>``),
+    found once per process."""
     found = []
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_") or info.name == "common":
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(module, "register"):
+        if any(name == "register" or name.startswith("register_") for name in vars(module)):
             found.append(module)
     return tuple(found)
 

@@ -10,11 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..errors import InputError
 from ..loading import DEFAULT_MODEL, LoadedModel, load_model
-from ..outputs import STDOUT, check_dir, check_file, write_atomic
+from ..outputs import STDOUT, check_dir, check_file, jsonable, write_atomic
 from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
 
 
@@ -40,15 +38,30 @@ def add_text_args(p: argparse.ArgumentParser, name: str = "text") -> None:
 SEED_LIMIT = 2 ** 63  # torch.manual_seed and numpy accept 0 <= seed < 2**63 (and more, but not for both)
 
 
-def seed_arg(text: str) -> int:
-    """argparse ``type=`` of a ``--seed``: an integer 0 <= seed < 2**63, refused in one line otherwise."""
+def _int_in(text: str, low: int, high: float, rule: str) -> int:
+    """``text`` as an integer ``low <= v < high``, else one argparse line: ``{rule}, not '{text}'``."""
     try:
         v = int(text)
-    except ValueError:
-        v = -1
-    if not 0 <= v < SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"a seed must be an integer from 0 to 2**63-1, not {text[:40]!r}")
+    except ValueError:  # not an integer (or one of more than 4,300 digits)
+        v = low - 1
+    if not low <= v < high:
+        raise argparse.ArgumentTypeError(f"{rule}, not {text[:40]!r}")
     return v
+
+
+def seed_arg(text: str) -> int:
+    """argparse ``type=`` of a ``--seed``: an integer 0 <= seed < 2**63, refused in one line otherwise."""
+    return _int_in(text, 0, SEED_LIMIT, "a seed must be an integer from 0 to 2**63-1")
+
+
+def positive_arg(text: str) -> int:
+    """argparse ``type=`` of a count that must be at least 1 (``--limit``)."""
+    return _int_in(text, 1, math.inf, "must be a positive integer")
+
+
+def count_arg(text: str) -> int:
+    """argparse ``type=`` of a count that may be 0 (``--shots``)."""
+    return _int_in(text, 0, math.inf, "must be an integer >= 0")
 
 
 def finite_arg(text: str) -> float:
@@ -60,6 +73,39 @@ def finite_arg(text: str) -> float:
     if not math.isfinite(v):
         raise argparse.ArgumentTypeError(f"must be a finite number, not {text[:40]!r}")
     return v
+
+
+def add_hellaswag_args(p: argparse.ArgumentParser, json_help: str) -> None:
+    """The options of every HellaSwag command (``walklens hellaswag baseline|test1|test2|sweep``): the model,
+    the data, the items, the few-shot examples, the results database, ``--json`` and the progress bar."""
+    from ..concepts.data import FEWSHOT_SEED
+
+    add_model_args(p)
+    p.add_argument("--data", metavar="PATH", default=None,
+                   help="HellaSwag .jsonl (rowanz), .txt/.txt.bz2 (6 lines per item) or hf:Rowan/hellaswag "
+                        "(default: $WALKLENS_HELLASWAG, else the bundled validation set)")
+    p.add_argument("--limit", type=positive_arg, default=None, metavar="N", help="only the first N items")
+    p.add_argument("--shots", type=count_arg, default=0, metavar="K", help="few-shot examples per item (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=FEWSHOT_SEED, metavar="S",
+                   help=f"few-shot sampling seed (default {FEWSHOT_SEED})")
+    p.add_argument("--db", metavar="PATH", default=None,
+                   help="results database (default: $WALKLENS_DB or the user data dir's walklens/results.sqlite)")
+    p.add_argument("--json", metavar="FILE", help=json_help)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def check_db(path: str | os.PathLike[str] | None) -> Path:
+    """The results database ``--db`` (default: ``$WALKLENS_DB`` or the user data dir's), checked before any
+    model loads: a regular file that can be written or created, and, when it exists, a walklens database both
+    stores can read (opened read-only: nothing is created or changed here)."""
+    from ..concepts.store import ResultStore, SweepStore, default_db_path
+
+    db = Path(path).expanduser() if path else default_db_path()
+    check_file(db, "--db")
+    if db.exists():
+        for store in (ResultStore, SweepStore):
+            store(db, readonly=True).close()
+    return db
 
 
 def read_text(value: str) -> str:
@@ -100,26 +146,11 @@ def model_options(args: argparse.Namespace) -> dict[str, str]:
     return {"dtype": getattr(args, "dtype", DEFAULT_DTYPE), "device": getattr(args, "device", "cpu")}
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return _jsonable(x.tolist())
-    if isinstance(x, complex):
-        return [_jsonable(x.real), _jsonable(x.imag)]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "__dataclass_fields__"):
-        return {k: _jsonable(getattr(x, k)) for k in x.__dataclass_fields__ if not k.startswith("_")}
-    return x
-
-
 def write_json(path: str | os.PathLike[str], data: Any) -> Path | None:
-    """Write JSON to standard output (``-``) or to a file by the rules of :mod:`walklens.outputs` (atomic
-    replace of a regular file, symlinks written through, devices/FIFOs/folders refused)."""
-    text = json.dumps(_jsonable(data), separators=(",", ":"))
+    """Write JSON (:func:`walklens.outputs.jsonable` of ``data``) to standard output (``-``) or to a file by the
+    rules of :mod:`walklens.outputs` (atomic replace of a regular file, symlinks written through,
+    devices/FIFOs/folders refused)."""
+    text = json.dumps(jsonable(data), separators=(",", ":"))
     if str(path) == STDOUT:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()

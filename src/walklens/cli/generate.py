@@ -10,9 +10,11 @@ from typing import Any
 from rich.markup import escape
 
 from ..errors import InputError
+from ..reports import generate as generate_report
+from ..reports.html import show
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
-from .terminal import ParagraphHelp
+from .terminal import Col, ParagraphHelp, console, print_table, say
 
 DESCRIPTION = """\
 The decoding walk: generate from a prompt (greedy by default, 20 tokens) and record at every step the
@@ -59,8 +61,6 @@ def _plan(lm: Any, prompt: str, target: str | None, args: argparse.Namespace) ->
 
 def run(args: argparse.Namespace) -> int:
     from ..decoding import decoding_walk
-    from ..reports.walks import show
-    from .terminal import Col, console, print_table
 
     if args.k < 1:
         raise InputError(f"k must be a positive integer, not {args.k}")
@@ -73,9 +73,8 @@ def run(args: argparse.Namespace) -> int:
     dw = decoding_walk(lm, prompt, max_new_tokens=args.max_new_tokens, sample=args.sample, seed=args.seed,
                        target=target, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, k=args.k)
     if args.json:
-        write_json(args.json, {"model": lm.name, **{f: getattr(dw, f) for f in dw.__dataclass_fields__},
-                               "text": dw.text})
-    con = console()
+        write_json(args.json, generate_report.document(dw, lm.name))
+    con = console(args)
     title = f"{lm.name}: decoding walk of {prompt[-60:]!r}" + (" (teacher-forced target)" if target else "")
     cols = [Col("step", justify="right"), Col("token"), Col("P", justify="right"), Col("rank", justify="right"),
             Col("in N(target)" if target else "greedy"), Col("|d_t|", justify="right"),
@@ -91,13 +90,11 @@ def run(args: argparse.Namespace) -> int:
                      f"{float(dw.d_norm[i]):.1f}", f"{float(dw.step_length[i]):.1f}", f"{float(dw.step_angle[i]):.1f}",
                      escape(near)])
     print_table(con, title, cols, rows, keys=2, short="decoding walk")
-    con.print(f"output: {dw.text!r}", markup=False, highlight=False)
+    say(con, f"output: {dw.text!r}")
     if target is not None:
-        con.print("the walk stays on the target path" if dw.left_path_at < 0 else
-                  f"the walk leaves the target path at step {dw.left_path_at}", markup=False)
+        say(con, "the walk stays on the target path" if dw.left_path_at < 0 else
+            f"the walk leaves the target path at step {dw.left_path_at}")
     if args.out:
-        from ..reports.walks import decoding_walk_report
-
-        path = decoding_walk_report(dw, title=f"Decoding walk — {lm.name}").save(args.out)
+        path = generate_report.build(dw, title=f"Decoding walk — {lm.name}").save(args.out)
         sys.stderr.write(f"walklens: report written to {path}\n")
     return 0

@@ -9,10 +9,12 @@ from typing import Any
 from rich.markup import escape
 
 from ..errors import InputError
+from ..reports import heads as heads_report
+from ..reports import kernels as kernels_report
 from .common import add_model_args, add_output_args, add_text_args, finite_arg, load, read_text, seed_arg, \
     write_json
 from .limits import add_limit_args
-from .terminal import ParagraphHelp
+from .terminal import Col, ParagraphHelp, console, print_table, say
 
 MAX_DISTANCE = 65536  # largest --max-distance (the window of distances; the model's context bounds it further)
 
@@ -85,21 +87,8 @@ def _layers(spec: str | None, n: int) -> list[int] | None:
     return out
 
 
-def _kernels_json(pk: Any) -> dict[str, Any]:
-    return {
-        "model": pk.model_name, "scheme": pk.scheme, "units": pk.units, "estimator": pk.estimator,
-        "notes": pk.notes, "margin": pk.margin, "fractions": pk.fractions(), "margin_sweep": pk.margin_sweep(),
-        "alibi_slopes": pk.alibi_slopes, "alibi_scale": pk.alibi_scale,
-        "stacks": [{"stack": s.stack, "causal": s.causal, "distances": s.distances, "layers": s.layers,
-                    "values": s.values, "spread": s.spread, "ci95": s.ci95,
-                    "labels": [[c.label for c in row] for row in s.classes]} for s in pk.stacks],
-    }
-
-
-def _print_kernels(pk: Any) -> None:
-    from .terminal import console, print_table
-
-    con = console()
+def _print_kernels(pk: Any, args: argparse.Namespace) -> None:
+    con = console(args)
     cols = ["negative_self", "far_amplifying", "local", "flat"]
     rows = []
     for s in pk.stacks:
@@ -157,16 +146,12 @@ def run_kernels(args: argparse.Namespace) -> int:
     pk = position_kernels(lm, method=args.method, margin=args.margin, max_distance=args.max_distance,
                           corpus=read_text(args.corpus) if args.corpus else None, samples=args.samples,
                           length=args.length, seed=args.seed)
-    _print_kernels(pk)
+    _print_kernels(pk, args)
     if args.json:
-        write_json(args.json, _kernels_json(pk))
+        write_json(args.json, kernels_report.document(pk))
     if args.out:
-        from ..reports.heads import add_kernels
-        from ..reports.html import Report
-
-        rep = Report(f"walklens kernels: {lm.name}", "position kernels and self-bias (seed 000, A.2, Figs. 6, 8)")
-        path = add_kernels(rep, pk).save(args.out)
-        print(f"report: {path}")
+        path = kernels_report.build(pk, f"walklens kernels: {lm.name}").save(args.out)
+        say(console(args), f"report: {path}")
     return 0
 
 
@@ -211,8 +196,6 @@ def _plan_heads(lm: Any, text: str, args: argparse.Namespace,
 
 def run_heads(args: argparse.Namespace) -> int:
     from ..attention import attention_identity, cluster_view, head_matrices, head_stats, self_mass
-    from .limits import block_labels, block_mean
-    from .terminal import Col, console, print_table
 
     lm = load(args)
     text = read_text(args.text)
@@ -241,86 +224,36 @@ def run_heads(args: argparse.Namespace) -> int:
     masses = {s.name or "model": self_mass(trace.encoder if (s is not lm.adapter.stacks[-1]) else trace,
                                            causal=s.causal) for s in lm.adapter.stacks}
     stats = {s.name or "model": head_stats(lm, s.name) for s in lm.adapter.stacks}
+    _print_heads(lm.name, ident, views, tr.tokens, hm.layer, masses, args)
+    if args.json:
+        write_json(args.json, heads_report.document(ident, views, masses, stats, lm.name, layers=maps))
+    if args.out:
+        pk = None
+        if args.kernels or lm.adapter.position_scheme(lm.config) in ("t5_relative", "alibi"):
+            from ..kernels import position_kernels
 
-    con = console()
-    print_table(con, f"{lm.name}: A.3 identity, max |error| per module (max {ident.max_error:.2g})",
+            pk = position_kernels(lm)
+        rep = heads_report.build(ident, views, masses, stats, f"walklens heads: {lm.name}", f"text: {text[:200]!r}",
+                                 block=b, layers=map_layers, kernels=pk)
+        say(console(args), f"report: {rep.save(args.out)}")
+    return 0
+
+
+def _print_heads(model: str, ident: Any, views: Any, tokens: Any, layer: int, masses: Any,
+                 args: argparse.Namespace) -> None:
+    """The A.3 errors, the cluster view of every head and the share of heads below uniform self mass."""
+    con = console(args)
+    print_table(con, f"{model}: A.3 identity, max |error| per module (max {ident.max_error:.2g})",
                 ["module", "max |error|", "max |output|"],
                 [[escape(c.name), f"{c.max_abs_error:.2g}", f"{c.max_abs_output:.3g}"] for c in ident.checks])
     v0 = views[0]
     rows = [[str(v.head), f"{v.self_mass:.3f}", f"{v.foreign_mass:.3f}", f"{v.move_distance:.3g}",
              f"{v.cos_query_centroid:.3f}", escape(", ".join(f"{t!r} {w:.2f}" for _, t, w in v.top_members[:3]))]
             for v in views]
-    print_table(con, f"cluster & aggregate: layer {hm.layer} {v0.kind}, query {v0.position} "
-                     f"{tr.tokens[v0.position]!r}",
+    print_table(con, f"cluster & aggregate: layer {layer} {v0.kind}, query {v0.position} {tokens[v0.position]!r}",
                 [Col("head", justify="right"), "self mass", "foreign mass", "|centroid - x_t|", "cos(x_t, centroid)",
                  Col("top members", wrap=True)], rows, short="cluster & aggregate")
     for name, sm in masses.items():
         below = float((sm.ratio < 1).float().mean())
-        con.print(f"{name}: heads whose mean self mass is below uniform attention: {below:.1%} "
-                  f"of {sm.mass.numel()} (mean self mass {float(sm.mass.mean()):.3f}, uniform "
-                  f"{float(sm.uniform.mean()):.3f})", markup=False)
-
-    def layer_of(key: str) -> int:
-        return int(key.split(".")[0][1:])
-
-    def kept(attn: dict[str, Any], layers: list[int] | None) -> dict[str, Any]:
-        return {k: a for k, a in attn.items() if layers is None or layer_of(k) in layers}
-
-    if args.json:
-        write_json(args.json, {
-            "model": lm.name, "tokens": trace.tokens,
-            "encoder_tokens": trace.encoder.tokens if trace.encoder is not None else None,
-            "identity": dict(ident), "identity_max": ident.max_error,
-            "identity_relative": {c.name: c.rel_error for c in ident.checks},
-            "cluster": [{"layer": v.layer, "head": v.head, "position": v.position, "kind": v.kind,
-                         "memberships": v.memberships, "self_mass": v.self_mass, "foreign_mass": v.foreign_mass,
-                         "move_distance": v.move_distance, "foreign_distance": v.foreign_distance,
-                         "cos_query_centroid": v.cos_query_centroid,
-                         "head_output_norm": float(v.filtered_centroid.norm())} for v in views],
-            "self_mass": {k: {"mass": v.mass, "uniform": v.uniform} for k, v in masses.items()},
-            "head_stats": {k: {"vo_norm": v.vo_norm, "qk_norm": v.qk_norm, "vo_sigma1": v.vo_sigma1,
-                               "vo_copying": v.vo_copying} for k, v in stats.items()},
-            "attentions": {**{f"{trace.stack + '.' if trace.encoder is not None else ''}{k}": a
-                              for k, a in kept(trace.attentions, maps).items()},
-                           **({f"{trace.encoder.stack}.{k}": a for k, a in kept(trace.encoder.attentions, maps).items()}
-                              if trace.encoder is not None else {})},
-        })
-    if args.out:
-        from ..reports.heads import (add_attention_maps, add_cluster_views, add_head_stats, add_identity,
-                                     add_kernels, add_self_mass)
-        from ..reports.html import Report
-
-        rep = Report(f"walklens heads: {lm.name}", f"text: {text[:200]!r}")
-        add_identity(rep, ident)
-        add_cluster_views(rep, views)
-        if b > 1:
-            rep.p(f"Attention maps: each cell is the mean attention weight over a block of {b} x {b} positions "
-                  f"(labels: first-last position and its first token); --json holds the full maps.", note=True)
-
-        def shown(attn: dict[str, Any]) -> dict[str, Any]:
-            return {k: block_mean(a, b) for k, a in kept(attn, map_layers).items()}
-
-        toks = block_labels(trace.tokens, b)
-        if trace.encoder is not None:
-            enc = block_labels(trace.encoder.tokens, b)
-            add_attention_maps(rep, shown(trace.encoder.attentions), enc, title="encoder self-attention",
-                               layers=map_layers)
-            add_attention_maps(rep, shown(trace.attentions), toks, title="decoder self-attention", layers=map_layers)
-            add_attention_maps(rep, shown(trace.attentions), toks, enc, kind="cross",
-                               title="decoder cross-attention (keys: encoder output)", layers=map_layers)
-        else:
-            add_attention_maps(rep, shown(trace.attentions), toks, layers=map_layers)
-        for name, sm in masses.items():
-            add_self_mass(rep, sm, title=f"self-attention mass ({name})")
-        for name, st in stats.items():
-            add_head_stats(rep, {"layers": [f"{name} L{l}" for l in st.layers], "vo_norm": st.vo_norm,
-                                 "qk_norm": st.qk_norm, "vo_copying": st.vo_copying},
-                           title=f"per-head filters W_vo,h and W_qk,h ({name}; factored, A.3)")
-        scheme = lm.adapter.position_scheme(lm.config)
-        if args.kernels or scheme in ("t5_relative", "alibi"):
-            from ..kernels import position_kernels
-
-            add_kernels(rep, position_kernels(lm))
-        path = rep.save(args.out)
-        print(f"report: {path}")
-    return 0
+        say(con, f"{name}: heads whose mean self mass is below uniform attention: {below:.1%} of {sm.mass.numel()} "
+                 f"(mean self mass {float(sm.mass.mean()):.3f}, uniform {float(sm.uniform.mean()):.3f})")

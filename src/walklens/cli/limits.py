@@ -21,9 +21,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-import torch
-
 from ..errors import InputError
+from ..reports.walk import MAX_COLS as WALK_COLS  # positions the walk report shows
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
@@ -223,27 +222,6 @@ def block_size(rows: int, cols: int, cells: int = HEATMAP_CELLS, per_col: int = 
     return b
 
 
-def block_mean(x: torch.Tensor, b: int) -> torch.Tensor:
-    """Mean of x [..., R, C] over b x b blocks (the last blocks may be smaller): [..., ceil(R/b), ceil(C/b)]."""
-    if b <= 1:
-        return x
-    R, C = x.shape[-2:]
-    pr, pc = (-R) % b, (-C) % b
-    lead = x.shape[:-2]
-    xs = torch.nn.functional.pad(x.float(), (0, pc, 0, pr))
-    sums = xs.reshape(*lead, (R + pr) // b, b, (C + pc) // b, b).sum((-3, -1))
-    ones = torch.nn.functional.pad(torch.ones(R, C), (0, pc, 0, pr))
-    counts = ones.reshape((R + pr) // b, b, (C + pc) // b, b).sum((-3, -1))
-    return sums / counts
-
-
-def block_labels(tokens: Sequence[str], b: int) -> list[str]:
-    """Labels of the blocks of positions: ``"12-23 tok"`` (first position, last position, first token)."""
-    if b <= 1:
-        return list(tokens)
-    return [f"{i}-{min(i + b, len(tokens)) - 1} {tokens[i]}" for i in range(0, len(tokens), b)]
-
-
 def spread(n: int, k: int) -> list[int]:
     """k indices out of range(n), evenly spaced, always with the first and the last."""
     if k >= n:
@@ -263,7 +241,6 @@ def _need(memory: float, work: float, json: bool, out: bool, js: float, html: fl
 
 
 WALK_HTML_CELL = 330.0  # a (position, point) of the walk report: two heatmap cells with hover text, a grid cell
-WALK_COLS = 96  # positions the walk report shows (reports.walks.add_encoding_walk's max_cols)
 _CHUNK = 128 << 20  # the encoding walk's score block (walks._CHUNK_BYTES)
 
 
@@ -374,5 +351,5 @@ def steer_need(sh: Shape, lengths: Sequence[int], *, runs: int, steps: int, json
 
 __all__ = ["MAX_MEMORY_GB", "MAX_OUTPUT_MB", "MAX_WORK_TFLOP", "HEATMAP_CELLS", "LimitError", "add_limit_args",
            "note", "Shape", "model_shape", "forward_memory", "forward_work", "text_tokens", "Need", "check",
-           "tokens_that_fit", "fit_hint", "block_size", "block_mean", "block_labels", "spread", "walk_need",
+           "tokens_that_fit", "fit_hint", "block_size", "spread", "walk_need",
            "check_context", "simmap_need", "heads_need", "generate_need", "kernels_need", "power_need", "steer_need"]

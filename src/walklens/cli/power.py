@@ -9,13 +9,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-import torch
 from rich.markup import escape
 
 from ..errors import InputError
+from ..reports import power as power_report
+from ..reports import steer as steer_report
 from .common import add_model_args, add_output_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
-from .terminal import ParagraphHelp
+from .terminal import Col, ParagraphHelp, console, print_table, say
 
 POWER_DESCRIPTION = """\
 The power-method view (seed 002): the spectrum of F = W_V W_O of every layer (from the weights), the
@@ -102,23 +103,6 @@ def parse_layers(text: str) -> list[int]:
     return out
 
 
-def plain(x: Any) -> Any:
-    """JSON-ready form: complex numbers (and complex tensors) as [re, im] pairs; dataclasses as dicts."""
-    if isinstance(x, torch.Tensor):
-        if x.is_complex():
-            return torch.stack([x.real, x.imag], dim=-1).tolist()
-        return x.tolist()
-    if isinstance(x, complex):
-        return [x.real, x.imag]
-    if hasattr(x, "__dataclass_fields__"):
-        return {k: plain(getattr(x, k)) for k in x.__dataclass_fields__}
-    if isinstance(x, dict):
-        return {str(k): plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [plain(v) for v in x]
-    return x
-
-
 def _texts(args: argparse.Namespace) -> list[str]:
     texts = [read_text(t) for t in args.texts]
     if args.corpus:
@@ -160,8 +144,6 @@ def _plan_steer(lm: Any, prompts: list[str], runs: int, args: argparse.Namespace
 
 
 def run_power(args: argparse.Namespace) -> int:
-    from .terminal import Col, console, print_table
-
     from ..idealised import dynamics, shared_weights
     from ..power import alignment, power_spectra
 
@@ -190,28 +172,23 @@ def run_power(args: argparse.Namespace) -> int:
                      f"{lam.real:.3g}{lam.imag:+.3g}i" if s.complex_pair else f"{lam.real:.3g}",
                      f"{s.gap:.3f}", f"{al.mean[i]:.3f}", f"{al.random_hi[i]:.3f}", f"{al.other_mean[i]:.3f}",
                      escape(" ".join(repr(t) for t in s.nearest[:4]))])
-    con = console()
+    con = console(args)
     print_table(con, f"{lm.name}: F = W_V W_O per layer (seed 002); alignment = mean |cos(x, v1)| at the layer output",
                 [Col("layer", justify="right"), "|λ1|", "λ1", "gap |λ2/λ1|", "align out", "random (95%)",
                  "other layers", Col("v1 ≈ tokens", wrap=True)], rows, short="F per layer")
     if sw is not None:
-        con.print(f"shared weights: layer {sw.layer} x {sw.n_layers}: rate |λ2/λ1| = {sw.rate:.3f} "
-                  f"(I+F: {sw.rate_residual:.4f}); alignment {sw.measured[0]:.3f} -> {sw.measured[-1]:.3f} "
-                  f"(power method {sw.power[-1]:.3f}, analytic {sw.predicted[-1]:.3f}, random {sw.random_mean:.3f})")
+        say(con, f"shared weights: layer {sw.layer} x {sw.n_layers}: rate |λ2/λ1| = {sw.rate:.3f} "
+                 f"(I+F: {sw.rate_residual:.4f}); alignment {sw.measured[0]:.3f} -> {sw.measured[-1]:.3f} "
+                 f"(power method {sw.power[-1]:.3f}, analytic {sw.predicted[-1]:.3f}, random {sw.random_mean:.3f})")
     if args.json:
-        write_json(args.json, plain({"model": lm.name, "texts": texts, "spectra": spectra, "alignment": al,
-                                     "dynamics": dyn, "shared_weights": sw}))
+        write_json(args.json, power_report.document(spectra, al, dyn, sw, texts))
     if args.out:
-        from ..reports.power import power_report
-
-        path = power_report(spectra, al, dyn, sw).save(args.out)
-        con.print(f"report: {path}")
+        say(con, f"report: {power_report.build(spectra, al, dyn, sw).save(args.out)}")
     return 0
 
 
 def run_steer(args: argparse.Namespace) -> int:
     from ..steering import steering_sweep
-    from .terminal import Col, console, print_table
 
     prompts = [read_text(p) for p in args.prompts]
     sets = [parse_layers(v) for v in args.layers]
@@ -233,15 +210,12 @@ def run_steer(args: argparse.Namespace) -> int:
                 rows.append([m, ",".join(map(str, s)), f"{a:g}", f"{sum(r.target_prob for r in rs) / n:.4f}",
                              f"{sum(r.target_rank for r in rs) / n:.1f}", f"{sum(r.perplexity for r in rs) / n:.1f}",
                              f"{sum(r.push for r in rs) / n:.2f}", escape(repr(rs[0].text))])
-    con = console()
+    con = console(args)
     print_table(con, f"{lm.name}: steering toward {sw.target_token!r} (mean over {len(prompts)} prompts)",
                 ["method", "layers", Col("alpha", justify="right"), "p(target)", "rank (0 = top)", "ppl (unsteered)",
                  "push along u", Col("first prompt →", wrap=True)], rows, keys=3, short="steering")
     if args.json:
-        write_json(args.json, plain(sw))
+        write_json(args.json, sw)  # the SteeringSweep is its own JSON document
     if args.out:
-        from ..reports.power import steer_report
-
-        path = steer_report(sw).save(args.out)
-        con.print(f"report: {path}")
+        say(con, f"report: {steer_report.build(sw).save(args.out)}")
     return 0

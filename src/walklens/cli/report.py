@@ -1,14 +1,18 @@
 """``walklens report --db PATH --out DIR``: paper-style report of every scheme sweep stored in a database
 (top-10 tables like seed 000 Figs. 13-16, the Fig. 10 bar chart with in-sample and held-out best, marginal
-effects, score distributions): HTML (offline), PNG and CSV."""
+effects, score distributions): HTML (offline), PNG and CSV.  The terminal gets the summary table."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
 
 from ..errors import InputError
 from .common import check_outputs, seed_arg
+from .terminal import Col, console, print_table, say
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,15 +24,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _fmt(x: float | None, places: int = 3) -> str:
+    return "-" if x is None else f"{x:.{places}f}"
+
+
+def _print(summaries: Any, path: Any) -> None:
+    """Per run and metric (the key columns, repeated when the table is wrapped): the baseline, the standard
+    scheme, the in-sample and the k-fold held-out best, each with its normalised score."""
+    from ..reports.sweep import kfold_label
+
+    con = console()
+    if summaries:
+        rows = [[escape(Path(s.model).name or s.model), f"T{s.test} {s.shots}-shot {metric}", str(s.n_items),
+                 f"{s.n_schemes:,}", _fmt(m.baseline),
+                 f"{_fmt(m.standard and m.standard.acc)} ({_fmt(m.standard and m.standard.norm, 2)})",
+                 f"{_fmt(m.in_sample.acc)} ({_fmt(m.in_sample.norm_score, 2)})",
+                 f"{_fmt(m.kfold.acc)} ({_fmt(m.kfold.norm, 2)})", f"[{_fmt(m.kfold.lo)}, {_fmt(m.kfold.hi)}]"]
+                for s in summaries for metric, m in s.metrics.items()]
+        print_table(con, "sweeps: accuracy (normalised: / baseline)",
+                    [Col("model", wrap=True), "run", Col("items", justify="right"), Col("schemes", justify="right"),
+                     "baseline", "standard", "best in-sample", f"{kfold_label(summaries)} held-out", "95% CI"],
+                    rows, keys=2, short="sweeps")
+    else:
+        say(con, "no sweep results in this database")
+    say(con, f"report: {path}")
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..reports.sweep import build_report
+    from ..concepts.summary import summarise_db
+    from ..reports.sweep import build
 
     check_outputs(args)
-    db = Path(args.db)
-    if not db.is_file():
-        raise InputError(f"{db}: no such database")
     if args.folds < 2:
         raise InputError("--folds must be at least 2")
-    path = build_report(db, args.out, k=args.folds, seed=args.seed)
-    print(path)
+    summaries = summarise_db(args.db, k=args.folds, seed=args.seed)
+    path = build(summaries, source=str(args.db)).save(args.out)
+    _print(summaries, path)
     return 0

@@ -14,9 +14,10 @@ from typing import Any
 from rich.markup import escape
 
 from ..errors import InputError
+from ..reports import simmap as simmap_report
 from .common import add_model_args, add_output_args, load, read_text, write_json
 from .limits import add_limit_args
-from .terminal import ParagraphHelp
+from .terminal import ParagraphHelp, console, print_table
 
 EXAMPLES = {"grading": "grading_prompt.txt"}
 
@@ -90,7 +91,6 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: list[str], n_map
 def run(args: argparse.Namespace) -> int:
     from ..capture import capture
     from ..walks import similarity_map
-    from .limits import block_labels, block_mean
 
     if (args.text is None) == (args.example is None):
         raise InputError("give either a TEXT or --example NAME")
@@ -107,26 +107,17 @@ def run(args: argparse.Namespace) -> int:
             for m in metrics:
                 maps[f"{p}{'+norm' if normed else ''}/{m}"] = similarity_map(trace, p, metric=m, normed=normed)
     if args.json:
-        write_json(args.json, {"model": lm.name, "text": text, "tokens": trace.tokens, "token_ids": trace.token_ids,
-                               "maps": maps})
-    from .terminal import console, print_table
-
+        write_json(args.json, simmap_report.document(maps, trace.tokens, trace.token_ids, lm.name, text))
     rows = []
     for key, m in maps.items():
         T = m.shape[0]
         off = (m.sum() - m.diagonal().sum()) / max(1, T * T - T)
         rows.append([escape(key), f"{float(m.min()):.4g}", f"{float(m.max()):.4g}", f"{float(off):.4g}"])
-    print_table(console(), f"{lm.name}: similarity maps over {len(trace.tokens)} tokens",
+    print_table(console(args), f"{lm.name}: similarity maps over {len(trace.tokens)} tokens",
                 ["map", "min", "max", "mean off-diagonal"], rows)
     if args.out:
-        from ..reports.walks import similarity_report
-
-        shown = {k: block_mean(m, b) for k, m in maps.items()}
         sub = f"{len(trace.tokens)} tokens" + (f"; example: {args.example}" if args.example else "")
-        if b > 1:
-            sub += f"; each cell is the mean over a block of {b} x {b} positions (labels: first-last position)"
-        rep = similarity_report(shown, block_labels(trace.tokens, b), title=f"Similarity maps — {lm.name}",
-                                subtitle=sub)
+        rep = simmap_report.build(maps, trace.tokens, title=f"Similarity maps — {lm.name}", subtitle=sub, block=b)
         path = rep.save(args.out)
         sys.stderr.write(f"walklens: report written to {path}\n")
     return 0

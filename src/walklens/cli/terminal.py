@@ -5,7 +5,11 @@ Here the columns are measured first; when they do not fit, the table is *wrapped
 tables, each repeating the first ``keys`` columns (the row labels) followed by as many further columns as
 fit.  Columns of free text (``wrap=True``, e.g. lists of nearest tokens) may instead wrap onto several lines;
 every other column keeps its full width, so no header or cell is ever cut.  The width is the console's
-(``$COLUMNS`` when set, else the terminal's, else 80).
+(``$COLUMNS`` when set, else the terminal's, else 80).  Lines of text are printed through the same console
+(:func:`say`), which wraps them to that width.
+
+With ``--json -`` standard output holds the JSON and nothing else: :func:`console` then prints to standard
+error.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Sequence, Union
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from ..outputs import STDOUT
 
 WRAP_MIN = 24  # a free-text column keeps at least this many cells per line (or its header's width)
 _BORDER = 3  # a column's padding (2) and its right border (1); the table's left border adds 1
@@ -36,9 +42,15 @@ class Col:
 ColSpec = Union[Col, str]
 
 
-def console() -> Console:
-    """The console every command prints to (standard output, the terminal's width)."""
-    return Console()
+def console(args: argparse.Namespace | None = None, stderr: bool = False) -> Console:
+    """The console every command prints to, at the terminal's width: standard output, or standard error when
+    ``args`` sends the JSON to standard output (``--json -``) or ``stderr`` is set (progress messages)."""
+    return Console(stderr=stderr or getattr(args, "json", None) == STDOUT)
+
+
+def say(con: Console, text: str) -> None:
+    """Print a line of plain text (never markup), wrapped to the console's width."""
+    con.print(text, markup=False, highlight=False)
 
 
 def cell_width(markup: str) -> int:
@@ -111,4 +123,4 @@ class ParagraphHelp(argparse.HelpFormatter):
                            for p in paragraphs)
 
 
-__all__ = ["ParagraphHelp", "Col", "console", "cell_width", "split_columns", "print_table", "WRAP_MIN"]
+__all__ = ["ParagraphHelp", "Col", "console", "say", "cell_width", "split_columns", "print_table", "WRAP_MIN"]

@@ -11,10 +11,14 @@ import fnmatch
 import sys
 from typing import Any
 
+from rich.markup import escape
+
 from ..errors import InputError
+from ..reports import walk as walk_report
+from ..reports.html import show
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, write_json
 from .limits import add_limit_args
-from .terminal import ParagraphHelp
+from .terminal import Col, ParagraphHelp, console, print_table
 
 MAX_TERMINAL_COLS = 12
 MAX_TERMINAL_ROWS = 64
@@ -49,17 +53,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="'all' captured points (default), 'residual', or comma-separated glob patterns")
     add_limit_args(p)
     p.set_defaults(func=run)
-
-
-def walk_json(walk: Any) -> dict[str, Any]:
-    from .common import _jsonable
-
-    d = _jsonable(walk)
-    d["escape_names"] = walk.escape_names
-    d["escape_stable_names"] = walk.escape_stable_names
-    if walk.encoder is not None:
-        d["encoder"] = walk_json(walk.encoder)
-    return d
 
 
 def _short(point: str | None) -> str:
@@ -120,13 +113,8 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: Any) -> tuple[An
     return chosen, capture_points
 
 
-def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str) -> None:
-    from rich.markup import escape
-
-    from ..reports.walks import show
-    from .terminal import Col, console, print_table
-
-    con = console()
+def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str, args: argparse.Namespace) -> None:
+    con = console(args)
     main_key = "final" if "final" in walks else next(iter(walks))
     w = walks[main_key]
     T = len(w.tokens)
@@ -199,15 +187,11 @@ def run(args: argparse.Namespace) -> int:
     ids = sorted(set().union(*[set(w.label_ids()) for w in walks.values()]))
     labels = labels_for(lm.tokenizer, ids)
     if args.json:
-        write_json(args.json, {"model": lm.name, "text": text, "tokens": trace.tokens,
-                               "token_ids": trace.token_ids, "labels": labels,
-                               "walks": {k: walk_json(w) for k, w in walks.items()}})
-    _terminal(walks, labels, lm.name)
+        write_json(args.json, walk_report.document(walks, labels, lm.name, text))
+    _terminal(walks, labels, lm.name, args)
     if args.out:
-        from ..reports.walks import encoding_walk_report
-
-        rep = encoding_walk_report(walks, labels, title=f"Encoding walk — {lm.name}",
-                                   subtitle=f"text: {text[:300]!r} ({len(trace.tokens)} tokens)")
+        rep = walk_report.build(walks, labels, title=f"Encoding walk — {lm.name}",
+                                subtitle=f"text: {text[:300]!r} ({len(trace.tokens)} tokens)")
         path = rep.save(args.out)
         sys.stderr.write(f"walklens: report written to {path}\n")
     return 0

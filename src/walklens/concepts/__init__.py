@@ -5,6 +5,8 @@
 * :mod:`.segment` — the encoding schemes (how a context is cut into examples and segments);
 * :mod:`.compose` — word / segment / example aggregation, norms, similarities on batched tensors;
 * :mod:`.encode` — hidden states of segment texts at any layer (one batched pass);
+* :mod:`.vectors` — word-aggregated segment vectors, computed one way for Test 1, the sweep and compaction and
+  kept in the concept cache (:mod:`walklens.concept_cache`);
 * :mod:`.baseline` — lm-evaluation-harness's ``acc``/``acc_norm`` with the context computed once per item;
 * :mod:`.test1` — pyramidal generation (sec. 5.1.1); :mod:`.test2` — concept similarity (sec. 5.1.2);
 * :mod:`.store` — the SQLite result store with resume and CSV/Parquet export;

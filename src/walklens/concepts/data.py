@@ -323,6 +323,19 @@ def fewshot_examples(items: Sequence[HellaswagItem], k: int, query_index: int,
     return chosen[:k]
 
 
+def fewshot_pool(path: str | os.PathLike[str] | None, items: Sequence[HellaswagItem], shots: int,
+                 limit: int | None = None) -> list[HellaswagItem]:
+    """Where the few-shot examples of ``items`` (the first ``limit`` items of ``path``) come from: the hub's
+    train split when ``path`` is ``hf:...``, else every item of the file, even when only the first ``limit``
+    are evaluated (as lm-evaluation-harness samples from the whole split).  Without shots nothing is loaded
+    and the pool is ``items``."""
+    if not shots:
+        return list(items)
+    if path is not None and str(path).startswith(HF_PREFIX):
+        return load_hellaswag(path, split="train")
+    return load_hellaswag(path) if limit is not None else list(items)
+
+
 def fewshot_context(query: HellaswagItem, examples: Iterable[HellaswagItem]) -> str:
     """The harness's context string: each example as ``query + " " + gold ending``, joined and followed by
     ``"\\n\\n"``, then the query (``description`` is empty for HellaSwag)."""

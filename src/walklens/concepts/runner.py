@@ -69,44 +69,54 @@ BatchFn = Callable[["LoadedModel", Sequence[HellaswagItem], Sequence[Sequence[He
 CHUNK = 128
 
 
-def _batch_fn(test: str, scheme: Scheme | None) -> BatchFn:
+def _batch_fn(test: str, scheme: Scheme | None, cache: Any = None) -> BatchFn:
     """The function scoring a chunk of items (with their few-shot examples) for ``test``: the baseline and
-    Test 1 pack the chunk's forward passes (:mod:`.packing`); Test 2 runs item by item."""
+    Test 1 pack the chunk's forward passes (:mod:`.packing`; Test 1 reads and writes its segment vectors in the
+    concept ``cache`` when given); Test 2 runs item by item."""
     if test == "baseline":
         return baseline_items
     if scheme is None:
         raise InputError(f"{test} needs a scheme")
     if test == "test1":
-        return lambda lm, its, exs: test1_items(lm, its, exs, scheme)
+        return lambda lm, its, exs: test1_items(lm, its, exs, scheme, cache)
     if test == "test2":
         return lambda lm, its, exs: [test2_item(lm, it, ex, scheme) for it, ex in zip(its, exs)]
     raise InputError(f"unknown test {test!r}; use one of {TESTS}")
 
 
+def run_key(model: str, items: Sequence[HellaswagItem], *, test: str, scheme: Scheme | None = None, shots: int = 0,
+            data: str = "", fewshot_seed: int = FEWSHOT_SEED) -> RunKey:
+    """The store key of a run of ``test`` over ``items`` (the few-shot seed is part of the data key unless it is
+    the default)."""
+    split = items[0].split if items else "validation"
+    scheme_key = BASELINE_SCHEME if test == "baseline" else str(scheme)
+    data_key = data if fewshot_seed == FEWSHOT_SEED else f"{data}#seed={fewshot_seed}"
+    return RunKey(model=model, data=data_key, split=split, shots=int(shots), test=test, scheme=scheme_key)
+
+
 def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], *, test: str, scheme: Scheme | None = None,
              shots: int = 0, pool: Sequence[HellaswagItem] | None = None, data: str = "",
              store: ResultStore | None = None, fewshot_seed: int = FEWSHOT_SEED, progress: bool = True,
-             desc: str | None = None) -> RunSummary:
+             desc: str | None = None, cache: Any = None, batch_fn: BatchFn | None = None) -> RunSummary:
     """Run ``test`` (``baseline``, ``test1`` or ``test2``) on ``items``.
 
     ``pool``: where few-shot examples come from (default: ``items``); ``data``: the data source id used in the
     store key.  With a ``store``, items already stored for the same (model, data, split, shots, test, scheme)
     are read back instead of recomputed, each chunk of new items (:data:`CHUNK`) is committed as soon as it is
     scored, and the run's summary row is updated at the end; an interrupted run therefore resumes where it
-    stopped.
+    stopped.  ``cache``: the concept cache Test 1 uses (:mod:`walklens.concept_cache`).  ``batch_fn``: score
+    the items with this function instead of a test's own (another ``test`` name, e.g. ``compact``; the store key
+    then holds ``str(scheme)``).
     """
-    if test not in TESTS:
+    if test not in TESTS and batch_fn is None:
         raise InputError(f"unknown test {test!r}; use one of {TESTS}")
-    if test != "baseline":
+    if test in ("test1", "test2"):
         if scheme is None:
             raise InputError(f"{test} needs a scheme")
         scheme.validate(1 if test == "test1" else 2, arch_of(lm))
-    split = items[0].split if items else "validation"
-    scheme_key = BASELINE_SCHEME if test == "baseline" else str(scheme)
-    data_key = data if fewshot_seed == FEWSHOT_SEED else f"{data}#seed={fewshot_seed}"
-    key = RunKey(model=lm.name, data=data_key, split=split, shots=int(shots), test=test, scheme=scheme_key)
+    key = run_key(lm.name, items, test=test, scheme=scheme, shots=shots, data=data, fewshot_seed=fewshot_seed)
     stored = store.results(key, [it.index for it in items]) if store is not None else {}
-    fn = _batch_fn(test, scheme)
+    fn = batch_fn if batch_fn is not None else _batch_fn(test, scheme, cache)
     pool = items if pool is None else pool
     todo = [it for it in items if it.index not in stored]
     computed = 0

@@ -7,7 +7,9 @@ then obtained from the model's output probabilities and used to pick the winning
 Exact construction, per item and scheme (see docs/hellaswag.md):
 
 * the context is segmented (:mod:`.segment`) and composed into concept vectors ``k_1..k_m``
-  (:mod:`.compose`);
+  (:mod:`.compose`); the segment vectors of text segments come from :func:`~.vectors.text_vectors`, the same
+  computation the sweep's bank uses, read from the concept cache when one is given
+  (:mod:`walklens.concept_cache`);
 * decoder-only: the model input is ``[BOS embedding (Gemma only, as in the baseline)] k_1..k_m`` followed by
   the ending's tokens, through ``inputs_embeds``; the ending's tokens are the baseline's continuation tokens of
   ``" " + ending`` and its log-likelihood is the sum of their log-probabilities (the first one predicted after
@@ -29,27 +31,47 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from .baseline import baseline_request, item_result, item_tokens
-from .compose import context_vectors
+from .compose import compose_context, context_vectors
 from .data import HellaswagItem
 from .encode import continuation_logliks, input_embeddings, n_prefix_tokens
 from .packing import packed_logliks
 from .request import ScoreRequest
 from .schemes import Scheme
-from .segment import segment_context
+from .segment import Segment, segment_context
 from .store import ItemResult
+from .vectors import VectorBank, layer_key, segment_vectors_of, text_vectors
 
 if TYPE_CHECKING:
+    from ..concept_cache import ConceptCache
     from ..loading import LoadedModel
 
 
-def concept_sequence(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
-                     scheme: Scheme) -> torch.Tensor:
-    """The model input that replaces the context: ``[m', D]`` (concept vectors, with the baseline's special
-    tokens around them: Gemma's BOS before, T5's ``</s>`` after; token_level keeps the baseline's own tokens)."""
-    segs = segment_context(item, examples, scheme.enc, lm)
-    ctx, _ = context_vectors(lm, segs, scheme.layer, scheme.word, scheme.norm, scheme.seg, scheme.ex)
-    if scheme.enc == "token_level":
+def scheme_bank(lm: "LoadedModel", contexts: Sequence[Sequence[Sequence[Segment]]], scheme: Scheme,
+                cache: "ConceptCache | None" = None) -> VectorBank:
+    """The segment vectors (before NORM) of every text segment of ``contexts`` (each a list of examples of
+    segments) at the scheme's layer and word aggregation, computed once (:func:`~.vectors.text_vectors`) or
+    read from the concept ``cache``."""
+    texts = [s for ctx in contexts for ex in ctx for s in ex if isinstance(s, str)]
+    return text_vectors(lm, texts, [layer_key(lm, scheme.layer)], [scheme.word], cache=cache)
+
+
+def compose_segments(lm: "LoadedModel", segs: Sequence[Sequence[Segment]], scheme: Scheme,
+                     bank: VectorBank | None = None, cache: "ConceptCache | None" = None) -> torch.Tensor:
+    """The concept vectors ``[m, D]`` of a context cut into examples of segments: segment vectors (text
+    segments from ``bank`` / the concept cache, token-id segments from one pass), then NORM, segment and example
+    aggregation (:func:`~.compose.compose_context`)."""
+    if any(not isinstance(x, str) for e in segs for x in e):
+        ctx, _ = context_vectors(lm, segs, scheme.layer, scheme.word, scheme.norm, scheme.seg, scheme.ex)
         return ctx
+    bank = scheme_bank(lm, [segs], scheme, cache) if bank is None else bank
+    key = layer_key(lm, scheme.layer)
+    per_ex = [segment_vectors_of(bank, e, key, scheme.word, scheme.norm).to(lm.device) for e in segs]
+    return compose_context(per_ex, scheme.seg, scheme.ex, scheme.norm)
+
+
+def special_around(lm: "LoadedModel", ctx: torch.Tensor) -> torch.Tensor:
+    """``ctx`` with the baseline's special tokens around it: Gemma's BOS embedding before, T5's ``</s>``
+    after."""
     dev = ctx.device
     parts = []
     if n_prefix_tokens(lm):
@@ -63,32 +85,51 @@ def concept_sequence(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[
     return torch.cat(parts, dim=0)
 
 
+def concept_sequence(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
+                     scheme: Scheme, *, bank: VectorBank | None = None, cache: "ConceptCache | None" = None
+                     ) -> torch.Tensor:
+    """The model input that replaces the context: ``[m', D]`` (concept vectors, with the baseline's special
+    tokens around them: Gemma's BOS before, T5's ``</s>`` after; token_level keeps the baseline's own tokens).
+    Text segments' vectors come from ``bank`` when given, else from :func:`scheme_bank` (with the concept
+    ``cache``)."""
+    segs = segment_context(item, examples, scheme.enc, lm)
+    ctx = compose_segments(lm, segs, scheme, bank, cache)
+    if scheme.enc == "token_level":
+        return ctx
+    return special_around(lm, ctx)
+
+
 def test1_request(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
-                  scheme: Scheme) -> ScoreRequest:
+                  scheme: Scheme, *, bank: VectorBank | None = None, cache: "ConceptCache | None" = None
+                  ) -> ScoreRequest:
     """The concept sequence of the item's context and the baseline's four continuations after it."""
     if scheme.enc == "cross_encoding":
         return baseline_request(lm, item, examples)
     _, conts = item_tokens(lm, item, examples)
-    seq = concept_sequence(lm, item, examples, scheme)
+    seq = concept_sequence(lm, item, examples, scheme, bank=bank, cache=cache)
     dtype = lm.model.get_input_embeddings().weight.dtype
     return ScoreRequest(conts, context_embeds=seq.to(dtype))
 
 
 def test1_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
-                 scheme: Scheme) -> list[float]:
+                 scheme: Scheme, cache: "ConceptCache | None" = None) -> list[float]:
     """The four endings' log-likelihoods after the concept sequence of the item's context."""
-    r = test1_request(lm, item, examples, scheme)
+    r = test1_request(lm, item, examples, scheme, cache=cache)
     return continuation_logliks(lm, r.continuations, context_ids=r.context_ids, context_embeds=r.context_embeds)
 
 
 def test1_item(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
-               scheme: Scheme) -> ItemResult:
-    return item_result(item, test1_scores(lm, item, examples, scheme))
+               scheme: Scheme, cache: "ConceptCache | None" = None) -> ItemResult:
+    return item_result(item, test1_scores(lm, item, examples, scheme, cache))
 
 
 def test1_items(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
-                scheme: Scheme) -> list[ItemResult]:
-    """:func:`test1_item` for many items, their requests packed into shared forward passes
-    (:func:`~.packing.packed_logliks`)."""
-    reqs = [test1_request(lm, it, ex, scheme) for it, ex in zip(items, examples)]
+                scheme: Scheme, cache: "ConceptCache | None" = None) -> list[ItemResult]:
+    """:func:`test1_item` for many items: the segment vectors of all of them computed (or read from the
+    concept ``cache``) together, their requests packed into shared forward passes (:func:`~.packing.packed_logliks`)."""
+    bank = None
+    if scheme.enc not in ("cross_encoding", "token_level"):
+        bank = scheme_bank(lm, [segment_context(it, ex, scheme.enc, lm) for it, ex in zip(items, examples)],
+                           scheme, cache)
+    reqs = [test1_request(lm, it, ex, scheme, bank=bank) for it, ex in zip(items, examples)]
     return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]

@@ -1,8 +1,9 @@
-"""HTML sections for attention heads and position kernels (seed 000, sec. 2.2.1, A.2, A.3; Figs. 5-8).
+"""The attention-heads report (``walklens heads``; seed 000, sec. 2.2.1, A.2, A.3; Figs. 5, 7) and its JSON.
 
-Each ``add_*`` function draws one result of :mod:`walklens.attention` or :mod:`walklens.kernels` into a
-:class:`~walklens.reports.html.Report`; they take the plain results (tensors, dataclasses, token strings) and
-never load a model.
+:func:`build` draws the results of :mod:`walklens.attention` (the A.3 identity with its trace, the cluster
+views, self masses and per-head statistics; position kernels too when given) into a
+:class:`~walklens.reports.html.Report`; :func:`document` is the ``--json`` output.  Each ``add_*`` function
+draws one result as a section.  They take the plain results and never load a model.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
-from .html import Report
+from .html import Report, block_labels, block_mean
+from .kernels import add_kernels
 
 if TYPE_CHECKING:
-    from ..attention import ClusterView, IdentityResult, SelfMass
+    from ..attention import ClusterView, HeadStats, IdentityResult, SelfMass
     from ..kernels import PositionKernels
+    from ..trace import Trace
 
 
 def _tok(s: str) -> str:
@@ -113,54 +116,86 @@ def add_head_stats(report: Report, stats: Mapping[str, Any], title: str = "") ->
     return report
 
 
-def add_kernels(report: Report, pk: PositionKernels) -> Report:
-    """Position kernels (Figs. 6, 8) per stack, and the self-bias fractions (A.2)."""
-    report.h2(f"position kernels ({pk.scheme}, {pk.units})")
-    report.p(pk.estimator, note=True)
-    if pk.notes and pk.notes != pk.estimator:
-        report.p(pk.notes, note=True)
-    report.h2(f"self-bias classes (margin {pk.margin:g} nats)")
-    fr = pk.fractions()
-    cols = ["negative_self", "far_amplifying", "local", "flat"]
-    report.table(["stack", "kernels", *cols],
-                 [[st, sum(len(r) for r in pk.stack(st if st != "model" else "").classes),
-                   *[f"{f[c]:.1%}" for c in cols]] for st, f in fr.items()])
-    sweep = pk.margin_sweep()
-    rows = []
-    for st, per in sweep.items():
-        for m, f in per.items():
-            rows.append([st, m, f"{f['negative_self']:.1%}", f"{f['far_amplifying']:.1%}"])
-    report.p("fractions for other margins:", note=True)
-    report.table(["stack", "margin", "negative self-bias", "far-amplifying"], rows)
-    for s in pk.stacks:
-        name = s.stack or "model"
-        K, H, n = s.values.shape
-        row_labels = [f"{'L' + str(l) + ' ' if l is not None else ''}h{h}" for l in s.layers for h in range(H)]
-        labels = [c.label for row in s.classes for c in row]
-        z = s.log_values.reshape(K * H, n)
-        z = z - z[:, s.distances.index(0)][:, None]  # relative to distance 0
-        hover = [[f"{labels[r]}; value {float(s.values.reshape(K * H, n)[r, j]):.4g}"
-                  + (f" +- {float(s.ci95.reshape(K * H, n)[r, j]):.2g}" if s.ci95 is not None else "")
-                  for j in range(n)] for r in range(K * H)]
-        report.heatmap(z, row_labels=row_labels, col_labels=[str(d) for d in s.distances], hover=hover,
-                       diverging=True, title=f"{name}: kernel minus its value at distance 0 (logit units; columns: "
-                                             f"distance key - query)", cell=max(3, min(16, 900 // n)))
-        if s.layers == [None]:  # one kernel per head: draw them as curves (Figs. 6 and 8)
-            for start in range(0, H, 8):
-                series = [{"name": f"h{h} ({labels[h]})", "y": s.values[0, h]} for h in range(start, min(H, start + 8))]
-                report.lines(s.distances, series, title=f"{name}: heads {start}-{min(H, start + 8) - 1}",
-                             xlabel="distance (key - query)")
-        else:  # per-layer (empirical) kernels: curves with 95% CI bands for the first, middle and last layer
-            for r in sorted({0, K // 2, K - 1}):
-                band = s.ci95[r] if s.ci95 is not None else None
-                series = [{"name": f"h{h} ({labels[r * H + h]})", "y": s.values[r, h],
-                           **({"band": [s.values[r, h] - band[h], s.values[r, h] + band[h]]} if band is not None
-                              else {})} for h in range(H)]
-                report.lines(s.distances, series, title=f"{name}: layer {s.layers[r]} ({pk.units}, 95% CI bands)",
-                             xlabel="distance (key - query)")
-        report.table(["kernel", "class"], [[row_labels[r], labels[r]] for r in range(K * H)])
-    return report
-
-
 __all__ = ["add_identity", "add_attention_maps", "add_cluster_views", "add_self_mass", "add_head_stats",
            "add_kernels"]
+
+
+def _layer(key: str) -> int:
+    """The layer of an attention key ``L{l}.attn`` / ``L{l}.cross``."""
+    return int(key.split(".")[0][1:])
+
+
+def _kept(attn: Mapping[str, torch.Tensor], layers: Sequence[int] | None) -> dict[str, torch.Tensor]:
+    return {k: a for k, a in attn.items() if layers is None or _layer(k) in layers}
+
+
+def _trace(ident: IdentityResult) -> Trace:
+    if ident.trace is None:
+        raise ValueError("the A.3 identity was computed without its trace")
+    return ident.trace
+
+
+def document(ident: IdentityResult, views: Sequence[ClusterView], masses: Mapping[str, SelfMass],
+             stats: Mapping[str, HeadStats], model: str, layers: Sequence[int] | None = None) -> dict[str, Any]:
+    """The ``--json`` document: the A.3 errors, the cluster views, self masses, per-head statistics and the
+    attention of every layer (of ``layers`` when given; keys ``enc.``/``dec.`` on encoder-decoder models)."""
+    trace = _trace(ident)
+    enc = trace.encoder
+    return {
+        "model": model, "tokens": trace.tokens, "encoder_tokens": enc.tokens if enc is not None else None,
+        "identity": dict(ident), "identity_max": ident.max_error,
+        "identity_relative": {c.name: c.rel_error for c in ident.checks},
+        "cluster": [{"layer": v.layer, "head": v.head, "position": v.position, "kind": v.kind,
+                     "memberships": v.memberships, "self_mass": v.self_mass, "foreign_mass": v.foreign_mass,
+                     "move_distance": v.move_distance, "foreign_distance": v.foreign_distance,
+                     "cos_query_centroid": v.cos_query_centroid,
+                     "head_output_norm": float(v.filtered_centroid.norm())} for v in views],
+        "self_mass": {k: {"mass": v.mass, "uniform": v.uniform} for k, v in masses.items()},
+        "head_stats": {k: {"vo_norm": v.vo_norm, "qk_norm": v.qk_norm, "vo_sigma1": v.vo_sigma1,
+                           "vo_copying": v.vo_copying} for k, v in stats.items()},
+        "attentions": {**{f"{trace.stack + '.' if enc is not None else ''}{k}": a
+                          for k, a in _kept(trace.attentions, layers).items()},
+                       **({f"{enc.stack}.{k}": a for k, a in _kept(enc.attentions, layers).items()}
+                          if enc is not None else {})},
+    }
+
+
+def build(ident: IdentityResult, views: Sequence[ClusterView], masses: Mapping[str, SelfMass],
+          stats: Mapping[str, HeadStats], title: str, subtitle: str = "", block: int = 1,
+          layers: Sequence[int] | None = None, kernels: PositionKernels | None = None) -> Report:
+    """The ``walklens heads`` report: the A.3 identity, the cluster views, the attention maps of ``layers``
+    (default: all) as means over ``block`` x ``block`` positions (1: every position), self masses, per-head
+    W_vo / W_qk and, when given, the position kernels."""
+    trace = _trace(ident)
+    rep = Report(title, subtitle)
+    add_identity(rep, ident)
+    add_cluster_views(rep, views)
+    if block > 1:
+        rep.p(f"Attention maps: each cell is the mean attention weight over a block of {block} x {block} positions "
+              f"(labels: first-last position and its first token); --json holds the full maps.", note=True)
+
+    def shown(attn: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: block_mean(a, block) for k, a in _kept(attn, layers).items()}
+
+    toks = block_labels(trace.tokens, block)
+    if trace.encoder is not None:
+        enc = block_labels(trace.encoder.tokens, block)
+        add_attention_maps(rep, shown(trace.encoder.attentions), enc, title="encoder self-attention", layers=layers)
+        add_attention_maps(rep, shown(trace.attentions), toks, title="decoder self-attention", layers=layers)
+        add_attention_maps(rep, shown(trace.attentions), toks, enc, kind="cross",
+                           title="decoder cross-attention (keys: encoder output)", layers=layers)
+    else:
+        add_attention_maps(rep, shown(trace.attentions), toks, layers=layers)
+    for name, sm in masses.items():
+        add_self_mass(rep, sm, title=f"self-attention mass ({name})")
+    for name, st in stats.items():
+        add_head_stats(rep, {"layers": [f"{name} L{l}" for l in st.layers], "vo_norm": st.vo_norm,
+                             "qk_norm": st.qk_norm, "vo_copying": st.vo_copying},
+                       title=f"per-head filters W_vo,h and W_qk,h ({name}; factored, A.3)")
+    if kernels is not None:
+        add_kernels(rep, kernels)
+    return rep
+
+
+__all__ = ["add_identity", "add_attention_maps", "add_cluster_views", "add_self_mass", "add_head_stats", "build",
+           "document"]

@@ -3,7 +3,10 @@
 A :class:`Report` collects sections; interactive heatmaps (canvas + hover) and line charts (SVG) are drawn
 by the small inline script ``assets/plots.js``; matplotlib figures are written as PNG beside the HTML and
 embedded too, unless they repeat an interactive view (``embed=False``: the page links the PNG instead).
-Reports take plain tensors/lists and strings; they never load models.
+Reports take plain tensors/lists and strings; they never load models.  Files that belong with a page (CSV
+tables, a JSON summary) are attached to it (:meth:`Report.attach`) and written by :meth:`Report.save`.  The
+helpers every topic's builder shares live here too: :func:`show` (a token as a label), :func:`block_mean` /
+:func:`block_labels` (maps averaged over blocks of positions) and :func:`pyplot`.
 
 Every string (token, text, database value) reaches the page as text, never markup: Python escapes it with
 :func:`html.escape` (JSON specs live in attributes, escaped the same way), and ``plots.js`` inserts labels,
@@ -21,7 +24,9 @@ from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import quote
 
-from ..outputs import make_dir, write_atomic
+import torch
+
+from ..outputs import jsonable, make_dir, write_atomic
 
 _CSS = """
 body{font-family:system-ui,-apple-system,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
@@ -33,23 +38,52 @@ padding:4px 6px;font-size:12px;pointer-events:none;white-space:pre;z-index:10}.n
 img.wl{max-width:100%}code{background:#f4f4f4;padding:1px 4px}
 """
 
+DIGITS = 6  # decimals of the numbers in a chart's spec (keeps the page small)
+
 
 def _esc(x: Any) -> str:
     return html.escape(str(x))
 
 
-def _num(x: Any) -> Any:
-    if hasattr(x, "tolist"):
-        x = x.tolist()
-    if isinstance(x, float):
-        return None if x != x or x in (float("inf"), float("-inf")) else round(x, 6)
-    if isinstance(x, (list, tuple)):
-        return [_num(v) for v in x]
-    return x
+def show(tok: str) -> str:
+    """A token as a visible label: whitespace and control characters escaped (``'\\n'``), nothing else."""
+    return repr(tok)[1:-1] if tok else "∅"
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the non-interactive Agg backend (figures are only written as PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def block_mean(x: torch.Tensor, b: int) -> torch.Tensor:
+    """Mean of x [..., R, C] over b x b blocks (the last blocks may be smaller): [..., ceil(R/b), ceil(C/b)]."""
+    if b <= 1:
+        return x
+    R, C = x.shape[-2:]
+    pr, pc = (-R) % b, (-C) % b
+    lead = x.shape[:-2]
+    xs = torch.nn.functional.pad(x.float(), (0, pc, 0, pr))
+    sums = xs.reshape(*lead, (R + pr) // b, b, (C + pc) // b, b).sum((-3, -1))
+    ones = torch.nn.functional.pad(torch.ones(R, C), (0, pc, 0, pr))
+    counts = ones.reshape((R + pr) // b, b, (C + pc) // b, b).sum((-3, -1))
+    return sums / counts
+
+
+def block_labels(tokens: Sequence[str], b: int) -> list[str]:
+    """Labels of the blocks of positions: ``"12-23 tok"`` (first position, last position, first token)."""
+    if b <= 1:
+        return list(tokens)
+    return [f"{i}-{min(i + b, len(tokens)) - 1} {tokens[i]}" for i in range(0, len(tokens), b)]
 
 
 class Report:
-    """An HTML report being built; ``save(out_dir)`` writes ``index.html`` plus PNG figures."""
+    """An HTML report being built; ``save(out_dir)`` writes ``index.html`` plus PNG figures and any files
+    attached with :meth:`attach` (tables as CSV, a summary as JSON or Markdown)."""
 
     def __init__(self, title: str, subtitle: str = "") -> None:
         self.title = title
@@ -57,6 +91,14 @@ class Report:
         if subtitle:
             self.parts.append(f"<p class='note'>{_esc(subtitle)}</p>")
         self.images: dict[str, bytes] = {}
+        self.files: dict[str, str | bytes] = {}
+
+    def attach(self, name: str, data: str | bytes) -> Report:
+        """A file written beside the page by :meth:`save` (``name``: a plain file name)."""
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"attach: {name!r} is not a plain file name")
+        self.files[name] = data
+        return self
 
     def h2(self, text: str) -> Report:
         self.parts.append(f"<h2>{_esc(text)}</h2>")
@@ -84,7 +126,7 @@ class Report:
                 vmin: float | None = None, vmax: float | None = None, cell: int | None = None) -> Report:
         """Interactive heatmap (canvas); ``hover[i][j]`` adds plain text (``\\n`` breaks lines) to the tooltip
         of cell (i, j)."""
-        spec = {"z": _num(z), "row_labels": list(map(str, row_labels)) if row_labels is not None else None,
+        spec = {"z": jsonable(z, DIGITS), "row_labels": list(map(str, row_labels)) if row_labels is not None else None,
                 "col_labels": list(map(str, col_labels)) if col_labels is not None else None,
                 "hover": hover, "diverging": diverging, "vmin": vmin, "vmax": vmax, "cell": cell}
         if title:
@@ -95,8 +137,8 @@ class Report:
     def lines(self, x: Sequence[Any], series: Sequence[dict[str, Any]], title: str = "", xlabel: str = "",
               width: int = 720, height: int = 320) -> Report:
         """SVG line chart; each series is ``{"name", "y", optional "band": [lo, hi], "dash", "color"}``."""
-        spec = {"x": [str(v) for v in x], "series": [{**s, "y": _num(s["y"]),
-                                                       **({"band": _num(s["band"])} if "band" in s else {})}
+        spec = {"x": [str(v) for v in x], "series": [{**s, "y": jsonable(s["y"], DIGITS),
+                                                       **({"band": jsonable(s["band"], DIGITS)} if "band" in s else {})}
                                                       for s in series],
                 "xlabel": xlabel, "width": width, "height": height}
         if title:
@@ -120,12 +162,7 @@ class Report:
         else:
             self.parts.append(f"<p class='note wl-png'>PNG of this view: <a href='{_esc(quote(fname))}'>"
                               f"{_esc(fname)}</a>{f' ({_esc(caption)})' if caption else ''}</p>")
-        try:
-            import matplotlib.pyplot as plt
-
-            plt.close(fig)
-        except Exception:  # pragma: no cover
-            pass
+        pyplot().close(fig)
         return self
 
     def render(self) -> str:
@@ -135,10 +172,10 @@ class Report:
                 + "\n".join(self.parts) + f"<script>{js}</script></body></html>")
 
     def save(self, out_dir: str | Path, name: str = "index.html") -> Path:
-        """Write the PNGs and then ``name`` into ``out_dir`` (rules of :mod:`walklens.outputs`); returns the
-        HTML path."""
+        """Write the PNGs, the attached files and then ``name`` into ``out_dir`` (rules of
+        :mod:`walklens.outputs`); returns the HTML path."""
         out = Path(out_dir)
         make_dir(out, "report folder")
-        for fname, data in self.images.items():
+        for fname, data in {**self.images, **self.files}.items():
             write_atomic(out / fname, data)
         return write_atomic(out / name, self.render())

@@ -1,27 +1,22 @@
-"""HTML reports for the power-method view (seed 002): spectra of F = W_V W_O, alignment through depth with
-chance bands, idealised dynamics, shared-weight convergence, and steering curves with sample generations.
-Reports draw the dataclasses of :mod:`walklens.power` / :mod:`walklens.steering`; they never load models."""
+"""The power-method report (``walklens power``; seed 002) and its JSON document: spectra of F = W_V W_O,
+alignment through depth with chance bands, idealised dynamics and shared-weight convergence.  They draw the
+dataclasses of :mod:`walklens.power` and :mod:`walklens.idealised`; they never load models."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
-from .html import Report
+from .html import Report, pyplot
 
 if TYPE_CHECKING:
     from ..idealised import Dynamics, SharedWeights
     from ..power import Alignment, PowerSpectra
-    from ..steering import SteeringSweep
 
 
 def spectra_figure(spectra: PowerSpectra, top: int = 40) -> Any:
     """Matplotlib figure: the top eigenvalues of every layer's F in the complex plane (colour = depth) and
     |lambda1| and the gap per layer."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
     n = max(len(spectra.layers) - 1, 1)
     cmap = plt.get_cmap("viridis")
@@ -50,18 +45,9 @@ def spectra_figure(spectra: PowerSpectra, top: int = 40) -> Any:
     return fig
 
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def alignment_figure(align: Alignment, kinds: tuple[str, ...] = ("resid_pre", "resid_mid", "resid_post")) -> Any:
     """Alignment through depth with the three chance bands, one panel per kind of point."""
-    plt = _plt()
+    plt = pyplot()
     kinds = tuple(k for k in kinds if any(p.endswith("." + k) for p in align.points))
     fig, axes = plt.subplots(1, len(kinds), figsize=(4.4 * len(kinds), 3.6), sharey=True, squeeze=False)
     for ax, kind in zip(axes[0], kinds):
@@ -84,7 +70,7 @@ def alignment_figure(align: Alignment, kinds: tuple[str, ...] = ("resid_pre", "r
 
 
 def dynamics_figure(dyn: Dynamics) -> Any:
-    plt = _plt()
+    plt = pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
     colors = {"real": "C0", "mlp_ablated": "C1", "linear": "C2", "power": "C3"}
     for m in dyn.modes:
@@ -103,7 +89,7 @@ def dynamics_figure(dyn: Dynamics) -> Any:
 
 
 def shared_figure(sw: SharedWeights) -> Any:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     x = list(range(sw.n_layers + 1))
     ax.fill_between(x, sw.measured_lo, sw.measured_hi, color="C0", alpha=0.15)
@@ -121,29 +107,15 @@ def shared_figure(sw: SharedWeights) -> Any:
     return fig
 
 
-def steering_figure(sweep: SteeringSweep) -> Any:
-    plt = _plt()
-    metrics = (("target_prob", "mean p(target)", "mean"), ("target_rank", "median rank of target (0 = top)", "median"),
-               ("perplexity", "median perplexity (unsteered model)", "median"))
-    fig, axes = plt.subplots(len(sweep.methods), 3, figsize=(13, 3.4 * len(sweep.methods)), squeeze=False)
-    names = {"eigen": "eigen-steering", "add": "activation addition"}
-    for row, m in zip(axes, sweep.methods):
-        for ax, (metric, label, stat) in zip(row, metrics):
-            for s in sweep.layer_sets:
-                xs, ys = sweep.curve(m, s, metric, stat)
-                ax.plot(xs, ys, "o-", ms=3, label="layers " + ",".join(map(str, s)))
-            ax.set_title(f"{names.get(m, m)}: {label}")
-            ax.set_xlabel("alpha")
-            if metric in ("target_rank", "perplexity"):
-                ax.set_yscale("symlog" if metric == "target_rank" else "log")  # 0-based ranks can be 0
-        row[0].legend(fontsize=8)
-    fig.suptitle(f"{sweep.model_name}: steering toward {sweep.target_token!r} over {len(sweep.prompts)} prompts")
-    fig.tight_layout()
-    return fig
+def document(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None, shared: SharedWeights | None,
+             texts: Sequence[str]) -> dict[str, Any]:
+    """The ``--json`` document: every field of each result (complex numbers as ``[re, im]``)."""
+    return {"model": spectra.model_name, "texts": list(texts), "spectra": spectra, "alignment": align,
+            "dynamics": dyn, "shared_weights": shared}
 
 
-def power_report(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None = None,
-                 shared: SharedWeights | None = None, title: str = "") -> Report:
+def build(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None = None, shared: SharedWeights | None = None,
+          title: str = "") -> Report:
     """The ``walklens power`` report."""
     r = Report(title or f"Power-method view of {spectra.model_name}",
                "Seed 002 (Li & Altafini): a layer's projections and normalisation as a power-method step on "
@@ -219,29 +191,4 @@ def power_report(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None =
     return r
 
 
-def steer_report(sweep: SteeringSweep, title: str = "") -> Report:
-    """The ``walklens steer`` report: target probability / rank / perplexity against alpha for each method
-    and layer set, and the generations."""
-    r = Report(title or f"Steering {sweep.model_name} toward {sweep.target_token!r}",
-               "Eigen-steering (seed 002: rank-one W_O edit, F' = F + alpha w u^T) next to activation addition "
-               "(alpha u added to the residual at the same layers).")
-    r.p("reach |P u| of the target direction in each layer's value space: "
-        + ", ".join(f"L{l}: {v:.3f}" for l, v in sorted(sweep.reach.items())), note=True)
-    names = {"eigen": "Eigen-steering", "add": "Activation addition"}
-    for m in sweep.methods:
-        r.h2(names.get(m, m))
-        for metric, label in (("target_prob", "p(target)"), ("target_rank", "rank of target (0 = top)"),
-                              ("perplexity", "perplexity under the unsteered model"), ("push", "push along u")):
-            series = []
-            xs: list[float] = []
-            for s in sweep.layer_sets:
-                xs, ys = sweep.curve(m, s, metric)
-                series.append({"name": "layers " + ",".join(map(str, s)), "y": ys})
-            r.lines([f"{a:g}" for a in xs], series, title=f"{label} (mean over {len(sweep.prompts)} prompts)",
-                    xlabel="alpha", height=240)
-    r.figure(steering_figure(sweep), "steering", embed=False)  # repeats the charts above
-    r.h2("Generations")
-    rows = [[x.method, ",".join(map(str, x.layers)), x.alpha, x.prompt, x.text, x.target_prob, x.target_rank,
-             x.perplexity] for x in sweep.rows]
-    r.table(["method", "layers", "alpha", "prompt", "greedy continuation", "p(target)", "rank (0 = top)", "ppl"], rows)
-    return r
+__all__ = ["alignment_figure", "build", "document", "dynamics_figure", "shared_figure", "spectra_figure"]

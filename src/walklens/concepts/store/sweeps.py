@@ -5,6 +5,11 @@ In the walklens database file beside the results tables (:mod:`.results`), in tw
 context group: the choice parts of its schemes, their accuracies and their predictions packed 2 bits per item),
 so a million schemes are a few thousand rows.  :func:`~walklens.concepts.sweep.run_sweep` writes a bundle's
 groups in one transaction; a killed sweep resumes at the first unstored group.
+
+A third table, ``sweep_shards``, holds finished shards of work whose groups are not stored yet (a Test 1 scheme
+block is cut into item ranges): the picks of one shard, dropped in the transaction that stores its groups.
+Older databases get it when a sweep next writes to them; readers never need it, so the schema version is
+unchanged.
 """
 
 from __future__ import annotations
@@ -43,6 +48,13 @@ _SCHEMA = ("""CREATE TABLE IF NOT EXISTS sweep_runs (
   preds BLOB NOT NULL,            -- 2-bit packed [metrics, outs, items]
   seconds REAL NOT NULL,
   PRIMARY KEY (run_id, context)
+)""", """CREATE TABLE IF NOT EXISTS sweep_shards (
+  run_id INTEGER NOT NULL REFERENCES sweep_runs(id),
+  shard TEXT NOT NULL,            -- the shard's key (what it computed, e.g. a Test 1 block and item range)
+  shape TEXT NOT NULL,            -- JSON shape of the picks
+  preds BLOB NOT NULL,            -- 2-bit packed picks
+  seconds REAL NOT NULL,
+  PRIMARY KEY (run_id, shard)
 )""")
 
 _RUN_COLUMNS = ("id", "model", "data", "split", "shots", "test", "items_hash", "n_items", "labels", "item_index",
@@ -217,9 +229,10 @@ class SweepStore:
         self.put_groups(run_id, [(context, outs, preds)], metrics, labels, seconds)
 
     def put_groups(self, run_id: int, groups: Sequence[tuple[str, Sequence[str], np.ndarray]],
-                   metrics: Sequence[str], labels: np.ndarray, seconds: float) -> None:
+                   metrics: Sequence[str], labels: np.ndarray, seconds: float, drop_shards: Sequence[str] = ()
+                   ) -> None:
         """Store several groups ``(context, outs, preds [metrics, outs, items])`` in one transaction (groups
-        already stored are left as they are)."""
+        already stored are left as they are), dropping the shards ``drop_shards`` they were assembled from."""
         rows = []
         for context, outs, preds in groups:
             acc = (preds == labels[None, None, :]).mean(axis=-1).astype(np.float32)
@@ -227,6 +240,23 @@ class SweepStore:
                          pack_predictions(preds), float(seconds)))
         with transaction(self.con) as c:
             c.executemany("INSERT OR IGNORE INTO sweep_groups VALUES (?,?,?,?,?,?,?)", rows)
+            c.executemany("DELETE FROM sweep_shards WHERE run_id=? AND shard=?", [(run_id, k) for k in drop_shards])
+
+    # ---- shards of groups not stored yet ----------------------------------------------------------------------
+    def put_shard(self, run_id: int, shard: str, preds: np.ndarray, seconds: float) -> None:
+        """Keep one finished shard's picks (any shape, values 0..3) until its groups are stored."""
+        with transaction(self.con) as c:
+            c.execute("INSERT OR IGNORE INTO sweep_shards VALUES (?,?,?,?,?)",
+                      (run_id, shard, json.dumps(list(preds.shape)), pack_predictions(preds), float(seconds)))
+
+    def shards(self, run_id: int) -> dict[str, tuple[np.ndarray, float]]:
+        """The kept shards of a run: ``{key: (picks, seconds)}``."""
+        out = {}
+        for key, shape, blob, sec in self._rows("SELECT shard, shape, preds, seconds FROM sweep_shards WHERE run_id=?",
+                                                (run_id,)):
+            dims = json.loads(shape)
+            out[key] = (unpack_predictions(blob, int(np.prod(dims))).reshape(dims), float(sec))
+        return out
 
     def _groups(self, run_id: int) -> Iterator[_Group]:
         """The stored groups of a run in the order of their context part (one set of metrics throughout)."""
@@ -241,6 +271,13 @@ class SweepStore:
                 raise InputError(f"{self.path}: sweep run {run_id} mixes metrics {metrics} and {mets_l}")
             yield _Group(names=[f"{ctx},{o}" if o else ctx for o in outs_l], metrics=mets_l,
                          acc=np.frombuffer(acc, np.float32).reshape(len(mets_l), len(outs_l)), packed=pb)
+
+    def iter_groups(self, run_id: int) -> Iterator[tuple[list[str], list[str], np.ndarray]]:
+        """Every stored group of a run in the order of its context part, one at a time: (scheme names, metrics,
+        predictions ``[metrics, schemes, items]``), so two runs can be walked side by side in O(group) memory."""
+        n = int(self._run(run_id)["n_items"])
+        for g in self._groups(run_id):
+            yield g.names, g.metrics, g.preds(n)
 
     def load(self, run_id: int, with_preds: bool = True) -> SweepResults:
         """Every stored scheme of a run: names, accuracy per metric and (optionally) predictions, dense

@@ -26,8 +26,10 @@ How the cost of ~10^6 schemes is kept near the cost of one:
 
 Items are cut by every encoding scheme once (:mod:`.plan`); :mod:`.run` drives the whole and stores each
 group as it is computed in the sweep tables of the run database (:class:`~..store.SweepStore`: a million
-schemes are a few thousand rows).  A bundle's groups are written in one transaction, so a killed sweep resumes
-at the first unstored group and the final table is identical to an uninterrupted run.
+schemes are a few thousand rows).  Everything that computes is a shard fixed before any runs (:mod:`.shards`),
+run in this process or on Ray actors (:mod:`walklens.backends`) with the same bits either way; a bundle's
+groups are written in one transaction, so a killed sweep resumes at the first unstored group and the final
+table is identical to an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from __future__ import annotations
 from .bank import NormedBank, VectorBank, build_bank, layer_keys
 from .batched import EncLayout, test1_predictions, test2_bundle_batched
 from .plan import ItemPlan, plan_item
-from .run import SweepOutcome, evaluate_test1, evaluate_test2, run_sweep
+from .run import TEST1_SHARD_ITEMS, SweepOutcome, evaluate_test1, evaluate_test2, run_sweep, sweep_baseline
 
-__all__ = ["EncLayout", "ItemPlan", "NormedBank", "SweepOutcome", "VectorBank", "build_bank", "evaluate_test1",
-           "evaluate_test2", "layer_keys", "plan_item", "run_sweep", "test1_predictions", "test2_bundle_batched"]
+__all__ = ["TEST1_SHARD_ITEMS", "EncLayout", "ItemPlan", "NormedBank", "SweepOutcome", "VectorBank", "build_bank",
+           "evaluate_test1", "evaluate_test2", "layer_keys", "plan_item", "run_sweep", "sweep_baseline",
+           "test1_predictions", "test2_bundle_batched"]

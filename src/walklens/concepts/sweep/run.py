@@ -1,48 +1,68 @@
 """Orchestration of a sweep: the baseline, the bank, then every scheme group not yet stored (seed 000, sec. 5.1).
 
-Test 2 groups are bundled by (NORM, enc, seg, ex, sim, choice encodings) so one batched product scores every
-(layer, word) of a bundle (:func:`~.batched.test2_bundle_batched`); a bundle's groups are committed in one
-transaction, so a killed sweep resumes at the first unstored group and the final table is identical to an
-uninterrupted run.  Test 1 schemes are one group each (:func:`~.batched.test1_predictions`).
+Everything that computes is a shard fixed before any runs (:mod:`.shards`, :func:`~.bank.forward_shard`) and
+run by the workers of a backend (:mod:`walklens.backends`: this process, or Ray actors holding the model
+once each).  This driver plans the shards, skips those whose results are stored and stores results as they
+come back:
+
+* baseline: chunks of :data:`~..runner.CHUNK` consecutive items, stored per item in the results tables
+  (shared with ``walklens hellaswag baseline``);
+* bank: batches of texts of equal token length, kept per text in the cache folder (``cache_dir``);
+* Test 2: one shard per bundle (groups sharing NORM, enc, seg, ex, sim and the choice encodings, over every
+  group of the grid, stored or not, so a bundle's matrix shapes never depend on what was stored); a bundle's
+  groups are committed in one transaction;
+* Test 1: schemes in blocks of one bank layer and word aggregation (concept sequences can be identical only
+  within one), each cut into item ranges of ``test1_shard_items``; a range's picks are kept in the store's
+  ``sweep_shards`` table and the block's groups committed, dropping them, when its last range is in.
+
+A payload depends only on the grid, the items and the stored whole bundles and blocks, so the stored picks are
+the same bits whatever the backend and the number of workers, and a killed sweep (driver or worker) resumes
+without computing a stored shard again and ends with the table an uninterrupted run gives.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import numpy as np
 
+from ...backends import Backend, LocalWorkers, Workers
 from ...errors import InputError
-from ..baseline import item_tokens
+from ..baseline import accuracy, item_tokens
 from ..data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
 from ..encode import arch_of
 from ..grid import group_by_context
-from ..runner import progress_bar, run_test
+from ..runner import CHUNK, RunSummary, progress_bar, run_key
 from ..schemes import WORD_AGG_SCHEMES, Scheme
 from ..store import ResultStore, SweepStore
-from .bank import NormedBank, VectorBank, build_bank, layer_keys
-from .batched import EncLayout, test1_predictions, test2_bundle_batched
+from .bank import VectorBank, build_bank, layer_keys
+from .batched import EncLayout
 from .plan import ItemPlan, plan_item
+from .shards import Test1Shard, Test2Ctx, Test2Shard, baseline_shard, test1_shard, test2_shard
 
 if TYPE_CHECKING:
     from ...loading import LoadedModel
 
+#: ``on_shard(kind, n)``: called after the n-th shard of a kind (baseline, forward, test2, test1) is stored.
+OnShard = Callable[[str, int], None]
+#: Items per Test 1 shard (fixed: it decides which concept sequences share a packed forward pass).
+TEST1_SHARD_ITEMS = 64
 
-def _bundles(groups: Sequence[list[Scheme]], done: set[str]
+
+def _bundles(groups: Sequence[list[Scheme]]
              ) -> tuple[OrderedDict[str, list[list[list[Scheme]]]], dict[int, tuple[str, ...]]]:
-    """The Test 2 groups not yet stored, bundled by (NORM, enc, seg, ex, sim, choice encodings) and the bundles
-    ordered by NORM (``{norm: [bundle, ...]}``), with each group's choice parts (by ``id`` of the group)."""
+    """Test 2 groups bundled by (NORM, enc, seg, ex, sim, choice encodings) and the bundles ordered by NORM
+    (``{norm: [bundle, ...]}``), with each group's choice parts (by ``id`` of the group)."""
     bundles: OrderedDict[tuple[object, ...], list[list[Scheme]]] = OrderedDict()
     outs_of: dict[tuple[tuple[str | None, str | None], ...], tuple[str, ...]] = {}  # every group of a grid: the same
     group_outs: dict[int, tuple[str, ...]] = {}
     for members in groups:
         s = members[0]
-        if s.context_part() in done:
-            continue
         raw = tuple((m.out_layer, m.out_word) for m in members)
         if raw not in outs_of:
             outs_of[raw] = tuple(m.out_part() for m in members)
@@ -54,89 +74,203 @@ def _bundles(groups: Sequence[list[Scheme]], done: set[str]
     return by_norm, group_outs
 
 
+def _count(on_shard: OnShard | None, counts: dict[str, int] | None, kind: str) -> None:
+    if counts is not None:
+        counts[kind] = counts.get(kind, 0) + 1
+    if on_shard is not None:
+        on_shard(kind, counts[kind] if counts is not None else 0)
+
+
 def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequence[ItemPlan],
-                   schemes: Sequence[Scheme], layer_key: dict[str, str], progress: bool = True,
-                   stop_after: int | None = None) -> int:
-    """Evaluate and store every Test 2 context group not yet stored; returns the number computed.
+                   schemes: Sequence[Scheme], layer_key: dict[str, str], workers: Workers, *, progress: bool = True,
+                   stop_after: int | None = None, on_shard: OnShard | None = None,
+                   counts: dict[str, int] | None = None) -> int:
+    """Evaluate and store every Test 2 context group not yet stored; returns the number of groups stored.
 
     Bit-identical work is done once: encodings that cut every item identically share a bundle's predictions
     (within one NORM), as do bank layers with identical vectors.  ``stop_after`` stops after that many groups
-    (the tests use it to simulate an interruption).
+    (the tests use it to simulate an interruption); ``counts["test2"]`` counts the shards computed.
     """
-    by_norm, group_outs = _bundles(list(group_by_context(schemes).values()), store.done(run_id))
+    done = store.done(run_id)
+    by_norm, group_outs = _bundles(list(group_by_context(schemes).values()))
     labels = np.array([it.label for it in items], np.uint8)
-    todo = sum(len(b) for bl in by_norm.values() for b in bl)
-    bar = progress_bar(total=todo, desc="Test 2 scheme groups", disable=not progress or not todo)
-    computed = 0
     layouts: dict[str, EncLayout] = {}
     canon: dict[str, str] = {}  # encoding scheme -> the first one that cuts every item identically
-    cache: dict[tuple[object, ...], np.ndarray] = {}
-    alias = bank.layer_alias()
+    shards: OrderedDict[tuple[object, ...], Test2Shard] = OrderedDict()
+    targets: dict[tuple[object, ...], list[list[list[Scheme]]]] = {}
+    todo = 0
+    for norm_s, bl in by_norm.items():
+        for b in bl:
+            s0 = b[0][0]
+            if s0.enc not in layouts:
+                layouts[s0.enc] = EncLayout.build(bank, items, s0.enc)
+                canon[s0.enc] = next((e for e in layouts if e != s0.enc and canon[e] == e
+                                      and layouts[e].same_cut(layouts[s0.enc])), s0.enc)
+            left = sum(1 for m in b if m[0].context_part() not in done)
+            if not left:
+                continue
+            ckey = (norm_s, canon[s0.enc], str(s0.seg), str(s0.ex), s0.sim, group_outs[id(b[0])],
+                    tuple((g[0].layer, g[0].word) for g in b))
+            if ckey not in shards:
+                shards[ckey] = Test2Shard(norm=None if norm_s == "None" else norm_s, enc=canon[s0.enc], groups=b)
+                targets[ckey] = []
+            targets[ckey].append(b)
+            todo += left
+    if not shards:
+        return 0
+    ctx = Test2Ctx(vectors=bank.vectors.numpy(), layers=bank.layers, words=bank.words,
+                   layouts={sh.enc: layouts[sh.enc] for sh in shards.values()}, layer_key=dict(layer_key),
+                   alias=bank.layer_alias())
+    keys = list(shards)
+    bar = progress_bar(total=todo, desc="Test 2 scheme groups", disable=not progress)
+    computed = 0
     try:
-        for norm_s, bl in by_norm.items():
-            nbank = NormedBank(bank, None if norm_s == "None" else norm_s)
-            cache.clear()
-            for b in bl:
-                t0 = time.perf_counter()
-                s0 = b[0][0]
-                if s0.enc not in layouts:
-                    layouts[s0.enc] = EncLayout.build(bank, items, s0.enc)
-                    canon[s0.enc] = next((e for e in layouts if e != s0.enc and canon[e] == e
-                                          and layouts[e].same_cut(layouts[s0.enc])), s0.enc)
-                ckey = (canon[s0.enc], str(s0.seg), str(s0.ex), s0.sim, group_outs[id(b[0])],
-                        tuple((g[0].layer, g[0].word) for g in b))
-                preds = cache.get(ckey)
-                if preds is None:
-                    preds = cache[ckey] = test2_bundle_batched(bank, nbank, layouts[s0.enc], b, layer_key, alias=alias)
-                dt = (time.perf_counter() - t0) / len(b)
+        for i, (preds, seconds) in workers.map(test2_shard, ctx, (shards[k] for k in keys)):
+            for b in targets[keys[i]]:
+                rows = [(m[0].context_part(), group_outs[id(m)], preds[g:g + 1]) for g, m in enumerate(b)
+                        if m[0].context_part() not in done]
                 if stop_after is not None:
-                    b = b[:max(0, stop_after - computed)]
-                store.put_groups(run_id, [(m[0].context_part(), group_outs[id(m)], preds[g:g + 1])
-                                          for g, m in enumerate(b)], ["acc"], labels, dt)
-                computed += len(b)
-                bar.update(len(b))
+                    rows = rows[:max(0, stop_after - computed)]
+                store.put_groups(run_id, rows, ["acc"], labels, seconds / len(b))
+                computed += len(rows)
+                bar.update(len(rows))
                 if stop_after is not None and computed >= stop_after:
                     return computed
+            _count(on_shard, counts, "test2")
     finally:
         bar.close()
     return computed
 
 
-def evaluate_test1(lm: LoadedModel, store: SweepStore, run_id: int, bank: VectorBank, items: Sequence[ItemPlan],
+def _block_key(s: Scheme, bank: VectorBank, layer_key: dict[str, str], alias: list[int]) -> tuple[str, str]:
+    """A Test 1 scheme's block: its bank layer (bit-identical layers as one) and word aggregation."""
+    return bank.layers[alias[bank.layer_pos(layer_key[s.layer])]], s.word
+
+
+def _test1_payload(bank: VectorBank, items: Sequence[ItemPlan], conts: Sequence[Sequence[Sequence[int]]],
+                   block: Sequence[Scheme], key: tuple[str, str], a: int, b: int) -> Test1Shard:
+    """One Test 1 shard: the block over items ``[a, b)``, with a bank of just the rows and vectors it reads."""
+    encs = {s.enc for s in block}
+    texts = list(OrderedDict.fromkeys(t for it in items[a:b] for e in sorted(encs) for ex in it.contexts[e]
+                                      for t in ex))
+    li, wi = bank.layer_pos(key[0]), bank.word_pos(key[1])
+    sub = bank.vectors[bank.rows(texts), li:li + 1, wi:wi + 1]  # [texts, 1, 1, D], a copy of just these
+    mini = VectorBank(layers=(key[0],), words=(key[1],), index={t: j for j, t in enumerate(texts)}, vectors=sub)
+    return Test1Shard(schemes=list(block), bank=mini, items=list(items[a:b]),
+                      conts=[[list(map(int, c)) for c in cs] for cs in conts[a:b]],
+                      layer_key={s.layer: key[0] for s in block})
+
+
+def evaluate_test1(store: SweepStore, run_id: int, bank: VectorBank, items: Sequence[ItemPlan],
                    schemes: Sequence[Scheme], layer_key: dict[str, str], conts: Sequence[Sequence[Sequence[int]]],
-                   baseline_preds: np.ndarray, progress: bool = True, stop_after: int | None = None) -> int:
-    """Evaluate and store every Test 1 scheme not yet stored (one group each); returns how many were computed.
-    ``enc=cross_encoding`` is the baseline itself: its predictions are the baseline's ``[2, items]``."""
+                   baseline_preds: np.ndarray, workers: Workers, *, progress: bool = True,
+                   stop_after: int | None = None, on_shard: OnShard | None = None,
+                   counts: dict[str, int] | None = None, shard_items: int = TEST1_SHARD_ITEMS) -> int:
+    """Evaluate and store every Test 1 scheme not yet stored (one group each); returns how many were stored.
+    ``enc=cross_encoding`` is the baseline itself: its predictions are the baseline's ``[2, items]``.  The
+    others run in (block, item range) shards (module docstring); ``counts["test1"]`` counts those computed."""
     done = store.done(run_id)
     labels = np.array([it.label for it in items], np.uint8)
-    todo = sorted((s for s in schemes if s.context_part() not in done), key=lambda s: str(s.norm))
-    memo: dict[bytes, list[float]] = {}
-    bar = progress_bar(total=len(todo), desc="Test 1 schemes", disable=not progress or not todo)
+    todo = [s for s in schemes if s.context_part() not in done]
     computed = 0
-    nbank: NormedBank | None = None
-    try:
-        for s in todo:
-            t0 = time.perf_counter()
-            if s.enc == "cross_encoding":
-                preds = baseline_preds.reshape(2, 1, -1).astype(np.uint8)
+    for s in (s for s in todo if s.enc == "cross_encoding"):
+        store.put_group(run_id, s.context_part(), [""], ["acc", "acc_norm"],
+                        baseline_preds.reshape(2, 1, -1).astype(np.uint8), labels, 0.0)
+        computed += 1
+        if stop_after is not None and computed >= stop_after:
+            return computed
+    alias = bank.layer_alias()
+    blocks: dict[tuple[str, str], list[Scheme]] = {}
+    for s in (s for s in todo if s.enc != "cross_encoding"):
+        blocks.setdefault(_block_key(s, bank, layer_key, alias), []).append(s)
+    order = sorted(blocks, key=lambda k: (bank.layers.index(k[0]), bank.words.index(k[1])))
+    kept = store.shards(run_id)
+    N = len(items)
+    specs: list[tuple[tuple[str, str], int, int, str]] = []  # (block, a, b, shard key) still to compute
+    parts: dict[tuple[str, str], dict[str, tuple[int, np.ndarray, float]]] = {}
+    for k in order:
+        block = blocks[k] = sorted(blocks[k], key=lambda s: (str(s.norm), str(s)))
+        digest = hashlib.sha256("\n".join(map(str, block)).encode()).hexdigest()[:16]
+        parts[k] = {}
+        for a in range(0, N, shard_items):
+            name = f"test1|{k[0]}|{k[1]}|{a}:{min(N, a + shard_items)}|{digest}"
+            if name in kept:
+                parts[k][name] = (a, *kept[name])
             else:
-                if nbank is None or nbank.norm != s.norm:
-                    nbank = NormedBank(bank, s.norm)
-                preds = test1_predictions(lm, bank, nbank, items, s, layer_key, conts, memo)
-            store.put_group(run_id, s.context_part(), [""], ["acc", "acc_norm"], preds, labels,
-                            time.perf_counter() - t0)
-            computed += 1
-            bar.update(1)
-            if stop_after is not None and computed >= stop_after:
-                break
+                specs.append((k, a, min(N, a + shard_items), name))
+    n_ranges = len(range(0, N, shard_items))
+    bar = progress_bar(total=sum(map(len, blocks.values())), desc="Test 1 schemes", disable=not progress or not blocks)
+
+    def finish(k: tuple[str, str]) -> bool:
+        """Store block ``k`` if all its ranges are in; True when ``stop_after`` is reached."""
+        nonlocal computed
+        if len(parts[k]) < n_ranges:
+            return False
+        preds = np.concatenate([p for _, p, _ in sorted(parts[k].values(), key=lambda x: x[0])], axis=2)
+        seconds = sum(sec for _, _, sec in parts[k].values()) / len(blocks[k])
+        rows = [(s.context_part(), [""], preds[:, j:j + 1]) for j, s in enumerate(blocks[k])]
+        if stop_after is not None:
+            rows = rows[:max(0, stop_after - computed)]
+        store.put_groups(run_id, rows, ["acc", "acc_norm"], labels, seconds, drop_shards=list(parts[k]))
+        computed += len(rows)
+        bar.update(len(rows))
+        return stop_after is not None and computed >= stop_after
+
+    try:
+        for k in order:  # blocks whose every range was kept by an interrupted run
+            if finish(k):
+                return computed
+        payloads: Iterator[Test1Shard] = (_test1_payload(bank, items, conts, blocks[k], k, a, b)
+                                          for k, a, b, _ in specs)
+        for i, (preds, seconds) in workers.map(test1_shard, None, payloads):
+            k, a, _, name = specs[i]
+            store.put_shard(run_id, name, preds, seconds)
+            parts[k][name] = (a, preds, seconds)
+            _count(on_shard, counts, "test1")
+            if finish(k):
+                return computed
     finally:
         bar.close()
     return computed
+
+
+def sweep_baseline(workers: Workers, model: str, items: Sequence[HellaswagItem], *, shots: int,
+                   pool: Sequence[HellaswagItem], data: str, fewshot_seed: int, store: ResultStore,
+                   progress: bool = True, on_shard: OnShard | None = None,
+                   counts: dict[str, int] | None = None) -> RunSummary:
+    """The baseline of ``items`` as the runner stores it (the same key: shared with ``walklens hellaswag
+    baseline``), computed in chunks of :data:`~..runner.CHUNK` consecutive items; a chunk with an item not stored
+    runs whole (so its packing never depends on what was stored) and stored items are kept."""
+    key = run_key(model, items, test="baseline", shots=shots, data=data, fewshot_seed=fewshot_seed)
+    stored = store.results(key, [it.index for it in items])
+    chunks = [list(items[a:a + CHUNK]) for a in range(0, len(items), CHUNK)]
+    todo = [c for c in chunks if any(it.index not in stored for it in c)]
+
+    def payload(c: list[HellaswagItem]) -> tuple[list[HellaswagItem], list[list[HellaswagItem]]]:
+        return c, [fewshot_examples(pool, shots, it.index, seed=fewshot_seed, query_split=it.split) if shots else []
+                   for it in c]
+
+    bar = progress_bar(total=sum(map(len, todo)), desc=f"{model} baseline", unit="item", disable=not progress or not todo)
+    computed = 0
+    try:
+        for _, rs in workers.map(baseline_shard, None, (payload(c) for c in todo)):
+            store.add_results(key, rs)
+            for r in rs:
+                computed += r.item not in stored
+                stored.setdefault(r.item, r)
+            bar.update(len(rs))
+            _count(on_shard, counts, "baseline")
+    finally:
+        bar.close()
+    results = [stored[it.index] for it in items]
+    acc, acc_norm = accuracy(results)
+    store.record_run(key, len(results), acc, acc_norm)
+    return RunSummary(key=key, results=results, computed=computed, acc=acc, acc_norm=acc_norm)
 
 
 @dataclass
 class SweepOutcome:
-    """What one call of :func:`run_sweep` did."""
+    """What one call of :func:`run_sweep` did (``shards_computed``: per kind, the shards run by this call)."""
 
     run_id: int
     n_schemes: int
@@ -150,34 +284,50 @@ class SweepOutcome:
     baseline_acc: float | None
     baseline_acc_norm: float | None
     refused: dict[str, int] = field(default_factory=dict)
+    shards_computed: dict[str, int] = field(default_factory=dict)
+    backend: str = "local"
+    workers: int = 1
 
 
 def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], *, test: int, schemes: Sequence[Scheme],
               db: str | Path, shots: int = 0, pool: Sequence[HellaswagItem] | None = None, data: str = "",
               fewshot_seed: int | None = None, cache_dir: str | Path | None = None, progress: bool = True,
-              stop_after: int | None = None, log: Callable[[str], None] = lambda m: None) -> SweepOutcome:
+              stop_after: int | None = None, log: Callable[[str], None] = lambda m: None,
+              backend: Backend | None = None, workers: Workers | None = None, on_shard: OnShard | None = None,
+              test1_shard_items: int = TEST1_SHARD_ITEMS) -> SweepOutcome:
     """Sweep ``schemes`` (valid for ``test`` on this model) over ``items``, storing into ``db``.
 
-    1. the baseline of the same items (the runner and the results store, same database: shared with single
-       runs; normalised scores divide by it);
+    1. the baseline of the same items (the runner's store and key, same database: shared with single runs;
+       normalised scores divide by it);
     2. every distinct segment text of every encoding scheme used, run once (:func:`~.bank.build_bank`);
-    3. every scheme group not yet stored, evaluated and committed one by one (:func:`evaluate_test2`,
+    3. every scheme group not yet stored, evaluated and committed (:func:`evaluate_test2`,
        :func:`evaluate_test1`).  Rerunning the same call after an interruption continues where it stopped.
+
+    ``lm`` plans (tokenises, cuts items); the shards run on ``workers`` if given, else on workers opened from
+    ``backend`` for this call, else in this process on ``lm``.  The stored results do not depend on which.
     """
     seed = FEWSHOT_SEED if fewshot_seed is None else fewshot_seed
     if not items:
         raise InputError("no items to sweep")
     if not schemes:
         raise InputError("the grid has no valid scheme for this test and model")
+    if test1_shard_items < 1:
+        raise InputError(f"test1_shard_items must be >= 1, got {test1_shard_items}")
+    if workers is None:
+        with backend.workers(lm) if backend is not None else LocalWorkers(lm) as w:
+            return run_sweep(lm, items, test=test, schemes=schemes, db=db, shots=shots, pool=pool, data=data,
+                             fewshot_seed=seed, cache_dir=cache_dir, progress=progress, stop_after=stop_after,
+                             log=log, workers=w, on_shard=on_shard, test1_shard_items=test1_shard_items)
     arch = arch_of(lm)
     pool = list(items) if pool is None else list(pool)
+    counts: dict[str, int] = {}
     t0 = time.perf_counter()
     with ResultStore(db) as rs:
-        base = run_test(lm, items, test="baseline", shots=shots, pool=pool, data=data, store=rs,
-                        fewshot_seed=seed, progress=progress, desc=f"{lm.name} baseline")
+        base = sweep_baseline(workers, lm.name, items, shots=shots, pool=pool, data=data, fewshot_seed=seed,
+                              store=rs, progress=progress, on_shard=on_shard, counts=counts)
     t_base = time.perf_counter() - t0
     base_preds = np.array([[r.pred for r in base.results], [r.pred_norm for r in base.results]], np.uint8)
-    data_key = data if seed == FEWSHOT_SEED else f"{data}#seed={seed}"
+    data_key = base.key.data
     with SweepStore(db) as store:
         rid = store.run_id(model=lm.name, data=data_key, split=items[0].split, shots=shots, test=test,
                            labels=[it.label for it in items], item_index=[it.index for it in items], arch=arch,
@@ -189,7 +339,8 @@ def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], *, test: int, sch
         log(f"{len(schemes)} schemes in {len(groups)} groups; {before} groups already stored")
         outcome = SweepOutcome(run_id=rid, n_schemes=len(schemes), n_groups=len(groups), groups_stored_before=before,
                                groups_computed=0, n_texts=0, seconds_baseline=t_base, seconds_forward=0.0,
-                               seconds_eval=0.0, baseline_acc=base.acc, baseline_acc_norm=base.acc_norm)
+                               seconds_eval=0.0, baseline_acc=base.acc, baseline_acc_norm=base.acc_norm,
+                               shards_computed=counts, backend=workers.kind, workers=workers.n)
         if before == len(groups):
             return outcome
         composed = [s for s in schemes if s.enc != "cross_encoding"]
@@ -207,15 +358,25 @@ def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], *, test: int, sch
         words = [w for w in WORD_AGG_SCHEMES if w in word_vals]
         texts = [t for p in plans for t in p.texts()] if encs else []
         t1 = time.perf_counter()
-        bank = build_bank(lm, texts, bank_layers, words, cache_dir=cache_dir, progress=progress)
+
+        def forward(kind: str, n: int) -> None:
+            counts["forward"] = n
+            if on_shard is not None:
+                on_shard(kind, n)
+
+        bank = build_bank(lm, texts, bank_layers, words, cache_dir=cache_dir, progress=progress, workers=workers,
+                          on_shard=forward)
         outcome.n_texts = len(bank.index)
         t2 = time.perf_counter()
         outcome.seconds_forward = t2 - t1
         if test == 2:
-            outcome.groups_computed = evaluate_test2(store, rid, bank, plans, schemes, lkey, progress, stop_after)
+            outcome.groups_computed = evaluate_test2(store, rid, bank, plans, schemes, lkey, workers,
+                                                     progress=progress, stop_after=stop_after, on_shard=on_shard,
+                                                     counts=counts)
         else:
             conts = [item_tokens(lm, it, ex)[1] for it, ex in zip(items, exs)]
-            outcome.groups_computed = evaluate_test1(lm, store, rid, bank, plans, schemes, lkey, conts, base_preds,
-                                                     progress, stop_after)
+            outcome.groups_computed = evaluate_test1(store, rid, bank, plans, schemes, lkey, conts, base_preds,
+                                                     workers, progress=progress, stop_after=stop_after,
+                                                     on_shard=on_shard, counts=counts, shard_items=test1_shard_items)
         outcome.seconds_eval = time.perf_counter() - t2
         return outcome

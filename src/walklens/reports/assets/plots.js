@@ -65,6 +65,7 @@
     });
     canvas.addEventListener("mouseleave", function () { tip.style.display = "none"; });
     el.setAttribute("data-rendered", "1");
+    return {canvas: canvas, left: left, top: top, cell: cell, rows: rows, cols: cols};
   }
   function lines(el) {
     var spec = JSON.parse(el.getAttribute("data-spec"));
@@ -100,11 +101,14 @@
     el.textContent = "";
     el.appendChild(svg);
     el.setAttribute("data-rendered", "1");
+    return svg;
   }
   function render() {
     document.querySelectorAll(".wl-heatmap").forEach(heatmap);
     document.querySelectorAll(".wl-lines").forEach(lines);
     document.body.setAttribute("data-plots-rendered", "1");
   }
+  // the explorer (walklens serve) draws with the same two functions: el holds data-spec, set as an attribute
+  window.walklensPlots = {heatmap: heatmap, lines: lines};
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", render); else render();
 })();

@@ -1,7 +1,7 @@
-"""Reports for encoding walks, decoding walks and similarity maps (seed 000: Figs. 3, 9, 11, 12; A.1, A.2).
+"""The encoding-walk report (``walklens walk``; seed 000, sec. 2.2.2, Fig. 9, A.2) and its JSON document.
 
-Everything here draws from the result dataclasses of :mod:`walklens.walks` plus a ``labels`` mapping from
-token id to its text; nothing loads a model or recomputes an analysis.
+:func:`build` draws the result dataclasses of :mod:`walklens.walks` plus a ``labels`` mapping from token id to
+its text; :func:`document` is the ``--json`` output.  Nothing here loads a model or recomputes an analysis.
 """
 
 from __future__ import annotations
@@ -12,18 +12,31 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
-from .html import Report
+from ..outputs import jsonable
+from .html import Report, pyplot, show
 
 if TYPE_CHECKING:
-    from ..decoding import DecodingWalk
     from ..walks import EncodingWalk
 
-TOP_HOVER = 5
+TOP_HOVER = 5  # nearest tokens in each heatmap cell's tooltip
+MAX_COLS = 96  # positions the report shows (the JSON holds all of them)
 
 
-def show(tok: str) -> str:
-    """A token as a visible label: whitespace and control characters escaped (``'\\n'``), nothing else."""
-    return repr(tok)[1:-1] if tok else "∅"
+def _walk_json(walk: EncodingWalk) -> dict[str, Any]:
+    d = jsonable(walk)
+    d["escape_names"] = walk.escape_names
+    d["escape_stable_names"] = walk.escape_stable_names
+    if walk.encoder is not None:
+        d["encoder"] = _walk_json(walk.encoder)
+    return d
+
+
+def document(walks: Mapping[str, EncodingWalk], labels: Mapping[int, str], model: str, text: str) -> dict[str, Any]:
+    """The ``--json`` document: the text, its tokens, the labels of every token id mentioned and every number
+    of each reading's walk (with the escape points' names)."""
+    first = next(iter(walks.values()))
+    return {"model": model, "text": text, "tokens": first.tokens, "token_ids": first.token_ids,
+            "labels": labels, "walks": {k: _walk_json(w) for k, w in walks.items()}}
 
 
 def _pos_labels(tokens: Sequence[str], n: int) -> list[str]:
@@ -39,17 +52,8 @@ def _rows(walk: EncodingWalk) -> list[int]:
     return out or list(range(len(walk.points)))
 
 
-def _matplotlib() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _rank_figure(z: torch.Tensor, rows: list[str], cols: list[str], title: str) -> Any:
-    plt = _matplotlib()
+    plt = pyplot()
     h = min(14.0, 2.0 + 0.22 * len(rows))
     w = min(18.0, 3.0 + 0.14 * len(cols))
     fig, ax = plt.subplots(figsize=(w, h))
@@ -101,8 +105,8 @@ def _band(x: torch.Tensor) -> tuple[list[float], list[float], list[float]]:
     return mean, lo, hi
 
 
-def add_encoding_walk(report: Report, walk: EncodingWalk, labels: Mapping[int, str], key: str,
-                      heading: str, figures: bool = True, max_cols: int = 96) -> None:
+def add_walk(report: Report, walk: EncodingWalk, labels: Mapping[int, str], key: str,
+                      heading: str, figures: bool = True, max_cols: int = MAX_COLS) -> None:
     """One encoding walk (one reading, one stack) as report sections."""
     rows = _rows(walk)
     T = len(walk.tokens)
@@ -178,9 +182,10 @@ def add_encoding_walk(report: Report, walk: EncodingWalk, labels: Mapping[int, s
                  title="angle between consecutive residual points", xlabel="point", width=900, height=300)
 
 
-def encoding_walk_report(walks: Mapping[str, EncodingWalk], labels: Mapping[int, str], title: str,
-                         subtitle: str = "", figures: bool = True, max_cols: int = 96) -> Report:
-    """Report of one text's encoding walks; ``walks`` maps a key (e.g. ``"none"``, ``"final"``) to a walk.
+def build(walks: Mapping[str, EncodingWalk], labels: Mapping[int, str], title: str, subtitle: str = "",
+          figures: bool = True, max_cols: int = MAX_COLS) -> Report:
+    """The ``walklens walk`` report of one text's encoding walks; ``walks`` maps a reading (``"none"``: raw
+    vectors against V, ``"final"``: the logit lens) to a walk.
 
     Encoder-decoder walks (``walk.encoder``) get an encoder section beside the decoder's (A.2).
     """
@@ -190,99 +195,11 @@ def encoding_walk_report(walks: Mapping[str, EncodingWalk], labels: Mapping[int,
     for key, walk in walks.items():
         label = names.get(key, key)
         if walk.encoder is not None:
-            add_encoding_walk(rep, walk.encoder, labels, f"enc_{key}", f"Encoder walk: {label}", figures, max_cols)
-            add_encoding_walk(rep, walk, labels, key, f"Decoder walk: {label}", figures, max_cols)
+            add_walk(rep, walk.encoder, labels, f"enc_{key}", f"Encoder walk: {label}", figures, max_cols)
+            add_walk(rep, walk, labels, key, f"Decoder walk: {label}", figures, max_cols)
         else:
-            add_encoding_walk(rep, walk, labels, key, f"Encoding walk: {label}", figures, max_cols)
+            add_walk(rep, walk, labels, key, f"Encoding walk: {label}", figures, max_cols)
     return rep
 
 
-def decoding_walk_report(dw: DecodingWalk, title: str, figures: bool = True) -> Report:
-    """Report of a decoding walk (eq. 10): the step table, probabilities, movement of d_t, the target path."""
-    rep = Report(title, f"prompt: {dw.prompt!r}")
-    mode = ("teacher-forced target" if dw.target is not None else
-            f"sampled (seed {dw.seed}, temperature {dw.temperature}, top-k {dw.top_k}, top-p {dw.top_p})"
-            if dw.sample else "greedy")
-    rep.h2("Decoding walk")
-    rep.p(f"{mode}; {len(dw.tokens)} steps{'; stopped at end-of-sequence' if dw.stopped_at_eos else ''}. "
-          f"Output: {dw.text!r}")
-    if dw.target is not None:
-        where = ("the walk stays on the target path (every d_t has the target token as nearest token)"
-                 if dw.left_path_at < 0 else
-                 f"the walk leaves the target path at step {dw.left_path_at} "
-                 f"(target {show(dw.tokens[dw.left_path_at])!r}, nearest {show(dw.top_tokens[dw.left_path_at][0])!r})")
-        rep.p(f"Target path (A.1): {where}.")
-    heads = ["step", "token", "P(token)", "rank", "in N(target)" if dw.target is not None else "greedy",
-             "|d_t|", "step |Δd|", "angle°", "nearest tokens (P)"]
-    rows = []
-    for i, tok in enumerate(dw.tokens):
-        near = ", ".join(f"{show(s)} {float(p):.3f}" for s, p in zip(dw.top_tokens[i][:5], dw.top_probs[i][:5]))
-        flag = (("yes" if bool(dw.in_neighbourhood[i]) else "no") if dw.in_neighbourhood is not None
-                else ("=" if int(dw.greedy_ids[i]) == int(dw.token_ids[i]) else show(dw.top_tokens[i][0])))
-        rows.append([i, show(tok), float(dw.probs[i]), int(dw.ranks[i]), flag, float(dw.d_norm[i]),
-                     float(dw.step_length[i]), float(dw.step_angle[i]), near])
-    rep.table(heads, rows)
-    x = [f"{i}:{show(t)}" for i, t in enumerate(dw.tokens)]
-    rep.lines(x, [{"name": "P(emitted token)", "y": dw.probs.tolist()},
-                  {"name": "P(nearest token)", "y": dw.top_probs[:, 0].tolist(), "dash": True}],
-              title="probability of each emitted token", xlabel="step: token", width=900)
-    rep.lines(x, [{"name": "step |d_t - d_t-1|", "y": dw.step_length.tolist()},
-                  {"name": "|d_t|", "y": dw.d_norm.tolist(), "dash": True}],
-              title="movement of the decoding vector d_t", xlabel="step: token", width=900)
-    if figures:
-        plt = _matplotlib()
-        fig, ax = plt.subplots(figsize=(min(16, 3 + 0.45 * len(dw.tokens)), 3.2))
-        ax.bar(range(len(dw.tokens)), dw.probs.numpy(), color=["#2ca02c" if int(r) == 0 else "#d62728" for r in dw.ranks])
-        ax.set_xticks(range(len(dw.tokens)), [show(t) for t in dw.tokens], rotation=60, ha="right", fontsize=8)
-        ax.set_ylabel("P(token)")
-        ax.set_title("decoding walk: probability of each emitted token (green: the nearest token)", fontsize=10)
-        fig.tight_layout()
-        rep.figure(fig, "decoding_walk", embed=False)  # repeats the first line chart
-    return rep
-
-
-def similarity_report(maps: Mapping[str, torch.Tensor], tokens: Sequence[str], title: str, subtitle: str = "",
-                      figures: bool = True) -> Report:
-    """Similarity maps (Figs. 3, 11, 12): one labelled heatmap per ``"point/metric"`` key."""
-    rep = Report(title, subtitle)
-    labels = [show(t) for t in tokens]
-    for key, m in maps.items():
-        rep.h2(f"similarity map: {key}")
-        cosine = key.endswith("cosine")
-        z = m.float()
-        n = len(labels)
-        # colour range from the 1st-99th percentiles off the diagonal, so a few huge entries (massive
-        # activations) do not wash the map out (the hover shows exact values); diverging only when both
-        # signs occur
-        off = z[~torch.eye(n, dtype=torch.bool)] if n > 1 else z.reshape(-1)
-        off = off[:1_000_000]
-        lo, hi = float(torch.quantile(off, 0.01)), float(torch.quantile(off, 0.99))
-        diverging = lo < 0 < hi
-        if diverging:
-            lo, hi = -max(-lo, hi), max(-lo, hi)
-        if not hi > lo:
-            lo, hi = float(z.min()), float(z.max()) if float(z.max()) > float(z.min()) else float(z.min()) + 1
-        rep.p(f"colour range {lo:.4g} .. {hi:.4g} (1st-99th percentile off the diagonal); min {float(z.min()):.4g}, "
-              f"max {float(z.max()):.4g}", note=True)
-        zq = [[float(f"{v:.3g}") for v in row] for row in z.tolist()]  # 3 significant digits keep the page small
-        rep.heatmap(zq, row_labels=labels, col_labels=labels, diverging=diverging, vmin=lo, vmax=hi,
-                    title=f"{key}: {'cosine' if cosine else 'inner product'} between every pair of positions",
-                    cell=None if n <= 150 else 4)
-        if figures:
-            plt = _matplotlib()
-            size = min(13.0, 4 + 0.1 * n)
-            fig, ax = plt.subplots(figsize=(size, size))
-            im = ax.imshow(z.numpy(), cmap="RdBu_r" if diverging else "viridis", vmin=lo, vmax=hi,
-                           interpolation="nearest")
-            step = max(1, math.ceil(n / 80))
-            ax.set_xticks(range(0, n, step), labels[::step], rotation=90, fontsize=5)
-            ax.set_yticks(range(0, n, step), labels[::step], fontsize=5)
-            ax.set_title(key, fontsize=10)
-            fig.colorbar(im, ax=ax, fraction=0.04)
-            fig.tight_layout()
-            rep.figure(fig, "simmap_" + key.replace("/", "_").replace(".", "_").replace("+", "_"),
-                       embed=False)  # the interactive map above shows the same view
-    return rep
-
-
-__all__ = ["encoding_walk_report", "add_encoding_walk", "decoding_walk_report", "similarity_report", "show"]
+__all__ = ["MAX_COLS", "add_walk", "build", "document"]

@@ -1,0 +1,169 @@
+"""Benchmark of `walklens serve` (issue 16) on SmolLM2-135M, in one run:
+
+- **request to rendered heatmap**: in headless Chromium, from the page starting the encoding-walk request to
+  the heatmap drawn on its canvas, for a 64-token and a 1,000-token text, as a ratio to a plain
+  ``walklens.capture`` of the same text in the same process (target <= 1.5).  The server's caches are
+  emptied before every request, so each one captures and walks from scratch.  The time the server spends in
+  the analysis itself (``capture`` of the walk's points + ``encoding_walk``, timed inside the request) is
+  given too, and the rest: what the request, the JSON and the drawing add;
+- **payload sizes** of every view (bytes of the JSON response) for the 64-token text, and of the walk for
+  1,000 tokens;
+- **memory**: the resident set (VmRSS) of a real ``walklens serve`` process with two models loaded
+  (smollm2-135m and smollm2-135m@bfloat16), idle after start.
+
+Fastest of ``--repeats`` runs (a shared machine: the minimum is the least disturbed).
+Usage: nice -n 5 .venv/bin/python benchmarks/bench_serve.py [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import httpx
+
+import walklens
+from walklens.server.app import Running
+from walklens.server.state import Cache, Explorer
+from walklens.server.traces import WALK_POINTS
+
+MODEL = "smollm2-135m"
+CHROMIUM = "/usr/bin/chromium"
+LENGTHS = (64, 1000)
+
+
+def texts(lm: walklens.LoadedModel) -> dict[int, str]:
+    """Texts of exactly 64 and 1,000 tokens cut from the bundled grading example."""
+    base = resources.files("walklens").joinpath("examples/grading_prompt.txt").read_text(encoding="utf-8")
+    ids = lm.tokenizer(base * (1 + 2000 // len(lm.tokenizer(base)["input_ids"])))["input_ids"]
+    count = lambda c: len(lm.tokenizer(lm.tokenizer.decode(ids[:c]))["input_ids"])  # noqa: E731
+    out = {}
+    for n in LENGTHS:
+        cut = min(range(n - 8, n + 9), key=lambda c: (abs(count(c) - n), c))
+        out[n] = lm.tokenizer.decode(ids[:cut])
+    return out
+
+
+def empty(ex: Explorer) -> None:
+    ex.traces, ex.results, ex.attention = Cache(8), Cache(16), Cache(1)
+
+
+def render_time(page, ex: Explorer, text: str) -> float:
+    """Seconds from the page's request to the heatmap of ``text`` on its canvas."""
+    empty(ex)
+    t0 = time.perf_counter()
+    page.evaluate("t => { const W = walklens; W.clear(W.$('walk-map')); W.$('walk-echo').textContent = ''; "
+                  "W.$('text').value = t; W.run(); }", text)  # the previous heatmap is gone first
+    page.wait_for_function("t => document.getElementById('walk-echo').textContent.endsWith(t) && "
+                           "document.querySelector('#walk-map canvas') !== null", arg=text, polling="raf",
+                           timeout=3_600_000)
+    return time.perf_counter() - t0
+
+
+def plain_capture(lm: walklens.LoadedModel, text: str) -> float:
+    t0 = time.perf_counter()
+    walklens.capture(lm, text)
+    return time.perf_counter() - t0
+
+
+def timed_walks() -> list[float]:
+    """Seconds the server spends in each walk's analysis (capture of the walk's points + encoding_walk), measured
+    inside the request by wrapping :func:`walklens.server.api_walks.get_walk`."""
+    from walklens.server import api_walks
+
+    spent: list[float] = []
+    inner = api_walks.get_walk
+
+    def get_walk(*args, **kwargs):
+        t0 = time.perf_counter()
+        w = inner(*args, **kwargs)
+        spent.append(time.perf_counter() - t0)
+        return w
+
+    api_walks.get_walk = get_walk
+    return spent
+
+
+def size_of(srv: Running, path: str, body: dict) -> int:
+    """Bytes of the JSON response to one API call."""
+    r = httpx.post(srv.url.split("/?")[0] + path, json=body, headers={"X-Walklens-Token": srv.token}, timeout=600)
+    r.raise_for_status()
+    return len(r.content)
+
+
+def payload_sizes(srv: Running, model: str, text: str) -> dict[str, int]:
+    calls = {"walk": ("/api/walk", {"text": text}), "walk cell (k=10)": ("/api/walk/cell", {
+             "text": text, "point": 10, "position": 5, "k": 10}),
+             "decode (12 steps, k=10)": ("/api/decode", {"text": text, "max_new_tokens": 12}),
+             "similarity map": ("/api/simmap", {"text": text, "point": "L10.resid_post"}),
+             "attention (one head)": ("/api/attention", {"text": text, "layer": 10, "head": 3}),
+             "position kernels": ("/api/kernels", {}), "power": ("/api/power", {"text": text}),
+             "steer (12 tokens)": ("/api/steer", {"text": text, "target": " Paris", "layers": [12], "alpha": 1000})}
+    return {name: size_of(srv, path, {"model": model, **body}) for name, (path, body) in calls.items()}
+
+
+def server_rss() -> tuple[float, float]:
+    """VmRSS (MB) of `walklens serve` with two models, once it printed its URL; and of one model."""
+    out = []
+    for models in ([MODEL], [MODEL, f"{MODEL}@bfloat16"]):
+        args = [a for m in models for a in ("--model", m)]
+        proc = subprocess.Popen([sys.executable, "-m", "walklens", "serve", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        try:
+            line = proc.stdout.readline()
+            assert line.startswith("http://127.0.0.1:"), line
+            time.sleep(1.0)
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            out.append(int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    return out[0], out[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    lm = walklens.load_model(MODEL)
+    ex = Explorer({lm.name: lm})
+    by_len = texts(lm)
+    spent = timed_walks()
+    print(f"{MODEL}, torch threads {__import__('torch').get_num_threads()}, fastest of {args.repeats} runs")
+    with Running(ex) as srv, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.goto(srv.url)
+        page.wait_for_selector("body[data-ready='1']")
+        page.wait_for_selector("#walk-map canvas", timeout=3_600_000)  # the default text: warm-up
+        for n, text in by_len.items():
+            cap, ana, ren = [], [], []
+            for _ in range(args.repeats):  # alternate, so that machine noise hits both alike
+                cap.append(plain_capture(lm, text))
+                ren.append(render_time(page, ex, text))
+                ana.append(spent[-1])
+            size = size_of(srv, "/api/walk", {"model": lm.name, "text": text})  # cached by the last render
+            print(f"{len(lm.tokenizer(text)['input_ids'])} tokens: request -> rendered heatmap {min(ren):.2f} s; "
+                  f"plain capture {min(cap):.2f} s; ratio {min(ren) / min(cap):.2f} (target <= 1.5); of which the "
+                  f"walk's analysis (capture of its points + encoding_walk) {min(ana):.2f} s, the rest (request, "
+                  f"JSON, drawing) {min(r - a for r, a in zip(ren, ana)):.2f} s; walk payload {size / 1024:.0f} KiB",
+                  flush=True)
+        browser.close()
+        sizes = payload_sizes(srv, lm.name, by_len[64])
+    print("payloads, 64 tokens: " + "; ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sizes.items()))
+    one, two = server_rss()
+    print(f"walklens serve resident memory (VmRSS) after start: one model ({MODEL}) {one:.0f} MB; two models "
+          f"({MODEL} + {MODEL}@bfloat16) {two:.0f} MB")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

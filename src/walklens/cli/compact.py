@@ -1,0 +1,268 @@
+"""``walklens compact TEXT --budget K``: compact a text into K concept vectors (seed 000, footnote 11), show what
+each vector stands for (its nearest tokens) and how well the model continues the text from the compacted form
+versus the full one; and ``walklens hellaswag compaction``: the compression-retention curves (resumable,
+docs/compaction.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from rich.markup import escape
+
+from ..errors import InputError
+from ..reports.html import show
+from .common import (add_model_args, check_db, check_outputs, load, positive_arg, read_text, seed_arg, write_json)
+from .terminal import Col, ParagraphHelp, console, print_table, say
+
+DESCRIPTION = """\
+Compact TEXT into at most K concept vectors (seed 000, footnote 11): the tokens before the recent window are
+cut into K segments (--bounds), each replaced by one vector (--method concept: the segment encoded on its own
+at the --scheme's layer, word aggregation and norm; avgpool and drop are the baselines).
+
+Prints each vector's segment and nearest tokens (read against the token embeddings V, as the encoding walk
+reads a vector), then the per-token log-likelihood of a held-out continuation (--continuation, or the last
+--holdout tokens of TEXT) after the full text and after the compacted one. --cache DIR keeps the segment
+vectors in the concept cache shared with the sweep and Test 1."""
+
+
+def _ratio(text: str) -> float:
+    if text.strip().lower() == "max":
+        return math.inf
+    try:
+        r = float(text)
+    except ValueError:
+        r = math.nan
+    if not (r >= 1 and math.isfinite(r)):
+        raise argparse.ArgumentTypeError(f"must be a number >= 1 (tokens per vector) or max, not {text[:40]!r}")
+    return r
+
+
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, not {text[:40]!r}")
+    return v
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from ..compaction.core import BOUNDS, METHODS
+
+    p = sub.add_parser("compact", help="compact a text into K concept vectors and see what they keep",
+                       description=DESCRIPTION, formatter_class=ParagraphHelp)
+    p.add_argument("text", help="the text (use @FILE to read it from a file)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--budget", type=positive_arg, default=None, metavar="K", help="at most K vectors")
+    size.add_argument("--ratio", type=_ratio, default=None, metavar="R",
+                      help="compacted tokens per vector, or max for one vector (default 4 when --budget is not given)")
+    p.add_argument("--scheme", default="standard", metavar="S",
+                   help="the A.6 scheme making each vector: 'standard' (layer=-1, word=w1mean) or key=value,... e.g. "
+                        "enc=sentence_level_segmentation,layer=middle,word=mean,norm=L2")
+    p.add_argument("--bounds", choices=BOUNDS, default="sentence",
+                   help="even token runs, sentence starts near even cuts (default), or the scheme's own cut")
+    p.add_argument("--method", choices=METHODS, default="concept",
+                   help="concept (default); avgpool: mean input embedding; drop: keep only the last K tokens")
+    p.add_argument("--recent", type=_count, default=0, metavar="R", help="keep the last R tokens verbatim (default 0)")
+    p.add_argument("--continuation", default=None, metavar="TEXT",
+                   help="held-out continuation scored after the text (default: the last --holdout tokens of TEXT)")
+    p.add_argument("--holdout", type=positive_arg, default=None, metavar="N",
+                   help="tokens of TEXT held out as the continuation (default: a fifth)")
+    p.add_argument("--top", type=positive_arg, default=5, metavar="K", help="nearest tokens per vector (default 5)")
+    p.add_argument("--metric", choices=("cosine", "dot"), default="cosine", help="similarity to V (default cosine)")
+    p.add_argument("--cache", metavar="DIR", default=None, help="concept cache folder (shared with sweep and Test 1)")
+    add_model_args(p)
+    p.add_argument("--json", metavar="FILE", help="write the vectors' segments, neighbours and scores here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..compaction.explain import explain
+    from ..concept_cache import ConceptCache
+    from ..concepts.schemes import Scheme
+
+    text = read_text(args.text)
+    if not text.strip():
+        raise InputError("the text to compact is empty")
+    if args.continuation is not None and args.holdout is not None:
+        raise InputError("give --continuation or --holdout, not both")
+    scheme = None if args.scheme == "standard" else Scheme.parse(args.scheme)
+    if scheme is not None:
+        scheme.validate(1, "decoder")
+    if args.bounds == "scheme" and (args.budget is not None or args.ratio is not None or args.method != "concept"):
+        raise InputError("--bounds scheme cuts where the scheme's encoding does: no --budget/--ratio, method concept")
+    ratio = args.ratio if args.budget is None and args.bounds != "scheme" else None
+    if ratio is None and args.budget is None and args.bounds != "scheme":
+        ratio = 4.0
+    check_outputs(args)
+    lm = load(args)
+    cache = ConceptCache(args.cache) if args.cache else None
+    try:
+        rep = explain(lm, text, continuation=args.continuation, holdout=args.holdout, top=args.top,
+                      metric=args.metric, scheme=scheme, budget=args.budget, ratio=ratio, bounds=args.bounds,
+                      method=args.method, recent=args.recent, cache=cache)
+    finally:
+        if cache is not None:
+            cache.close()
+    _print(rep, args)
+    if args.json:
+        c = rep.compacted
+        write_json(args.json, {
+            "model": lm.name, "method": c.method, "bounds": c.bounds, "scheme": c.scheme, "k": c.k,
+            "tokens": len(c.token_ids), "compacted_tokens": c.n_compacted, "recent": len(c.tail_ids),
+            "ratio": c.ratio, "vectors": [{"span": list(s), "segment": t, "nearest": [list(n) for n in nb]}
+                                          for s, t, nb in zip(c.spans, c.segments, rep.neighbours)],
+            "continuation": rep.continuation, "continuation_tokens": len(rep.continuation_ids),
+            "full": rep.full, "compacted": rep.compact, "delta_per_token": rep.delta_per_token,
+            "metric": rep.metric, "vector_values": c.vectors})
+    return 0
+
+
+def _print(rep: Any, args: argparse.Namespace) -> None:
+    c = rep.compacted
+    con = console(args)
+    say(con, f"{c.model}: a context of {len(c.token_ids)} tokens (the next {len(rep.continuation_ids)} held out); "
+             f"{c.n_compacted} compacted into {c.k} vectors ({c.ratio:.1f} tokens per vector), {len(c.tail_ids)} kept "
+             f"verbatim; method {c.method}, bounds {c.bounds}" + (f"; {c.scheme}" if c.scheme else ""))
+    rows = [[str(i), f"{a}-{b}", escape(seg.replace("\n", " ").strip()),
+             escape(" ".join(show(t).replace(" ", "\u2423") for t, _ in nb))]  # ␣: a space inside a token
+            for i, ((a, b), seg, nb) in enumerate(zip(c.spans, c.segments, rep.neighbours))]
+    print_table(con, f"what each vector stands for (nearest tokens by {rep.metric}; \u2423 = space)",
+                ["#", "tokens", Col("segment", wrap=True), Col("nearest tokens", wrap=True)], rows, keys=1)
+    fmt = "{:.4f}"
+    rows = [[name, str(s.inputs), fmt.format(s.loglik), fmt.format(s.per_token), f"{math.exp(-s.per_token):.2f}"]
+            for name, s in (("full", rep.full), ("compacted", rep.compact))]
+    print_table(con, f"held-out continuation ({len(rep.continuation_ids)} tokens)",
+                ["context", Col("inputs", justify="right"), Col("log-lik", justify="right"),
+                 Col("per token", justify="right"), Col("ppl", justify="right")], rows)
+    say(con, f"per-token log-likelihood, compacted - full: {rep.delta_per_token:+.4f}")
+
+
+# ---- walklens hellaswag compaction ---------------------------------------------------------------------------------
+
+def register_hellaswag(sub: argparse._SubParsersAction) -> None:
+    """``walklens hellaswag compaction``: the compression-retention curves."""
+    from ..compaction.curves import DEFAULT_CANDIDATES, DEFAULT_RATIOS, DEFAULT_STRATEGIES
+    from ..concepts.data import FEWSHOT_SEED
+
+    p = sub.add_parser("compaction", help="compression-retention curves of context compaction (resumable)")
+    add_model_args(p)
+    p.add_argument("--data", metavar="PATH", default=None,
+                   help="HellaSwag data (default: $WALKLENS_HELLASWAG, else the bundled validation set)")
+    p.add_argument("--limit", type=positive_arg, default=1000, metavar="N", help="reported items: the first N "
+                   "(default 1000)")
+    p.add_argument("--tune", type=_count, default=200, metavar="T", help="tuning items: the last T of the data, "
+                   "disjoint from the reported ones (default 200; 0: no tuning)")
+    p.add_argument("--shots", default="5,10", metavar="K,K", help="shot counts (default 5,10)")
+    p.add_argument("--what", default="examples,context", metavar="W,W",
+                   help="parts compacted: examples, context, both (default examples,context)")
+    p.add_argument("--strategies", default=";".join(DEFAULT_STRATEGIES), metavar="S;S",
+                   help=f"compact-spec fragments, ';'-separated (default {';'.join(DEFAULT_STRATEGIES)}); the "
+                        f"avgpool and drop baselines always run")
+    p.add_argument("--ratios", default=",".join("max" if math.isinf(r) else f"{r:g}" for r in DEFAULT_RATIOS),
+                   metavar="R,R", help="tokens per vector (default 2,4,8,16,32,max)")
+    p.add_argument("--candidates", default=";".join(DEFAULT_CANDIDATES), metavar="C;C",
+                   help="layer=..,word=..[,norm=..] candidates tuned on the tuning items")
+    p.add_argument("--timing-items", type=_count, default=16, metavar="N", help="items timed per point (default 16)")
+    p.add_argument("--seed", type=seed_arg, default=FEWSHOT_SEED, metavar="S", help="few-shot sampling seed")
+    p.add_argument("--db", metavar="PATH", default=None, help="results database (resumes from it)")
+    p.add_argument("--cache", metavar="DIR", default=None, help="concept cache folder")
+    p.add_argument("--out", metavar="DIR", required=True, help="report folder: index.html, PNG, curves.csv/json")
+    p.add_argument("--json", metavar="FILE", help="write every point here too")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=run_curves)
+
+
+def _list(text: str, sep: str, what: str) -> list[str]:
+    out = [x.strip() for x in text.split(sep) if x.strip()]
+    if not out:
+        raise InputError(f"--{what} is empty")
+    return out
+
+
+def run_curves(args: argparse.Namespace) -> int:
+    from ..compaction.curves import run_curves as curves
+    from ..compaction.spec import WHATS, CompactSpec
+    from ..concept_cache import ConceptCache
+    from ..concepts.data import data_id, fewshot_pool, load_hellaswag
+    from ..concepts.store import ResultStore
+    from ..outputs import make_dir, write_atomic
+    from ..reports.compaction import build
+
+    shots = [_shot(s) for s in _list(args.shots, ",", "shots")]
+    whats = _list(args.what, ",", "what")
+    bad = [w for w in whats if w not in WHATS]
+    if bad:
+        raise InputError(f"--what {bad[0]!r}: use {', '.join(WHATS)}")
+    if "examples" in whats and 0 in shots:
+        raise InputError("--what examples compacts few-shot examples: every --shots must be > 0")
+    strategies = _list(args.strategies, ";", "strategies")
+    ratios = [_ratio_opt(r) for r in _list(args.ratios, ",", "ratios")]
+    candidates = _list(args.candidates, ";", "candidates") if args.tune else []
+    for s in strategies:
+        CompactSpec.parse(f"what=examples,{s}")  # a bad fragment fails before anything loads
+        if any(k in s for k in ("ratio=", "budget=", "what=")):
+            raise InputError(f"strategy {s!r}: ratio, budget and what are set by the runner")
+    for c in candidates:
+        CompactSpec.parse(f"what=examples,{c}")
+    check_outputs(args)
+    db = check_db(args.db)
+    out_dir = make_dir(args.out, "--out")
+    everything = load_hellaswag(args.data)
+    if args.limit + args.tune > len(everything):
+        raise InputError(f"--limit {args.limit} + --tune {args.tune} exceeds the {len(everything)} items")
+    items = everything[:args.limit]
+    tune_items = everything[len(everything) - args.tune:] if args.tune else []
+    pool = fewshot_pool(args.data, everything, max(shots), None)
+    lm = load(args)
+    timings_path = out_dir / "timings.json"
+    try:
+        timings = json.loads(timings_path.read_text(encoding="utf-8")) if timings_path.is_file() else {}
+    except (OSError, ValueError) as e:
+        raise InputError(f"{timings_path}: not the timings this command writes ({e}); remove it to measure again"
+                         ) from None
+    cache = ConceptCache(args.cache) if args.cache else None
+    con = console(args, stderr=True)
+    try:
+        with ResultStore(db) as store:
+            result = curves(lm, items, tune_items, pool=pool, data=data_id(args.data), store=store, shots_list=shots,
+                            whats=whats, strategies=strategies, ratios=ratios, candidates=candidates, cache=cache,
+                            timing_items=args.timing_items, timings=timings, fewshot_seed=args.seed,
+                            on_timing=lambda t: write_atomic(timings_path, json.dumps(t, indent=1)),
+                            progress=not args.no_progress, log=lambda m: say(con, m))
+    finally:
+        if cache is not None:
+            cache.close()
+    path = build(result).save(out_dir)
+    rows = [[f"{p.shots}/{p.what}", escape(p.strategy), "-" if p.ratio is None else ("max" if math.isinf(p.ratio)
+             else f"{p.ratio:g}"), "-" if p.kept_acc_norm is None else f"{p.kept_acc_norm:.3f}",
+             "-" if p.kept_acc is None else f"{p.kept_acc:.3f}"] for p in result.points]
+    print_table(console(args), f"{lm.name}, {len(items)} items: kept = acc(compacted) / acc(full)",
+                ["shots/part", Col("strategy", wrap=True), "ratio", Col("acc_norm kept", justify="right"),
+                 Col("acc kept", justify="right")], rows, keys=3)
+    say(console(args), f"report: {path}")
+    if args.json:
+        write_json(args.json, result)
+    return 0
+
+
+def _shot(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise InputError(f"--shots: {text[:40]!r} is not an integer >= 0")
+    return v
+
+
+def _ratio_opt(text: str) -> float:
+    try:
+        return _ratio(text)
+    except argparse.ArgumentTypeError as e:
+        raise InputError(f"--ratios: {e}") from None

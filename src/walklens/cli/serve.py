@@ -1,0 +1,83 @@
+"""``walklens serve``: the explorer in the browser (issue 16; :mod:`walklens.server`, docs/explorer.md).
+
+Checks the address, the port and the database, binds the socket, loads every ``--model`` once, prints one
+URL with a random access token and serves until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import InputError
+from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
+from .terminal import ParagraphHelp
+
+DESCRIPTION = """\
+A local web app over the analyses: type a text, pick a model, and move through the encoding walk (click a
+cell for its nearest tokens), the decoding walk, similarity maps, attention heads and position kernels, power
+spectra and a steering playground, the sweeps of a results database (--db), and two models side by side.
+Binds 127.0.0.1 on a free port by default and prints one URL with a random access token; every request must
+carry it. Nothing is loaded from the network. Repeat --model to load several (NAME@bfloat16 loads one in
+that dtype, e.g. --model smollm2-135m --model smollm2-135m@bfloat16 to compare them)."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="the explorer in the browser: every view of a text, offline, on localhost",
+                       description=DESCRIPTION, formatter_class=ParagraphHelp)
+    p.add_argument("--model", action="append", metavar="M",
+                   help="a model to load (repeat for several; NAME@DTYPE for a dtype; default smollm2-135m)")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default=DEFAULT_DTYPE,
+                   help=f"dtype of the models without @DTYPE (default {DEFAULT_DTYPE})")
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="where the models run (default: cpu)")
+    p.add_argument("--db", metavar="PATH", help="a results database to browse in the sweeps view (read-only)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a --host that is not a loopback address (reachable from other machines)")
+    p.set_defaults(func=run)
+
+
+def _spec(spec: str, default: str) -> tuple[str, str]:
+    """``NAME@DTYPE`` -> (NAME, DTYPE) when DTYPE is a dtype name; otherwise (spec, default)."""
+    name, sep, dtype = spec.rpartition("@")
+    return (name, dtype) if sep and name and dtype in DTYPES else (spec, default)
+
+
+def _check_db(value: str) -> Path:
+    from ..concepts.store import SweepStore
+
+    path = Path(value).expanduser().resolve()
+    if not path.is_file():
+        raise InputError(f"--db {value}: no such database file")
+    with SweepStore(path, readonly=True):  # a damaged or foreign file is refused now, not in the browser
+        pass
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..loading import DEFAULT_MODEL, load_model
+    from ..server.app import bind, serve
+    from ..server.security import check_bind_host
+    from ..server.state import Explorer
+
+    check_bind_host(args.host, args.allow_remote)
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port must be from 0 to 65535, not {args.port}")
+    db = _check_db(args.db) if args.db else None
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as e:
+        raise InputError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+    try:
+        models = {}
+        for spec in args.model or [DEFAULT_MODEL]:
+            name, dtype = _spec(spec, args.dtype)
+            lm = load_model(name, dtype=dtype, device=args.device)
+            if lm.name in models:
+                raise InputError(f"--model {spec}: {lm.name} is loaded already")
+            models[lm.name] = lm
+        serve(Explorer(models, db), args.host, sock)
+    finally:
+        sock.close()
+    return 0

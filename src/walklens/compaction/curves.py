@@ -1,0 +1,251 @@
+"""Compression-retention curves on HellaSwag (seed 000, footnote 11; docs/compaction.md).
+
+For one model, each shot count and each part compacted (``what``: the few-shot examples or the item's own
+context), every strategy runs at every ratio (compacted tokens per vector, ``max`` = one vector) on the
+reported items; the uncompacted run (the lm-eval-exact baseline with the same shots), the zero-shot run and
+two baselines at every ratio (plain average pooling over even segments; dropping the part's tokens down to the
+same number of model inputs, keeping the last ones) share the items.  Every run goes through the results
+database (test ``compact``, scheme ``str(spec)``), so an interrupted curve resumes where it stopped.
+
+* **Kept**: ``acc(compacted) / acc(full)`` (and ``acc_norm``) on the same items.  Its 95% interval is a paired
+  bootstrap (:func:`scipy.stats.bootstrap`, ``paired=True``: items resampled with both runs' outcomes; 2,000
+  resamples, percentile interval, fixed seed): the two accuracies share items, so their ratio's spread is not
+  that of two independent proportions.  Each raw accuracy also gets its Wilson interval
+  (:func:`~walklens.concepts.stats.wilson`).
+* **Tuning** (the concept method's layer, word aggregation and NORM): every candidate runs at one ratio on
+  tuning items disjoint from the reported ones; the best ``acc_norm`` is used for every concept strategy.
+* **Time**: on the first ``timing_items`` reported items, the packed scoring of the endings after the
+  compacted context vs after the full one (the vectors taken as given, the concept cache's use), and the cost
+  of computing the vectors from nothing; plus the mean model inputs per item (deterministic).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from ..concepts.baseline import baseline_request
+from ..concepts.data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
+from ..concepts.packing import packed_logliks
+from ..concepts.runner import RunSummary, run_test
+from ..concepts.stats import wilson
+from ..concepts.store import ResultStore
+from ..errors import InputError
+from .hellaswag import compact_requests, compact_run, plan_item
+from .spec import CompactSpec
+
+if TYPE_CHECKING:
+    from ..concept_cache import ConceptCache
+    from ..loading import LoadedModel
+
+DEFAULT_RATIOS: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0, 32.0, math.inf)
+DEFAULT_STRATEGIES: tuple[str, ...] = ("bounds=even", "bounds=sentence", "bounds=sentence,recent=16")
+BASELINE_STRATEGIES: tuple[str, ...] = ("method=avgpool,bounds=even", "method=drop")
+DEFAULT_CANDIDATES: tuple[str, ...] = tuple(f"layer={l},word={w}" for l in ("E", "middle", "-1")
+                                            for w in ("mean", "w1mean", "last"))
+TUNE_RATIO = 4.0
+N_RESAMPLES = 2000
+
+
+def kept(compact: np.ndarray, full: np.ndarray, n_resamples: int = N_RESAMPLES, seed: int = 0
+         ) -> tuple[float | None, float | None, float | None]:
+    """``mean(compact) / mean(full)`` of paired 0/1 outcomes and its 95% paired-bootstrap percentile interval
+    (None where the full accuracy is 0)."""
+    from scipy.stats import DegenerateDataWarning, bootstrap
+
+    c, f = np.asarray(compact, dtype=np.float64), np.asarray(full, dtype=np.float64)
+    if c.shape != f.shape or c.ndim != 1:
+        raise ValueError("kept() needs two outcome vectors over the same items")
+    if not len(f) or f.sum() == 0:
+        return None, None, None
+    point = float(c.mean() / f.mean())
+    if len(f) < 2:
+        return point, None, None
+
+    def ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return a.mean(axis=axis) / b.mean(axis=axis)
+
+    if np.array_equal(c, f):  # every resample gives 1 (scipy warns about such degenerate data)
+        return point, point, point
+    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+        # degenerate resamples (one loss among many items; no full-run hit in a small resample) are expected
+        warnings.simplefilter("ignore", category=DegenerateDataWarning)
+        res = bootstrap((c, f), ratio, paired=True, vectorized=True, n_resamples=n_resamples, method="percentile",
+                        confidence_level=0.95, random_state=np.random.default_rng(seed))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return point, (lo if math.isfinite(lo) else None), (hi if math.isfinite(hi) else None)
+
+
+@dataclass
+class CurvePoint:
+    """One run on the reported items, against the full run with the same shots."""
+
+    shots: int
+    what: str
+    strategy: str
+    ratio: float | None
+    spec: str
+    n: int
+    acc: float
+    acc_norm: float
+    acc_ci: tuple[float, float]
+    acc_norm_ci: tuple[float, float]
+    kept_acc: float | None
+    kept_acc_ci: tuple[float | None, float | None]
+    kept_acc_norm: float | None
+    kept_acc_norm_ci: tuple[float | None, float | None]
+    tokens_per_vector: float | None = None
+    inputs: float | None = None
+    inputs_full: float | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class CurveSet:
+    """Every point of one model's curves, the tuning outcome and what was measured how."""
+
+    model: str
+    n_items: int
+    n_tune: int
+    tuned: dict[str, Any]
+    points: list[CurvePoint]
+    interval: str = ("kept: 95% paired bootstrap, percentile, 2000 resamples (scipy.stats.bootstrap); "
+                     "accuracies: 95% Wilson")
+
+
+def point(summary: RunSummary, full: RunSummary, *, shots: int, what: str, strategy: str, ratio: float | None,
+          spec: str) -> CurvePoint:
+    """A :class:`CurvePoint` of ``summary`` against ``full`` (the same items, in the same order)."""
+    if [r.item for r in summary.results] != [r.item for r in full.results]:
+        raise ValueError("a curve point and its full run must hold the same items")
+    c = np.array([r.pred == r.gold for r in summary.results])
+    cn = np.array([r.pred_norm == r.gold for r in summary.results])
+    f = np.array([r.pred == r.gold for r in full.results])
+    fn = np.array([r.pred_norm == r.gold for r in full.results])
+    n = len(c)
+    ka, ka_lo, ka_hi = kept(c, f)
+    kn, kn_lo, kn_hi = kept(cn, fn)
+    return CurvePoint(shots=shots, what=what, strategy=strategy, ratio=ratio, spec=spec, n=n,
+                      acc=float(c.mean()), acc_norm=float(cn.mean()), acc_ci=wilson(int(c.sum()), n),
+                      acc_norm_ci=wilson(int(cn.sum()), n), kept_acc=ka, kept_acc_ci=(ka_lo, ka_hi),
+                      kept_acc_norm=kn, kept_acc_norm_ci=(kn_lo, kn_hi))
+
+
+def _examples(pool: Sequence[HellaswagItem], items: Sequence[HellaswagItem], shots: int, seed: int
+              ) -> list[list[HellaswagItem]]:
+    return [fewshot_examples(pool, shots, it.index, seed=seed, query_split=it.split) if shots else [] for it in items]
+
+
+def sizes(lm: "LoadedModel", items: Sequence[HellaswagItem], exs: Sequence[Sequence[HellaswagItem]],
+          spec: CompactSpec) -> dict[str, float]:
+    """Mean tokens per vector and model inputs per item, compacted and full, from the plans alone (no model)."""
+    rep = vec = inp = full = 0
+    for it, ex in zip(items, exs):
+        p = plan_item(lm, it, ex, spec)
+        k = min(p.k, p.b - p.a) if spec.method == "drop" else (len(p.cut.spans) if p.cut is not None else 0)
+        rep, vec = rep + p.b - p.a, vec + k
+        inp, full = inp + len(p.ctx) - (p.b - p.a) + k, full + len(p.ctx)
+    n = max(1, len(items))
+    return {"tokens_per_vector": rep / vec if vec else math.inf, "inputs": inp / n, "inputs_full": full / n}
+
+
+def timing(lm: "LoadedModel", items: Sequence[HellaswagItem], exs: Sequence[Sequence[HellaswagItem]],
+           spec: CompactSpec | None) -> dict[str, float]:
+    """Seconds on ``items``: ``score`` (packed scoring of the endings after the context: compacted with the
+    vectors given, or full when ``spec`` is None) and ``vectors`` (computing the compacted contexts from nothing,
+    no cache)."""
+    t0 = time.perf_counter()
+    reqs = ([baseline_request(lm, it, ex) for it, ex in zip(items, exs)] if spec is None
+            else compact_requests(lm, items, exs, spec, cache=None))
+    t1 = time.perf_counter()
+    packed_logliks(lm, reqs)
+    t2 = time.perf_counter()
+    return {"score": t2 - t1, "vectors": t1 - t0}
+
+
+def tune(lm: "LoadedModel", tune_items: Sequence[HellaswagItem], *, what: str, shots: int, candidates: Sequence[str],
+         ratio: float = TUNE_RATIO, **run_kw: Any) -> tuple[CompactSpec, list[dict[str, Any]]]:
+    """The candidate (``layer=..,word=..[,norm=..]``) with the best ``acc_norm`` (ties: the first) at ``ratio``
+    with sentence bounds on ``tune_items``, and every candidate's scores."""
+    scores = []
+    best: tuple[float, CompactSpec] | None = None
+    for cand in candidates:
+        spec = CompactSpec.parse(f"what={what},bounds=sentence,ratio={ratio},{cand}")
+        s = compact_run(lm, tune_items, spec, shots=shots, **run_kw)
+        scores.append({"candidate": cand, "spec": str(spec), "acc": s.acc, "acc_norm": s.acc_norm, "n": s.n})
+        if best is None or (s.acc_norm or 0.0) > best[0]:
+            best = ((s.acc_norm or 0.0), spec)
+    if best is None:
+        raise InputError("no tuning candidates")
+    return best[1], scores
+
+
+def run_curves(lm: "LoadedModel", items: Sequence[HellaswagItem], tune_items: Sequence[HellaswagItem], *,
+               pool: Sequence[HellaswagItem], data: str, store: ResultStore, shots_list: Sequence[int] = (5, 10),
+               whats: Sequence[str] = ("examples", "context"), strategies: Sequence[str] = DEFAULT_STRATEGIES,
+               ratios: Sequence[float] = DEFAULT_RATIOS, candidates: Sequence[str] = DEFAULT_CANDIDATES,
+               cache: "ConceptCache | None" = None, timing_items: int = 16, timings: dict[str, dict[str, float]] | None = None,
+               on_timing: Callable[[dict[str, dict[str, float]]], None] | None = None, fewshot_seed: int = FEWSHOT_SEED,
+               progress: bool = True, log: Callable[[str], None] = lambda m: None) -> CurveSet:
+    """Every point of the curves (module docstring), each run resumed from ``store``.  ``timings`` holds the
+    measured seconds by point (filled where missing; ``on_timing`` is called after each new measurement so the
+    caller can keep them)."""
+    if {it.index for it in items} & {it.index for it in tune_items}:
+        raise InputError("tuning items must be disjoint from the reported items")
+    timings = {} if timings is None else timings
+    run_kw: dict[str, Any] = dict(pool=pool, data=data, store=store, fewshot_seed=fewshot_seed, progress=progress,
+                                  cache=cache)
+    tuned: dict[str, Any] = {}
+    points: list[CurvePoint] = []
+    for what in whats:
+        if tune_items and candidates:
+            best, scores = tune(lm, tune_items, what=what, shots=shots_list[0], candidates=candidates, **run_kw)
+            log(f"tuned ({what}, {shots_list[0]}-shot, {len(tune_items)} items): {best.layer},{best.word},{best.norm}")
+        else:
+            best, scores = CompactSpec(what=what), []
+        tuned[what] = {"layer": best.layer, "word": best.word, "norm": best.norm, "candidates": scores}
+    for shots in shots_list:
+        base_kw = {k: v for k, v in run_kw.items() if k != "cache"}
+        full = run_test(lm, items, test="baseline", shots=shots, desc=f"{lm.name} baseline {shots}-shot", **base_kw)
+        zero = run_test(lm, items, test="baseline", shots=0, desc=f"{lm.name} zero-shot", **base_kw)
+        exs = _examples(pool, items, shots, fewshot_seed)
+        tkey = f"full|{shots}"
+        if timing_items and tkey not in timings:
+            timings[tkey] = timing(lm, items[:timing_items], exs[:timing_items], None)
+            if on_timing:
+                on_timing(timings)
+        for what in whats:
+            full_s = timings.get(tkey, {}).get("score")
+            points.append(replace(point(full, full, shots=shots, what=what, strategy="full", ratio=1.0,
+                                        spec="baseline"), seconds={} if full_s is None else {"score": full_s}))
+            points.append(point(zero, full, shots=shots, what=what, strategy="zero-shot", ratio=None,
+                                spec="baseline, 0-shot"))
+            t = tuned[what]
+            for strategy in list(strategies) + list(BASELINE_STRATEGIES):
+                for r in ratios:
+                    spec = CompactSpec.parse(f"what={what},{strategy},ratio={'max' if math.isinf(r) else r}")
+                    if spec.method == "concept":
+                        spec = replace(spec, layer=t["layer"], word=t["word"], norm=t["norm"])
+                    s = compact_run(lm, items, spec, shots=shots, **run_kw)
+                    pt = point(s, full, shots=shots, what=what, strategy=strategy, ratio=float(r), spec=str(spec))
+                    for k, v in sizes(lm, items, exs, spec).items():
+                        setattr(pt, k, v)
+                    key = f"{shots}|{spec}"
+                    if timing_items and key not in timings:
+                        timings[key] = timing(lm, items[:timing_items], exs[:timing_items], spec)
+                        if on_timing:
+                            on_timing(timings)
+                    pt.seconds = {**timings.get(key, {}), "full_score": timings.get(tkey, {}).get("score", math.nan)}
+                    points.append(pt)
+                    log(f"{shots}-shot {what} {strategy} ratio={r}: acc_norm kept {pt.kept_acc_norm}")
+    return CurveSet(model=lm.name, n_items=len(items), n_tune=len(tune_items), tuned=tuned, points=points)
+
+
+__all__ = ["BASELINE_STRATEGIES", "CurvePoint", "CurveSet", "DEFAULT_CANDIDATES", "DEFAULT_RATIOS",
+           "DEFAULT_STRATEGIES", "kept", "point", "run_curves", "sizes", "timing", "tune"]

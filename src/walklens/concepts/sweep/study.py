@@ -1,0 +1,109 @@
+"""Running an experiment file (:mod:`..experiment`): every (model, few-shot seed, shots, test) into one database,
+through the same engine and backend as ``walklens sweep`` (:func:`.run.run_sweep`, :mod:`walklens.backends`).
+
+Each model is loaded once by the driver and once per worker (its runs share the workers).  The database and
+the cache folder are checked before any model loads; every run resumes where an interrupted one stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ...backends import Backend
+from ...errors import InputError
+from ...outputs import check_dir
+from ..data import HF_PREFIX, HellaswagItem, data_id, load_hellaswag
+from ..encode import arch_of
+from ..experiment import Experiment
+from ..grid import GridSpec
+from ..schemes import resolve_layer
+from ..store import SweepStore
+from .run import OnShard, SweepOutcome, run_sweep
+
+
+@dataclass
+class StudyRun:
+    """One run of an experiment and what it did."""
+
+    model: str
+    test: int
+    shots: int
+    seed: int
+    grid: str
+    n_items: int
+    outcome: SweepOutcome
+    seconds: float
+
+
+def default_cache(db: str | Path) -> Path:
+    """The vector bank's cache folder of a study without ``cache = ...``: ``DB.bank`` next to the database."""
+    p = Path(db)
+    return p.with_name(p.name + ".bank")
+
+
+def study_items(exp: Experiment) -> tuple[list[HellaswagItem], list[HellaswagItem] | None, str]:
+    """The items of the study's range, the few-shot pool when it is not those items (the whole file, or the hub's
+    train split), and the data key."""
+    start, stop = exp.items
+    items = load_hellaswag(exp.data, limit=stop)
+    if start >= len(items):
+        raise InputError(f"{exp.path}: items: the range starts at {start}, but the data holds {len(items)} items")
+    if stop is not None and stop > len(items):
+        raise InputError(f"{exp.path}: items: the range ends at {stop}, but the data holds {len(items)} items")
+    items = items[start:]
+    pool = None
+    if any(exp.shots):
+        if exp.data is not None and str(exp.data).startswith(HF_PREFIX):
+            pool = load_hellaswag(exp.data, split="train")
+        elif start or stop is not None:
+            pool = load_hellaswag(exp.data)
+    return items, pool, data_id(exp.data)
+
+
+def run_experiment(exp: Experiment, backend: Backend, *, db: str | Path, progress: bool = True,
+                   log: Callable[[str], None] = lambda m: None, on_run: Callable[[StudyRun], None] | None = None,
+                   on_shard: OnShard | None = None, **sweep_kw: Any) -> list[StudyRun]:
+    """Run every ``(model, seed, shots, test)`` of ``exp`` (:meth:`~..experiment.Experiment.runs`) into ``db``;
+    ``on_run`` is called after each run.  The cache folder is ``exp.cache`` (``False``: none; default:
+    :func:`default_cache`)."""
+    for m in exp.models:  # a device the workers cannot have: refused before anything loads or is written
+        backend.check_device(m.device)
+    cache = None if exp.cache is False else (exp.cache or default_cache(db))
+    if cache is not None:
+        check_dir(cache, "cache")
+    with SweepStore(db):  # an unusable database is refused before any model loads
+        pass
+    items, pool, data = study_items(exp)
+    out: list[StudyRun] = []
+    plan = exp.runs()
+    for model in exp.models:
+        runs = [r for r in plan if r[0] == model]
+        lm = backend.driver_model(model.spec, dtype=model.dtype, device=model.device)
+        arch = arch_of(lm)
+        grids: dict[int, tuple[GridSpec, list[Any]]] = {}
+        for t in exp.tests:  # every grid fits this model before any of its work
+            g = GridSpec.resolve(exp.grids[t], t, arch, exp.layers)
+            for layer in g.layers():
+                resolve_layer(layer, lm.n_layers)
+            schemes, _ = g.enumerate(arch)
+            if not schemes:
+                raise InputError(f"{exp.path}: the grid of Test {t} has no valid scheme for {lm.name}")
+            grids[t] = (g, schemes)
+        log(f"{lm.name}: {len(runs)} run(s) on {backend.describe()}")
+        with backend.workers(lm) as workers:
+            for _, seed, shots, test in runs:
+                g, schemes = grids[test]
+                t0 = time.perf_counter()
+                o = run_sweep(lm, items, test=test, schemes=schemes, db=db, shots=shots, pool=pool, data=data,
+                              fewshot_seed=seed, cache_dir=cache, progress=progress, log=log, workers=workers,
+                              on_shard=on_shard, **sweep_kw)
+                run = StudyRun(model=lm.name, test=test, shots=shots, seed=seed, grid=g.name, n_items=len(items),
+                               outcome=o, seconds=time.perf_counter() - t0)
+                out.append(run)
+                if on_run is not None:
+                    on_run(run)
+        del lm
+    return out

@@ -1,0 +1,81 @@
+"""The position-kernels report (``walklens kernels``; seed 000, A.2, Figs. 6, 8) and its JSON document: each
+head's kernel per stack and the self-bias fractions.  Draws a :class:`~walklens.kernels.PositionKernels`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .html import Report
+
+if TYPE_CHECKING:
+    from ..kernels import PositionKernels
+
+
+def document(pk: PositionKernels) -> dict[str, Any]:
+    """The ``--json`` document: kernels, classes and fractions of every stack, the margin sweep, ALiBi slopes."""
+    return {
+        "model": pk.model_name, "scheme": pk.scheme, "units": pk.units, "estimator": pk.estimator,
+        "notes": pk.notes, "margin": pk.margin, "fractions": pk.fractions(), "margin_sweep": pk.margin_sweep(),
+        "alibi_slopes": pk.alibi_slopes, "alibi_scale": pk.alibi_scale,
+        "stacks": [{"stack": s.stack, "causal": s.causal, "distances": s.distances, "layers": s.layers,
+                    "values": s.values, "spread": s.spread, "ci95": s.ci95,
+                    "labels": [[c.label for c in row] for row in s.classes]} for s in pk.stacks],
+    }
+
+
+def add_kernels(report: Report, pk: PositionKernels) -> Report:
+    """Position kernels (Figs. 6, 8) per stack, and the self-bias fractions (A.2)."""
+    report.h2(f"position kernels ({pk.scheme}, {pk.units})")
+    report.p(pk.estimator, note=True)
+    if pk.notes and pk.notes != pk.estimator:
+        report.p(pk.notes, note=True)
+    report.h2(f"self-bias classes (margin {pk.margin:g} nats)")
+    fr = pk.fractions()
+    cols = ["negative_self", "far_amplifying", "local", "flat"]
+    report.table(["stack", "kernels", *cols],
+                 [[st, sum(len(r) for r in pk.stack(st if st != "model" else "").classes),
+                   *[f"{f[c]:.1%}" for c in cols]] for st, f in fr.items()])
+    sweep = pk.margin_sweep()
+    rows = []
+    for st, per in sweep.items():
+        for m, f in per.items():
+            rows.append([st, m, f"{f['negative_self']:.1%}", f"{f['far_amplifying']:.1%}"])
+    report.p("fractions for other margins:", note=True)
+    report.table(["stack", "margin", "negative self-bias", "far-amplifying"], rows)
+    for s in pk.stacks:
+        name = s.stack or "model"
+        K, H, n = s.values.shape
+        row_labels = [f"{'L' + str(l) + ' ' if l is not None else ''}h{h}" for l in s.layers for h in range(H)]
+        labels = [c.label for row in s.classes for c in row]
+        z = s.log_values.reshape(K * H, n)
+        z = z - z[:, s.distances.index(0)][:, None]  # relative to distance 0
+        hover = [[f"{labels[r]}; value {float(s.values.reshape(K * H, n)[r, j]):.4g}"
+                  + (f" +- {float(s.ci95.reshape(K * H, n)[r, j]):.2g}" if s.ci95 is not None else "")
+                  for j in range(n)] for r in range(K * H)]
+        report.heatmap(z, row_labels=row_labels, col_labels=[str(d) for d in s.distances], hover=hover,
+                       diverging=True, title=f"{name}: kernel minus its value at distance 0 (logit units; columns: "
+                                             f"distance key - query)", cell=max(3, min(16, 900 // n)))
+        if s.layers == [None]:  # one kernel per head: draw them as curves (Figs. 6 and 8)
+            for start in range(0, H, 8):
+                series = [{"name": f"h{h} ({labels[h]})", "y": s.values[0, h]} for h in range(start, min(H, start + 8))]
+                report.lines(s.distances, series, title=f"{name}: heads {start}-{min(H, start + 8) - 1}",
+                             xlabel="distance (key - query)")
+        else:  # per-layer (empirical) kernels: curves with 95% CI bands for the first, middle and last layer
+            for r in sorted({0, K // 2, K - 1}):
+                band = s.ci95[r] if s.ci95 is not None else None
+                series = [{"name": f"h{h} ({labels[r * H + h]})", "y": s.values[r, h],
+                           **({"band": [s.values[r, h] - band[h], s.values[r, h] + band[h]]} if band is not None
+                              else {})} for h in range(H)]
+                report.lines(s.distances, series, title=f"{name}: layer {s.layers[r]} ({pk.units}, 95% CI bands)",
+                             xlabel="distance (key - query)")
+        report.table(["kernel", "class"], [[row_labels[r], labels[r]] for r in range(K * H)])
+    return report
+
+
+def build(pk: PositionKernels, title: str, subtitle: str = "position kernels and self-bias (seed 000, A.2, Figs. 6, "
+          "8)") -> Report:
+    """The ``walklens kernels`` report."""
+    return add_kernels(Report(title, subtitle), pk)
+
+
+__all__ = ["add_kernels", "build", "document"]

@@ -1,0 +1,72 @@
+"""The similarity-map report (``walklens simmap``; seed 000, Figs. 3, 11, 12) and its JSON document: the inner
+product or cosine between every pair of positions at a captured point.  Nothing here runs a model."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from .html import Report, block_labels, block_mean, pyplot, show
+
+
+def document(maps: Mapping[str, torch.Tensor], tokens: Sequence[str], token_ids: torch.Tensor, model: str,
+             text: str) -> dict[str, Any]:
+    """The ``--json`` document: every value of every map (never block means)."""
+    return {"model": model, "text": text, "tokens": tokens, "token_ids": token_ids, "maps": maps}
+
+
+def build(maps: Mapping[str, torch.Tensor], tokens: Sequence[str], title: str, subtitle: str = "",
+          figures: bool = True, block: int = 1) -> Report:
+    """The ``walklens simmap`` report (Figs. 3, 11, 12): one labelled heatmap per ``"point/metric"`` key.
+
+    ``block`` > 1 draws each map as means over ``block`` x ``block`` positions (:func:`.html.block_mean`, a
+    note says so; the JSON keeps every value)."""
+    if block > 1:
+        maps = {k: block_mean(m, block) for k, m in maps.items()}
+        tokens = block_labels(tokens, block)
+        subtitle += (f"{'; ' if subtitle else ''}each cell is the mean over a block of {block} x {block} positions "
+                     "(labels: first-last position)")
+    rep = Report(title, subtitle)
+    labels = [show(t) for t in tokens]
+    for key, m in maps.items():
+        rep.h2(f"similarity map: {key}")
+        cosine = key.endswith("cosine")
+        z = m.float()
+        n = len(labels)
+        # colour range from the 1st-99th percentiles off the diagonal, so a few huge entries (massive
+        # activations) do not wash the map out (the hover shows exact values); diverging only when both
+        # signs occur
+        off = z[~torch.eye(n, dtype=torch.bool)] if n > 1 else z.reshape(-1)
+        off = off[:1_000_000]
+        lo, hi = float(torch.quantile(off, 0.01)), float(torch.quantile(off, 0.99))
+        diverging = lo < 0 < hi
+        if diverging:
+            lo, hi = -max(-lo, hi), max(-lo, hi)
+        if not hi > lo:
+            lo, hi = float(z.min()), float(z.max()) if float(z.max()) > float(z.min()) else float(z.min()) + 1
+        rep.p(f"colour range {lo:.4g} .. {hi:.4g} (1st-99th percentile off the diagonal); min {float(z.min()):.4g}, "
+              f"max {float(z.max()):.4g}", note=True)
+        zq = [[float(f"{v:.3g}") for v in row] for row in z.tolist()]  # 3 significant digits keep the page small
+        rep.heatmap(zq, row_labels=labels, col_labels=labels, diverging=diverging, vmin=lo, vmax=hi,
+                    title=f"{key}: {'cosine' if cosine else 'inner product'} between every pair of positions",
+                    cell=None if n <= 150 else 4)
+        if figures:
+            plt = pyplot()
+            size = min(13.0, 4 + 0.1 * n)
+            fig, ax = plt.subplots(figsize=(size, size))
+            im = ax.imshow(z.numpy(), cmap="RdBu_r" if diverging else "viridis", vmin=lo, vmax=hi,
+                           interpolation="nearest")
+            step = max(1, math.ceil(n / 80))
+            ax.set_xticks(range(0, n, step), labels[::step], rotation=90, fontsize=5)
+            ax.set_yticks(range(0, n, step), labels[::step], fontsize=5)
+            ax.set_title(key, fontsize=10)
+            fig.colorbar(im, ax=ax, fraction=0.04)
+            fig.tight_layout()
+            rep.figure(fig, "simmap_" + key.replace("/", "_").replace(".", "_").replace("+", "_"),
+                       embed=False)  # the interactive map above shows the same view
+    return rep
+
+
+__all__ = ["build", "document"]

@@ -1,0 +1,143 @@
+"""What a request may ask and what a response may weigh: argument checks with clear JSON errors, and the
+reductions that keep every payload bounded whatever the text's length.
+
+Every argument of an API call goes through one of the ``*_arg`` readers; a bad value raises :class:`ApiError`
+(HTTP 400, or 413 for a text over the limits) whose message names the argument and the allowed range.  Maps
+wider than :data:`MAX_CELLS` cells are reduced on the server by blocks of positions (:func:`column_min`, torch's
+pooling, or :func:`walklens.reports.html.block_mean`), never shipped whole; numbers are rounded to
+:data:`DIGITS` decimals in the replies that carry maps (:mod:`.routing`).
+Measured sizes of each view's payload are in docs/explorer.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import WalklensError
+
+MAX_BODY = 256 * 1024  # bytes of a request body
+MAX_TEXT_CHARS = 20_000  # characters of a text, a prompt or a target
+MAX_TOKENS = 2048  # tokens of a text read by the walk, the similarity map, power and compare views
+MAX_ATTN_TOKENS = 512  # the attention view keeps every layer's [heads, T, T] probabilities
+MAX_K = 50  # nearest tokens of a cell or a decoding step
+MAX_NEW_TOKENS = 64  # generated tokens of a decoding walk
+MAX_STEER_TOKENS = 32  # generated tokens of each steered / unsteered continuation
+MAX_ALPHA = 1e6  # |alpha| of the steering playground
+MAX_CELLS = 65_536  # cells of one map in a response (larger maps are reduced by blocks of positions)
+DIGITS = 5  # decimals of the floats in a response
+
+
+class ApiError(Exception):
+    """A request the server refuses: ``status`` (4xx) and a one-line ``message`` sent as ``{"error": ...}``."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = " ".join(str(message).split())
+        self.status = status
+
+
+def from_walklens(e: WalklensError) -> ApiError:
+    """A walklens error raised by an analysis (bad layer, empty text, ...) as a 400 with its message."""
+    return ApiError(str(e), 400)
+
+
+def _get(body: dict[str, Any], name: str, default: Any) -> Any:
+    v = body.get(name, default)
+    if v is None and default is not None:
+        return default
+    return v
+
+
+def text_arg(body: dict[str, Any], name: str = "text", required: bool = True) -> str:
+    """A text of at most :data:`MAX_TEXT_CHARS` characters (413 beyond); empty or blank is refused when
+    ``required``."""
+    v = body.get(name)
+    if v is None and not required:
+        return ""
+    if not isinstance(v, str):
+        raise ApiError(f"{name} must be a string")
+    if len(v) > MAX_TEXT_CHARS:
+        raise ApiError(f"{name} has {len(v):,} characters; at most {MAX_TEXT_CHARS:,} are accepted", 413)
+    if required and not v.strip():
+        raise ApiError(f"{name} is empty")
+    return v
+
+
+def int_arg(body: dict[str, Any], name: str, default: int | None, lo: int, hi: int) -> int:
+    """An integer in [lo, hi] (booleans and floats with a fraction are refused)."""
+    v = _get(body, name, default)
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ApiError(f"{name} must be an integer from {lo} to {hi}")
+    if not lo <= v <= hi:
+        raise ApiError(f"{name} must be from {lo} to {hi}, not {v}")
+    return v
+
+
+def float_arg(body: dict[str, Any], name: str, default: float, bound: float) -> float:
+    """A finite number with |x| <= bound."""
+    v = _get(body, name, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ApiError(f"{name} must be a finite number")
+    if abs(v) > bound:
+        raise ApiError(f"{name} must be within ±{bound:g}, not {v:g}")
+    return float(v)
+
+
+def choice_arg(body: dict[str, Any], name: str, default: str, choices: Sequence[str]) -> str:
+    v = _get(body, name, default)
+    if v not in choices:
+        raise ApiError(f"{name} must be one of {', '.join(choices)}")
+    return str(v)
+
+
+def bool_arg(body: dict[str, Any], name: str, default: bool) -> bool:
+    v = _get(body, name, default)
+    if not isinstance(v, bool):
+        raise ApiError(f"{name} must be true or false")
+    return v
+
+
+def layers_arg(body: dict[str, Any], name: str, n_layers: int) -> list[int]:
+    """A non-empty list of at most ``n_layers`` distinct layers (negative: from the top)."""
+    v = body.get(name)
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = [v]
+    if not isinstance(v, list) or not v or len(v) > n_layers:
+        raise ApiError(f"{name} must be a list of 1 to {n_layers} layer numbers")
+    out = []
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, int) or not -n_layers <= x < n_layers:
+            raise ApiError(f"{name}: every layer must be an integer from {-n_layers} to {n_layers - 1}")
+        out.append(x % n_layers)
+    return sorted(set(out))
+
+
+def check_tokens(n: int, limit: int, view: str) -> None:
+    """Refuse (413) a text whose token count exceeds the view's limit, naming both."""
+    if n > limit:
+        raise ApiError(f"the text has {n:,} tokens; the {view} view reads at most {limit:,}", 413)
+
+
+# ---- reductions ------------------------------------------------------------------------------------------------
+
+def block_for(rows: int, cols: int, cells: int | None = None, square: bool = False) -> int:
+    """The smallest block b of positions such that the reduced map has at most ``cells`` cells: columns are
+    grouped by b (and rows too when ``square``: a [T, T] map, reduced by :func:`walklens.reports.html.block_mean`)."""
+    cells = MAX_CELLS if cells is None else cells
+    b = 1
+    while (math.ceil(rows / b) if square else rows) * math.ceil(cols / b) > cells:
+        b += 1
+    return b
+
+
+def column_min(x: torch.Tensor, b: int) -> torch.Tensor:
+    """``x`` [R, C] reduced to its minimum over blocks of ``b`` columns (the last block may be partial): the
+    best rank among b positions.  Torch's max pooling (with ``ceil_mode``) does the work."""
+    if b <= 1:
+        return x
+    return -torch.nn.functional.max_pool2d(-x.float()[None, None], (1, b), (1, b), ceil_mode=True)[0, 0]

@@ -1,0 +1,146 @@
+"""What the explorer holds while it runs: the models loaded once at start, one lock per model, small caches
+of traces and results, the database path fixed at start, and the jobs that compute for a request.
+
+**One computation per model at a time.**  Steering edits a model's weights inside a ``with`` block
+(:mod:`walklens.interventions` restores them on exit), so every computation on a model holds that model's
+lock.  **A disconnected client costs nothing more.**  :func:`run_job` computes in a worker thread while the
+request's connection is watched; when the browser drops it (the page aborts a superseded request with an
+``AbortController``) the job is marked cancelled: a job still waiting for its model's lock never starts, and
+a running one stops at its next :meth:`Job.check` (between a capture and the analysis that reads it).  A
+cancelled job answers 499 to nobody and is counted in :attr:`Explorer.counts`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Hashable
+
+import anyio
+import anyio.to_thread
+
+from ..errors import WalklensError
+from .bounds import ApiError, from_walklens
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+    from ..loading import LoadedModel
+
+
+class Cancelled(Exception):
+    """The client that asked for this job is gone."""
+
+
+class Job:
+    """A computation for one request; :meth:`check` raises :class:`Cancelled` once its client left."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+
+    def check(self) -> None:
+        if self.cancelled.is_set():
+            raise Cancelled
+
+
+class Cache:
+    """A small least-recently-used map (thread-safe) of at most ``size`` entries."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._d:
+                self._d.move_to_end(key)
+                return self._d[key]
+        value = make()  # outside the lock: callers already hold their model's lock
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+@dataclass
+class Explorer:
+    """The server's state: ``models`` by name (in the order given), the read-only sweep database ``db``."""
+
+    models: dict[str, LoadedModel]
+    db: Path | None = None
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
+    points: dict[str, list[str]] = field(default_factory=dict)  # every point name each model records
+    traces: Cache = field(default_factory=lambda: Cache(8))  # (model, what, text, ...) -> Trace
+    results: Cache = field(default_factory=lambda: Cache(16))  # (model, what, ...) -> analysis results
+    attention: Cache = field(default_factory=lambda: Cache(1))  # traces with every layer's attention (large)
+    counts: dict[str, int] = field(default_factory=lambda: {"computed": 0, "cancelled": 0, "refused": 0,
+                                                                         "failed": 0})
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ValueError("the explorer needs at least one model")
+        self.locks = {name: threading.Lock() for name in self.models}
+        self._count_lock = threading.Lock()
+
+    def model(self, name: Any) -> LoadedModel:
+        if not isinstance(name, str) or name not in self.models:
+            raise ApiError(f"unknown model; loaded: {', '.join(self.models)}")
+        return self.models[name]
+
+    def count(self, what: str) -> None:
+        with self._count_lock:
+            self.counts[what] += 1
+
+
+def _compute(explorer: Explorer, model: str | None, job: Job, fn: Callable[[Job], Any]) -> Any:
+    lock = explorer.locks[model] if model is not None else None
+    if lock is not None:
+        while not lock.acquire(timeout=0.05):  # a job whose client left while it waited never starts
+            job.check()
+    try:
+        job.check()
+        try:
+            return fn(job)
+        except WalklensError as e:
+            raise from_walklens(e) from None
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+async def run_job(request: Request, explorer: Explorer, model: str | None, fn: Callable[[Job], Any]) -> Any:
+    """Run ``fn(job)`` in a worker thread holding ``model``'s lock (no lock when None), cancelling the job when
+    the client disconnects.  The request body must have been read before (the watch reads the connection)."""
+    job = Job()
+    result: Any = None
+
+    async def watch() -> None:
+        while not job.cancelled.is_set():
+            if await request.is_disconnected():
+                job.cancelled.set()
+                return
+            await anyio.sleep(0.05)
+
+    error: BaseException | None = None
+    async with anyio.create_task_group() as tg:  # errors are kept out of the group (no ExceptionGroup)
+        tg.start_soon(watch)
+        try:
+            result = await anyio.to_thread.run_sync(_compute, explorer, model, job, fn)
+        except Exception as e:
+            error = e
+        finally:
+            tg.cancel_scope.cancel()
+    if error is not None:
+        explorer.count("cancelled" if isinstance(error, Cancelled) else "refused" if isinstance(error, ApiError)
+                       else "failed")
+        raise error
+    explorer.count("computed")
+    return result

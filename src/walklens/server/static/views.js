@@ -1,0 +1,191 @@
+// walklens explorer: attention & kernels, power & steering, sweeps. Text only (textContent, canvas, SVG text).
+(function () {
+  "use strict";
+  var W = window.walklens, $ = W.$;
+  function int(id, dflt) { var v = parseInt($(id).value, 10); return isNaN(v) ? dflt : v; }
+
+  // a [layers, heads] heatmap; clicking a cell selects that layer and head
+  function layerHeadMap(parent, title, z, diverging) {
+    W.add(parent, "h3", {}, title);
+    var geo = W.heatmap(parent, {z: z, row_labels: z.map(function (r, l) { return "L" + l; }),
+      col_labels: (z[0] || []).map(function (v, h) { return "h" + h; }), diverging: !!diverging, cell: 14});
+    geo.canvas.addEventListener("click", function (ev) {
+      var c = geo.at(ev);
+      if (!c) return;
+      $("attn-layer").value = c.row; $("attn-head").value = c.col;
+      attentionRun();
+    });
+  }
+
+  // ---- attention ---------------------------------------------------------------------------------------------
+  function attentionRun() {
+    W.call("attention", "/api/attention", {model: W.model(), text: W.text(), layer: int("attn-layer", -1),
+      head: int("attn-head", 0), query: int("attn-query", -1)}).then(function (d) {
+      var out = W.clear($("attention-out")), c = d.cluster;
+      W.add(out, "h3", {}, "layer " + d.layer + ", head " + d.head + ": attention (rows: queries, columns: keys)" +
+        (d.block > 1 ? "; mean over " + d.block + " x " + d.block + " positions" : ""));
+      W.heatmap(out, {z: d.map, row_labels: d.labels, col_labels: d.labels, vmin: 0,
+        cell: Math.max(4, Math.min(22, Math.floor(700 / Math.max(d.labels.length, 1))))});
+      W.add(out, "h3", {}, "cluster & aggregate: query " + c.position + " '" + c.token + "' moves " +
+        W.fmt(c.foreign_mass, 3) + " of the way to the centroid of the other positions (self mass " +
+        W.fmt(c.self_mass, 3) + ")");
+      W.table(out, ["|centroid - x_t|", "|foreign centroid - x_t|", "cos(x_t, centroid)", "|head output|"],
+        [[c.move_distance, c.foreign_distance, c.cos_query_centroid, c.output_norm]]);
+      W.table(out, ["key position", "token", "membership A[t, s]"], c.top.map(function (m) {
+        return [m.position, m.token, m.weight]; })).setAttribute("id", "attn-members");
+      var grid = W.add(out, "div", {"class": "side-by-side"});
+      layerHeadMap(W.add(grid, "div", {}), "self mass A[t, t] (mean over queries)", d.self_mass);
+      layerHeadMap(W.add(grid, "div", {}), "|W_vo,h| (Frobenius)", d.head_stats.vo_norm);
+      layerHeadMap(W.add(grid, "div", {}), "|W_qk,h| (Frobenius)", d.head_stats.qk_norm);
+      layerHeadMap(W.add(grid, "div", {}), "copying score of W_vo,h", d.head_stats.vo_copying, true);
+      W.add(out, "p", {"class": "note"}, "click a cell of the layer x head maps to show that head");
+      out.setAttribute("data-rendered", "1");
+    }, W.quiet);
+  }
+  function kernelsRun() {
+    W.call("kernels", "/api/kernels", {model: W.model()}).then(function (d) {
+      var out = W.clear($("kernels-out"));
+      W.add(out, "h2", {}, "position kernels (" + d.scheme + ", " + d.units + ")");
+      W.add(out, "p", {"class": "note"}, d.estimator);
+      d.stacks.forEach(function (s) {
+        var fr = s.fractions;
+        W.table(out, ["stack", "negative self-bias", "far-amplifying", "local", "flat"],
+          [[s.stack, fr.negative_self, fr.far_amplifying, fr.local, fr.flat]]);
+        W.heatmap(out, {z: s.values, row_labels: s.rows, col_labels: s.distances.map(String), diverging: true,
+          hover: s.rows.map(function (r, i) { return s.distances.map(function () { return s.labels[i] || ""; }); }),
+          cell: 10});
+      });
+      out.setAttribute("data-rendered", "1");
+    }, W.quiet);
+  }
+  W.views.attention = {run: attentionRun};
+  ["attn-layer", "attn-head", "attn-query"].forEach(function (id) { $(id).addEventListener("change", W.rerun("attention")); });
+  $("kernels-run").addEventListener("click", kernelsRun);
+
+  // ---- power and steering ----------------------------------------------------------------------------------
+  function powerRun() {
+    W.call("power", "/api/power", {model: W.model(), text: W.text()}).then(function (d) {
+      var out = W.clear($("power-out")), a = d.alignment, sp = d.spectra;
+      W.add(out, "h3", {}, "alignment of the text's tokens with v1(F_l) through depth (" + a.n_tokens + " tokens)");
+      W.lines(out, {x: a.points.map(function (p) { return p.replace(".resid_", " "); }), xlabel: "point",
+        width: 1000, series: [
+        {name: "mean |cos(x, v1)|", y: a.mean},
+        {name: "random directions", y: a.random_mean, band: [a.random_lo, a.random_hi], dash: true},
+        {name: "v1 of other layers", y: a.other_mean, band: [a.other_lo, a.other_hi], dash: true},
+        {name: "shuffled layers", y: a.shuffled_mean, band: [a.shuffled_lo, a.shuffled_hi], dash: true}]});
+      W.add(out, "h3", {}, "spectra of F = W_V W_O per layer");
+      W.lines(out, {x: sp.map(function (s) { return "L" + s.layer; }), xlabel: "layer", series: [
+        {name: "|lambda1|", y: sp.map(function (s) { return s.eig_abs[0]; })},
+        {name: "|lambda2|", y: sp.map(function (s) { return s.eig_abs[1]; }), dash: true},
+        {name: "gap", y: sp.map(function (s) { return s.gap; })}]});
+      W.table(out, ["layer", "|lambda| (leading)", "gap", "v1's nearest tokens", "nearest to -v1"], sp.map(function (s) {
+        return [s.layer, s.eig_abs.slice(0, 4).map(function (v) { return W.fmt(v, 3); }).join(", "), s.gap,
+                s.nearest.slice(0, 5).join(" · "), s.opposite.slice(0, 5).join(" · ")]; }));
+      out.setAttribute("data-rendered", "1");
+    }, W.quiet);
+  }
+  function steerRun() {
+    var layers = $("steer-layers").value.split(",").map(function (s) { return parseInt(s, 10); })
+      .filter(function (v) { return !isNaN(v); });
+    W.call("steering", "/api/steer", {model: W.model(), text: W.text(), target: $("steer-target").value,
+      layers: layers, alpha: parseFloat($("steer-alpha").value), method: $("steer-method").value,
+      max_new_tokens: int("steer-steps", 12)}).then(function (d) {
+      var out = W.clear($("steer-out")), grid = W.add(out, "div", {"class": "side-by-side"});
+      [["unsteered (alpha = 0)", d.unsteered, "steer-unsteered"], ["steered (" + d.method + ", alpha = " +
+        d.steered.alpha + ", layers " + d.layers.join(", ") + ")", d.steered, "steer-steered"]].forEach(function (s) {
+        var col = W.add(grid, "div", {});
+        W.add(col, "h3", {}, s[0]);
+        var box = W.add(col, "div", {"class": "continuation", id: s[2]});
+        W.add(box, "span", {"class": "p"}, W.text());
+        W.add(box, "span", {}, s[1].text);
+      });
+      W.table(out, ["", "P(target '" + d.target_token + "' next)", "its rank", "top next token", "perplexity", "push along u"],
+        [["unsteered", d.unsteered.target_prob, d.unsteered.target_rank, d.unsteered.top_token, d.unsteered.perplexity,
+          d.unsteered.push], ["steered", d.steered.target_prob, d.steered.target_rank, d.steered.top_token,
+          d.steered.perplexity, d.steered.push]]);
+      W.add(out, "p", {"class": "note"}, "reach |P u| per layer (how much of u the layer's value space reads): " +
+        Object.keys(d.reach).map(function (l) { return "L" + l + " " + W.fmt(d.reach[l], 3); }).join(", "));
+      out.setAttribute("data-rendered", "1");
+    }, W.quiet);
+  }
+  W.views.power = {run: powerRun};
+  $("steer-run").addEventListener("click", steerRun);
+
+  // ---- sweeps ----------------------------------------------------------------------------------------------
+  var SVG = "http://www.w3.org/2000/svg";
+  function svg(parent, tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    Object.keys(attrs).forEach(function (k) { e.setAttribute(k, String(attrs[k])); });
+    if (text !== undefined) e.textContent = String(text);
+    parent.appendChild(e);
+    return e;
+  }
+  function histogram(parent, dist, marks) {  // bars of schemes per accuracy bin, with vertical marks
+    var Wd = 640, H = 200, L = 40, B = 30, n = dist.hist.length, max = Math.max.apply(null, dist.hist.concat([1]));
+    var s = svg(parent, "svg", {width: Wd, height: H, "class": "bars"});
+    var x = function (v) { return L + (Wd - L - 10) * v; }, y = function (c) { return (H - B) * (1 - c / max); };
+    dist.hist.forEach(function (c, i) {
+      var r = svg(s, "rect", {x: x(dist.hist_edges[i]) + 1, y: y(c), width: (Wd - L - 10) / n - 2, height: H - B - y(c)});
+      svg(r, "title", {}, c + " schemes in [" + W.fmt(dist.hist_edges[i], 2) + ", " + W.fmt(dist.hist_edges[i + 1], 2) + ")");
+    });
+    [0, 0.25, 0.5, 0.75, 1].forEach(function (v) {
+      svg(s, "text", {x: x(v), y: H - 12, "font-size": 10, "text-anchor": "middle"}, v); });
+    svg(s, "text", {x: L - 4, y: 10, "font-size": 10, "text-anchor": "end"}, max);
+    marks.forEach(function (m, k) {
+      if (m[1] === null) return;
+      svg(s, "line", {x1: x(m[1]), x2: x(m[1]), y1: 0, y2: H - B, stroke: m[2], "stroke-width": 2, "stroke-dasharray": "4 2"});
+      svg(s, "text", {x: x(m[1]) + 3, y: 12 + 12 * k, "font-size": 10, fill: m[2]}, m[0]);
+    });
+  }
+  var runs = [];
+  function sweepsInit(info) {
+    if (!info.db) return;
+    W.call("sweeps", "/api/sweeps").then(function (d) {
+      runs = d.runs;
+      W.options($("sweeps-run"), runs.map(function (r) { return String(r.id); }), runs.map(function (r) {
+        return r.model + " · test " + r.test + " · " + r.shots + "-shot · " + r.n_items + " items"; }));
+    }, W.quiet);
+  }
+  function sweepsRun(resetFilters) {
+    var out = W.clear($("sweeps-out"));
+    if (!W.info.db) { W.add(out, "p", {"class": "note"}, "no database: start walklens serve with --db PATH"); return; }
+    if (!$("sweeps-run").value) { W.add(out, "p", {"class": "note"}, "the database holds no sweep run"); return; }
+    var filters = {};
+    if (resetFilters !== true) document.querySelectorAll("#sweeps-filters select").forEach(function (s) {
+      if (s.value) filters[s.getAttribute("data-param")] = s.value; });
+    W.call("sweep", "/api/sweeps/run", {run: parseInt($("sweeps-run").value, 10),
+      metric: $("sweeps-metric").value || "acc", filters: filters}).then(function (d) {
+      var m = d.summary, fbox = W.clear($("sweeps-filters"));
+      W.options($("sweeps-metric"), d.metrics, null, true);
+      Object.keys(d.parameters).forEach(function (p) {
+        var lab = W.add(fbox, "label", {}, p + " ");
+        var sel = W.add(lab, "select", {"data-param": p});
+        W.options(sel, [""].concat(d.parameters[p]), ["(any)"].concat(d.parameters[p]));
+        sel.value = d.filters[p] || "";
+        sel.addEventListener("change", sweepsRun);
+      });
+      W.add(out, "h3", {}, d.n_matching + " of " + d.n_schemes + " schemes match; " + d.metric + " across them");
+      histogram(out, m.distribution, [["chance", m.distribution.chance, "#000"], ["baseline", m.baseline, "#c0392b"],
+        ["in-sample best", m.in_sample.acc, "#e67e22"], [m.kfold.k + "-fold held-out best", m.kfold.acc, "#27ae60"]]);
+      var est = [["in-sample best", m.in_sample.scheme, m.in_sample.acc, m.in_sample.lo, m.in_sample.hi, m.in_sample.norm_score]];
+      m.split.forEach(function (s) { est.push([s.how, s.scheme, s.acc, s.lo, s.hi, s.norm_score]); });
+      var folds = m.kfold.fold_schemes.filter(function (f, i) { return m.kfold.fold_schemes.indexOf(f) === i; });
+      est.push([m.kfold.k + "-fold held-out (pooled)", folds.join("\n"), m.kfold.acc, m.kfold.lo,
+        m.kfold.hi, m.kfold.norm]);
+      if (m.standard) est.push(["standard scheme", m.standard.scheme, m.standard.acc, null, null, m.standard.norm]);
+      W.table(out, ["estimate", "scheme(s)", d.metric, "95% lo", "95% hi", "normalised"], est);
+      W.add(out, "h3", {}, "top schemes");
+      W.table(out, ["rank", "scheme", d.metric, "normalised"], m.top10.map(function (t) {
+        return [t.rank, t.scheme, t.acc, t.norm]; })).setAttribute("id", "sweeps-top");
+      var rows = [];
+      Object.keys(m.marginals).forEach(function (p) { m.marginals[p].forEach(function (v) {
+        rows.push([p, v.value, v.n, v.mean, v.best, v.mean_norm]); }); });
+      W.add(out, "h3", {}, "marginal effects (mean and best over the matching schemes with each value)");
+      W.table(out, ["parameter", "value", "schemes", "mean", "best", "mean normalised"], rows);
+      out.setAttribute("data-rendered", "1");
+    }, W.quiet);
+  }
+  W.views.sweeps = {run: sweepsRun, init: sweepsInit};
+  $("sweeps-run").addEventListener("change", function () { sweepsRun(true); });
+  $("sweeps-metric").addEventListener("change", sweepsRun);
+})();

@@ -1,0 +1,177 @@
+// walklens explorer: the walk views (encoding walk, decoding walk, similarity map, compare). Text only.
+(function () {
+  "use strict";
+  var W = window.walklens, $ = W.$;
+
+  function rankZ(r) { return r < 0 ? null : Math.log(1 + r) / Math.LN10; }  // colour: log10(1 + rank)
+
+  // the layer x position rank map of one walk payload; returns the heatmap's geometry
+  function walkMap(parent, d, which) {
+    var ranks = which === "input" ? d.rank_input : d.rank_next, b = d.block;
+    var cols = d.columns.map(function (c, j) { return b > 1 ? c : j + ": " + c; });
+    var hover = d.points.map(function (p, i) {
+      return d.columns.map(function (c, j) {
+        var s = (b > 1 ? "best ranks in block\n" : "") + "rank(w_t) = " + d.rank_input[i][j] +
+          "\nrank(w_t+1) = " + (d.rank_next[i][j] < 0 ? "-" : d.rank_next[i][j]);
+        if (b === 1 && d.escape[j] === i) s += "\nescape: w_t+1 first outranks w_t here";
+        if (b === 1 && d.escape_stable[j] === i) s += "\nw_t+1 stays ahead from here";
+        return s;
+      });
+    });
+    var geo = W.heatmap(parent, {z: ranks.map(function (row) { return row.map(rankZ); }), row_labels: d.points,
+      col_labels: cols, hover: hover, vmin: 0, vmax: Math.log(d.n_vocab) / Math.LN10,
+      cell: Math.max(4, Math.min(22, Math.floor(1100 / Math.max(cols.length, 1))))});
+    if (b === 1) d.escape.forEach(function (p, t) {
+      if (p >= 0) geo.mark(p, t, "#e0002a");
+      if (d.escape_stable[t] >= 0) geo.mark(d.escape_stable[t], t, "#ffffff", true);
+    });
+    return geo;
+  }
+
+  // ---- encoding walk ---------------------------------------------------------------------------------------
+  var walkData = null, walkArgs = null, selected = null;
+  function walkRun() {
+    var args = {model: W.model(), text: W.text(), norm: $("walk-norm").value, metric: $("walk-metric").value};
+    W.call("walk", "/api/walk", args).then(function (d) {
+      walkData = d; walkArgs = args; selected = null;
+      walkDraw();
+      W.clear($("walk-cell"));
+    }, W.quiet);
+  }
+  function walkDraw() {
+    var d = walkData, out = W.clear($("walk-map"));
+    $("walk-echo").textContent = "text (" + d.tokens.length + " tokens" +
+      (d.block > 1 ? "; each column: the best rank among " + d.block + " positions" : "") + "): " + walkArgs.text;
+    var geo = walkMap(out, d, $("walk-show").value);
+    out.setAttribute("data-rendered", "1");
+    if (selected) geo.mark(selected.row, selected.col, "#000000");
+    geo.canvas.addEventListener("click", function (ev) {
+      var c = geo.at(ev);
+      if (!c) return;
+      selected = c;
+      walkDraw();
+      walkCell(c.row, c.col * d.block);
+    });
+  }
+  function walkCell(point, position) {
+    var k = parseInt($("walk-k").value, 10) || 10;
+    W.call("cell", "/api/walk/cell", Object.assign({}, walkArgs, {point: point, position: position, k: k}))
+      .then(function (c) {
+        var out = W.clear($("walk-cell"));
+        W.add(out, "h3", {}, c.point + ", position " + c.position + ": w_t = '" + c.token + "'" +
+          (c.next !== null ? ", w_t+1 = '" + c.next + "'" : "") + (c.escape ? "  (escape point)" : "") +
+          (c.escape_stable ? "  (stays ahead from here)" : ""));
+        W.table(out, ["", "rank", "P", "cos"], [
+          ["w_t", c.rank_input, c.prob_input, c.cos_input],
+          ["w_t+1", c.next === null ? null : c.rank_next, c.prob_next, c.cos_next]]);
+        W.add(out, "p", {"class": "note"}, "the " + c.neighbours.length + " nearest tokens by " + c.metric +
+          " (|x| = " + W.fmt(c.vector_norm) + ")");
+        W.table(out, ["#", "token", "score", ""], c.neighbours.map(function (n, i) {
+          return [i, n.token, n.score, n.is_next ? "w_t+1" : n.is_input ? "w_t" : ""];
+        }), function (i) { return c.neighbours[i].is_next ? "next" : c.neighbours[i].is_input ? "input" : ""; })
+          .setAttribute("id", "walk-neighbours");
+      }, W.quiet);
+  }
+  W.views.walk = {run: walkRun};
+  ["walk-norm", "walk-metric"].forEach(function (id) { $(id).addEventListener("change", W.rerun("walk")); });
+  $("walk-show").addEventListener("change", function () { if (walkData) walkDraw(); });
+
+  // ---- decoding walk ---------------------------------------------------------------------------------------
+  var dec = null, step = 0;
+  function decodeRun() {
+    var target = $("decode-target").value;
+    W.call("decode", "/api/decode", {model: W.model(), text: W.text(), target: target.trim() ? target : null,
+      max_new_tokens: parseInt($("decode-steps").value, 10) || 12, k: parseInt($("decode-k").value, 10) || 10})
+      .then(function (d) { dec = d; step = 0; decodeDraw(); }, W.quiet);
+  }
+  function decodeDraw() {
+    var d = dec, out = W.clear($("decode-out"));
+    var strip = W.add(out, "div", {"class": "strip", id: "decode-strip"});
+    d.prompt_tokens.forEach(function (t) { W.add(strip, "span", {"class": "prompt"}, t); });
+    d.tokens.forEach(function (t, i) {
+      var cls = i === step ? "sel" : "";
+      if (d.in_neighbourhood) cls += d.in_neighbourhood[i] ? " on" : " off";
+      var b = W.add(strip, "button", {type: "button", "class": cls, title: "step " + i}, t);
+      b.addEventListener("click", function () { step = i; decodeDraw(); });
+    });
+    if (d.target !== null) W.add(out, "p", {"class": "note"}, "target path (teacher-forced): green = d_t lies in " +
+      "the target token's neighbourhood (rank 0); " + (d.left_path_at < 0 ? "the walk stays on the path" :
+      "it leaves the path at step " + d.left_path_at));
+    var nav = W.add(out, "div", {"class": "controls"});
+    var prev = W.add(nav, "button", {type: "button"}, "◀ step"), next = W.add(nav, "button", {type: "button"}, "step ▶");
+    var range = W.add(nav, "input", {type: "range", min: 0, max: d.tokens.length - 1, value: step, id: "decode-step"});
+    prev.addEventListener("click", function () { if (step > 0) { step--; decodeDraw(); } });
+    next.addEventListener("click", function () { if (step < d.tokens.length - 1) { step++; decodeDraw(); } });
+    range.addEventListener("input", function () { step = parseInt(range.value, 10); decodeDraw(); });
+    W.add(out, "h3", {}, "step " + step + ": emitted '" + d.tokens[step] + "' (rank " + d.ranks[step] + ", P = " +
+      W.fmt(d.probs[step]) + "); greedy pick '" + d.greedy[step] + "'; |d_t| = " + W.fmt(d.d_norm[step]) +
+      ", moved " + W.fmt(d.step_length[step]) + " at " + W.fmt(d.step_angle[step], 3) + "°");
+    W.table(out, ["#", "d_t's nearest token", "P"], d.top_tokens[step].map(function (t, i) {
+      return [i, t, d.top_probs[step][i]]; }));
+    var xs = d.tokens.map(function (t, i) { return i + ":" + t; });
+    W.lines(out, {x: xs, xlabel: "step", series: [{name: "P(emitted token)", y: d.probs},
+      {name: "step angle / 180", y: d.step_angle.map(function (a) { return a === null ? null : a / 180; }), dash: true}]});
+    out.setAttribute("data-rendered", "1");
+  }
+  W.views.decode = {run: decodeRun};
+
+  // ---- similarity map --------------------------------------------------------------------------------------
+  function simmapRun() {
+    var args = {model: W.model(), text: W.text(), point: $("simmap-point").value, metric: $("simmap-metric").value,
+      normed: $("simmap-normed").checked};
+    W.call("similarity", "/api/simmap", args).then(function (d) {
+      var out = W.clear($("simmap-out"));
+      W.add(out, "p", {"class": "note"}, d.metric + " similarity at " + d.point + (d.normed ? " (final norm first)" : "") +
+        (d.block > 1 ? "; each cell: the mean over " + d.block + " x " + d.block + " positions" : ""));
+      W.heatmap(out, {z: d.z, row_labels: d.labels, col_labels: d.labels, diverging: d.metric === "cosine",
+        cell: Math.max(4, Math.min(24, Math.floor(800 / Math.max(d.labels.length, 1))))});
+      out.setAttribute("data-rendered", "1");
+    }, W.quiet);
+  }
+  function simmapInit() {
+    var m = W.modelInfo();
+    W.options($("simmap-point"), ["V"].concat(m.points), null, true);
+    if ($("simmap-point").value === "V") $("simmap-point").value = m.points[Math.floor(m.points.length / 2)] || "embed";
+  }
+  W.views.simmap = {run: simmapRun, init: simmapInit};
+  ["simmap-point", "simmap-metric", "simmap-normed"].forEach(function (id) {
+    $(id).addEventListener("change", W.rerun("simmap")); });
+  $("model").addEventListener("change", simmapInit);
+
+  // ---- compare: the same text on two models --------------------------------------------------------------
+  function summary(d) {
+    var f = d.rank_next_final, n = 0, top1 = 0, sorted = [];
+    f.forEach(function (r) { if (r >= 0) { n++; if (r === 0) top1++; sorted.push(r); } });
+    sorted.sort(function (a, b) { return a - b; });
+    var esc = d.escape.filter(function (p) { return p >= 0; });
+    return [d.model, d.tokens.length, n ? sorted[Math.floor((n - 1) / 2)] : null, n ? top1 / n : null,
+            esc.length ? esc.reduce(function (a, b) { return a + b; }, 0) / esc.length / (d.points.length - 1) : null];
+  }
+  function compareRun() {
+    var a = $("compare-a").value, b = $("compare-b").value, norm = $("compare-norm").value, text = W.text();
+    var out = W.clear($("compare-out"));
+    var sides = [a, b].map(function (m, i) {
+      return W.call("compare " + "AB"[i], "/api/walk", {model: m, text: text, norm: norm, metric: "dot"});
+    });
+    Promise.all(sides).then(function (ds) {
+      ds.forEach(function (d) {
+        var col = W.add(out, "div", {});
+        W.add(col, "h3", {}, d.model + ": rank of w_t+1");
+        walkMap(col, d, "next");
+      });
+      var tbl = W.add(out, "div", {});
+      W.table(tbl, ["model", "tokens", "median rank of w_t+1 at final", "top-1 at final", "mean escape depth (0-1)"],
+        ds.map(summary));
+      out.setAttribute("data-rendered", "1");
+    }, W.quiet);
+  }
+  function compareInit(info) {
+    var names = info.models.map(function (m) { return m.name; });
+    W.options($("compare-a"), names);
+    W.options($("compare-b"), names);
+    $("compare-b").value = names[Math.min(1, names.length - 1)];
+  }
+  W.views.compare = {run: compareRun, init: compareInit};
+  ["compare-a", "compare-b", "compare-norm"].forEach(function (id) {
+    $(id).addEventListener("change", W.rerun("compare")); });
+})();

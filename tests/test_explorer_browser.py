@@ -1,0 +1,243 @@
+"""`walklens serve` end to end in headless Chromium, driven by Playwright (issue 16).
+
+One explorer is served from a thread for the module (two tiny random models and a small sweep database); the
+browser reaches nothing but that server: every other request is blocked by Playwright's routing and recorded
+(and any the page's Content-Security-Policy stopped first), and the tests assert there was none.  Each view
+is screenshotted into the test's output folder; with ``WALKLENS_SCREENSHOTS=docs/explorer`` the same tests
+run on smollm2-135m (and its bfloat16 copy for the compare view) and also write the screenshots there (the
+ones docs/explorer.md shows).
+
+Chromium is the system's (``/usr/bin/chromium`` or on PATH; ``.ci/run`` installs it); without it these tests
+are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from walklens.server.app import Running
+from walklens.server.state import Explorer
+from walklens.testing import tiny_model
+
+from _explorer import EVIL_MODEL, EVIL_TEXT, TEST_TEXT, sweep_db
+
+CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser"))
+                 if p and os.path.exists(p)), None)
+SHOTS = os.environ.get("WALKLENS_SCREENSHOTS")  # a folder (relative to the repository) to keep screenshots in
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install -y chromium)")
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The running explorer, its state and the text the tests type."""
+    if SHOTS:
+        import walklens
+
+        models = {m.name: m for m in (walklens.load_model("smollm2-135m"),
+                                      walklens.load_model("smollm2-135m", dtype="bfloat16"))}
+        text = "The capital of France is Paris, and the capital of Italy is"
+    else:
+        models = {"llama": tiny_model("llama"), "gpt2": tiny_model("gpt2")}
+        text = TEST_TEXT
+    db = sweep_db(tmp_path_factory.mktemp("explorer") / "results.sqlite")
+    explorer = Explorer(models, db)
+    with Running(explorer) as srv:
+        yield srv, explorer, text
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+class Page:
+    """A fresh browser context whose requests may reach only the explorer; everything else is aborted and
+    recorded in ``blocked``.  ``requests``: every URL asked; ``errors``: uncaught script errors; ``dialogs``:
+    alert/confirm texts (a script injected through data would typically raise one)."""
+
+    def __init__(self, browser, srv, out: Path) -> None:
+        self.origin = srv.url.split("/?")[0]
+        self.ctx = browser.new_context(viewport={"width": 1300, "height": 900})
+        self.blocked: list[str] = []
+        self.requests: list[str] = []
+        self.failed: list[tuple[str, str]] = []
+        self.ctx.route("**/*", self._route)
+        # the page's Content-Security-Policy stops a request to another origin before it is made: record those too
+        self.ctx.add_init_script("window.__violations = []; document.addEventListener('securitypolicyviolation', "
+                                 "e => window.__violations.push(e.blockedURI + ' ' + e.violatedDirective));")
+        self.page = self.ctx.new_page()
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on("requestfailed", lambda r: self.failed.append((r.url, r.failure or "")))
+        self.page.set_default_timeout(180_000)
+        self.out = out
+        self.page.goto(srv.url)
+        self.page.wait_for_selector("body[data-ready='1']")
+
+    def _route(self, route) -> None:
+        url = route.request.url
+        self.requests.append(url)
+        if url.startswith(self.origin + "/"):
+            route.continue_()
+        else:
+            self.blocked.append(url)
+            route.abort()
+
+    def view(self, name: str, ready: str) -> None:
+        """Switch to a view and wait for ``ready`` (a selector) to appear."""
+        self.page.click(f"#tabs button[data-view={name}]")
+        self.page.wait_for_selector(ready)
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=str(self.out / f"{name}.png"), full_page=True)
+        if SHOTS:
+            folder = REPO / SHOTS
+            folder.mkdir(parents=True, exist_ok=True)
+            self.page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+
+    def offline(self) -> None:
+        """Nothing but the explorer was asked for, and nothing was stopped by the page's policy either."""
+        assert self.blocked == [] and self.page.evaluate("window.__violations") == []
+        assert self.requests and all(u.startswith(self.origin + "/") for u in self.requests)
+
+    def type_and_run(self, text: str) -> None:
+        self.page.fill("#text", text)
+        self.page.click("#run")
+
+    def coloured(self, selector: str) -> int:
+        """Pixels of clearly saturated colour in a canvas (heatmap cells; labels are grey)."""
+        return self.page.evaluate("""sel => { const c = document.querySelector(sel);
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
+            for (let i = 0; i < d.length; i += 4) {
+              const hi = Math.max(d[i], d[i + 1], d[i + 2]), lo = Math.min(d[i], d[i + 1], d[i + 2]);
+              if (hi - lo > 64) n++; }
+            return n; }""", selector)
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+@pytest.fixture
+def page(browser, served, tmp_path):
+    p = Page(browser, served[0], tmp_path)
+    yield p
+    p.close()
+
+
+def test_every_view_in_the_browser(page, served):
+    """Type a text, see the heatmap, click a cell and see its neighbours, then every view: decoding walk (step
+    through it), similarity map, attention (click a layer x head cell) and position kernels, power and the
+    steering playground, the sweeps of the database (filter by a parameter), and two models compared."""
+    srv, explorer, text = served
+    pg = page.page
+    page.type_and_run(text)
+    pg.wait_for_function("t => document.getElementById('walk-echo').textContent.endsWith(t)", arg=text)
+    first = next(iter(explorer.models))
+    n_tokens = len(explorer.models[first].tokenizer(text)["input_ids"])
+    n_rows = explorer.models[first].n_layers + 2
+    assert page.coloured("#walk-map canvas") > 50 * n_tokens
+    geo = pg.eval_on_selector("#walk-map .wl-heatmap", "e => [e.dataset.left, e.dataset.top, e.dataset.cell, "
+                              "e.dataset.rows, e.dataset.cols].map(Number)")
+    left, top, cell, rows, cols = geo
+    assert (rows, cols) == (n_rows, n_tokens)
+    row, col = rows - 2, 2  # the last layer's output, position 2
+    pg.locator("#walk-map canvas").click(position={"x": left + (col + 0.5) * cell, "y": top + (row + 0.5) * cell})
+    pg.wait_for_selector("#walk-neighbours")
+    heading = pg.text_content("#walk-cell h3")
+    assert heading.startswith(f"L{n_rows - 3}.resid_post, position 2: w_t = ")
+    assert pg.locator("#walk-neighbours tr").count() == 1 + 10  # header + k = 10 nearest tokens
+    page.shot("walk")
+
+    page.view("decode", "#decode-strip button")
+    pg.click("#decode-strip button:nth-of-type(3)")
+    pg.wait_for_function("() => ((document.querySelector('#decode-out h3') || {}).textContent || '')"
+                         ".startsWith('step 2:')")
+    assert pg.locator("#decode-out table tr").count() == 11
+    page.shot("decode")
+
+    page.view("simmap", "#simmap-out canvas")
+    assert page.coloured("#simmap-out canvas") > 50 * n_tokens
+    page.shot("simmap")
+
+    page.view("attention", "#attn-members")
+    pg.click("#kernels-run")
+    pg.wait_for_selector("#kernels-out canvas")
+    maps = pg.locator("#attention-out .side-by-side canvas")
+    assert maps.count() == 4
+    hm = pg.eval_on_selector("#attention-out .side-by-side .wl-heatmap", "e => [e.dataset.left, e.dataset.top, "
+                             "e.dataset.cell].map(Number)")
+    maps.first.click(position={"x": hm[0] + 1.5 * hm[2], "y": hm[1] + 0.5 * hm[2]})  # layer 0, head 1
+    pg.wait_for_function("() => ((document.querySelector('#attention-out h3') || {}).textContent || '')"
+                         ".startsWith('layer 0, head 1')")
+    page.shot("attention")
+
+    page.view("power", "#power-out svg")
+    pg.fill("#steer-target", " London" if SHOTS else " paris")
+    pg.fill("#steer-layers", "12" if SHOTS else "1")
+    pg.fill("#steer-alpha", "-1000" if SHOTS else "100")
+    pg.click("#steer-run")
+    pg.wait_for_selector("#steer-steered")
+    assert pg.text_content("#steer-unsteered").startswith(text)
+    assert pg.text_content("#steer-steered").startswith(text)
+    page.shot("power")
+
+    page.view("sweeps", "#sweeps-top")
+    assert EVIL_MODEL in pg.text_content("#sweeps-run option")
+    assert "18 of 18 schemes match" in pg.text_content("#sweeps-out h3")
+    pg.select_option("#sweeps-filters select[data-param=layer]", "E")
+    pg.wait_for_function("() => ((document.querySelector('#sweeps-out h3') || {}).textContent || '')"
+                         ".startsWith('6 of 18')")
+    assert pg.locator("#sweeps-top tr").count() == 1 + 6
+    assert all("layer=E," in t for t in pg.locator("#sweeps-top td:nth-child(2)").all_text_contents())
+    page.shot("sweeps")
+
+    page.view("compare", "#compare-out table")
+    assert pg.locator("#compare-out canvas").count() == 2
+    names = pg.locator("#compare-out td:first-child").all_text_contents()
+    assert names == list(explorer.models)
+    page.shot("compare")
+
+    assert page.errors == [] and page.dialogs == []
+    page.offline()
+
+
+def test_markup_from_the_user_or_the_database_renders_as_text(page):
+    """``</script><img src=x onerror=...>`` typed as the text, and a database model name with an <img onerror>,
+    show as text: no element is created, no script runs (window.__pwned stays undefined), no dialog opens."""
+    pg = page.page
+    page.type_and_run(EVIL_TEXT)
+    pg.wait_for_function("t => document.getElementById('walk-echo').textContent.endsWith(t)", arg=EVIL_TEXT)
+    assert pg.get_by_text(EVIL_TEXT).is_visible()
+    page.view("decode", "#decode-strip button")
+    page.view("sweeps", "#sweeps-top")
+    assert EVIL_MODEL in pg.text_content("#sweeps-run option")
+    page.view("walk", "#walk-map canvas")
+    assert pg.evaluate("window.__pwned") is None
+    assert pg.locator("img").count() == 0 and pg.locator("main script, header script").count() == 0
+    assert page.dialogs == [] and page.errors == []
+    page.offline()
+
+
+def test_a_superseded_request_is_aborted(page, served):
+    """Two runs in a row: the first walk request is aborted by the page (AbortController), the second renders."""
+    pg = page.page
+    pg.wait_for_selector("#walk-map canvas")  # the page's first walk is done
+    a, b = "the city of london", "the king and the queen"
+    pg.evaluate("""([a, b]) => { const W = window.walklens;
+        W.$('text').value = a; W.run(); W.$('text').value = b; W.run(); }""", [a, b])
+    pg.wait_for_function("t => document.getElementById('walk-echo').textContent.endsWith(t)", arg=b)
+    aborted = [u for u, why in page.failed if u.endswith("/api/walk") and "ABORTED" in why]
+    assert len(aborted) == 1, page.failed
+    assert a not in pg.text_content("#walk-echo")
