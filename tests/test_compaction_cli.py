@@ -15,40 +15,18 @@ import pytest
 from walklens.compaction import CompactSpec
 from walklens.compaction.curves import kept
 from walklens.errors import InputError
-from walklens.testing import tiny_model
 
-ROWS = [("the city", "the man walks to the", "river. he", ["runs to the house.", "eats a red car.", "was big", "ran."], 0),
-        ("a dog", "the dog runs. it", "", ["eats.", "was good.", "ran to the queen.", "is red."], 2),
-        ("the king", "the king and the queen walk.", "they", ["eat.", "run to london.", "ran.", "walk to paris."], 3),
-        ("a cat", "a small cat", "is", ["red.", "big.", "good.", "bad."], 1),
-        ("a boy", "the boy eats", "a", ["red car.", "dog.", "big house.", "city."], 0),
-        ("a girl", "she walks to", "the", ["river.", "king.", "blue car.", "one."], 2)]
+from _toy import cli_runner, write_toy
 
 
 @pytest.fixture
 def run(capsys):
-    from walklens.cli import main
-
-    def call(*args: str) -> SimpleNamespace:
-        try:
-            code = main(list(args))
-        except SystemExit as e:
-            code = e.code
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
-    return call
+    return cli_runner(capsys)
 
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    d = tmp_path_factory.mktemp("compact")
-    lm = tiny_model("llama")
-    lm.model.save_pretrained(str(d / "model"), safe_serialization=True)
-    lm.tokenizer.save_pretrained(str(d / "model"))
-    data = d / "toy.jsonl"
-    data.write_text("".join(json.dumps({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l})
-                            + "\n" for a, ca, cb, e, l in ROWS))
-    return SimpleNamespace(dir=d, model=str(d / "model"), data=str(data))
+    return write_toy(tmp_path_factory.mktemp("compact"))
 
 
 def one_line_error(r: SimpleNamespace, needle: str) -> None:

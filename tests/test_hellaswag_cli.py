@@ -4,7 +4,6 @@ baseline's picks against full-sequence scoring and Test 1's token-level reproduc
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,42 +12,21 @@ from walklens.concepts.baseline import baseline_scores, item_tokens
 from walklens.concepts.data import fewshot_examples, load_hellaswag
 from walklens.concepts import test1 as t1
 from walklens.concepts.schemes import Scheme
-from walklens.testing import tiny_model
 
 from oracles import reference_logliks
 from _ties import assert_picks_match
-
-ROWS = [("the city", "the man walks to the", "river. he", ["runs to the house.", "eats a red car.", "was big", "ran."], 0),
-        ("a dog", "the dog runs. it", "", ["eats.", "was good.", "ran to the queen.", "is red."], 2),
-        ("the king", "the king and the queen walk.", "they", ["eat.", "run to london.", "ran.", "walk to paris."], 3),
-        ("a cat", "a small cat", "is", ["red.", "big.", "good.", "bad."], 1)]
+from _toy import cli_runner, write_toy
 
 
 @pytest.fixture
 def run(capsys):
-    """The CLI in-process (``walklens.cli.main``), returning code and captured output like a subprocess."""
-    from walklens.cli import main
-
-    def call(*args: str) -> SimpleNamespace:
-        try:
-            code = main(list(args))
-        except SystemExit as e:  # argparse errors
-            code = e.code
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
-    return call
+    return cli_runner(capsys)
 
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    d = tmp_path_factory.mktemp("hs")
-    lm = tiny_model("llama")
-    lm.model.save_pretrained(str(d / "model"), safe_serialization=True)
-    lm.tokenizer.save_pretrained(str(d / "model"))
-    data = d / "toy.jsonl"
-    data.write_text("".join(json.dumps({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l})
-                            + "\n" for a, ca, cb, e, l in ROWS))
-    return d, lm, data
+    t = write_toy(tmp_path_factory.mktemp("hs"), rows=4)
+    return t.dir, t.lm, t.dir / "toy.jsonl"
 
 
 def test_baseline_test1_test2_json(toy, run):

@@ -33,7 +33,6 @@ file and the key.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,7 +40,7 @@ from typing import Any, Sequence
 from ..errors import InputError
 from ..precision import DTYPES
 from .data import FEWSHOT_SEED, HF_PREFIX
-from .grid import GridSpec
+from .grid import GridSpec, read_toml
 from .schemes import canonical_layer
 
 _TOP = ("name", "description", "models", "tests", "shots", "seeds", "items", "grid", "grids", "layers", "data",
@@ -238,16 +237,7 @@ def _grids(r: _Reader, doc: dict[str, Any], tests: tuple[int, ...], layers: tupl
 def read_experiment(path: str | Path) -> Experiment:
     """Read and check an experiment file (module docstring)."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p}: " + ("not a regular file" if p.exists() else "no such experiment file"))
-    try:
-        doc = tomllib.loads(p.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise InputError(f"{p}: not UTF-8 text (undecodable byte at offset {e.start})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{p}: not valid TOML ({e})") from None
-    except OSError as e:
-        raise InputError(f"{p}: cannot be read ({e.strerror})") from None
+    doc = read_toml(p, "experiment")
     r = _Reader(p)
     r.unknown(doc, _TOP)
     for k in ("name", "description"):

@@ -65,6 +65,20 @@ def parameter_values(test: int, layers: Sequence[str] = DEFAULT_LAYERS) -> dict[
     return vals
 
 
+def read_toml(p: Path, kind: str) -> dict[str, Any]:
+    """The table of a TOML file (a grid or an experiment file); every failure is one :class:`InputError` line."""
+    if not p.is_file():
+        raise InputError(f"{p}: " + ("not a regular file" if p.exists() else f"no such {kind} file"))
+    try:
+        return tomllib.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InputError(f"{p}: not UTF-8 text (undecodable byte at offset {e.start})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{p}: not valid TOML ({e})") from None
+    except OSError as e:
+        raise InputError(f"{p}: cannot be read ({e.strerror})") from None
+
+
 @dataclass(frozen=True)
 class GridSpec:
     """The values to try for each parameter, plus the test they belong to (1 or 2).
@@ -99,16 +113,7 @@ class GridSpec:
         """A grid file: lists restrict/extend parameters of ``base`` (``full``, default, or ``standard``)."""
         _check_test(test)
         p = Path(path)
-        if not p.is_file():
-            raise InputError(f"{p}: no such grid file")
-        try:
-            doc = tomllib.loads(p.read_bytes().decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise InputError(f"{p}: not UTF-8 text (undecodable byte at offset {e.start})") from None
-        except tomllib.TOMLDecodeError as e:
-            raise InputError(f"{p}: not valid TOML ({e})") from None
-        except OSError as e:
-            raise InputError(f"{p}: cannot be read ({e.strerror})") from None
+        doc = read_toml(p, "grid")
         base = doc.pop("base", "full")
         lay = doc.pop("layers", None)
         layer_fields = [k for k in ("layer", "out_layer") if k in _fields_for(test)]

@@ -1,0 +1,43 @@
+"""A toy HellaSwag set and a tiny saved model for CLI tests, and the CLI run in-process (shared by
+tests/test_hellaswag_cli.py and tests/test_compaction_cli.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from walklens.testing import tiny_model
+
+ROWS = [("the city", "the man walks to the", "river. he", ["runs to the house.", "eats a red car.", "was big", "ran."], 0),
+        ("a dog", "the dog runs. it", "", ["eats.", "was good.", "ran to the queen.", "is red."], 2),
+        ("the king", "the king and the queen walk.", "they", ["eat.", "run to london.", "ran.", "walk to paris."], 3),
+        ("a cat", "a small cat", "is", ["red.", "big.", "good.", "bad."], 1),
+        ("a boy", "the boy eats", "a", ["red car.", "dog.", "big house.", "city."], 0),
+        ("a girl", "she walks to", "the", ["river.", "king.", "blue car.", "one."], 2)]
+
+
+def cli_runner(capsys: Any) -> Callable[..., SimpleNamespace]:
+    """The CLI in-process (``walklens.cli.main``), returning code and captured output like a subprocess."""
+    from walklens.cli import main
+
+    def call(*args: str) -> SimpleNamespace:
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse errors
+            code = e.code
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+    return call
+
+
+def write_toy(d: Path, rows: int = len(ROWS)) -> SimpleNamespace:
+    """A tiny random llama saved under ``d/model`` and the first ``rows`` of :data:`ROWS` as ``d/toy.jsonl``."""
+    lm = tiny_model("llama")
+    lm.model.save_pretrained(str(d / "model"), safe_serialization=True)
+    lm.tokenizer.save_pretrained(str(d / "model"))
+    data = d / "toy.jsonl"
+    data.write_text("".join(json.dumps({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l})
+                            + "\n" for a, ca, cb, e, l in ROWS[:rows]))
+    return SimpleNamespace(dir=d, lm=lm, model=str(d / "model"), data=str(data))
