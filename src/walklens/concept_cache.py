@@ -11,12 +11,13 @@ A vector is keyed by
   aggregation** (WORD_AGG_SCHEME), the **norm** applied before storing (``"None"`` for the raw
   aggregates every caller stores) and the SHA-256 of the **segment text**.
 
-Layout of a cache folder: ``index.sqlite`` (WAL journal, ``busy_timeout``; tables ``spaces``, ``shards`` and
-``vectors``) and ``shards/*.safetensors``, each shard one ``[rows, D]`` float32 tensor written by one
-:meth:`ConceptCache.put` (to a temp file, then renamed) before the index rows that point into it are committed,
-so a reader never sees a row whose vector is not on disk.  Several processes may read and write one folder at
-once: every write is one ``BEGIN IMMEDIATE`` transaction, a key written twice keeps its first vector
-(``INSERT OR IGNORE``), and a shard removed by another process's eviction between lookup and read is a miss.
+Layout of a cache folder: ``index.sqlite`` (WAL journal, ``busy_timeout``: :mod:`walklens.sqlite`; tables
+``spaces``, ``shards`` and ``vectors``) and ``shards/*.safetensors``, each shard one ``[rows, D]`` float32 tensor
+written by one :meth:`ConceptCache.put` (to a temp file, then renamed) before the index rows that point into it
+are committed, so a reader never sees a row whose vector is not on disk.  Several processes may read and write
+one folder at once: every write is one ``BEGIN IMMEDIATE`` transaction, a key written twice keeps its first
+vector (``INSERT OR IGNORE``), and a shard removed by another process's eviction between lookup and read is a
+miss.
 
 Size bound: when the shards exceed ``max_bytes`` (default :data:`DEFAULT_MAX_BYTES`, or
 ``$WALKLENS_CONCEPT_CACHE_GB``), the least recently used shards are evicted (with their index rows) until the
@@ -33,16 +34,15 @@ import sqlite3
 import time
 import uuid
 import weakref
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from .errors import InputError
 from .outputs import make_dir
 from .precision import dtype_name
+from .sqlite import closed_on_error, connect, create_tables, meta_value, set_mode, tables, transaction
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -58,8 +58,7 @@ LOW_WATER = 0.9
 ORPHAN_SECONDS = 3600.0
 _LOOKUP_CHUNK = 20000
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+_SCHEMA = (  # and meta (walklens.sqlite.create_tables)
     "CREATE TABLE IF NOT EXISTS spaces (id INTEGER PRIMARY KEY, model TEXT NOT NULL, weights TEXT NOT NULL, "
     "dtype TEXT NOT NULL, device TEXT NOT NULL, d_model INTEGER NOT NULL, UNIQUE (model, weights, dtype, device))",
     "CREATE TABLE IF NOT EXISTS shards (id INTEGER PRIMARY KEY, file TEXT NOT NULL UNIQUE, rows INTEGER NOT NULL, "
@@ -186,34 +185,22 @@ class ConceptCache:
             raise InputError(f"concept cache {root}: {index.name} is not a regular file")
         try:
             self.shard_dir.mkdir(exist_ok=True)
-            self._conn = sqlite3.connect(str(index), timeout=timeout, isolation_level=None)
+            self._conn = connect(index, timeout=timeout)
         except (OSError, sqlite3.Error) as e:
             raise InputError(f"concept cache {root}: cannot open it ({e})") from None
-        try:
-            self._conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            found = self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
-            names = {r[0] for r in found}
+        with closed_on_error(self._conn, lambda e: f"concept cache {root}: {index.name} is not a usable SQLite "
+                                                   f"index ({e})"):
+            set_mode(self._conn, readonly=False)
+            names = tables(self._conn)
             if names and "meta" not in names:
                 raise InputError(f"concept cache {root}: {index.name} is an SQLite file of something else")
-            row = (self._conn.execute("SELECT value FROM meta WHERE key='concept_cache'").fetchone()
-                   if "meta" in names else None)
-            if names and row is None:
+            found = meta_value(self._conn, "concept_cache")
+            if names and found is None:
                 raise InputError(f"concept cache {root}: {index.name} is not a concept-cache index")
-            if row is not None and row[0] != str(SCHEMA_VERSION):
-                raise InputError(f"concept cache {root}: index schema {row[0]} is not the one this walklens "
+            if found is not None and found != str(SCHEMA_VERSION):
+                raise InputError(f"concept cache {root}: index schema {found} is not the one this walklens "
                                  f"reads ({SCHEMA_VERSION}); use another folder")
-            with self._write() as c:
-                for stmt in _SCHEMA:
-                    c.execute(stmt)
-                c.execute("INSERT OR IGNORE INTO meta VALUES ('concept_cache', ?)", (str(SCHEMA_VERSION),))
-        except sqlite3.DatabaseError as e:
-            self._conn.close()
-            raise InputError(f"concept cache {root}: {index.name} is not a usable SQLite index ({e})") from None
-        except BaseException:
-            self._conn.close()
-            raise
+            create_tables(self._conn, _SCHEMA, key="concept_cache", version=SCHEMA_VERSION)
 
     # ---- plumbing ------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -225,24 +212,12 @@ class ConceptCache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        c = self._conn
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            yield c
-        except BaseException:
-            if c.in_transaction:
-                c.execute("ROLLBACK")
-            raise
-        c.execute("COMMIT")
-
     def _space_id(self, space: Space, create: bool) -> int | None:
         q = "SELECT id, d_model FROM spaces WHERE model=? AND weights=? AND dtype=? AND device=?"
         key = (space.model, space.weights, space.dtype, space.device)
         row = self._conn.execute(q, key).fetchone()
         if row is None and create:
-            with self._write() as c:
+            with transaction(self._conn) as c:
                 c.execute("INSERT OR IGNORE INTO spaces (model, weights, dtype, device, d_model) VALUES (?,?,?,?,?)",
                           key + (space.d_model,))
             row = self._conn.execute(q, key).fetchone()
@@ -310,7 +285,7 @@ class ConceptCache:
             return None
 
     def _touch(self, shards: Sequence[int]) -> None:
-        with self._write() as c:
+        with transaction(self._conn) as c:
             clock = int(c.execute("SELECT COALESCE(MAX(last_used), 0) + 1 FROM shards").fetchone()[0])
             c.executemany("UPDATE shards SET last_used=? WHERE id=?", [(clock, s) for s in sorted(set(shards))])
 
@@ -341,7 +316,7 @@ class ConceptCache:
                 tmp.unlink(missing_ok=True)
                 raise InputError(f"concept cache {self.root}: cannot write a shard ({e.strerror or e})") from None
             size = (self.shard_dir / name).stat().st_size
-            with self._write() as c:
+            with transaction(self._conn) as c:
                 clock = int(c.execute("SELECT COALESCE(MAX(last_used), 0) + 1 FROM shards").fetchone()[0])
                 cur = c.execute("INSERT INTO shards (file, rows, bytes, last_used) VALUES (?,?,?,?)",
                                 (name, part.shape[0], size, clock))
@@ -366,7 +341,7 @@ class ConceptCache:
         ``target`` bytes (default: :data:`LOW_WATER` of the bound); also remove orphan shard files.  Returns
         the number of shards removed."""
         target = int(self.max_bytes * LOW_WATER) if target is None else int(target)
-        with self._write() as c:
+        with transaction(self._conn) as c:
             total = int(c.execute("SELECT COALESCE(SUM(bytes), 0) FROM shards").fetchone()[0])
             gone: list[tuple[int, str]] = []
             for sid, file, size in c.execute("SELECT id, file, bytes FROM shards ORDER BY last_used, id").fetchall():

@@ -30,13 +30,10 @@ vectors in the concept cache shared with the sweep and Test 1."""
 
 
 def _ratio(text: str) -> float:
-    if text.strip().lower() == "max":
-        return math.inf
-    try:
-        r = float(text)
-    except ValueError:
-        r = math.nan
-    if not (r >= 1 and math.isfinite(r)):
+    from ..compaction.spec import ratio_value
+
+    r = ratio_value(text)
+    if r is None:
         raise argparse.ArgumentTypeError(f"must be a number >= 1 (tokens per vector) or max, not {text[:40]!r}")
     return r
 

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..concepts.schemes import Scheme, _short_repr
+from ..concepts.schemes import Scheme, _short_repr, parse_pairs
 from ..errors import InputError
 from .core import BOUNDS, METHODS
 
@@ -130,19 +130,8 @@ class CompactSpec:
     @classmethod
     def parse(cls, spec: str) -> "CompactSpec":
         """A SPEC string (module docstring) → :class:`CompactSpec`; one :class:`InputError` line if malformed."""
-        if not isinstance(spec, str) or not spec.strip():
-            raise InputError("empty compact spec; e.g. what=examples,ratio=4")
+        kv = parse_pairs(spec, _KEYS, what="compact spec", example="what=examples,ratio=4")
         shown = _short_repr(spec, 80)
-        kv: dict[str, str] = {}
-        for part in spec.strip().split(","):
-            if "=" not in part:
-                raise InputError(f"bad compact spec part {_short_repr(part.strip(), 40)} in {shown}: expected key=value")
-            k, v = (x.strip() for x in part.split("=", 1))
-            if k not in _KEYS:
-                raise InputError(f"unknown compact spec key {_short_repr(k, 40)} in {shown}; keys: {', '.join(_KEYS)}")
-            if k in kv:
-                raise InputError(f"compact spec key {k!r} given twice in {shown}")
-            kv[k] = v
         method = kv.get("method", "concept")
         bounds = kv.get("bounds", "sentence")
         if method != "concept":
@@ -173,14 +162,21 @@ class CompactSpec:
         return replace(self, ratio=float(ratio), budget=None)
 
 
-def _parse_ratio(v: str, shown: str) -> float:
-    if v.lower() == "max":
+def ratio_value(text: str) -> float | None:
+    """A compaction ratio (compacted tokens per vector): a finite number >= 1, or ``max`` (``inf``: one vector);
+    ``None`` when ``text`` is neither (each caller words its own error)."""
+    if text.strip().lower() == "max":
         return math.inf
     try:
-        r = float(v)
+        r = float(text)
     except ValueError:
-        r = math.nan
-    if not (r >= 1 and math.isfinite(r)):
+        return None
+    return r if r >= 1 and math.isfinite(r) else None
+
+
+def _parse_ratio(v: str, shown: str) -> float:
+    r = ratio_value(v)
+    if r is None:
         raise InputError(f"invalid ratio={_short_repr(v, 30)} in {shown}: a number >= 1 (tokens per vector) or max")
     return r
 

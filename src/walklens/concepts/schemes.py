@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 if TYPE_CHECKING:
     import torch
@@ -76,6 +76,31 @@ def _short_repr(v: Any, limit: int = 60) -> str:
     except ValueError:  # an int too long to print
         r = f"<{type(v).__name__}>"
     return r if len(r) <= limit else r[:limit - 3] + "..."
+
+
+def parse_pairs(text: str, keys: Sequence[str], *, what: str, example: str = "") -> dict[str, str]:
+    """``key=value`` pairs joined by commas → ``{key: value}`` (both stripped, in the order given): the grammar of
+    a scheme (:meth:`Scheme.parse`) and of a compact spec (:meth:`walklens.compaction.CompactSpec.parse`).
+
+    An empty ``text``, a part without ``=``, a key not in ``keys`` and a key given twice are each one
+    :class:`InputError` line naming ``what`` (``"scheme"``, ``"compact spec"``), the part or key at fault (cut
+    short) and, for the first two, the keys allowed; ``example`` follows the refusal of an empty ``text``.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"empty {what}" + (f"; e.g. {example}" if example else ""))
+    shown, allowed = _short_repr(text, 80), ", ".join(keys)
+    kv: dict[str, str] = {}
+    for part in text.strip().split(","):
+        if "=" not in part:
+            raise InputError(f"bad {what} part {_short_repr(part.strip(), 40)} in {shown}: expected key=value "
+                             f"with a key of {allowed}")
+        k, v = (x.strip() for x in part.split("=", 1))
+        if k not in keys:
+            raise InputError(f"unknown {what} key {_short_repr(k, 40)} in {shown}; keys: {allowed}")
+        if k in kv:
+            raise InputError(f"{what} key {_short_repr(k, 40)} given twice in {shown}")
+        kv[k] = v
+    return kv
 
 
 def canonical_layer(layer: Any) -> str:
@@ -157,21 +182,11 @@ class Scheme:
     def parse(cls, s: str) -> "Scheme":
         """Inverse of ``str(scheme)``; unknown keys, repeated keys and missing ``enc``/``layer``/``word`` are
         refused.  Omitted ``norm``/``seg``/``ex``/``sim``/``out_*`` take the dataclass defaults."""
-        if not isinstance(s, str) or not s.strip():
-            raise InputError("empty scheme")
-        kv: dict[str, Any] = {}
-        for part in s.strip().split(","):
-            if "=" not in part:
-                raise InputError(f"bad scheme part {part!r} in {s!r}: expected key=value")
-            k, v = (x.strip() for x in part.split("=", 1))
-            if k not in _KEYS:
-                raise InputError(f"unknown scheme key {k!r} in {s!r}; keys: {', '.join(_KEYS)}")
-            if k in kv:
-                raise InputError(f"scheme key {k!r} given twice in {s!r}")
-            kv[k] = _none(v) if k not in ("enc", "layer", "word") else v
+        kv: dict[str, Any] = {k: v if k in ("enc", "layer", "word") else _none(v)
+                              for k, v in parse_pairs(s, _KEYS, what="scheme").items()}
         missing = [k for k in ("enc", "layer", "word") if k not in kv]
         if missing:
-            raise InputError(f"scheme {s!r} lacks {', '.join(missing)}")
+            raise InputError(f"scheme {_short_repr(s, 80)} lacks {', '.join(missing)}")
         return cls(**kv)
 
     @classmethod

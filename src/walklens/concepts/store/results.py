@@ -30,7 +30,8 @@ from platformdirs import user_data_dir
 
 from ...errors import InputError, MissingDependencyError
 from ...outputs import atomic_open, check_file
-from .db import FIX, connect, open_tables, tables, transaction
+from ...sqlite import closed_on_error, tables, transaction
+from .db import FIX, connect, open_tables
 
 SCHEMA_VERSION = 1
 KEY_COLUMNS: tuple[str, ...] = ("model", "data", "split", "shots", "test", "scheme")
@@ -98,15 +99,9 @@ class ResultStore:
         (:func:`~.db.open_tables`)."""
         self.path = Path(path).expanduser() if path is not None else default_db_path()
         self._conn = connect(self.path, timeout=timeout, readonly=readonly)
-        try:
+        with closed_on_error(self._conn, lambda e: f"{self.path}: not a usable results database ({e}); {FIX}"):
             open_tables(self._conn, self.path, what="results", key="schema", version=SCHEMA_VERSION, ddl=_SCHEMA,
                         readonly=readonly)
-        except sqlite3.DatabaseError as e:
-            self._conn.close()
-            raise InputError(f"{self.path}: not a usable results database ({e}); {FIX}") from None
-        except BaseException:
-            self._conn.close()
-            raise
 
     # ---- plumbing ------------------------------------------------------------------------------------------
     def close(self) -> None:

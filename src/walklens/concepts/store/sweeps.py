@@ -25,8 +25,9 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ...errors import InputError
+from ...sqlite import closed_on_error, tables, transaction
 from ..stats import Cells, Counts, cell_counts, count_cells
-from .db import FIX, connect, open_tables, tables, transaction
+from .db import FIX, connect, open_tables
 
 #: The layout of the sweep tables (``sweep_schema`` in ``meta``; see :func:`~.db.open_tables`).
 SCHEMA_VERSION = 1
@@ -149,16 +150,10 @@ class SweepStore:
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
         self.con = connect(self.path, timeout=60.0, readonly=readonly)
-        try:
+        with closed_on_error(self.con, lambda e: f"{self.path}: not a usable SQLite database ({e}); {FIX}"):
             open_tables(self.con, self.path, what="sweep", key="sweep_schema", version=SCHEMA_VERSION, ddl=_SCHEMA,
                         readonly=readonly)
             self._has_tables = {"sweep_runs", "sweep_groups"} <= tables(self.con)
-        except sqlite3.DatabaseError as e:
-            self.con.close()
-            raise InputError(f"{self.path}: not a usable SQLite database ({e}); {FIX}") from None
-        except BaseException:
-            self.con.close()
-            raise
 
     def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
         """Rows of a query; a read error (a page damaged after opening) is one :class:`InputError`."""
