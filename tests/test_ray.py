@@ -36,6 +36,7 @@ T1_GRID = ('layers = ["E", "-1"]\nword = ["last", "relu|w1mean"]\nnorm = ["None"
            'enc = ["concat_each_example", "sentence_level_segmentation", "cross_encoding"]\n')
 T2_GRID = 'layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None", "L2"]\nout_word = ["w1mean", "last"]\n'
 SHARD_ITEMS = 2  # 6 items: three Test 1 ranges per block
+TINY_MB = 1e-6  # a Test 2 item range's bank rows fit in 1 byte: every 8-item chunk a range of its own
 
 
 def items_jsonl(path: Path, n: int = 6, seed: int = 3) -> Path:
@@ -111,14 +112,16 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     local = tmp / "local.sqlite"
     env["local"] = {t: sweep(env, local, t) for t in (1, 2)}
     env["local_db"] = local
+    env["items21"] = load_hellaswag(items_jsonl(tmp / "items21.jsonl", n=21, seed=5))  # Test 2 in 3 item ranges
+    env["local21"] = sweep(env, tmp / "local21.sqlite", 2, items=env["items21"])  # one range: the bank itself
     yield env
     ray.shutdown()
     torch.set_num_threads(threads)
 
 
-def sweep(env: dict[str, Any], db: Path, test: int, **kw: Any) -> Any:
-    return run_sweep(env["lm"], env["items"], test=test, schemes=env["schemes"][test], db=db, shots=1, data="toy",
-                     progress=False, test1_shard_items=SHARD_ITEMS, **kw)
+def sweep(env: dict[str, Any], db: Path, test: int, items: Any = None, **kw: Any) -> Any:
+    return run_sweep(env["lm"], env["items"] if items is None else items, test=test, schemes=env["schemes"][test],
+                     db=db, shots=1, data="toy", progress=False, test1_shard_items=SHARD_ITEMS, **kw)
 
 
 @pytest.mark.parametrize("n", [1, 2])
@@ -130,10 +133,12 @@ def test_ray_stores_the_local_bits_with_1_and_2_workers(setup: dict[str, Any], n
     db = setup["tmp"] / f"ray{n}.sqlite"
     texts = [f"{a} {b} ran to the {c}" for a in ("the", "a") for b in ("man", "dog", "cat") for c in ("river", "city")]
     texts += ["the king", "a queen"]  # several batches of equal token length
-    with RayBackend(workers=n).workers(setup["lm"]) as w:
-        outs = {t: sweep(setup, db, t, workers=w) for t in (1, 2)}
+    with RayBackend(workers=n, context_mb=TINY_MB).workers(setup["lm"]) as w:
+        outs = {t: sweep(setup, db, t, workers=w) for t in (1, 2)}  # 6 items: one Test 2 range all the same
         # the forward shards' float vectors themselves, not only the picks they lead to, are the local bits
         far = build_bank(setup["lm"], texts, ["E", "1", "2"], ["mean", "w1mean", "last"], progress=False, workers=w)
+        # 21 items: each Test 2 bundle in 3 ranges, each range's bank rows its own context in the object store
+        cut = sweep(setup, setup["tmp"] / f"ray21_{n}.sqlite", 2, items=setup["items21"], workers=w)
     here = build_bank(setup["lm"], texts, ["E", "1", "2"], ["mean", "w1mean", "last"], progress=False)
     assert torch.equal(far.vectors, here.vectors)
     for t, o in outs.items():
@@ -143,6 +148,9 @@ def test_ray_stores_the_local_bits_with_1_and_2_workers(setup: dict[str, Any], n
     assert outs[1].shards_computed["test1"] == 2 * 2 * 3  # blocks (E|-1 x 2 words) x 3 item ranges
     assert snapshot(db) == snapshot(setup["local_db"])
     no_duplicates(db, sum(o.n_groups for o in outs.values()))
+    assert cut.shards_computed["test2"] == 3 * setup["local21"].shards_computed["test2"]
+    assert snapshot(setup["tmp"] / f"ray21_{n}.sqlite") == snapshot(setup["tmp"] / "local21.sqlite")
+    no_duplicates(setup["tmp"] / f"ray21_{n}.sqlite", cut.n_groups)
 
 
 def test_a_worker_killed_mid_run_changes_nothing(setup: dict[str, Any]) -> None:
@@ -216,19 +224,26 @@ def test_ray_errors_are_one_line(setup: dict[str, Any], tmp_path: Path, monkeypa
 
     with pytest.raises(InputError, match="5 Ray worker.*need 5 CPUs; the cluster has 2"):
         RayBackend(workers=5).workers(setup["lm"])
+    for bad in (0, -1.0, float("nan"), "x"):
+        with pytest.raises(InputError, match="context_mb must be a positive number of MB"):
+            RayBackend(context_mb=bad)  # type: ignore[arg-type]
     exp = tmp_path / "e.toml"
     exp.write_text(f'tests = [2]\ngrid = "standard"\nitems = 2\ndata = "{setup["tmp"] / "items.jsonl"}"\n'
                    f'[[models]]\nname = "{setup["mdir"]}"\ndevice = "cuda"\n', encoding="utf-8")
     args = ["experiment", "run", str(exp), "--db", str(tmp_path / "x.sqlite"), "--no-progress"]
     assert main(args + ["--backend", "ray"]) == 2  # no GPU on this machine: refused before anything loads
     assert main(args + ["--workers", "2"]) == 2  # a Ray option without the ray backend
+    monkeypatch.setenv("WALKLENS_RAY_CONTEXT_MB", "lots")  # the bound on a Test 2 range's bank rows
+    assert main(args + ["--backend", "ray"]) == 2
+    monkeypatch.delenv("WALKLENS_RAY_CONTEXT_MB")
     monkeypatch.setitem(sys.modules, "ray", None)  # ray not installed
     assert main(args + ["--backend", "ray"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 3 and all(e.startswith("walklens: error: ") for e in err), err
+    assert len(err) == 4 and all(e.startswith("walklens: error: ") for e in err), err
     assert "no CUDA GPU is available" in err[0] or "has no CUDA" in err[0]
     assert "--workers needs --backend ray" in err[1]
-    assert "pip install 'walklens[ray]'" in err[2]
+    assert "WALKLENS_RAY_CONTEXT_MB must be a positive number of MB, not 'lots'" in err[2]
+    assert "pip install 'walklens[ray]'" in err[3]
     assert not (tmp_path / "x.sqlite").exists()
 
 

@@ -7,6 +7,7 @@ import json
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pytest
@@ -546,3 +547,139 @@ def test_report_keeps_the_baseline_scheme_out_of_the_best() -> None:
         assert s["metrics"][m]["in_sample"]["scheme"] != base
         assert all(t["scheme"] != base for t in s["metrics"][m]["top10"])
         assert s["metrics"][m]["in_sample"]["acc"] < 1.0
+
+
+# ---- Test 2 over item ranges (issue 15: a worker's memory bounded by its range) ---------------------------------
+
+T2_RANGE_GRID = 'layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None", "L2"]\nout_word = ["w1mean", "last"]\n'
+
+
+def _table(db: Path) -> tuple[list[str], bytes, bytes]:
+    """A database's one sweep run as bytes: scheme names, accuracies, picks."""
+    with SweepStore(db) as st:
+        (run,) = st.runs()
+        r = st.load(run["id"])
+    return r.schemes, r.acc.tobytes(), r.preds.tobytes()
+
+
+def _kept(db: Path) -> int:
+    with sqlite3.connect(db) as con:
+        return con.execute("SELECT count(*) FROM sweep_shards").fetchone()[0]
+
+
+def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) -> None:
+    """Each range's context holds only the bank rows its items read, at most the workers' bound (one 8-item chunk
+    at least), and gives every item exactly the padded vectors the whole bank gives it; the stored table is the
+    one-range table bit for bit."""
+    from walklens.backends import LocalWorkers
+    from walklens.concepts.sweep import run_sweep
+    from walklens.concepts.sweep.run import TEST2_WAVE
+    from walklens.concepts.sweep.shards import TEST2_CHUNK
+    from walklens.testing import tiny_model
+
+    class Recording(LocalWorkers):
+        """The local workers, keeping every context they are handed."""
+
+        ctxs: list[Any]
+
+        def map_parts(self, fn: Any, parts: Iterable[tuple[Any, Iterable[Any]]]) -> Iterator[tuple[int, Any]]:
+            def seen() -> Iterator[tuple[Any, Iterable[Any]]]:
+                for ctx, ps in parts:
+                    self.ctxs.append(ctx)
+                    yield ctx, ps
+            self.ctxs = []
+            return super().map_parts(fn, seen())
+
+    lm = tiny_model("llama")
+    items = _items(21, seed=5)
+    (tmp_path / "g.toml").write_text(T2_RANGE_GRID, encoding="utf-8")
+    schemes, _ = GridSpec.from_toml(tmp_path / "g.toml", 2, "decoder").enumerate("decoder")
+    whole, cut = Recording(lm), Recording(lm)
+    one = run_sweep(lm, items, test=2, schemes=schemes, db=tmp_path / "a.sqlite", shots=1, data="toy",
+                    progress=False, workers=whole)
+    (w,) = whole.ctxs  # no bound: one context, the bank itself
+    cut.context_bytes = limit = w.vectors.nbytes // 2
+    many = run_sweep(lm, items, test=2, schemes=schemes, db=tmp_path / "b.sqlite", shots=1, data="toy",
+                     progress=False, workers=cut)
+    assert _table(tmp_path / "a.sqlite") == _table(tmp_path / "b.sqlite")
+    ranges, a = [], 0  # the contexts of the first wave: one per range, in order
+    for ctx in cut.ctxs:
+        b = a + next(iter(ctx.layouts.values())).seg.shape[0]
+        assert a % TEST2_CHUNK == 0
+        assert ctx.vectors.nbytes <= limit or b - a <= TEST2_CHUNK
+        assert ctx.vectors.shape[0] < w.vectors.shape[0]
+        for e, lay in ctx.layouts.items():
+            big = w.layouts[e]
+            for mine, theirs in ((lay.seg, big.seg[a:b]), (lay.end, big.end[a:b])):  # same padded shapes, same bits
+                assert np.array_equal(ctx.vectors[mine.numpy()], w.vectors[theirs.numpy()])
+            assert np.array_equal(lay.smask.numpy(), big.smask[a:b].numpy())
+        ranges.append((a, b))
+        a = 0 if b == len(items) else b
+    n = ranges.index((ranges[-1][0], len(items))) + 1
+    assert n >= 2 and ranges == ranges[:n] * (len(ranges) // n)  # every wave of bundles: the same ranges
+    bundles = one.shards_computed["test2"]
+    assert len(ranges) // n == -(-bundles // TEST2_WAVE) and many.shards_computed["test2"] == n * bundles
+
+
+def test_test2_item_ranges_resume_to_the_one_range_table(tmp_path: Path) -> None:
+    """A sweep cut into 8-item ranges, interrupted after its 4th shard, keeps those ranges' picks; rerun with the
+    same ranges it computes only the other shards, rerun in one range it drops the kept ones: the one-range table
+    bit for bit either way, no shard left over."""
+    from walklens.concepts.sweep import run_sweep
+    from walklens.testing import tiny_model
+
+    lm = tiny_model("llama")
+    items = _items(21, seed=5)
+    (tmp_path / "g.toml").write_text(T2_RANGE_GRID, encoding="utf-8")
+    schemes, _ = GridSpec.from_toml(tmp_path / "g.toml", 2, "decoder").enumerate("decoder")
+
+    def sweep(db: str, **kw: Any) -> Any:
+        return run_sweep(lm, items, test=2, schemes=schemes, db=tmp_path / db, shots=2, data="toy", progress=False,
+                         **kw)
+
+    def crash(kind: str, n: int) -> None:
+        if kind == "test2" and n == 4:
+            raise KeyboardInterrupt
+
+    one = sweep("one.sqlite")
+    tiny = 1e-9  # every range one 8-item chunk: 3 ranges
+    for db, rerun in (("same.sqlite", tiny), ("other.sqlite", None)):
+        with pytest.raises(KeyboardInterrupt):
+            sweep(db, test2_context_mb=tiny, on_shard=crash)
+        assert _kept(tmp_path / db) == 4
+        again = sweep(db, test2_context_mb=rerun)
+        per_range = 3 if rerun else 1
+        assert again.shards_computed["test2"] == per_range * one.shards_computed["test2"] - (4 if rerun else 0)
+        assert _table(tmp_path / db) == _table(tmp_path / "one.sqlite")
+        assert _kept(tmp_path / db) == 0
+
+
+def test_a_range_context_holds_its_rows_and_pads_as_the_whole_bank() -> None:
+    """Items 8..15 read rows 10..29 only: their context holds just those (and row 0, where padding points), and
+    every entry, padded ones included, reads the whole bank's vector; ranges are cut at 8-item chunks to fit."""
+    import torch
+
+    from walklens.concepts.sweep.batched import EncLayout
+    from walklens.concepts.sweep.shards import Test2Ctx, item_ranges, range_rows
+    from walklens.concepts.vectors import VectorBank
+
+    g = torch.Generator().manual_seed(0)
+    vectors = torch.randn(30, 2, 2, 4, generator=g)
+    bank = VectorBank(layers=("E", "1"), words=("mean", "last"), index={}, vectors=vectors)
+    seg = torch.cat([torch.randint(0, 10, (8, 2, 3), generator=g), torch.randint(10, 30, (8, 2, 3), generator=g)])
+    smask = torch.rand(16, 2, 3, generator=g) < 0.7
+    smask[:, :, 0] = True
+    seg[~smask] = 0  # padding points at row 0, as EncLayout.build pads
+    lay = EncLayout(seg=seg, smask=smask, emask=smask.any(-1), end=torch.randint(10, 30, (16, 4), generator=g))
+    lay.end[:8] = torch.randint(0, 10, (8, 4), generator=g)
+    ctx = Test2Ctx.of_range(bank, {"e": lay}, {"E": "E"}, [0, 1], 8, 16)
+    rows = range_rows([lay], 8, 16)
+    assert rows[0] == 0 and rows[1:].min() >= 10 and ctx.vectors.shape == (len(rows), 2, 2, 4)
+    sub = ctx.layouts["e"]
+    for mine, theirs in ((sub.seg, seg[8:16]), (sub.end, lay.end[8:16])):
+        assert np.array_equal(ctx.vectors[mine.numpy()], bank.vectors[theirs].numpy())
+    whole = Test2Ctx.of_range(bank, {"e": lay}, {"E": "E"}, [0, 1], 0, 16)
+    assert np.shares_memory(whole.vectors, bank.vectors.numpy())  # all items: the bank itself, no copy
+    row = 2 * 2 * 4 * 4
+    assert item_ranges([lay], 16, row, None) == item_ranges([lay], 16, row, 30 * row) == [(0, 16)]
+    assert item_ranges([lay], 16, row, 25 * row) == item_ranges([lay], 16, row, 1) == [(0, 8), (8, 16)]

@@ -1,10 +1,11 @@
 """The backend interface: where the shards of a sweep run, and the local backend (this process).
 
 A sweep is cut into shards defined before any of them runs (seed 000, sec. 5.1, at scale: docs/scale.md):
-item ranges for the baseline's and the vector bank's forward passes, scheme bundles for Test 2, (scheme block,
-item range) pairs for Test 1's concept sequences.  A shard is a pure function ``fn(lm, ctx, payload)`` of the
-model, a context shared by every shard of one :meth:`Workers.map` call, and its own payload, so its result is
-the same wherever it runs; the driver stores results as they come back.
+item ranges for the baseline's and the vector bank's forward passes, (scheme bundle, item range) pairs for
+Test 2, (scheme block, item range) pairs for Test 1's concept sequences.  A shard is a pure function
+``fn(lm, ctx, payload)`` of the model, a context shared by every shard of one :meth:`Workers.map` call (or of
+one part of a :meth:`Workers.map_parts` call: Test 2's item ranges, each with the bank rows it reads), and its
+own payload, so its result is the same wherever it runs; the driver stores results as they come back.
 
 * :class:`Backend` -- loads the driver's model (:meth:`Backend.driver_model`) and opens :class:`Workers` that
   hold a model each (:meth:`Backend.workers`);
@@ -61,10 +62,20 @@ class Workers(ABC):
     n: int = 1
     #: The backend's name (``local``, ``ray``).
     kind: str = "local"
+    #: The most bytes of bank rows one shard's context may hold (``None``: no bound; the local workers read the
+    #: driver's own arrays, so the whole bank is one context).  Test 2 cuts its items into ranges to stay under it.
+    context_bytes: int | None = None
 
-    @abstractmethod
     def map(self, fn: ShardFn, ctx: Any, payloads: Iterable[Any]) -> Iterator[tuple[int, Any]]:
         """Run ``fn(lm, ctx, payload)`` for every payload; yield ``(position in payloads, result)``."""
+        return self.map_parts(fn, ((ctx, payloads),))
+
+    @abstractmethod
+    def map_parts(self, fn: ShardFn, parts: Iterable[tuple[Any, Iterable[Any]]]) -> Iterator[tuple[int, Any]]:
+        """:meth:`map` over parts ``(ctx, payloads)``, each with its own context: run ``fn(lm, ctx, payload)`` for
+        every payload of every part; yield ``(position among all payloads, result)``.  A part is drawn only when
+        the payloads before it are handed out, so only the contexts of the shards in flight are held at once
+        (each copied once where a backend copies them: Ray's object store)."""
 
     def close(self) -> None:
         """Release the workers (the local ones hold nothing)."""
@@ -82,9 +93,12 @@ class LocalWorkers(Workers):
     def __init__(self, lm: LoadedModel) -> None:
         self.lm = lm
 
-    def map(self, fn: ShardFn, ctx: Any, payloads: Iterable[Any]) -> Iterator[tuple[int, Any]]:
-        for i, p in enumerate(payloads):
-            yield i, fn(self.lm, ctx, p)
+    def map_parts(self, fn: ShardFn, parts: Iterable[tuple[Any, Iterable[Any]]]) -> Iterator[tuple[int, Any]]:
+        i = 0
+        for ctx, payloads in parts:
+            for p in payloads:
+                yield i, fn(self.lm, ctx, p)
+                i += 1
 
 
 class Backend(ABC):

@@ -5,8 +5,11 @@
 * Each worker is an actor (``num_cpus=cpus_per_worker``, ``num_gpus=gpus_per_worker``; torch runs that many
   threads) that loads the model from its :class:`~.base.ModelSpec` once, in its constructor.
 * :meth:`RayWorkers.map` puts the shared context in the object store once and hands each actor the next payload
-  whenever it has fewer than two (so one is always queued behind the one it runs); Ray restarts an actor that dies (``max_restarts``) and retries the shard it held
-  (``max_task_retries``).  A shard's result depends on its payload only, so a retried shard gives the same bits.
+  whenever it has fewer than two (so one is always queued behind the one it runs); Ray restarts an actor that
+  dies (``max_restarts``) and retries the shard it held (``max_task_retries``).  A shard's result depends on its
+  payload only, so a retried shard gives the same bits.  :meth:`RayWorkers.map_parts` puts one context per part
+  (Test 2: an item range's bank rows, at most ``context_mb`` MB, so a node never needs the whole bank; default
+  :data:`CONTEXT_MB` or ``$WALKLENS_RAY_CONTEXT_MB``).
 * Before anything loads: ``cuda`` on a cluster without GPUs, and more workers than the cluster's CPUs or GPUs,
   are one-line errors (such actors would wait forever); workers that still do not start within
   ``start_timeout`` seconds are another, never a hang.
@@ -30,6 +33,9 @@ if TYPE_CHECKING:
     from ..loading import LoadedModel
 
 INSTALL = "pip install 'walklens[ray]'"
+#: The most MB of bank rows one shard's context holds on the Ray backend (Test 2 item ranges; docs/scale.md).
+CONTEXT_MB = 1024.0
+CONTEXT_ENV = "WALKLENS_RAY_CONTEXT_MB"
 _ADDRESS = re.compile(r"^(ray://)?[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
 
 
@@ -47,6 +53,21 @@ def check_address(address: str | None) -> str | None:
     if address is None or address == "auto" or (isinstance(address, str) and _ADDRESS.match(address)):
         return address
     raise InputError(f"Ray address must be auto, HOST:PORT or ray://HOST:PORT, not {str(address)[:80]!r}")
+
+
+def resolve_context_mb(value: float | str | None = None) -> float:
+    """The bound on a shard's context in MB: ``value``, else ``$WALKLENS_RAY_CONTEXT_MB``, else :data:`CONTEXT_MB`;
+    anything but a positive number is one :class:`InputError` line."""
+    what = "context_mb"
+    if value is None:
+        value, what = os.environ.get(CONTEXT_ENV) or CONTEXT_MB, CONTEXT_ENV
+    try:
+        mb = float(value)
+    except (TypeError, ValueError):
+        mb = float("nan")
+    if not mb > 0 or mb == float("inf") or isinstance(value, bool):
+        raise InputError(f"{what} must be a positive number of MB, not {str(value)[:40]!r}")
+    return mb
 
 
 def _first_line(e: BaseException) -> str:
@@ -83,8 +104,10 @@ class RayWorkers(Workers):
     kind = "ray"
 
     def __init__(self, ray: Any, spec: ModelSpec, n: int, cpus: float, gpus: float, *, retries: int = 3,
-                 start_timeout: float = 600.0, hook: Callable[[int], None] | None = None, depth: int = 2) -> None:
+                 start_timeout: float = 600.0, hook: Callable[[int], None] | None = None, depth: int = 2,
+                 context_mb: float = CONTEXT_MB) -> None:
         self.ray, self.n, self.retries, self.depth = ray, n, retries, max(1, depth)
+        self.context_bytes = int(context_mb * 2**20)
         total = ray.cluster_resources()
         for what, each in (("CPU", cpus), ("GPU", gpus)):
             have = float(total.get(what, 0.0))
@@ -123,9 +146,20 @@ class RayWorkers(Workers):
                 raise inner from None
             raise WalklensError(f"a Ray worker {what} ({self.retries} restarts allowed): {_first_line(e)}") from None
 
-    def map(self, fn: ShardFn, ctx: Any, payloads: Iterable[Any]) -> Iterator[tuple[int, Any]]:
-        ctx_ref = self.ray.put(ctx)
-        todo = iter(enumerate(payloads))
+    def map_parts(self, fn: ShardFn, parts: Iterable[tuple[Any, Iterable[Any]]]) -> Iterator[tuple[int, Any]]:
+        def flat() -> Iterator[tuple[int, Any, Any]]:
+            """``(position, context ref, payload)``: each part's context put in the object store once, when its
+            first payload is handed out; the driver drops the ref at the next part (running shards keep it)."""
+            i = 0
+            for ctx, payloads in parts:
+                ref = None
+                for p in payloads:
+                    if ref is None:
+                        ref, ctx = self.ray.put(ctx), None
+                    yield i, ref, p
+                    i += 1
+
+        todo = flat()
         idle = deque(a for _ in range(self.depth) for a in self.actors)  # free slots
         running: dict[Any, tuple[int, Any]] = {}
         try:
@@ -135,7 +169,7 @@ class RayWorkers(Workers):
                     if nxt is None:
                         break
                     a = idle.popleft()
-                    running[a.run.remote(fn, ctx_ref, nxt[1])] = (nxt[0], a)
+                    running[a.run.remote(fn, nxt[1], nxt[2])] = (nxt[0], a)
                 if not running:
                     return
                 (ref,), _ = self.ray.wait(list(running), num_returns=1)
@@ -161,13 +195,15 @@ class RayWorkers(Workers):
 class RayBackend(Backend):
     """Shards on Ray actors (module docstring).  ``workers``: actors per model (default: 1 on a local instance;
     on a cluster, one per GPU for ``cuda`` or one per ``cpus_per_worker`` CPUs); ``gpus_per_worker``: default 1
-    for ``cuda``, 0 otherwise; ``runtime_env``: passed to ``ray.init`` (code and packages for remote nodes)."""
+    for ``cuda``, 0 otherwise; ``runtime_env``: passed to ``ray.init`` (code and packages for remote nodes);
+    ``context_mb``: the most MB of bank rows one shard's context holds (:func:`resolve_context_mb`)."""
 
     name = "ray"
 
     def __init__(self, address: str | None = None, workers: int | None = None, *, cpus_per_worker: float = 1,
                  gpus_per_worker: float | None = None, runtime_env: dict[str, Any] | None = None,
-                 retries: int = 3, start_timeout: float = 600.0, hook: Callable[[int], None] | None = None) -> None:
+                 retries: int = 3, start_timeout: float = 600.0, hook: Callable[[int], None] | None = None,
+                 context_mb: float | None = None) -> None:
         self.ray = require_ray()
         self.address = check_address(address)
         if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
@@ -180,6 +216,7 @@ class RayBackend(Backend):
             raise InputError("runtime_env must be a table (a dict)")
         self.n_workers, self.cpus, self.gpus = workers, float(cpus_per_worker), gpus_per_worker
         self.runtime_env, self.retries, self.start_timeout, self.hook = runtime_env, retries, start_timeout, hook
+        self.context_mb = resolve_context_mb(context_mb)
         self._specs: dict[int, ModelSpec] = {}
 
     def describe(self) -> str:
@@ -260,4 +297,4 @@ class RayBackend(Backend):
                 res = self.ray.cluster_resources()
                 n = max(1, int(res.get("GPU", 0) // gpus) if gpus else int(res.get("CPU", 1) // self.cpus))
         return RayWorkers(self.ray, spec, n, self.cpus, gpus, retries=self.retries,
-                          start_timeout=self.start_timeout, hook=self.hook)
+                          start_timeout=self.start_timeout, hook=self.hook, context_mb=self.context_mb)

@@ -9,8 +9,10 @@ come back:
   (shared with ``walklens hellaswag baseline``);
 * bank: batches of texts of equal token length, kept per text in the cache folder (``cache_dir``);
 * Test 2: one shard per bundle (groups sharing NORM, enc, seg, ex, sim and the choice encodings, over every
-  group of the grid, stored or not, so a bundle's matrix shapes never depend on what was stored); a bundle's
-  groups are committed in one transaction;
+  group of the grid, stored or not, so a bundle's matrix shapes never depend on what was stored) and item range
+  (one range of all items where the bank fits the workers' ``context_bytes``, else ranges whose bank rows fit,
+  whole :data:`~.shards.TEST2_CHUNK`-item chunks each, each range's rows its shards' context); a range's picks
+  are kept in ``sweep_shards`` and the bundle's groups committed in one transaction when its last range is in;
 * Test 1: schemes in blocks of one bank layer and word aggregation (concept sequences can be identical only
   within one), each cut into item ranges of ``test1_shard_items``; a range's picks are kept in the store's
   ``sweep_shards`` table and the block's groups committed, dropping them, when its last range is in.
@@ -26,6 +28,7 @@ import hashlib
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
@@ -43,7 +46,8 @@ from ..store import ResultStore, SweepStore
 from .bank import VectorBank, build_bank, layer_keys
 from .batched import EncLayout
 from .plan import ItemPlan, plan_item
-from .shards import Test1Shard, Test2Ctx, Test2Shard, baseline_shard, test1_shard, test2_shard
+from .shards import (Test1Shard, Test2Ctx, Test2Shard, baseline_shard, item_ranges, test1_shard,
+                     test2_shard)
 
 if TYPE_CHECKING:
     from ...loading import LoadedModel
@@ -52,6 +56,10 @@ if TYPE_CHECKING:
 OnShard = Callable[[str, int], None]
 #: Items per Test 1 shard (fixed: it decides which concept sequences share a packed forward pass).
 TEST1_SHARD_ITEMS = 64
+#: Test 2 bundles per wave where the items are cut into ranges: each wave puts every range's bank rows in the
+#: workers' reach once (the whole bank once per wave), and keeps at most this many bundles' picks in
+#: ``sweep_shards`` until their last range is in.
+TEST2_WAVE = 32
 
 
 def _bundles(groups: Sequence[list[Scheme]]
@@ -84,12 +92,16 @@ def _count(on_shard: OnShard | None, counts: dict[str, int] | None, kind: str) -
 def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequence[ItemPlan],
                    schemes: Sequence[Scheme], layer_key: dict[str, str], workers: Workers, *, progress: bool = True,
                    stop_after: int | None = None, on_shard: OnShard | None = None,
-                   counts: dict[str, int] | None = None) -> int:
+                   counts: dict[str, int] | None = None, context_mb: float | None = None) -> int:
     """Evaluate and store every Test 2 context group not yet stored; returns the number of groups stored.
 
     Bit-identical work is done once: encodings that cut every item identically share a bundle's predictions
-    (within one NORM), as do bank layers with identical vectors.  ``stop_after`` stops after that many groups
-    (the tests use it to simulate an interruption); ``counts["test2"]`` counts the shards computed.
+    (within one NORM), as do bank layers with identical vectors.  A shard is a bundle over an item range whose
+    bank rows fit in ``context_mb`` MB (default: ``workers.context_bytes``; no bound: one range of all items);
+    with several ranges, a range's picks are kept in ``sweep_shards`` until the bundle's last range is in, and
+    the bundles go in waves of :data:`TEST2_WAVE` (each wave's ranges one after the other).  ``stop_after``
+    stops after that many groups (the tests use it to simulate an interruption); ``counts["test2"]`` counts the
+    shards computed.
     """
     done = store.done(run_id)
     by_norm, group_outs = _bundles(list(group_by_context(schemes).values()))
@@ -118,24 +130,68 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
             todo += left
     if not shards:
         return 0
-    ctx = Test2Ctx(vectors=bank.vectors.numpy(), layers=bank.layers, words=bank.words,
-                   layouts={sh.enc: layouts[sh.enc] for sh in shards.values()}, layer_key=dict(layer_key),
-                   alias=bank.layer_alias())
     keys = list(shards)
+    limit = workers.context_bytes if context_mb is None else int(context_mb * 2**20)
+    ranges = item_ranges([layouts[sh.enc] for sh in shards.values()], len(items),
+                         bank.vectors[:1].numel() * bank.vectors.element_size(), limit)
+    alias = bank.layer_alias()
+    kept = store.shards(run_id)
+    digest = {k: hashlib.sha256(repr(k).encode()).hexdigest()[:16] for k in keys}
+    got: dict[tuple[object, ...], dict[int, tuple[np.ndarray, float]]] = {k: {} for k in keys}
+    names: dict[tuple[object, ...], list[str]] = {}  # every kept shard of a bundle (any cut): dropped when stored
+    for k in keys:
+        names[k] = [n for n in kept if n.startswith(f"test2|{digest[k]}|")]
+        for r, (a, b) in enumerate(ranges):
+            if f"test2|{digest[k]}|{a}:{b}" in kept:
+                got[k][r] = kept[f"test2|{digest[k]}|{a}:{b}"]
+    wave = len(keys) if len(ranges) == 1 else TEST2_WAVE
+    specs = [(k, r) for w in range(0, len(keys), wave) for r in range(len(ranges)) for k in keys[w:w + wave]
+             if r not in got[k]]
+    wave_of = {k: i // wave for i, k in enumerate(keys)}
+
+    def parts() -> Iterator[tuple[Test2Ctx, list[Test2Shard]]]:
+        """One part per (wave, range): the range's context and the wave's bundles still to compute there."""
+        for (_, r), part in groupby(specs, key=lambda kr: (wave_of[kr[0]], kr[1])):
+            sh = [shards[k] for k, _ in part]
+            yield Test2Ctx.of_range(bank, {x.enc: layouts[x.enc] for x in sh}, layer_key, alias, *ranges[r]), sh
+
     bar = progress_bar(total=todo, desc="Test 2 scheme groups", disable=not progress)
     computed = 0
+
+    def finish(k: tuple[object, ...]) -> bool:
+        """Store bundle ``k``'s groups if all its ranges are in; True when ``stop_after`` is reached."""
+        nonlocal computed
+        if len(got[k]) < len(ranges):
+            return False
+        preds = np.concatenate([got[k][r][0] for r in range(len(ranges))], axis=2)  # [groups, outs, items]
+        seconds = sum(sec for _, sec in got[k].values())
+        got[k] = {}
+        for j, b in enumerate(targets[k]):
+            rows = [(m[0].context_part(), group_outs[id(m)], preds[g:g + 1]) for g, m in enumerate(b)
+                    if m[0].context_part() not in done]
+            if stop_after is not None:
+                rows = rows[:max(0, stop_after - computed)]
+            store.put_groups(run_id, rows, ["acc"], labels, seconds / len(b),
+                             drop_shards=names[k] if j == len(targets[k]) - 1 else ())
+            computed += len(rows)
+            bar.update(len(rows))
+            if stop_after is not None and computed >= stop_after:
+                return True
+        return False
+
     try:
-        for i, (preds, seconds) in workers.map(test2_shard, ctx, (shards[k] for k in keys)):
-            for b in targets[keys[i]]:
-                rows = [(m[0].context_part(), group_outs[id(m)], preds[g:g + 1]) for g, m in enumerate(b)
-                        if m[0].context_part() not in done]
-                if stop_after is not None:
-                    rows = rows[:max(0, stop_after - computed)]
-                store.put_groups(run_id, rows, ["acc"], labels, seconds / len(b))
-                computed += len(rows)
-                bar.update(len(rows))
-                if stop_after is not None and computed >= stop_after:
-                    return computed
+        for k in keys:  # bundles whose every range was kept by an interrupted run
+            if finish(k):
+                return computed
+        for i, (preds, seconds) in workers.map_parts(test2_shard, parts()):
+            k, r = specs[i]
+            got[k][r] = (preds, seconds)
+            if len(got[k]) < len(ranges):
+                a, b = ranges[r]
+                names[k].append(f"test2|{digest[k]}|{a}:{b}")
+                store.put_shard(run_id, names[k][-1], preds, seconds)
+            elif finish(k):
+                return computed
             _count(on_shard, counts, "test2")
     finally:
         bar.close()
@@ -294,7 +350,7 @@ def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], *, test: int, sch
               fewshot_seed: int | None = None, cache_dir: str | Path | None = None, progress: bool = True,
               stop_after: int | None = None, log: Callable[[str], None] = lambda m: None,
               backend: Backend | None = None, workers: Workers | None = None, on_shard: OnShard | None = None,
-              test1_shard_items: int = TEST1_SHARD_ITEMS) -> SweepOutcome:
+              test1_shard_items: int = TEST1_SHARD_ITEMS, test2_context_mb: float | None = None) -> SweepOutcome:
     """Sweep ``schemes`` (valid for ``test`` on this model) over ``items``, storing into ``db``.
 
     1. the baseline of the same items (the runner's store and key, same database: shared with single runs;
@@ -304,7 +360,9 @@ def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], *, test: int, sch
        :func:`evaluate_test1`).  Rerunning the same call after an interruption continues where it stopped.
 
     ``lm`` plans (tokenises, cuts items); the shards run on ``workers`` if given, else on workers opened from
-    ``backend`` for this call, else in this process on ``lm``.  The stored results do not depend on which.
+    ``backend`` for this call, else in this process on ``lm``.  The stored results do not depend on which, nor on
+    ``test2_context_mb`` (Test 2's bound on an item range's bank rows; default: the workers', see
+    :func:`evaluate_test2`).
     """
     seed = FEWSHOT_SEED if fewshot_seed is None else fewshot_seed
     if not items:
@@ -313,11 +371,14 @@ def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], *, test: int, sch
         raise InputError("the grid has no valid scheme for this test and model")
     if test1_shard_items < 1:
         raise InputError(f"test1_shard_items must be >= 1, got {test1_shard_items}")
+    if test2_context_mb is not None and not test2_context_mb > 0:
+        raise InputError(f"test2_context_mb must be > 0, got {test2_context_mb}")
     if workers is None:
         with backend.workers(lm) if backend is not None else LocalWorkers(lm) as w:
             return run_sweep(lm, items, test=test, schemes=schemes, db=db, shots=shots, pool=pool, data=data,
                              fewshot_seed=seed, cache_dir=cache_dir, progress=progress, stop_after=stop_after,
-                             log=log, workers=w, on_shard=on_shard, test1_shard_items=test1_shard_items)
+                             log=log, workers=w, on_shard=on_shard, test1_shard_items=test1_shard_items,
+                             test2_context_mb=test2_context_mb)
     arch = arch_of(lm)
     pool = list(items) if pool is None else list(pool)
     counts: dict[str, int] = {}
@@ -372,7 +433,7 @@ def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], *, test: int, sch
         if test == 2:
             outcome.groups_computed = evaluate_test2(store, rid, bank, plans, schemes, lkey, workers,
                                                      progress=progress, stop_after=stop_after, on_shard=on_shard,
-                                                     counts=counts)
+                                                     counts=counts, context_mb=test2_context_mb)
         else:
             conts = [item_tokens(lm, it, ex)[1] for it, ex in zip(items, exs)]
             outcome.groups_computed = evaluate_test1(store, rid, bank, plans, schemes, lkey, conts, base_preds,

@@ -6,7 +6,8 @@ its own payload, so it gives the same bits in this process or on any Ray worker.
 
 * :func:`baseline_shard` -- one chunk of :data:`~..runner.CHUNK` consecutive items (the runner's packing);
 * :func:`~.bank.forward_shard` -- one batch of texts of equal token length (the bank);
-* :func:`test2_shard` -- one Test 2 bundle over all items (:func:`~.batched.test2_bundle_batched`);
+* :func:`test2_shard` -- one Test 2 bundle over one item range, whose context (:meth:`Test2Ctx.of_range`) holds
+  just the bank rows the range reads (:func:`~.batched.test2_bundle_batched`);
 * :func:`test1_shard` -- one Test 1 block (the schemes of one bank layer and word aggregation) over one item
   range, with the bank rows it reads (:func:`~.batched.test1_predictions`, concept sequences shared within it).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -41,10 +42,16 @@ def baseline_shard(lm: LoadedModel, ctx: None,
         return baseline_items(lm, items, examples)
 
 
+#: Items per matrix product of Test 2 (:func:`~.batched.test2_bundle_batched`'s ``chunk``); item ranges start at
+#: multiples of it, so every product sees the same items, padded to the same shapes, however the items are cut.
+TEST2_CHUNK = 8
+
+
 @dataclass
 class Test2Ctx:
-    """What every Test 2 shard of a run reads: the bank (``vectors`` as a numpy array, so Ray shares it without a
-    copy), the layouts of the encoding schemes, the scheme-layer -> bank-layer map and the bank's layer aliases."""
+    """What every Test 2 shard of an item range reads: the bank rows of its items (``vectors`` as a numpy array,
+    so Ray shares it without a copy), the layouts of the encoding schemes over its items (indices into those
+    rows), the scheme-layer -> bank-layer map and the bank's layer aliases."""
 
     vectors: np.ndarray
     layers: tuple[str, ...]
@@ -52,6 +59,53 @@ class Test2Ctx:
     layouts: dict[str, EncLayout]
     layer_key: dict[str, str]
     alias: list[int]
+
+    @classmethod
+    def of_range(cls, bank: VectorBank, layouts: dict[str, EncLayout], layer_key: dict[str, str], alias: list[int],
+                 a: int, b: int) -> Test2Ctx:
+        """The context of items ``[a, b)``: every item when that is all of them (the bank itself, no copy), else a
+        copy of the rows they read (:func:`range_rows`) with the layouts' slices pointing into it.  The layouts
+        keep the padded shapes of all items and the bank's layer aliases stay those of all rows, so each item's
+        numbers are the very ones of the whole run."""
+        n = next(iter(layouts.values())).seg.shape[0]
+        if (a, b) == (0, n):
+            return cls(vectors=bank.vectors.numpy(), layers=bank.layers, words=bank.words, layouts=dict(layouts),
+                       layer_key=dict(layer_key), alias=list(alias))
+        rows = range_rows(layouts.values(), a, b)
+
+        def local(idx: torch.Tensor) -> torch.Tensor:
+            return torch.searchsorted(rows, idx)
+
+        sub = {e: EncLayout(seg=local(l.seg[a:b]), smask=l.smask[a:b], emask=l.emask[a:b], end=local(l.end[a:b]))
+               for e, l in layouts.items()}
+        return cls(vectors=bank.vectors[rows].numpy(), layers=bank.layers, words=bank.words, layouts=sub,
+                   layer_key=dict(layer_key), alias=list(alias))
+
+
+def range_rows(layouts: Iterable[EncLayout], a: int, b: int) -> torch.Tensor:
+    """The sorted bank rows items ``[a, b)`` read under ``layouts``, padded entries included (they point at row 0:
+    in a range's context too they read that row's vector, though masked out)."""
+    return torch.unique(torch.cat([t for l in layouts for t in (l.seg[a:b].reshape(-1), l.end[a:b].reshape(-1))]))
+
+
+def item_ranges(layouts: Sequence[EncLayout], n: int, row_bytes: int, limit: int | None) -> list[tuple[int, int]]:
+    """Consecutive item ranges ``[a, b)`` covering ``n`` items whose bank rows (:func:`range_rows`, ``row_bytes``
+    each: layers x words x D x 4 bytes) fit in ``limit`` bytes: all items at once where they fit (or ``limit`` is
+    ``None``), else greedily, whole :data:`TEST2_CHUNK`-item chunks at a time (one chunk at least)."""
+    if limit is None or range_rows(layouts, 0, n).numel() * row_bytes <= limit:
+        return [(0, n)]
+    out: list[tuple[int, int]] = []
+    a = 0
+    rows: set[int] = set()
+    for c in range(0, n, TEST2_CHUNK):
+        new = set(range_rows(layouts, c, min(n, c + TEST2_CHUNK)).tolist())
+        if c > a and (len(rows) + len(new - rows)) * row_bytes > limit:
+            out.append((a, c))
+            a, rows = c, new
+        else:
+            rows |= new
+    out.append((a, n))
+    return out
 
 
 @dataclass(frozen=True)
@@ -64,14 +118,14 @@ class Test2Shard:
 
 
 def test2_shard(lm: LoadedModel, ctx: Test2Ctx, shard: Test2Shard) -> tuple[np.ndarray, float]:
-    """Predictions ``[groups, outs, items]`` of one bundle, and the seconds it took."""
+    """Predictions ``[groups, outs, items of the range]`` of one bundle, and the seconds it took."""
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         vectors = torch.from_numpy(ctx.vectors)  # read-only in Ray's object store; never written
     bank = VectorBank(layers=ctx.layers, words=ctx.words, index={}, vectors=vectors)
     preds = test2_bundle_batched(bank, NormedBank(bank, shard.norm), ctx.layouts[shard.enc], shard.groups,
-                                 ctx.layer_key, alias=ctx.alias)
+                                 ctx.layer_key, chunk=TEST2_CHUNK, alias=ctx.alias)
     return preds, time.perf_counter() - t0
 
 
