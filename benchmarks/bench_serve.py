@@ -4,8 +4,9 @@
   the heatmap drawn on its canvas, for a 64-token and a 1,000-token text, as a ratio to a plain
   ``walklens.capture`` of the same text in the same process (target <= 1.5).  The server's caches are
   emptied before every request, so each one captures and walks from scratch.  The time the server spends in
-  the analysis itself (``capture`` of the walk's points + ``encoding_walk``, timed inside the request) is
-  given too, and the rest: what the request, the JSON and the drawing add;
+  the analysis itself (``capture`` of the walk's points + the ``encoding_walk`` calls of the heatmap: the rank
+  maps and the reading of ``final``, timed inside the request) is given too, and the rest: what the request,
+  the JSON and the drawing add;
 - **payload sizes** of every view (bytes of the JSON response) for the 64-token text, and of the walk for
   1,000 tokens;
 - **memory**: the resident set (VmRSS) of a real ``walklens serve`` process with two models loaded
@@ -73,20 +74,23 @@ def plain_capture(lm: walklens.LoadedModel, text: str) -> float:
 
 
 def timed_walks() -> list[float]:
-    """Seconds the server spends in each walk's analysis (capture of the walk's points + encoding_walk), measured
-    inside the request by wrapping :func:`walklens.server.api_walks.get_walk`."""
+    """Seconds the server spends in the walk's analysis (capture of the walk's points + encoding_walk), measured
+    inside the requests by wrapping :func:`walklens.server.api_walks.get_walk` and ``get_point``: one entry
+    per call, to be summed over a request."""
     from walklens.server import api_walks
 
     spent: list[float] = []
-    inner = api_walks.get_walk
 
-    def get_walk(*args, **kwargs):
-        t0 = time.perf_counter()
-        w = inner(*args, **kwargs)
-        spent.append(time.perf_counter() - t0)
-        return w
+    def timed(inner):
+        def call(*args, **kwargs):
+            t0 = time.perf_counter()
+            w = inner(*args, **kwargs)
+            spent.append(time.perf_counter() - t0)
+            return w
+        return call
 
-    api_walks.get_walk = get_walk
+    api_walks.get_walk = timed(api_walks.get_walk)
+    api_walks.get_point = timed(api_walks.get_point)
     return spent
 
 
@@ -148,8 +152,9 @@ def main() -> None:
             cap, ana, ren = [], [], []
             for _ in range(args.repeats):  # alternate, so that machine noise hits both alike
                 cap.append(plain_capture(lm, text))
+                before = len(spent)
                 ren.append(render_time(page, ex, text))
-                ana.append(spent[-1])
+                ana.append(sum(spent[before:]))
             size = size_of(srv, "/api/walk", {"model": lm.name, "text": text})  # cached by the last render
             print(f"{len(lm.tokenizer(text)['input_ids'])} tokens: request -> rendered heatmap {min(ren):.2f} s; "
                   f"plain capture {min(cap):.2f} s; ratio {min(ren) / min(cap):.2f} (target <= 1.5); of which the "

@@ -202,7 +202,7 @@ def test_albert_e_space_is_a_clear_error_and_lens_works():
     assert w.top_ids.shape[-1] == 2 and (w.top_scores <= 1 + 1e-5).all()
 
 
-@pytest.mark.parametrize("bad", [dict(metric="l2"), dict(norm="layer"), dict(k=0), dict(against="x"),
+@pytest.mark.parametrize("bad", [dict(metric="l2"), dict(norm="layer"), dict(k=-1), dict(k=True), dict(against="x"),
                                  dict(points=["nope*"])])
 def test_bad_options(bad):
     _, tr = tiny("llama")

@@ -24,9 +24,18 @@ layer, so ``norm="final"`` applies no norm and reads through the MLM head.  ALBE
 (E may differ from D); comparing D-sized vectors with it raises a clear :class:`~walklens.errors.InputError`
 (use ``norm="final"``, which reads through the MLM head that maps D to E).
 
-Ranks are counts of scores strictly greater than the token's score (rank 0 = nearest), computed with one
-projection per chunk of rows and a comparison, never a sort; chunks keep memory bounded (never points x
-tokens x |V| at once).  Probabilities are always softmax of the inner products (eq. 12), whatever the metric.
+Ranks are counts of scores strictly greater than the token's score (rank 0 = nearest), never a sort: rows are
+read in chunks (at most 512) against the matrix one vocabulary tile at a time by :mod:`walklens.ranking`
+(one float32 product per tile, compared while in cache; a token never outranks itself, see there), so memory
+stays bounded (never points x tokens x |V| at once).  Probabilities are always softmax of the inner products
+(eq. 12), whatever the metric.  ``k=0, probs=False`` leaves out the top-k and softmax passes: the rank maps
+(and escape points) cost the products and the counts alone, which is what ``walklens serve`` computes for its
+heatmap (docs/explorer.md, Benchmark).
+
+Speed: the products dominate (|V| x D multiply-adds per row and point: 28 M for smollm2-135m, ~6.5x its
+forward pass per token over 32 points) and stay float32.  A bfloat16 (AMX) screen with float32 verification
+was measured and rejected: the rigorous bound of its error leaves thousands of tokens per row to re-score
+(:mod:`walklens.ranking`).
 
 Precision: scores, ranks and probabilities are float32 computations whatever the model's dtype.  A bfloat16 or
 float16 model's vectors are recorded in float32 (:func:`~walklens.capture.capture`), its V / W_U are read in
@@ -50,6 +59,7 @@ from .errors import InputError
 from .interventions import Hooks, outside_layers, upcast
 from .models.base import get_module
 from .precision import dtype_name, is_low_precision
+from .ranking import Dense, Linear, read_rows, scratch
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -60,8 +70,8 @@ Norm = Literal["none", "final"]
 Against = Literal["auto", "embed", "unembed"]
 
 _RESIDUAL_KINDS = ("resid_pre", "resid_mid", "resid_cross", "resid_post")
-_CHUNK_BYTES = 128 << 20  # one [rows, |V|] float32 score block (~650 rows for |V| = 49152)
-_EXP_FLOOR = -80.0  # exp(-80) is a normal float: keeps the softmax pass off the slow denormal path
+_CHUNK_BYTES = 128 << 20  # a whole [rows, |V|] float32 score block (read with k > 0, or through a model's head)
+_MAX_CHUNK_ROWS = 512  # rows read at once (walklens.ranking: a chunk's target scores cost rows**2 products)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -73,15 +83,16 @@ class EncodingWalk:
     """The encoding walk of every position through every selected point (sec. 2.2.2, Fig. 9, A.2).
 
     Per point p and position t (tensors [points, tokens]): ``top_ids``/``top_scores`` [points, tokens, k]
-    (nearest tokens by ``metric``), ``rank_of_input``/``rank_of_next`` (rank of w_t / w_{t+1}; 0 = nearest;
-    the last position has no next token: -1), ``prob_of_input``/``prob_of_next`` (softmax of the inner
-    products, eq. 12; NaN where undefined), ``dot_input``/``dot_next`` and ``cos_input``/``cos_next``
-    (inner product and cosine with the token's row), ``vector_norm`` (|x|), ``step_length`` and
-    ``step_angle`` (distance and angle in degrees from the previous residual point, measured on the raw
-    captured vectors; NaN for the first residual point and for contribution points such as ``attn_out``).
-    Per position: ``escape_point`` — index into ``points`` of the first residual point where w_{t+1}
-    outranks w_t (the escape from the self-neighbourhood, A.2), -1 if never (or the last position);
-    ``escape_stable`` — the first residual point from which w_{t+1} stays ahead of w_t up to the top.
+    (nearest tokens by ``metric``; k = 0: none read), ``rank_of_input``/``rank_of_next`` (rank of w_t /
+    w_{t+1}; 0 = nearest; the last position has no next token: -1), ``prob_of_input``/``prob_of_next``
+    (softmax of the inner products, eq. 12; NaN where undefined, and everywhere if read with ``probs=False``),
+    ``dot_input``/``dot_next`` and ``cos_input``/``cos_next`` (inner product and cosine with the token's row),
+    ``vector_norm`` (|x|), ``step_length`` and ``step_angle`` (distance and angle in degrees from the previous
+    residual point, measured on the raw captured vectors; NaN for the first residual point and for
+    contribution points such as ``attn_out``).  Per position: ``escape_point`` — index into ``points`` of the
+    first residual point where w_{t+1} outranks w_t (the escape from the self-neighbourhood, A.2), -1 if never
+    (or the last position); ``escape_stable`` — the first residual point from which w_{t+1} stays ahead of w_t
+    up to the top.
     ``encoder`` holds the encoder stack's walk for encoder-decoder models (A.2, "Encoder vs Decoder Walks").
     """
 
@@ -219,7 +230,7 @@ def labels_for(tokenizer: Any, ids: Sequence[int]) -> dict[int, str]:
 
 def encoding_walk(trace: Trace, k: int = 10, metric: Metric = "dot", norm: Norm = "none", *,
                   against: Against = "auto", points: Sequence[str] | str | None = None,
-                  lm: LoadedModel | None = None, chunk_rows: int | None = None,
+                  lm: LoadedModel | None = None, chunk_rows: int | None = None, probs: bool = True,
                   progress: bool = True) -> EncodingWalk:
     """The encoding walk of every position (seed 000, sec. 2.2.2, Fig. 9; A.2) read against the token vectors.
 
@@ -227,25 +238,29 @@ def encoding_walk(trace: Trace, k: int = 10, metric: Metric = "dot", norm: Norm 
     captured vectors (the papers' reading); ``"final"`` applies the model's final norm first and reads through
     the model's head (the logit lens; see the module docstring for the matrix each reading uses).
     ``points``: ``None``/``"all"`` (every captured point), ``"residual"`` or glob patterns.
+    ``k``: nearest tokens per cell; ``k=0`` and ``probs=False`` skip the top-k and the softmax passes (no
+    ``top_ids`` columns; ``prob_of_*`` NaN): what a rank map needs costs little more than the products.
+    ``chunk_rows``: rows read at once (at most 512; by default as many as a 128 MiB score block holds).
     For encoder-decoder models the encoder's walk is attached as ``.encoder``.
     """
     _check_choice("metric", metric, ("dot", "cosine"))
     _check_choice("norm", norm, ("none", "final"))
     _check_choice("against", against, ("auto", "embed", "unembed"))
-    if not isinstance(k, int) or k < 1:
-        raise InputError(f"k must be a positive integer, not {k!r}")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+        raise InputError(f"k must be a non-negative integer, not {k!r}")
     lm = _need_lm(trace, lm)
-    walk = _walk_stack(trace, lm, k, metric, norm, against, points, chunk_rows, progress)
+    walk = _walk_stack(trace, lm, k, metric, norm, against, points, chunk_rows, probs, progress)
     if trace.encoder is not None:
         enc = trace.encoder
         if enc.lm is None:
             enc.lm = lm
-        walk.encoder = _walk_stack(enc, lm, k, metric, norm, against, points, chunk_rows, progress)
+        walk.encoder = _walk_stack(enc, lm, k, metric, norm, against, points, chunk_rows, probs, progress)
     return walk
 
 
 def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, against: str,
-                points: Sequence[str] | str | None, chunk_rows: int | None, progress: bool) -> EncodingWalk:
+                points: Sequence[str] | str | None, chunk_rows: int | None, probs_wanted: bool,
+                progress: bool) -> EncodingWalk:
     from tqdm.auto import tqdm
 
     model, adapter = lm.model, lm.adapter
@@ -277,35 +292,30 @@ def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, a
     if int(token_ids.max()) >= n_vocab:
         raise InputError(f"token id {int(token_ids.max())} is outside the matrix of {n_vocab} rows")
     inv_m = 1.0 / M.norm(dim=-1).clamp_min(1e-12)
-    Mt = M.t()
     normf = final_norm_fn(lm, trace.stack) if norm == "final" else None
     final_idx = [j for j, n in enumerate(names) if n == "final"]
-    exact_float_count = n_vocab < (1 << 24)
 
     # targets per token position
     nxt = torch.full((T,), -1, dtype=torch.long)
     nxt[:-1] = token_ids[1:]
     rows_total = P * T
     if chunk_rows is None:
-        chunk_rows = max(1, _CHUNK_BYTES // (4 * n_vocab))
-    chunk_rows = max(1, int(chunk_rows))
+        chunk_rows = _CHUNK_BYTES // (4 * n_vocab)
+    chunk_rows = max(1, min(int(chunk_rows), _MAX_CHUNK_ROWS))
     hidden = trace.hidden[sel] if sel != list(range(len(trace.points))) else trace.hidden
     flat = hidden.reshape(rows_total, D)
 
     out_top_i = torch.empty(rows_total, k, dtype=torch.long)
     out_top_v = torch.empty(rows_total, k)
     ranks = torch.empty(2, rows_total, dtype=torch.long)
-    probs = torch.empty(2, rows_total)
+    probs = torch.full((2, rows_total), float("nan"))
     dots = torch.empty(2, rows_total)
     coss = torch.empty(2, rows_total)
     norms = torch.empty(rows_total)
-    n_buf = min(chunk_rows, rows_total)
-    cmp_buf = torch.empty(n_buf, n_vocab, device=device)  # the rank comparisons
-    dot_buf = torch.empty_like(cmp_buf)  # the projection itself
-    cos_buf = torch.empty_like(cmp_buf) if (not lens and metric == "cosine") else None
     head_bias = head.bias.detach().float().to(device) if (head is not None and getattr(head, "bias", None) is not None) else None
     plain_head: bool | None = None  # lens: decided on the first chunk
     k_eff = min(k, n_vocab)
+    buf = scratch(min(chunk_rows, rows_total), n_vocab, k_eff, device)  # the tiles' products, chunk after chunk
     starts = range(0, rows_total, chunk_rows)
     bar = tqdm(starts, desc=f"encoding walk{' ' + trace.stack if trace.stack else ''}", unit="chunk",
                disable=not progress or len(starts) < 8, file=sys.stderr, leave=False)
@@ -313,29 +323,21 @@ def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, a
     with torch.no_grad(), wide:
         for r0 in bar:
             r1 = min(r0 + chunk_rows, rows_total)
-            n = r1 - r0
-            rows = torch.arange(r0, r1)
-            t_idx = rows % T
+            t_idx = torch.arange(r0, r1) % T
             x = flat[r0:r1].to(device=device, dtype=torch.float32)
             norms[r0:r1] = x.norm(dim=-1).cpu()
             if normf is not None:
                 xn = normf(x)
                 if final_idx:
-                    keep = torch.isin(rows // T, torch.tensor(final_idx)).to(device)
+                    keep = torch.isin(torch.arange(r0, r1) // T, torch.tensor(final_idx)).to(device)
                     xn = torch.where(keep[:, None], x, xn)
                 x = xn
             ids_in = token_ids[t_idx].to(device)
             ids_nx = nxt[t_idx].to(device)
             has_nx = ids_nx >= 0
             ids_nx_c = ids_nx.clamp_min(0)
-            if lens and plain_head:  # the head is checked to be exactly x @ W_U^T (+ b): reuse the buffer
-                u = x
-                dot = torch.mm(x, Mt, out=dot_buf[:n])
-                if head_bias is not None:
-                    dot.add_(head_bias)
-                scores = dot if metric == "dot" else (dot - (head_bias if head_bias is not None else 0)).mul_(
-                    inv_m).mul_(1.0 / x.norm(dim=-1, keepdim=True).clamp_min(1e-12))
-            elif lens:
+            scorer: Linear | Dense
+            if lens and not plain_head:
                 store: dict[str, torch.Tensor] = {}
                 with Hooks() as hooks:  # the head's input and output while the model's own head runs
                     hooks.pre(head, lambda _m, args: store.__setitem__("u", args[0]))
@@ -345,32 +347,18 @@ def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, a
                 if plain_head is None:  # first chunk: is the model's head a plain linear map of x?
                     plain_head = bool(u.shape == x.shape and torch.equal(u, x)
                                       and torch.equal(dot, torch.nn.functional.linear(x, M, head_bias)))
+                scores = dot
                 if metric == "cosine":
                     y = store["y"].float()  # may be the very tensor returned as logits: never modify in place
-                    if getattr(head, "bias", None) is not None:
-                        y = y - head.bias.float()
+                    if head_bias is not None:
+                        y = y - head_bias
                     scores = (y * inv_m).mul_(1.0 / u.norm(dim=-1, keepdim=True).clamp_min(1e-12))
-                else:
-                    scores = dot
-            else:
+                scorer = Dense(dot, scores)
+            else:  # scores are x·m_i (+ the head's bias): computed tile by tile (walklens.ranking)
                 u = x
-                dot = torch.mm(x, Mt, out=dot_buf[:n])
-                if metric == "cosine":
-                    scores = torch.mul(dot, inv_m, out=cos_buf[:n]).mul_(1.0 / x.norm(dim=-1, keepdim=True).clamp_min(1e-12))
-                else:
-                    scores = dot
-            top_v, top_i = scores.topk(k_eff, dim=-1)
-            s_in = scores.gather(1, ids_in[:, None])
-            s_nx = scores.gather(1, ids_nx_c[:, None])
-            cmp = cmp_buf[:n]
-            if exact_float_count:
-                r_in = torch.gt(scores, s_in, out=cmp).sum(-1)
-                r_nx = torch.gt(scores, s_nx, out=cmp).sum(-1)
-            else:  # float sums of 0/1 are exact only below 2**24
-                r_in = torch.gt(scores, s_in).sum(-1)
-                r_nx = torch.gt(scores, s_nx).sum(-1)
-            d_in = dot.gather(1, ids_in[:, None])[:, 0]
-            d_nx = dot.gather(1, ids_nx_c[:, None])[:, 0]
+                scorer = Linear(x, M, head_bias if lens else None, inv_m if metric == "cosine" else None, buf)
+            got = read_rows(scorer, torch.stack([ids_in, ids_nx_c], 1), k_eff, lse=probs_wanted)
+            d_in, d_nx = got.dot[:, 0], got.dot[:, 1]
             inv_u = 1.0 / u.norm(dim=-1).clamp_min(1e-12)
             if lens:  # the head's input u and its logits differ (bias, scale, transform): use u
                 c_in = (u * M[ids_in]).sum(-1) * inv_u * inv_m[ids_in]
@@ -378,17 +366,14 @@ def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, a
             else:  # u = x and dot = x·m: the cosine follows from the inner product
                 c_in = d_in * inv_u * inv_m[ids_in]
                 c_nx = d_nx * inv_u * inv_m[ids_nx_c]
-            # log-sum-exp of the inner products (eq. 12): one exp pass, in place (dot is not needed after it)
-            m = top_v[:, :1] if metric == "dot" else dot.amax(-1, keepdim=True)
-            dot.sub_(m).clamp_(min=_EXP_FLOOR).exp_()
-            lse = m[:, 0] + dot.sum(-1).log()
             nan = torch.tensor(float("nan"), device=device)
-            out_top_v[r0:r1, :k_eff] = top_v.cpu()
-            out_top_i[r0:r1, :k_eff] = top_i.cpu()
-            ranks[0, r0:r1] = r_in.long().cpu()
-            ranks[1, r0:r1] = torch.where(has_nx, r_nx.long(), -1).cpu()
-            probs[0, r0:r1] = (d_in - lse).exp().cpu()
-            probs[1, r0:r1] = torch.where(has_nx, (d_nx - lse).exp(), nan).cpu()
+            out_top_v[r0:r1, :k_eff] = got.top_v.cpu()
+            out_top_i[r0:r1, :k_eff] = got.top_i.cpu()
+            ranks[0, r0:r1] = got.rank[:, 0].cpu()
+            ranks[1, r0:r1] = torch.where(has_nx, got.rank[:, 1], -1).cpu()
+            if got.lse is not None:  # softmax of the inner products (eq. 12)
+                probs[0, r0:r1] = (d_in - got.lse).exp().cpu()
+                probs[1, r0:r1] = torch.where(has_nx, (d_nx - got.lse).exp(), nan).cpu()
             dots[0, r0:r1], dots[1, r0:r1] = d_in.cpu(), torch.where(has_nx, d_nx, nan).cpu()
             coss[0, r0:r1], coss[1, r0:r1] = c_in.cpu(), torch.where(has_nx, c_nx, nan).cpu()
     if k_eff < k:

@@ -4,8 +4,12 @@ sec. 2.1, 2.2.2, A.1, A.2; Figs. 3, 9, 11, 12).  The compare view asks :func:`wa
 Each route checks its arguments, then runs the analysis of :mod:`walklens.walks` / :mod:`walklens.decoding`
 on a cached trace (:mod:`.traces`) and sends what the page draws: ranks as integers (-1: undefined, the last
 position has no next token), maps of at most :data:`~.bounds.MAX_CELLS` cells, top-k lists cut to the k
-asked.  The walk itself is computed once per (model, text, reading, metric) with :data:`~.bounds.MAX_K`
-nearest tokens and kept, so a click on a cell reads it without running anything.
+asked.  The heatmap needs the ranks of w_t and w_t+1 at every cell and P(w_t+1) at ``final`` only, so the
+walk is computed in two parts, each once per (model, text, reading, metric) and kept: the rank maps of every
+point (:func:`get_walk`: ``k=0, probs=False``, the matrix products and rank counts and nothing else), and the
+full reading of one point at every position (:func:`get_point`: :data:`~.bounds.MAX_K` nearest tokens,
+probabilities, cosines), for ``final`` with the heatmap and for any other point on the first click on it.
+Both are :func:`walklens.encoding_walk` itself, so a cell shows what the whole walk would.
 """
 
 from __future__ import annotations
@@ -27,11 +31,22 @@ from .traces import WALK_POINTS, n_tokens, trace
 
 
 def get_walk(ex: Explorer, job: Job, model: str, text: str, norm: str, metric: str) -> EncodingWalk:
-    """The encoding walk of ``text`` at :data:`~.traces.WALK_POINTS` (cached)."""
+    """The ranks of the encoding walk of ``text`` at :data:`~.traces.WALK_POINTS` (no top k, no probabilities;
+    cached)."""
     tr = trace(ex, job, model, text, WALK_POINTS, MAX_TOKENS, "walk")
     w = ex.results.get((model, "walk", text, norm, metric),
-                       lambda: encoding_walk(tr, k=MAX_K, metric=metric, norm=norm, points=list(WALK_POINTS),
-                                             progress=False))
+                       lambda: encoding_walk(tr, k=0, metric=metric, norm=norm, points=list(WALK_POINTS),
+                                             probs=False, progress=False))
+    job.check()
+    return w
+
+
+def get_point(ex: Explorer, job: Job, model: str, text: str, norm: str, metric: str, point: str) -> EncodingWalk:
+    """The full encoding walk of ``text`` at one walk point (:data:`~.bounds.MAX_K` nearest tokens, probabilities,
+    cosines, at every position; cached)."""
+    tr = trace(ex, job, model, text, WALK_POINTS, MAX_TOKENS, "walk")
+    w = ex.results.get((model, "walk point", text, norm, metric, point),
+                       lambda: encoding_walk(tr, k=MAX_K, metric=metric, norm=norm, points=[point], progress=False))
     job.check()
     return w
 
@@ -59,6 +74,7 @@ async def walk(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str
 
     def compute(job: Job) -> dict[str, Any]:
         w = get_walk(ex, job, model, text, norm, metric)
+        fin = get_point(ex, job, model, text, norm, metric, "final")
         P, T = w.rank_of_input.shape
         b = block_for(P, T)
         tokens = [show(t) for t in w.tokens]
@@ -67,7 +83,7 @@ async def walk(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str
                 lm.embedding_matrix().shape[0]), "tokens": tokens, "points": w.points, "block": b,
                 "columns": block_labels(tokens, b), "rank_input": _ranks(w.rank_of_input, b),
                 "rank_next": _ranks(w.rank_of_next, b), "escape": w.escape_point, "escape_stable": w.escape_stable,
-                "prob_next_final": w.prob_of_next[fi], "rank_next_final": w.rank_of_next[fi]}
+                "prob_next_final": fin.prob_of_next[0], "rank_next_final": w.rank_of_next[fi]}
 
     return await run_job(request, ex, model, compute)
 
@@ -87,18 +103,19 @@ async def walk_cell(request: Request, ex: Explorer, body: dict[str, Any]) -> dic
         P, T = w.rank_of_input.shape
         if p >= P or t >= T:
             raise ApiError(f"no cell ({p}, {t}): the walk has {P} points and {T} positions")
-        ids = [int(i) for i in w.top_ids[p, t, :k] if i >= 0]
+        c = get_point(ex, job, model, text, norm, metric, w.points[p])  # the ranks are the map's (w)
+        ids = [int(i) for i in c.top_ids[0, t, :k] if i >= 0]
         labels = labels_for(lm.tokenizer, ids)
         nxt = int(w.token_ids[t + 1]) if t + 1 < T else None
         return {"point": w.points[p], "position": t, "token": show(w.tokens[t]),
                 "next": show(w.tokens[t + 1]) if nxt is not None else None, "metric": metric, "norm": norm,
                 "rank_input": w.rank_of_input[p, t], "rank_next": w.rank_of_next[p, t],
-                "prob_input": w.prob_of_input[p, t], "prob_next": w.prob_of_next[p, t],
-                "cos_input": w.cos_input[p, t], "cos_next": w.cos_next[p, t], "vector_norm": w.vector_norm[p, t],
+                "prob_input": c.prob_of_input[0, t], "prob_next": c.prob_of_next[0, t],
+                "cos_input": c.cos_input[0, t], "cos_next": c.cos_next[0, t], "vector_norm": c.vector_norm[0, t],
                 "escape": int(w.escape_point[t]) == p, "escape_stable": int(w.escape_stable[t]) == p,
                 "neighbours": [{"id": i, "token": show(labels[i]), "score": float(s), "is_next": i == nxt,
                                 "is_input": i == int(w.token_ids[t])}
-                               for i, s in zip(ids, w.top_scores[p, t, :len(ids)].tolist())]}
+                               for i, s in zip(ids, c.top_scores[0, t, :len(ids)].tolist())]}
 
     return await run_job(request, ex, model, compute)
 
