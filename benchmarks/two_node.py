@@ -254,6 +254,11 @@ def main() -> int:
             say(f"{name}: exit status {rc}; its log: {out / 'logs' / (name + '.log')}")
         return rc
 
+    def terminated(signum: int, frame: object) -> None:  # SIGTERM/SIGHUP: unwind, so `finally` stops the cluster
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, terminated)
+    signal.signal(signal.SIGHUP, terminated)
     t0 = time.monotonic()
     cluster = Cluster(env, out / "logs" / "ray_start.log")
     try:
