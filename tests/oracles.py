@@ -6,6 +6,8 @@
   continuation) pair as one full sequence with no sharing, for the one-context-pass and packed scorers.
 - :func:`reference_test2_bundle` (with :func:`score_batch`): Test 2 of a bundle of sweep groups item by item,
   with a plain einsum and an explicit soft-cluster context vector per choice, for the sweep's batched scorer.
+- :func:`test2_bundle_v1`: the sweep's batched Test 2 as it was before bundles shared their work (each bundle
+  re-reads and re-normalises every row of every item chunk), for the bit-identity of the shared evaluation.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import numpy as np
 import torch
 
 from walklens.concepts.compose import compose_context
-from walklens.concepts.schemes import Scheme
-from walklens.concepts.sweep import ItemPlan, NormedBank, VectorBank
-from walklens.concepts.test2 import tie_identical
+from walklens.concepts.schemes import Scheme, normalize
+from walklens.concepts.sweep import EncLayout, ItemPlan, NormedBank, VectorBank
+from walklens.concepts.test2 import batched_scores, tie_identical
 from walklens.ov import Eigen, eig, is_complex_pair, phase_fix, real_basis
 
 if TYPE_CHECKING:
@@ -105,3 +107,61 @@ def reference_test2_bundle(bank: VectorBank, nbank: NormedBank, items: Sequence[
         scores.append(tie_identical(sc, choice.unsqueeze(0), 2, 2).numpy())
     out = np.stack(scores, axis=2)  # [P, Q, items, C]
     return out.argmax(-1).astype(np.uint8), out
+
+
+def _v1_masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
+    m = mask.to(x.dtype)
+    while m.dim() < x.dim():
+        m = m.unsqueeze(-1)
+    return (x * m).sum(dim) / m.sum(dim).clamp_min(1.0)
+
+
+def _v1_pairs(layers: Sequence[int], words: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    first: dict[tuple[int, int], int] = {}
+    inv = [first.setdefault((l, w), len(first)) for l, w in zip(layers, words)]
+    return (torch.tensor([k[0] for k in first]), torch.tensor([k[1] for k in first]), np.asarray(inv, dtype=np.int64))
+
+
+def _v1_normed(bank: VectorBank, norm: str | None, rows: torch.Tensor) -> torch.Tensor:
+    """``NormedBank.__getitem__`` as it was: whole rows ``[rows, layers, words, D]``, NORM on all (not ``last``)."""
+    x = bank.vectors[rows]
+    if norm is None:
+        return x
+    out = normalize(x, norm)
+    if "last" in bank.words:
+        out[..., bank.word_pos("last"), :] = x[..., bank.word_pos("last"), :]
+    return out
+
+
+def test2_bundle_v1(bank: VectorBank, norm: str | None, layout: EncLayout, groups: Sequence[Sequence[Scheme]],
+                    layer_key: dict[str, str], chunk: int = 8, alias: Sequence[int] | None = None) -> np.ndarray:
+    """Predictions ``[groups, outs, items]`` of one bundle, exactly as ``test2_bundle_batched`` computed them
+    before the bundles of one NORM shared their work (walklens 12e298f): per chunk of ``chunk`` items, the whole
+    rows read, normalised, the (layer, word) pairs picked, composed with masked padding, scored."""
+    s0 = groups[0][0]
+    alias = bank.layer_alias() if alias is None else alias
+    pl, pw, p_inv = _v1_pairs([alias[bank.layer_pos(layer_key[g[0].layer])] for g in groups],
+                              [bank.word_pos(g[0].word) for g in groups])
+    ol, ow, q_inv = _v1_pairs([alias[bank.layer_pos(layer_key[s.out_layer_eff])] for s in groups[0]],
+                              [bank.word_pos(s.out_word_eff) for s in groups[0]])
+    N, D = layout.seg.shape[0], bank.vectors.shape[-1]
+    preds = np.empty((len(pl), len(ol), N), np.uint8)
+    for a in range(0, N, chunk):
+        sl = slice(a, min(N, a + chunk))
+        idx = layout.seg[sl]
+        n, E, S = idx.shape
+        x = _v1_normed(bank, norm, idx.reshape(-1))[:, pl, pw].reshape(n, E, S, len(pl), D)
+        smask, emask = layout.smask[sl], layout.emask[sl]
+        if s0.seg == "mean":
+            seq, mmask = normalize(_v1_masked_mean(x, smask, dim=2), norm), emask
+        else:
+            seq, mmask = x.reshape(n, E * S, len(pl), D), smask.reshape(n, E * S)
+        if s0.ex == "mean":
+            avg = normalize(_v1_masked_mean(seq, mmask, dim=1), norm).unsqueeze(1)
+            first = seq[torch.arange(n), mmask.to(torch.int8).argmax(-1)].unsqueeze(1)
+            seq = torch.where((mmask.sum(-1) > 1)[:, None, None, None], avg, first)
+            mmask = torch.ones(n, 1, dtype=torch.bool)
+        ch = _v1_normed(bank, norm, layout.end[sl].reshape(-1))[:, ol, ow].reshape(n, -1, len(ol), D)
+        score = batched_scores(seq, mmask, ch, s0.sim, s0.ex == "soft_cluster")
+        preds[:, :, sl] = score.argmax(2).permute(1, 2, 0).numpy()
+    return preds[p_inv][:, q_inv]

@@ -34,24 +34,39 @@ if TYPE_CHECKING:
     from ..loading import LoadedModel
 
 
-def tie_identical(score: torch.Tensor, choices: torch.Tensor, c_dim: int, cv_dim: int) -> torch.Tensor:
+def identical_choices(choices: torch.Tensor, cv_dim: int) -> list[tuple[int, int, torch.Tensor]]:
+    """Which choice vectors ``choices`` (on ``cv_dim``, ``D`` last) are bitwise copies of earlier ones: for each
+    choice c equal somewhere to an earlier one, ``(c, c0, same)`` with c0 the first such and ``same`` where."""
+    cv = choices.movedim(cv_dim, -2)  # [..., C, D]
+    ties = []
+    for c in range(1, cv.shape[-2]):
+        for c0 in range(c):
+            same = (cv[..., c, :] == cv[..., c0, :]).all(-1)  # [...]
+            if bool(same.any()):
+                ties.append((c, c0, same))
+                break
+    return ties
+
+
+def tie_identical(score: torch.Tensor, choices: torch.Tensor, c_dim: int, cv_dim: int,
+                  ties: list[tuple[int, int, torch.Tensor]] | None = None) -> torch.Tensor:
     """Give bitwise-identical choice vectors bitwise-identical scores (the first one's).
 
     Two endings can have the very same vector (e.g. ``out_layer=E, out_word=last`` and both end in ``.``); a
     batched product may round their scores differently, and the first must win the argmax.  ``score`` has the
     choices on ``c_dim``; ``choices`` holds their vectors on ``cv_dim`` (``D`` last), its other dims
-    broadcastable to ``score``'s once both choice dims are moved last.
+    broadcastable to ``score``'s once both choice dims are moved last.  ``ties``: their
+    :func:`identical_choices`, where calls that share the choices compute it once.
     """
-    C = score.shape[c_dim]
     sc = score.movedim(c_dim, -1).clone()
-    cv = choices.movedim(cv_dim, -2)  # [..., C, D]
-    for c in range(1, C):
-        for c0 in range(c):
-            same = (cv[..., c, :] == cv[..., c0, :]).all(-1)  # [...]
-            if bool(same.any()):
-                sc[..., c] = torch.where(same, sc[..., c0], sc[..., c])
-                break
+    for c, c0, same in identical_choices(choices, cv_dim) if ties is None else ties:
+        sc[..., c] = torch.where(same, sc[..., c0], sc[..., c])
     return sc.movedim(-1, c_dim)
+
+
+def choice_ties(choices: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
+    """The ``ties`` of :func:`batched_scores`'s ``choices`` ``[n, C, Q, D]``, for calls that share them."""
+    return identical_choices(choices.unsqueeze(1), 2)
 
 
 #: ``|k̄_c|`` is recomputed from ``k̄_c`` itself where it is shorter than 1/CANCEL of ``sum_j w_j |k_j|``
@@ -82,7 +97,7 @@ def _cluster_norms(seq: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def batched_scores(seq: torch.Tensor, mask: torch.Tensor, choices: torch.Tensor, sim: str | None,
-                   soft_cluster: bool) -> torch.Tensor:
+                   soft_cluster: bool, ties: list[tuple[int, int, torch.Tensor]] | None = None) -> torch.Tensor:
     """Test 2 scores ``[n, P, C, Q]`` of ``n`` items: context sequences ``seq`` ``[n, m, P, D]`` (``P``
     compositions of each item's context; ``mask`` ``[n, m]`` marks the real positions) against choice vectors
     ``choices`` ``[n, C, Q, D]`` (``C`` endings, ``Q`` choice encodings).
@@ -92,7 +107,7 @@ def batched_scores(seq: torch.Tensor, mask: torch.Tensor, choices: torch.Tensor,
     ``sim(k̄_c, e_c)`` with ``k̄_c = sum_j w_j k_j``, ``w = softmax_j(k_j · e_c)`` over the real positions,
     computed without forming ``k̄_c``: ``k̄_c · e_c = sum_j w_j (k_j · e_c)`` and, for cosine,
     ``|k̄_c|^2 = w^T G w`` with the Gram matrix ``G = K K^T`` (:func:`_cluster_norms`).  ``sim``: ``dot`` or
-    ``cosine`` (A.6).
+    ``cosine`` (A.6).  ``ties``: :func:`choice_ties` of ``choices`` where calls share them.
     """
     if sim not in ("dot", "cosine"):
         raise InputError(f"invalid similarity {sim!r}; use dot or cosine")
@@ -112,7 +127,7 @@ def batched_scores(seq: torch.Tensor, mask: torch.Tensor, choices: torch.Tensor,
             score = score / norm
     else:
         score = dots.masked_fill(pad, torch.finfo(dots.dtype).min).amax(1)  # best match [n, P, C, Q]
-    return tie_identical(score, choices.unsqueeze(1), 2, 2)  # choices [n, 1, C, Q, D] broadcast over P
+    return tie_identical(score, choices.unsqueeze(1), 2, 2, ties)  # choices [n, 1, C, Q, D] broadcast over P
 
 
 def test2_from_vectors(ctx: torch.Tensor, endings: torch.Tensor, scheme: Scheme) -> torch.Tensor:

@@ -34,8 +34,9 @@ class NormedBank:
     aggregation; :mod:`..compose` does the same), indexed like ``bank.vectors`` (``[texts, layers, words, D]``).
 
     The rows asked for are normalised when they are read, so a sweep never holds a second copy of the whole
-    bank (at 10,042 items the bank alone is ~9 GB).  NORM acts on each vector by itself, so a row reads the same
-    whichever other rows are read with it.
+    bank (at 10,042 items the bank alone is ~9 GB).  NORM acts on each vector by itself, so a vector reads the
+    same bits whichever other vectors are read with it (tested for every NORM: ``tests/test_sweep_eval.py``);
+    :meth:`pairs` reads just some (layer, word) pairs of some rows.
     """
 
     def __init__(self, bank: VectorBank, norm: str | None) -> None:
@@ -54,6 +55,16 @@ class NormedBank:
         out = normalize(x, self.norm)
         if self.last is not None:
             out[..., self.last, :] = x[..., self.last, :]
+        return out
+
+    def pairs(self, rows: Tensor, layers: Tensor, words: Tensor) -> Tensor:
+        """``self[rows][:, layers, words]`` ``[rows, pairs, D]`` with one copy, normalising only those vectors."""
+        x = self.bank.vectors[rows[:, None], layers[None, :], words[None, :]]
+        if self.norm is None:
+            return x
+        out = normalize(x, self.norm)
+        if self.last is not None and bool((keep := words == self.last).any()):
+            out[:, keep] = x[:, keep]
         return out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ from ..encode import input_embeddings, n_prefix_tokens
 from ..packing import packed_logliks
 from ..request import ScoreRequest
 from ..schemes import Scheme, normalize
-from ..test2 import batched_scores
+from ..test2 import batched_scores, choice_ties
 from .bank import NormedBank, VectorBank
 from .plan import ItemPlan
 
@@ -80,55 +80,117 @@ def _unique_pairs(layers: Sequence[int], words: Sequence[int]) -> tuple[Tensor, 
     return (torch.tensor([k[0] for k in u]), torch.tensor([k[1] for k in u]), np.asarray(inv, dtype=np.int64))
 
 
-def _compose_masked(x: Tensor, smask: Tensor, emask: Tensor, norm: str | None, seg: str | None, ex: str | None
-                    ) -> tuple[Tensor, Tensor]:
-    """:func:`~..compose.compose_context` of padded segment vectors ``x`` ``[n, E, S, P, D]``: the context
-    sequences ``[n, m, P, D]`` and their real positions ``[n, m]`` (``soft_cluster`` is left to the scorer)."""
+def _seg_step(x: Tensor, smask: Tensor, emask: Tensor, norm: str | None, seg: str | None) -> tuple[Tensor, Tensor]:
+    """SEGMENT_AGG of padded segment vectors ``x`` ``[n, E, S, P, D]``: the sequences ``[n, m, P, D]`` and their
+    real positions ``[n, m]`` (one vector per example for ``mean``, every segment otherwise)."""
     n, E, S, P, D = x.shape
     if seg == "mean":
-        seq = normalize(_masked_mean(x, smask, dim=2), norm)  # [n, E, P, D]
-        mmask = emask  # [n, E]
-    else:
-        seq = x.reshape(n, E * S, P, D)
-        mmask = smask.reshape(n, E * S)
-    if ex == "mean":  # only where more than one vector remains (A.6)
-        avg = normalize(_masked_mean(seq, mmask, dim=1), norm).unsqueeze(1)  # [n, 1, P, D]
-        first = seq[torch.arange(n), mmask.to(torch.int8).argmax(-1)].unsqueeze(1)  # the single real vector
-        seq = torch.where((mmask.sum(-1) > 1)[:, None, None, None], avg, first)
-        mmask = torch.ones(n, 1, dtype=torch.bool)
-    return seq, mmask
+        return normalize(_masked_mean(x, smask, dim=2), norm), emask  # [n, E, P, D]
+    return x.reshape(n, E * S, P, D), smask.reshape(n, E * S)
+
+
+def _ex_step(seq: Tensor, mmask: Tensor, norm: str | None, ex: str | None) -> tuple[Tensor, Tensor]:
+    """EXAMPLE_AGG of the sequences ``seq`` ``[n, m, P, D]`` (``soft_cluster`` is left to the scorer)."""
+    if ex != "mean":
+        return seq, mmask
+    n = seq.shape[0]  # the mean only where more than one vector remains (A.6)
+    avg = normalize(_masked_mean(seq, mmask, dim=1), norm).unsqueeze(1)  # [n, 1, P, D]
+    first = seq[torch.arange(n), mmask.to(torch.int8).argmax(-1)].unsqueeze(1)  # the single real vector
+    return (torch.where((mmask.sum(-1) > 1)[:, None, None, None], avg, first), torch.ones(n, 1, dtype=torch.bool))
+
+
+@dataclass(frozen=True)
+class _Bundle:
+    """One bundle's fixed parts: its encoding's layout key, first scheme, distinct context pairs (``pl``, ``pw``)
+    and choice encodings (``ol``, ``ow``) with each group's / scheme's position among them."""
+
+    enc: str
+    s0: Scheme
+    pl: Tensor
+    pw: Tensor
+    p_inv: np.ndarray
+    ol: Tensor
+    ow: Tensor
+    q_inv: np.ndarray
+    pkey: tuple[object, ...]  # the bundles of equal keys share those steps
+    okey: tuple[object, ...]
+
+    @classmethod
+    def of(cls, bank: VectorBank, enc: str, groups: Sequence[Sequence[Scheme]], layer_key: dict[str, str],
+           alias: Sequence[int]) -> _Bundle:
+        s0 = groups[0][0]
+        if s0.sim not in ("dot", "cosine"):
+            raise InputError(f"invalid similarity {s0.sim!r}; use dot or cosine")
+        # identical (layer, word) vectors give identical predictions: compute each distinct pair once
+        pl, pw, p_inv = _unique_pairs([alias[bank.layer_pos(layer_key[g[0].layer])] for g in groups],
+                                      [bank.word_pos(g[0].word) for g in groups])
+        ol, ow, q_inv = _unique_pairs([alias[bank.layer_pos(layer_key[s.out_layer_eff])] for s in groups[0]],
+                                      [bank.word_pos(s.out_word_eff) for s in groups[0]])
+        return cls(enc=enc, s0=s0, pl=pl, pw=pw, p_inv=p_inv, ol=ol, ow=ow, q_inv=q_inv,
+                   pkey=(enc, tuple(pl.tolist()), tuple(pw.tolist())), okey=(enc, tuple(ol.tolist()), tuple(ow.tolist())))
+
+
+def _choices(nbank: NormedBank, end: Tensor, ol: Tensor, ow: Tensor) -> tuple[Tensor, list[Any]]:
+    """The choice vectors ``[n, C, Q, D]`` of items' endings ``end`` ``[n, C]`` and which of them tie."""
+    n, C = end.shape
+    ch = nbank.pairs(end.reshape(-1), ol, ow).reshape(n, C, len(ol), -1)
+    return ch, choice_ties(ch)
+
+
+def test2_bundles_batched(bank: VectorBank, norm: str | None, layouts: dict[str, EncLayout],
+                          bundles: Sequence[tuple[str, Sequence[Sequence[Scheme]]]], layer_key: dict[str, str],
+                          chunk: int = 8, alias: Sequence[int] | None = None) -> list[np.ndarray]:
+    """Test 2 predictions ``[groups, outs, items]`` of several bundles of one NORM, each ``(enc, groups)``: context
+    groups that share (enc, seg, ex, sim) and the choice encodings (out_layer, out_word), differing in (layer,
+    word); ``layouts[enc]`` is the :class:`EncLayout` of its encoding.
+
+    Items go in chunks of ``chunk``, padding masked out; the scores are :func:`~..test2.batched_scores`.  Within a
+    chunk, each step is computed once for the bundles that share its inputs, as the very same call on the very
+    same tensors, so every bundle's picks are the bits it gets alone (and those of one call per bundle, the
+    sweep before batches: ``tests/test_sweep_eval.py``): the (layer, word) pairs an encoding's distinct rows
+    need, read and normalised (:meth:`~.bank.NormedBank.pairs`: NORM acts on each vector by itself), the padded
+    segment vectors, SEGMENT_AGG per ``seg``, EXAMPLE_AGG per ``ex``, the choice vectors and their ties per
+    choice encodings.  Pairs whose bank vectors are bit-identical (``alias``:
+    :meth:`~.bank.VectorBank.layer_alias`) are computed once.
+    """
+    alias = bank.layer_alias() if alias is None else alias
+    nbank = NormedBank(bank, norm)
+    plans = [_Bundle.of(bank, enc, groups, layer_key, alias) for enc, groups in bundles]
+    if any(p.s0.norm != norm for p in plans):
+        raise ValueError("the bundles of one call share their NORM")
+    N, D = next(iter(layouts.values())).seg.shape[0], bank.vectors.shape[-1]
+    preds = [np.empty((len(p.pl), len(p.ol), N), np.uint8) for p in plans]
+    for a in range(0, N, chunk):
+        sl = slice(a, min(N, a + chunk))
+        memo: dict[tuple[object, ...], object] = {}  # this chunk's shared steps
+
+        def once(key: tuple[object, ...], fn: Callable[[], object]) -> Any:
+            if key not in memo:
+                memo[key] = fn()
+            return memo[key]
+
+        for p, out in zip(plans, preds):
+            lay, s0 = layouts[p.enc], p.s0
+            n, E, S = lay.seg[sl].shape
+            u, inv = once(("rows", p.enc), lambda: torch.unique(lay.seg[sl], return_inverse=True))
+            x: Tensor = once(("x", p.pkey),  # [n, E, S, P, D]; each distinct row (padding: row 0) normalised once
+                             lambda: nbank.pairs(u, p.pl, p.pw)[inv.reshape(-1)].reshape(n, E, S, len(p.pl), D))
+            seg = once(("seg", p.pkey, s0.seg), lambda: _seg_step(x, lay.smask[sl], lay.emask[sl], norm, s0.seg))
+            seq, mmask = once(("ex", p.pkey, s0.seg, s0.ex), lambda: _ex_step(*seg, norm, s0.ex))
+            ch, ties = once(("ch", p.okey), lambda: _choices(nbank, lay.end[sl], p.ol, p.ow))
+            score = batched_scores(seq, mmask, ch, s0.sim, s0.ex == "soft_cluster", ties)  # [n, P, C, Q]
+            out[:, :, sl] = score.numpy().argmax(2).transpose(1, 2, 0)  # [P, Q, n]; as torch's: the first max or NaN
+    full = []
+    for p in plans:  # each bundle's picks for its groups and choice encodings, one compact array freed at a time
+        full.append(preds.pop(0)[np.ix_(p.p_inv, p.q_inv)])
+    return full
 
 
 def test2_bundle_batched(bank: VectorBank, nbank: NormedBank, layout: EncLayout, groups: Sequence[Sequence[Scheme]],
                          layer_key: dict[str, str], chunk: int = 8, alias: Sequence[int] | None = None) -> np.ndarray:
-    """Test 2 predictions ``[groups, outs, items]`` of context groups that share (enc, norm, seg, ex, sim) and
-    the list of choice encodings (out_layer, out_word), differing in (layer, word).
-
-    ``nbank`` is the bank after the groups' NORM, ``layout`` the encoding's :class:`EncLayout`.  Items go in
-    chunks of ``chunk``, padding masked out; the scores are :func:`~..test2.batched_scores`.  Pairs whose bank
-    vectors are bit-identical (``alias``: :meth:`~.bank.VectorBank.layer_alias`) are computed once.
-    """
-    s0 = groups[0][0]
-    if s0.sim not in ("dot", "cosine"):
-        raise InputError(f"invalid similarity {s0.sim!r}; use dot or cosine")
-    alias = bank.layer_alias() if alias is None else alias
-    # identical (layer, word) vectors give identical predictions: compute each distinct pair once
-    pl, pw, p_inv = _unique_pairs([alias[bank.layer_pos(layer_key[g[0].layer])] for g in groups],
-                                  [bank.word_pos(g[0].word) for g in groups])
-    ol, ow, q_inv = _unique_pairs([alias[bank.layer_pos(layer_key[s.out_layer_eff])] for s in groups[0]],
-                                  [bank.word_pos(s.out_word_eff) for s in groups[0]])
-    N, D = layout.seg.shape[0], nbank.shape[-1]
-    preds = np.empty((len(pl), len(ol), N), np.uint8)
-    for a in range(0, N, chunk):
-        sl = slice(a, min(N, a + chunk))
-        idx = layout.seg[sl]
-        n, E, S = idx.shape
-        x = nbank[idx.reshape(-1)][:, pl, pw].reshape(n, E, S, len(pl), D)  # [n, E, S, P, D]
-        seq, mmask = _compose_masked(x, layout.smask[sl], layout.emask[sl], s0.norm, s0.seg, s0.ex)
-        ch = nbank[layout.end[sl].reshape(-1)][:, ol, ow].reshape(n, -1, len(ol), D)  # [n, C, Q, D]
-        score = batched_scores(seq, mmask, ch, s0.sim, s0.ex == "soft_cluster")  # [n, P, C, Q]
-        preds[:, :, sl] = score.argmax(2).permute(1, 2, 0).numpy()  # [P, Q, n]
-    return preds[p_inv][:, q_inv]
+    """Test 2 predictions ``[groups, outs, items]`` of one bundle (:func:`test2_bundles_batched`); ``nbank`` is the
+    bank after the groups' NORM, ``layout`` the encoding's :class:`EncLayout`."""
+    return test2_bundles_batched(bank, nbank.norm, {"": layout}, [("", groups)], layer_key, chunk, alias)[0]
 
 
 def test1_predictions(lm: LoadedModel, bank: VectorBank, nbank: NormedBank, items: Sequence[ItemPlan],

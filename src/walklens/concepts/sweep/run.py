@@ -11,8 +11,11 @@ come back:
 * Test 2: one shard per bundle (groups sharing NORM, enc, seg, ex, sim and the choice encodings, over every
   group of the grid, stored or not, so a bundle's matrix shapes never depend on what was stored) and item range
   (one range of all items where the bank fits the workers' ``context_bytes``, else ranges whose bank rows fit,
-  whole :data:`~.shards.TEST2_CHUNK`-item chunks each, each range's rows its shards' context); a range's picks
-  are kept in ``sweep_shards`` and the bundle's groups committed in one transaction when its last range is in;
+  whole :data:`~.shards.TEST2_CHUNK`-item chunks each, each range's rows its shards' context); the shards of one
+  range, NORM and encoding run together, :data:`~.shards.TEST2_BATCH` at most (a batch: they read, normalise
+  and compose the rows once, each giving the bits it gives alone); a range's picks are kept in ``sweep_shards``
+  and the bundle's groups committed in one transaction when its last range is in (with one range: as soon as
+  its batch is back, so a killed sweep loses at most the batches in flight);
 * Test 1: schemes in blocks of one bank layer and word aggregation (concept sequences can be identical only
   within one), each cut into item ranges of ``test1_shard_items``; a range's picks are kept in the store's
   ``sweep_shards`` table and the block's groups committed, dropping them, when its last range is in.
@@ -46,8 +49,8 @@ from ..store import ResultStore, SweepStore
 from .bank import VectorBank, build_bank, layer_keys
 from .batched import EncLayout
 from .plan import ItemPlan, plan_item
-from .shards import (Test1Shard, Test2Ctx, Test2Shard, baseline_shard, item_ranges, test1_shard,
-                     test2_shard)
+from .shards import (TEST2_BATCH, Test1Shard, Test2Ctx, Test2Shard, baseline_shard, item_ranges, test1_shard,
+                     test2_batch)
 
 if TYPE_CHECKING:
     from ...loading import LoadedModel
@@ -99,9 +102,10 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
     (within one NORM), as do bank layers with identical vectors.  A shard is a bundle over an item range whose
     bank rows fit in ``context_mb`` MB (default: ``workers.context_bytes``; no bound: one range of all items);
     with several ranges, a range's picks are kept in ``sweep_shards`` until the bundle's last range is in, and
-    the bundles go in waves of :data:`TEST2_WAVE` (each wave's ranges one after the other).  ``stop_after``
-    stops after that many groups (the tests use it to simulate an interruption); ``counts["test2"]`` counts the
-    shards computed.
+    the bundles go in waves of :data:`TEST2_WAVE` (each wave's ranges one after the other).  Within a wave, the
+    shards of one range, NORM and encoding go to a worker in batches (:func:`~.shards.test2_batch`) of
+    :data:`~.shards.TEST2_BATCH` bundles, fewer where there are more workers than such batches.  ``stop_after`` stops after that many groups (the tests use it to simulate
+    an interruption); ``counts["test2"]`` counts the shards computed.
     """
     done = store.done(run_id)
     by_norm, group_outs = _bundles(list(group_by_context(schemes).values()))
@@ -130,7 +134,9 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
             todo += left
     if not shards:
         return 0
-    keys = list(shards)
+    norm_rank = {n: i for i, n in enumerate(by_norm)}
+    enc_rank = {e: i for i, e in enumerate(dict.fromkeys(sh.enc for sh in shards.values()))}
+    keys = sorted(shards, key=lambda k: (norm_rank[str(k[0])], enc_rank[shards[k].enc]))  # batches: one NORM, enc
     limit = workers.context_bytes if context_mb is None else int(context_mb * 2**20)
     ranges = item_ranges([layouts[sh.enc] for sh in shards.values()], len(items),
                          bank.vectors[:1].numel() * bank.vectors.element_size(), limit)
@@ -145,15 +151,30 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
             if f"test2|{digest[k]}|{a}:{b}" in kept:
                 got[k][r] = kept[f"test2|{digest[k]}|{a}:{b}"]
     wave = len(keys) if len(ranges) == 1 else TEST2_WAVE
-    specs = [(k, r) for w in range(0, len(keys), wave) for r in range(len(ranges)) for k in keys[w:w + wave]
-             if r not in got[k]]
     wave_of = {k: i // wave for i, k in enumerate(keys)}
+    # batches: consecutive bundles of one wave, NORM and enc, TEST2_BATCH at most, fewer where that keeps every
+    # worker busy (a bundle's bits do not depend on its batch)
+    cap = min(TEST2_BATCH, max(1, -(-len(keys) // max(1, workers.n))))
+    batch_of: dict[tuple[object, ...], int] = {}
+    size, tag = 0, None
+    for k in keys:
+        if (wave_of[k], k[0], shards[k].enc) != tag or size == cap:
+            size, tag = 0, (wave_of[k], k[0], shards[k].enc)
+        batch_of[k] = len(batch_of) if size == 0 else batch_of[keys[len(batch_of) - 1]]
+        size += 1
+    specs: list[tuple[list[tuple[object, ...]], int]] = []  # (bundles, range) still to compute, wave by wave
+    for w in range(0, len(keys), wave):
+        for r in range(len(ranges)):
+            for _, bk in groupby(keys[w:w + wave], key=batch_of.__getitem__):
+                if todo_k := [k for k in bk if r not in got[k]]:
+                    specs.append((todo_k, r))
 
-    def parts() -> Iterator[tuple[Test2Ctx, list[Test2Shard]]]:
-        """One part per (wave, range): the range's context and the wave's bundles still to compute there."""
-        for (_, r), part in groupby(specs, key=lambda kr: (wave_of[kr[0]], kr[1])):
-            sh = [shards[k] for k, _ in part]
-            yield Test2Ctx.of_range(bank, {x.enc: layouts[x.enc] for x in sh}, layer_key, alias, *ranges[r]), sh
+    def parts() -> Iterator[tuple[Test2Ctx, list[list[Test2Shard]]]]:
+        """One part per (wave, range): the range's context and the wave's batches still to compute there."""
+        for (_, r), part in groupby(specs, key=lambda kr: (wave_of[kr[0][0]], kr[1])):
+            bs = [[shards[k] for k in ks] for ks, _ in part]
+            yield Test2Ctx.of_range(bank, {x.enc: layouts[x.enc] for b in bs for x in b}, layer_key, alias,
+                                    *ranges[r]), bs
 
     bar = progress_bar(total=todo, desc="Test 2 scheme groups", disable=not progress)
     computed = 0
@@ -183,16 +204,17 @@ def evaluate_test2(store: SweepStore, run_id: int, bank: VectorBank, items: Sequ
         for k in keys:  # bundles whose every range was kept by an interrupted run
             if finish(k):
                 return computed
-        for i, (preds, seconds) in workers.map_parts(test2_shard, parts()):
-            k, r = specs[i]
-            got[k][r] = (preds, seconds)
-            if len(got[k]) < len(ranges):
-                a, b = ranges[r]
-                names[k].append(f"test2|{digest[k]}|{a}:{b}")
-                store.put_shard(run_id, names[k][-1], preds, seconds)
-            elif finish(k):
-                return computed
-            _count(on_shard, counts, "test2")
+        for i, (batch, seconds) in workers.map_parts(test2_batch, parts()):
+            ks, r = specs[i]
+            for k, preds in zip(ks, batch):  # each bundle of the batch: kept, or its groups stored
+                got[k][r] = (preds, seconds / len(ks))
+                if len(got[k]) < len(ranges):
+                    a, b = ranges[r]
+                    names[k].append(f"test2|{digest[k]}|{a}:{b}")
+                    store.put_shard(run_id, names[k][-1], preds, seconds / len(ks))
+                elif finish(k):
+                    return computed
+                _count(on_shard, counts, "test2")
     finally:
         bar.close()
     return computed
@@ -325,6 +347,40 @@ def sweep_baseline(workers: Workers, model: str, items: Sequence[HellaswagItem],
 
 
 @dataclass
+class BankPlan:
+    """What a sweep asks of the bank: each item's few-shot examples and :class:`~.plan.ItemPlan`, every segment
+    text (with repeats, in order), the bank layers (keys) and word aggregations, and the scheme layer -> bank
+    key map."""
+
+    examples: list[list[HellaswagItem]]
+    plans: list[ItemPlan]
+    texts: list[str]
+    layers: list[str]
+    words: list[str]
+    layer_key: dict[str, str]
+
+
+def plan_bank(lm: LoadedModel, items: Sequence[HellaswagItem], *, test: int, schemes: Sequence[Scheme], shots: int,
+              pool: Sequence[HellaswagItem], fewshot_seed: int) -> BankPlan:
+    """The :class:`BankPlan` of a sweep of ``schemes`` over ``items`` (what :func:`run_sweep` builds its bank
+    from; e.g. to fill a concept cache ahead of it)."""
+    composed = [s for s in schemes if s.enc != "cross_encoding"]
+    encs = list(dict.fromkeys(s.enc for s in composed))
+    exs = [fewshot_examples(pool, shots, it.index, seed=fewshot_seed, query_split=it.split) if shots else []
+           for it in items]
+    plans = [plan_item(lm, it, ex, encs) for it, ex in zip(items, exs)]
+    layer_vals = {s.layer for s in composed}
+    word_vals = {s.word for s in composed}
+    if test == 2:
+        layer_vals |= {s.out_layer_eff for s in schemes}
+        word_vals |= {s.out_word_eff for s in schemes}
+    lkey = layer_keys(lm, layer_vals)
+    return BankPlan(examples=exs, plans=plans, texts=[t for p in plans for t in p.texts()] if encs else [],
+                    layers=sorted(set(lkey.values()), key=lambda k: -1 if k == "E" else int(k)),
+                    words=[w for w in WORD_AGG_SCHEMES if w in word_vals], layer_key=lkey)
+
+
+@dataclass
 class SweepOutcome:
     """What one call of :func:`run_sweep` did (``shards_computed``: per kind, the shards run by this call)."""
 
@@ -404,20 +460,8 @@ def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], *, test: int, sch
                                shards_computed=counts, backend=workers.kind, workers=workers.n)
         if before == len(groups):
             return outcome
-        composed = [s for s in schemes if s.enc != "cross_encoding"]
-        encs = list(dict.fromkeys(s.enc for s in composed))
-        exs = [fewshot_examples(pool, shots, it.index, seed=seed, query_split=it.split) if shots else []
-               for it in items]
-        plans = [plan_item(lm, it, ex, encs) for it, ex in zip(items, exs)]
-        layer_vals = {s.layer for s in composed}
-        word_vals = {s.word for s in composed}
-        if test == 2:
-            layer_vals |= {s.out_layer_eff for s in schemes}
-            word_vals |= {s.out_word_eff for s in schemes}
-        lkey = layer_keys(lm, layer_vals)
-        bank_layers = sorted(set(lkey.values()), key=lambda k: -1 if k == "E" else int(k))
-        words = [w for w in WORD_AGG_SCHEMES if w in word_vals]
-        texts = [t for p in plans for t in p.texts()] if encs else []
+        bp = plan_bank(lm, items, test=test, schemes=schemes, shots=shots, pool=pool, fewshot_seed=seed)
+        exs, plans, lkey = bp.examples, bp.plans, bp.layer_key
         t1 = time.perf_counter()
 
         def forward(kind: str, n: int) -> None:
@@ -425,7 +469,7 @@ def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], *, test: int, sch
             if on_shard is not None:
                 on_shard(kind, n)
 
-        bank = build_bank(lm, texts, bank_layers, words, cache_dir=cache_dir, progress=progress, workers=workers,
+        bank = build_bank(lm, bp.texts, bp.layers, bp.words, cache_dir=cache_dir, progress=progress, workers=workers,
                           on_shard=forward)
         outcome.n_texts = len(bank.index)
         t2 = time.perf_counter()

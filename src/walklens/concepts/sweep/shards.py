@@ -6,8 +6,10 @@ its own payload, so it gives the same bits in this process or on any Ray worker.
 
 * :func:`baseline_shard` -- one chunk of :data:`~..runner.CHUNK` consecutive items (the runner's packing);
 * :func:`~.bank.forward_shard` -- one batch of texts of equal token length (the bank);
-* :func:`test2_shard` -- one Test 2 bundle over one item range, whose context (:meth:`Test2Ctx.of_range`) holds
-  just the bank rows the range reads (:func:`~.batched.test2_bundle_batched`);
+* :func:`test2_batch` -- Test 2 bundles of one NORM and encoding (a batch of :class:`Test2Shard`) over one item
+  range, whose context (:meth:`Test2Ctx.of_range`) holds just the bank rows the range reads; they share the
+  reading, normalising and composing of those rows (:func:`~.batched.test2_bundles_batched`), and each gives
+  the bits it gives alone;
 * :func:`test1_shard` -- one Test 1 block (the schemes of one bank layer and word aggregation) over one item
   range, with the bank rows it reads (:func:`~.batched.test1_predictions`, concept sequences shared within it).
 """
@@ -27,7 +29,7 @@ from ..data import HellaswagItem
 from ..schemes import Scheme
 from ..store import ItemResult
 from .bank import NormedBank, VectorBank
-from .batched import EncLayout, test1_predictions, test2_bundle_batched
+from .batched import EncLayout, test1_predictions, test2_bundles_batched
 from .plan import ItemPlan
 
 if TYPE_CHECKING:
@@ -117,15 +119,25 @@ class Test2Shard:
     groups: list[list[Scheme]]
 
 
-def test2_shard(lm: LoadedModel, ctx: Test2Ctx, shard: Test2Shard) -> tuple[np.ndarray, float]:
-    """Predictions ``[groups, outs, items of the range]`` of one bundle, and the seconds it took."""
+#: Test 2 bundles computed together at most (:func:`test2_batch`): the full grid's bundles of one NORM and
+#: encoding (2 SEGMENT_AGG x 3 EXAMPLE_AGG x 2 SIMILARITY_FUNC).  It bounds the picks a batch holds (each bundle's
+#: ``[groups, outs, items]``) and the work a killed sweep loses, not any number.
+TEST2_BATCH = 12
+
+
+def test2_batch(lm: LoadedModel, ctx: Test2Ctx, batch: Sequence[Test2Shard]) -> tuple[list[np.ndarray], float]:
+    """Predictions ``[groups, outs, items of the range]`` of each bundle of a batch (one NORM), and the seconds
+    the batch took."""
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         vectors = torch.from_numpy(ctx.vectors)  # read-only in Ray's object store; never written
     bank = VectorBank(layers=ctx.layers, words=ctx.words, index={}, vectors=vectors)
-    preds = test2_bundle_batched(bank, NormedBank(bank, shard.norm), ctx.layouts[shard.enc], shard.groups,
-                                 ctx.layer_key, chunk=TEST2_CHUNK, alias=ctx.alias)
+    norms = {sh.norm for sh in batch}
+    if len(norms) != 1:
+        raise ValueError(f"a Test 2 batch has one NORM, not {sorted(map(str, norms))}")
+    preds = test2_bundles_batched(bank, batch[0].norm, ctx.layouts, [(sh.enc, sh.groups) for sh in batch],
+                                  ctx.layer_key, chunk=TEST2_CHUNK, alias=ctx.alias)
     return preds, time.perf_counter() - t0
 
 
