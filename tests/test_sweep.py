@@ -7,7 +7,7 @@ import json
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pytest
@@ -621,21 +621,29 @@ def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) ->
     assert len(ranges) // n == -(-bundles // TEST2_WAVE) and many.shards_computed["test2"] == n * bundles
 
 
-def test_test2_item_ranges_resume_to_the_one_range_table(tmp_path: Path) -> None:
-    """A sweep cut into 8-item ranges, interrupted after its 4th shard, keeps those ranges' picks; rerun with the
-    same ranges it computes only the other shards, rerun in one range it drops the kept ones: the one-range table
-    bit for bit either way, no shard left over."""
+def _grid_sweeper(tmp_path: Path, grid: str, *, n: int, seed: int, shots: int) -> Callable[..., Any]:
+    """``sweep(db, **kw)``: the Test 2 sweep of ``grid`` (TOML text) on a tiny llama over ``n`` toy items, into
+    ``tmp_path / db``."""
     from walklens.concepts.sweep import run_sweep
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
-    items = _items(21, seed=5)
-    (tmp_path / "g.toml").write_text(T2_RANGE_GRID, encoding="utf-8")
+    items = _items(n, seed=seed)
+    (tmp_path / "g.toml").write_text(grid, encoding="utf-8")
     schemes, _ = GridSpec.from_toml(tmp_path / "g.toml", 2, "decoder").enumerate("decoder")
 
     def sweep(db: str, **kw: Any) -> Any:
-        return run_sweep(lm, items, test=2, schemes=schemes, db=tmp_path / db, shots=2, data="toy", progress=False,
-                         **kw)
+        return run_sweep(lm, items, test=2, schemes=schemes, db=tmp_path / db, shots=shots, data="toy",
+                         progress=False, **kw)
+
+    return sweep
+
+
+def test_test2_item_ranges_resume_to_the_one_range_table(tmp_path: Path) -> None:
+    """A sweep cut into 8-item ranges, interrupted after its 4th shard, keeps those ranges' picks; rerun with the
+    same ranges it computes only the other shards, rerun in one range it drops the kept ones: the one-range table
+    bit for bit either way, no shard left over."""
+    sweep = _grid_sweeper(tmp_path, T2_RANGE_GRID, n=21, seed=5, shots=2)
 
     def crash(kind: str, n: int) -> None:
         if kind == "test2" and n == 4:

@@ -25,12 +25,7 @@ ENCS = ("sentence_level_segmentation", "concat_each_example")
 LK = {"E": "E", "0": "0", "-1": "2"}  # scheme layer -> bank layer; E and 0 bit-identical (aliased)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+from test_sweep import _one_thread  # noqa: E402,F401  (autouse: one intra-op thread in this module too)
 
 
 def _bits(x: torch.Tensor) -> np.ndarray:
@@ -152,34 +147,15 @@ GRID = ('layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None", "varNorm
         'enc = ["sentence_level_segmentation", "concat_each_example", "merge_all_segments"]\n')
 
 
-def _table(db: Path) -> tuple[Any, ...]:
-    from walklens.concepts.store import SweepStore
-
-    with SweepStore(db) as st:
-        (run,) = st.runs()
-        r = st.load(run["id"])
-    return r.schemes, r.acc.tobytes(), r.preds.tobytes()
-
-
 def test_sweep_tables_do_not_depend_on_the_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The stored table is the same bits with batches of one bundle, of the default size, and cut in item
     ranges; a sweep killed after its 3rd bundle has stored those bundles' groups, and resumed computes only the
     others and ends with the same table, no kept shard left over."""
-    from walklens.concepts.grid import GridSpec
     from walklens.concepts.sweep import run as run_mod
-    from walklens.concepts.sweep import run_sweep
-    from walklens.testing import tiny_model
 
-    from test_sweep import _items
+    from test_sweep import _grid_sweeper, _table
 
-    lm = tiny_model("llama")
-    items = _items(11, seed=4)
-    (tmp_path / "g.toml").write_text(GRID, encoding="utf-8")
-    schemes, _ = GridSpec.from_toml(tmp_path / "g.toml", 2, "decoder").enumerate("decoder")
-
-    def sweep(db: str, **kw: Any) -> Any:
-        return run_sweep(lm, items, test=2, schemes=schemes, db=tmp_path / db, shots=1, data="toy", progress=False,
-                         **kw)
+    sweep = _grid_sweeper(tmp_path, GRID, n=11, seed=4, shots=1)
 
     seen: list[list[Any]] = []
     real = run_mod.test2_batch
