@@ -10,10 +10,15 @@ Issue 7's benchmarks, measured in one run (ratios, never asserted on wall-clock)
 * achieved useful FLOP/s of the walklens baseline (2 x parameters x tokens actually needed / seconds) divided by
   the machine's fp32 matmul FLOP/s (torch 2048x2048, measured in the same run) (target >= 0.5).
 
+With ``--dtype bfloat16`` (issue 14) both sides run in bfloat16 (walklens ``load_model(dtype=)``, lm-eval's
+``HFLM(dtype="bfloat16")``), the FLOP/s ratio is taken against a bfloat16 matmul, and each side also runs once in
+float32 on the same items so that its bfloat16 picks can be compared with its own float32 picks: the target is
+>= 2.5x items/s at equal or better agreement (share of identical acc and acc_norm picks) than lm-eval's.
+
 Both sides time the evaluation only, after loading the model.  Usage::
 
-    .venv/bin/python benchmarks/bench_lmeval.py [--n 200] [--lmeval-python /work/lmeval-venv/bin/python]
-        [--lmeval-batch 1,8] [--json docs/results/bench_lmeval.json]
+    .venv/bin/python benchmarks/bench_lmeval.py [--n 200] [--dtype float32|bfloat16]
+        [--lmeval-python /work/lmeval-venv/bin/python] [--lmeval-batch 1,8] [--json docs/results/bench_lmeval.json]
 
 Without an lm-eval environment the comparison is skipped (and said so); the FLOP/s ratio is still measured.
 """
@@ -83,13 +88,14 @@ def write_task(items: list, folder: Path) -> Path:
     return folder
 
 
-def run_lmeval(py: Path, items: list, model_dir: Path, batch: int) -> dict:
-    """lm-eval's scoring of ``items`` with ``batch`` sequences per forward pass, in its own environment."""
+def run_lmeval(py: Path, items: list, model_dir: Path, batch: int, dtype: str = "float32") -> dict:
+    """lm-eval's scoring of ``items`` with ``batch`` sequences per forward pass in ``dtype``, in its own
+    environment."""
     with tempfile.TemporaryDirectory() as td:
         folder = write_task(items, Path(td))
         res_file = Path(td) / "lmeval.json"
         env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        cmd = [str(py), str(HERE / "lmeval_driver.py"), str(folder), str(model_dir), str(batch), str(res_file)]
+        cmd = [str(py), str(HERE / "lmeval_driver.py"), str(folder), str(model_dir), str(batch), str(res_file), dtype]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr[-3000:])
@@ -134,12 +140,20 @@ def walklens_baseline(lm: object, items: list) -> dict:
             "predictions": [{"acc": r.pred, "acc_norm": r.pred_norm, "ll": list(r.scores)} for r in res]}
 
 
+def agreement(picks: list[dict], reference: list[dict]) -> dict[str, float]:
+    """Share of items whose ``acc`` and ``acc_norm`` picks equal the reference run's (same items, same order)."""
+    n = len(reference)
+    return {m: sum(a[m] == b[m] for a, b in zip(picks, reference)) / n for m in ("acc", "acc_norm")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--lmeval-python", default=os.environ.get("LMEVAL_PYTHON", "/work/lmeval-venv/bin/python"))
     ap.add_argument("--lmeval-batch", type=lambda v: [int(x) for x in v.split(",")], default=[1, 8],
                     help="lm-eval batch sizes to run, comma-separated (default 1,8: its default and a tuned one)")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="the dtype both sides run in (bfloat16: also each side's float32 picks, for agreement)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -149,19 +163,27 @@ def main() -> None:
     from walklens.loading import NAMED_MODELS, _gguf_cache_path
 
     items = load_hellaswag(limit=args.n)
-    lm = walklens.load_model("smollm2-135m")
+    lm = walklens.load_model("smollm2-135m", dtype=args.dtype)
     model_dir = _gguf_cache_path(NAMED_MODELS["smollm2-135m"]())
-    peak = matmul_flops()
+    tdtype = getattr(torch, args.dtype)
+    peak = matmul_flops(dtype=tdtype)
     wl = walklens_baseline(lm, items)
-    peak = max(peak, matmul_flops())  # measured before and after; the better of the two
+    peak = max(peak, matmul_flops(dtype=tdtype))  # measured before and after; the better of the two
     useful = 2 * wl["params"] * wl["tokens"] / wl["seconds"]
-    out: dict = {"n": len(items), "model": "smollm2-135m", "model_dir": str(model_dir),
+    out: dict = {"n": len(items), "model": "smollm2-135m", "model_dir": str(model_dir), "dtype": args.dtype,
                  "walklens": {k: v for k, v in wl.items() if k != "predictions"},
-                 "matmul_fp32_flops": peak, "useful_flops": useful, "flops_ratio": useful / peak,
+                 f"matmul_{args.dtype}_flops": peak, "useful_flops": useful, "flops_ratio": useful / peak,
                  "torch_threads": torch.get_num_threads()}
-    print(f"walklens baseline: {len(items)} items in {wl['seconds']:.1f} s = {len(items) / wl['seconds']:.2f} items/s; "
-          f"acc {wl['acc']:.4f} acc_norm {wl['acc_norm']:.4f}")
-    print(f"useful FLOP/s {useful / 1e9:.2f} G / fp32 2048^2 matmul {peak / 1e9:.2f} G = ratio {useful / peak:.3f}")
+    print(f"walklens baseline ({args.dtype}): {len(items)} items in {wl['seconds']:.1f} s = "
+          f"{len(items) / wl['seconds']:.2f} items/s; acc {wl['acc']:.4f} acc_norm {wl['acc_norm']:.4f}")
+    print(f"useful FLOP/s {useful / 1e9:.2f} G / {args.dtype} 2048^2 matmul {peak / 1e9:.2f} G = ratio {useful / peak:.3f}")
+    reduced = args.dtype != "float32"
+    if reduced:  # the same items in float32: the reference for this side's agreement
+        wl32 = walklens_baseline(walklens.load_model("smollm2-135m"), items)
+        out["walklens"]["agreement_with_float32"] = agreement(wl["predictions"], wl32["predictions"])
+        out["walklens"]["float32_seconds"] = wl32["seconds"]
+        print(f"walklens float32: {len(items) / wl32['seconds']:.2f} items/s; bf16/fp32 items/s "
+              f"{wl32['seconds'] / wl['seconds']:.2f}; identical picks with float32 {out['walklens']['agreement_with_float32']}")
     w = wl["work"]
     print(f"work: walklens {w['walklens_positions']} positions ({w['walklens_head_positions']} through the LM head), "
           f"lm-eval {w['lmeval_positions']} (all through the LM head); lm-eval FLOPs / walklens FLOPs = "
@@ -171,8 +193,12 @@ def main() -> None:
         print(f"lm-evaluation-harness comparison skipped: no {py} (see docs/sweep.md to create it)")
     else:
         out["lmeval"] = []
+        le32 = None
+        if reduced:  # lm-eval's own float32 picks, at its largest batch size
+            le32 = run_lmeval(py, items, model_dir, max(args.lmeval_batch), "float32")
+            out["lmeval_float32"] = {k: v for k, v in le32.items() if k != "predictions"}
         for batch in args.lmeval_batch:
-            le = run_lmeval(py, items, model_dir, batch)
+            le = run_lmeval(py, items, model_dir, batch, args.dtype)
             same_preds = all(a["acc"] == b["acc"] and a["acc_norm"] == b["acc_norm"]
                              for a, b in zip(wl["predictions"], le["predictions"]))
             max_ll_diff = max(abs(x - y) for a, b in zip(wl["predictions"], le["predictions"])
@@ -181,6 +207,12 @@ def main() -> None:
             row = {k: v for k, v in le.items() if k != "predictions"}
             row.update(same_predictions=same_preds, max_loglik_diff=max_ll_diff, items_per_s_ratio=ratio,
                        identical_acc=(wl["acc"] == le["acc"] and wl["acc_norm"] == le["acc_norm"]))
+            if le32 is not None:
+                mine, theirs = out["walklens"]["agreement_with_float32"], agreement(le["predictions"], le32["predictions"])
+                row.update(agreement_with_float32=theirs,
+                           walklens_agrees_at_least_as_well=all(mine[m] >= theirs[m] for m in mine))
+                print(f"lm-eval (batch {batch}) identical picks with its float32: {theirs}; walklens at least as "
+                      f"well: {row['walklens_agrees_at_least_as_well']}")
             out["lmeval"].append(row)
             print(f"lm-eval (batch {batch}): {le['n']} items in {le['seconds']:.1f} s = "
                   f"{le['n'] / le['seconds']:.2f} items/s; acc {le['acc']:.4f} acc_norm {le['acc_norm']:.4f}; "

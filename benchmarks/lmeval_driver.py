@@ -2,7 +2,9 @@
 first).  Executed by bench_lmeval.py with the *lm-eval* virtual environment's Python (a benchmark-only
 dependency; never imported by walklens):
 
-    /work/lmeval-venv/bin/python benchmarks/lmeval_driver.py TASK_DIR MODEL_DIR BATCH OUT.json
+    /work/lmeval-venv/bin/python benchmarks/lmeval_driver.py TASK_DIR MODEL_DIR BATCH OUT.json [DTYPE]
+
+DTYPE is HFLM's ``dtype`` (float32, the default, or bfloat16).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def main(task_dir: str, model_dir: str, batch: str, out: str) -> None:
+def main(task_dir: str, model_dir: str, batch: str, out: str, dtype: str = "float32") -> None:
     import numpy as np
     import torch
     from lm_eval import simple_evaluate
@@ -26,7 +28,7 @@ def main(task_dir: str, model_dir: str, batch: str, out: str) -> None:
 
     assert not torch.version.cuda, "the lm-eval venv must use the CPU build of torch"
     t_load = time.perf_counter()
-    lm = HFLM(pretrained=model_dir, dtype="float32", device="cpu", batch_size=int(batch))
+    lm = HFLM(pretrained=model_dir, dtype=dtype, device="cpu", batch_size=int(batch))
     tm = TaskManager(include_path=task_dir)
     t0 = time.perf_counter()
     res = simple_evaluate(model=lm, tasks=["walklens_hellaswag_local"], task_manager=tm, log_samples=True,
@@ -40,9 +42,9 @@ def main(task_dir: str, model_dir: str, batch: str, out: str) -> None:
         lens = np.array([float(len(c)) for c in s["doc"]["choices"]])
         picks.append({"acc": int(np.argmax(ll)), "acc_norm": int(np.argmax(ll / lens)), "ll": ll.tolist()})
     json.dump({"seconds": t1 - t0, "load_seconds": t0 - t_load, "n": len(samples), "acc": r["acc,none"],
-               "acc_norm": r["acc_norm,none"], "batch_size": int(batch), "torch": torch.__version__,
+               "acc_norm": r["acc_norm,none"], "batch_size": int(batch), "dtype": dtype, "torch": torch.__version__,
                "predictions": picks}, open(out, "w"), indent=1)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])
