@@ -14,20 +14,26 @@ over the schemes whose parameters match every ``--where KEY=VALUE`` (a parameter
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
-import numpy as np
-
 from walklens.concepts.schemes import Scheme
-from walklens.concepts.stats import honest_summary
 from walklens.concepts.store.sweeps import SweepStore
+from walklens.concepts.summary import summarise_run
 
 
 def matches(name: str, where: dict[str, set[str]]) -> bool:
-    """Whether scheme ``name`` has, for each key of ``where``, one of its values (compared as written)."""
-    fields = dict(part.split("=", 1) for part in str(Scheme.parse(name)).split(","))
+    """Whether scheme ``name`` has, for each key of ``where``, one of its values (as ``str(scheme)`` writes it)."""
+    fields = dict(Scheme.parse(name).pairs())
     return all(fields.get(k) in vals for k, vals in where.items())
+
+
+def where_arg(text: str) -> tuple[str, set[str]]:
+    key, eq, vals = text.partition("=")
+    if not eq or not key or not vals:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE[,VALUE...], got {text!r}")
+    return key, set(vals.split(","))
 
 
 def main() -> None:
@@ -36,10 +42,10 @@ def main() -> None:
     ap.add_argument("--model", required=True, help="the stored model name (with @dtype where not float32)")
     ap.add_argument("--test", type=int, choices=(1, 2), required=True)
     ap.add_argument("--shots", type=int, default=0)
-    ap.add_argument("--where", action="append", default=[], metavar="KEY=V[,V...]")
+    ap.add_argument("--where", action="append", type=where_arg, default=[], metavar="KEY=V[,V...]")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    where = {k: set(v.split(",")) for k, v in (w.split("=", 1) for w in args.where)}
+    where = dict(args.where)
     with SweepStore(args.db, readonly=True) as store:
         runs = [r for r in store.runs() if r["model"] == args.model and int(r["test"]) == args.test
                 and int(r["shots"]) == args.shots]
@@ -47,23 +53,21 @@ def main() -> None:
             print(f"walklens: error: {args.db}: no Test {args.test} sweep of {args.model} ({args.shots}-shot)",
                   file=sys.stderr)
             sys.exit(2)
-        res = store.load(max(runs, key=lambda r: int(r["n_items"]))["id"])
-    keep = [i for i, s in enumerate(res.schemes) if not s.startswith("enc=cross_encoding") and matches(s, where)]
-    names = [res.schemes[i] for i in keep]
-    out = {"model": args.model, "test": args.test, "shots": args.shots, "where": args.where,
-           "n_schemes": len(names), "n_items": len(res.labels), "metrics": {}}
-    for m in res.metrics:
-        correct = res.correct(m)[keep]
-        s = honest_summary(correct, names, res.baseline(m))
-        out["metrics"][m] = s
-        kf, ins = s["kfold"], s["in_sample"]
-        print(f"{args.model} Test {args.test} {args.shots}-shot {m}, {len(names)} schemes x {len(res.labels)} items: "
-              f"in-sample best {ins['acc']:.3f} [{ins['lo']:.3f}, {ins['hi']:.3f}] ({ins['scheme']}); "
-              f"split-half mean {s['split_mean']:.3f}; 5-fold held-out {kf['acc']:.3f} [{kf['lo']:.3f}, {kf['hi']:.3f}]; "
-              f"median scheme {float(np.median(correct.mean(axis=1))):.3f}")
+        res = store.load_counts(max(runs, key=lambda r: int(r["n_items"]))["id"])  # streamed, as the report
+    keep = [i for i, s in enumerate(res.schemes) if matches(s, where)]
+    sub = dataclasses.replace(res, schemes=[res.schemes[i] for i in keep], acc=res.acc[:, keep],
+                              hits=res.hits[:, keep])  # as the explorer's filters (server/api_sweeps.py)
+    summary = summarise_run(sub)  # leaves the baseline scheme (enc=cross_encoding) out
+    for m, s in summary.metrics.items():
+        ins, kf = s.in_sample, s.kfold
+        print(f"{args.model} Test {args.test} {args.shots}-shot {m}, {summary.n_schemes} schemes x {summary.n_items} "
+              f"items: in-sample best {ins.acc:.3f} [{ins.lo:.3f}, {ins.hi:.3f}] ({ins.scheme}); split-half mean "
+              f"{s.split_mean:.3f}; 5-fold held-out {kf.acc:.3f} [{kf.lo:.3f}, {kf.hi:.3f}]; median scheme "
+              f"{s.distribution.quantiles['q50']:.3f}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1, default=str)
+            json.dump({"where": {k: sorted(v) for k, v in where.items()}, **dataclasses.asdict(summary)}, f,
+                      indent=1, default=str)
 
 
 if __name__ == "__main__":
