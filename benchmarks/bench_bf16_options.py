@@ -1,8 +1,8 @@
 """Two ways tried to speed up the bfloat16 HellaSwag baseline (issue 14; docs/dtype.md): a larger packed batch
 and ``torch.compile`` of the model's elementwise-heavy modules.
 
-* ``--max-tokens 512,1024,2048,4096``: items/s of the packed baseline (``concepts.baseline.baseline_items``)
-  at each batch budget of ``packing.packed_logliks`` (rows x row length; the default is ``packing.MAX_TOKENS``),
+* ``--max-tokens 512,1024,2048,4096``: items/s of the baseline's packed scoring (``packing.packed_logliks`` of
+  the items' ``baseline_request``s) at each batch budget (rows x row length; the default is ``packing.MAX_TOKENS``),
   alternating the budgets over ``--repeats`` rounds, fastest CPU time of each.
 * ``--compile mlp,input_layernorm,post_attention_layernorm``: the same, before and after
   ``nn.Module.compile(dynamic=True)`` of those submodules of every decoder layer and of the final norm
@@ -23,7 +23,7 @@ from typing import Callable
 
 import walklens
 from walklens.concepts import packing
-from walklens.concepts.baseline import baseline_items
+from walklens.concepts.baseline import baseline_items, baseline_request
 from walklens.concepts.data import load_hellaswag
 
 
@@ -49,15 +49,14 @@ def main() -> None:
     lm = walklens.load_model(args.model, dtype="bfloat16")
     items = load_hellaswag(limit=args.n)
     baseline_items(lm, items[:8])  # warm-up
-    kw = packing.packed_logliks.__kwdefaults__
     if args.max_tokens:
         budgets = [int(b) for b in args.max_tokens.split(",")]
+        requests = [baseline_request(lm, it) for it in items]
         times = {b: float("inf") for b in budgets}
         for _ in range(args.repeats):  # alternate, so that the machine's load falls on every budget alike
             for b in budgets:
-                kw["max_tokens"] = b
-                times[b] = min(times[b], fastest(lambda: baseline_items(lm, items), 1)[0])
-        kw["max_tokens"] = packing.MAX_TOKENS
+                t, _ = fastest(lambda: packing.packed_logliks(lm, requests, max_tokens=b), 1)
+                times[b] = min(times[b], t)
         for b in budgets:
             print(f"max_tokens {b:5d}: {args.n / times[b]:6.2f} items/s (CPU time, fastest of {args.repeats})")
     if args.compile:
