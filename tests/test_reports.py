@@ -109,6 +109,12 @@ def test_summary_of_a_database_is_dataclasses_and_the_report_draws_them(tmp_path
     out = tmp_path / "rep"
     rep.save(out)
     assert sorted(p.name for p in out.iterdir()) == sorted([*rep.files, *rep.images, "index.html"])
+    # Fig. 10's bar labels put a stored dtype (name@dtype) on the second line, so neighbouring labels do not collide
+    bf16 = dataclasses.replace(summaries[1], model="models/m@bfloat16")
+    fig = sweep.bar_chart([summaries[1], bf16], test=1)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert sorted(labels) == [f"m\nbfloat16\n0-shot, {summaries[1].n_items} items",
+                              f"{Path(summaries[1].model).name}\n0-shot, {summaries[1].n_items} items"]
 
 
 def test_empty_report_and_attachment_names(tmp_path: Path) -> None:

@@ -32,6 +32,13 @@ PARAMS = ("enc", "layer", "word", "norm", "seg", "ex", "sim", "out_layer", "out_
 TEST1_PARAMS = PARAMS[:6]  # Test 1 schemes have no similarity and no output encoding
 
 
+def _bar_label(s: RunSummary) -> str:
+    """A Fig. 10 bar's label, a line each for the model, its dtype (stored as ``name@dtype``) and the run, so that
+    neighbouring labels stay as narrow as their bars."""
+    name, _, dtype = Path(s.model).name.partition("@")
+    return "\n".join([name, *([dtype] if dtype else []), f"{s.shots}-shot, {s.n_items} items"])
+
+
 def _tag(s: RunSummary) -> str:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(s.model).name)
     return f"{safe}_test{s.test}_{s.shots}shot_{s.n_items}items"
@@ -99,12 +106,13 @@ def bar_chart(summaries: Sequence[RunSummary], test: int, metric: str = "acc") -
             ax.plot([x - 0.35, x + 0.35], [m.distribution.chance / m.baseline] * 2, color="k", ls="--", lw=0.8,
                     label=once("chance"))
     ax.axhline(1.0, color="#c0392b", lw=0.8)
-    ax.set_xticks(xs, [f"{Path(s.model).name}\n{s.shots}-shot, {s.n_items} items" for s in rows],
-                  fontsize=8)
+    labels = [_bar_label(s) for s in rows]
+    ax.set_xticks(xs, labels, fontsize=8)
     ax.set_ylabel(f"normalised score ({metric} / baseline {metric})")
     ax.set_title(f"Test {test}: {'pyramidal generation' if test == 1 else 'concept similarity'}", fontsize=10)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+        lines = max(label.count("\n") for label in labels) + 1  # the legend goes below the tallest label
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1 - 0.05 * lines), ncol=2, frameon=False)
     ax.set_xlim(-0.7, len(rows) - 0.3)
     return fig
 
