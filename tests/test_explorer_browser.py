@@ -78,7 +78,7 @@ class Page:
         self.page = self.ctx.new_page()
         self.errors: list[str] = []
         self.dialogs: list[str] = []
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("pageerror", lambda e: self.errors.append(f"{e}\n{e.stack or ''}"))  # the stack says where
         self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
         self.page.on("requestfailed", lambda r: self.failed.append((r.url, r.failure or "")))
         self.page.set_default_timeout(180_000)
@@ -228,6 +228,23 @@ def test_markup_from_the_user_or_the_database_renders_as_text(page):
     assert pg.locator("img").count() == 0 and pg.locator("main script, header script").count() == 0
     assert page.dialogs == [] and page.errors == []
     page.offline()
+
+
+def test_an_abort_while_the_answer_is_read_rejects_and_never_draws(page):
+    """A request superseded while its answer's body is being read rejects with the AbortError (which the views
+    ignore: the newer request draws); it never resolves with a stand-in answer a view would try to draw. A body
+    that is not JSON is an error on the status line."""
+    call = """async (error) => {
+      const real = window.fetch;
+      window.fetch = async () => ({ok: true, status: 200, json: () => Promise.reject(new DOMException("x", error))});
+      try { return "resolved " + JSON.stringify(await walklens.call("t", "/api/info")); }
+      catch (e) { return "rejected " + e.name + ": " + e.message; }
+      finally { window.fetch = real; }
+    }"""
+    assert page.page.evaluate(call, "AbortError") == "rejected AbortError: x"
+    assert page.page.evaluate(call, "SyntaxError") == "rejected Error: HTTP 200: the answer is not JSON"
+    assert page.page.text_content("#status") == "t: HTTP 200: the answer is not JSON"
+    assert page.errors == [] and page.dialogs == []
 
 
 def test_a_superseded_request_is_aborted(page, served):

@@ -85,9 +85,12 @@
                         headers: {"X-Walklens-Token": token, "Content-Type": "application/json"},
                         body: body ? JSON.stringify(body) : undefined})
       .then(function (r) {
-        return r.json().catch(function () { return {error: "HTTP " + r.status}; }).then(function (d) {
+        return r.json().then(function (d) {
           if (!r.ok) throw new Error(d.error || ("HTTP " + r.status));
           return d;
+        }, function (e) {
+          if (e.name === "AbortError") throw e;  // superseded while its answer was read: no answer to draw
+          throw new Error("HTTP " + r.status + ": the answer is not JSON");
         });
       })
       .then(function (d) {
