@@ -114,6 +114,21 @@ def test_baselines_average_pooling_and_drop(gemma) -> None:
     assert full.compact.loglik == pytest.approx(full.full.loglik, abs=1e-4) and full.compact.inputs == full.full.inputs
 
 
+def test_concepts_at_the_input_layer_averaged_are_average_pooling(gemma) -> None:
+    """layer=E with word=mean over even bounds is the avgpool baseline itself: the same vectors, so the same scores
+    (measured on gemma3-270m's curves too: every item's four scores equal at ratios 2, 8 and max)."""
+    items = toy_items()
+    exs = [fewshot_examples(items, 2, it.index) for it in items]
+    for ratio in ("2", "max"):
+        avgpool = CompactSpec.parse(f"what=examples,method=avgpool,bounds=even,ratio={ratio}")
+        pool = compact_items(gemma, items, exs, avgpool)
+        concept = compact_items(gemma, items, exs, CompactSpec.parse(f"what=examples,bounds=even,ratio={ratio},"
+                                                                     "layer=E,word=mean"))
+        assert np.allclose([r.scores for r in concept], [r.scores for r in pool], atol=1e-5, rtol=0), ratio
+        deeper = compact_items(gemma, items, exs, CompactSpec.parse(f"what=examples,bounds=even,ratio={ratio}"))
+        assert not np.allclose([r.scores for r in deeper], [r.scores for r in pool], atol=1e-5, rtol=0), ratio
+
+
 def test_explain_reads_each_vector_with_the_walk(llama) -> None:
     rep = explain(llama, TEXT, continuation=" they run to the city", budget=3, top=4, method="drop")
     # a dropped-to token's vector is that token's own embedding: its nearest token by cosine is itself
