@@ -202,7 +202,7 @@ def test_heads_refusal_names_the_text_that_fits(long, capsys):
 # ---- the estimates against measured sizes ---------------------------------------------------------------------
 
 MEASURE = r"""
-import json, sys, torch, walklens
+import ctypes, ctypes.util, gc, json, sys, torch, walklens
 import walklens.cli.common as common
 import walklens.cli.limits as limits
 from walklens.cli import main
@@ -221,7 +221,10 @@ needs = []
 check = limits.check
 limits.check = lambda need, *a: (needs.append(need), check(need, *a))[1]
 import matplotlib.pyplot, rich.table, tqdm.auto  # imports are not the command's working memory either
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
 for argv in runs:
+    gc.collect()
+    libc.malloc_trim(0)  # hand the heap's free pages back, so they cannot hide this command's peak
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the peak (VmHWM) to the current resident size
     base = status("VmRSS")
@@ -240,8 +243,9 @@ MEASURED = {  # name: (tokens, arguments); every file is written under the test'
 @pytest.fixture(scope="module")
 def measured(long, tmp_path_factory):
     """Every command of MEASURED run once in one fresh process (large blocks are mmap'ed and handed back on
-    free, so one command's freed memory does not hide the next one's peak): the estimate it checked, its peak
-    resident memory above the loaded model (VmHWM) and the files it wrote."""
+    free, and the heap is trimmed before each command, so one command's freed memory does not hide the next
+    one's peak): the estimate it checked, its peak resident memory above the loaded model (VmHWM) and the files
+    it wrote."""
     tmp = tmp_path_factory.mktemp("measured")
     runs = [[cmd[0], words(T), "--model", long,
              *[str(tmp / a) if a.startswith(("h1", "h2", "s", "w")) else a for a in cmd[1:]]]
