@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -29,3 +31,36 @@ def saved_model(tmp_path_factory):
         return dirs[lm.name]
 
     return save
+
+
+_BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+def _find() -> str | None:
+    for name in _BROWSERS:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The system's Chromium, installed with apt-get when missing and we are root (else the test is skipped,
+    saying so): the report and explorer browser tests share it."""
+    path = _find()
+    if path is None:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            pytest.skip("Chromium is not installed and cannot be installed here (needs root and apt-get): "
+                        "apt-get install -y chromium")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        r = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True,
+                           timeout=1200, env=env)
+        if r.returncode != 0:  # stale package lists: refresh once
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, timeout=600, env=env)
+            r = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True,
+                               timeout=1200, env=env)
+        path = _find()
+        if path is None:
+            pytest.skip(f"Chromium could not be installed with apt-get: {r.stderr.strip()[-300:]}")
+    return path

@@ -1,14 +1,13 @@
 """The HTML reports render in a real browser: headless Chromium loads the self-contained page (offline), the
 inline script draws every plot, the screenshot is not blank and the token labels are in the rendered DOM.
 
-Chromium is installed with apt-get when missing and we are root; otherwise these tests are skipped, saying so.
+Chromium comes from the ``chromium`` fixture (tests/conftest.py): installed with apt-get when missing and we
+are root; otherwise these tests are skipped, saying so.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,37 +20,6 @@ from walklens.reports import walk as walk_report
 from walklens.reports.html import show
 from walklens.testing import tiny_model
 from walklens.walks import labels_for
-
-_BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-
-
-def _find() -> str | None:
-    for name in _BROWSERS:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    path = _find()
-    if path is None:
-        if os.geteuid() != 0 or shutil.which("apt-get") is None:
-            pytest.skip("Chromium is not installed and cannot be installed here (needs root and apt-get): "
-                        "apt-get install -y chromium")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        r = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True,
-                           timeout=1200, env=env)
-        if r.returncode != 0:  # stale package lists: refresh once
-            subprocess.run(["apt-get", "update", "-q"], capture_output=True, timeout=600, env=env)
-            r = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True,
-                               timeout=1200, env=env)
-        path = _find()
-        if path is None:
-            pytest.skip(f"Chromium could not be installed with apt-get: {r.stderr.strip()[-300:]}")
-    return path
-
 
 def _run(chromium: str, tmp: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",

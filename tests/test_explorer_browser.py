@@ -7,14 +7,13 @@ is screenshotted into the test's output folder; with ``WALKLENS_SCREENSHOTS=docs
 run on smollm2-135m (and its bfloat16 copy for the compare view) and also write the screenshots there (the
 ones docs/explorer.md shows).
 
-Chromium is the system's (``/usr/bin/chromium`` or on PATH; ``.ci/run`` installs it); without it these tests
-are skipped, saying so.
+Chromium is the system's, from the ``chromium`` fixture (tests/conftest.py: installed with apt-get when
+missing and we are root); without it these tests are skipped, saying so.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,9 @@ from walklens.testing import tiny_model
 
 from _explorer import EVIL_MODEL, EVIL_TEXT, TEST_TEXT, sweep_db
 
-CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser"))
-                 if p and os.path.exists(p)), None)
 SHOTS = os.environ.get("WALKLENS_SCREENSHOTS")  # a folder (relative to the repository) to keep screenshots in
 REPO = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (apt-get install -y chromium)")
 sync_api = pytest.importorskip("playwright.sync_api")
 
 
@@ -53,9 +49,9 @@ def served(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(chromium):
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
         yield b
         b.close()
 
