@@ -254,3 +254,17 @@ def test_a_superseded_request_is_aborted(page, served):
     aborted = [u for u, why in page.failed if u.endswith("/api/walk") and "ABORTED" in why]
     assert len(aborted) == 1, page.failed
     assert a not in pg.text_content("#walk-echo")
+
+
+def test_run_replaces_the_run_due_after_typing(page):
+    """Typing and then pressing Run runs the view once: the run due after the typing pause (700 ms) is dropped.
+    Before, it ran again and redrew whatever the user had moved on to (it reset the decoding walk's step)."""
+    pg = page.page
+    pg.wait_for_selector("#walk-map canvas")  # the page's first walk is done
+    walks: list[str] = []
+    pg.on("request", lambda r: walks.append(r.url) if r.url.endswith("/api/walk") else None)
+    text = "the king and the queen"
+    page.type_and_run(text)
+    pg.wait_for_function("t => document.getElementById('walk-echo').textContent.endsWith(t)", arg=text)
+    pg.wait_for_timeout(1500)  # past the typing pause
+    assert len(walks) == 1, walks

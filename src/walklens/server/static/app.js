@@ -114,7 +114,9 @@
   };
   W.active = "walk";
   var stale = {};  // view -> true when its input changed since it last ran
+  var typing = null;  // the run due once the typist pauses; a run started any other way replaces it
   W.run = function () {
+    if (typing) { clearTimeout(typing); typing = null; }
     Object.keys(W.views).forEach(function (v) { stale[v] = true; });
     W.show(W.active);
   };
@@ -133,12 +135,11 @@
       b.addEventListener("click", function () { W.show(b.getAttribute("data-view")); }); });
     W.$("run").addEventListener("click", W.run);
     W.$("model").addEventListener("change", W.run);
-    var timer = null;
     W.$("text").addEventListener("keydown", function (e) {
       if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); W.run(); } });
     W.$("text").addEventListener("input", function () {  // typing: run once the typist pauses
-      if (timer) clearTimeout(timer);
-      timer = setTimeout(W.run, 700);
+      if (typing) clearTimeout(typing);
+      typing = setTimeout(W.run, 700);
     });
     W.call("info", "/api/info").then(function (info) {
       W.info = info;
