@@ -188,6 +188,38 @@ def test_the_parts_are_the_examples_and_the_query(smollm2) -> None:
         assert dec(cx.ctx[cx.a:]).lstrip("\n") == it.ctx and cx.b == len(cx.ctx) - 3 and ex.b == cx.a
 
 
+@pytest.mark.real
+def test_a_blank_part_before_the_recent_window_stays_verbatim(smollm2) -> None:
+    """A short context's recent window can leave only the examples' "\\n\\n" separator to compact (items 476,
+    498 ... at 5 shots, recent=16): no concept stands for white space, so it stays verbatim, for every method."""
+    from walklens.concepts.data import load_hellaswag
+
+    every = load_hellaswag(limit=40)
+    it = every[31]
+    exs = fewshot_examples(every, 3, it.index)
+    whole = plan_item(smollm2, it, exs, CompactSpec.parse("what=context,ratio=4"))
+    pieces = [smollm2.tokenizer.decode([t]) for t in whole.ctx[whole.a:]]
+    blank = next(i for i, p in enumerate(pieces) if p.strip())
+    assert blank >= 1                                           # the separator opens the context's part
+    recent = len(whole.ctx) - whole.a - blank
+    base = baseline_items(smollm2, [it], [exs])[0]
+    for method in ("concept", "avgpool", "drop"):
+        spec = CompactSpec.parse(f"what=context,method={method},ratio=max,recent={recent}")
+        p = plan_item(smollm2, it, exs, spec)
+        assert p.b == p.a == whole.a and p.cut is None and p.k == 0
+        got = compact_items(smollm2, [it], [exs], spec)[0]
+        assert np.allclose(got.scores, base.scores, atol=1e-4)
+        assert (got.pred, got.pred_norm) == (base.pred, base.pred_norm)
+    one = plan_item(smollm2, it, exs, CompactSpec.parse(f"what=context,ratio=max,recent={recent - 1}"))
+    assert (one.a, one.b, one.k) == (whole.a, whole.a + blank + 1, 1)     # one word more: compacted as before
+    text = "\n\nThe man walks to the river."
+    ids = smollm2.tokenizer.encode(text, add_special_tokens=False)
+    assert smollm2.tokenizer.decode(ids[:2]) == "\n\n"
+    c = compact(smollm2, text, budget=1, recent=len(ids) - 2)
+    assert c.keep_from == 0 and c.vectors.shape == (0, smollm2.d_model) and c.tail_ids == ids
+    assert compact(smollm2, text, budget=1, recent=len(ids) - 3).keep_from == 3
+
+
 # ---- one concept cache for the bank, Test 1 and compaction ----------------------------------------------------------
 
 @pytest.fixture

@@ -23,7 +23,9 @@ ratio)``, ``max``: one vector):
   ``sentence_level_segmentation`` = every sentence, ``concat_each_example`` = every paragraph,
   ``concat_all_examples`` = one vector; HellaSwag items also get the examples' structure, :mod:`.hellaswag`).
 
-A segment that would be white space only is merged into its neighbour, so a result holds at most ``k`` vectors.
+A segment that would be white space only is merged into its neighbour, so a result holds at most ``k`` vectors;
+a compacted part that is white space only (say the ``"\\n\\n"`` before a short text's recent window) has no
+concept to stand for, so nothing is compacted and its tokens stay verbatim (:func:`compactable_end`).
 Compaction feeds a causal LM's prefix through ``inputs_embeds``; the model input is ``[BOS (Gemma)]``, the
 vectors, then the tail's input embeddings (:func:`prefix_embeds`).
 """
@@ -209,6 +211,12 @@ def cut_region(lm: "LoadedModel", ids: Sequence[int], bounds: str, k: int | None
     return Cut(ids=ids, spans=merged, texts=[lm.tokenizer.decode(ids[a:b]) for a, b in merged])
 
 
+def compactable_end(lm: "LoadedModel", ids: Sequence[int], a: int, b: int) -> int:
+    """``b``, or ``a`` when the part ``ids[a:b]`` to compact is white space only (module docstring): then it is
+    kept verbatim, for every method alike."""
+    return a if b > a and not "".join(token_pieces(lm, ids[a:b])).strip() else b
+
+
 def budget_of(n: int, budget: int | None, ratio: float | None) -> int:
     """Vectors for ``n`` compacted tokens: ``budget``, or ``ceil(n / ratio)`` (``ratio = inf``: 1), at least 1 and
     at most ``n``."""
@@ -307,7 +315,7 @@ def compact_ids(lm: "LoadedModel", ids: Sequence[int], *, scheme: Scheme | str |
         raise InputError(f"recent must be >= 0 tokens, got {recent}")
     s = resolve_scheme(lm, scheme)
     ids = [int(i) for i in ids]
-    keep = max(0, len(ids) - int(recent))
+    keep = compactable_end(lm, ids, 0, max(0, len(ids) - int(recent)))
     if bounds == "scheme":
         if method != "concept" or budget is not None or ratio is not None:
             raise InputError("bounds=scheme cuts where the A.6 encoding does (method=concept, no budget or ratio)")
@@ -347,4 +355,4 @@ def compacted_embeds(lm: "LoadedModel", c: Compacted) -> torch.Tensor:
 
 
 __all__ = ["BOUNDS", "METHODS", "Compacted", "Cut", "budget_of", "choose_cuts", "compact", "compact_ids",
-           "compacted_embeds", "cut_region", "prefix_embeds", "region_bank", "region_vectors"]
+           "compactable_end", "compacted_embeds", "cut_region", "prefix_embeds", "region_bank", "region_vectors"]

@@ -35,7 +35,7 @@ from ..concepts.store import ItemResult, ResultStore
 from ..concepts.test1 import compose_segments, scheme_bank
 from ..concepts.vectors import VectorBank
 from ..errors import InputError
-from .core import Cut, budget_of, check_causal, cut_region, prefix_embeds, region_bank, region_vectors
+from .core import Cut, budget_of, check_causal, compactable_end, cut_region, prefix_embeds, region_bank, region_vectors
 from .spec import CompactSpec
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def plan_item(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[Hellasw
     p = query_start(lm, item, examples, ctx)
     a = p if spec.what == "context" else pre
     end = p if spec.what == "examples" else len(ctx)
-    b = max(a, end - spec.recent)
+    b = compactable_end(lm, ctx, a, max(a, end - spec.recent))
     if spec.bounds == "scheme":
         enc = spec.enc
         segs = segment_context(item, examples, enc, lm)
