@@ -230,6 +230,8 @@ def test_an_abort_while_the_answer_is_read_rejects_and_never_draws(page):
     """A request superseded while its answer's body is being read rejects with the AbortError (which the views
     ignore: the newer request draws); it never resolves with a stand-in answer a view would try to draw. A body
     that is not JSON is an error on the status line."""
+    # the page's own first requests (walk, sweeps) also write the status line when they end: let them end first
+    page.page.wait_for_load_state("networkidle")
     call = """async (error) => {
       const real = window.fetch;
       window.fetch = async () => ({ok: true, status: 200, json: () => Promise.reject(new DOMException("x", error))});
