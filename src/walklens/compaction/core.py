@@ -212,9 +212,9 @@ def cut_region(lm: "LoadedModel", ids: Sequence[int], bounds: str, k: int | None
 
 
 def compactable_end(lm: "LoadedModel", ids: Sequence[int], a: int, b: int) -> int:
-    """``b``, or ``a`` when the part ``ids[a:b]`` to compact is white space only (module docstring): then it is
-    kept verbatim, for every method alike."""
-    return a if b > a and not "".join(token_pieces(lm, ids[a:b])).strip() else b
+    """``b``, or ``a`` when the part ``ids[a:b]`` to compact decodes to white space only (module docstring):
+    then it is kept verbatim, for every method alike."""
+    return a if b > a and not lm.tokenizer.decode([int(i) for i in ids[a:b]]).strip() else b
 
 
 def budget_of(n: int, budget: int | None, ratio: float | None) -> int:
