@@ -181,3 +181,33 @@ def test_test1_command_shares_the_cache(toy, run, tmp_path, monkeypatch) -> None
     assert second.returncode == 0 and calls == []
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
     assert a["predictions"] == b["predictions"] and a["acc"] == b["acc"]
+
+
+def test_the_curves_legend_hides_no_point() -> None:
+    """Every strategy of every panel is named once, in one legend below the panels; matplotlib's "best" spot
+    inside an axes covered points of a full panel (the gemma3 10-shot context figure's ratio-8 points)."""
+    from walklens.compaction.curves import CurvePoint, CurveSet
+    from walklens.reports.compaction import figure
+
+    strategies = ["bounds=even", "bounds=sentence", "bounds=sentence,recent=16", "method=avgpool,bounds=even",
+                  "method=drop", "method=drop,recent=16"]
+    rng = np.random.default_rng(0)
+    pts = []
+    for shots, what in ((5, "context"), (10, "examples")):
+        for s, r in [("full", 1.0), ("zero-shot", None)] + [(s, r) for s in strategies for r in (2.0, 8.0, math.inf)]:
+            k = float(rng.uniform(0.6, 1.0))
+            ci = (k - 0.05, k + 0.05)
+            pts.append(CurvePoint(shots=shots, what=what, strategy=s, ratio=r, spec=s, n=1000, acc=0.3, acc_norm=0.4,
+                                  acc_ci=(0.27, 0.33), acc_norm_ci=(0.37, 0.43), kept_acc=k, kept_acc_ci=ci,
+                                  kept_acc_norm=k, kept_acc_norm_ci=ci,
+                                  tokens_per_vector=None if r is None else (r if math.isfinite(r) else 30.0),
+                                  seconds={"score": 1.0, "full_score": 2.0} if s != "zero-shot" else {}))
+    fig = figure(CurveSet(model="m", n_items=1000, n_tune=200, tuned={}, points=pts))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["zero-shot"] + strategies
+    box = legend.get_window_extent(renderer)
+    for ax in fig.axes:
+        assert not box.overlaps(ax.get_tightbbox(renderer)), ax.get_title()

@@ -54,7 +54,8 @@ def figure(curves: CurveSet) -> Any:
     """The curves of one model (module docstring)."""
     plt = pyplot()
     panels = sorted({(p.shots, p.what) for p in curves.points})
-    fig, axes = plt.subplots(3, max(1, len(panels)), figsize=(4.2 * max(1, len(panels)), 9.5), squeeze=False)
+    fig, axes = plt.subplots(3, max(1, len(panels)), figsize=(4.2 * max(1, len(panels)), 10.5), squeeze=False,
+                             layout="constrained")
     for j, (shots, what) in enumerate(panels):
         pts = [p for p in curves.points if (p.shots, p.what) == (shots, what)]
         strategies = list(dict.fromkeys(p.strategy for p in pts if p.strategy not in ("full", "zero-shot")))
@@ -75,8 +76,6 @@ def figure(curves: CurveSet) -> Any:
             ax.set_xscale("log", base=2)
             ax.set_ylabel(label)
             ax.set_title(f"{shots}-shot, compacting the {what}", fontsize=9)
-            if i == 0 and j == 0:
-                ax.legend(fontsize=7)
         ax = axes[2][j]
         for s in strategies:
             ps = sorted((p for p in pts if p.strategy == s and p.seconds.get("score") is not None
@@ -87,8 +86,12 @@ def figure(curves: CurveSet) -> Any:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("compacted tokens per vector")
         ax.set_ylabel("scoring time saved")
+    # one legend for every panel, below them, where it hides no point (an axes' "best" spot can cover some)
+    labelled = {label: h for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels())}
+    if labelled:
+        fig.legend(list(labelled.values()), list(labelled), loc="outside lower center", fontsize=7,
+                   ncol=min(3, len(labelled)), frameon=False)
     fig.suptitle(f"{curves.model}: HellaSwag, {curves.n_items} items\n{curves.interval}", fontsize=8)
-    fig.tight_layout()
     return fig
 
 
