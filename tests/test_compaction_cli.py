@@ -186,6 +186,8 @@ def test_test1_command_shares_the_cache(toy, run, tmp_path, monkeypatch) -> None
 def test_the_curves_legend_hides_no_point() -> None:
     """Every strategy of every panel is named once, in one legend below the panels; matplotlib's "best" spot
     inside an axes covered points of a full panel (the gemma3 10-shot context figure's ratio-8 points)."""
+    import matplotlib.pyplot as plt
+
     from walklens.compaction.curves import CurvePoint, CurveSet
     from walklens.reports.compaction import figure
 
@@ -209,5 +211,6 @@ def test_the_curves_legend_hides_no_point() -> None:
     (legend,) = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == ["zero-shot"] + strategies
     box = legend.get_window_extent(renderer)
-    for ax in fig.axes:
-        assert not box.overlaps(ax.get_tightbbox(renderer)), ax.get_title()
+    overlapped = [ax.get_title() for ax in fig.axes if box.overlaps(ax.get_tightbbox(renderer))]
+    plt.close(fig)
+    assert overlapped == []
