@@ -112,11 +112,12 @@ class LoadedModel:
         return self.adapter.embedding_matrix(self.model)
 
 
-def _auto(adapter_class: str) -> Any:
+def auto_model_class(kind: str) -> Any:
+    """The transformers auto class that builds a model of this kind (``Adapter.auto_class``)."""
     import transformers
 
     return {"causal": transformers.AutoModelForCausalLM, "seq2seq": transformers.AutoModelForSeq2SeqLM,
-            "masked": transformers.AutoModelForMaskedLM}[adapter_class]
+            "masked": transformers.AutoModelForMaskedLM}[kind]
 
 
 def wrap(model: nn.Module, tokenizer: Any, name: str = "") -> LoadedModel:
@@ -355,7 +356,7 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.fl
         load_kw: dict[str, Any] = dict(kw, dtype=dtype, attn_implementation="eager", use_safetensors=True,
                                        output_loading_info=True)
         try:
-            model, info = _auto(adapter.auto_class).from_pretrained(source, **load_kw)
+            model, info = auto_model_class(adapter.auto_class).from_pretrained(source, **load_kw)
         except Exception as e:
             raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({_first_line(e)})") from None
         bad = sorted(info.get("missing_keys") or ()) + sorted(str(k) for k in info.get("mismatched_keys") or ())

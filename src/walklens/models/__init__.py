@@ -1,21 +1,48 @@
-"""Registry of architecture adapters, keyed by ``config.model_type`` (one small file per family)."""
+"""Registry of architecture adapters, keyed by ``config.model_type`` (one small file per family).
+
+Every module of this package that defines ``ADAPTER`` is a family; the registry finds them (one scan), so a
+new family is one new file.  A model_type with no file gets an adapter derived from its module tree
+(:mod:`.derive`), accepted only when the parity checks pass on the loaded model (:mod:`walklens.verify`).
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
 from ..errors import UnsupportedFamilyError
-from . import albert, bert, falcon, gemma3, gpt2, gpt_neo, gpt_neox, llama, t5
 from .base import Adapter, HeadWeights, StackSpec, get_module
 
-ADAPTERS: dict[str, Adapter] = {}
-for _mod in (gpt2, gpt_neo, gpt_neox, llama, gemma3, falcon, t5, bert, albert):
-    for _mt in _mod.ADAPTER.model_types:
-        ADAPTERS[_mt] = _mod.ADAPTER
+#: Modules of this package that are machinery, not families.
+_NOT_FAMILIES = frozenset({"base", "derive", "layouts"})
+
+
+def _discover() -> dict[str, Adapter]:
+    found: dict[str, Adapter] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name in _NOT_FAMILIES:
+            continue
+        adapter = getattr(importlib.import_module(f"{__name__}.{info.name}"), "ADAPTER", None)
+        if isinstance(adapter, Adapter):
+            for mt in adapter.model_types:
+                if mt in found:
+                    raise RuntimeError(f"model_type {mt!r} claimed by {found[mt].family} and {adapter.family}")
+                found[mt] = adapter
+    return found
+
+
+ADAPTERS: dict[str, Adapter] = _discover()
 
 
 def supported_model_types() -> list[str]:
+    """The model_types with an adapter file (others may still load through a derived adapter)."""
     return sorted(ADAPTERS)
+
+
+def has_adapter(config_or_type: Any) -> bool:
+    mt = config_or_type if isinstance(config_or_type, str) else getattr(config_or_type, "model_type", None)
+    return mt in ADAPTERS
 
 
 def get_adapter(config_or_type: Any) -> Adapter:
@@ -27,4 +54,5 @@ def get_adapter(config_or_type: Any) -> Adapter:
     return ADAPTERS[mt]
 
 
-__all__ = ["ADAPTERS", "Adapter", "HeadWeights", "StackSpec", "get_adapter", "get_module", "supported_model_types"]
+__all__ = ["ADAPTERS", "Adapter", "HeadWeights", "StackSpec", "get_adapter", "get_module", "has_adapter",
+           "supported_model_types"]

@@ -9,7 +9,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..loading import LoadedModel, wrap
+from ..loading import LoadedModel, auto_model_class, wrap
+from ..models import get_adapter, has_adapter
 from ..precision import model_label, parse_dtype
 
 WORDS = ("the a of to and in is was it that he she they on for with as at by from this his her their "
@@ -73,13 +74,44 @@ def _configs(V: int) -> dict[str, Callable[[], Any]]:
     }
 
 
+#: Small sizes for any config class: each is set where the config has the attribute (names via attribute_map too).
+SMALL: dict[str, Any] = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
+
+
+def tiny_config(model_type: str, vocab_size: int, **overrides: Any) -> Any:
+    """A tiny config of any Hugging Face ``model_type``: :data:`SMALL` sizes where the config class has them,
+    then ``overrides``."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    defaults = CONFIG_MAPPING[model_type]()
+    kw = {k: v for k, v in SMALL.items() if hasattr(defaults, k)}
+    return AutoConfig.for_model(model_type, vocab_size=vocab_size, **{**kw, **overrides})
+
+
+#: Tiny variants of the families with an adapter file: name -> (model_type, config overrides).  A name that is
+#: a model_type and not listed here gets :func:`tiny_config` with no overrides.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+}
+
 TINY_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "gpt_neox_seq", "llama", "gemma3", "falcon", "falcon_alibi",
-                 "falcon_seq", "t5", "bert", "albert")
+                 "falcon_seq", "t5", "bert", "albert", *VARIANTS)
+
+
+def tiny_config_of(family: str, vocab_size: int) -> Any:
+    """The tiny config of a family variant (:data:`TINY_FAMILIES`) or of any model_type."""
+    named = _configs(vocab_size)
+    if family in named:
+        return named[family]()
+    model_type, overrides = VARIANTS.get(family, (family, {}))
+    return tiny_config(model_type, vocab_size, **overrides)
 
 
 def tiny_model(family: str, seed: int = 0, init_std: float | None = 0.2,
                dtype: str | torch.dtype = torch.float32) -> LoadedModel:
-    """A tiny random model of ``family`` (see :data:`TINY_FAMILIES`), eager attention, eval mode.
+    """A tiny random model of ``family`` (a name of :data:`TINY_FAMILIES`, or any causal model_type of the
+    installed transformers, sized by :func:`tiny_config`), eager attention, eval mode.
 
     ``init_std`` re-draws every weight matrix with a larger std than HF's 0.02 so that attention patterns
     and logits are far from uniform (numerical checks are then meaningful).  ``dtype``: the weights are drawn
@@ -87,15 +119,12 @@ def tiny_model(family: str, seed: int = 0, init_std: float | None = 0.2,
     :func:`~walklens.loading.load_model` names it.
     """
     dtype = parse_dtype(dtype)
-    import transformers as T
-
     tok = tiny_tokenizer()
-    config = _configs(len(tok))[family]()
+    config = tiny_config_of(family, len(tok))
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    auto = {"t5": T.AutoModelForSeq2SeqLM, "bert": T.AutoModelForMaskedLM, "albert": T.AutoModelForMaskedLM}
-    cls = auto.get(family, T.AutoModelForCausalLM)
-    model = cls.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    kind = get_adapter(config).auto_class if has_adapter(config) else "causal"
+    model = auto_model_class(kind).from_config(config, attn_implementation="eager", dtype=torch.float32)
     if init_std:
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
