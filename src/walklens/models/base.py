@@ -20,6 +20,14 @@ from torch import nn
 Residual = Literal["pre_norm", "parallel", "post_norm"]
 Position = Literal["learned", "rotary", "t5_relative", "alibi", "none"]
 
+#: Identities an analysis may rely on and a family may break (``Adapter.limits`` maps each one broken to why).
+IDENTITIES: dict[str, str] = {
+    "qk_bilinear": "attention scores are scale * (x W_q + b_q)(y W_k + b_k)^T plus a position term (A.3)",
+    "logit_linear": "logits are final @ W_U^T + b, with no scale or soft-cap (eq. 12)",
+    "dense_mlp": "each layer has one feed-forward network, applied to every token",
+    "full_attention": "every position may attend to every earlier position (no sliding window)",
+}
+
 
 def get_module(root: nn.Module, path: str) -> nn.Module:
     """Resolve a dotted path (``"model.layers"``, ``"layer.0.SelfAttention"``) below ``root``."""
@@ -142,6 +150,9 @@ class Adapter:
     mlp_act_fn: Callable[[nn.Module, int], Callable[[torch.Tensor], torch.Tensor]] | None = None
     unembed: str | None = None
     embed_scale_fn: Callable[[Any], float] = lambda c: 1.0
+    #: identities of :data:`IDENTITIES` this family breaks, each with the reason (a dict, or a function of the
+    #: config when it depends on the checkpoint).
+    limits: dict[str, str] | Callable[[Any], dict[str, str]] = field(default_factory=dict)
 
     # --- convenience -------------------------------------------------------------------------------------
     def position_scheme(self, config: Any) -> Position:
@@ -152,6 +163,22 @@ class Adapter:
 
     def n_layers(self, config: Any) -> int:
         return int(self.n_layers_fn(config))
+
+    def broken(self, config: Any) -> dict[str, str]:
+        """The identities of :data:`IDENTITIES` this model breaks, each with its reason."""
+        got = self.limits(config) if callable(self.limits) else self.limits
+        return {k: v for k, v in got.items() if v}
+
+    def require(self, config: Any, identity: str, analysis: str) -> None:
+        """Refuse, in one line naming the reason, an analysis that relies on an identity this model breaks."""
+        from ..errors import UnsupportedFamilyError
+
+        if identity not in IDENTITIES:
+            raise KeyError(identity)
+        why = self.broken(config).get(identity)
+        if why:
+            raise UnsupportedFamilyError(f"{analysis} relies on {IDENTITIES[identity]}, which {self.family} "
+                                         f"breaks: {why}")
 
     def stack(self, name: str | None = None) -> StackSpec:
         if name is None:
