@@ -10,6 +10,7 @@ anything loads (:mod:`walklens.precision`, docs/dtype.md).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -26,7 +27,8 @@ import torch
 from torch import nn
 
 from .errors import MissingDependencyError, UnknownModelError, WalklensError
-from .models import Adapter, get_adapter
+from .models import Adapter, get_adapter, has_adapter
+from .models.derive import Roles, build_adapter, derive_adapter, derive_roles
 from .precision import check_device, model_label, parse_dtype, warn_if_slow
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -120,14 +122,57 @@ def auto_model_class(kind: str) -> Any:
             "masked": transformers.AutoModelForMaskedLM}[kind]
 
 
-def wrap(model: nn.Module, tokenizer: Any, name: str = "") -> LoadedModel:
-    """Wrap an already-built Hugging Face model (e.g. a tiny random one) for walklens, in eval mode."""
-    adapter = get_adapter(model.config)
-    adapter.n_layers(model.config)  # validates shared-layer layouts
+def wrap(model: nn.Module, tokenizer: Any, name: str = "", adapter: Adapter | None = None) -> LoadedModel:
+    """Wrap an already-built Hugging Face model (e.g. a tiny random one) for walklens, in eval mode.  A family
+    with no adapter file gets one derived from its module tree and confirmed on the model
+    (:mod:`walklens.models.derive`), or is refused in one line naming the check that failed."""
     if getattr(model.config, "_attn_implementation", "eager") not in ("eager", None):
         model.config._attn_implementation = "eager"
     model.eval()
+    if adapter is None:
+        adapter = get_adapter(model.config) if has_adapter(model.config) else derive_adapter(model)
+    adapter.n_layers(model.config)  # validates shared-layer layouts
     return LoadedModel(model=model, tokenizer=tokenizer, adapter=adapter, name=name or model.config.model_type)
+
+
+def check_family(model_type: str) -> None:
+    """Refuse at once a model_type that has no adapter file and is no causal LM of the installed transformers
+    (nothing could be derived for it)."""
+    if has_adapter(model_type):
+        return
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        get_adapter(model_type)  # raises: not supported, with the list of adapter files
+
+
+def _derived_cache_path(folder: Path, config: Any) -> Path:
+    """Where the roles derived for the model in ``folder`` are kept: keyed by its config and its weight files'
+    names, sizes and modification times (a changed checkpoint is derived and checked again)."""
+    h = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode())
+    for f in sorted(folder.glob("*.safetensors")):
+        st = f.stat()
+        h.update(f"{f.name}|{st.st_size}|{int(st.st_mtime)}".encode())
+    return cache_dir() / "derived" / f"{config.model_type}-{h.hexdigest()[:16]}.json"
+
+
+def _derived_adapter(model: nn.Module, folder: Path) -> Adapter:
+    """The derived adapter of a loaded model: its confirmed roles from the cache, else derived (the probe's
+    parity checks run) and cached."""
+    path = _derived_cache_path(folder, model.config)
+    try:
+        return build_adapter(Roles(**json.loads(path.read_text())))
+    except (OSError, ValueError, TypeError):
+        pass
+    roles = derive_roles(model)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(dataclasses.asdict(roles), indent=1))
+        tmp.replace(path)
+    except OSError:  # a read-only cache only costs the probe next time
+        pass
+    return build_adapter(roles)
 
 
 def _gguf_cache_path(gguf: Path) -> Path:
@@ -171,7 +216,7 @@ def _dequantize_gguf(gguf: Path, target: Path) -> None:
     with warnings.catch_warnings(), _quiet_transformers():
         warnings.simplefilter("ignore")
         try:
-            get_adapter(transformers.AutoConfig.from_pretrained(**where))  # unsupported family: before de-quantizing
+            check_family(transformers.AutoConfig.from_pretrained(**where).model_type)  # unsupported family: before de-quantizing
             tok = transformers.AutoTokenizer.from_pretrained(**where)
             q = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32)
             config = q.config
@@ -229,7 +274,7 @@ def _check_model_files(folder: Path, label: str) -> None:
     model_type = _read_json_object(config, label).get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise UnknownModelError(f"{label}: not a model directory (config.json names no model_type)")
-    get_adapter(model_type)
+    check_family(model_type)
     tok_config = folder / "tokenizer_config.json"
     if tok_config.is_file():
         auto_map = _read_json_object(tok_config, label).get("auto_map")
@@ -352,11 +397,12 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.fl
             config = transformers.AutoConfig.from_pretrained(source, **kw)
         except Exception as e:  # OSError, ValueError, huggingface_hub's strict-dataclass errors, TypeError, ...
             raise UnknownModelError(f"{spec}: config.json is not usable ({_first_line(e)})") from None
-        adapter = get_adapter(config)
+        check_family(config.model_type)
+        kind = get_adapter(config).auto_class if has_adapter(config) else "causal"
         load_kw: dict[str, Any] = dict(kw, dtype=dtype, attn_implementation="eager", use_safetensors=True,
                                        output_loading_info=True)
         try:
-            model, info = auto_model_class(adapter.auto_class).from_pretrained(source, **load_kw)
+            model, info = auto_model_class(kind).from_pretrained(source, **load_kw)
         except Exception as e:
             raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({_first_line(e)})") from None
         bad = sorted(info.get("missing_keys") or ()) + sorted(str(k) for k in info.get("mismatched_keys") or ())
@@ -369,7 +415,8 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.fl
             raise UnknownModelError(f"{spec!r}: the tokenizer could not be loaded ({_first_line(e)})") from None
     model.to(dev)
     warn_if_slow(dtype, dev)
-    return wrap(model, tok, name=name)
+    model.config._attn_implementation = "eager"
+    return wrap(model, tok, name=name, adapter=None if has_adapter(config) else _derived_adapter(model, folder))
 
 
 @contextmanager

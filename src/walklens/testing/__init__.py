@@ -76,7 +76,7 @@ def _configs(V: int) -> dict[str, Callable[[], Any]]:
 
 #: Small sizes for any config class: each is set where the config has the attribute (names via attribute_map too).
 SMALL: dict[str, Any] = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                             num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
+                             num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rotary_dim=4)
 
 
 def tiny_config(model_type: str, vocab_size: int, **overrides: Any) -> Any:
@@ -87,6 +87,9 @@ def tiny_config(model_type: str, vocab_size: int, **overrides: Any) -> Any:
 
     defaults = CONFIG_MAPPING[model_type]()
     kw = {k: v for k, v in SMALL.items() if hasattr(defaults, k)}
+    for attr, tiny_id in (("pad_token_id", 0), ("bos_token_id", 1), ("eos_token_id", 1)):  # ids of tiny_tokenizer
+        if isinstance(getattr(defaults, attr, None), int) and getattr(defaults, attr) >= vocab_size:
+            kw[attr] = tiny_id
     return AutoConfig.for_model(model_type, vocab_size=vocab_size, **{**kw, **overrides})
 
 

@@ -1,0 +1,494 @@
+"""An adapter derived for a family with no adapter file, from its config and its module tree.
+
+The roles of seed 000's Figure 1 (token embeddings V, the layer list, per layer the attention and MLP modules
+and the norms around them, the final norm, the unembedding) are looked up by the names families use, then
+*confirmed by data flow*: one probe forward pass records every candidate module's input and output, and a role
+is assigned only where the tensors say so (the attention norm is the norm whose output is the attention's input;
+the residual is pre-norm when the MLP norm reads ``resid_pre + attn_out``, parallel when it reads
+``resid_pre``, ...).  The per-head split of a fused q/k/v projection is chosen among the known layouts by
+the A.3 identity (W_v, W_o) and by attention scores rebuilt from W_q, W_k at position 0 (rotation-free).
+
+A derived adapter is accepted only when, on the probe: the logits recomputed from ``final`` equal the model's,
+each layer's contributions add up to its output, and the A.3 identity holds on every layer; otherwise
+:class:`~walklens.errors.UnsupportedFamilyError` names the check that failed and the module paths it tried.
+Where the scores cannot be rebuilt from W_q, W_k (q/k norms, soft-capping, an unknown position term) the
+adapter declares ``qk_bilinear`` broken instead of guessing.  :func:`render` writes the roles as a reviewable
+adapter file (``walklens adapter MODEL --write``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..errors import UnsupportedFamilyError
+from ..precision import UNIT_ROUNDOFF
+from .base import (Adapter, HeadWeights, Position, Residual, StackSpec, act_from_config, get_module, has_module,
+                   lm_head_logits, zeros_or)
+
+ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention", "mixer")
+MLP_NAMES = ("mlp", "feed_forward", "ffn", "block_sparse_moe", "moe", "feedforward")
+Q_NAMES, K_NAMES, V_NAMES = (("q_proj", "query", "wq", "q_lin", "q"), ("k_proj", "key", "wk", "k_lin", "k"),
+                             ("v_proj", "value", "wv", "v_lin", "v"))
+O_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "out_lin", "o_lin", "o")
+QKV_NAMES = ("qkv_proj", "Wqkv", "c_attn", "query_key_value", "W_pack", "qkv")
+QK_NORM_NAMES = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "q_ln", "k_ln")
+LAYOUTS = ("blocks", "per_head", "grouped")
+#: config attributes that scale the logits: (attribute, multiply or divide)
+LOGIT_SCALES = (("logit_scale", "mul"), ("logits_scaling", "div"), ("output_multiplier", "mul"))
+#: a fixed probe: token ids cycled through the vocabulary, long enough to see attention mix positions
+PROBE_LEN = 12
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Where each part of one causal LM lives (paths below the model root, or below one layer for the
+    per-layer fields), and how its attention weights are laid out.  Everything a derived adapter knows."""
+
+    model_type: str
+    embed: str
+    unembed: str
+    layers: str
+    attn: str
+    mlp: str
+    attn_out: str
+    mlp_out: str
+    final_norm: str | None
+    norms: dict[str, str]
+    residual: Residual
+    position: Position
+    q: str
+    k: str
+    v: str
+    o: str
+    layout: str  # "separate" or one of LAYOUTS (a fused projection named ``q``)
+    conv1d: bool  # weights stored [in, out] (GPT-2's Conv1D)
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    scale: float
+    n_layers_attr: str
+    act_attr: str = "hidden_act"
+    softcap_attr: str | None = None
+    logit_scale: tuple[str, str] | None = None
+    qk_norm: bool = False
+    limits: dict[str, str] = field(default_factory=dict)
+
+
+# ---- per-head weights from the roles ---------------------------------------------------------------------------
+
+def _weight(lin: nn.Module, conv1d: bool) -> torch.Tensor:
+    """A projection's weight as [out, in] (nn.Linear's layout)."""
+    w = lin.weight.detach()
+    return w.t() if conv1d else w
+
+
+def _rows(w: torch.Tensor, b: torch.Tensor, n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[n*d, D] weight and [n*d] bias as row-convention [n, D, d] and [n, d]."""
+    return w.reshape(n, d, -1).transpose(1, 2).contiguous(), b.reshape(n, d)
+
+
+def split_fused(w: torch.Tensor, b: torch.Tensor, layout: str, H: int, H_kv: int, d: int) -> list[torch.Tensor]:
+    """Split a fused q/k/v weight [out, D] and bias [out] into q, k, v rows ([n, d, D] and [n, d] each).
+
+    ``blocks``: [q | k | v] (Phi-3, GPT-2, GPT-BigCode); ``per_head``: [q_h | k_h | v_h] per head (GPT-NeoX,
+    BLOOM); ``grouped``: per key/value group [q ... q | k | v] (Falcon's new decoder architecture)."""
+    D = w.shape[1]
+    if layout == "blocks":
+        sizes = (H * d, H_kv * d, H_kv * d)
+        ws, bs = w.split(sizes), b.split(sizes)
+        return [t.reshape(-1, d, D) for t in ws] + [t.reshape(-1, d) for t in bs]
+    if layout == "per_head":
+        if H != H_kv:
+            raise ValueError("per-head layout needs as many key/value heads as query heads")
+        wr, br = w.reshape(H, 3, d, D), b.reshape(H, 3, d)
+        return [wr[:, 0], wr[:, 1], wr[:, 2], br[:, 0], br[:, 1], br[:, 2]]
+    if layout == "grouped":
+        g = H // H_kv
+        wr, br = w.reshape(H_kv, g + 2, d, D), b.reshape(H_kv, g + 2, d)
+        return [wr[:, :g].reshape(H, d, D), wr[:, g], wr[:, g + 1], br[:, :g].reshape(H, d), br[:, g], br[:, g + 1]]
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def head_weights_from(roles: Roles) -> Callable[[nn.Module, Any], HeadWeights]:
+    """The adapter's ``head_weights_fn`` for these roles."""
+    H, H_kv, d = roles.n_heads, roles.n_kv_heads, roles.d_head
+
+    def fn(attn: nn.Module, _config: Any) -> HeadWeights:
+        def wb(path: str) -> tuple[torch.Tensor, torch.Tensor]:
+            lin = get_module(attn, path)
+            w = _weight(lin, roles.conv1d)
+            return w, zeros_or(getattr(lin, "bias", None), w.shape[0], like=w)
+
+        if roles.layout == "separate":
+            (wq, bq), (wk, bk), (wv, bv) = wb(roles.q), wb(roles.k), wb(roles.v)
+            qkv = [wq.reshape(H, d, -1), wk.reshape(H_kv, d, -1), wv.reshape(H_kv, d, -1),
+                   bq.reshape(H, d), bk.reshape(H_kv, d), bv.reshape(H_kv, d)]
+        else:
+            qkv = split_fused(*wb(roles.q), roles.layout, H, H_kv, d)
+        w_q, w_k, w_v = (t.transpose(1, 2).contiguous() for t in qkv[:3])
+        wo, bo = wb(roles.o)  # [D, H*d]
+        w_o = wo.t().reshape(H, d, -1).contiguous()
+        group = H // H_kv
+        return HeadWeights(w_q, w_k, w_v, w_o, qkv[3].contiguous(), qkv[4].contiguous(), qkv[5].contiguous(), bo,
+                           tuple(h // group for h in range(H)), roles.scale, qk_norm=roles.qk_norm,
+                           notes="derived adapter" + ("; q/k normalised: W_qk is a direction summary"
+                                                      if roles.qk_norm else ""))
+
+    return fn
+
+
+def _logits_fn(roles: Roles) -> Callable[[nn.Module, torch.Tensor], torch.Tensor]:
+    """The head, then the config's logit scale (multiplied or divided), then its soft-cap."""
+    if roles.logit_scale is None:
+        return lm_head_logits(roles.unembed, softcap_attr=roles.softcap_attr)
+    attr, how = roles.logit_scale
+    head = lm_head_logits(roles.unembed)
+
+    def fn(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
+        s = float(getattr(model.config, attr))
+        logits = head(model, final) * s if how == "mul" else head(model, final) / s
+        cap = getattr(model.config, roles.softcap_attr, None) if roles.softcap_attr else None
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+    return fn
+
+
+def build_adapter(roles: Roles) -> Adapter:
+    """The declarative :class:`Adapter` these roles describe (``family = "derived:<model_type>"``)."""
+    spec = StackSpec(name="", layers=roles.layers, attn=roles.attn, attn_out=roles.attn_out, mlp_out=roles.mlp_out,
+                     final_norm=roles.final_norm, norms=dict(roles.norms),
+                     attn_proj=roles.attn if roles.attn_out != roles.attn else None)
+    attr = roles.n_layers_attr
+    return Adapter(family=f"derived:{roles.model_type}", model_types=(roles.model_type,), auto_class="causal",
+                   embed=roles.embed, stacks=(spec,), position=roles.position, residual=roles.residual,
+                   head_weights_fn=head_weights_from(roles), logits_fn=_logits_fn(roles),
+                   n_layers_fn=lambda c: getattr(c, attr), mlp_act_fn=act_from_config(roles.act_attr),
+                   unembed=roles.unembed, limits=dict(roles.limits))
+
+
+def render(roles: Roles) -> str:
+    """The roles as a reviewable adapter file for ``src/walklens/models/`` (``walklens adapter --write``)."""
+    fields = ",\n".join(f"    {k}={v!r}" for k, v in asdict(roles).items())
+    return (f'"""{roles.model_type}: an adapter derived by walklens from the module tree and confirmed by its '
+            f'parity checks\n(`walklens verify`).  Review the roles, then keep this file as the family\'s '
+            f'adapter."""\n\nfrom __future__ import annotations\n\nfrom .derive import Roles, build_adapter\n\n'
+            f"ROLES = Roles(\n{fields},\n)\n\nADAPTER = build_adapter(ROLES)\n")
+
+
+# ---- finding the roles ---------------------------------------------------------------------------------------
+
+def _path_of(root: nn.Module, target: nn.Module) -> str | None:
+    return next((name for name, m in root.named_modules() if m is target), None)
+
+
+def _first(root: nn.Module, names: tuple[str, ...]) -> str | None:
+    return next((n for n in names if has_module(root, n) and isinstance(get_module(root, n), nn.Module)), None)
+
+
+def _is_norm(m: nn.Module) -> bool:
+    return isinstance(m, nn.LayerNorm) or "norm" in type(m).__name__.lower() or type(m).__name__.endswith("LN")
+
+
+def _config_int(cfg: Any, *names: str) -> tuple[str, int] | None:
+    for n in names:
+        v = getattr(cfg, n, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return n, v
+    return None
+
+
+def _refuse(model_type: str, check: str, tried: str) -> UnsupportedFamilyError:
+    return UnsupportedFamilyError(f"model_type {model_type!r} has no adapter file and none could be derived: "
+                                  f"{check} (tried {tried})")
+
+
+class Probe:
+    """Inputs and outputs of the watched modules over one forward pass (first call of each)."""
+
+    def __init__(self, modules: dict[str, nn.Module], tol: float) -> None:
+        self.modules = modules
+        self.tol = tol
+        self.ins: dict[str, torch.Tensor] = {}
+        self.outs: dict[str, torch.Tensor] = {}
+        self.extra: dict[str, Any] = {}
+
+    def run(self, model: nn.Module, **kwargs: Any) -> Any:
+        handles = []
+        for name, mod in self.modules.items():
+            handles.append(mod.register_forward_pre_hook(self._pre(name), with_kwargs=True))
+            handles.append(mod.register_forward_hook(self._post(name)))
+        try:
+            with torch.no_grad():
+                return model(**kwargs)
+        finally:
+            for h in handles:
+                h.remove()
+
+    def _pre(self, name: str) -> Callable[..., None]:
+        def hook(_m: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+            x = args[0] if args else kwargs.get("hidden_states", kwargs.get("input"))
+            if isinstance(x, torch.Tensor) and name not in self.ins:
+                self.ins[name] = x.detach().float()
+        return hook
+
+    def _post(self, name: str) -> Callable[..., None]:
+        def hook(_m: nn.Module, _i: Any, out: Any) -> None:
+            if name in self.outs:
+                return
+            first = out[0] if isinstance(out, (tuple, list)) else out
+            if isinstance(first, torch.Tensor):
+                self.outs[name] = first.detach().float()
+            if isinstance(out, (tuple, list)):  # attention probabilities: the last 4-D tensor of the tuple
+                probs = [t for t in out[1:] if isinstance(t, torch.Tensor) and t.dim() == 4]
+                if probs:
+                    self.extra[name] = probs[-1].detach().double()
+        return hook
+
+
+#: relative tolerance of the probe's comparisons, per model dtype: float32 rounding is far below 1e-4; a 16-bit
+#: model rounds each sum to its unit roundoff (8 of them leave room without hiding a wrong role).
+PROBE_TOL = {torch.float32: 1e-4, **{dt: 8 * UNIT_ROUNDOFF[dt] for dt in (torch.bfloat16, torch.float16)}}
+
+
+def close(a: torch.Tensor | None, b: torch.Tensor | None, rel: float) -> bool:
+    """``a`` equals ``b`` to ``rel`` of b's scale."""
+    if a is None or b is None or a.shape != b.shape:
+        return False
+    scale = max(float(b.abs().max()), 1e-6)
+    return float((a - b).abs().max()) <= rel * scale
+
+
+def _layer_roles(probe: Probe, layer: nn.Module, attn: str, mlp: str) -> dict[str, Any]:
+    """Norms and residual kind of layer 0 from the probe's tensors."""
+    ins, outs = probe.ins, probe.outs
+    pre, post = ins.get("layer"), outs.get("layer")
+    a_in, a_out, m_in, m_out = ins.get(attn), outs.get(attn), ins.get(mlp), outs.get(mlp)
+    norms = [n for n, m in layer.named_children() if _is_norm(m)]
+    role: dict[str, str] = {}
+    for n in norms:
+        if close(outs.get(n), a_in, probe.tol) and "attn" not in role:
+            role["attn"] = n
+        if close(outs.get(n), m_in, probe.tol) and "mlp" not in role:
+            role["mlp"] = n
+        if close(ins.get(n), a_out, probe.tol):
+            role["attn_post"] = n
+        if close(ins.get(n), m_out, probe.tol):
+            role["mlp_post"] = n
+    a_add = outs.get(role["attn_post"]) if "attn_post" in role else a_out
+    m_add = outs.get(role["mlp_post"]) if "mlp_post" in role else m_out
+    if pre is None or post is None or a_add is None or m_add is None:
+        return {"norms": role, "residual": None}
+    mlp_reads = ins.get(role["mlp"]) if "mlp" in role else m_in
+    if close(mlp_reads, pre, probe.tol):
+        residual = "parallel"
+    elif close(mlp_reads, pre + a_add, probe.tol):
+        residual = "pre_norm"
+    else:
+        residual = None
+    if residual and not close(pre + a_add + m_add, post, probe.tol):
+        residual = None
+    return {"norms": role, "residual": residual, "attn_out": role.get("attn_post", attn),
+            "mlp_out": role.get("mlp_post", mlp)}
+
+
+def _final_norm(model: nn.Module, probe: Probe, last_out: torch.Tensor | None) -> str | None:
+    """The norm of the model body that reads the last layer's output."""
+    body = _path_of(model, model.base_model) or ""
+    for name, m in model.base_model.named_children():
+        if _is_norm(m) and close(probe.ins.get(f"final:{name}"), last_out, probe.tol):
+            return f"{body}.{name}" if body else name
+    return None
+
+
+def scores_error(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor) -> float:
+    """Max |attention probability rebuilt as softmax(scale * q k^T + causal mask) from W_q, W_k - the model's|,
+    for X and A [H, T, T] recorded with every position id 0."""
+    w = hw
+    X = X.double()
+    q = torch.einsum("td,hde->hte", X, w.w_q.double()) + w.b_q.double()[:, None]
+    k = torch.einsum("td,hde->hte", X, w.w_k.double()) + w.b_k.double()[:, None]
+    k = k[list(w.kv_head)]
+    s = (q @ k.transpose(1, 2)) * w.scale
+    T = X.shape[0]
+    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return float((s.softmax(-1) - A.double()).abs().max())
+
+
+def _identity_ok(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor, out: torch.Tensor, tol: float) -> bool:
+    """The A.3 identity: sum_h A_h (X W_v,h + b_v,h) W_o,h + b_o equals the attention output."""
+    X = X.double()
+    v = torch.einsum("td,hde->hte", X, hw.w_v.double()) + hw.b_v.double()[:, None]
+    heads = A @ v[list(hw.kv_head)]  # [H, T, d]
+    rec = torch.einsum("hte,heD->tD", heads, hw.w_o.double()) + hw.b_o.double()
+    return close(rec, out.double(), tol)
+
+
+def derive_roles(model: nn.Module) -> Roles:
+    """Find and confirm the roles of a float32 causal LM (see the module docstring), or refuse in one line."""
+    cfg = model.config
+    mt = str(getattr(cfg, "model_type", "?"))
+    found = _config_int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    if found is None:
+        raise _refuse(mt, "the config names no layer count", "num_hidden_layers, n_layer, num_layers")
+    n_attr, L = found
+    embed = _path_of(model, model.get_input_embeddings())
+    head = model.get_output_embeddings()
+    unembed = _path_of(model, head) if head is not None else None
+    if not embed or not unembed:
+        raise _refuse(mt, "no input or output embeddings", "get_input_embeddings, get_output_embeddings")
+    lists = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) == L]
+    if not lists:
+        raise _refuse(mt, f"no list of {L} layers", "every nn.ModuleList of the model")
+    layers_path, layers = lists[0]
+    layer = layers[0]
+    attn, mlp = _first(layer, ATTN_NAMES), _first(layer, MLP_NAMES)
+    if attn is None or mlp is None:
+        raise _refuse(mt, "no attention or MLP module in a layer",
+                      f"{layers_path}.0.{{{','.join(ATTN_NAMES + MLP_NAMES)}}}")
+    attn_mod = get_module(layer, attn)
+    proj = _projections(attn_mod)
+    if proj is None:
+        raise _refuse(mt, "no q/k/v/o projections in the attention module",
+                      f"{layers_path}.0.{attn}.{{{','.join(Q_NAMES + QKV_NAMES + O_NAMES)}}}")
+    heads = _config_int(cfg, "num_attention_heads", "n_head", "num_heads")
+    if heads is None:
+        raise _refuse(mt, "the config names no head count", "num_attention_heads, n_head, num_heads")
+    H = heads[1]
+    kv = _config_int(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv")
+    H_kv = 1 if getattr(cfg, "multi_query", False) else (kv[1] if kv else H)
+    D = model.get_input_embeddings().weight.shape[1]
+    d = _config_int(cfg, "head_dim")
+    d_head = d[1] if d else D // H
+
+    watched = {"layer": layer, attn: attn_mod, mlp: get_module(layer, mlp), "model": model}
+    watched.update({n: m for n, m in layer.named_children() if _is_norm(m)})
+    watched.update({f"final:{n}": m for n, m in model.base_model.named_children() if _is_norm(m)})
+    watched["last"] = layers[L - 1]
+    probe = Probe(watched, PROBE_TOL.get(model.get_input_embeddings().weight.dtype, 1e-4))
+    ids = (torch.arange(PROBE_LEN) * 7 + 3) % int(model.get_input_embeddings().weight.shape[0])
+    dev = next(model.parameters()).device
+    kw: dict[str, Any] = {"input_ids": ids[None].to(dev), "use_cache": False,
+                          "attention_mask": torch.ones_like(ids)[None].to(dev)}  # else zero position ids read as packing
+    try:
+        try:
+            logits = probe.run(model, **kw, position_ids=torch.zeros_like(ids)[None].to(dev)).logits[0].double()
+        except TypeError:  # no position ids: the positions are not a rotation or a learned table of ids
+            logits = probe.run(model, **kw).logits[0].double()
+    except Exception as e:  # the model's own forward fails on the probe: nothing can be confirmed
+        raise _refuse(mt, f"the probe forward pass failed ({type(e).__name__}: {' '.join(str(e).split())[:160]})",
+                      f"{PROBE_LEN} token ids") from None
+    lr = _layer_roles(probe, layer, attn, mlp)
+    if lr["residual"] is None:
+        raise _refuse(mt, "the layer's contributions do not add up to its output (resid_pre + attn_out + mlp_out "
+                          "!= resid_post for every norm placement tried)",
+                      f"{layers_path}.0.{{{attn},{mlp}}} with norms {sorted(lr['norms'].values()) or 'none'}")
+    final = _final_norm(model, probe, probe.outs.get("last"))
+    roles = Roles(model_type=mt, embed=embed, unembed=unembed, layers=layers_path, attn=attn, mlp=mlp,
+                  attn_out=lr["attn_out"], mlp_out=lr["mlp_out"], final_norm=final, norms=lr["norms"],
+                  residual=lr["residual"], position=_position(model, cfg), q=proj[0], k=proj[1], v=proj[2],
+                  o=proj[3], layout="blocks" if proj[1] == "" else "separate", conv1d=_is_conv1d(attn_mod, proj[3]),
+                  n_heads=H, n_kv_heads=H_kv, d_head=d_head,
+                  scale=float(getattr(attn_mod, "scaling", None) or 1 / math.sqrt(d_head)), n_layers_attr=n_attr,
+                  act_attr=next((a for a in ("hidden_act", "hidden_activation", "activation_function")
+                                 if isinstance(getattr(cfg, a, None), str)), "hidden_act"),
+                  qk_norm=any(has_module(attn_mod, n) for n in QK_NORM_NAMES))
+    roles = _logit_roles(roles, model, probe, logits)
+    return _attention_roles(roles, model, probe)
+
+
+def _projections(attn: nn.Module) -> tuple[str, str, str, str] | None:
+    """(q, k, v, o) child names; a fused projection is (qkv, "", "", o)."""
+    o = _first(attn, O_NAMES)
+    q, k, v = _first(attn, Q_NAMES), _first(attn, K_NAMES), _first(attn, V_NAMES)
+    if q and k and v and o:
+        return q, k, v, o
+    fused = _first(attn, QKV_NAMES)
+    if fused and o:
+        return fused, "", "", o
+    return None
+
+
+def _is_conv1d(attn: nn.Module, o: str) -> bool:
+    return type(get_module(attn, o)).__name__ == "Conv1D"
+
+
+def _position(model: nn.Module, cfg: Any) -> Position:
+    if getattr(cfg, "alibi", False) or any("alibi" in n for n, _ in model.named_buffers()):
+        return "alibi"
+    if any("rotary" in n or "rope" in n for n, _ in model.named_modules()) or getattr(cfg, "rope_theta", None) \
+            or getattr(cfg, "rope_parameters", None):
+        return "rotary"
+    if any(n.split(".")[-1] in ("wpe", "embed_positions", "position_embeddings") for n, _ in model.named_modules()):
+        return "learned"
+    return "none"
+
+
+def _logit_roles(roles: Roles, model: nn.Module, probe: Probe, logits: torch.Tensor) -> Roles:
+    """Soft-cap and logit scale from the config, confirmed: logits rebuilt from ``final`` equal the model's."""
+    cfg = model.config
+    softcap = "final_logit_softcapping" if getattr(cfg, "final_logit_softcapping", None) else None
+    scale = next(((a, how) for a, how in LOGIT_SCALES if isinstance(getattr(cfg, a, None), (int, float))
+                  and getattr(cfg, a) not in (1, 1.0)), None)
+    roles = replace(roles, softcap_attr=softcap, logit_scale=scale)
+    if roles.final_norm is None:
+        raise _refuse(roles.model_type, "no final norm reads the last layer's output",
+                      "the norm modules of the model body")
+    final = probe.outs.get(f"final:{roles.final_norm.rsplit('.', 1)[-1]}")
+    with torch.no_grad():
+        rebuilt = _logits_fn(roles)(model, final).double() if final is not None else None
+    if rebuilt is None or not close(rebuilt[0], logits, probe.tol):
+        err = float((rebuilt[0] - logits).abs().max()) if rebuilt is not None else float("nan")
+        raise _refuse(roles.model_type, f"the logits recomputed from the final norm's output differ from the "
+                                        f"model's (max |dlogit| {err:.3g}): an unknown logit scale or cap",
+                      f"{roles.final_norm} -> {roles.unembed}, soft-cap {softcap}, scale {scale}")
+    limits = dict(roles.limits)
+    if softcap or scale:
+        limits["logit_linear"] = f"logits are {'soft-capped' if softcap else ''}{' and ' if softcap and scale else ''}" \
+                                 f"{'scaled by ' + scale[0] if scale else ''} (applied exactly by the logit lens)"
+    return replace(roles, limits=limits)
+
+
+def _attention_roles(roles: Roles, model: nn.Module, probe: Probe) -> Roles:
+    """The fused layout (if any) under which the A.3 identity holds, and whether scores rebuild from W_q, W_k."""
+    A = probe.extra.get(roles.attn)
+    X, out = probe.ins.get(roles.attn), probe.outs.get(roles.attn)
+    attn_mod = get_module(get_module(model, roles.layers)[0], roles.attn)
+    if A is None or X is None or out is None:
+        raise _refuse(roles.model_type, "the attention module returns no attention probabilities (eager)",
+                      f"{roles.layers}.0.{roles.attn}")
+    layouts = ("separate",) if roles.layout == "separate" else LAYOUTS
+    tried = []
+    for layout in layouts:
+        cand = replace(roles, layout=layout)
+        try:
+            hw = head_weights_from(cand)(attn_mod, model.config)
+        except (RuntimeError, ValueError):
+            tried.append(f"{layout} (shapes)")
+            continue
+        if not _identity_ok(hw, X[0], A[0], out[0], probe.tol):
+            tried.append(layout)
+            continue
+        limits = dict(cand.limits)
+        cfg = model.config
+        if getattr(cfg, "sliding_window", None) and (getattr(cfg, "use_sliding_window", True) is not False):
+            limits["full_attention"] = f"layers may attend within a sliding window of {cfg.sliding_window} positions"
+        if getattr(cfg, "attn_logit_softcapping", None):
+            limits["qk_bilinear"] = "attention scores are soft-capped (tanh) before the softmax"
+        elif cand.qk_norm:
+            limits["qk_bilinear"] = "q and k are normalised before the dot product"
+        elif scores_error(hw, X[0], A[0]) > probe.tol:
+            limits["qk_bilinear"] = ("the attention scores rebuilt from W_q, W_k at position 0 differ from the "
+                                     "model's (a position term or score transform walklens does not know)")
+        return replace(cand, limits=limits)
+    raise _refuse(roles.model_type, "the A.3 identity fails (the attention output is not sum_h A_h X W_vo,h + b) "
+                                    "for every per-head layout", f"{roles.attn}: {', '.join(tried)}")
+
+
+def derive_adapter(model: nn.Module) -> Adapter:
+    """:func:`derive_roles` then :func:`build_adapter`."""
+    return build_adapter(derive_roles(model))
