@@ -151,14 +151,20 @@ def test_per_head_qk_recomputes_attention_at_position_zero(variant):
 
 def test_a_dropped_qk_norm_is_caught():
     lm = tiny("qwen3")
-    plain = lambda model, layer: dataclasses.replace(lm.adapter.head_weights(model, layer), qk_norm=False)
+
+    def plain(model, layer):  # as if q·k were bilinear in x
+        return dataclasses.replace(lm.adapter.head_weights(model, layer), qk_norm=False)
+
     assert _qk_error(lm, plain) > 1e-2
 
 
 def test_a_missing_query_bias_is_caught():
     lm = tiny("starcoder2")  # use_bias: q, k, v and o projections all have biases
-    no_bias = lambda model, layer: dataclasses.replace(
-        lm.adapter.head_weights(model, layer), b_q=torch.zeros_like(lm.adapter.head_weights(model, layer).b_q))
+
+    def no_bias(model, layer):
+        hw = lm.adapter.head_weights(model, layer)
+        return dataclasses.replace(hw, b_q=torch.zeros_like(hw.b_q))
+
     assert _qk_error(lm, no_bias) > 1e-3
 
 
