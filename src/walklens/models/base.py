@@ -268,3 +268,18 @@ def act_from_config(attr: str) -> Callable[[nn.Module, int], Callable[[torch.Ten
         return ACT2FN[name]
 
     return fn
+
+
+def sliding_window_limit(config: Any) -> dict[str, str]:
+    """``{"full_attention": why}`` when some layer attends through a sliding window shorter than the context
+    (``config.sliding_window``, on the layers ``config.layer_types`` marks ``"sliding_attention"`` if it has
+    them, else on every layer), else ``{}``."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if not window or (types is not None and "sliding_attention" not in types):
+        return {}
+    context = getattr(config, "max_position_embeddings", None)
+    if isinstance(context, int) and window >= context:
+        return {}
+    where = f"layers {[i for i, t in enumerate(types) if t == 'sliding_attention']}" if types else "every layer"
+    return {"full_attention": f"{where}: each position sees only the last {window} positions (sliding window)"}

@@ -96,6 +96,22 @@ def tiny_config(model_type: str, vocab_size: int, **overrides: Any) -> Any:
 #: Tiny variants of the families with an adapter file: name -> (model_type, config overrides).  A name that is
 #: a model_type and not listed here gets :func:`tiny_config` with no overrides.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen3": ("qwen3", {}),
+    "qwen3_sliding": ("qwen3", dict(use_sliding_window=True, sliding_window=4, max_window_layers=1,
+                                    attention_bias=True)),
+    "qwen3_moe": ("qwen3_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)),
+    "qwen3_moe_mixed": ("qwen3_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                                          mlp_only_layers=[0], norm_topk_prob=True)),
+    "qwen2_moe": ("qwen2_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                                    shared_expert_intermediate_size=32)),
+    "qwen2_moe_sliding": ("qwen2_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                                            shared_expert_intermediate_size=32, decoder_sparse_step=2,
+                                            use_sliding_window=True, sliding_window=4, max_window_layers=2)),
+    "mixtral": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32)),
+    "mixtral_sliding": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32,
+                                        sliding_window=4)),
+    "starcoder2": ("starcoder2", {}),
+    "starcoder2_sliding": ("starcoder2", dict(use_bias=False, sliding_window=4)),
 }
 
 TINY_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "gpt_neox_seq", "llama", "gemma3", "falcon", "falcon_alibi",
