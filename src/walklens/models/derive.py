@@ -28,7 +28,7 @@ from torch import nn
 from ..errors import UnsupportedFamilyError
 from ..precision import UNIT_ROUNDOFF
 from .base import (Adapter, HeadWeights, Position, Residual, StackSpec, act_from_config, get_module, has_module,
-                   lm_head_logits, zeros_or)
+                   lm_head_logits, sliding_window_limit, zeros_or)
 
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention", "mixer")
 MLP_NAMES = ("mlp", "feed_forward", "ffn", "block_sparse_moe", "moe", "feedforward")
@@ -475,8 +475,11 @@ def _attention_roles(roles: Roles, model: nn.Module, probe: Probe) -> Roles:
             continue
         limits = dict(cand.limits)
         cfg = model.config
-        if getattr(cfg, "sliding_window", None) and (getattr(cfg, "use_sliding_window", True) is not False):
-            limits["full_attention"] = f"layers may attend within a sliding window of {cfg.sliding_window} positions"
+        if getattr(cfg, "use_sliding_window", True) is not False:
+            limits.update(sliding_window_limit(cfg))
+        mlp = get_module(get_module(model, roles.layers)[0], roles.mlp)
+        if has_module(mlp, "experts") or any(w in type(mlp).__name__.lower() for w in ("moe", "sparse", "expert")):
+            limits["dense_mlp"] = "the MLP is a mixture of experts: its point is the routed sum of the experts' outputs"
         if getattr(cfg, "attn_logit_softcapping", None):
             limits["qk_bilinear"] = "attention scores are soft-capped (tanh) before the softmax"
         elif cand.qk_norm:

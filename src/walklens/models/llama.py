@@ -6,7 +6,8 @@ from typing import Any
 
 from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits, split_linear_heads, split_out_linear
+from .base import (Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits, sliding_window_limit,
+                   split_linear_heads, split_out_linear)
 
 
 def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
@@ -36,4 +37,5 @@ ADAPTER = Adapter(
     logits_fn=lm_head_logits("lm_head"),
     mlp_act_fn=act_from_config("hidden_act"),
     unembed="lm_head",
+    limits=sliding_window_limit,  # Mistral, Qwen 2
 )
