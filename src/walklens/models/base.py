@@ -268,3 +268,13 @@ def act_from_config(attr: str) -> Callable[[nn.Module, int], Callable[[torch.Ten
         return ACT2FN[name]
 
     return fn
+
+
+def sliding_window_limit(config: Any) -> str:
+    """Why ``full_attention`` fails for a config with sliding-window layers (``layer_types``), else ""."""
+    types = list(getattr(config, "layer_types", None) or [])
+    window = getattr(config, "sliding_window", None)
+    n = sum(t == "sliding_attention" for t in types)
+    if not (n and window):
+        return ""
+    return f"{n} of {len(types)} layers attend only to the last {window} positions (sliding window)"

@@ -93,6 +93,14 @@ def tiny_config(model_type: str, vocab_size: int, **overrides: Any) -> Any:
 #: Tiny variants of the families with an adapter file: name -> (model_type, config overrides).  A name that is
 #: a model_type and not listed here gets :func:`tiny_config` with no overrides.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gemma": ("gemma", {}),
+    "gemma2": ("gemma2", dict(query_pre_attn_scalar=8, sliding_window=4, attn_logit_softcapping=2.0,
+                              final_logit_softcapping=3.0, layer_types=["sliding_attention", "full_attention"])),
+    "gemma2_nocap": ("gemma2", dict(query_pre_attn_scalar=8, attn_logit_softcapping=None, final_logit_softcapping=None,
+                                    layer_types=["full_attention", "full_attention"])),
+    "cohere": ("cohere", dict(bos_token_id=1, eos_token_id=1)),
+    "cohere_qknorm": ("cohere", dict(bos_token_id=1, eos_token_id=1, use_qk_norm=True)),
+    "olmo2": ("olmo2", dict(pad_token_id=0, eos_token_id=1)),
 }
 
 TINY_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "gpt_neox_seq", "llama", "gemma3", "falcon", "falcon_alibi",
