@@ -9,6 +9,7 @@ from typing import Any
 from torch import nn
 
 from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits
+from .gemma2 import limits as gemma2_limits
 from .llama import head_weights as llama_head_weights
 
 
@@ -18,6 +19,12 @@ def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
                        qk_norm=True,
                        notes="q and k are RMS-normalised per head before the dot product, so W_qk is only "
                              "a direction-level summary; W_vo is exact")
+
+
+def limits(config: Any) -> dict[str, str]:
+    got = gemma2_limits(config)
+    qk = "q and k are RMS-normalised per head before the dot product"
+    return {**got, "qk_bilinear": "; ".join(r for r in (qk, got["qk_bilinear"]) if r)}
 
 
 ADAPTER = Adapter(
@@ -36,4 +43,5 @@ ADAPTER = Adapter(
     mlp_act_fn=act_from_config("hidden_activation"),
     unembed="lm_head",
     embed_scale_fn=lambda c: float(c.hidden_size) ** 0.5,
+    limits=limits,
 )

@@ -112,6 +112,14 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                                         sliding_window=4)),
     "starcoder2": ("starcoder2", {}),
     "starcoder2_sliding": ("starcoder2", dict(use_bias=False, sliding_window=4)),
+    "gemma": ("gemma", {}),
+    "gemma2": ("gemma2", dict(query_pre_attn_scalar=8, sliding_window=4, attn_logit_softcapping=2.0,
+                              final_logit_softcapping=3.0, layer_types=["sliding_attention", "full_attention"])),
+    "gemma2_nocap": ("gemma2", dict(query_pre_attn_scalar=8, attn_logit_softcapping=None, final_logit_softcapping=None,
+                                    layer_types=["full_attention", "full_attention"])),
+    "cohere": ("cohere", dict(bos_token_id=1, eos_token_id=1)),
+    "cohere_qknorm": ("cohere", dict(bos_token_id=1, eos_token_id=1, use_qk_norm=True)),
+    "olmo2": ("olmo2", dict(pad_token_id=0, eos_token_id=1)),
 }
 
 TINY_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "gpt_neox_seq", "llama", "gemma3", "falcon", "falcon_alibi",

@@ -1,0 +1,57 @@
+"""Gemma 2: sandwich norms as in Gemma 3 (the residual receives post_attention_layernorm(attn) and
+post_feedforward_layernorm(mlp)), GeGLU, embeddings scaled by sqrt(D) inside the embedding module, query
+scale ``query_pre_attn_scalar ** -0.5``, sliding-window attention on alternate layers, and soft-capping of
+the attention scores (``cap * tanh(s / cap)`` before the softmax) and of the final logits.
+
+The A.3 identity holds (it reads the captured probabilities); q·k is not bilinear under the attention cap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits, sliding_window_limit
+from .llama import head_weights as llama_head_weights
+
+
+def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+    hw = llama_head_weights(attn, config)
+    cap = getattr(config, "attn_logit_softcapping", None)
+    if not cap:
+        return hw
+    return HeadWeights(hw.w_q, hw.w_k, hw.w_v, hw.w_o, hw.b_q, hw.b_k, hw.b_v, hw.b_o, hw.kv_head, hw.scale,
+                       notes=f"scores are soft-capped ({cap} * tanh(s / {cap})) before the softmax, so W_qk gives "
+                             "the pre-cap score; W_vo is exact")
+
+
+def limits(config: Any) -> dict[str, str]:
+    """Soft-capped scores or logits and sliding-window layers, where the config has them (Gemma 2 and 3)."""
+    attn_cap = getattr(config, "attn_logit_softcapping", None)
+    final_cap = getattr(config, "final_logit_softcapping", None)
+    return {
+        "qk_bilinear": f"attention scores are soft-capped: {attn_cap} * tanh(s / {attn_cap})" if attn_cap else "",
+        "logit_linear": f"final logits are soft-capped: {final_cap} * tanh(z / {final_cap})" if final_cap else "",
+        **sliding_window_limit(config),
+    }
+
+
+ADAPTER = Adapter(
+    family="gemma2",
+    model_types=("gemma2",),
+    auto_class="causal",
+    embed="model.embed_tokens",
+    stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="post_attention_layernorm",
+                      mlp_out="post_feedforward_layernorm", final_norm="model.norm", attn_proj="self_attn",
+                      norms={"attn": "input_layernorm", "attn_post": "post_attention_layernorm",
+                             "mlp": "pre_feedforward_layernorm", "mlp_post": "post_feedforward_layernorm"}),),
+    position="rotary",
+    residual="pre_norm",
+    head_weights_fn=head_weights,
+    logits_fn=lm_head_logits("lm_head", softcap_attr="final_logit_softcapping"),
+    mlp_act_fn=act_from_config("hidden_activation"),
+    unembed="lm_head",
+    embed_scale_fn=lambda c: float(c.hidden_size) ** 0.5,
+    limits=limits,
+)
