@@ -38,6 +38,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     # walks (seed 000 sec. 2.1, 2.2.2)
     "walks": ("encoding_walk", "similarity_map", "EncodingWalk"),
     "decoding": ("decoding_walk", "DecodingWalk"),
+    # the parity card: every recomputation against the model itself
+    "verify": ("verify", "ParityCard", "ParityCheck"),
     # attention and kernels (sec. 2.2.1, A.2, A.3)
     "attention": ("head_matrices", "attention_identity", "cluster_view", "self_mass", "head_stats", "HeadMatrices",
                   "IdentityResult", "IdentityCheck", "ClusterView", "SelfMass", "HeadStats"),

@@ -1,0 +1,138 @@
+"""Which causal-LM model types of the installed transformers walklens reads: every type built tiny and random
+(:func:`walklens.testing.tiny_model`), loaded through its adapter file or a derived adapter, and its parity card
+run in float32 and bfloat16 (docs/parity.md).
+
+    python -m walklens.testing.reach --out docs/results/parity      # all types, two processes
+    python -m walklens.testing.reach --types llama,qwen3 --out DIR   # some
+
+Each type runs in its own process (bounded memory and time: a default config can be huge), and lands in one
+group: ``adapter`` (an adapter file; the card passes), ``derived`` (a derived adapter; the card passes),
+``refused`` (walklens refuses it in one line: the line is kept), ``card-fails`` (loaded but a check failed:
+none should be here), or ``no-tiny-model`` (transformers itself cannot build a tiny random model of it here;
+the reason is kept).  Writes ``reach.json`` and ``reach.md`` (the table docs/parity.md includes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+MEMORY_LIMIT = 6 * 2**30
+TIME_LIMIT = 240
+
+
+def causal_types() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+def one(model_type: str) -> dict[str, Any]:
+    """The record of one model type (run in a child process)."""
+    from transformers.utils import logging
+
+    from ..errors import WalklensError
+    from ..verify import verify
+    from . import tiny_model
+
+    logging.set_verbosity_error()
+    warnings.simplefilter("ignore")
+    rec: dict[str, Any] = {"model_type": model_type}
+    cards = {}
+    for dtype in ("float32", "bfloat16"):
+        try:
+            lm = tiny_model(model_type, dtype=dtype)
+        except WalklensError as e:
+            return {**rec, "group": "refused", "why": " ".join(str(e).split())}
+        except Exception as e:  # transformers cannot build this config at tiny sizes
+            return {**rec, "group": "no-tiny-model", "why": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"}
+        try:
+            card = verify(lm)
+        except WalklensError as e:
+            return {**rec, "group": "refused", "why": " ".join(str(e).split())}
+        except Exception as e:
+            return {**rec, "group": "card-fails", "why": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"}
+        cards[dtype] = {"passed": card.passed, "failed": card.failed(), "family": card.family,
+                        "checks": {c.name: [c.error, c.passed] for c in card.checks}, "limits": card.limits}
+    passed = all(c["passed"] for c in cards.values())
+    derived = cards["float32"]["family"].startswith("derived:")
+    group = ("derived" if derived else "adapter") if passed else "card-fails"
+    return {**rec, "group": group, "cards": cards,
+            "why": "" if passed else f"failed: {sorted({f for c in cards.values() for f in c['failed']})}"}
+
+
+def _child(model_type: str) -> dict[str, Any]:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    try:
+        r = subprocess.run([sys.executable, "-m", "walklens.testing.reach", "--one", model_type], capture_output=True,
+                           text=True, timeout=TIME_LIMIT, preexec_fn=limit, env=env)
+    except subprocess.TimeoutExpired:
+        return {"model_type": model_type, "group": "no-tiny-model", "why": f"did not finish in {TIME_LIMIT} s"}
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = " ".join(r.stderr.split())[-200:]
+        return {"model_type": model_type, "group": "no-tiny-model", "why": f"the process died (rc {r.returncode}): "
+                                                                           f"{tail}"}
+    return json.loads(lines[-1])
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """The markdown table of docs/parity.md: one row per model type."""
+    out = ["| model type | group | float32 | bfloat16 | limits declared / why |", "| --- | --- | --- | --- | --- |"]
+    for r in sorted(records, key=lambda r: (r["group"], r["model_type"])):
+        cards = r.get("cards", {})
+
+        def mark(dt: str) -> str:
+            c = cards.get(dt)
+            return "-" if c is None else "pass" if c["passed"] else "FAIL " + ",".join(c["failed"])
+
+        limits = ", ".join(sorted(cards.get("float32", {}).get("limits", {}))) if cards else ""
+        why = r.get("why", "").replace("|", "\\|")
+        out.append(f"| {r['model_type']} | {r['group']} | {mark('float32')} | {mark('bfloat16')} | "
+                   f"{limits or why} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m walklens.testing.reach", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--types", help="comma-separated model types (default: every causal LM type)")
+    ap.add_argument("--out", default="docs/results/parity", help="folder for reach.json and reach.md")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(args.one)), flush=True)
+        return 0
+    types = args.types.split(",") if args.types else causal_types()
+    with ThreadPoolExecutor(args.jobs) as pool:
+        records = []
+        for rec in pool.map(_child, types):
+            records.append(rec)
+            print(f"{rec['model_type']:32s} {rec['group']:14s} {rec.get('why', '')[:100]}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import transformers
+
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["group"]] = counts.get(r["group"], 0) + 1
+    doc = {"transformers": transformers.__version__, "types": len(records), "counts": counts, "records": records}
+    (out / "reach.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "reach.md").write_text(table(records))
+    print(json.dumps(counts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
