@@ -38,9 +38,10 @@ def get_module(root: nn.Module, path: str) -> nn.Module:
 
 
 def has_module(root: nn.Module, path: str) -> bool:
+    """Whether ``path`` names a module below ``root`` (an attribute set to None, as StableLM's absent
+    post-attention norm in its parallel layout, names none)."""
     try:
-        get_module(root, path)
-        return True
+        return get_module(root, path) is not None
     except (AttributeError, IndexError, TypeError):
         return False
 
@@ -231,10 +232,16 @@ def zeros_or(bias: torch.Tensor | None, *shape: int, like: torch.Tensor) -> torc
 
 def split_linear_heads(linear: nn.Module, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
     """nn.Linear(D -> n_heads*d) as per-head row-convention [H, D, d] and bias [H, d]."""
-    w = linear.weight.detach()  # [H*d, D]
-    D = w.shape[1]
-    w_h = w.reshape(n_heads, d_head, D).transpose(1, 2).contiguous()
-    return w_h, zeros_or(getattr(linear, "bias", None), n_heads, d_head, like=w)
+    return split_rows_heads(linear.weight, getattr(linear, "bias", None), n_heads, d_head)
+
+
+def split_rows_heads(weight: torch.Tensor, bias: torch.Tensor | None, n_heads: int,
+                     d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output rows [n_heads*d, D] of a linear weight (a block of a fused projection, in head order) as per-head
+    row-convention [H, D, d], with the matching bias rows as [H, d] (zeros when None)."""
+    w = weight.detach()
+    w_h = w.reshape(n_heads, d_head, w.shape[1]).transpose(1, 2).contiguous()
+    return w_h, zeros_or(bias, n_heads, d_head, like=w)
 
 
 def split_out_linear(linear: nn.Module, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -93,6 +93,15 @@ def tiny_config(model_type: str, vocab_size: int, **overrides: Any) -> Any:
 #: Tiny variants of the families with an adapter file: name -> (model_type, config overrides).  A name that is
 #: a model_type and not listed here gets :func:`tiny_config` with no overrides.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "phi": ("phi", {}),
+    "phi_qkln": ("phi", {"qk_layernorm": True}),
+    "phi3": ("phi3", {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 1}),
+    "phi3_sliding": ("phi3", {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 1, "sliding_window": 4}),
+    "stablelm": ("stablelm", {"use_qkv_bias": True}),
+    "stablelm_parallel": ("stablelm", {"use_parallel_residual": True}),
+    "stablelm_qkln": ("stablelm", {"qk_layernorm": True}),
+    "gptj": ("gptj", {"rotary_dim": 4, "bos_token_id": 1, "eos_token_id": 1}),
+    "codegen": ("codegen", {"rotary_dim": 4, "n_ctx": 64, "bos_token_id": 1, "eos_token_id": 1}),
 }
 
 TINY_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "gpt_neox_seq", "llama", "gemma3", "falcon", "falcon_alibi",
