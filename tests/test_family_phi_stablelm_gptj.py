@@ -16,15 +16,15 @@ import torch
 
 import walklens
 from walklens.capture import tokenize
-from walklens.models import ADAPTERS, HeadWeights
+from walklens.models import ADAPTERS, HeadWeights, base
 from walklens.testing import tiny_model
 
 from _ties import assert_picks_match, near
 from test_interventions import INTERVENTIONS
 from test_interventions import test_intervention_acts_then_restores_bit_for_bit as restores_bit_for_bit
 
-VARIANTS = ("phi", "phi_qkln", "phi3", "phi3_sliding", "stablelm", "stablelm_parallel", "stablelm_qkln", "gptj",
-            "codegen")
+VARIANTS = ("phi", "phi_qkln", "phi3", "phi3_sliding", "phi3_longrope", "stablelm", "stablelm_parallel",
+            "stablelm_qkln", "stablelm_yarn", "gptj", "codegen")
 TEXT = "the capital of france is paris and the king ran to the river"
 
 _cache: dict[str, walklens.LoadedModel] = {}
@@ -121,8 +121,19 @@ def _no_scale(attn, config) -> HeadWeights:
     return dataclasses.replace(ADAPTERS["gptj"].head_weights_fn(attn, config), scale=1.0)
 
 
+def _no_rope_factor(attn, config) -> HeadWeights:
+    """The head weights without the rope scaling's cos/sin factor folded in."""
+    real = base.rope_attention_factor
+    base.rope_attention_factor = lambda c: 1.0
+    try:
+        return ADAPTERS[config.model_type].head_weights_fn(attn, config)
+    finally:
+        base.rope_attention_factor = real
+
+
 @pytest.mark.parametrize("family,planted", [("codegen", _codegen_blocks), ("phi3", _phi3_swapped),
-                                            ("gptj", _no_scale)])
+                                            ("gptj", _no_scale), ("phi3_longrope", _no_rope_factor),
+                                            ("stablelm_yarn", _no_rope_factor)])
 def test_a_planted_split_or_scale_error_is_caught(family, planted, monkeypatch):
     lm = tiny(family)
     assert qk_error(lm) < 1e-5

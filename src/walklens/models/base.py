@@ -11,6 +11,7 @@ are returned by :func:`Adapter.head_weights` in that row convention.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -275,3 +276,33 @@ def act_from_config(attr: str) -> Callable[[nn.Module, int], Callable[[torch.Ten
         return ACT2FN[name]
 
     return fn
+
+
+def rope_attention_factor(config: Any) -> float:
+    """The factor Hugging Face's rotary embedding multiplies cos and sin by (``attention_scaling``: 1 for plain
+    rotary, > 1 for YaRN or LongRoPE), computed as the model's own rotary module computes it."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    kind = rope.get("rope_type", "default")
+    if kind == "default":
+        return 1.0
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    return float(ROPE_INIT_FUNCTIONS[kind](config)[1])
+
+
+def fold_rope_factor(hw: HeadWeights, config: Any) -> HeadWeights:
+    """Fold the rotary embedding's cos/sin factor f (:func:`rope_attention_factor`) into the head weights, so that
+    the position-0 form of W_qk is exact: with full rotary into ``scale`` (times f**2), with partial rotary into the
+    rotary columns (the first ``partial_rotary_factor`` of each head) of W_q, W_k, b_q and b_k."""
+    f = rope_attention_factor(config)
+    if f == 1.0:
+        return hw
+    note = f"{hw.notes}; the rotary factor {f:.4g} of the rope scaling is folded into "
+    rot = int(hw.d_head * (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0))
+    if rot >= hw.d_head:
+        return dataclasses.replace(hw, scale=hw.scale * f * f, notes=note + "scale (times its square)")
+    w_q, w_k, b_q, b_k = (t.clone() for t in (hw.w_q, hw.w_k, hw.b_q, hw.b_k))
+    for t in (w_q, w_k, b_q, b_k):
+        t[..., :rot] *= f
+    return dataclasses.replace(hw, w_q=w_q, w_k=w_k, b_q=b_q, b_k=b_k,
+                               notes=note + f"the first {rot} (rotary) columns of W_q, W_k, b_q and b_k")

@@ -8,11 +8,13 @@ from typing import Any
 
 from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits, split_linear_heads, split_out_linear
+from .base import (Adapter, HeadWeights, StackSpec, act_from_config, fold_rope_factor, lm_head_logits,
+                   split_linear_heads, split_out_linear)
 
 
 def qkv_heads(attn: nn.Module, config: Any, out: str, qk_norm: bool = False, notes: str = "") -> HeadWeights:
-    """Per-head weights of separate ``q_proj``/``k_proj``/``v_proj`` and the output projection named ``out``."""
+    """Per-head weights of separate ``q_proj``/``k_proj``/``v_proj`` and the output projection named ``out`` (with
+    the rope scaling's cos/sin factor folded in, :func:`~.base.fold_rope_factor`)."""
     H = config.num_attention_heads
     H_kv = getattr(config, "num_key_value_heads", None) or H
     d = getattr(config, "head_dim", None) or config.hidden_size // H
@@ -21,8 +23,8 @@ def qkv_heads(attn: nn.Module, config: Any, out: str, qk_norm: bool = False, not
     w_v, b_v = split_linear_heads(attn.v_proj, H_kv, d)
     w_o, b_o = split_out_linear(getattr(attn, out), H, d)
     group = H // H_kv
-    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(h // group for h in range(H)),
-                       float(attn.scaling), qk_norm=qk_norm, notes=notes)
+    return fold_rope_factor(HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(h // group for h in range(H)),
+                                        float(attn.scaling), qk_norm=qk_norm, notes=notes), config)
 
 
 def rotary_notes(config: Any, qk_norm: bool) -> str:

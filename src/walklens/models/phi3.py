@@ -8,7 +8,8 @@ from typing import Any
 
 from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits, split_out_linear, split_rows_heads
+from .base import (Adapter, HeadWeights, StackSpec, act_from_config, fold_rope_factor, lm_head_logits,
+                   split_out_linear, split_rows_heads)
 
 
 def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
@@ -21,9 +22,9 @@ def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
     w_o, b_o = split_out_linear(attn.o_proj, H, d)
     group = H // H_kv
     frac = (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
-    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(h // group for h in range(H)),
-                       float(attn.scaling),
-                       notes=f"rotary on the first {frac:.0%} of each head: W_qk is the position-0 (no rotation) form")
+    hw = HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(h // group for h in range(H)), float(attn.scaling),
+                     notes=f"rotary on the first {frac:.0%} of each head: W_qk is the position-0 (no rotation) form")
+    return fold_rope_factor(hw, config)
 
 
 def limits(config: Any) -> dict[str, str]:
