@@ -11,6 +11,7 @@ are returned by :func:`Adapter.head_weights` in that row convention.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -38,9 +39,10 @@ def get_module(root: nn.Module, path: str) -> nn.Module:
 
 
 def has_module(root: nn.Module, path: str) -> bool:
+    """Whether ``path`` names a module below ``root`` (an attribute set to None, as StableLM's absent
+    post-attention norm in its parallel layout, names none)."""
     try:
-        get_module(root, path)
-        return True
+        return get_module(root, path) is not None
     except (AttributeError, IndexError, TypeError):
         return False
 
@@ -231,10 +233,16 @@ def zeros_or(bias: torch.Tensor | None, *shape: int, like: torch.Tensor) -> torc
 
 def split_linear_heads(linear: nn.Module, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
     """nn.Linear(D -> n_heads*d) as per-head row-convention [H, D, d] and bias [H, d]."""
-    w = linear.weight.detach()  # [H*d, D]
-    D = w.shape[1]
-    w_h = w.reshape(n_heads, d_head, D).transpose(1, 2).contiguous()
-    return w_h, zeros_or(getattr(linear, "bias", None), n_heads, d_head, like=w)
+    return split_rows_heads(linear.weight, getattr(linear, "bias", None), n_heads, d_head)
+
+
+def split_rows_heads(weight: torch.Tensor, bias: torch.Tensor | None, n_heads: int,
+                     d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output rows [n_heads*d, D] of a linear weight (a block of a fused projection, in head order) as per-head
+    row-convention [H, D, d], with the matching bias rows as [H, d] (zeros when None)."""
+    w = weight.detach()
+    w_h = w.reshape(n_heads, d_head, w.shape[1]).transpose(1, 2).contiguous()
+    return w_h, zeros_or(bias, n_heads, d_head, like=w)
 
 
 def split_out_linear(linear: nn.Module, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -283,3 +291,33 @@ def sliding_window_limit(config: Any) -> dict[str, str]:
         return {}
     where = f"layers {[i for i, t in enumerate(types) if t == 'sliding_attention']}" if types else "every layer"
     return {"full_attention": f"{where}: each position sees only the last {window} positions (sliding window)"}
+
+
+def rope_attention_factor(config: Any) -> float:
+    """The factor Hugging Face's rotary embedding multiplies cos and sin by (``attention_scaling``: 1 for plain
+    rotary, > 1 for YaRN or LongRoPE), computed as the model's own rotary module computes it."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    kind = rope.get("rope_type", "default")
+    if kind == "default":
+        return 1.0
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    return float(ROPE_INIT_FUNCTIONS[kind](config)[1])
+
+
+def fold_rope_factor(hw: HeadWeights, config: Any) -> HeadWeights:
+    """Fold the rotary embedding's cos/sin factor f (:func:`rope_attention_factor`) into the head weights, so that
+    the position-0 form of W_qk is exact: with full rotary into ``scale`` (times f**2), with partial rotary into the
+    rotary columns (the first ``partial_rotary_factor`` of each head) of W_q, W_k, b_q and b_k."""
+    f = rope_attention_factor(config)
+    if f == 1.0:
+        return hw
+    note = f"{hw.notes}; the rotary factor {f:.4g} of the rope scaling is folded into "
+    rot = int(hw.d_head * (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0))
+    if rot >= hw.d_head:
+        return dataclasses.replace(hw, scale=hw.scale * f * f, notes=note + "scale (times its square)")
+    w_q, w_k, b_q, b_k = (t.clone() for t in (hw.w_q, hw.w_k, hw.b_q, hw.b_k))
+    for t in (w_q, w_k, b_q, b_k):
+        t[..., :rot] *= f
+    return dataclasses.replace(hw, w_q=w_q, w_k=w_k, b_q=b_q, b_k=b_k,
+                               notes=note + f"the first {rot} (rotary) columns of W_q, W_k, b_q and b_k")

@@ -27,7 +27,7 @@ from torch import nn
 
 from ..errors import UnsupportedFamilyError
 from ..precision import UNIT_ROUNDOFF
-from .base import (Adapter, HeadWeights, Position, Residual, StackSpec, act_from_config, get_module, has_module,
+from .base import (Adapter, HeadWeights, Position, Residual, StackSpec, act_from_config, fold_rope_factor, get_module, has_module,
                    lm_head_logits, sliding_window_limit, zeros_or)
 
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention", "mixer")
@@ -134,10 +134,11 @@ def head_weights_from(roles: Roles) -> Callable[[nn.Module, Any], HeadWeights]:
         wo, bo = wb(roles.o)  # [D, H*d]
         w_o = wo.t().reshape(H, d, -1).contiguous()
         group = H // H_kv
-        return HeadWeights(w_q, w_k, w_v, w_o, qkv[3].contiguous(), qkv[4].contiguous(), qkv[5].contiguous(), bo,
-                           tuple(h // group for h in range(H)), roles.scale, qk_norm=roles.qk_norm,
-                           notes="derived adapter" + ("; q/k normalised: W_qk is a direction summary"
-                                                      if roles.qk_norm else ""))
+        hw = HeadWeights(w_q, w_k, w_v, w_o, qkv[3].contiguous(), qkv[4].contiguous(), qkv[5].contiguous(), bo,
+                         tuple(h // group for h in range(H)), roles.scale, qk_norm=roles.qk_norm,
+                         notes="derived adapter" + ("; q/k normalised: W_qk is a direction summary"
+                                                    if roles.qk_norm else ""))
+        return fold_rope_factor(hw, _config) if roles.position == "rotary" else hw
 
     return fn
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from torch import nn
 
-from .base import (Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits, sliding_window_limit,
-                   split_linear_heads, split_out_linear)
+from .base import (Adapter, HeadWeights, StackSpec, act_from_config, fold_rope_factor, lm_head_logits,
+                   sliding_window_limit, split_linear_heads, split_out_linear)
 
 
 def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
@@ -19,8 +19,9 @@ def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
     w_v, b_v = split_linear_heads(attn.v_proj, H_kv, d)
     w_o, b_o = split_out_linear(attn.o_proj, H, d)
     group = H // H_kv
-    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(h // group for h in range(H)),
-                       float(attn.scaling), notes="rotary: W_qk is the position-0 (no rotation) form")
+    return fold_rope_factor(HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(h // group for h in range(H)),
+                                        float(attn.scaling), notes="rotary: W_qk is the position-0 (no rotation) form"),
+                            config)
 
 
 ADAPTER = Adapter(
