@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{rec['model_type']:32s} {rec['group']:14s} {rec.get('why', '')[:100]}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.types and (out / "reach.json").is_file():  # some types again: the others' records are kept
+        again = {r["model_type"] for r in records}
+        records += [r for r in json.loads((out / "reach.json").read_text())["records"] if r["model_type"] not in again]
     import transformers
 
     counts: dict[str, int] = {}
