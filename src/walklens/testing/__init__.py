@@ -93,6 +93,16 @@ def tiny_config(model_type: str, vocab_size: int, **overrides: Any) -> Any:
 #: Tiny variants of the families with an adapter file: name -> (model_type, config overrides).  A name that is
 #: a model_type and not listed here gets :func:`tiny_config` with no overrides.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "opt": ("opt", dict(ffn_dim=64, pad_token_id=0, bos_token_id=1, eos_token_id=1)),
+    "opt_postnorm": ("opt", dict(ffn_dim=64, pad_token_id=0, bos_token_id=1, eos_token_id=1,
+                                 do_layer_norm_before=False)),
+    "opt_proj": ("opt", dict(ffn_dim=64, pad_token_id=0, bos_token_id=1, eos_token_id=1,  # opt-350m's layout
+                             do_layer_norm_before=False, word_embed_proj_dim=16)),
+    "bloom": ("bloom", dict(pad_token_id=0, bos_token_id=1, eos_token_id=1)),
+    "mpt": ("mpt", dict(max_seq_len=64, pad_token_id=0, bos_token_id=1, eos_token_id=1)),
+    "gpt_bigcode": ("gpt_bigcode", dict(n_inner=64, pad_token_id=0, bos_token_id=1, eos_token_id=1)),
+    "gpt_bigcode_mha": ("gpt_bigcode", dict(n_inner=64, multi_query=False, pad_token_id=0, bos_token_id=1,
+                                            eos_token_id=1)),
 }
 
 TINY_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "gpt_neox_seq", "llama", "gemma3", "falcon", "falcon_alibi",
