@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import walklens
+from walklens.models import get_module
 from walklens.testing import TINY_FAMILIES, tiny_model
 
 TEXT = "the capital of france is paris and the king ran to the river"
@@ -39,7 +40,12 @@ def test_hidden_states_match_hf_at_every_layer(fam):
         if layer:
             assert torch.allclose(tr[("resid_post", layer - 1)], hs[layer][0], atol=1e-5)
     # HF's last hidden state already has the final norm applied (the tuned-lens trap)
-    assert torch.allclose(tr["final"], hs[L][0], atol=1e-5)
+    if hs[L].shape[-1] == tr.d_model:
+        assert torch.allclose(tr["final"], hs[L][0], atol=1e-5)
+    else:  # the model maps final out of D-space before its head (OPT's project_out): compare through the head
+        head = get_module(lm.model, lm.adapter.unembed)
+        with torch.no_grad():
+            assert torch.allclose(head(hs[L][0]), tr.logits(), atol=1e-5)
     if lm.adapter.auto_class == "seq2seq":
         enc = tr.encoder
         for layer in range(L):

@@ -74,7 +74,7 @@ def test_t5_kernel_changes_with_the_weights(t5):
 
 def _zero_input_attention(lm, T):
     """Independent of walklens.kernels: attention with every attention input zeroed (position bias only)."""
-    mods = [layer.self_attention for layer in lm.model.transformer.h]
+    mods = [lm.adapter.attention_module(lm.model, layer) for layer in range(lm.n_layers)]
     probs = []
     with Hooks() as hooks, torch.no_grad():
         for m in mods:
@@ -85,11 +85,13 @@ def _zero_input_attention(lm, T):
     return torch.stack(probs)
 
 
-def test_alibi_slopes_and_kernels_predict_position_only_attention():
-    lm = tiny_model("falcon_alibi")
-    H = lm.config.num_attention_heads
+@pytest.mark.parametrize("family,scale", [("falcon_alibi", 2 / math.sqrt(8)), ("bloom", 1.0), ("mpt", 1.0)])
+def test_alibi_slopes_and_kernels_predict_position_only_attention(family, scale):
+    """Falcon's eager path adds ALiBi twice after scaling (2/sqrt(d)); BLOOM and MPT add it unscaled."""
+    lm = tiny_model(family)
+    H = lm.adapter.head_weights(lm.model, 0).n_heads
     pk = walklens.position_kernels(lm, max_distance=20)
-    assert pk.scheme == "alibi"
+    assert pk.scheme == "alibi" and math.isclose(pk.alibi_scale, scale, rel_tol=1e-4)
     # the ALiBi paper's slopes for H a power of two: 2^(-8 (h+1) / H)
     assert torch.allclose(pk.alibi_slopes, torch.tensor([2.0 ** (-8 * (h + 1) / H) for h in range(H)]))
     s = pk.stacks[0]

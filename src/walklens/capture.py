@@ -416,10 +416,11 @@ class Step:
 def record_steps(lm: LoadedModel) -> Iterator[list[Step]]:
     """Inside the block, append one :class:`Step` per call of the whole model (``model.generate`` makes one
     per new token; a T5 encoder pass is not a call of the model).  d is read by a hook on the final norm of the
-    last stack (the decoder), the logits by a hook on the model's output, before any logits processor."""
+    last stack (the decoder), or, for a model with no final norm (post-norm OPT), on its last layer (as the
+    ``final`` point is captured), the logits by a hook on the model's output, before any logits processor."""
     spec = lm.adapter.stack()
-    if not spec.final_norm:
-        raise InputError(f"{lm.adapter.family} has no final norm to read d_t from")
+    d_module = (get_module(lm.model, spec.final_norm) if spec.final_norm
+                else lm.adapter.layer_modules(lm.model, spec.name)[-1])
     steps: list[Step] = []
     finals: list[torch.Tensor] = []
 
@@ -431,7 +432,7 @@ def record_steps(lm: LoadedModel) -> Iterator[list[Step]]:
         finals.clear()
 
     with Hooks() as hooks:
-        hooks.post(get_module(lm.model, spec.final_norm), final)
+        hooks.post(d_module, final)
         hooks.post(lm.model, model_out)
         yield steps
 

@@ -236,8 +236,6 @@ def decoding_walk(lm: LoadedModel, prompt: str, max_new_tokens: int = 20, sample
     if limit is not None and lm.adapter.auto_class != "seq2seq" and ids.shape[1] + n_steps > limit:
         raise ContextTooLongError(f"prompt ({ids.shape[1]} tokens) + {n_steps} new tokens exceed the model's "
                                   f"context of {limit}")
-    if not lm.adapter.stack().final_norm:
-        raise InputError(f"{lm.adapter.family} has no final norm to read d_t from")
     if target_ids is not None:
         records, prompt_prev = _teacher_forced(lm, ids, target_ids, k)
         eos: set[int] = set()

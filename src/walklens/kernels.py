@@ -8,12 +8,14 @@ attention, like a 1-D convolution kernel.  :func:`position_kernels` gives it for
   ``relative_attention_bias.weight[bucket(delta), h]`` with the model's own ``_relative_position_bucket``
   (encoder bidirectional, decoder causal).  Units: logits added to q.k.  T5 stores the bias in layer 0 of each
   stack and every layer reuses it, so there is one kernel per head and stack.
-- **ALiBi** (``scheme="alibi"``): ``k_h(delta) = slope_h * delta * scale`` with the slopes from the model's own
-  ``build_alibi_tensor`` and ``scale`` measured, not assumed: one forward pass with every attention module's
-  input set to zero removes q.k, so the attention is the softmax of the additive position bias alone (see
-  :func:`position_only_attention`); ``scale`` is fitted to its log-ratios.  The declared ALiBi scale is
-  1/sqrt(d); transformers 5.x's eager Falcon path adds the ALiBi term twice (once inside the attention mask),
-  so the measured scale there is 2/sqrt(d) -- walklens reports what the model does.
+- **ALiBi** (``scheme="alibi"``; Falcon, BLOOM, MPT): ``k_h(delta) = slope_h * delta * scale``, measured, not
+  assumed: one forward pass with every attention module's input set to zero removes q.k, so the attention is
+  the softmax of the additive position bias alone (see :func:`position_only_attention`); each head's logit
+  slope is fitted to its log-ratios.  ``slope_h`` are the slopes of the model's own ALiBi builder and
+  ``scale`` is fitted to the measured slopes: BLOOM and MPT add the bias unscaled (scale 1); Falcon's
+  declared scale is 1/sqrt(d), but transformers 5.x's eager Falcon path adds the ALiBi term twice (once
+  inside the attention mask), so the measured scale there is 2/sqrt(d) -- walklens reports what the model
+  does.
 - **Rotary / learned absolute positions** (``scheme="empirical"``): no additive bias exists, so the kernel is
   estimated as the *mean attention weight by relative distance over shuffled-token inputs*:
 
@@ -286,27 +288,46 @@ def position_only_attention(lm: LoadedModel, length: int = 32) -> torch.Tensor:
     return torch.stack(store)
 
 
-def _alibi_kernels(lm: LoadedModel, window: int | None) -> tuple[list[StackKernels], str, torch.Tensor, float]:
+def _declared_alibi_slopes(lm: LoadedModel, H: int) -> torch.Tensor | None:
+    """The ALiBi slopes [H] from the model's own builder, when its modeling module has one transformers uses:
+    ``build_alibi_tensor(mask, H, dtype)`` (BLOOM, Falcon; ``slope_h * key``) or ``build_mpt_alibi_tensor(H, T)``
+    (MPT; ``slope_h * (key - T + 1)``)."""
     mod = sys.modules[type(lm.model).__module__]
-    build = getattr(mod, "build_alibi_tensor", None)
-    if build is None:
-        raise InputError(f"{lm.name}: the model's module has no build_alibi_tensor")
-    H = lm.config.num_attention_heads
-    slopes = build(torch.ones(1, 2, dtype=torch.long), H, torch.float32).reshape(H, 2)[:, 1].float()
+    if hasattr(mod, "build_alibi_tensor"):
+        return mod.build_alibi_tensor(torch.ones(1, 2, dtype=torch.long), H, torch.float32).reshape(H, 2)[:, 1].float()
+    if hasattr(mod, "build_mpt_alibi_tensor"):
+        return -mod.build_mpt_alibi_tensor(H, 2).reshape(H, 2)[:, 0].float()
+    return None
+
+
+def _alibi_kernels(lm: LoadedModel, window: int | None) -> tuple[list[StackKernels], str, torch.Tensor, float]:
+    """ALiBi kernels measured on the position-only probe: each head's logit slope per position is fitted to the
+    log-ratios of its attention row (exact when the bias is linear in delta), whatever the family's layout;
+    the declared slopes, where the model's module has a builder, split it into slope_h * scale."""
+    hw = lm.adapter.head_weights(lm.model, 0)
+    H = hw.n_heads
     T = min(64, window + 2 if window else 64)
     probs = position_only_attention(lm, T)  # [L, H, T, T]
     i = T - 1
     rel = torch.arange(-i, 1, dtype=torch.float32)
     logr = probs[:, :, i, :].clamp_min(1e-30).log() - probs[:, :, i, i:i + 1].clamp_min(1e-30).log()  # [L,H,T]
-    x = (slopes[None, :, None] * rel[None, None, :]).expand_as(logr)
-    scale = float((logr * x).sum() / (x * x).sum().clamp_min(1e-30))
+    per_layer = (logr * rel).sum(-1) / (rel * rel).sum()  # [L, H] logit bias per position
+    eff = per_layer.mean(0)
+    declared = _declared_alibi_slopes(lm, H)
+    if declared is None:
+        slopes, scale, how = eff, 1.0, "slopes measured (the model's module has no ALiBi builder)"
+    else:
+        slopes = declared
+        scale = float((eff * slopes).sum() / (slopes * slopes).sum().clamp_min(1e-30))
+        how = f"declared slopes times a measured scale {scale:.6g}"
     W = window or 32
     dist = list(range(-W, 1))
-    vals = (slopes[:, None] * torch.tensor(dist, dtype=torch.float32)[None, :] * scale)[None]
-    hw = lm.adapter.head_weights(lm.model, 0)
-    note = (f"k_h(delta) = slope_h * delta * {scale:.6g}; declared ALiBi scale 1/sqrt(d) = {hw.scale:.6g}"
+    vals = (eff[:, None] * torch.tensor(dist, dtype=torch.float32)[None, :])[None]
+    misfit = float((per_layer[:, :, None] * rel - logr).abs().max())
+    note = (f"k_h(delta) = slope_h * delta * scale, {how}; q.k is scaled by {hw.scale:.6g}"
             + (" (the model adds ALiBi twice: measured scale = 2/sqrt(d))"
-               if abs(scale - 2 * hw.scale) < 1e-3 * hw.scale else ""))
+               if abs(scale - 2 * hw.scale) < 1e-3 * hw.scale else "")
+            + (f"; the position-only logits deviate from linear by up to {misfit:.3g}" if misfit > 1e-3 else ""))
     return [StackKernels(lm.adapter.stacks[-1].name, True, dist, [None], vals, vals.clone())], note, slopes, scale
 
 

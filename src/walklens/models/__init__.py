@@ -46,12 +46,13 @@ def has_adapter(config_or_type: Any) -> bool:
 
 
 def get_adapter(config_or_type: Any) -> Adapter:
-    """The adapter for a config (or a model_type string); refuses unknown families with the supported list."""
+    """The adapter for a config (or a model_type string); refuses unknown families with the supported list.
+    Given a config, the adapter is specialised to it (:meth:`Adapter.specialize`), which may refuse it."""
     mt = config_or_type if isinstance(config_or_type, str) else getattr(config_or_type, "model_type", None)
     if mt not in ADAPTERS:
         raise UnsupportedFamilyError(
             f"model_type {mt!r} is not supported; supported: {', '.join(supported_model_types())}")
-    return ADAPTERS[mt]
+    return ADAPTERS[mt] if isinstance(config_or_type, str) else ADAPTERS[mt].specialize(config_or_type)
 
 
 __all__ = ["ADAPTERS", "Adapter", "HeadWeights", "StackSpec", "get_adapter", "get_module", "has_adapter",

@@ -155,8 +155,16 @@ class Adapter:
     #: identities of :data:`IDENTITIES` this family breaks, each with the reason (a dict, or a function of the
     #: config when it depends on the checkpoint).
     limits: dict[str, str] | Callable[[Any], dict[str, str]] = field(default_factory=dict)
+    #: the adapter of one config, when its module tree depends on the config beyond what the callable fields
+    #: say (OPT's final norm exists only in pre-norm checkpoints); may refuse a config it does not support
+    #: by raising :class:`~walklens.errors.UnsupportedFamilyError`.
+    for_config: Callable[[Adapter, Any], Adapter] | None = None
 
     # --- convenience -------------------------------------------------------------------------------------
+    def specialize(self, config: Any) -> Adapter:
+        """This adapter as it applies to ``config`` (see :attr:`for_config`)."""
+        return self.for_config(self, config) if self.for_config is not None else self
+
     def position_scheme(self, config: Any) -> Position:
         return self.position(config) if callable(self.position) else self.position
 
@@ -243,6 +251,30 @@ def split_rows_heads(weight: torch.Tensor, bias: torch.Tensor | None, n_heads: i
     w = weight.detach()
     w_h = w.reshape(n_heads, d_head, w.shape[1]).transpose(1, 2).contiguous()
     return w_h, zeros_or(bias, n_heads, d_head, like=w)
+
+
+def split_fused_qkv(linear: nn.Module, n_heads: int, n_kv: int, d_head: int, per_head: bool
+                    ) -> tuple[torch.Tensor, ...]:
+    """A fused nn.Linear(D -> q, k, v) as row-convention ``w_q, b_q, w_k, b_k, w_v, b_v`` ([n, D, d], [n, d]).
+
+    ``per_head``: rows laid out head by head as [q_h | k_h | v_h] (GPT-NeoX, BLOOM; needs ``n_kv == n_heads``);
+    else as blocks [q (n_heads d) | k (n_kv d) | v (n_kv d)] (MPT, multi-query GPT-BigCode).
+    """
+    w = linear.weight.detach()  # [out, D]
+    D = w.shape[1]
+    b = zeros_or(getattr(linear, "bias", None), w.shape[0], like=w)
+    if per_head:
+        if n_kv != n_heads:
+            raise ValueError("a per-head [q_h | k_h | v_h] layout has as many k/v heads as query heads")
+        parts = [(w.reshape(n_heads, 3, d_head, D)[:, i], b.reshape(n_heads, 3, d_head)[:, i]) for i in range(3)]
+    else:
+        sizes = [n_heads * d_head, n_kv * d_head, n_kv * d_head]
+        parts = [(wi.reshape(-1, d_head, D), bi.reshape(-1, d_head))
+                 for wi, bi in zip(w.split(sizes), b.split(sizes))]
+    out: list[torch.Tensor] = []
+    for wi, bi in parts:
+        out += [wi.transpose(1, 2).contiguous(), bi.contiguous()]
+    return tuple(out)
 
 
 def split_out_linear(linear: nn.Module, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:

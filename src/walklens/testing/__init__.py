@@ -138,6 +138,16 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                                                        "original_max_position_embeddings": 16}}),
     "gptj": ("gptj", {"rotary_dim": 4, "bos_token_id": 1, "eos_token_id": 1}),
     "codegen": ("codegen", {"rotary_dim": 4, "n_ctx": 64, "bos_token_id": 1, "eos_token_id": 1}),
+    "opt": ("opt", dict(ffn_dim=64, pad_token_id=0, bos_token_id=1, eos_token_id=1)),
+    "opt_postnorm": ("opt", dict(ffn_dim=64, pad_token_id=0, bos_token_id=1, eos_token_id=1,
+                                 do_layer_norm_before=False)),
+    "opt_proj": ("opt", dict(ffn_dim=64, pad_token_id=0, bos_token_id=1, eos_token_id=1,  # opt-350m's layout
+                             do_layer_norm_before=False, word_embed_proj_dim=16)),
+    "bloom": ("bloom", dict(pad_token_id=0, bos_token_id=1, eos_token_id=1)),
+    "mpt": ("mpt", dict(max_seq_len=64, pad_token_id=0, bos_token_id=1, eos_token_id=1)),
+    "gpt_bigcode": ("gpt_bigcode", dict(n_inner=64, pad_token_id=0, bos_token_id=1, eos_token_id=1)),
+    "gpt_bigcode_mha": ("gpt_bigcode", dict(n_inner=64, multi_query=False, pad_token_id=0, bos_token_id=1,
+                                            eos_token_id=1)),
 }
 
 TINY_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "gpt_neox_seq", "llama", "gemma3", "falcon", "falcon_alibi",

@@ -1,0 +1,59 @@
+"""MPT: ALiBi positions (slopes 2^(-8 (h+1) / H), added unscaled after q.k * softmax_scale), fused Wqkv laid
+out as blocks [q | k | v], no biases anywhere (bias-free LayerNorms too), GELU MLP.  The MLP module adds the
+residual itself, so its contribution is read at ``ffn.down_proj``.
+
+``clip_qkv`` clamps q, k and v, so the scores are not bilinear in x (``qk_bilinear``) and the value path is
+linear only while nothing is clipped.  transformers' MPT ignores ``qk_ln`` and ``alibi=False``; configs asking
+for them are refused, since the loaded model would not compute the checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from ..errors import UnsupportedFamilyError
+from .base import Adapter, HeadWeights, StackSpec, lm_head_logits, split_fused_qkv, split_out_linear
+
+
+def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+    H = config.n_heads
+    d = config.d_model // H
+    w_q, b_q, w_k, b_k, w_v, b_v = split_fused_qkv(attn.Wqkv, H, H, d, per_head=False)
+    w_o, b_o = split_out_linear(attn.out_proj, H, d)
+    clip = attn.clip_qkv
+    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), float(attn.softmax_scale),
+                       notes="ALiBi: scores add slope_h * (key - query), unscaled"
+                             + (f"; q, k and v are clamped to +-{clip}" if clip else ""))
+
+
+def limits(config: Any) -> dict[str, str]:
+    clip = config.attn_config.clip_qkv
+    return {"qk_bilinear": f"q and k are clamped to +-{clip} (clip_qkv)" if clip else ""}
+
+
+def for_config(adapter: Adapter, config: Any) -> Adapter:
+    ac = config.attn_config
+    if ac.qk_ln or not ac.alibi:
+        raise UnsupportedFamilyError("MPT with qk_ln or without alibi is not supported: transformers' MPT ignores "
+                                     "both, so the loaded model does not compute this checkpoint")
+    return adapter
+
+
+ADAPTER = Adapter(
+    family="mpt",
+    model_types=("mpt",),
+    auto_class="causal",
+    embed="transformer.wte",
+    stacks=(StackSpec(name="", layers="transformer.blocks", attn="attn", attn_out="attn", mlp_out="ffn.down_proj",
+                      final_norm="transformer.norm_f", norms={"attn": "norm_1", "mlp": "norm_2"}),),
+    position="alibi",
+    residual="pre_norm",
+    head_weights_fn=head_weights,
+    logits_fn=lm_head_logits("lm_head"),
+    n_layers_fn=lambda c: c.n_layers,
+    mlp_act_fn=lambda model, layer: model.transformer.blocks[layer].ffn.act,
+    unembed="lm_head",
+    limits=limits,
+    for_config=for_config,
+)
