@@ -33,7 +33,7 @@ from .capture import capture
 from .decoding import decoding_walk
 from .interventions import Hooks, first_output
 from .models.base import get_module
-from .models.derive import Probe, scores_error
+from .models.derive import ACT_NAMES, Probe, scores_error
 from .precision import UNIT_ROUNDOFF, dtype_name
 
 if TYPE_CHECKING:
@@ -193,14 +193,11 @@ def _decoding(lm: LoadedModel, text: str) -> tuple[float | None, str, dict[str, 
     return err, "", {"tokens": float(len(gen))}
 
 
-_ACT_NAMES = ("act_fn", "act", "activation_fn", "activation", "act_func")
-
-
 def _mlp_activation(lm: LoadedModel, tr: Trace, text: str) -> tuple[float | None, str]:
     if lm.adapter.mlp_act_fn is None:
         return None, "the adapter registers no MLP activation"
     mlp = get_module(lm.adapter.layer_modules(lm.model)[0], lm.adapter.stack().mlp_out)
-    act = next((m for n, m in mlp.named_modules() if n.split(".")[-1] in _ACT_NAMES), None)
+    act = next((m for n, m in mlp.named_modules() if n.split(".")[-1] in ACT_NAMES), None)
     if act is None:
         return None, "the MLP has no activation module to compare with (a functional activation)"
     seen: dict[str, torch.Tensor] = {}

@@ -73,6 +73,7 @@ class Roles:
     scale: float
     n_layers_attr: str
     act_attr: str = "hidden_act"
+    act_module: str | None = None  # the MLP's own activation module (below ``mlp``), used when it exists
     softcap_attr: str | None = None
     logit_scale: tuple[str, str] | None = None
     qk_norm: bool = False
@@ -159,6 +160,22 @@ def _logits_fn(roles: Roles) -> Callable[[nn.Module, torch.Tensor], torch.Tensor
     return fn
 
 
+ACT_NAMES = ("act_fn", "act", "activation_fn", "activation", "act_func")
+
+
+def _activation(roles: Roles) -> Callable[[nn.Module, int], Callable[[torch.Tensor], torch.Tensor]]:
+    """The MLP activation of a layer: the model's own module where the MLP has one (a learned activation such as
+    xIELU keeps its parameters), else the config's function."""
+    if roles.act_module is None:
+        return act_from_config(roles.act_attr)
+    act = roles.act_module
+
+    def fn(model: nn.Module, layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        return get_module(get_module(model, roles.layers)[layer], f"{roles.mlp}.{act}")
+
+    return fn
+
+
 def build_adapter(roles: Roles) -> Adapter:
     """The declarative :class:`Adapter` these roles describe (``family = "derived:<model_type>"``)."""
     spec = StackSpec(name="", layers=roles.layers, attn=roles.attn, attn_out=roles.attn_out, mlp_out=roles.mlp_out,
@@ -168,7 +185,7 @@ def build_adapter(roles: Roles) -> Adapter:
     return Adapter(family=f"derived:{roles.model_type}", model_types=(roles.model_type,), auto_class="causal",
                    embed=roles.embed, stacks=(spec,), position=roles.position, residual=roles.residual,
                    head_weights_fn=head_weights_from(roles), logits_fn=_logits_fn(roles),
-                   n_layers_fn=lambda c: getattr(c, attr), mlp_act_fn=act_from_config(roles.act_attr),
+                   n_layers_fn=lambda c: getattr(c, attr), mlp_act_fn=_activation(roles),
                    unembed=roles.unembed, limits=dict(roles.limits))
 
 
@@ -307,8 +324,9 @@ def _final_norm(model: nn.Module, probe: Probe, last_out: torch.Tensor | None) -
 
 
 def scores_error(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor) -> float:
-    """Max |attention probability rebuilt as softmax(scale * q k^T + causal mask) from W_q, W_k - the model's|,
-    for X and A [H, T, T] recorded with every position id 0."""
+    """Max |attention probability rebuilt as softmax(scale * q k^T + mask) from W_q, W_k - the model's|, for X
+    and A [H, T, T] recorded with every position id 0.  The mask is causal plus the model's own: entries its
+    attention leaves at exactly 0 (a sliding window, a local layer) stay masked."""
     w = hw
     X = X.double()
     q = torch.einsum("td,hde->hte", X, w.w_q.double()) + w.b_q.double()[:, None]
@@ -316,7 +334,7 @@ def scores_error(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor) -> float:
     k = k[list(w.kv_head)]
     s = (q @ k.transpose(1, 2)) * w.scale
     T = X.shape[0]
-    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1) | (A == 0), float("-inf"))
     return float((s.softmax(-1) - A.double()).abs().max())
 
 
@@ -397,7 +415,8 @@ def derive_roles(model: nn.Module) -> Roles:
                   scale=float(getattr(attn_mod, "scaling", None) or 1 / math.sqrt(d_head)), n_layers_attr=n_attr,
                   act_attr=next((a for a in ("hidden_act", "hidden_activation", "activation_function")
                                  if isinstance(getattr(cfg, a, None), str)), "hidden_act"),
-                  qk_norm=any(has_module(attn_mod, n) for n in QK_NORM_NAMES))
+                  qk_norm=any(has_module(attn_mod, n) for n in QK_NORM_NAMES),
+                  act_module=_first(get_module(layer, mlp), ACT_NAMES))
     roles = _logit_roles(roles, model, probe, logits)
     return _attention_roles(roles, model, probe)
 

@@ -104,27 +104,8 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m walklens.testing.reach", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--one", help=argparse.SUPPRESS)
-    ap.add_argument("--types", help="comma-separated model types (default: every causal LM type)")
-    ap.add_argument("--out", default="docs/results/parity", help="folder for reach.json and reach.md")
-    ap.add_argument("--jobs", type=int, default=2)
-    args = ap.parse_args(argv)
-    if args.one:
-        print(json.dumps(one(args.one)), flush=True)
-        return 0
-    types = args.types.split(",") if args.types else causal_types()
-    with ThreadPoolExecutor(args.jobs) as pool:
-        records = []
-        for rec in pool.map(_child, types):
-            records.append(rec)
-            print(f"{rec['model_type']:32s} {rec['group']:14s} {rec.get('why', '')[:100]}", flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if args.types and (out / "reach.json").is_file():  # some types again: the others' records are kept
-        again = {r["model_type"] for r in records}
-        records += [r for r in json.loads((out / "reach.json").read_text())["records"] if r["model_type"] not in again]
+def _save(out: Path, records: list[dict[str, Any]]) -> None:
+    """reach.json and reach.md, rewritten after every type (a killed sweep keeps what it measured)."""
     import transformers
 
     counts: dict[str, int] = {}
@@ -133,7 +114,31 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"transformers": transformers.__version__, "types": len(records), "counts": counts, "records": records}
     (out / "reach.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out / "reach.md").write_text(table(records))
-    print(json.dumps(counts))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m walklens.testing.reach", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--types", help="comma-separated model types, run again (default: every causal LM type not "
+                                    "yet in --out's reach.json)")
+    ap.add_argument("--out", default="docs/results/parity", help="folder for reach.json and reach.md")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(args.one)), flush=True)
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    old = json.loads((out / "reach.json").read_text())["records"] if (out / "reach.json").is_file() else []
+    types = args.types.split(",") if args.types else [t for t in causal_types()
+                                                       if t not in {r["model_type"] for r in old}]
+    records = [r for r in old if r["model_type"] not in set(types)]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for rec in pool.map(_child, types):
+            records.append(rec)
+            _save(out, records)
+            print(f"{rec['model_type']:32s} {rec['group']:14s} {rec.get('why', '')[:100]}", flush=True)
+    print(json.dumps({g: sum(r["group"] == g for r in records) for g in sorted({r["group"] for r in records})}))
     return 0
 
 
