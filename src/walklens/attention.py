@@ -440,7 +440,9 @@ def self_mass(trace: Trace, causal: bool | None = None) -> SelfMass:
 class HeadStats:
     """Per layer and head summaries of the filters, all computed from the factors: ``vo_norm``/``qk_norm``
     [L, H] Frobenius norms, ``vo_sigma1`` the largest singular value of W_vo,h, ``vo_copying`` the copying
-    score ``sum Re(eig) / sum |eig|`` of W_vo,h (:meth:`FactoredMatrix.copying_score`)."""
+    score ``sum Re(eig) / sum |eig|`` of W_vo,h (:meth:`FactoredMatrix.copying_score`).  ``qk_note``: where the
+    family breaks ``qk_bilinear`` (q/k norms, soft-capped scores), why ||W_qk,h|| is only a summary of the raw
+    projections and not the scale of the scores; else empty."""
 
     stack: str
     cross: bool
@@ -449,6 +451,7 @@ class HeadStats:
     qk_norm: torch.Tensor
     vo_sigma1: torch.Tensor
     vo_copying: torch.Tensor
+    qk_note: str = ""
 
 
 def head_stats(lm: LoadedModel, stack: str | None = None, cross: bool = False,
@@ -464,7 +467,10 @@ def head_stats(lm: LoadedModel, stack: str | None = None, cross: bool = False,
         qk_n.append(qk.norm())
         s1.append(vo.singular_values()[..., 0])
         cp.append(vo.copying_score())
-    return HeadStats(name, cross, layers, torch.stack(vo_n), torch.stack(qk_n), torch.stack(s1), torch.stack(cp))
+    why = lm.adapter.broken(lm.model.config).get("qk_bilinear", "")
+    note = f"||W_qk,h|| summarises the raw projections, not the scores: {why}" if why else ""
+    return HeadStats(name, cross, layers, torch.stack(vo_n), torch.stack(qk_n), torch.stack(s1), torch.stack(cp),
+                     qk_note=note)
 
 
 __all__ = ["HeadStats", "head_stats", "HeadMatrices", "head_matrices", "attention_identity", "IdentityResult",

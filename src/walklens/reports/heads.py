@@ -113,6 +113,8 @@ def add_head_stats(report: Report, stats: Mapping[str, Any], title: str = "") ->
                              True)):
         report.heatmap(stats[key], row_labels=labels, col_labels=[f"h{h}" for h in range(H)], title=title,
                        diverging=div, cell=18)
+        if key == "qk_norm" and stats.get("qk_note"):
+            report.p(str(stats["qk_note"]), note=True)
     return report
 
 
@@ -152,7 +154,7 @@ def document(ident: IdentityResult, views: Sequence[ClusterView], masses: Mappin
                      "head_output_norm": float(v.filtered_centroid.norm())} for v in views],
         "self_mass": {k: {"mass": v.mass, "uniform": v.uniform} for k, v in masses.items()},
         "head_stats": {k: {"vo_norm": v.vo_norm, "qk_norm": v.qk_norm, "vo_sigma1": v.vo_sigma1,
-                           "vo_copying": v.vo_copying} for k, v in stats.items()},
+                           "vo_copying": v.vo_copying, "qk_note": v.qk_note} for k, v in stats.items()},
         "attentions": {**{f"{trace.stack + '.' if enc is not None else ''}{k}": a
                           for k, a in _kept(trace.attentions, layers).items()},
                        **({f"{enc.stack}.{k}": a for k, a in _kept(enc.attentions, layers).items()}
@@ -190,7 +192,7 @@ def build(ident: IdentityResult, views: Sequence[ClusterView], masses: Mapping[s
         add_self_mass(rep, sm, title=f"self-attention mass ({name})")
     for name, st in stats.items():
         add_head_stats(rep, {"layers": [f"{name} L{l}" for l in st.layers], "vo_norm": st.vo_norm,
-                             "qk_norm": st.qk_norm, "vo_copying": st.vo_copying},
+                             "qk_norm": st.qk_norm, "vo_copying": st.vo_copying, "qk_note": st.qk_note},
                        title=f"per-head filters W_vo,h and W_qk,h ({name}; factored, A.3)")
     if kernels is not None:
         add_kernels(rep, kernels)

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 MEMORY_LIMIT = 6 * 2**30
+CHECKS = ("logits", "hidden_states", "residual", "attention_identity", "attention_scores", "decoding_walk",
+          "mlp_activation")
 TIME_LIMIT = 240
 
 
@@ -104,6 +106,39 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def real_table(results: Path) -> str:
+    """The table of the real models' cards (docs/parity.md) from their ``verify_*.json`` files."""
+    rows = ["| model | dtype | " + " | ".join(CHECKS) + " | verdict |", "| --- | --- |" + " --- |" * (len(CHECKS) + 1)]
+    for f in sorted(results.glob("verify_*.json")):
+        doc = json.loads(f.read_text())
+        got = {c["name"]: c for c in doc["checks"]}
+        cells = [("n/a" if got[c]["error"] is None else f"{got[c]['error']:.2g}") if c in got else "-" for c in CHECKS]
+        rows.append(f"| {doc['model']} | {doc['dtype']} | " + " | ".join(cells) +
+                    f" | {'pass' if doc['passed'] else 'FAIL'} |")
+    return "\n".join(rows) + "\n"
+
+
+def reach_summary(results: Path) -> str:
+    """The counts of reach.json, as a sentence for docs/parity.md."""
+    path = results / "reach.json"
+    if not path.is_file():
+        return "The sweep has not been run yet.\n"
+    doc = json.loads(path.read_text())
+    counts = ", ".join(f"{g}: {n}" for g, n in sorted(doc["counts"].items()))
+    return (f"{doc['types']} of {len(causal_types())} model types measured (transformers {doc['transformers']}): "
+            f"{counts}.\n")
+
+
+def render_docs(docs: Path, results: Path) -> str:
+    """docs/parity.md with its generated blocks filled from the result files."""
+    text = docs.read_text()
+    for name, block in (("parity-real", real_table(results)), ("reach", reach_summary(results))):
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        i, j = text.index(start) + len(start), text.index(end)
+        text = text[:i] + "\n" + block + text[j:]
+    return text
+
+
 def _save(out: Path, records: list[dict[str, Any]]) -> None:
     """reach.json and reach.md, rewritten after every type (a killed sweep keeps what it measured)."""
     import transformers
@@ -123,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
                                     "yet in --out's reach.json)")
     ap.add_argument("--out", default="docs/results/parity", help="folder for reach.json and reach.md")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--docs", metavar="MD", help="only fill MD's generated blocks from --out's files (docs/parity.md)")
     args = ap.parse_args(argv)
+    if args.docs:
+        Path(args.docs).write_text(render_docs(Path(args.docs), Path(args.out)))
+        return 0
     if args.one:
         print(json.dumps(one(args.one)), flush=True)
         return 0
