@@ -135,3 +135,9 @@ def test_a_type_that_cannot_be_derived_is_refused_in_one_line(tmp_path, capsys):
     assert main(["verify", str(d)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("walklens: error: model_type 'afmoe' has no adapter file and none")
+
+
+def test_head_stats_say_when_w_qk_is_only_a_summary():
+    assert walklens.head_stats(tiny_model("llama")).qk_note == ""
+    note = walklens.head_stats(tiny_model("qwen3")).qk_note
+    assert "summarises the raw projections" in note and "normalised" in note
