@@ -27,8 +27,8 @@ from torch import nn
 
 from ..errors import UnsupportedFamilyError
 from ..precision import UNIT_ROUNDOFF
-from .base import (Adapter, HeadWeights, Position, Residual, StackSpec, act_from_config, fold_rope_factor, get_module, has_module,
-                   lm_head_logits, sliding_window_limit, zeros_or)
+from .base import (Adapter, HeadWeights, Position, Residual, StackSpec, act_from_config, fold_rope_factor, get_module,
+                   has_module, lm_head_logits, sliding_window_limit, zeros_or)
 
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention", "mixer")
 MLP_NAMES = ("mlp", "feed_forward", "ffn", "block_sparse_moe", "moe", "feedforward")

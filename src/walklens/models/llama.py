@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torch import nn
@@ -40,3 +41,9 @@ ADAPTER = Adapter(
     unembed="lm_head",
     limits=sliding_window_limit,  # Mistral, Qwen 2
 )
+
+
+def llama_like(family: str, **changes: Any) -> Adapter:
+    """Llama's module layout (``model.layers``, ``self_attn``, ``mlp``, ``input_layernorm``,
+    ``post_attention_layernorm``, ``model.norm``, ``lm_head``) for another family, with ``changes``."""
+    return dataclasses.replace(ADAPTER, family=family, model_types=(family,), **changes)

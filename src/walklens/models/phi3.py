@@ -8,8 +8,8 @@ from typing import Any
 
 from torch import nn
 
-from .base import (Adapter, HeadWeights, StackSpec, act_from_config, fold_rope_factor, lm_head_logits,
-                   split_out_linear, split_rows_heads)
+from .base import HeadWeights, fold_rope_factor, split_out_linear, split_rows_heads
+from .llama import llama_like
 
 
 def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
@@ -32,19 +32,4 @@ def limits(config: Any) -> dict[str, str]:
     return {"full_attention": f"every layer attends through a sliding window of {window} positions"} if window else {}
 
 
-ADAPTER = Adapter(
-    family="phi3",
-    model_types=("phi3",),
-    auto_class="causal",
-    embed="model.embed_tokens",
-    stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="self_attn", mlp_out="mlp",
-                      final_norm="model.norm",
-                      norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"}),),
-    position="rotary",
-    residual="pre_norm",
-    head_weights_fn=head_weights,
-    logits_fn=lm_head_logits("lm_head"),
-    mlp_act_fn=act_from_config("hidden_act"),
-    unembed="lm_head",
-    limits=limits,
-)
+ADAPTER = llama_like("phi3", head_weights_fn=head_weights, limits=limits)

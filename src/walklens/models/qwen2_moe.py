@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Adapter, StackSpec, act_from_config, lm_head_logits, sliding_window_limit
-from .llama import head_weights
+from .base import sliding_window_limit
+from .llama import llama_like
 
 
 def moe_layers(config: Any) -> list[int]:
@@ -31,19 +31,4 @@ def limits(config: Any) -> dict[str, str]:
     return {**moe_limit(config), **sliding_window_limit(config)}
 
 
-ADAPTER = Adapter(
-    family="qwen2_moe",
-    model_types=("qwen2_moe",),
-    auto_class="causal",
-    embed="model.embed_tokens",
-    stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="self_attn", mlp_out="mlp",
-                      final_norm="model.norm",
-                      norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"}),),
-    position="rotary",
-    residual="pre_norm",
-    head_weights_fn=head_weights,
-    logits_fn=lm_head_logits("lm_head"),
-    mlp_act_fn=act_from_config("hidden_act"),
-    unembed="lm_head",
-    limits=limits,
-)
+ADAPTER = llama_like("qwen2_moe", limits=limits)

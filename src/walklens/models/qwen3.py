@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Adapter, StackSpec, act_from_config, lm_head_logits, sliding_window_limit
+from .base import sliding_window_limit
 from .gemma3 import head_weights
+from .llama import llama_like
 
 QK_NORM = "q and k are RMS-normalised per head (q_norm, k_norm) before the dot product"
 
@@ -16,19 +17,4 @@ def limits(config: Any) -> dict[str, str]:
     return {"qk_bilinear": QK_NORM, **sliding_window_limit(config)}
 
 
-ADAPTER = Adapter(
-    family="qwen3",
-    model_types=("qwen3",),
-    auto_class="causal",
-    embed="model.embed_tokens",
-    stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="self_attn", mlp_out="mlp",
-                      final_norm="model.norm",
-                      norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"}),),
-    position="rotary",
-    residual="pre_norm",
-    head_weights_fn=head_weights,
-    logits_fn=lm_head_logits("lm_head"),
-    mlp_act_fn=act_from_config("hidden_act"),
-    unembed="lm_head",
-    limits=limits,
-)
+ADAPTER = llama_like("qwen3", head_weights_fn=head_weights, limits=limits)
