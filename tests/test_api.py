@@ -129,7 +129,7 @@ def test_no_function_level_imports_of_walklens_modules(name):
 
 
 def test_hooks_are_registered_in_one_place():
-    """Every forward hook goes through walklens.interventions.Hooks, which removes it on exit."""
+    """Every forward hook goes through walklens.hooks.Hooks, which removes it on exit."""
     hits = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
-            if "register_forward" in p.read_text() and p.name != "interventions.py"]
+            if "register_forward" in p.read_text() and p.name != "hooks.py"]
     assert not hits, hits

@@ -35,7 +35,7 @@ import torch
 
 from .capture import capture
 from .errors import InputError
-from .interventions import Hooks, distinct, first_output
+from .hooks import Hooks, distinct, first_output
 from .models.base import HeadWeights, get_module
 from .ov import FactoredMatrix
 from .precision import IDENTITY_REL_TOL, dtype_name, is_low_precision, parse_dtype

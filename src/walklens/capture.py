@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from .errors import ContextTooLongError, EmptyTextError, InputError, WalklensError
-from .interventions import Hooks, distinct, first_output
+from .hooks import Hooks, distinct, first_output
 from .models.base import Adapter, StackSpec, get_module
 from .precision import dtype_name
 from .trace import Trace

@@ -1,9 +1,9 @@
 """The one place where walklens attaches to or changes a model: hooks, and interventions that restore it.
 
-- :class:`Hooks` registers forward hooks and pre-hooks and removes every one of them on exit, even on error
-  (also when a later registration fails).  Every hook walklens registers goes through it: capture's recorders
-  (:mod:`walklens.capture`), the probes of :mod:`walklens.attention`, :mod:`walklens.kernels` and
-  :mod:`walklens.walks`, packed scoring's head pre-hook and the interventions below.
+- :class:`~walklens.hooks.Hooks` (hook plumbing, in :mod:`walklens.hooks` at the bottom of the layers, re-exported
+  here) registers forward hooks and pre-hooks and removes every one of them on exit, even on error.  Every hook
+  walklens registers goes through it: capture's recorders, the probes of the analyses and of derived adapters,
+  packed scoring's head pre-hook and the interventions below.
 - Interventions, each a context manager that restores the model **bit for bit** on exit, even when the body
   raises (every parameter and buffer ``torch.equal`` to before; no hook left; layer list and config back):
 
@@ -33,61 +33,12 @@ import torch
 from torch import nn
 
 from .errors import InputError, UnsupportedFamilyError
+from .hooks import Hooks, distinct, first_output
 from .models.base import get_module
 from .ov import ov_factors, value_projection
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
-
-
-# ---- hooks -----------------------------------------------------------------------------------------------------
-
-class Hooks:
-    """Forward hooks and pre-hooks on real modules, all removed when the ``with`` block ends (even on error).
-
-    Register inside the block, so that a failure halfway through registration removes what was registered::
-
-        with Hooks() as hooks:
-            hooks.post(module, fn)          # fn(module, args, output) -> None or a replacement output
-            hooks.pre(module, fn2)          # fn2(module, args) -> None or replacement args
-            model(...)
-    """
-
-    def __init__(self) -> None:
-        self._handles: list[torch.utils.hooks.RemovableHandle] = []
-
-    def post(self, module: nn.Module, fn: Callable[..., Any]) -> None:
-        """A forward hook: ``fn(module, args, output)``; a non-None return replaces the output."""
-        self._handles.append(module.register_forward_hook(fn))
-
-    def pre(self, module: nn.Module, fn: Callable[..., Any], *, with_kwargs: bool = False) -> None:
-        """A forward pre-hook: ``fn(module, args)`` (``fn(module, args, kwargs)`` with ``with_kwargs``)."""
-        self._handles.append(module.register_forward_pre_hook(fn, with_kwargs=with_kwargs))
-
-    def remove(self) -> None:
-        """Remove every hook registered so far (idempotent)."""
-        while self._handles:
-            self._handles.pop().remove()
-
-    def __len__(self) -> int:
-        return len(self._handles)
-
-    def __enter__(self) -> Hooks:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.remove()
-
-
-def distinct(modules: Iterable[nn.Module]) -> list[nn.Module]:
-    """Each module once, in order: a shared layer (ALBERT) is hooked once and its hooks fire once per use."""
-    return list(dict.fromkeys(modules))
-
-
-def first_output(x: Any) -> torch.Tensor:
-    """The hidden states in a module's output (the first element of a tuple output)."""
-    return x[0] if isinstance(x, (tuple, list)) else x
 
 
 def _replace_first(output: Any, new: torch.Tensor) -> Any:

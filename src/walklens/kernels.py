@@ -56,7 +56,7 @@ import torch
 
 from .capture import attention_probs, context_limit
 from .errors import InputError
-from .interventions import Hooks, distinct
+from .hooks import Hooks, distinct
 from .models.base import get_module
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from torch import nn
 from .attention import attention_identity, head_matrices
 from .capture import capture
 from .decoding import decoding_walk
-from .interventions import Hooks, first_output
+from .hooks import Hooks, first_output
 from .models.base import get_module
 from .models.derive import ACT_NAMES, Probe, scores_error
 from .precision import UNIT_ROUNDOFF, dtype_name

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import UnsupportedFamilyError
+from ..hooks import Hooks
 from ..precision import UNIT_ROUNDOFF
 from .base import (Adapter, HeadWeights, Position, Residual, StackSpec, act_from_config, fold_rope_factor, get_module,
                    has_module, lm_head_logits, sliding_window_limit, zeros_or)
@@ -236,16 +237,11 @@ class Probe:
         self.extra: dict[str, Any] = {}
 
     def run(self, model: nn.Module, **kwargs: Any) -> Any:
-        handles = []
-        for name, mod in self.modules.items():
-            handles.append(mod.register_forward_pre_hook(self._pre(name), with_kwargs=True))
-            handles.append(mod.register_forward_hook(self._post(name)))
-        try:
-            with torch.no_grad():
-                return model(**kwargs)
-        finally:
-            for h in handles:
-                h.remove()
+        with Hooks() as hooks, torch.no_grad():
+            for name, mod in self.modules.items():
+                hooks.pre(mod, self._pre(name), with_kwargs=True)
+                hooks.post(mod, self._post(name))
+            return model(**kwargs)
 
     def _pre(self, name: str) -> Callable[..., None]:
         def hook(_m: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
