@@ -49,9 +49,16 @@ def test_missing_model_package_is_a_typed_error(monkeypatch):
 def test_unsupported_family_dir_is_refused(tmp_path):
     import transformers
 
-    transformers.MambaConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1).save_pretrained(tmp_path)
+    transformers.ViTConfig(hidden_size=8, num_hidden_layers=1).save_pretrained(tmp_path / "vit")  # no causal LM
     with pytest.raises(walklens.UnsupportedFamilyError, match="supported: albert, bert"):
-        walklens.load_model(str(tmp_path))
+        walklens.load_model(str(tmp_path / "vit"))
+    mamba = transformers.MambaForCausalLM(transformers.MambaConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1))
+    mamba.save_pretrained(tmp_path / "mamba")  # a causal LM with no attention: no adapter can be derived
+    from walklens.testing import tiny_tokenizer
+
+    tiny_tokenizer().save_pretrained(tmp_path / "mamba")
+    with pytest.raises(walklens.UnsupportedFamilyError, match="'mamba' has no adapter file and none could be derived"):
+        walklens.load_model(str(tmp_path / "mamba"))
 
 
 @pytest.mark.real
