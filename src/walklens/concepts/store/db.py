@@ -19,6 +19,8 @@ from ...errors import InputError
 
 #: What to do about a damaged file (the end of every refusal of one).
 FIX = "restore it or start a new database"
+#: The ``meta`` keys by which a walklens database is recognised (the stores' schema versions).
+OWNER_KEYS = ("schema", "sweep_schema")
 
 
 def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sqlite3.Connection:
@@ -26,7 +28,9 @@ def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sql
 
     Refuses, with one :class:`InputError` naming the file, a path that is not a regular file, a missing file
     when ``readonly`` (reading commands never create a database), a file that is not SQLite, and a database
-    that fails ``PRAGMA quick_check`` (a damaged page), so nothing is computed on top of a broken file.
+    that fails ``PRAGMA quick_check`` (a damaged page), so nothing is computed on top of a broken file, and an
+    SQLite file of another application (:func:`walklens.sqlite.foreign`: no ``meta`` table naming a walklens
+    store), so nothing is ever created in it.
     Writers get WAL mode, ``busy_timeout`` and ``synchronous=NORMAL``; readers get ``query_only``
     (:func:`walklens.sqlite.set_mode`).
     """
@@ -47,6 +51,9 @@ def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sql
         problems = sqlite.quick_check(conn)
         if problems:
             raise InputError(f"{path} is corrupted (quick_check: {'; '.join(problems)}); {FIX}")
+        other = sqlite.foreign(conn, OWNER_KEYS)
+        if other:
+            raise InputError(f"{path}: not a walklens database: {other}; give another --db")
         sqlite.set_mode(conn, readonly=readonly)
     except sqlite3.OperationalError as e:  # locked, unreadable: the file may well be fine
         conn.close()
