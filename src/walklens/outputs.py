@@ -210,6 +210,26 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, label: str | N
     return Path(path)
 
 
+#: How a spreadsheet cell starts a formula (CSV injection): ``= + - @``, a tab, a carriage return or a line feed.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell a spreadsheet never runs: a string that starts (after any spaces) as a formula
+    does gets a leading single quote, as CSV-injection guidance says; numbers and everything else stay as
+    they are (so ``-0.5`` the float is still a number)."""
+    if isinstance(value, str) and value.lstrip(" ").startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_row(values: Any) -> Any:
+    """:func:`csv_cell` of every value of a row: a mapping (``csv.DictWriter``) or a sequence (``csv.writer``)."""
+    if isinstance(values, dict):
+        return {k: csv_cell(v) for k, v in values.items()}
+    return [csv_cell(v) for v in values]
+
+
 def jsonable(x: Any, digits: int | None = None) -> Any:
     """``x`` as plain JSON values, the one converter of every JSON walklens writes (``--json``, report specs,
     ``summary.json``): tensors and NumPy arrays or scalars as (nested) lists of numbers, complex numbers as
@@ -230,4 +250,4 @@ def jsonable(x: Any, digits: int | None = None) -> Any:
     return x
 
 
-__all__ = ["STDOUT", "Input", "same_file", "check_not_inputs", "check_file", "check_dir", "make_dir", "atomic_open", "write_atomic", "jsonable"]
+__all__ = ["STDOUT", "FORMULA_START", "csv_cell", "csv_row", "Input", "same_file", "check_not_inputs", "check_file", "check_dir", "make_dir", "atomic_open", "write_atomic", "jsonable"]

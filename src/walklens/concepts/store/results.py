@@ -29,7 +29,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from platformdirs import user_data_dir
 
 from ...errors import InputError, MissingDependencyError
-from ...outputs import atomic_open, check_file
+from ...outputs import atomic_open, check_file, csv_row
 from ...sqlite import closed_on_error, tables, transaction
 from .db import FIX, connect, open_tables
 
@@ -200,8 +200,8 @@ class ResultStore:
         if out.suffix == ".csv":
             with atomic_open(out, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=cols)
-                w.writeheader()
-                w.writerows(rows)
+                w.writerow(csv_row({c: c for c in cols}))
+                w.writerows(csv_row(r) for r in rows)
         else:
             try:
                 import pyarrow as pa
