@@ -250,4 +250,5 @@ def jsonable(x: Any, digits: int | None = None) -> Any:
     return x
 
 
-__all__ = ["STDOUT", "FORMULA_START", "csv_cell", "csv_row", "Input", "same_file", "check_not_inputs", "check_file", "check_dir", "make_dir", "atomic_open", "write_atomic", "jsonable"]
+__all__ = ["STDOUT", "FORMULA_START", "Input", "atomic_open", "check_dir", "check_file", "check_not_inputs", "csv_cell",
+           "csv_row", "jsonable", "make_dir", "same_file", "write_atomic"]

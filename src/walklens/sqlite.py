@@ -136,5 +136,5 @@ def create_tables(conn: sqlite3.Connection, ddl: Sequence[str], *, key: str, ver
         conn.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, str(version)))
 
 
-__all__ = ["META", "closed_on_error", "connect", "create_tables", "foreign", "meta_value", "quick_check", "schema_version",
-           "set_mode", "tables", "transaction"]
+__all__ = ["META", "closed_on_error", "connect", "create_tables", "foreign", "meta_value", "quick_check",
+           "schema_version", "set_mode", "tables", "transaction"]
