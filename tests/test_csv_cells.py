@@ -30,7 +30,7 @@ def test_export_neutralises_every_text_cell(table, tmp_path, capsys):
         for i, evil in enumerate(EVIL):
             key = RunKey(model=evil, data=evil, split="@val", shots=0, test="baseline", scheme="=1+1")
             store.add_results(key, [ItemResult(item=i, gold=1, pred=2, pred_norm=3, scores=(-1.5, 0.0, 2.0, -3.0))])
-            store.record_run(key, 1, -0.25, 0.5)
+            store.record_run(key, 1, 0.25, 0.5)
     out = tmp_path / "x.csv"
     assert main(["hellaswag", "export", str(out), "--db", str(db), "--table", table]) == 0
     rows = list(csv.DictReader(out.open(newline="")))
@@ -40,7 +40,7 @@ def test_export_neutralises_every_text_cell(table, tmp_path, capsys):
             assert r[col].startswith("'") and r[col][1:] in [*EVIL, "@val", "=1+1"], r
         assert r["shots"] == "0"
         if table == "runs":
-            assert float(r["acc"]) == -0.25  # a negative number is still a number
+            assert float(r["acc"]) == 0.25 and r["n"] == "1"  # numbers stay numbers
         else:
             assert r["scores"].startswith("[")
 
