@@ -42,7 +42,7 @@ import torch
 from .errors import InputError
 from .outputs import make_dir
 from .precision import dtype_name
-from .sqlite import closed_on_error, connect, create_tables, meta_value, set_mode, tables, transaction
+from .sqlite import closed_on_error, connect, create_tables, foreign, meta_value, set_mode, transaction
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -190,13 +190,11 @@ class ConceptCache:
             raise InputError(f"concept cache {root}: cannot open it ({e})") from None
         with closed_on_error(self._conn, lambda e: f"concept cache {root}: {index.name} is not a usable SQLite "
                                                    f"index ({e})"):
+            other = foreign(self._conn, ("concept_cache",))  # before set_mode: a foreign file stays untouched
+            if other:
+                raise InputError(f"concept cache {root}: {index.name} is not a concept-cache index: {other}")
             set_mode(self._conn, readonly=False)
-            names = tables(self._conn)
-            if names and "meta" not in names:
-                raise InputError(f"concept cache {root}: {index.name} is an SQLite file of something else")
             found = meta_value(self._conn, "concept_cache")
-            if names and found is None:
-                raise InputError(f"concept cache {root}: {index.name} is not a concept-cache index")
             if found is not None and found != str(SCHEMA_VERSION):
                 raise InputError(f"concept cache {root}: index schema {found} is not the one this walklens "
                                  f"reads ({SCHEMA_VERSION}); use another folder")

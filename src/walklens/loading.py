@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from .errors import MissingDependencyError, UnknownModelError, WalklensError
+from .errors import InputError, MissingDependencyError, UnknownModelError, WalklensError
 from .models import Adapter, get_adapter, has_adapter
 from .models.derive import Roles, build_adapter, derive_adapter, derive_roles
 from .precision import check_device, model_label, parse_dtype, warn_if_slow
@@ -40,13 +40,22 @@ _REMOTE_CODE = "walklens never enables trust_remote_code"
 
 
 def cache_dir() -> Path:
-    """Root of walklens' cache (``$WALKLENS_CACHE``, else the platform's user cache dir)."""
+    """Root of walklens' cache (``$WALKLENS_CACHE``, else the platform's user cache dir); one
+    :class:`~walklens.errors.InputError` line when it (or the nearest part of it that exists) is not a folder."""
     env = os.environ.get("WALKLENS_CACHE")
     if env:
-        return Path(env)
-    from platformdirs import user_cache_dir
+        root, label = Path(env).expanduser(), f"$WALKLENS_CACHE {env}"
+    else:
+        from platformdirs import user_cache_dir
 
-    return Path(user_cache_dir("walklens"))
+        root = Path(user_cache_dir("walklens"))
+        label = f"the cache folder {root}"
+    there = root
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        raise InputError(f"{label}: {there} is not a directory")
+    return root
 
 
 def _package_dir(package: str, install_hint: str) -> Path:
@@ -285,6 +294,19 @@ def _check_model_files(folder: Path, label: str) -> None:
         _check_safetensors(weights)
 
 
+def _check_depth(adapter: Adapter, config: Any, spec: str) -> None:
+    """Refuse a config whose layer count is not a positive integer (``num_hidden_layers`` 0 or -3 would load a
+    model that ignores its weights)."""
+    try:
+        n = adapter.n_layers(config)
+    except WalklensError:
+        raise
+    except Exception as e:  # a missing, non-numeric or inconsistent layer count
+        raise UnknownModelError(f"{spec}: config.json gives no usable layer count ({_first_line(e)})") from None
+    if n < 1:
+        raise UnknownModelError(f"{spec}: config.json gives {n} layers; a model needs at least 1")
+
+
 def _is_hub_id(spec: str) -> bool:
     return "/" in spec and not spec.startswith((".", "/", "~")) and spec.count("/") == 1
 
@@ -377,7 +399,10 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.fl
             raise UnknownModelError(f"{path}: no such .gguf file")
         cached = _gguf_cache_path(path)
         if not cached.is_dir():
-            cached.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise InputError(f"{cached.parent}: cannot create the model cache ({e.strerror or e})") from None
             _dequantize_gguf(path, cached)
         source, folder = str(cached), cached
     elif path.is_dir():
@@ -398,6 +423,8 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.fl
         except Exception as e:  # OSError, ValueError, huggingface_hub's strict-dataclass errors, TypeError, ...
             raise UnknownModelError(f"{spec}: config.json is not usable ({_first_line(e)})") from None
         check_family(config.model_type)
+        if has_adapter(config):
+            _check_depth(get_adapter(config), config, spec)
         kind = get_adapter(config).auto_class if has_adapter(config) else "causal"
         load_kw: dict[str, Any] = dict(kw, dtype=dtype, attn_implementation="eager", use_safetensors=True,
                                        output_loading_info=True)
@@ -409,6 +436,10 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.fl
         if bad:
             raise UnknownModelError(f"{spec!r}: the safetensors weights do not fit the config ({len(bad)} tensors "
                                     f"missing or of the wrong shape, e.g. {bad[0]})")
+        unused = sorted(str(k) for k in info.get("unexpected_keys") or ())
+        if unused:
+            raise UnknownModelError(f"{spec!r}: the safetensors weights do not fit the config ({len(unused)} tensors "
+                                    f"the config does not use, e.g. {unused[0]})")
         try:
             tok = transformers.AutoTokenizer.from_pretrained(source, **kw)
         except Exception as e:

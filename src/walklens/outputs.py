@@ -9,6 +9,10 @@
 
 :func:`check_file` and :func:`check_dir` test a path without writing anything, so the command line can refuse a
 bad path before any model loads (:func:`walklens.cli.common.check_outputs`).
+
+An output may never be an input of the same command: :func:`check_not_inputs` refuses an output that names an
+input file (the same resolved path, or the same inode: a hard link or another mount), a database's journal
+files, or a path inside an input folder (a concept cache, a model directory).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Iterator
+from dataclasses import dataclass
+from typing import IO, Any, Iterable, Iterator
 
 from .errors import InputError
 
@@ -107,6 +112,57 @@ def make_dir(path: str | os.PathLike[str], label: str | None = None) -> Path:
     return target
 
 
+@dataclass(frozen=True)
+class Input:
+    """A path a command reads: ``label`` names it in messages (``--db``, ``--data``, ``FILE``); ``folder``: a
+    folder whose every file is an input (a concept cache and its index, a model directory)."""
+
+    label: str
+    path: Path
+    folder: bool = False
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one file: equal once resolved (symbolic links followed; for a file not made
+    yet too), or the same inode (a hard link, the same folder mounted twice)."""
+    ra, rb = Path(os.path.realpath(a)), Path(os.path.realpath(b))
+    if ra == rb:
+        return True
+    ia = _inode(ra)
+    return ia is not None and ia == _inode(rb)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether the resolved ``path`` lies in ``folder`` (by name, or by the inode of one of its ancestors)."""
+    real, top = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    if real == top or top in real.parents:
+        return True
+    ino = _inode(top)
+    return ino is not None and any(_inode(p) == ino for p in real.parents)
+
+
+def check_not_inputs(path: str | os.PathLike[str], label: str | None, inputs: Iterable[Input]) -> None:
+    """Refuse, with one :class:`InputError` line, an output ``path`` that would replace an input: the same file
+    as one, or inside an input folder."""
+    where = _where(path, label)
+    for inp in inputs:
+        if inp.folder and _inside(Path(path), inp.path):
+            what = "is" if same_file(path, inp.path) else "is inside"
+            raise InputError(f"{where}: {what} the {inp.label} folder {inp.path}, an input of this command; "
+                             "an output may never replace an input")
+        if not inp.folder and same_file(path, inp.path):
+            raise InputError(f"{where}: is the {inp.label} file {inp.path}, an input of this command; an output "
+                             "may never replace an input")
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -154,6 +210,26 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, label: str | N
     return Path(path)
 
 
+#: How a spreadsheet cell starts a formula (CSV injection): ``= + - @``, a tab, a carriage return or a line feed.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell a spreadsheet never runs: a string that starts (after any spaces) as a formula
+    does gets a leading single quote, as CSV-injection guidance says; numbers and everything else stay as
+    they are (so ``-0.5`` the float is still a number)."""
+    if isinstance(value, str) and value.lstrip(" ").startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_row(values: Any) -> Any:
+    """:func:`csv_cell` of every value of a row: a mapping (``csv.DictWriter``) or a sequence (``csv.writer``)."""
+    if isinstance(values, dict):
+        return {k: csv_cell(v) for k, v in values.items()}
+    return [csv_cell(v) for v in values]
+
+
 def jsonable(x: Any, digits: int | None = None) -> Any:
     """``x`` as plain JSON values, the one converter of every JSON walklens writes (``--json``, report specs,
     ``summary.json``): tensors and NumPy arrays or scalars as (nested) lists of numbers, complex numbers as
@@ -174,4 +250,5 @@ def jsonable(x: Any, digits: int | None = None) -> Any:
     return x
 
 
-__all__ = ["STDOUT", "check_file", "check_dir", "make_dir", "atomic_open", "write_atomic", "jsonable"]
+__all__ = ["STDOUT", "FORMULA_START", "Input", "atomic_open", "check_dir", "check_file", "check_not_inputs", "csv_cell",
+           "csv_row", "jsonable", "make_dir", "same_file", "write_atomic"]

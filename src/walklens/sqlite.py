@@ -8,7 +8,9 @@
 * :func:`transaction`: ``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back when the block raises;
 * :func:`closed_on_error`: the connection closed when opening fails, a database error phrased by the caller;
 * :func:`tables`, :func:`meta_value`, :func:`schema_version` and :func:`create_tables`: the ``meta`` table
-  (``key TEXT PRIMARY KEY, value TEXT``) in which each owner of a set of tables records their schema version.
+  (``key TEXT PRIMARY KEY, value TEXT``) in which each owner of a set of tables records their schema version;
+* :func:`foreign`: a file is recognised by its own ``meta`` table: one that holds tables but no ``meta`` naming
+  one of its owners is another application's database, refused before anything is read or created in it.
 
 Nothing here phrases an error for the user: callers know which file they opened and turn ``sqlite3`` errors
 into their own one-line :class:`~walklens.errors.InputError`.
@@ -106,6 +108,24 @@ def schema_version(conn: sqlite3.Connection, key: str) -> int | None:
         return -1
 
 
+def foreign(conn: sqlite3.Connection, keys: Sequence[str]) -> str | None:
+    """Why the database is not one whose owners record their schema under ``keys`` in ``meta`` (a phrase for
+    the caller's one-line refusal), or None: it is one, or it holds no table yet (a new file)."""
+    names = tables(conn)
+    if not names:
+        return None
+    shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+    if "meta" not in names:
+        return f"an SQLite database of something else (tables {shown}; no meta table)"
+    try:
+        found = [k for k in keys if conn.execute("SELECT 1 FROM meta WHERE key=?", (k,)).fetchone()]
+    except sqlite3.OperationalError:  # a meta table of another layout
+        found = []
+    if not found:
+        return f"an SQLite database of something else (its meta table records none of {', '.join(keys)})"
+    return None
+
+
 def create_tables(conn: sqlite3.Connection, ddl: Sequence[str], *, key: str, version: int) -> None:
     """In one transaction: create ``meta`` and the tables of ``ddl`` (``CREATE … IF NOT EXISTS``) and record
     ``version`` under ``key`` unless a version is recorded there already."""
@@ -116,5 +136,5 @@ def create_tables(conn: sqlite3.Connection, ddl: Sequence[str], *, key: str, ver
         conn.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, str(version)))
 
 
-__all__ = ["META", "closed_on_error", "connect", "create_tables", "meta_value", "quick_check", "schema_version",
-           "set_mode", "tables", "transaction"]
+__all__ = ["META", "closed_on_error", "connect", "create_tables", "foreign", "meta_value", "quick_check",
+           "schema_version", "set_mode", "tables", "transaction"]

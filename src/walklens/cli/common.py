@@ -8,11 +8,11 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from ..errors import InputError
 from ..loading import DEFAULT_MODEL, LoadedModel, load_model
-from ..outputs import STDOUT, check_dir, check_file, jsonable, write_atomic
+from ..outputs import STDOUT, Input, check_dir, check_file, check_not_inputs, jsonable, write_atomic
 from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
 
 
@@ -123,16 +123,75 @@ def read_text(value: str) -> str:
     return value
 
 
-def check_outputs(args: argparse.Namespace) -> None:
-    """Refuse bad output paths (``--json`` FILE or ``-``, ``--out`` DIR, ``--cache`` DIR) before any model loads
-    or any computation: one :class:`InputError` line naming the option (rules: :mod:`walklens.outputs`)."""
+#: Options that name a file or folder a command reads, when the path exists (``--model smollm2-135m`` and
+#: ``--grid full`` are names, not paths); ``--db`` and ``--cache`` are inputs even before they exist.
+PATH_INPUTS = {"data": "--data", "model": "--model", "grid": "--grid", "file": "FILE", "corpus": "--corpus"}
+#: The files SQLite keeps beside a database while it is open.
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def _db_inputs(path: str | os.PathLike[str], label: str = "--db") -> Iterator[Input]:
+    """A database and the journal files SQLite keeps beside it."""
+    db = Path(path).expanduser()
+    yield Input(label, db)
+    for suffix in SQLITE_SIDECARS:
+        yield Input(label, db.with_name(db.name + suffix))
+
+
+def _at_files(value: Any) -> Iterator[str]:
+    """The ``@FILE`` paths among a text option's value (a string or a list of them)."""
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, str) and v.startswith("@") and len(v) > 1:
+            yield v[1:]
+
+
+def command_inputs(args: argparse.Namespace) -> list[Input]:
+    """Every path the command of ``args`` reads: ``PATH_INPUTS`` that exist, the data it defaults to, the
+    results database (``--db``, or the default one, unless ``--no-db``) with its journals, the concept cache
+    folder, and every ``@FILE`` text."""
+    found: list[Input] = []
+    opts = vars(args)
+    for key, label in PATH_INPUTS.items():
+        value = opts.get(key)
+        if isinstance(value, str) and value and os.path.exists(os.path.expanduser(value)):
+            p = Path(value).expanduser()
+            found.append(Input(label, p, folder=p.is_dir()))
+    if "data" in opts and opts["data"] is None:
+        from ..concepts.data import default_path
+
+        found.append(Input("--data", default_path()))
+    if "db" in opts and not opts.get("no_db"):
+        from ..concepts.store import default_db_path
+
+        found += _db_inputs(opts["db"] or default_db_path())
+    if opts.get("cache"):
+        found.append(Input("--cache", Path(opts["cache"]).expanduser(), folder=True))
+    for key, value in opts.items():
+        found += [Input(f"@FILE ({key})", Path(f).expanduser()) for f in _at_files(value)]
+    return found
+
+
+def check_outputs(args: argparse.Namespace, *, out_file: bool = False, inputs: Iterable[Input] = ()) -> None:
+    """Refuse bad output paths (``--json`` FILE or ``-``, ``--out`` DIR, or FILE with ``out_file``, ``--cache``
+    DIR) before any model loads or any computation: one :class:`InputError` line naming the option (rules:
+    :mod:`walklens.outputs`), also for an output that would replace an input of the command
+    (:func:`command_inputs` and ``inputs``)."""
+    outs: list[tuple[str, str]] = []
     js = getattr(args, "json", None)
     if js and js != STDOUT:
         check_file(js, "--json")
-    for opt in ("out", "cache"):
-        value = getattr(args, opt, None)
-        if value:
-            check_dir(value, f"--{opt}")
+        outs.append((js, "--json"))
+    out = getattr(args, "out", None)
+    if out:
+        (check_file if out_file else check_dir)(out, "out" if out_file else "--out")
+        outs.append((out, "out" if out_file else "--out"))
+    cache = getattr(args, "cache", None)
+    if cache:
+        check_dir(cache, "--cache")
+    if outs:
+        ins = [*command_inputs(args), *inputs]
+        for path, label in outs:
+            check_not_inputs(path, label, ins)
 
 
 def load(args: argparse.Namespace) -> LoadedModel:

@@ -9,9 +9,12 @@ resumes where an interrupted one stopped, so running the same command again cont
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..outputs import Input
 from .backend import add_backend_args, backend_from_args
 from .common import check_db, check_outputs, write_json
 from .terminal import console, say
@@ -31,15 +34,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
+def _inputs(exp: Any, db: str) -> list[Input]:
+    """What a study reads besides FILE and its database: its data, model folders, grid files and the vector
+    bank's cache."""
+    from ..concepts.data import default_path
+    from ..concepts.sweep.study import default_cache
+
+    found = [Input("experiment data", Path(exp.data).expanduser() if exp.data else default_path())]
+    for m in exp.models:
+        p = Path(m.spec).expanduser()
+        if p.exists():
+            found.append(Input("experiment model", p, folder=p.is_dir()))
+    found += [Input(f"experiment grid (Test {t})", Path(g).expanduser()) for t, g in exp.grids.items()
+              if os.path.isfile(os.path.expanduser(g))]
+    if exp.cache is not False:
+        cache = exp.cache if isinstance(exp.cache, str) else default_cache(db)
+        found.append(Input("experiment cache", Path(cache).expanduser(), folder=True))
+    return found
+
+
 def run(args: argparse.Namespace) -> int:
     from ..concepts.experiment import read_experiment
 
     exp = read_experiment(args.file)
-    check_outputs(args)
-    db = args.db or exp.db
-    if not db:
+    args.db = args.db or exp.db
+    if not args.db:
         raise InputError(f"no database: give --db PATH or db = \"...\" in {exp.path}")
-    db = check_db(db)
+    check_outputs(args, inputs=_inputs(exp, args.db))
+    db = check_db(args.db)
     runs = exp.runs()
     con, err = console(args), console(args, stderr=True)  # with --json -, standard output holds the JSON only
     say(con, f"{exp.path}: {len(exp.models)} model(s), {len(runs)} run(s) into {db}")

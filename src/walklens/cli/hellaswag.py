@@ -146,6 +146,7 @@ def run_export(args: argparse.Namespace) -> int:
     from ..concepts.store import ResultStore
 
     filters = {k[2:]: v for k, v in vars(args).items() if k.startswith("f_") and v is not None}
+    check_outputs(args, out_file=True)  # the database is never the export file
     with ResultStore(args.db, readonly=True) as store:  # a reading command: a missing database is refused
         path = store.export(args.out, table=args.table, **filters)
     say(console(), f"wrote {path}")

@@ -10,7 +10,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..outputs import jsonable
+from ..outputs import csv_row, jsonable
 from .html import Report, pyplot
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def to_csv(curves: CurveSet) -> str:
     w = csv.DictWriter(buf, fieldnames=list(CSV_FIELDS))
     w.writeheader()
     for p in curves.points:
-        w.writerow({k: ("" if v is None else v) for k, v in row(p).items()})
+        w.writerow(csv_row({k: ("" if v is None else v) for k, v in row(p).items()}))
     return buf.getvalue()
 
 

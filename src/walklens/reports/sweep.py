@@ -25,7 +25,7 @@ import numpy as np
 
 from ..concepts.schemes import Scheme
 from ..concepts.summary import MetricSummary, RunSummary
-from ..outputs import jsonable
+from ..outputs import csv_cell, csv_row, jsonable
 from .html import Report, pyplot
 
 PARAMS = ("enc", "layer", "word", "norm", "seg", "ex", "sim", "out_layer", "out_word")
@@ -45,12 +45,13 @@ def _tag(s: RunSummary) -> str:
 
 
 def csv_text(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A CSV table (floats with 6 significant digits, None as an empty cell)."""
+    """A CSV table (floats with 6 significant digits, None as an empty cell, no cell a spreadsheet formula:
+    :func:`walklens.outputs.csv_cell`)."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(headers)
-    for r in rows:
-        w.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in r])
+    w.writerow(csv_row(headers))
+    for r in rows:  # strings neutralised before floats are formatted: -0.5 stays a number
+        w.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else csv_cell(v)) for v in r])
     return buf.getvalue()
 
 

@@ -6,19 +6,27 @@ Each store records its own schema version in the ``meta`` table (``schema`` for 
 ``sweep_schema`` for :class:`~.sweeps.SweepStore`), so the two sets of tables can change independently.  A
 database written by a newer walklens (a higher version) is refused with one line before anything is read or
 written; a database without a recorded version holds the first layout, which is the current one.
+
+Every value read from the file is checked by a :class:`Row` before it sizes anything (an allocation, a reshape,
+a loop): SQLite keeps any value in any column, so a count, a blob's length or a JSON text may be anything.  A
+bad value is one :class:`InputError` line naming the file, the table, the row and the field.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import sqlite3
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from ... import sqlite
 from ...errors import InputError
 
 #: What to do about a damaged file (the end of every refusal of one).
 FIX = "restore it or start a new database"
+#: The ``meta`` keys by which a walklens database is recognised (the stores' schema versions).
+OWNER_KEYS = ("schema", "sweep_schema")
 
 
 def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sqlite3.Connection:
@@ -26,7 +34,9 @@ def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sql
 
     Refuses, with one :class:`InputError` naming the file, a path that is not a regular file, a missing file
     when ``readonly`` (reading commands never create a database), a file that is not SQLite, and a database
-    that fails ``PRAGMA quick_check`` (a damaged page), so nothing is computed on top of a broken file.
+    that fails ``PRAGMA quick_check`` (a damaged page), so nothing is computed on top of a broken file, and an
+    SQLite file of another application (:func:`walklens.sqlite.foreign`: no ``meta`` table naming a walklens
+    store), so nothing is ever created in it.
     Writers get WAL mode, ``busy_timeout`` and ``synchronous=NORMAL``; readers get ``query_only``
     (:func:`walklens.sqlite.set_mode`).
     """
@@ -47,6 +57,9 @@ def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sql
         problems = sqlite.quick_check(conn)
         if problems:
             raise InputError(f"{path} is corrupted (quick_check: {'; '.join(problems)}); {FIX}")
+        other = sqlite.foreign(conn, OWNER_KEYS)
+        if other:
+            raise InputError(f"{path}: not a walklens database: {other}; give another --db")
         sqlite.set_mode(conn, readonly=readonly)
     except sqlite3.OperationalError as e:  # locked, unreadable: the file may well be fine
         conn.close()
@@ -77,3 +90,80 @@ def open_tables(conn: sqlite3.Connection, path: Path, *, what: str, key: str, ve
                          f"read (it reads {version}); use another database")
     if not readonly:
         sqlite.create_tables(conn, ddl, key=key, version=version)
+
+
+#: Largest JSON text read from a database (an item index of a million items is about 7 MB).
+MAX_JSON_CHARS = 64 * 2**20
+
+
+class Row:
+    """The checked values of one row of ``table`` in the database ``path``; ``row`` names it in messages
+    (``id=3``, ``rowid=12``).  Each reader returns the value, or raises one :class:`InputError` line."""
+
+    def __init__(self, path: Path | str, table: str, row: str) -> None:
+        self.where = f"{path}: table {table}, row {row}"
+
+    def fail(self, field: str, why: str) -> InputError:
+        return InputError(f"{self.where}, field {field}: {why}; {FIX}")
+
+    def integer(self, field: str, v: Any, lo: int, hi: int) -> int:
+        """An integer ``lo <= v <= hi``."""
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            raise self.fail(field, f"{_show(v)} is not an integer from {lo:,} to {hi:,}")
+        return v
+
+    def real(self, field: str, v: Any, lo: float, hi: float, null: bool = False) -> float | None:
+        """A finite number ``lo <= v <= hi`` (None too when ``null``)."""
+        if v is None and null:
+            return None
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not (math.isfinite(v) and lo <= v <= hi):
+            raise self.fail(field, f"{_show(v)} is not a number from {lo:g} to {hi:g}")
+        return float(v)
+
+    def text(self, field: str, v: Any) -> str:
+        if not isinstance(v, str):
+            raise self.fail(field, f"{_show(v)} is not text")
+        return v
+
+    def blob(self, field: str, v: Any, size: int) -> bytes:
+        """A blob of exactly ``size`` bytes."""
+        if not isinstance(v, bytes):
+            raise self.fail(field, f"{_show(v)} is not a blob")
+        if len(v) != size:
+            raise self.fail(field, f"a blob of {len(v):,} bytes, not the {size:,} the row's sizes give")
+        return v
+
+    def json(self, field: str, v: Any, ok: Callable[[Any], bool], what: str) -> Any:
+        """A JSON text whose value passes ``ok`` (``what`` says what it must be)."""
+        if not isinstance(v, str) or len(v) > MAX_JSON_CHARS:
+            raise self.fail(field, f"{_show(v)} is not a JSON text of at most {MAX_JSON_CHARS:,} characters")
+        try:
+            doc = json.loads(v)
+        except (ValueError, RecursionError):
+            raise self.fail(field, f"{_show(v)} is not valid JSON") from None
+        try:
+            good = ok(doc)
+        except (TypeError, ValueError, OverflowError):
+            good = False
+        if not good:
+            raise self.fail(field, f"{_show(v)} is not {what}")
+        return doc
+
+
+def _show(v: Any, limit: int = 40) -> str:
+    """A value read from the file, short and on one line, for a message."""
+    if isinstance(v, bytes):
+        return f"a blob of {len(v):,} bytes"
+    text = repr(v)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def int_list(doc: Any, n: int | None = None, lo: int = 0, hi: int = 2**63 - 1) -> bool:
+    """Whether ``doc`` is a list (of ``n`` items when given) of integers ``lo <= x <= hi``."""
+    return (isinstance(doc, list) and (n is None or len(doc) == n)
+            and all(isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi for x in doc))
+
+
+def str_list(doc: Any, min_len: int = 0) -> bool:
+    """Whether ``doc`` is a list of at least ``min_len`` strings."""
+    return isinstance(doc, list) and len(doc) >= min_len and all(isinstance(x, str) for x in doc)

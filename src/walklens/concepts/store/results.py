@@ -29,9 +29,9 @@ from typing import Any, Iterable, Iterator, Sequence
 from platformdirs import user_data_dir
 
 from ...errors import InputError, MissingDependencyError
-from ...outputs import atomic_open, check_file
+from ...outputs import atomic_open, check_file, csv_row
 from ...sqlite import closed_on_error, tables, transaction
-from .db import FIX, connect, open_tables
+from .db import FIX, Row, connect, open_tables
 
 SCHEMA_VERSION = 1
 KEY_COLUMNS: tuple[str, ...] = ("model", "data", "split", "shots", "test", "scheme")
@@ -48,6 +48,35 @@ _SCHEMA = ("""CREATE TABLE IF NOT EXISTS runs (
     gold INTEGER NOT NULL, pred INTEGER NOT NULL, pred_norm INTEGER NOT NULL, scores TEXT NOT NULL,
     PRIMARY KEY (model, data, split, shots, test, scheme, item)
 ) WITHOUT ROWID""")
+
+
+_TEXT = ("model", "data", "split", "test", "scheme", "created", "updated")
+
+
+def _numbers(doc: Any) -> bool:
+    return (isinstance(doc, list) and 1 <= len(doc) <= 64
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in doc))
+
+
+def checked(path: Path, table: str, d: dict[str, Any]) -> dict[str, Any]:
+    """A row of ``runs`` or ``results`` checked field by field (:class:`~.db.Row`): texts, counts, picks 0..3,
+    accuracies 0..1 and the scores (a JSON list of numbers)."""
+    r = Row(path, table, repr(tuple(d.get(k) for k in ("model", "test", "shots", "item") if k in d))[:80])
+    for k in _TEXT:
+        if k in d:
+            r.text(k, d[k])
+    r.integer("shots", d["shots"], 0, 1_000_000)
+    if table == "runs":
+        if d["n"] is not None:
+            r.integer("n", d["n"], 0, 2**63 - 1)
+        for k in ("acc", "acc_norm"):
+            r.real(k, d[k], 0.0, 1.0, null=True)
+    else:
+        r.integer("item", d["item"], 0, 2**63 - 1)
+        for k in ("gold", "pred", "pred_norm"):
+            r.integer(k, d[k], 0, 3)
+        r.json("scores", d["scores"], _numbers, "a JSON list of 1 to 64 numbers")
+    return d
 
 
 def default_db_path() -> Path:
@@ -157,8 +186,9 @@ class ResultStore:
         out: dict[int, ItemResult] = {}
         for item, gold, pred, pred_norm, scores in cur:
             if want is None or item in want:
-                out[int(item)] = ItemResult(int(item), int(gold), int(pred), int(pred_norm),
-                                            tuple(json.loads(scores)))
+                d = checked(self.path, "results", dict(zip(("item", "gold", "pred", "pred_norm", "scores"),
+                                                            (item, gold, pred, pred_norm, scores)), shots=key.shots))
+                out[item] = ItemResult(item, gold, pred, pred_norm, tuple(json.loads(d["scores"])))
         return out
 
     def runs(self, **filters: Any) -> list[dict[str, Any]]:
@@ -171,7 +201,7 @@ class ResultStore:
         cur = self._conn.execute(f"SELECT * FROM runs WHERE {where} ORDER BY model, data, shots, test, scheme",
                                  tuple(filters.values()))
         cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur]
+        return [checked(self.path, "runs", dict(zip(cols, r))) for r in cur]
 
     def iter_rows(self, table: str = "results", **filters: Any) -> Iterator[dict[str, Any]]:
         if table not in ("runs", "results"):
@@ -185,7 +215,7 @@ class ResultStore:
         cur = self._conn.execute(f"SELECT * FROM {table} WHERE {where} ORDER BY {order}", tuple(filters.values()))
         cols = [d[0] for d in cur.description]
         for r in cur:
-            yield dict(zip(cols, r))
+            yield checked(self.path, table, dict(zip(cols, r)))
 
     # ---- export --------------------------------------------------------------------------------------------
     def export(self, out: str | os.PathLike[str], table: str = "results", **filters: Any) -> Path:
@@ -200,8 +230,8 @@ class ResultStore:
         if out.suffix == ".csv":
             with atomic_open(out, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=cols)
-                w.writeheader()
-                w.writerows(rows)
+                w.writerow(csv_row({c: c for c in cols}))
+                w.writerows(csv_row(r) for r in rows)
         else:
             try:
                 import pyarrow as pa

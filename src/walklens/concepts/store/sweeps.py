@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import numpy as np
 from ...errors import InputError
 from ...sqlite import closed_on_error, tables, transaction
 from ..stats import Cells, Counts, cell_counts, count_cells
-from .db import FIX, connect, open_tables
+from .db import FIX, Row, connect, int_list, open_tables, str_list
 
 #: The layout of the sweep tables (``sweep_schema`` in ``meta``; see :func:`~.db.open_tables`).
 SCHEMA_VERSION = 1
@@ -63,6 +64,12 @@ _RUN_COLUMNS = ("id", "model", "data", "split", "shots", "test", "items_hash", "
 
 #: predictions (schemes x items) unpacked at a time by :meth:`SweepStore.load_counts` (about 16 MB per metric)
 COUNT_CHUNK_ELEMS = 1 << 24
+#: Bounds on the values read back (:class:`~.db.Row`): items of a run, outputs of a group, picks of a shard.
+MAX_ITEMS = 10_000_000
+MAX_OUTS = 1_000_000
+MAX_SHARD_PICKS = 1 << 34
+METRICS = ("acc", "acc_norm")
+ARCHS = ("decoder", "encoder", "encoder-decoder")
 
 
 def pack_predictions(pred: np.ndarray) -> bytes:
@@ -73,6 +80,68 @@ def pack_predictions(pred: np.ndarray) -> bytes:
     pad = (-p.size) % 4
     p = np.concatenate([p, np.zeros(pad, np.uint8)]).reshape(-1, 4)
     return (p[:, 0] | (p[:, 1] << 2) | (p[:, 2] << 4) | (p[:, 3] << 6)).astype(np.uint8).tobytes()
+
+
+def packed_size(n: int) -> int:
+    """Bytes of :func:`pack_predictions` of ``n`` picks."""
+    return (n + 3) // 4
+
+
+def _run_row(path: Path, d: dict[str, Any]) -> dict[str, Any]:
+    """A ``sweep_runs`` row checked field by field (:class:`~.db.Row`), its blobs and JSON decoded."""
+    r = Row(path, "sweep_runs", f"id={d['id']!r}"[:60])
+    r.integer("id", d["id"], -2**63, 2**63 - 1)
+    for f in ("model", "data", "split", "items_hash"):
+        r.text(f, d[f])
+    r.integer("shots", d["shots"], 0, 1_000_000)
+    r.integer("test", d["test"], 1, 2)
+    n = r.integer("n_items", d["n_items"], 1, MAX_ITEMS)
+    labels = np.frombuffer(r.blob("labels", d["labels"], n), np.uint8).copy()
+    if labels.max() > 3:
+        raise r.fail("labels", "a label is not 0..3")
+    d["labels"] = labels
+    d["item_index"] = r.json("item_index", d["item_index"], lambda x: int_list(x, n),
+                             f"a list of {n:,} item indices (integers >= 0)")
+    if r.text("arch", d["arch"]) not in ARCHS:
+        raise r.fail("arch", f"{d['arch'][:40]!r} is not one of {', '.join(ARCHS)}")
+    r.integer("n_layers", d["n_layers"], 0, 1_000_000)
+    for f in ("baseline_acc", "baseline_acc_norm"):
+        d[f] = r.real(f, d[f], 0.0, 1.0, null=True)
+    if d["baseline_preds"] is not None:
+        blob = r.blob("baseline_preds", d["baseline_preds"], packed_size(2 * n))
+        d["baseline_preds"] = unpack_predictions(blob, 2 * n).reshape(2, -1)
+    return d
+
+
+def _group_row(path: Path, rowid: Any, ctx: Any, outs: Any, mets: Any, acc: Any, pb: Any, n: int
+               ) -> tuple[str, list[str], list[str], np.ndarray, bytes]:
+    """A ``sweep_groups`` row of a run of ``n`` items, checked field by field: (context, outs, metrics,
+    acc [metrics, outs], packed predictions)."""
+    r = Row(path, "sweep_groups", f"rowid={rowid}")
+    ctx = r.text("context", ctx)
+    outs_l = r.json("outs", outs, lambda x: str_list(x, 1) and len(x) <= MAX_OUTS,
+                    f"a list of 1 to {MAX_OUTS:,} output parts (strings)")
+    mets_l = r.json("metrics", mets, lambda x: str_list(x, 1) and len(set(x)) == len(x) and set(x) <= set(METRICS),
+                    f"a list of distinct metrics out of {', '.join(METRICS)}")
+    cells = len(mets_l) * len(outs_l)
+    a = np.frombuffer(r.blob("acc", acc, 4 * cells), np.float32).reshape(len(mets_l), len(outs_l))
+    if not (np.isfinite(a).all() and (a >= 0).all() and (a <= 1).all()):
+        raise r.fail("acc", "an accuracy is not a number from 0 to 1")
+    return ctx, outs_l, mets_l, a, r.blob("preds", pb, packed_size(cells * n))
+
+
+def _check_names(path: Path, rowid: Any, ctx: str, outs: list[str], seen: set[str]) -> None:
+    """The group's scheme names parse (:meth:`~..schemes.Scheme.parse`): its context part, and each output part
+    not met before in the run (``seen``), so the cost is one parse per group and per distinct output part."""
+    from ..schemes import Scheme
+
+    r = Row(path, "sweep_groups", f"rowid={rowid}")
+    for field, name in [("context", ctx)] + [("outs", f"{ctx},{o}") for o in outs if o and o not in seen]:
+        try:
+            Scheme.parse(name)
+        except InputError as e:
+            raise r.fail(field, str(e)) from None
+    seen.update(outs)
 
 
 def unpack_predictions(blob: bytes, n: int) -> np.ndarray:
@@ -194,18 +263,12 @@ class SweepStore:
                          (float(acc), float(acc_norm), pack_predictions(preds), run_id))
 
     def runs(self) -> list[dict[str, Any]]:
-        """Every sweep run, with its labels, item indices and baseline picks decoded."""
+        """Every sweep run, with its labels, item indices and baseline picks decoded, each value checked
+        (one line naming the row and field for a bad one)."""
         if not self._has_tables:  # a database opened readonly that never held a sweep
             return []
-        out = []
-        for r in list(self._rows(f"SELECT {','.join(_RUN_COLUMNS)} FROM sweep_runs ORDER BY id")):
-            d = dict(zip(_RUN_COLUMNS, r))
-            d["labels"] = np.frombuffer(d["labels"], np.uint8).copy()
-            d["item_index"] = json.loads(d["item_index"])
-            if d["baseline_preds"] is not None:
-                d["baseline_preds"] = unpack_predictions(d["baseline_preds"], 2 * d["n_items"]).reshape(2, -1)
-            out.append(d)
-        return out
+        return [_run_row(self.path, dict(zip(_RUN_COLUMNS, r)))
+                for r in list(self._rows(f"SELECT {','.join(_RUN_COLUMNS)} FROM sweep_runs ORDER BY id"))]
 
     def _run(self, run_id: int) -> dict[str, Any]:
         run = next((r for r in self.runs() if r["id"] == run_id), None)
@@ -247,25 +310,31 @@ class SweepStore:
     def shards(self, run_id: int) -> dict[str, tuple[np.ndarray, float]]:
         """The kept shards of a run: ``{key: (picks, seconds)}``."""
         out = {}
-        for key, shape, blob, sec in self._rows("SELECT shard, shape, preds, seconds FROM sweep_shards WHERE run_id=?",
-                                                (run_id,)):
-            dims = json.loads(shape)
-            out[key] = (unpack_predictions(blob, int(np.prod(dims))).reshape(dims), float(sec))
+        for rowid, key, shape, blob, sec in self._rows(
+                "SELECT rowid, shard, shape, preds, seconds FROM sweep_shards WHERE run_id=?", (run_id,)):
+            r = Row(self.path, "sweep_shards", f"rowid={rowid}")
+            dims = r.json("shape", shape, lambda x: int_list(x, None, 0, MAX_SHARD_PICKS) and 0 < len(x) <= 8 and
+                          math.prod(x) <= MAX_SHARD_PICKS, f"a shape of at most {MAX_SHARD_PICKS:,} picks")
+            size = math.prod(dims)
+            out[r.text("shard", key)] = (unpack_predictions(r.blob("preds", blob, packed_size(size)), size)
+                                         .reshape(dims), r.real("seconds", sec, 0.0, math.inf))
         return out
 
     def _groups(self, run_id: int) -> Iterator[_Group]:
-        """The stored groups of a run in the order of their context part (one set of metrics throughout)."""
+        """The stored groups of a run in the order of their context part (one set of metrics throughout), each
+        row checked against the run's item count."""
+        n = int(self._run(run_id)["n_items"])
         metrics: list[str] | None = None
-        for ctx, outs, mets, acc, pb in self._rows(
-                "SELECT context, outs, metrics, acc, preds FROM sweep_groups WHERE run_id=? ORDER BY context",
-                (run_id,)):
-            outs_l, mets_l = json.loads(outs), json.loads(mets)
+        seen: set[str] = set()
+        for row in self._rows("SELECT rowid, context, outs, metrics, acc, preds FROM sweep_groups WHERE run_id=? "
+                              "ORDER BY context", (run_id,)):
+            ctx, outs_l, mets_l, acc, pb = _group_row(self.path, *row, n)
+            _check_names(self.path, row[0], ctx, outs_l, seen)
             if metrics is None:
                 metrics = mets_l
             elif mets_l != metrics:
                 raise InputError(f"{self.path}: sweep run {run_id} mixes metrics {metrics} and {mets_l}")
-            yield _Group(names=[f"{ctx},{o}" if o else ctx for o in outs_l], metrics=mets_l,
-                         acc=np.frombuffer(acc, np.float32).reshape(len(mets_l), len(outs_l)), packed=pb)
+            yield _Group(names=[f"{ctx},{o}" if o else ctx for o in outs_l], metrics=mets_l, acc=acc, packed=pb)
 
     def iter_groups(self, run_id: int) -> Iterator[tuple[list[str], list[str], np.ndarray]]:
         """Every stored group of a run in the order of its context part, one at a time: (scheme names, metrics,
