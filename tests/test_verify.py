@@ -117,6 +117,8 @@ def test_load_model_derives_caches_and_cli(tmp_path, monkeypatch, capsys):
     doc = json.loads(out.read_text())
     assert doc["passed"] and doc["derived"] and {c["verdict"] for c in doc["checks"]} <= {"pass", "n/a"}
     assert "<script" not in (tmp_path / "rep" / "index.html").read_text().split("</style>")[1].split("<h2")[0]
+    assert main(["adapter", str(d), "--write", str(d / "config.json")]) == 2  # never over the model's own file
+    assert json.loads((d / "config.json").read_text())["model_type"] == "smollm3"
     assert main(["adapter", str(d), "--write", str(tmp_path / "smollm3.py")]) == 0
     assert "ROLES = Roles(" in (tmp_path / "smollm3.py").read_text()
 

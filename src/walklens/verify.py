@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+from torch import nn
 
 from .attention import attention_identity, head_matrices
 from .capture import capture
 from .decoding import decoding_walk
 from .models.base import get_module, has_module
-from .models.derive import ACT_NAMES, MLP_NAMES, Probe, scores_error
+from .models.derive import ACT_NAMES, MLP_NAMES, QK_NORM_NAMES, Probe, scores_error
 from .precision import UNIT_ROUNDOFF, dtype_name
 
 if TYPE_CHECKING:
@@ -145,15 +146,25 @@ def _residual(lm: LoadedModel, tr: Trace) -> tuple[float, dict[str, float]]:
     return max(errs), {"layers": float(tr.n_layers)}
 
 
+def _qk_terms(attn: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
+    """The attention module's own q and k norms, if it has them."""
+    pairs = [(q, k) for q, k in zip(QK_NORM_NAMES[::2], QK_NORM_NAMES[1::2]) if has_module(attn, q)]
+    return (get_module(attn, pairs[0][0]), get_module(attn, pairs[0][1])) if pairs else (None, None)
+
+
 def _scores(lm: LoadedModel, text: str) -> tuple[float | None, str]:
-    why = lm.adapter.broken(lm.model.config).get("qk_bilinear")
-    scheme = lm.adapter.position_scheme(lm.model.config)
-    if why:
+    """Scores rebuilt from W_q, W_k at position 0, with the family's q/k norms and score soft-cap applied exactly;
+    not measurable where the family breaks ``qk_bilinear`` in another way, or a position bias is added."""
+    cfg = lm.model.config
+    why = lm.adapter.broken(cfg).get("qk_bilinear")
+    scheme = lm.adapter.position_scheme(cfg)
+    layers = lm.adapter.layer_modules(lm.model)
+    attns = {f"L{l}": get_module(m, lm.adapter.stack().attn) for l, m in enumerate(layers)}
+    softcap = getattr(cfg, "attn_logit_softcapping", None)
+    if why and not (softcap or _qk_terms(attns["L0"])[0] is not None):
         return None, f"the family breaks qk_bilinear: {why}"
     if scheme in ("alibi", "t5_relative") or lm.adapter.auto_class != "causal":
         return None, f"position scheme {scheme!r} adds a bias that W_q, W_k do not hold"
-    layers = lm.adapter.layer_modules(lm.model)
-    attns = {f"L{l}": get_module(m, lm.adapter.stack().attn) for l, m in enumerate(layers)}
     probe = Probe(attns, 0.0)
     ids = lm.tokenizer(text, return_tensors="pt")["input_ids"].to(lm.device)
     try:
@@ -165,7 +176,8 @@ def _scores(lm: LoadedModel, text: str) -> tuple[float | None, str]:
     for l, name in enumerate(attns):
         if name in probe.extra and name in probe.ins:
             hw = head_matrices(lm, l).weights
-            errs.append(scores_error(hw, probe.ins[name][0], probe.extra[name][0]))
+            errs.append(scores_error(hw, probe.ins[name][0], probe.extra[name][0], *_qk_terms(attns[name]),
+                                     softcap=softcap))
     if not errs:
         return None, "the attention modules return no probabilities"
     return max(errs), ""

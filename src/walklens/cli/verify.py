@@ -8,7 +8,7 @@ import sys
 
 from ..errors import InputError
 from ..reports import parity as parity_report
-from .common import add_output_args, check_outputs, load, write_json
+from .common import add_output_args, command_inputs, load, write_json
 from .terminal import Col, ParagraphHelp, console, print_table, say
 
 DESCRIPTION = """\
@@ -68,10 +68,10 @@ def run_adapter(args: argparse.Namespace) -> int:
     from ..models.derive import derive_roles, render
 
     if args.write:
-        from ..outputs import check_file
+        from ..outputs import check_file, check_not_inputs
 
         check_file(args.write, "--write")
-    check_outputs(args)
+        check_not_inputs(args.write, "--write", command_inputs(args))  # never over the model's own files
     lm = load(args)
     con = console(args)
     if not lm.adapter.family.startswith("derived:"):

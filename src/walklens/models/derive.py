@@ -319,19 +319,40 @@ def _final_norm(model: nn.Module, probe: Probe, last_out: torch.Tensor | None) -
     return None
 
 
-def scores_error(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor) -> float:
-    """Max |attention probability rebuilt as softmax(scale * q k^T + mask) from W_q, W_k - the model's|, for X
-    and A [H, T, T] recorded with every position id 0.  The mask is causal plus the model's own: entries its
-    attention leaves at exactly 0 (a sliding window, a local layer) stay masked."""
+def scores_error(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor, q_norm: nn.Module | None = None,
+                 k_norm: nn.Module | None = None, softcap: float | None = None) -> float:
+    """Max |attention probability rebuilt from W_q, W_k - the model's|, for X and A [H, T, T] recorded with every
+    position id 0: softmax(scale * q k^T + mask), with the family's own q/k norm modules applied to q and k (per
+    head, or over the full width, as their weights say) and its score soft-cap, where it has them.  The mask is
+    causal plus the model's own: entries its attention leaves at exactly 0 (a sliding window) stay masked."""
     w = hw
     X = X.double()
     q = torch.einsum("td,hde->hte", X, w.w_q.double()) + w.b_q.double()[:, None]
     k = torch.einsum("td,hde->hte", X, w.w_k.double()) + w.b_k.double()[:, None]
+    q, k = _normed(q, q_norm), _normed(k, k_norm)
     k = k[list(w.kv_head)]
     s = (q @ k.transpose(1, 2)) * w.scale
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
     T = X.shape[0]
     s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1) | (A == 0), float("-inf"))
     return float((s.softmax(-1) - A.double()).abs().max())
+
+
+def _normed(x: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:
+    """[n, T, d] through a q/k norm module, laid out as its weight says: [d] per head (Qwen 3, Gemma 3; StableLM's
+    list of per-head norms), [n*d] over the full width (OLMo 2), [n, d] one weight row per head (Cohere)."""
+    if norm is None:
+        return x
+    n, T, d = x.shape
+    p = next(norm.parameters(), None)
+    dt = p.dtype if p is not None else torch.float32
+    with torch.no_grad():
+        if p is not None and p.dim() == 1 and p.numel() == n * d:
+            return norm(x.transpose(0, 1).reshape(T, n * d).to(dt)).double().reshape(T, n, d).transpose(0, 1)
+        if p is not None and p.dim() == 2:
+            return norm(x.transpose(0, 1).to(dt)).double().transpose(0, 1)
+        return norm(x[None].to(dt))[0].double()  # [1, n, T, d]: StableLM's per-head norms split dim 1
 
 
 def _identity_ok(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor, out: torch.Tensor, tol: float) -> bool:
