@@ -15,7 +15,8 @@ from rich.markup import escape
 
 from ..errors import InputError
 from ..reports.html import show
-from .common import (add_model_args, check_db, check_outputs, load, positive_arg, read_text, seed_arg, write_json)
+from .common import (add_model_args, check_db, check_outputs, count_arg, load, positive_arg, read_text, seed_arg,
+                     write_json)
 from .terminal import Col, ParagraphHelp, console, print_table, say
 
 DESCRIPTION = """\
@@ -38,14 +39,7 @@ def _ratio(text: str) -> float:
     return r
 
 
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, not {text[:40]!r}")
-    return v
+_count = count_arg  # a count that may be 0 (the shared range of walklens.numbers)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InputError
+from ..numbers import NON_NEGATIVE, POSITIVE, NumberError, Range
 from ..precision import DTYPES
 from .data import FEWSHOT_SEED, HF_PREFIX
 from .grid import GridSpec, read_toml
@@ -107,16 +108,17 @@ class _Reader:
         return v
 
     def integer(self, v: Any, key: str, lo: int, hi: int | None = None) -> int:
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo or (hi is not None and v >= hi):
-            span = f"from {lo}" + (f" to {hi - 1}" if hi is not None else "")
-            raise self.fail(key, f"must be an integer {span}, not {_show(v)}")
-        return v
+        return self.number_in(v, key, Range(lo, None if hi is None else hi - 1, integer=True))
 
     def number(self, v: Any, key: str, positive: bool) -> float:
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (positive and v == 0) or v != v \
-                or v == float("inf"):
-            raise self.fail(key, f"must be a {'positive' if positive else 'non-negative'} number, not {_show(v)}")
-        return float(v)
+        return self.number_in(v, key, POSITIVE if positive else NON_NEGATIVE)
+
+    def number_in(self, v: Any, key: str, rng: Range) -> Any:
+        """``v`` checked by the shared :class:`walklens.numbers.Range` ``rng``; refused as ``FILE: key: ...``."""
+        try:
+            return rng.check(v)
+        except NumberError as e:
+            raise self.fail(key, str(e)) from None
 
     def int_list(self, v: Any, key: str, lo: int, hi: int | None = None, allowed: Sequence[int] | None = None
                  ) -> tuple[int, ...]:
