@@ -102,7 +102,8 @@ def test_sweep_layers_are_applied_to_the_standard_grid(cli: Callable[..., Any], 
 def test_empty_scheme_is_refused_before_the_data(cli: Callable[..., Any], tiny: dict[str, str]) -> None:
     """``--scheme ""`` used to run the standard scheme; it is refused before the data or the model load."""
     rc, lines = cli("hellaswag", "test1", "--scheme", "", "--model", tiny["model"], "--data", "/no/such/file.jsonl")
-    assert rc == 2 and lines == ["walklens: error: empty scheme"]
+    assert rc == 2 and lines == ["walklens: error: argument --scheme: an empty value (''); leave the option out "
+                                 "for its default"]  # every option's empty value is refused by the parser
 
 
 def test_sweep_grid_not_utf8_is_one_line(cli: Callable[..., Any], tiny: dict[str, str]) -> None:

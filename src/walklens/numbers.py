@@ -45,15 +45,18 @@ class Range:
     what: str | None = None
 
     def describe(self) -> str:
-        """``"an integer from 1 to 64"``, ``"an integer from 0 up"``, ``"a finite number > 0"``, ``"a finite number within ±1e+06"``."""
+        """``"from 1 to 64 (an integer)"``, ``"an integer from 0 up"``, ``"within ±1e+06 (a finite number)"``,
+        ``"a finite number > 0"``."""
         if self.what:
             return self.what
         noun = "an integer" if self.integer else "a finite number"
         lo, hi = self.lo, self.hi
-        if lo is not None and hi is not None and not self.open_lo:
+        if lo is not None and hi is not None:
+            if self.open_lo:
+                return f"{noun} > {_num(lo)} and <= {_num(hi)}"
             if not self.integer and lo == -hi:
-                return f"{noun} within ±{hi:g}"
-            return f"{noun} from {_num(lo)} to {_num(hi)}"
+                return f"within ±{hi:g} ({noun})"
+            return f"from {_num(lo)} to {_num(hi)} ({noun})"
         if lo is not None and self.integer and not self.open_lo:
             return f"{noun} from {_num(lo)} up"
         if lo is not None:

@@ -21,6 +21,7 @@ from ..numbers import MAX_ALPHA as MAX_ALPHA  # |alpha| of steering, the command
 from ..numbers import NumberError, Range
 
 MAX_BODY = 256 * 1024  # bytes of a request body
+MAX_DEPTH = 32  # levels of nesting of a request body (lists and objects)
 MAX_TEXT_CHARS = 20_000  # characters of a text, a prompt or a target
 MAX_TOKENS = 2048  # tokens of a text read by the walk, the similarity map, power and compare views
 MAX_ATTN_TOKENS = 512  # the attention view keeps every layer's [heads, T, T] probabilities
