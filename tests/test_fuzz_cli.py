@@ -189,7 +189,7 @@ def _base(tiny: dict[str, str], command: str) -> list[str]:
     ("kernels", ["--max-distance=1000000"], "--max-distance must be from 1 to 65536, not 1000000"),
     ("kernels", ["--margin=nan"], "argument --margin: must be a finite number, not 'nan'"),
     ("kernels", ["--margin=-1"], "--margin must be >= 0"),
-    ("steer", ["--alpha=1,nan"], "--alpha must be finite numbers, got '1,nan'"),
+    ("steer", ["--alpha=1,nan"], "--alpha must be within ±1e+06 (a finite number), not 'nan'"),
     ("power", ["--shared-layer=3"], "--shared-layer 3 out of range: the model has 2 layers"),
 ])
 def test_fuzzed_defects_are_one_line_before_any_work(cli: Callable[..., Any], tiny: dict[str, str], command: str,

@@ -48,3 +48,7 @@ class SlowDtypeWarning(WalklensWarning):
 class NonFiniteWarning(WalklensWarning):
     """A computation produced NaN or inf (an overflowing dose, a float16 model): its numbers are reported as
     NaN and never ranked."""
+
+
+class ReducedWarning(WalklensWarning):
+    """An option's value was reduced to what the model allows (``kernels --length`` cut to its context)."""

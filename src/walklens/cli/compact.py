@@ -194,12 +194,13 @@ def run_curves(args: argparse.Namespace) -> int:
         raise InputError("--what examples compacts few-shot examples: every --shots must be > 0")
     strategies = _list(args.strategies, ";", "strategies")
     ratios = [_ratio_opt(r) for r in _list(args.ratios, ",", "ratios")]
-    candidates = _list(args.candidates, ";", "candidates") if args.tune else []
+    given = _list(args.candidates, ";", "candidates")  # checked even when --tune 0 leaves them unused
+    candidates = given if args.tune else []
     for s in strategies:
         CompactSpec.parse(f"what=examples,{s}")  # a bad fragment fails before anything loads
         if any(k in s for k in ("ratio=", "budget=", "what=")):
             raise InputError(f"strategy {s!r}: ratio, budget and what are set by the runner")
-    for c in candidates:
+    for c in given:
         CompactSpec.parse(f"what=examples,{c}")
     check_outputs(args)
     db = check_db(args.db)

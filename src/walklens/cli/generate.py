@@ -4,7 +4,6 @@ eqs. 10-15; the target path of A.1)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from rich.markup import escape
@@ -15,7 +14,7 @@ from ..reports import generate as generate_report
 from ..reports.html import show
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
-from .terminal import Col, ParagraphHelp, console, print_table, say
+from .terminal import Col, ParagraphHelp, console, print_table, say, written
 
 DESCRIPTION = """\
 The decoding walk: generate from a prompt (greedy by default, 20 tokens) and record at every step the
@@ -97,5 +96,5 @@ def run(args: argparse.Namespace) -> int:
             f"the walk leaves the target path at step {dw.left_path_at}")
     if args.out:
         path = generate_report.build(dw, title=f"Decoding walk — {lm.name}").save(args.out)
-        sys.stderr.write(f"walklens: report written to {path}\n")
+        written(path)
     return 0
