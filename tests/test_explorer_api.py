@@ -82,7 +82,7 @@ def test_assets_without_token_or_cookie_are_refused(client: TestClient) -> None:
     assert r.status_code == 403  # the page itself needs the printed URL's token
 
 
-# ---- hostile bodies ----------------------------------------------------------------------------------------------------
+# ---- hostile bodies -------------------------------------------------------------------------------------------
 
 def test_a_chunked_body_over_the_limit_is_413(explorer: Explorer) -> None:
     """A 300 KB body sent in chunks without Content-Length used to end in a 500 (BodyTooLarge)."""

@@ -96,7 +96,7 @@ def test_command_line_numbers_are_finite_and_in_range(text: str) -> None:
 
 def test_huge_integers_are_refused_exactly() -> None:
     """A 400-digit integer (JSON has no limit) is refused by the range, never converted to a float."""
-    with pytest.raises(NumberError, match="alpha must be within ±1e\\+06 \\(a finite number\\), not an integer of 400"):
+    with pytest.raises(NumberError, match="alpha must be within ±1e\\+06 \\(a finite number\\), not an integer "):
         ALPHA.check(10 ** 399, "alpha")
     with pytest.raises(ApiError, match="alpha must be"):
         float_arg({"alpha": -(10 ** 399)}, "alpha", 0.0, 1e6)

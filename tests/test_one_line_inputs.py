@@ -71,8 +71,8 @@ def test_more_shots_than_the_pool_holds_are_refused_before_the_model_loads(
 
 def test_junk_candidates_are_refused_even_with_tune_0(tiny: dict[str, str], tmp_path: Path,
                                                       capfd: pytest.CaptureFixture[str]) -> None:
-    rc, err = run(capfd, "hellaswag", "compaction", "--tune", "0", "--candidates", "zzz;also junk", "--model", "/nonexistent",
-                  "--data", tiny["data"], "--out", str(tmp_path / "out"))
+    rc, err = run(capfd, "hellaswag", "compaction", "--tune", "0", "--candidates", "zzz;also junk",
+                  "--model", "/nonexistent", "--data", tiny["data"], "--out", str(tmp_path / "out"))
     assert rc == 2 and len(err) == 1 and "zzz" in err[0], err
     assert not (tmp_path / "out").exists()
 

@@ -60,6 +60,7 @@ def post(client, path, **body):
 
 @pytest.mark.parametrize("path", ["/", "/static/app.js", "/api/info", "/api/sweeps", "/api/nothing"])
 def test_every_request_needs_the_token(client, path):
+    client.cookies.clear()  # the asset cookie the page sets is the token too (tests/test_explorer_api.py)
     assert client.get(path).status_code == 403
     assert client.get(path, headers={"X-Walklens-Token": "wrong"}).status_code == 403
     assert client.get(path, params={"token": TOKEN[:-1]}).status_code == 403

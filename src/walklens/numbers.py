@@ -134,7 +134,7 @@ SEED = Range(0, 2 ** 63 - 1, integer=True, what="an integer from 0 to 2**63-1") 
 COUNT = Range(0, integer=True)  # a count that may be 0 (--shots, --recent)
 POSITIVE_INT = Range(1, integer=True)  # a count of at least 1 (--limit, --k, --max-new-tokens)
 FINITE = Range()  # any finite number (--margin)
-POSITIVE = Range(0, open_lo=True, what="a positive number (finite)")  # a finite number > 0 (--temperature, --max-memory)
+POSITIVE = Range(0, open_lo=True, what="a positive number (finite)")  # > 0: --temperature, --max-memory
 NON_NEGATIVE = Range(0, what="a non-negative number (finite)")  # a finite number >= 0
 PROBABILITY = Range(0, 1, open_lo=True)  # a mass 0 < p <= 1 (--top-p)
 MAX_ALPHA = 1e6  # |alpha| of steering: beyond it float32 activations overflow for every family we run

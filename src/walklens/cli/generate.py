@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=seed_arg, default=0, help="random seed for --sample (default 0)")
     p.add_argument("--temperature", type=POSITIVE.arg(), default=1.0, help="sampling temperature (default 1)")
     p.add_argument("--top-k", type=POSITIVE_INT.arg(), default=None, help="sample among the k most probable tokens")
-    p.add_argument("--top-p", type=PROBABILITY.arg(), default=None, help="nucleus sampling: smallest set with mass >= p")
+    p.add_argument("--top-p", type=PROBABILITY.arg(), default=None,
+                   help="nucleus sampling: smallest set with mass >= p")
     p.add_argument("--target", default=None,
                    help="teacher-force this continuation and report where the walk leaves its path (A.1)")
     p.add_argument("--k", type=POSITIVE_INT.arg(), default=10, help="nearest tokens recorded per step (default 10)")

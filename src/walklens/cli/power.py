@@ -44,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-first", action="store_true", help="leave out each text's first position (attention sink)")
     p.add_argument("--shared-layer", type=Range(integer=True).arg(), default=None, metavar="K",
                    help="shared-weight experiment: apply layer K (default: the middle layer) ...")
-    p.add_argument("--shared-depth", type=POSITIVE_INT.arg(), default=None, metavar="L", help="... L times (default: model depth)")
+    p.add_argument("--shared-depth", type=POSITIVE_INT.arg(), default=None, metavar="L",
+                   help="... L times (default: model depth)")
     p.add_argument("--no-shared", action="store_true", help="skip the shared-weight experiment")
     p.add_argument("--no-dynamics", action="store_true", help="skip the idealised dynamics")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the random baselines")
