@@ -33,6 +33,19 @@ def show(value: Any) -> str:
     return r if len(r) <= SHOWN else r[:SHOWN - 3] + "..."
 
 
+def kind(value: Any) -> str:
+    """A refused value that is not a number, by its kind only (``a string``, ``a list``): a request's text is
+    never echoed into an error."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return show(value)
+    names = {str: "a string", list: "a list", dict: "an object (a table)", tuple: "a list"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
 @dataclass(frozen=True)
 class Range:
     """What a number may be: ``integer`` or any finite number, ``lo <= v <= hi`` (``None``: unbounded;
@@ -65,27 +78,25 @@ class Range:
             return f"{noun} <= {_num(hi)}"
         return noun
 
-    def refuse(self, name: str, value: Any) -> NumberError:
+    def refuse(self, name: str, shown: str) -> NumberError:
+        """The one-line refusal ``{name} must be {what}, not {shown}``."""
         head = f"{name} must be" if name else "must be"
-        return NumberError(f"{head} {self.describe()}, not {show(value)}")
+        return NumberError(f"{head} {self.describe()}, not {shown}")
 
     def check(self, value: Any, name: str = "") -> Any:
         """``value`` (a JSON or TOML value) as an int (``integer``) or a float, else :class:`NumberError`.
         Booleans and non-numbers are refused; integral floats are accepted as integers; a huge integer is
         compared exactly (never converted to a float that overflows)."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.refuse(name, value)
+            raise self.refuse(name, kind(value))
         if isinstance(value, float):
-            if not math.isfinite(value):
-                raise self.refuse(name, value)
-            if self.integer:
-                if not value.is_integer():
-                    raise self.refuse(name, value)
-                value = int(value)
+            if not math.isfinite(value) or (self.integer and not value.is_integer()):
+                raise self.refuse(name, show(value))
+            value = int(value) if self.integer else value
         elif self.integer is False and abs(value) > 2 ** 1023:
-            raise self.refuse(name, value)  # beyond any float: refused before float() overflows
+            raise self.refuse(name, show(value))  # beyond any float: refused before float() overflows
         if not self._within(value):
-            raise self.refuse(name, value)
+            raise self.refuse(name, show(value))
         return value if self.integer else float(value)
 
     def _within(self, v: int | float) -> bool:
@@ -98,15 +109,15 @@ class Range:
         literal; an empty, blank or over-long string is refused like any other bad value."""
         t = text.strip()
         if not t or len(t) > 400:
-            raise self.refuse(name, text)
+            raise self.refuse(name, show(text))
         try:
             value: Any = int(t) if self.integer else float(t)
         except (ValueError, OverflowError):
-            raise self.refuse(name, text) from None
+            raise self.refuse(name, show(text)) from None
         try:
             return self.check(value, name)
         except NumberError:
-            raise self.refuse(name, text) from None
+            raise self.refuse(name, show(text)) from None
 
     def arg(self, name: str = "") -> Callable[[str], Any]:
         """An argparse ``type=``: :meth:`parse`, its refusal as argparse's one line ``argument --x: ...``."""
@@ -123,9 +134,9 @@ class Range:
 
 def _num(v: float) -> str:
     """A bound as a message shows it: ``64``, ``1e+06``; a huge integer bound by its digit count."""
-    if isinstance(v, int) and abs(v) >= 10 ** 16:
+    if isinstance(v, int) and abs(v) >= 10 ** 30:
         return f"a {len(str(abs(v)))}-digit {'-' if v < 0 else ''}integer"
-    return str(int(v)) if float(v).is_integer() and abs(v) < 1e16 else f"{v:g}"
+    return str(v) if isinstance(v, int) else (str(int(v)) if v.is_integer() and abs(v) < 1e16 else f"{v:g}")
 
 
 # ---- the ranges the commands, the explorer and the experiment files share ----------------------------------------
