@@ -102,7 +102,8 @@ def test_sweep_layers_are_applied_to_the_standard_grid(cli: Callable[..., Any], 
 def test_empty_scheme_is_refused_before_the_data(cli: Callable[..., Any], tiny: dict[str, str]) -> None:
     """``--scheme ""`` used to run the standard scheme; it is refused before the data or the model load."""
     rc, lines = cli("hellaswag", "test1", "--scheme", "", "--model", tiny["model"], "--data", "/no/such/file.jsonl")
-    assert rc == 2 and lines == ["walklens: error: empty scheme"]
+    assert rc == 2 and lines == ["walklens: error: argument --scheme: an empty value (''); leave the option out "
+                                 "for its default"]  # every option's empty value is refused by the parser
 
 
 def test_sweep_grid_not_utf8_is_one_line(cli: Callable[..., Any], tiny: dict[str, str]) -> None:
@@ -188,7 +189,7 @@ def _base(tiny: dict[str, str], command: str) -> list[str]:
     ("kernels", ["--max-distance=1000000"], "--max-distance must be from 1 to 65536, not 1000000"),
     ("kernels", ["--margin=nan"], "argument --margin: must be a finite number, not 'nan'"),
     ("kernels", ["--margin=-1"], "--margin must be >= 0"),
-    ("steer", ["--alpha=1,nan"], "--alpha must be finite numbers, got '1,nan'"),
+    ("steer", ["--alpha=1,nan"], "--alpha must be within ±1e+06 (a finite number), not 'nan'"),
     ("power", ["--shared-layer=3"], "--shared-layer 3 out of range: the model has 2 layers"),
 ])
 def test_fuzzed_defects_are_one_line_before_any_work(cli: Callable[..., Any], tiny: dict[str, str], command: str,

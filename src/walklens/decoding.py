@@ -22,6 +22,7 @@ import torch
 
 from .capture import Step, context_limit, record_steps, token_strings, tokenize
 from .errors import ContextTooLongError, EmptyTextError, InputError
+from .numbers import POSITIVE, POSITIVE_INT, PROBABILITY
 from .walks import labels_for
 
 if TYPE_CHECKING:
@@ -209,12 +210,12 @@ def decoding_walk(lm: LoadedModel, prompt: str, max_new_tokens: int = 20, sample
     if lm.adapter.auto_class == "masked":
         raise InputError(f"{lm.name} is a masked LM ({lm.adapter.family}); a decoding walk needs a causal or "
                          f"encoder-decoder model")
-    if sample and not (temperature > 0):
-        raise InputError(f"temperature must be > 0, not {temperature}")
-    if top_k is not None and top_k < 1:
-        raise InputError(f"top_k must be >= 1, not {top_k}")
-    if top_p is not None and not (0 < top_p <= 1):
-        raise InputError(f"top_p must be in (0, 1], not {top_p}")
+    if sample:
+        POSITIVE.check(temperature, "temperature")
+    if top_k is not None:
+        POSITIVE_INT.check(top_k, "top_k")
+    if top_p is not None:
+        PROBABILITY.check(top_p, "top_p")
     ids = tokenize(lm, prompt).to(lm.device)
     target_ids: torch.Tensor | None = None
     if target is not None:

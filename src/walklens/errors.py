@@ -43,3 +43,12 @@ class WalklensWarning(UserWarning):
 
 class SlowDtypeWarning(WalklensWarning):
     """The model's dtype has no fast kernels on the chosen device (e.g. bfloat16 on a CPU without AMX)."""
+
+
+class NonFiniteWarning(WalklensWarning):
+    """A computation produced NaN or inf (an overflowing dose, a float16 model): its numbers are reported as
+    NaN and never ranked."""
+
+
+class ReducedWarning(WalklensWarning):
+    """An option's value was reduced to what the model allows (``kernels --length`` cut to its context)."""

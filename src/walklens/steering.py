@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
 from .capture import capture, tokenize
-from .errors import InputError, UnsupportedFamilyError
-from .interventions import SteerEdit, add_to_residual, eigen_edit, resolve_layers
+from .errors import InputError, NonFiniteWarning, UnsupportedFamilyError
+from .interventions import Hooks, SteerEdit, add_to_residual, distinct, eigen_edit, first_output, resolve_layers
 from .ov import ov_factors, value_projection
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ class SteerRow:
     prompt: str
     target_logit: float
     target_prob: float
-    target_rank: int
+    target_rank: int | None  # None when the logits are not finite (target_prob is then NaN)
     top_token: str
     text: str
     perplexity: float
@@ -160,27 +161,58 @@ class SteeringSweep:
         al = sorted({r.alpha for r in sel})
         ys = []
         for a in al:
-            v = torch.tensor([float(getattr(r, metric)) for r in sel if r.alpha == a], dtype=torch.float64)
+            v = torch.tensor([_value(getattr(r, metric)) for r in sel if r.alpha == a], dtype=torch.float64)
             ys.append(float(v.mean() if stat == "mean" else v.median()))
         return al, ys
 
 
+def _value(v: float | int | None) -> float:
+    """A row's number as a float: None (a rank that overflowed) is NaN."""
+    return math.nan if v is None else float(v)
+
+
+#: a residual state beyond this overflows the norm that reads it: norms square the state in float32 (at least),
+#: and sqrt(float32's max) squared is inf
+OVERFLOW = math.sqrt(torch.finfo(torch.float32).max)
+
+
 @torch.no_grad()
-def _greedy(lm: LoadedModel, ids: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy continuation (no cache, so steering hooks see every position); returns (new ids, first logits)."""
+def _greedy(lm: LoadedModel, ids: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """Greedy continuation (no cache, so steering hooks see every position); returns (new ids, first logits,
+    whether the first forward pass stayed finite).  A pass whose hidden states or logits hold NaN or inf (an
+    overflowing dose) ends the continuation: it has no next token."""
     x = ids.to(lm.device)
-    first = None
-    for _ in range(n):
-        logits = lm.model(input_ids=x, use_cache=False).logits[0, -1].float().cpu()
+    first, finite = None, True
+    for step in range(max(n, 1)):
+        logits, ok = _next_logits(lm, x)
         if first is None:
-            first = logits
+            first, finite = logits, ok
+        if not ok or step >= n:
+            break
         nxt = int(logits.argmax())
         x = torch.cat([x, torch.tensor([[nxt]], device=x.device)], dim=1)
         if lm.tokenizer.eos_token_id is not None and nxt == lm.tokenizer.eos_token_id:
             break
-    if first is None:
-        first = lm.model(input_ids=x, use_cache=False).logits[0, -1].float().cpu()
-    return x[0, ids.shape[1]:].cpu(), first
+    assert first is not None
+    return x[0, ids.shape[1]:].cpu(), first, finite
+
+
+def _next_logits(lm: LoadedModel, x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The last position's next-token logits and whether the pass stayed finite: every layer's output (watched
+    by hooks registered after the steering ones, so they see the steered states) below :data:`OVERFLOW`, and
+    finite logits.  A final norm turns an overflowing state into finite zeros (its mean square is inf), so the
+    logits alone do not tell."""
+    seen = {"finite": True}
+
+    def watch(_m: Any, _inp: Any, output: Any) -> None:
+        if seen["finite"] and not bool((first_output(output).abs() <= OVERFLOW).all()):  # NaN fails too
+            seen["finite"] = False
+
+    with Hooks() as hooks:
+        for m in distinct(lm.adapter.layer_modules(lm.model)):
+            hooks.post(m, watch)
+        logits = lm.model(input_ids=x, use_cache=False).logits[0, -1].float().cpu()
+    return logits, seen["finite"] and bool(torch.isfinite(logits).all())
 
 
 @torch.no_grad()
@@ -192,6 +224,16 @@ def _perplexity(lm: LoadedModel, ids: torch.Tensor, new: torch.Tensor) -> float:
     P = ids.shape[1]
     nll = -logp[P - 1:-1].gather(1, new.view(-1, 1)).mean()
     return float(nll.exp())
+
+
+def readout(logits: torch.Tensor, tid: int) -> tuple[float, float, int | None, int | None]:
+    """The target's logit, probability and 0-based rank (tokens scoring strictly higher) and the top token of
+    next-token ``logits``; when any logit is NaN or inf the numbers are NaN and the rank and top token None:
+    a computation that overflowed is reported, never ranked."""
+    if not bool(torch.isfinite(logits).all()):
+        return math.nan, math.nan, None, None
+    probs = torch.softmax(logits.double(), -1)
+    return float(logits[tid]), float(probs[tid]), int((logits > logits[tid]).sum()), int(logits.argmax())
 
 
 @torch.no_grad()
@@ -234,14 +276,16 @@ def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | 
         if key not in base_state:
             base_state[key] = capture(lm, p, points=[pt])[pt][-1].double()
         with steer(lm, u, s, a, method=m):
-            new, logits = _greedy(lm, ids, max_new_tokens)
+            new, logits, finite = _greedy(lm, ids, max_new_tokens)
             st = capture(lm, p, points=[pt])[pt][-1].double()
         d = st - base_state[key]
-        probs = torch.softmax(logits.double(), -1)
-        rank = int((logits > logits[tid]).sum())  # 0 = nearest, as in walklens.walks
-        rows.append(SteerRow(method=m, layers=s, alpha=float(a), prompt=p, target_logit=float(logits[tid]),
-                             target_prob=float(probs[tid]), target_rank=rank,
-                             top_token=lm.tokenizer.decode([int(logits.argmax())]),
+        logit, prob, rank, top = readout(logits if finite else logits.fill_(math.nan), tid)
+        if rank is None:
+            warnings.warn(f"{m} steering at layers {s} with alpha {a:g}: the logits are not finite (NaN or inf: "
+                          f"the dose overflows the model's dtype); p(target) and its rank are reported as NaN",
+                          NonFiniteWarning, stacklevel=2)
+        rows.append(SteerRow(method=m, layers=s, alpha=float(a), prompt=p, target_logit=logit, target_prob=prob,
+                             target_rank=rank, top_token="" if top is None else lm.tokenizer.decode([top]),
                              text=lm.tokenizer.decode(new.tolist()), perplexity=_perplexity(lm, ids, new),
                              push=float(d @ u), injection=float(d.norm())))
     return SteeringSweep(model_name=lm.name, toward=label, target_token=lm.tokenizer.decode([tid]), reach=reach,

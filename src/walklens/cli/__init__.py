@@ -32,6 +32,14 @@ class _Parser(argparse.ArgumentParser):
         sys.stderr.write(f"walklens: error: {message}\n")
         raise SystemExit(2)
 
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        """Every option's value goes through here: an empty or blank one (``--json ""``, ``--layers=``) is
+        refused in one line instead of silently meaning the option's default."""
+        if action.option_strings and isinstance(arg_string, str) and not arg_string.strip():
+            self.error(f"argument {'/'.join(action.option_strings)}: an empty value ({arg_string!r}); "
+                       "leave the option out for its default")
+        return super()._get_value(action, arg_string)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="walklens", description="See a transformer as movement through embedding space.")

@@ -7,19 +7,10 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+from ..numbers import POSITIVE_INT
 
 if TYPE_CHECKING:
     from ..backends import Backend
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text[:40]!r}")
-    return v
 
 
 def add_backend_args(p: argparse.ArgumentParser) -> None:
@@ -29,7 +20,7 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
                         "the model once; pip install 'walklens[ray]')")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT|ray://HOST:PORT",
                    help="the Ray cluster to use (default: start a local Ray instance with --workers workers)")
-    p.add_argument("--workers", type=_positive, default=None, metavar="N",
+    p.add_argument("--workers", type=POSITIVE_INT.arg(), default=None, metavar="N",
                    help="Ray workers per model (default: 1 on a local instance; on a cluster, one per GPU with "
                         "--device cuda, else one per CPU)")
 

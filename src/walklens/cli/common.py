@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any, Iterable, Iterator
 
 from ..errors import InputError
 from ..loading import DEFAULT_MODEL, LoadedModel, load_model
+from ..numbers import COUNT, FINITE, POSITIVE, POSITIVE_INT, SEED
 from ..outputs import STDOUT, Input, check_dir, check_file, check_not_inputs, jsonable, write_atomic
 from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
 
@@ -37,42 +37,12 @@ def add_text_args(p: argparse.ArgumentParser, name: str = "text") -> None:
 
 SEED_LIMIT = 2 ** 63  # torch.manual_seed and numpy accept 0 <= seed < 2**63 (and more, but not for both)
 
-
-def _int_in(text: str, low: int, high: float, rule: str) -> int:
-    """``text`` as an integer ``low <= v < high``, else one argparse line: ``{rule}, not '{text}'``."""
-    try:
-        v = int(text)
-    except ValueError:  # not an integer (or one of more than 4,300 digits)
-        v = low - 1
-    if not low <= v < high:
-        raise argparse.ArgumentTypeError(f"{rule}, not {text[:40]!r}")
-    return v
-
-
-def seed_arg(text: str) -> int:
-    """argparse ``type=`` of a ``--seed``: an integer 0 <= seed < 2**63, refused in one line otherwise."""
-    return _int_in(text, 0, SEED_LIMIT, "a seed must be an integer from 0 to 2**63-1")
-
-
-def positive_arg(text: str) -> int:
-    """argparse ``type=`` of a count that must be at least 1 (``--limit``)."""
-    return _int_in(text, 1, math.inf, "must be a positive integer")
-
-
-def count_arg(text: str) -> int:
-    """argparse ``type=`` of a count that may be 0 (``--shots``)."""
-    return _int_in(text, 0, math.inf, "must be an integer >= 0")
-
-
-def finite_arg(text: str) -> float:
-    """argparse ``type=`` of a finite number (nan and inf refused in one line)."""
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"must be a finite number, not {text[:40]!r}")
-    return v
+# argparse ``type=`` of the numeric options: the shared ranges of :mod:`walklens.numbers` (one line on refusal)
+seed_arg = SEED.arg("a seed")  # an integer 0 <= seed < 2**63
+positive_arg = POSITIVE_INT.arg()  # a count that must be at least 1 (--limit)
+count_arg = COUNT.arg()  # a count that may be 0 (--shots)
+finite_arg = FINITE.arg()  # a finite number (nan and inf refused)
+positive_number_arg = POSITIVE.arg()  # a finite number > 0
 
 
 def add_hellaswag_args(p: argparse.ArgumentParser, json_help: str) -> None:

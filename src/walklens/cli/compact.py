@@ -15,7 +15,8 @@ from rich.markup import escape
 
 from ..errors import InputError
 from ..reports.html import show
-from .common import (add_model_args, check_db, check_outputs, load, positive_arg, read_text, seed_arg, write_json)
+from .common import (add_model_args, check_db, check_outputs, count_arg, load, positive_arg, read_text, seed_arg,
+                     write_json)
 from .terminal import Col, ParagraphHelp, console, print_table, say
 
 DESCRIPTION = """\
@@ -38,14 +39,7 @@ def _ratio(text: str) -> float:
     return r
 
 
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, not {text[:40]!r}")
-    return v
+_count = count_arg  # a count that may be 0 (the shared range of walklens.numbers)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -200,12 +194,13 @@ def run_curves(args: argparse.Namespace) -> int:
         raise InputError("--what examples compacts few-shot examples: every --shots must be > 0")
     strategies = _list(args.strategies, ";", "strategies")
     ratios = [_ratio_opt(r) for r in _list(args.ratios, ",", "ratios")]
-    candidates = _list(args.candidates, ";", "candidates") if args.tune else []
+    given = _list(args.candidates, ";", "candidates")  # checked even when --tune 0 leaves them unused
+    candidates = given if args.tune else []
     for s in strategies:
         CompactSpec.parse(f"what=examples,{s}")  # a bad fragment fails before anything loads
         if any(k in s for k in ("ratio=", "budget=", "what=")):
             raise InputError(f"strategy {s!r}: ratio, budget and what are set by the runner")
-    for c in candidates:
+    for c in given:
         CompactSpec.parse(f"what=examples,{c}")
     check_outputs(args)
     db = check_db(args.db)

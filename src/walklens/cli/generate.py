@@ -4,17 +4,17 @@ eqs. 10-15; the target path of A.1)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from rich.markup import escape
 
 from ..errors import InputError
+from ..numbers import COUNT, POSITIVE, POSITIVE_INT, PROBABILITY
 from ..reports import generate as generate_report
 from ..reports.html import show
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
-from .terminal import Col, ParagraphHelp, console, print_table, say
+from .terminal import Col, ParagraphHelp, console, print_table, say, written
 
 DESCRIPTION = """\
 The decoding walk: generate from a prompt (greedy by default, 20 tokens) and record at every step the
@@ -30,15 +30,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_text_args(p, "prompt")
     add_model_args(p)
     add_output_args(p)
-    p.add_argument("--max-new-tokens", type=int, default=20, help="tokens to generate (default 20)")
+    p.add_argument("--max-new-tokens", type=COUNT.arg(), default=20, help="tokens to generate (default 20)")
     p.add_argument("--sample", action="store_true", help="sample from P_t instead of greedy decoding")
     p.add_argument("--seed", type=seed_arg, default=0, help="random seed for --sample (default 0)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
-    p.add_argument("--top-k", type=int, default=None, help="sample among the k most probable tokens")
-    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling: smallest set with mass >= p")
+    p.add_argument("--temperature", type=POSITIVE.arg(), default=1.0, help="sampling temperature (default 1)")
+    p.add_argument("--top-k", type=POSITIVE_INT.arg(), default=None, help="sample among the k most probable tokens")
+    p.add_argument("--top-p", type=PROBABILITY.arg(), default=None,
+                   help="nucleus sampling: smallest set with mass >= p")
     p.add_argument("--target", default=None,
                    help="teacher-force this continuation and report where the walk leaves its path (A.1)")
-    p.add_argument("--k", type=int, default=10, help="nearest tokens recorded per step (default 10)")
+    p.add_argument("--k", type=POSITIVE_INT.arg(), default=10, help="nearest tokens recorded per step (default 10)")
     add_limit_args(p)
     p.set_defaults(func=run)
 
@@ -96,5 +97,5 @@ def run(args: argparse.Namespace) -> int:
             f"the walk leaves the target path at step {dw.left_path_at}")
     if args.out:
         path = generate_report.build(dw, title=f"Decoding walk — {lm.name}").save(args.out)
-        sys.stderr.write(f"walklens: report written to {path}\n")
+        written(path)
     return 0

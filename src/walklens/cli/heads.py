@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from typing import Any
 
 from rich.markup import escape
 
-from ..errors import InputError
+from ..errors import InputError, ReducedWarning
 from ..reports import heads as heads_report
 from ..reports import kernels as kernels_report
 from .common import add_model_args, add_output_args, add_text_args, finite_arg, load, read_text, seed_arg, \
@@ -117,6 +118,9 @@ def _plan_kernels(lm: Any, args: argparse.Namespace) -> None:
     empirical = args.method == "empirical" or (args.method == "auto" and scheme not in ("t5_relative", "alibi"))
     limit = context_limit(lm)
     length = min(args.length, limit) if limit else args.length
+    if empirical and length < args.length:
+        warnings.warn(f"--length {args.length} is cut to the model's context: samples of {length} tokens",
+                      ReducedWarning, stacklevel=2)
     window = args.max_distance or (max((length - 2) // 2 if sh.causal else (length - 1) // 4, 2) if empirical
                                    else 128)  # the analysis' defaults (kernels.empirical_kernels)
     widest = (length - 2 if sh.causal else (length - 1) // 2) if empirical else (limit or MAX_DISTANCE)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import InputError
+from ..numbers import POSITIVE
 from ..reports.walk import MAX_COLS as WALK_COLS  # positions the walk report shows
 
 if TYPE_CHECKING:
@@ -51,14 +52,7 @@ class LimitError(InputError):
     """A computation or an output file would exceed a size limit (--max-memory, --max-output, --max-work)."""
 
 
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v > 0 or not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
-    return v
+_positive = POSITIVE.arg()  # a finite number > 0 (the shared range of walklens.numbers)
 
 
 def add_limit_args(p: argparse.ArgumentParser) -> None:

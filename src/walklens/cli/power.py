@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from rich.markup import escape
 
 from ..errors import InputError
+from ..numbers import ALPHA, MAX_ALPHA, POSITIVE_INT, Range, numbers_list, show
 from ..reports import power as power_report
 from ..reports import steer as steer_report
 from .common import add_model_args, add_output_args, load, read_text, seed_arg, write_json
@@ -41,9 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", metavar="FILE", help="more texts, one per line")
     p.add_argument("--heads", action="store_true", help="also decompose every head's W_v,h W_o,h")
     p.add_argument("--skip-first", action="store_true", help="leave out each text's first position (attention sink)")
-    p.add_argument("--shared-layer", type=int, default=None, metavar="K",
+    p.add_argument("--shared-layer", type=Range(integer=True).arg(), default=None, metavar="K",
                    help="shared-weight experiment: apply layer K (default: the middle layer) ...")
-    p.add_argument("--shared-depth", type=int, default=None, metavar="L", help="... L times (default: model depth)")
+    p.add_argument("--shared-depth", type=POSITIVE_INT.arg(), default=None, metavar="L",
+                   help="... L times (default: model depth)")
     p.add_argument("--no-shared", action="store_true", help="skip the shared-weight experiment")
     p.add_argument("--no-dynamics", action="store_true", help="skip the idealised dynamics")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the random baselines")
@@ -59,47 +61,53 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                    "mind the leading space, e.g. ' Paris'")
     s.add_argument("--layers", action="append", required=True, metavar="L",
                    help="layers to steer: 12, 10,12 or 8-12; repeat the option to compare layer sets")
-    s.add_argument("--alpha", default="0,2,4,8,16", help="comma-separated strengths for eigen-steering")
+    s.add_argument("--alpha", default="0,2,4,8,16",
+                   help=f"comma-separated strengths for eigen-steering (each within ±{MAX_ALPHA:g})")
     s.add_argument("--add-alpha", default=None,
                    help="comma-separated strengths for activation addition (default: --alpha)")
     s.add_argument("--method", choices=("both", "eigen", "add"), default="both")
-    s.add_argument("--max-new-tokens", type=int, default=12)
+    s.add_argument("--max-new-tokens", type=POSITIVE_INT.arg(), default=12)
     add_model_args(s)
     add_output_args(s)
     add_limit_args(s)
     s.set_defaults(func=run_steer)
 
 
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        vals = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"{name} must be comma-separated numbers, got {text!r}") from None
-    if not all(math.isfinite(v) for v in vals):
-        raise InputError(f"{name} must be finite numbers, got {text!r}")
-    if not vals:
-        raise InputError(f"{name} is empty")
-    return vals
+Span = tuple[int, int]  # an inclusive range of layers as given (negative: from the top), never expanded here
 
 
-def parse_layers(text: str) -> list[int]:
-    """``"12"``, ``"10,12"``, ``"8-12"`` (inclusive) or a mix, as a list of ints."""
-    out: list[int] = []
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                continue
+def parse_layers(text: str) -> list[Span]:
+    """``"12"``, ``"10,12"``, ``"8-12"`` (inclusive) or a mix, as (first, last) spans: parsed by arithmetic only,
+    so ``0-999999999`` costs nothing before :func:`expand_layers` checks it against the model's depth."""
+    out: list[Span] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            raise InputError(f"bad layer list {show(text)}: an empty item; use 12, 10,12 or 8-12")
+        if len(part) > 40:
+            raise InputError(f"bad layer list {show(text)}: use 12, 10,12 or 8-12")
+        try:
             if "-" in part[1:]:
-                a, b = part[0] + part[1:].split("-", 1)[0], part[1:].split("-", 1)[1]
-                lo, hi = int(a), int(b)
-                out.extend(range(lo, hi + 1) if lo <= hi else range(lo, hi - 1, -1))
+                cut = part.index("-", 1)
+                out.append((int(part[:cut]), int(part[cut + 1:])))
             else:
-                out.append(int(part))
-    except ValueError:
-        raise InputError(f"bad layer list {text!r}: use 12, 10,12 or 8-12") from None
-    if not out:
-        raise InputError("empty layer list")
+                out.append((int(part), int(part)))
+        except ValueError:
+            raise InputError(f"bad layer list {show(text)}: use 12, 10,12 or 8-12") from None
+    return out
+
+
+def expand_layers(spans: list[Span], n_layers: int, text: str) -> list[int]:
+    """The layers of ``spans``, every end checked against the model's ``n_layers`` first (``-n_layers`` to
+    ``n_layers - 1``), so an expansion never exceeds the model's depth per span."""
+    for end in (x for span in spans for x in span):
+        if not -n_layers <= end < n_layers:
+            raise InputError(f"--layers {show(text)}: layer {end} out of range: the model has {n_layers} layers "
+                             f"(0 to {n_layers - 1}, or -{n_layers} to -1 from the top)")
+    out: list[int] = []
+    for lo, hi in spans:
+        a, b = lo % n_layers, hi % n_layers
+        out.extend(range(a, b + 1) if a <= b else range(a, b - 1, -1))
     return out
 
 
@@ -147,8 +155,6 @@ def run_power(args: argparse.Namespace) -> int:
     from ..idealised import dynamics, shared_weights
     from ..power import alignment, power_spectra
 
-    if args.shared_depth is not None and args.shared_depth < 1:
-        raise InputError("--shared-depth must be at least 1")
     texts = _texts(args)
     lm = load(args)
     if args.shared_layer is not None and not -lm.n_layers <= args.shared_layer < lm.n_layers:
@@ -187,17 +193,22 @@ def run_power(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mean(values: Iterable[float | int | None]) -> float:
+    """The mean of a column of steering rows; a rank that overflowed (None) or a NaN makes it NaN."""
+    vs = [math.nan if v is None else float(v) for v in values]
+    return sum(vs) / len(vs) if vs else math.nan
+
+
 def run_steer(args: argparse.Namespace) -> int:
     from ..steering import steering_sweep
 
     prompts = [read_text(p) for p in args.prompts]
-    sets = [parse_layers(v) for v in args.layers]
-    alphas = _floats(args.alpha, "--alpha")
-    add_alphas = _floats(args.add_alpha, "--add-alpha") if args.add_alpha else alphas
-    if args.max_new_tokens < 1:
-        raise InputError("--max-new-tokens must be at least 1")
+    spans = [parse_layers(v) for v in args.layers]
+    alphas = numbers_list(args.alpha, ALPHA, "--alpha")
+    add_alphas = numbers_list(args.add_alpha, ALPHA, "--add-alpha") if args.add_alpha is not None else alphas
     methods = ("eigen", "add") if args.method == "both" else (args.method,)
     lm = load(args)
+    sets = [expand_layers(sp, lm.n_layers, text) for sp, text in zip(spans, args.layers)]
     _plan_steer(lm, prompts, sum(len(sets) * len(alphas if m == "eigen" else add_alphas) for m in methods), args)
     sw = steering_sweep(lm, prompts, args.toward, sets, alphas, add_alphas=add_alphas, methods=methods,
                         max_new_tokens=args.max_new_tokens, progress=True)
@@ -207,9 +218,9 @@ def run_steer(args: argparse.Namespace) -> int:
             for a in (sw.alphas if m == "eigen" else sw.add_alphas):
                 rs = [r for r in sw.rows if r.method == m and r.layers == s and r.alpha == a]
                 n = len(rs)
-                rows.append([m, ",".join(map(str, s)), f"{a:g}", f"{sum(r.target_prob for r in rs) / n:.4f}",
-                             f"{sum(r.target_rank for r in rs) / n:.1f}", f"{sum(r.perplexity for r in rs) / n:.1f}",
-                             f"{sum(r.push for r in rs) / n:.2f}", escape(repr(rs[0].text))])
+                rows.append([m, ",".join(map(str, s)), f"{a:g}", f"{_mean(r.target_prob for r in rs):.4f}",
+                             f"{_mean(r.target_rank for r in rs):.1f}", f"{_mean(r.perplexity for r in rs):.1f}",
+                             f"{_mean(r.push for r in rs):.2f}", escape(repr(rs[0].text))])
     con = console(args)
     print_table(con, f"{lm.name}: steering toward {sw.target_token!r} (mean over {len(prompts)} prompts)",
                 ["method", "layers", Col("alpha", justify="right"), "p(target)", "rank (0 = top)", "ppl (unsteered)",

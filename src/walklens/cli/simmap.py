@@ -7,7 +7,6 @@ grading prompt (A.4), shipped with walklens as ``examples/grading_prompt.txt``.
 from __future__ import annotations
 
 import argparse
-import sys
 from importlib import resources
 from typing import Any
 
@@ -17,7 +16,7 @@ from ..errors import InputError
 from ..reports import simmap as simmap_report
 from .common import add_model_args, add_output_args, load, read_text, write_json
 from .limits import add_limit_args
-from .terminal import ParagraphHelp, console, print_table
+from .terminal import ParagraphHelp, console, print_table, written
 
 EXAMPLES = {"grading": "grading_prompt.txt"}
 
@@ -119,5 +118,5 @@ def run(args: argparse.Namespace) -> int:
         sub = f"{len(trace.tokens)} tokens" + (f"; example: {args.example}" if args.example else "")
         rep = simmap_report.build(maps, trace.tokens, title=f"Similarity maps — {lm.name}", subtitle=sub, block=b)
         path = rep.save(args.out)
-        sys.stderr.write(f"walklens: report written to {path}\n")
+        written(path)
     return 0

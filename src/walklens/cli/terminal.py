@@ -15,9 +15,10 @@ error.
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 from rich.console import Console
 from rich.table import Table
@@ -48,9 +49,24 @@ def console(args: argparse.Namespace | None = None, stderr: bool = False) -> Con
     return Console(stderr=stderr or getattr(args, "json", None) == STDOUT)
 
 
+#: control characters -> a visible escape (``\n``, ``\x00``): a path or a text with a newline stays on its line
+_FLAT = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7f, 0xa0))}
+
+
+def flat(text: str) -> str:
+    """``text`` on one line: its newlines and other control characters escaped visibly (``\n``)."""
+    return text.translate(_FLAT)
+
+
 def say(con: Console, text: str) -> None:
-    """Print a line of plain text (never markup), wrapped to the console's width."""
-    con.print(text, markup=False, highlight=False)
+    """Print one line of plain text (never markup; control characters escaped by :func:`flat`), wrapped to the
+    console's width."""
+    con.print(flat(text), markup=False, highlight=False)
+
+
+def written(path: Any) -> None:
+    """The success line of a report written to ``path`` (on stderr, one line whatever the path holds)."""
+    sys.stderr.write(f"walklens: report written to {flat(str(path))}\n")
 
 
 def cell_width(markup: str) -> int:

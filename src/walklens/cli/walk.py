@@ -18,7 +18,7 @@ from ..reports import walk as walk_report
 from ..reports.html import show
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, write_json
 from .limits import add_limit_args
-from .terminal import Col, ParagraphHelp, console, print_table
+from .terminal import Col, ParagraphHelp, console, print_table, written
 
 MAX_TERMINAL_COLS = 12
 MAX_TERMINAL_ROWS = 64
@@ -193,5 +193,5 @@ def run(args: argparse.Namespace) -> int:
         rep = walk_report.build(walks, labels, title=f"Encoding walk — {lm.name}",
                                 subtitle=f"text: {text[:300]!r} ({len(trace.tokens)} tokens)")
         path = rep.save(args.out)
-        sys.stderr.write(f"walklens: report written to {path}\n")
+        written(path)
     return 0

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InputError
+from ..numbers import NON_NEGATIVE, POSITIVE, SEED, NumberError, Range
 from ..precision import DTYPES
 from .data import FEWSHOT_SEED, HF_PREFIX
 from .grid import GridSpec, read_toml
@@ -107,22 +108,23 @@ class _Reader:
         return v
 
     def integer(self, v: Any, key: str, lo: int, hi: int | None = None) -> int:
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo or (hi is not None and v >= hi):
-            span = f"from {lo}" + (f" to {hi - 1}" if hi is not None else "")
-            raise self.fail(key, f"must be an integer {span}, not {_show(v)}")
-        return v
+        return self.number_in(v, key, Range(lo, None if hi is None else hi - 1, integer=True))
 
     def number(self, v: Any, key: str, positive: bool) -> float:
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (positive and v == 0) or v != v \
-                or v == float("inf"):
-            raise self.fail(key, f"must be a {'positive' if positive else 'non-negative'} number, not {_show(v)}")
-        return float(v)
+        return self.number_in(v, key, POSITIVE if positive else NON_NEGATIVE)
 
-    def int_list(self, v: Any, key: str, lo: int, hi: int | None = None, allowed: Sequence[int] | None = None
-                 ) -> tuple[int, ...]:
+    def number_in(self, v: Any, key: str, rng: Range) -> Any:
+        """``v`` checked by the shared :class:`walklens.numbers.Range` ``rng``; refused as ``FILE: key: ...``."""
+        try:
+            return rng.check(v)
+        except NumberError as e:
+            raise self.fail(key, str(e)) from None
+
+    def int_list(self, v: Any, key: str, lo: int, hi: int | None = None, allowed: Sequence[int] | None = None,
+                 rng: Range | None = None) -> tuple[int, ...]:
         if not isinstance(v, list) or not v:
             raise self.fail(key, f"must be a non-empty list, not {_show(v)}")
-        out = tuple(self.integer(x, key, lo, hi) for x in v)
+        out = tuple(self.integer(x, key, lo, hi) if rng is None else self.number_in(x, key, rng) for x in v)
         if allowed is not None and any(x not in allowed for x in out):
             raise self.fail(key, f"values must be among {list(allowed)}, not {_show(v)}")
         if len(set(out)) != len(out):
@@ -272,7 +274,7 @@ def read_experiment(path: str | Path) -> Experiment:
     return Experiment(
         path=p, models=_models(r, doc["models"]), tests=tests, grids=_grids(r, doc, tests, layers),
         shots=r.int_list(doc["shots"], "shots", 0) if "shots" in doc else (0,),
-        seeds=r.int_list(doc["seeds"], "seeds", 0, SEED_LIMIT) if "seeds" in doc else (FEWSHOT_SEED,),
+        seeds=r.int_list(doc["seeds"], "seeds", 0, rng=SEED) if "seeds" in doc else (FEWSHOT_SEED,),
         items=_items(r, doc["items"]) if "items" in doc else (0, None), layers=layers, data=data,
         db=r.relative(r.string(doc["db"], "db")) if "db" in doc else None, cache=cache,
         backend=_backend(r, doc["backend"]) if "backend" in doc else {})

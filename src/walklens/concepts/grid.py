@@ -75,6 +75,8 @@ def read_toml(p: Path, kind: str) -> dict[str, Any]:
         raise InputError(f"{p}: not UTF-8 text (undecodable byte at offset {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{p}: not valid TOML ({e})") from None
+    except RecursionError:  # the parser recurses once per level of nested arrays or inline tables
+        raise InputError(f"{p}: arrays or inline tables nested too deeply to read") from None
     except OSError as e:
         raise InputError(f"{p}: cannot be read ({e.strerror})") from None
 

@@ -45,6 +45,16 @@ def _esc(x: Any) -> str:
     return html.escape(str(x))
 
 
+#: control characters (C0, DEL, C1) -> a visible escape: a NUL or an ESC in a cell shows as ``\x00``, ``\x1b``
+_CONTROL = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7f, 0xa0)) if c not in (0x09, 0x0a)}
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters escaped visibly (``\x00``), tabs and newlines kept: what a table
+    cell of a report shows of a prompt or a continuation."""
+    return text.translate(_CONTROL)
+
+
 def show(tok: str) -> str:
     """A token as a visible label: whitespace and control characters escaped (``'\\n'``), nothing else."""
     return repr(tok)[1:-1] if tok else "∅"
@@ -114,7 +124,7 @@ class Report:
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "{:.4g}") -> Report:
         def cell(v: Any) -> str:
-            return _esc(fmt.format(v)) if isinstance(v, float) else _esc(v)
+            return _esc(fmt.format(v)) if isinstance(v, float) else _esc(visible(str(v)))
 
         head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
         body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in r) + "</tr>" for r in rows)

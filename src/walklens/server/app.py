@@ -25,7 +25,7 @@ from . import api_heads, api_power, api_sweeps, api_walks
 from .bounds import (MAX_ALPHA, MAX_ATTN_TOKENS, MAX_CELLS, MAX_K, MAX_NEW_TOKENS, MAX_STEER_TOKENS, MAX_TEXT_CHARS,
                      MAX_TOKENS)
 from .routing import api, error
-from .security import Guard, allowed_hosts, new_token
+from .security import Guard, allowed_hosts, asset_cookie, new_token
 from .state import Explorer
 
 #: the files the page loads: name -> (package, path inside it, media type)
@@ -50,9 +50,12 @@ def describe(explorer: Explorer) -> None:
 
 
 async def index(request: Request) -> Response:
-    """The page, with the token in its assets' URLs (the token is URL-safe: ``[A-Za-z0-9_-]``)."""
-    html = _read("walklens.server", "static/index.html").replace("{{TOKEN}}", request.app.state.token)
-    return Response(html, media_type="text/html; charset=utf-8")
+    """The page.  Its assets' URLs carry no token (a URL shows in consoles, stack traces and logs): the first
+    authenticated load sets the token as an HttpOnly, SameSite=Strict cookie limited to ``/static/``, which the
+    :class:`~.security.Guard` accepts for the assets only; the API still takes the token in its header."""
+    response = Response(_read("walklens.server", "static/index.html"), media_type="text/html; charset=utf-8")
+    response.headers.append("set-cookie", asset_cookie(request.app.state.token, request.url.port))
+    return response
 
 
 async def asset(request: Request) -> Response:

@@ -17,15 +17,17 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import WalklensError
+from ..numbers import MAX_ALPHA as MAX_ALPHA  # |alpha| of steering, the command line's bound too
+from ..numbers import NumberError, Range
 
 MAX_BODY = 256 * 1024  # bytes of a request body
+MAX_DEPTH = 32  # levels of nesting of a request body (lists and objects)
 MAX_TEXT_CHARS = 20_000  # characters of a text, a prompt or a target
 MAX_TOKENS = 2048  # tokens of a text read by the walk, the similarity map, power and compare views
 MAX_ATTN_TOKENS = 512  # the attention view keeps every layer's [heads, T, T] probabilities
 MAX_K = 50  # nearest tokens of a cell or a decoding step
 MAX_NEW_TOKENS = 64  # generated tokens of a decoding walk
 MAX_STEER_TOKENS = 32  # generated tokens of each steered / unsteered continuation
-MAX_ALPHA = 1e6  # |alpha| of the steering playground
 MAX_CELLS = 65_536  # cells of one map in a response (larger maps are reduced by blocks of positions)
 DIGITS = 5  # decimals of the floats in a response
 
@@ -67,25 +69,22 @@ def text_arg(body: dict[str, Any], name: str = "text", required: bool = True) ->
 
 
 def int_arg(body: dict[str, Any], name: str, default: int | None, lo: int, hi: int) -> int:
-    """An integer in [lo, hi] (booleans and floats with a fraction are refused)."""
-    v = _get(body, name, default)
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ApiError(f"{name} must be an integer from {lo} to {hi}")
-    if not lo <= v <= hi:
-        raise ApiError(f"{name} must be from {lo} to {hi}, not {v}")
-    return v
+    """An integer in [lo, hi] (booleans and floats with a fraction are refused): the shared check of
+    :mod:`walklens.numbers`, its refusal a 400."""
+    return number_arg(body, name, default, Range(lo, hi, integer=True))
 
 
 def float_arg(body: dict[str, Any], name: str, default: float, bound: float) -> float:
-    """A finite number with |x| <= bound."""
-    v = _get(body, name, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ApiError(f"{name} must be a finite number")
-    if abs(v) > bound:
-        raise ApiError(f"{name} must be within ±{bound:g}, not {v:g}")
-    return float(v)
+    """A finite number with |x| <= bound (a huge integer is refused, never converted)."""
+    return number_arg(body, name, default, Range(-bound, bound))
+
+
+def number_arg(body: dict[str, Any], name: str, default: Any, rng: Range) -> Any:
+    """``body[name]`` (``default`` when absent or null) checked by ``rng`` (:class:`walklens.numbers.Range`)."""
+    try:
+        return rng.check(_get(body, name, default), name)
+    except NumberError as e:
+        raise ApiError(str(e)) from None
 
 
 def choice_arg(body: dict[str, Any], name: str, default: str, choices: Sequence[str]) -> str:

@@ -14,7 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..outputs import jsonable
-from .bounds import DIGITS, ApiError
+from .bounds import DIGITS, MAX_BODY, MAX_DEPTH, ApiError
+from .security import BodyTooLarge
 from .state import Cancelled, Explorer
 
 log = logging.getLogger("walklens.server")
@@ -32,17 +33,49 @@ def error(message: str, status: int) -> Response:
 
 
 async def read_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object (GET: its query parameters, token excluded)."""
+    """The request's JSON object (GET: its query parameters, token excluded), checked by :func:`check_json`.
+    A streamed body over :data:`~.bounds.MAX_BODY` is a 413; unparsable JSON (an integer of more than 4,300
+    digits included) a 400."""
     if request.method == "GET":
-        return {k: v for k, v in request.query_params.items() if k != "token"}
-    raw = await request.body()
-    try:
-        body = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError("the request body is not valid JSON") from None
+        body: Any = {k: v for k, v in request.query_params.items() if k != "token"}
+    else:
+        try:
+            raw = await request.body()
+        except BodyTooLarge:
+            raise ApiError(f"request body over {MAX_BODY // 1024} KiB", 413) from None
+        try:
+            body = json.loads(raw or b"{}")
+        except RecursionError:
+            raise ApiError(f"the request body is nested more than {MAX_DEPTH} levels deep") from None
+        except (ValueError, UnicodeDecodeError):
+            raise ApiError("the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise ApiError("the request body must be a JSON object")
+    check_json(body)
     return body
+
+
+def check_json(value: Any) -> None:
+    """Refuse (400) a request value nested more than :data:`~.bounds.MAX_DEPTH` levels deep or holding a
+    string that is not Unicode text (a lone surrogate such as ``"\ud800"``, which JSON can escape but no
+    tokenizer or UTF-8 encoder accepts).  Iterative: a deep value never recurses here."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise ApiError(f"the request body is nested more than {MAX_DEPTH} levels deep")
+            items = list(v.items()) if isinstance(v, dict) else [(None, x) for x in v]
+            for k, x in items:
+                if k is not None:
+                    stack.append((k, depth))
+                stack.append((x, depth + 1))
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ApiError(f"a string of the request holds a lone surrogate ({v[e.start]!r} at character "
+                               f"{e.start}); send Unicode text") from None
 
 
 def api(handler: Handler | None = None, *, exact: bool = False) -> Any:

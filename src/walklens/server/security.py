@@ -1,8 +1,9 @@
 """The explorer's guard: every request passes here before any route runs (a plain ASGI middleware).
 
 - **Token.** ``secrets.token_urlsafe`` at start; a request must carry it in the ``X-Walklens-Token`` header
-  or the ``token`` query parameter (the page's own assets and API calls do), compared in constant time.
-  Otherwise 403.
+  (the page's API calls do) or the ``token`` query parameter (the printed URL), compared in constant time.
+  Otherwise 403.  The page's assets (``GET /static/...``) may carry it instead in the cookie the page sets
+  (:func:`asset_cookie`: HttpOnly, SameSite=Strict, path ``/static/``), so no asset URL holds the token.
 - **Host.** The ``Host`` header must name the bound address and port (``127.0.0.1:PORT``, and
   ``localhost:PORT`` when bound to a loopback address): a page on another domain that re-binds its DNS name to
   127.0.0.1 (DNS rebinding) sends its own name and is refused (403).  An ``Origin`` header, when present, must
@@ -99,16 +100,27 @@ class Guard:
         origin = headers.get("origin")
         if origin is not None and origin.split("://", 1)[-1] not in self.hosts:
             return 403, "cross-origin request refused"
-        given = headers.get(TOKEN_HEADER)
-        if given is None:
-            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            given = (query.get("token") or [None])[0]
-        if not given or not secrets.compare_digest(given.encode(), self.token.encode()):
+        if not self._authorised(scope, headers):
             return 403, "missing or wrong access token (open the URL walklens serve printed)"
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
             return 413, f"request body over {MAX_BODY // 1024} KiB"
         return None
+
+    def _authorised(self, scope: Scope, headers: dict[str, str]) -> bool:
+        """The token in the header, the query, or (a ``GET /static/...`` only) the asset cookie."""
+        given = headers.get(TOKEN_HEADER)
+        if given is None:
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            given = (query.get("token") or [None])[0]
+        if given is not None:
+            return self._matches(given)
+        if scope.get("method") == "GET" and str(scope.get("path", "")).startswith(ASSET_PATH):
+            return any(self._matches(v) for k, v in _cookies(headers.get("cookie", "")) if k.startswith(COOKIE))
+        return False
+
+    def _matches(self, given: str) -> bool:
+        return bool(given) and secrets.compare_digest(given.encode("utf-8", "replace"), self.token.encode())
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[dict[str, Any]]],
                        send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
@@ -142,6 +154,27 @@ class Guard:
             await self.app(scope, limited, secured)
         except BodyTooLarge:
             await self._refuse(send, 413, f"request body over {MAX_BODY // 1024} KiB")
+
+
+COOKIE = "walklens_token"  # the asset cookie's name, followed by the port: explorers on other ports keep theirs
+ASSET_PATH = "/static/"
+
+
+def asset_cookie(token: str, port: int | None) -> str:
+    """The ``Set-Cookie`` value that lets the page load its assets without the token in their URLs: HttpOnly
+    (no script reads it), SameSite=Strict (no other site's request carries it), path ``/static/`` (the API never
+    accepts it), for this browser session only."""
+    return f"{COOKIE}_{port or 0}={token}; Path={ASSET_PATH}; HttpOnly; SameSite=Strict"
+
+
+def _cookies(header: str) -> list[tuple[str, str]]:
+    """The (name, value) pairs of a ``Cookie`` header."""
+    out = []
+    for part in header.split(";"):
+        name, sep, value = part.strip().partition("=")
+        if sep:
+            out.append((name.strip(), value.strip()))
+    return out
 
 
 class BodyTooLarge(Exception):

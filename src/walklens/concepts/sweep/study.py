@@ -56,10 +56,15 @@ def study_items(exp: Experiment) -> tuple[list[HellaswagItem], list[HellaswagIte
     items = items[start:]
     pool = None
     if any(exp.shots):
-        if exp.data is not None and str(exp.data).startswith(HF_PREFIX):
+        hub = exp.data is not None and str(exp.data).startswith(HF_PREFIX)
+        if hub:
             pool = load_hellaswag(exp.data, split="train")
         elif start or stop is not None:
             pool = load_hellaswag(exp.data)
+        others = len(pool if pool is not None else items) - (0 if hub else 1)  # the query is never its own shot
+        if max(exp.shots) > others:
+            raise InputError(f"{exp.path}: shots: {max(exp.shots)}-shot needs {max(exp.shots)} other items in the "
+                             f"few-shot pool, which has {others}")
     return items, pool, data_id(exp.data)
 
 
