@@ -27,6 +27,7 @@ import numpy as np
 
 from ...errors import InputError
 from ...sqlite import closed_on_error, tables, transaction
+from ..schemes import Scheme
 from ..stats import Cells, Counts, cell_counts, count_cells
 from .db import FIX, Row, connect, int_list, open_tables, str_list
 
@@ -133,8 +134,6 @@ def _group_row(path: Path, rowid: Any, ctx: Any, outs: Any, mets: Any, acc: Any,
 def _check_names(path: Path, rowid: Any, ctx: str, outs: list[str], seen: set[str]) -> None:
     """The group's scheme names parse (:meth:`~..schemes.Scheme.parse`): its context part, and each output part
     not met before in the run (``seen``), so the cost is one parse per group and per distinct output part."""
-    from ..schemes import Scheme
-
     r = Row(path, "sweep_groups", f"rowid={rowid}")
     for field, name in [("context", ctx)] + [("outs", f"{ctx},{o}") for o in outs if o and o not in seen]:
         try:
