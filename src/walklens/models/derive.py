@@ -364,14 +364,32 @@ def _identity_ok(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor, out: torch.T
     return close(rec, out.double(), tol)
 
 
-def derive_roles(model: nn.Module) -> Roles:
-    """Find and confirm the roles of a float32 causal LM (see the module docstring), or refuse in one line."""
+@dataclass(frozen=True)
+class _Skeleton:
+    """What the names and the config say, before the probe confirms anything."""
+
+    model_type: str
+    n_layers_attr: str
+    embed: str
+    unembed: str
+    layers_path: str
+    layers: nn.ModuleList
+    attn: str
+    mlp: str
+    proj: tuple[str, str, str, str]
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+
+
+def _skeleton(model: nn.Module) -> _Skeleton:
+    """The candidate modules of each role, by the names families use, or one refusal naming what was tried."""
     cfg = model.config
     mt = str(getattr(cfg, "model_type", "?"))
     found = _config_int(cfg, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     if found is None:
         raise _refuse(mt, "the config names no layer count", "num_hidden_layers, n_layer, num_layers")
-    n_attr, L = found
+    L = found[1]
     embed = _path_of(model, model.get_input_embeddings())
     head = model.get_output_embeddings()
     unembed = _path_of(model, head) if head is not None else None
@@ -381,13 +399,11 @@ def derive_roles(model: nn.Module) -> Roles:
     if not lists:
         raise _refuse(mt, f"no list of {L} layers", "every nn.ModuleList of the model")
     layers_path, layers = lists[0]
-    layer = layers[0]
-    attn, mlp = _first(layer, ATTN_NAMES), _first(layer, MLP_NAMES)
+    attn, mlp = _first(layers[0], ATTN_NAMES), _first(layers[0], MLP_NAMES)
     if attn is None or mlp is None:
         raise _refuse(mt, "no attention or MLP module in a layer",
                       f"{layers_path}.0.{{{','.join(ATTN_NAMES + MLP_NAMES)}}}")
-    attn_mod = get_module(layer, attn)
-    proj = _projections(attn_mod)
+    proj = _projections(get_module(layers[0], attn))
     if proj is None:
         raise _refuse(mt, "no q/k/v/o projections in the attention module",
                       f"{layers_path}.0.{attn}.{{{','.join(Q_NAMES + QKV_NAMES + O_NAMES)}}}")
@@ -396,44 +412,61 @@ def derive_roles(model: nn.Module) -> Roles:
         raise _refuse(mt, "the config names no head count", "num_attention_heads, n_head, num_heads")
     H = heads[1]
     kv = _config_int(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv")
-    H_kv = 1 if getattr(cfg, "multi_query", False) else (kv[1] if kv else H)
-    D = model.get_input_embeddings().weight.shape[1]
     d = _config_int(cfg, "head_dim")
-    d_head = d[1] if d else D // H
+    D = model.get_input_embeddings().weight.shape[1]
+    return _Skeleton(mt, found[0], embed, unembed, layers_path, layers, attn, mlp, proj, H,
+                     1 if getattr(cfg, "multi_query", False) else (kv[1] if kv else H), d[1] if d else D // H)
 
-    watched = {"layer": layer, attn: attn_mod, mlp: get_module(layer, mlp), "model": model}
+
+def _run_probe(model: nn.Module, sk: _Skeleton) -> tuple[Probe, torch.Tensor]:
+    """One forward pass over :data:`PROBE_LEN` token ids with every position id 0 (rotation-free), recording the
+    first and last layer, its attention, MLP and norms and the body's norms; returns the probe and the logits."""
+    layer = sk.layers[0]
+    watched = {"layer": layer, sk.attn: get_module(layer, sk.attn), sk.mlp: get_module(layer, sk.mlp),
+               "last": sk.layers[len(sk.layers) - 1]}
     watched.update({n: m for n, m in layer.named_children() if _is_norm(m)})
     watched.update({f"final:{n}": m for n, m in model.base_model.named_children() if _is_norm(m)})
-    watched["last"] = layers[L - 1]
     probe = Probe(watched, PROBE_TOL.get(model.get_input_embeddings().weight.dtype, 1e-4))
     ids = (torch.arange(PROBE_LEN) * 7 + 3) % int(model.get_input_embeddings().weight.shape[0])
     dev = next(model.parameters()).device
+    # an explicit mask: without one, transformers reads position ids that repeat 0 as packed sequences
     kw: dict[str, Any] = {"input_ids": ids[None].to(dev), "use_cache": False,
-                          "attention_mask": torch.ones_like(ids)[None].to(dev)}  # else zero position ids read as packing
+                          "attention_mask": torch.ones_like(ids)[None].to(dev)}
     try:
         try:
-            logits = probe.run(model, **kw, position_ids=torch.zeros_like(ids)[None].to(dev)).logits[0].double()
+            out = probe.run(model, **kw, position_ids=torch.zeros_like(ids)[None].to(dev))
         except TypeError:  # no position ids: the positions are not a rotation or a learned table of ids
-            logits = probe.run(model, **kw).logits[0].double()
+            out = probe.run(model, **kw)
     except Exception as e:  # the model's own forward fails on the probe: nothing can be confirmed
-        raise _refuse(mt, f"the probe forward pass failed ({type(e).__name__}: {' '.join(str(e).split())[:160]})",
-                      f"{PROBE_LEN} token ids") from None
-    lr = _layer_roles(probe, layer, attn, mlp)
+        raise _refuse(sk.model_type, f"the probe forward pass failed ({type(e).__name__}: "
+                                     f"{' '.join(str(e).split())[:160]})", f"{PROBE_LEN} token ids") from None
+    return probe, out.logits[0].double()
+
+
+def derive_roles(model: nn.Module) -> Roles:
+    """Find and confirm the roles of a causal LM (see the module docstring), or refuse in one line."""
+    cfg = model.config
+    sk = _skeleton(model)
+    probe, logits = _run_probe(model, sk)
+    layer, attn_mod = sk.layers[0], get_module(sk.layers[0], sk.attn)
+    lr = _layer_roles(probe, layer, sk.attn, sk.mlp)
     if lr["residual"] is None:
-        raise _refuse(mt, "the layer's contributions do not add up to its output (resid_pre + attn_out + mlp_out "
-                          "!= resid_post for every norm placement tried)",
-                      f"{layers_path}.0.{{{attn},{mlp}}} with norms {sorted(lr['norms'].values()) or 'none'}")
-    final = _final_norm(model, probe, probe.outs.get("last"))
-    roles = Roles(model_type=mt, embed=embed, unembed=unembed, layers=layers_path, attn=attn, mlp=mlp,
-                  attn_out=lr["attn_out"], mlp_out=lr["mlp_out"], final_norm=final, norms=lr["norms"],
-                  residual=lr["residual"], position=_position(model, cfg), q=proj[0], k=proj[1], v=proj[2],
-                  o=proj[3], layout="blocks" if proj[1] == "" else "separate", conv1d=_is_conv1d(attn_mod, proj[3]),
-                  n_heads=H, n_kv_heads=H_kv, d_head=d_head,
-                  scale=float(getattr(attn_mod, "scaling", None) or 1 / math.sqrt(d_head)), n_layers_attr=n_attr,
+        raise _refuse(sk.model_type, "the layer's contributions do not add up to its output (resid_pre + attn_out + "
+                                     "mlp_out != resid_post for every norm placement tried)",
+                      f"{sk.layers_path}.0.{{{sk.attn},{sk.mlp}}} with norms {sorted(lr['norms'].values()) or 'none'}")
+    q, k, v, o = sk.proj
+    roles = Roles(model_type=sk.model_type, embed=sk.embed, unembed=sk.unembed, layers=sk.layers_path, attn=sk.attn,
+                  mlp=sk.mlp, attn_out=lr["attn_out"], mlp_out=lr["mlp_out"],
+                  final_norm=_final_norm(model, probe, probe.outs.get("last")), norms=lr["norms"],
+                  residual=lr["residual"], position=_position(model, cfg), q=q, k=k, v=v, o=o,
+                  layout="blocks" if k == "" else "separate", conv1d=_is_conv1d(attn_mod, o), n_heads=sk.n_heads,
+                  n_kv_heads=sk.n_kv_heads, d_head=sk.d_head,
+                  scale=float(getattr(attn_mod, "scaling", None) or 1 / math.sqrt(sk.d_head)),
+                  n_layers_attr=sk.n_layers_attr,
                   act_attr=next((a for a in ("hidden_act", "hidden_activation", "activation_function")
                                  if isinstance(getattr(cfg, a, None), str)), "hidden_act"),
                   qk_norm=any(has_module(attn_mod, n) for n in QK_NORM_NAMES),
-                  act_module=_first(get_module(layer, mlp), ACT_NAMES))
+                  act_module=_first(get_module(layer, sk.mlp), ACT_NAMES))
     roles = _logit_roles(roles, model, probe, logits)
     return _attention_roles(roles, model, probe)
 
@@ -485,8 +518,8 @@ def _logit_roles(roles: Roles, model: nn.Module, probe: Probe, logits: torch.Ten
                       f"{roles.final_norm} -> {roles.unembed}, soft-cap {softcap}, scale {scale}")
     limits = dict(roles.limits)
     if softcap or scale:
-        limits["logit_linear"] = f"logits are {'soft-capped' if softcap else ''}{' and ' if softcap and scale else ''}" \
-                                 f"{'scaled by ' + scale[0] if scale else ''} (applied exactly by the logit lens)"
+        how = " and ".join(([f"scaled by {scale[0]}"] if scale else []) + (["soft-capped"] if softcap else []))
+        limits["logit_linear"] = f"logits are {how} (applied exactly by the logit lens)"
     return replace(roles, limits=limits)
 
 
