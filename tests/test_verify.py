@@ -91,7 +91,9 @@ def test_derived_roles_render_as_an_adapter_file(tmp_path):
     text = derive.render(roles)
     ns: dict = {}
     exec(compile(text.replace("from .derive import", "from walklens.models.derive import"), "f.py", "exec"), ns)
-    assert ns["ROLES"] == roles and ns["ADAPTER"].family == "derived:arcee"
+    assert ns["ROLES"] == roles and ns["ADAPTER"].family == "arcee"  # kept in models/, a family of its own
+    lm = walklens.wrap(tiny_model("arcee").model, tiny_model("arcee").tokenizer, adapter=ns["ADAPTER"])
+    assert verify(lm, texts=TEXT, quick=True).passed
 
 
 def test_load_model_derives_caches_and_cli(tmp_path, monkeypatch, capsys):

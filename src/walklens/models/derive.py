@@ -177,13 +177,14 @@ def _activation(roles: Roles) -> Callable[[nn.Module, int], Callable[[torch.Tens
     return fn
 
 
-def build_adapter(roles: Roles) -> Adapter:
-    """The declarative :class:`Adapter` these roles describe (``family = "derived:<model_type>"``)."""
+def build_adapter(roles: Roles, family: str | None = None) -> Adapter:
+    """The declarative :class:`Adapter` these roles describe; ``family`` defaults to ``"derived:<model_type>"``
+    (a reviewed file kept in ``models/`` names the family itself)."""
     spec = StackSpec(name="", layers=roles.layers, attn=roles.attn, attn_out=roles.attn_out, mlp_out=roles.mlp_out,
                      final_norm=roles.final_norm, norms=dict(roles.norms),
                      attn_proj=roles.attn if roles.attn_out != roles.attn else None)
     attr = roles.n_layers_attr
-    return Adapter(family=f"derived:{roles.model_type}", model_types=(roles.model_type,), auto_class="causal",
+    return Adapter(family=family or f"derived:{roles.model_type}", model_types=(roles.model_type,), auto_class="causal",
                    embed=roles.embed, stacks=(spec,), position=roles.position, residual=roles.residual,
                    head_weights_fn=head_weights_from(roles), logits_fn=_logits_fn(roles),
                    n_layers_fn=lambda c: getattr(c, attr), mlp_act_fn=_activation(roles),
@@ -196,7 +197,7 @@ def render(roles: Roles) -> str:
     return (f'"""{roles.model_type}: an adapter derived by walklens from the module tree and confirmed by its '
             f'parity checks\n(`walklens verify`).  Review the roles, then keep this file as the family\'s '
             f'adapter."""\n\nfrom __future__ import annotations\n\nfrom .derive import Roles, build_adapter\n\n'
-            f"ROLES = Roles(\n{fields},\n)\n\nADAPTER = build_adapter(ROLES)\n")
+            f"ROLES = Roles(\n{fields},\n)\n\nADAPTER = build_adapter(ROLES, family={roles.model_type!r})\n")
 
 
 # ---- finding the roles ---------------------------------------------------------------------------------------
