@@ -32,7 +32,8 @@ from .attention import attention_identity, head_matrices
 from .capture import capture
 from .decoding import decoding_walk
 from .models.base import get_module, has_module
-from .models.derive import ACT_NAMES, MLP_NAMES, QK_NORM_NAMES, Probe, scores_error
+from .models.derive import ACT_NAMES, MLP_NAMES, QK_NORM_NAMES
+from .models.probe import Probe, scores_error
 from .precision import UNIT_ROUNDOFF, dtype_name
 
 if TYPE_CHECKING:

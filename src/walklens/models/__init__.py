@@ -15,7 +15,7 @@ from ..errors import UnsupportedFamilyError
 from .base import Adapter, HeadWeights, StackSpec, get_module
 
 #: Modules of this package that are machinery, not families.
-_NOT_FAMILIES = frozenset({"base", "derive", "layouts"})
+_NOT_FAMILIES = frozenset({"base", "derive", "probe"})
 
 
 def _discover() -> dict[str, Adapter]:

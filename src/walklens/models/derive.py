@@ -26,10 +26,9 @@ import torch
 from torch import nn
 
 from ..errors import UnsupportedFamilyError
-from ..hooks import Hooks
-from ..precision import UNIT_ROUNDOFF
 from .base import (Adapter, HeadWeights, Position, Residual, StackSpec, act_from_config, fold_rope_factor, get_module,
                    has_module, lm_head_logits, sliding_window_limit, zeros_or)
+from .probe import PROBE_TOL, Probe, close, identity_ok, scores_error
 
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention", "mixer")
 MLP_NAMES = ("mlp", "feed_forward", "ffn", "block_sparse_moe", "moe", "feedforward")
@@ -87,11 +86,6 @@ def _weight(lin: nn.Module, conv1d: bool) -> torch.Tensor:
     """A projection's weight as [out, in] (nn.Linear's layout)."""
     w = lin.weight.detach()
     return w.t() if conv1d else w
-
-
-def _rows(w: torch.Tensor, b: torch.Tensor, n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """[n*d, D] weight and [n*d] bias as row-convention [n, D, d] and [n, d]."""
-    return w.reshape(n, d, -1).transpose(1, 2).contiguous(), b.reshape(n, d)
 
 
 def split_fused(w: torch.Tensor, b: torch.Tensor, layout: str, H: int, H_kv: int, d: int) -> list[torch.Tensor]:
@@ -227,57 +221,6 @@ def _refuse(model_type: str, check: str, tried: str) -> UnsupportedFamilyError:
                                   f"{check} (tried {tried})")
 
 
-class Probe:
-    """Inputs and outputs of the watched modules over one forward pass (first call of each)."""
-
-    def __init__(self, modules: dict[str, nn.Module], tol: float) -> None:
-        self.modules = modules
-        self.tol = tol
-        self.ins: dict[str, torch.Tensor] = {}
-        self.outs: dict[str, torch.Tensor] = {}
-        self.extra: dict[str, Any] = {}
-
-    def run(self, model: nn.Module, **kwargs: Any) -> Any:
-        with Hooks() as hooks, torch.no_grad():
-            for name, mod in self.modules.items():
-                hooks.pre(mod, self._pre(name), with_kwargs=True)
-                hooks.post(mod, self._post(name))
-            return model(**kwargs)
-
-    def _pre(self, name: str) -> Callable[..., None]:
-        def hook(_m: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-            x = args[0] if args else kwargs.get("hidden_states", kwargs.get("input"))
-            if isinstance(x, torch.Tensor) and name not in self.ins:
-                self.ins[name] = x.detach().float()
-        return hook
-
-    def _post(self, name: str) -> Callable[..., None]:
-        def hook(_m: nn.Module, _i: Any, out: Any) -> None:
-            if name in self.outs:
-                return
-            first = out[0] if isinstance(out, (tuple, list)) else out
-            if isinstance(first, torch.Tensor):
-                self.outs[name] = first.detach().float()
-            if isinstance(out, (tuple, list)):  # attention probabilities: the last 4-D tensor of the tuple
-                probs = [t for t in out[1:] if isinstance(t, torch.Tensor) and t.dim() == 4]
-                if probs:
-                    self.extra[name] = probs[-1].detach().double()
-        return hook
-
-
-#: relative tolerance of the probe's comparisons, per model dtype: float32 rounding is far below 1e-4; a 16-bit
-#: model rounds each sum to its unit roundoff (8 of them leave room without hiding a wrong role).
-PROBE_TOL = {torch.float32: 1e-4, **{dt: 8 * UNIT_ROUNDOFF[dt] for dt in (torch.bfloat16, torch.float16)}}
-
-
-def close(a: torch.Tensor | None, b: torch.Tensor | None, rel: float) -> bool:
-    """``a`` equals ``b`` to ``rel`` of b's scale."""
-    if a is None or b is None or a.shape != b.shape:
-        return False
-    scale = max(float(b.abs().max()), 1e-6)
-    return float((a - b).abs().max()) <= rel * scale
-
-
 def _layer_roles(probe: Probe, layer: nn.Module, attn: str, mlp: str) -> dict[str, Any]:
     """Norms and residual kind of layer 0 from the probe's tensors."""
     ins, outs = probe.ins, probe.outs
@@ -318,51 +261,6 @@ def _final_norm(model: nn.Module, probe: Probe, last_out: torch.Tensor | None) -
         if _is_norm(m) and close(probe.ins.get(f"final:{name}"), last_out, probe.tol):
             return f"{body}.{name}" if body else name
     return None
-
-
-def scores_error(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor, q_norm: nn.Module | None = None,
-                 k_norm: nn.Module | None = None, softcap: float | None = None) -> float:
-    """Max |attention probability rebuilt from W_q, W_k - the model's|, for X and A [H, T, T] recorded with every
-    position id 0: softmax(scale * q k^T + mask), with the family's own q/k norm modules applied to q and k (per
-    head, or over the full width, as their weights say) and its score soft-cap, where it has them.  The mask is
-    causal plus the model's own: entries its attention leaves at exactly 0 (a sliding window) stay masked."""
-    w = hw
-    X = X.double()
-    q = torch.einsum("td,hde->hte", X, w.w_q.double()) + w.b_q.double()[:, None]
-    k = torch.einsum("td,hde->hte", X, w.w_k.double()) + w.b_k.double()[:, None]
-    q, k = _normed(q, q_norm), _normed(k, k_norm)
-    k = k[list(w.kv_head)]
-    s = (q @ k.transpose(1, 2)) * w.scale
-    if softcap:
-        s = torch.tanh(s / softcap) * softcap
-    T = X.shape[0]
-    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1) | (A == 0), float("-inf"))
-    return float((s.softmax(-1) - A.double()).abs().max())
-
-
-def _normed(x: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:
-    """[n, T, d] through a q/k norm module, laid out as its weight says: [d] per head (Qwen 3, Gemma 3; StableLM's
-    list of per-head norms), [n*d] over the full width (OLMo 2), [n, d] one weight row per head (Cohere)."""
-    if norm is None:
-        return x
-    n, T, d = x.shape
-    p = next(norm.parameters(), None)
-    dt = p.dtype if p is not None else torch.float32
-    with torch.no_grad():
-        if p is not None and p.dim() == 1 and p.numel() == n * d:
-            return norm(x.transpose(0, 1).reshape(T, n * d).to(dt)).double().reshape(T, n, d).transpose(0, 1)
-        if p is not None and p.dim() == 2:
-            return norm(x.transpose(0, 1).to(dt)).double().transpose(0, 1)
-        return norm(x[None].to(dt))[0].double()  # [1, n, T, d]: StableLM's per-head norms split dim 1
-
-
-def _identity_ok(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor, out: torch.Tensor, tol: float) -> bool:
-    """The A.3 identity: sum_h A_h (X W_v,h + b_v,h) W_o,h + b_o equals the attention output."""
-    X = X.double()
-    v = torch.einsum("td,hde->hte", X, hw.w_v.double()) + hw.b_v.double()[:, None]
-    heads = A @ v[list(hw.kv_head)]  # [H, T, d]
-    rec = torch.einsum("hte,heD->tD", heads, hw.w_o.double()) + hw.b_o.double()
-    return close(rec, out.double(), tol)
 
 
 @dataclass(frozen=True)
@@ -541,7 +439,7 @@ def _attention_roles(roles: Roles, model: nn.Module, probe: Probe) -> Roles:
         except (RuntimeError, ValueError):
             tried.append(f"{layout} (shapes)")
             continue
-        if not _identity_ok(hw, X[0], A[0], out[0], probe.tol):
+        if not identity_ok(hw, X[0], A[0], out[0], probe.tol):
             tried.append(layout)
             continue
         limits = dict(cand.limits)
