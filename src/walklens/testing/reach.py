@@ -5,7 +5,8 @@ run in float32 and bfloat16 (docs/parity.md).
     python -m walklens.testing.reach --out docs/results/parity      # all types, two processes
     python -m walklens.testing.reach --types llama,qwen3 --out DIR   # some
 
-Each type runs in its own process (bounded memory and time: a default config can be huge), and lands in one
+Types run in child processes, a few per process (bounded memory and time: a default config can be huge; a type
+that kills its process is run again alone), and each lands in one
 group: ``adapter`` (an adapter file; the card passes), ``derived`` (a derived adapter; the card passes),
 ``refused`` (walklens refuses it in one line: the line is kept), ``card-fails`` (loaded but a check failed:
 none should be here), or ``no-tiny-model`` (transformers itself cannot build a tiny random model of it here;
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 MEMORY_LIMIT = 6 * 2**30
+#: types per child process (one import of torch and transformers for all of them)
+CHUNK = 8
 CHECKS = ("logits", "hidden_states", "residual", "attention_identity", "attention_scores", "decoding_walk",
           "mlp_activation")
 TIME_LIMIT = 240
@@ -42,7 +45,7 @@ def one(model_type: str) -> dict[str, Any]:
     from transformers.utils import logging
 
     from ..errors import WalklensError
-    from ..verify import verify
+    from ..verify import TEXTS, verify
     from . import tiny_model
 
     logging.set_verbosity_error()
@@ -57,7 +60,7 @@ def one(model_type: str) -> dict[str, Any]:
         except Exception as e:  # transformers cannot build this config at tiny sizes
             return {**rec, "group": "no-tiny-model", "why": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"}
         try:
-            card = verify(lm)
+            card = verify(lm, texts=TEXTS[:1])
         except WalklensError as e:
             return {**rec, "group": "refused", "why": " ".join(str(e).split())}
         except Exception as e:
@@ -71,22 +74,28 @@ def one(model_type: str) -> dict[str, Any]:
             "why": "" if passed else f"failed: {sorted({f for c in cards.values() for f in c['failed']})}"}
 
 
-def _child(model_type: str) -> dict[str, Any]:
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
+
+def _chunk(types: list[str]) -> list[dict[str, Any]]:
+    """Records of some types from one child process (one import of torch for all); the types a dead or stuck
+    child did not report are run again one per process, so one crash costs only its own type."""
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     try:
-        r = subprocess.run([sys.executable, "-m", "walklens.testing.reach", "--one", model_type], capture_output=True,
-                           text=True, timeout=TIME_LIMIT, preexec_fn=limit, env=env)
-    except subprocess.TimeoutExpired:
-        return {"model_type": model_type, "group": "no-tiny-model", "why": f"did not finish in {TIME_LIMIT} s"}
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        tail = " ".join(r.stderr.split())[-200:]
-        return {"model_type": model_type, "group": "no-tiny-model", "why": f"the process died (rc {r.returncode}): "
-                                                                           f"{tail}"}
-    return json.loads(lines[-1])
+        r = subprocess.run([sys.executable, "-m", "walklens.testing.reach", "--one", ",".join(types)],
+                           capture_output=True, text=True, timeout=TIME_LIMIT * len(types), preexec_fn=_limit, env=env)
+        out, err, rc = r.stdout, r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:
+        out, err, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "", "timeout"
+    got = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    done = {r["model_type"] for r in got}
+    missing = [t for t in types if t not in done]
+    if missing and len(types) == 1:
+        why = f"did not finish in {TIME_LIMIT} s" if rc == "timeout" else \
+            f"the process died (rc {rc}): {' '.join(str(err).split())[-200:]}"
+        return [{"model_type": types[0], "group": "no-tiny-model", "why": why}]
+    return got + [rec for t in missing for rec in _chunk([t])]
 
 
 def table(records: list[dict[str, Any]]) -> str:
@@ -164,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.docs).write_text(render_docs(Path(args.docs), Path(args.out)))
         return 0
     if args.one:
-        print(json.dumps(one(args.one)), flush=True)
+        for model_type in args.one.split(","):
+            print(json.dumps(one(model_type)), flush=True)
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -172,11 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     types = args.types.split(",") if args.types else [t for t in causal_types()
                                                        if t not in {r["model_type"] for r in old}]
     records = [r for r in old if r["model_type"] not in set(types)]
+    chunks = [types[i:i + CHUNK] for i in range(0, len(types), CHUNK)]
     with ThreadPoolExecutor(args.jobs) as pool:
-        for rec in pool.map(_child, types):
-            records.append(rec)
+        for recs in pool.map(_chunk, chunks):
+            records += recs
             _save(out, records)
-            print(f"{rec['model_type']:32s} {rec['group']:14s} {rec.get('why', '')[:100]}", flush=True)
+            for rec in recs:
+                print(f"{rec['model_type']:32s} {rec['group']:14s} {rec.get('why', '')[:100]}", flush=True)
     print(json.dumps({g: sum(r["group"] == g for r in records) for g in sorted({r["group"] for r in records})}))
     return 0
 
