@@ -23,3 +23,19 @@ def test_an_edited_number_is_caught(tmp_path):
     edited = tmp_path / "parity.md"
     edited.write_text(text.replace(line, line.replace("| pass |", "| FAIL |")))
     assert render_docs(edited, RESULTS) != edited.read_text()
+
+
+def test_reach_groups_each_type_and_resumes(tmp_path):
+    import json
+
+    from walklens.testing import reach
+
+    assert reach.main(["--types", "arcee,afmoe", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "reach.json").read_text())
+    groups = {r["model_type"]: r["group"] for r in doc["records"]}
+    assert groups == {"arcee": "derived", "afmoe": "refused"}
+    arcee = next(r for r in doc["records"] if r["model_type"] == "arcee")
+    assert arcee["cards"]["float32"]["passed"] and arcee["cards"]["bfloat16"]["passed"]
+    assert "| afmoe | refused |" in (tmp_path / "reach.md").read_text()
+    assert reach.main(["--types", "arcee", "--out", str(tmp_path)]) == 0  # again: the other record is kept
+    assert {r["model_type"] for r in json.loads((tmp_path / "reach.json").read_text())["records"]} == {"arcee", "afmoe"}
