@@ -225,7 +225,8 @@ def _dequantize_gguf(gguf: Path, target: Path) -> None:
     with warnings.catch_warnings(), _quiet_transformers():
         warnings.simplefilter("ignore")
         try:
-            check_family(transformers.AutoConfig.from_pretrained(**where).model_type)  # unsupported family: before de-quantizing
+            # an unsupported family is refused before de-quantizing
+            check_family(transformers.AutoConfig.from_pretrained(**where).model_type)
             tok = transformers.AutoTokenizer.from_pretrained(**where)
             q = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32)
             config = q.config

@@ -26,14 +26,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
-from torch import nn
 
 from .attention import attention_identity, head_matrices
 from .capture import capture
 from .decoding import decoding_walk
 from .models.base import get_module, has_module
-from .models.derive import ACT_NAMES, MLP_NAMES, QK_NORM_NAMES
-from .models.probe import Probe, scores_error
+from .models.derive import ACT_NAMES, MLP_NAMES
+from .models.probe import Probe, qk_norms, score_softcap, scores_error
 from .precision import UNIT_ROUNDOFF, dtype_name
 
 if TYPE_CHECKING:
@@ -147,23 +146,18 @@ def _residual(lm: LoadedModel, tr: Trace) -> tuple[float, dict[str, float]]:
     return max(errs), {"layers": float(tr.n_layers)}
 
 
-def _qk_terms(attn: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
-    """The attention module's own q and k norms, if it has them."""
-    pairs = [(q, k) for q, k in zip(QK_NORM_NAMES[::2], QK_NORM_NAMES[1::2]) if has_module(attn, q)]
-    return (get_module(attn, pairs[0][0]), get_module(attn, pairs[0][1])) if pairs else (None, None)
-
-
 def _scores(lm: LoadedModel, text: str) -> tuple[float | None, str]:
     """Scores rebuilt from W_q, W_k at position 0, with the family's q/k norms and score soft-cap applied exactly;
     not measurable where the family breaks ``qk_bilinear`` in another way, or a position bias is added."""
     cfg = lm.model.config
-    why = lm.adapter.broken(cfg).get("qk_bilinear")
+    broken = lm.adapter.broken(cfg)
+    why = broken.get("qk_rebuild") or broken.get("qk_bilinear")
     scheme = lm.adapter.position_scheme(cfg)
     layers = lm.adapter.layer_modules(lm.model)
     attns = {f"L{l}": get_module(m, lm.adapter.stack().attn) for l, m in enumerate(layers)}
-    softcap = getattr(cfg, "attn_logit_softcapping", None)
-    if why and not (softcap or _qk_terms(attns["L0"])[0] is not None):
-        return None, f"the family breaks qk_bilinear: {why}"
+    softcap = score_softcap(cfg)
+    if why and ("qk_rebuild" in broken or not (softcap or qk_norms(attns["L0"])[0] is not None)):
+        return None, f"the family breaks {'qk_rebuild' if 'qk_rebuild' in broken else 'qk_bilinear'}: {why}"
     if scheme in ("alibi", "t5_relative") or lm.adapter.auto_class != "causal":
         return None, f"position scheme {scheme!r} adds a bias that W_q, W_k do not hold"
     probe = Probe(attns, 0.0)
@@ -177,7 +171,7 @@ def _scores(lm: LoadedModel, text: str) -> tuple[float | None, str]:
     for l, name in enumerate(attns):
         if name in probe.extra and name in probe.ins:
             hw = head_matrices(lm, l).weights
-            errs.append(scores_error(hw, probe.ins[name][0], probe.extra[name][0], *_qk_terms(attns[name]),
+            errs.append(scores_error(hw, probe.ins[name][0], probe.extra[name][0], *qk_norms(attns[name]),
                                      softcap=softcap))
     if not errs:
         return None, "the attention modules return no probabilities"
@@ -194,14 +188,15 @@ def _decoding(lm: LoadedModel, text: str) -> tuple[float | None, str, dict[str, 
     with torch.no_grad():
         gen = lm.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
                                 num_beams=1, pad_token_id=pad if pad is not None else 0)[0, ids.shape[1]:].cpu()
-    same = int((gen[:len(dw.token_ids)] == dw.token_ids).sum())
+    m = min(len(gen), len(dw.token_ids))  # generate stops at an end-of-sequence token; the walk goes on
+    same = int((gen[:m] == dw.token_ids[:m]).sum())
     with torch.no_grad():
         lens = lm.adapter.logits(lm.model, dw.d.to(lm.device, lm.dtype)).double().softmax(-1).cpu()
     p = lens[torch.arange(len(dw.token_ids)), dw.token_ids]
     err = float((p - dw.probs.double()).abs().max())
-    if same != len(gen):
-        return float("inf"), f"{same} of {len(gen)} generated tokens agree with model.generate", {}
-    return err, "", {"tokens": float(len(gen))}
+    if same != m:
+        return float("inf"), f"{same} of {m} generated tokens agree with model.generate", {}
+    return err, "", {"tokens": float(m)}
 
 
 def _mlp_activation(lm: LoadedModel) -> tuple[float | None, str]:

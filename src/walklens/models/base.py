@@ -24,6 +24,7 @@ Position = Literal["learned", "rotary", "t5_relative", "alibi", "none"]
 #: Identities an analysis may rely on and a family may break (``Adapter.limits`` maps each one broken to why).
 IDENTITIES: dict[str, str] = {
     "qk_bilinear": "attention scores are scale * (x W_q + b_q)(y W_k + b_k)^T plus a position term (A.3)",
+    "qk_rebuild": "attention scores rebuild from W_q, W_k with the family's own q/k norms and score soft-cap",
     "logit_linear": "logits are final @ W_U^T + b, with no scale or soft-cap (eq. 12)",
     "dense_mlp": "each layer has one feed-forward network, applied to every token",
     "full_attention": "every position may attend to every earlier position (no sliding window)",

@@ -28,7 +28,7 @@ from torch import nn
 from ..errors import UnsupportedFamilyError
 from .base import (Adapter, HeadWeights, Position, Residual, StackSpec, act_from_config, fold_rope_factor, get_module,
                    has_module, lm_head_logits, sliding_window_limit, zeros_or)
-from .probe import PROBE_TOL, Probe, close, identity_ok, scores_error
+from .probe import PROBE_TOL, QK_NORM_NAMES, Probe, close, identity_ok, qk_norms, rows_sum_to_one, score_softcap, scores_error
 
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention", "mixer")
 MLP_NAMES = ("mlp", "feed_forward", "ffn", "block_sparse_moe", "moe", "feedforward")
@@ -36,7 +36,6 @@ Q_NAMES, K_NAMES, V_NAMES = (("q_proj", "query", "wq", "q_lin", "q"), ("k_proj",
                              ("v_proj", "value", "wv", "v_lin", "v"))
 O_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "out_lin", "o_lin", "o")
 QKV_NAMES = ("qkv_proj", "Wqkv", "c_attn", "query_key_value", "W_pack", "qkv")
-QK_NORM_NAMES = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "q_ln", "k_ln")
 LAYOUTS = ("blocks", "per_head", "grouped")
 #: config attributes that scale the logits: (attribute, multiply or divide)
 LOGIT_SCALES = (("logit_scale", "mul"), ("logits_scaling", "div"), ("output_multiplier", "mul"))
@@ -326,6 +325,12 @@ def _run_probe(model: nn.Module, sk: _Skeleton) -> tuple[Probe, torch.Tensor]:
     watched.update({n: m for n, m in layer.named_children() if _is_norm(m)})
     watched.update({f"final:{n}": m for n, m in model.base_model.named_children() if _is_norm(m)})
     probe = Probe(watched, PROBE_TOL.get(model.get_input_embeddings().weight.dtype, 1e-4))
+    return probe, _forward(probe, model, sk.model_type)
+
+
+def _forward(probe: Probe, model: nn.Module, model_type: str) -> torch.Tensor:
+    """The probe's forward pass over :data:`PROBE_LEN` token ids, every position id 0 where the model takes
+    position ids; its logits [T, V] in float64."""
     ids = (torch.arange(PROBE_LEN) * 7 + 3) % int(model.get_input_embeddings().weight.shape[0])
     dev = next(model.parameters()).device
     # an explicit mask: without one, transformers reads position ids that repeat 0 as packed sequences
@@ -337,9 +342,48 @@ def _run_probe(model: nn.Module, sk: _Skeleton) -> tuple[Probe, torch.Tensor]:
         except TypeError:  # no position ids: the positions are not a rotation or a learned table of ids
             out = probe.run(model, **kw)
     except Exception as e:  # the model's own forward fails on the probe: nothing can be confirmed
-        raise _refuse(sk.model_type, f"the probe forward pass failed ({type(e).__name__}: "
-                                     f"{' '.join(str(e).split())[:160]})", f"{PROBE_LEN} token ids") from None
-    return probe, out.logits[0].double()
+        raise _refuse(model_type, f"the probe forward pass failed ({type(e).__name__}: "
+                                  f"{' '.join(str(e).split())[:160]})", f"{PROBE_LEN} token ids") from None
+    return out.logits[0].double()
+
+
+def _confirm_every_layer(roles: Roles, model: nn.Module) -> Roles:
+    """The roles found on layer 0, checked on every layer in a second probe: the contributions add up to the
+    layer's output and the A.3 identity holds (else a refusal naming the layer); where the scores do not rebuild
+    from W_q, W_k on some layer, ``qk_bilinear`` is declared broken with the layers named."""
+    layers = get_module(model, roles.layers)
+    watched: dict[str, nn.Module] = {}
+    for l, layer in enumerate(layers):
+        watched.update({f"L{l}": layer, f"L{l}.attn": get_module(layer, roles.attn),
+                        f"L{l}.a": get_module(layer, roles.attn_out), f"L{l}.m": get_module(layer, roles.mlp_out)})
+    probe = Probe(watched, PROBE_TOL.get(model.get_input_embeddings().weight.dtype, 1e-4))
+    _forward(probe, model, roles.model_type)
+    weights, bad_scores = head_weights_from(roles), []
+    for l in range(len(layers)):
+        got = [probe.ins.get(f"L{l}"), probe.outs.get(f"L{l}.a"), probe.outs.get(f"L{l}.m"), probe.outs.get(f"L{l}")]
+        X, A, out = probe.ins.get(f"L{l}.attn"), probe.extra.get(f"L{l}.attn"), probe.outs.get(f"L{l}.attn")
+        if any(t is None for t in got) or not close(got[0] + got[1] + got[2], got[3], probe.tol):
+            raise _refuse(roles.model_type, f"layer {l}'s contributions do not add up to its output (the roles "
+                                            f"found on layer 0 do not hold there)", f"{roles.layers}.{l}")
+        try:
+            hw = weights(watched[f"L{l}.attn"], model.config)
+            ok = X is not None and A is not None and out is not None and identity_ok(hw, X[0], A[0], out[0], probe.tol)
+        except (RuntimeError, ValueError):
+            ok = False
+        if not ok:
+            sinks = A is not None and not rows_sum_to_one(A[0], probe.tol)
+            raise _refuse(roles.model_type, f"the A.3 identity fails on layer {l}" +
+                          (" (its attention rows do not sum to 1: attention sinks)" if sinks else ""),
+                          f"{roles.layers}.{l}.{roles.attn}")
+        norms = qk_norms(watched[f"L{l}.attn"]) if roles.qk_norm else (None, None)
+        if "qk_rebuild" not in roles.limits and scores_error(hw, X[0], A[0], *norms,
+                                                             softcap=score_softcap(model.config)) > probe.tol:
+            bad_scores.append(l)
+    if not bad_scores:
+        return roles
+    why = (f"the attention scores rebuilt from W_q, W_k at position 0 (with the model's q/k norms and soft-cap) "
+           f"differ from the model's on layers {bad_scores}: a position term or score transform walklens does not know")
+    return replace(roles, limits={"qk_bilinear": why, **roles.limits, "qk_rebuild": why})
 
 
 def derive_roles(model: nn.Module) -> Roles:
@@ -367,7 +411,7 @@ def derive_roles(model: nn.Module) -> Roles:
                   qk_norm=any(has_module(attn_mod, n) for n in QK_NORM_NAMES),
                   act_module=_first(get_module(layer, sk.mlp), ACT_NAMES))
     roles = _logit_roles(roles, model, probe, logits)
-    return _attention_roles(roles, model, probe)
+    return _confirm_every_layer(_attention_roles(roles, model, probe), model)
 
 
 def _projections(attn: nn.Module) -> tuple[str, str, str, str] | None:
@@ -453,12 +497,10 @@ def _attention_roles(roles: Roles, model: nn.Module, probe: Probe) -> Roles:
             limits["qk_bilinear"] = "attention scores are soft-capped (tanh) before the softmax"
         elif cand.qk_norm:
             limits["qk_bilinear"] = "q and k are normalised before the dot product"
-        elif scores_error(hw, X[0], A[0]) > probe.tol:
-            limits["qk_bilinear"] = ("the attention scores rebuilt from W_q, W_k at position 0 differ from the "
-                                     "model's (a position term or score transform walklens does not know)")
-        return replace(cand, limits=limits)
-    raise _refuse(roles.model_type, "the A.3 identity fails (the attention output is not sum_h A_h X W_vo,h + b) "
-                                    "for every per-head layout", f"{roles.attn}: {', '.join(tried)}")
+        return replace(cand, limits=limits)  # scores: checked on every layer by _confirm_every_layer
+    sinks = "" if rows_sum_to_one(A[0], probe.tol) else " (its attention rows do not sum to 1: attention sinks)"
+    raise _refuse(roles.model_type, f"the A.3 identity fails (the attention output is not sum_h A_h X W_vo,h + b) "
+                                    f"for every per-head layout{sinks}", f"{roles.attn}: {', '.join(tried)}")
 
 
 def derive_adapter(model: nn.Module) -> Adapter:

@@ -13,7 +13,10 @@ from torch import nn
 
 from ..hooks import Hooks
 from ..precision import UNIT_ROUNDOFF
-from .base import HeadWeights
+from .base import HeadWeights, get_module, has_module
+
+#: names of the q and k norm modules inside an attention module, in (q, k) pairs
+QK_NORM_NAMES = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "q_ln", "k_ln")
 
 
 class Probe:
@@ -104,12 +107,32 @@ def _normed(x: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:
 
 
 def identity_ok(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor, out: torch.Tensor, tol: float) -> bool:
-    """The A.3 identity: sum_h A_h (X W_v,h + b_v,h) W_o,h + b_o equals the attention output."""
-    X = X.double()
-    v = torch.einsum("td,hde->hte", X, hw.w_v.double()) + hw.b_v.double()[:, None]
-    heads = A @ v[list(hw.kv_head)]  # [H, T, d]
+    """The A.3 identity as the analyses use it: sum_h (A_h X W_vo,h + b_v,h W_o,h) + b_o equals the attention
+    output, the value bias passing unchanged because every row of A_h sums to 1 (attention sinks, which keep
+    part of a row's mass out of A, break it)."""
+    X, A = X.double(), A.double()
+    v = torch.einsum("td,hde->hte", X, hw.w_v.double())[list(hw.kv_head)]
+    heads = A @ v + hw.b_v.double()[list(hw.kv_head)][:, None]  # [H, T, d]
     rec = torch.einsum("hte,heD->tD", heads, hw.w_o.double()) + hw.b_o.double()
     return close(rec, out.double(), tol)
 
 
-__all__ = ["PROBE_TOL", "Probe", "close", "identity_ok", "scores_error"]
+def rows_sum_to_one(A: torch.Tensor, tol: float) -> bool:
+    """Whether every attention row sums to 1 (a sink column kept out of A makes rows sum to less)."""
+    return bool((A.double().sum(-1) - 1).abs().max() <= tol)
+
+
+def qk_norms(attn: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
+    """An attention module's own q and k norms, if it has them."""
+    pairs = [(q, k) for q, k in zip(QK_NORM_NAMES[::2], QK_NORM_NAMES[1::2]) if has_module(attn, q)]
+    return (get_module(attn, pairs[0][0]), get_module(attn, pairs[0][1])) if pairs else (None, None)
+
+
+def score_softcap(config: Any) -> float | None:
+    """The soft-cap of attention scores in the config (Gemma 2), if any."""
+    cap = getattr(config, "attn_logit_softcapping", None)
+    return float(cap) if cap else None
+
+
+__all__ = ["PROBE_TOL", "QK_NORM_NAMES", "Probe", "close", "identity_ok", "qk_norms", "rows_sum_to_one", "score_softcap",
+           "scores_error"]
