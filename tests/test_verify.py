@@ -145,3 +145,19 @@ def test_head_stats_say_when_w_qk_is_only_a_summary():
     assert walklens.head_stats(tiny_model("llama")).qk_note == ""
     note = walklens.head_stats(tiny_model("qwen3")).qk_note
     assert "summarises the raw projections" in note and "normalised" in note
+
+
+@pytest.mark.parametrize("model_type,why", [
+    ("gpt_oss", "attention rows do not sum to 1: attention sinks"),  # the A.3 identity's bias term needs rows of 1
+    ("gpt_neox_japanese", "layer 1's contributions do not add up"),  # layer 0's roles do not hold on layer 1
+])
+def test_what_the_layer_0_probe_would_miss_is_refused(model_type, why):
+    with pytest.raises(UnsupportedFamilyError, match=why):
+        tiny_model(model_type)
+
+
+def test_scores_that_do_not_rebuild_are_declared_not_guessed():
+    lm = tiny_model("hunyuan_v1_moe")  # derived; its scores do not rebuild from W_q, W_k at position 0
+    assert "qk_rebuild" in lm.adapter.broken(lm.model.config)
+    card = verify(lm, texts=TEXT)
+    assert card.passed and card["attention_scores"].passed is None and "qk_rebuild" in card["attention_scores"].note
