@@ -58,7 +58,7 @@ class Range:
     what: str | None = None
 
     def describe(self) -> str:
-        """``"from 1 to 64 (an integer)"``, ``"an integer from 0 up"``, ``"within ±1e+06 (a finite number)"``,
+        """``"from 1 to 64 (an integer)"``, ``"a positive integer"``, ``"an integer from 0 up"``, ``"within ±1e+06 (a finite number)"``,
         ``"a finite number > 0"``."""
         if self.what:
             return self.what
@@ -70,6 +70,8 @@ class Range:
             if not self.integer and lo == -hi:
                 return f"within ±{hi:g} ({noun})"
             return f"from {_num(lo)} to {_num(hi)} ({noun})"
+        if lo == 1 and hi is None and self.integer and not self.open_lo:
+            return "a positive integer"
         if lo is not None and self.integer and not self.open_lo:
             return f"{noun} from {_num(lo)} up"
         if lo is not None:
