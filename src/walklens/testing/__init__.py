@@ -164,9 +164,11 @@ def tiny_config_of(family: str, vocab_size: int) -> Any:
 
 
 def tiny_model(family: str, seed: int = 0, init_std: float | None = 0.2,
-               dtype: str | torch.dtype = torch.float32) -> LoadedModel:
+               dtype: str | torch.dtype = torch.float32, *, as_model_type: bool = False) -> LoadedModel:
     """A tiny random model of ``family`` (a name of :data:`TINY_FAMILIES`, or any causal model_type of the
-    installed transformers, sized by :func:`tiny_config`), eager attention, eval mode.
+    installed transformers, sized by :func:`tiny_config`), eager attention, eval mode.  ``as_model_type``: read
+    ``family`` as a model_type (a named variant of the same name is used only when it is of that type), built as
+    a causal LM.
 
     ``init_std`` re-draws every weight matrix with a larger std than HF's 0.02 so that attention patterns
     and logits are far from uniform (numerical checks are then meaningful).  ``dtype``: the weights are drawn
@@ -176,9 +178,11 @@ def tiny_model(family: str, seed: int = 0, init_std: float | None = 0.2,
     dtype = parse_dtype(dtype)
     tok = tiny_tokenizer()
     config = tiny_config_of(family, len(tok))
+    if as_model_type and config.model_type != family:  # a named variant of another type (gemma3 -> gemma3_text)
+        config = tiny_config(family, len(tok))
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    kind = get_adapter(config).auto_class if has_adapter(config) else "causal"
+    kind = get_adapter(config).auto_class if has_adapter(config) and not as_model_type else "causal"
     model = auto_model_class(kind).from_config(config, attn_implementation="eager", dtype=torch.float32)
     if init_std:
         g = torch.Generator().manual_seed(seed)

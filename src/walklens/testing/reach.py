@@ -54,7 +54,7 @@ def one(model_type: str) -> dict[str, Any]:
     cards = {}
     for dtype in ("float32", "bfloat16"):
         try:
-            lm = tiny_model(model_type, dtype=dtype)
+            lm = tiny_model(model_type, dtype=dtype, as_model_type=True)
         except WalklensError as e:
             return {**rec, "group": "refused", "why": " ".join(str(e).split())}
         except Exception as e:  # transformers cannot build this config at tiny sizes
