@@ -23,7 +23,6 @@ from walklens.interventions import ablate_mlps, eigen_edit
 from walklens.models.base import lm_head_logits
 from walklens.testing import tiny_model
 
-from _ties import assert_picks_match, near
 
 FAMILIES = ("gemma", "gemma2", "gemma2_nocap", "gemma3", "cohere", "cohere_qknorm", "olmo2")
 TEXT = "the capital of france is paris and the king ran to the river"
@@ -35,26 +34,6 @@ def tiny(family: str):
     if family not in _cache:
         _cache[family] = tiny_model(family)
     return _cache[family]
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_decoding_walk_reproduces_generate(family):
-    lm = tiny(family)
-    prompt = "the capital of france"
-    dw = walklens.decoding_walk(lm, prompt, max_new_tokens=4, progress=False)
-    ids = tokenize(lm, prompt)
-    with torch.no_grad():
-        g = lm.model.generate(ids, max_new_tokens=4, do_sample=False)[0][ids.shape[1]:]
-        lg = lm.adapter.logits(lm.model, dw.d).float()
-    assert (dw.ranks == 0).all() and torch.equal(dw.token_ids, dw.greedy_ids)
-    assert_picks_match(dw.greedy_ids, lg, "greedy ids")
-    n = min(len(g), len(dw.token_ids))
-    diff = (g[:n] != dw.token_ids[:n]).nonzero()
-    if len(diff):  # at a float near-tie the two may part, nowhere else
-        t = int(diff[0])
-        assert near(lg[t, g[t]], lg[t].max()), (t, g.tolist(), dw.token_ids.tolist())
-    else:
-        assert len(g) == len(dw.token_ids)
 
 
 # ---- per-head W_q / W_k ------------------------------------------------------------------------------------

@@ -15,30 +15,9 @@ from walklens.errors import UnsupportedFamilyError
 from walklens.models.base import split_fused_qkv
 from walklens.testing import VARIANTS, tiny_model
 
-from _ties import assert_picks_match, near
 
 FAMILIES = ["opt", "opt_postnorm", "opt_proj", "bloom", "mpt", "gpt_bigcode", "gpt_bigcode_mha"]
 TEXT = "the capital of france is paris and the king ran to the river"
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_decoding_walk_reproduces_generate(family):
-    lm = tiny_model(family)
-    prompt = "the capital of france"
-    dw = walklens.decoding_walk(lm, prompt, max_new_tokens=4, progress=False)
-    ids = tokenize(lm, prompt)
-    with torch.no_grad():
-        g = lm.model.generate(ids, max_new_tokens=4, do_sample=False)[0][ids.shape[1]:]
-        lg = lm.adapter.logits(lm.model, dw.d).float()
-    assert (dw.ranks == 0).all() and torch.equal(dw.token_ids, dw.greedy_ids)
-    assert_picks_match(dw.greedy_ids, lg, "greedy ids")
-    n = min(len(g), len(dw.token_ids))
-    diff = (g[:n] != dw.token_ids[:n]).nonzero()
-    if len(diff):  # only at a float near-tie may the two paths part
-        t = int(diff[0])
-        assert near(lg[t, g[t]], lg[t].max()), (t, g.tolist(), dw.token_ids.tolist())
-    else:
-        assert len(g) == len(dw.token_ids)
 
 
 def _alibi_term(lm, T: int) -> torch.Tensor:
