@@ -4,11 +4,13 @@ head.  With ``multi_query=False`` c_attn is laid out per head as [q_h | k_h | v_
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits, split_fused_qkv, split_out_linear
+from . import gpt2
+from .base import HeadWeights, split_fused_qkv, split_out_linear
 
 
 def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
@@ -20,18 +22,6 @@ def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
                        float(attn.scaling))
 
 
-ADAPTER = Adapter(
-    family="gpt_bigcode",
-    model_types=("gpt_bigcode",),
-    auto_class="causal",
-    embed="transformer.wte",
-    stacks=(StackSpec(name="", layers="transformer.h", attn="attn", attn_out="attn", mlp_out="mlp",
-                      final_norm="transformer.ln_f", norms={"attn": "ln_1", "mlp": "ln_2"}),),
-    position="learned",
-    residual="pre_norm",
-    head_weights_fn=head_weights,
-    logits_fn=lm_head_logits("lm_head"),
-    n_layers_fn=lambda c: c.n_layer,
-    mlp_act_fn=act_from_config("activation_function"),
-    unembed="lm_head",
-)
+#: GPT-2's module tree (``transformer.h``, ``attn``, ``mlp``, ``ln_1``/``ln_2``, ``ln_f``, ``lm_head``)
+ADAPTER = dataclasses.replace(gpt2.ADAPTER, family="gpt_bigcode", model_types=("gpt_bigcode",),
+                              head_weights_fn=head_weights)
