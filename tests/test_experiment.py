@@ -85,7 +85,7 @@ BAD = [
     ("tests = [2]\n[[models]]\nname = 'm'\n[[models]]\nname = 'm'", "models[1]: m in float32 is listed twice"),
     ("tests = [2]\n[[models]]\ndtype = 'float32'", "models[0].name: missing"),
     ("tests = [2]\n[[models]]\nname = 'm'\nlayer = 3", "models[0].layer: unknown key"),
-    ("tests = [2]\n[backend]\nworkers = 0", "backend.workers: must be an integer from 1"),
+    ("tests = [2]\n[backend]\nworkers = 0", "backend.workers: must be a positive integer"),
     ("tests = [2]\n[backend]\nname = 'dask'", "backend.name: must be local or ray"),
     ("tests = [2]\n[backend]\naddress = 'no address'", "backend.address: Ray address must be"),
     ("tests = [2]\n[backend]\ncpus_per_worker = 0", "backend.cpus_per_worker: must be a positive number"),
