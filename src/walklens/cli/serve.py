@@ -1,4 +1,4 @@
-"""``walklens serve``: the explorer in the browser (issue 16; :mod:`walklens.server`, docs/explorer.md).
+"""``walklens serve``: the explorer in the browser (:mod:`walklens.server`, docs/explorer.md).
 
 Checks the address, the port and the database, binds the socket, loads every ``--model`` once, prints one
 URL with a random access token and serves until interrupted.

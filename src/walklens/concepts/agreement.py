@@ -1,4 +1,4 @@
-"""Agreement of one model's HellaSwag results in two dtypes (issue 14; docs/dtype.md, "Agreement study").
+"""Agreement of one model's HellaSwag results in two dtypes (docs/dtype.md, "Agreement study").
 
 The same items run in a reference dtype (float32, which equals lm-evaluation-harness) and in another one
 (bfloat16) are read back from one results database, keyed by the model's name (``smollm2-135m`` and

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import InputError
 
-#: Default layer set for ENCODING_LAYER and OUT_ENCODING_LAYER (issue 7): token embeddings, the first
+#: Default layer set for ENCODING_LAYER and OUT_ENCODING_LAYER: token embeddings, the first
 #: layer's input, the middle, one below the top and the top of the stack.
 DEFAULT_LAYERS: tuple[str, ...] = ("E", "0", "middle", "-2", "-1")
 

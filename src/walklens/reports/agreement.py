@@ -1,4 +1,4 @@
-"""The dtype agreement study as Markdown tables (docs/dtype.md, "Agreement study"; issue 14).
+"""The dtype agreement study as Markdown tables (docs/dtype.md, "Agreement study").
 
 Renders a :class:`~walklens.concepts.agreement.AgreementStudy`: for single runs (baseline, Test 1's standard
 scheme) the identical picks, the paired difference of the accuracies and the score differences; for sweeps the

@@ -1,4 +1,4 @@
-"""``walklens serve``: the explorer in the browser, a local web app over the analyses (issue 16).
+"""``walklens serve``: the explorer in the browser, a local web app over the analyses.
 
 The server is a top layer like :mod:`walklens.cli` (which starts it): it loads the models once, captures on
 request and calls the analyses (:mod:`walklens.walks`, :mod:`~walklens.decoding`, :mod:`~walklens.attention`,
