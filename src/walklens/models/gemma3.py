@@ -4,12 +4,13 @@ module, sliding-window layers, optional soft-capping."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits
-from .gemma2 import limits as gemma2_limits
+from . import gemma2
+from .base import HeadWeights
 from .llama import head_weights as llama_head_weights
 
 
@@ -22,26 +23,11 @@ def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
 
 
 def limits(config: Any) -> dict[str, str]:
-    got = gemma2_limits(config)
+    got = gemma2.limits(config)
     qk = "q and k are RMS-normalised per head before the dot product"
     return {**got, "qk_bilinear": "; ".join(r for r in (qk, got["qk_bilinear"]) if r)}
 
 
-ADAPTER = Adapter(
-    family="gemma3",
-    model_types=("gemma3_text",),
-    auto_class="causal",
-    embed="model.embed_tokens",
-    stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="post_attention_layernorm",
-                      mlp_out="post_feedforward_layernorm", final_norm="model.norm", attn_proj="self_attn",
-                      norms={"attn": "input_layernorm", "attn_post": "post_attention_layernorm",
-                             "mlp": "pre_feedforward_layernorm", "mlp_post": "post_feedforward_layernorm"}),),
-    position="rotary",
-    residual="pre_norm",
-    head_weights_fn=head_weights,
-    logits_fn=lm_head_logits("lm_head", softcap_attr="final_logit_softcapping"),
-    mlp_act_fn=act_from_config("hidden_activation"),
-    unembed="lm_head",
-    embed_scale_fn=lambda c: float(c.hidden_size) ** 0.5,
-    limits=limits,
-)
+#: Gemma 2's module tree and sandwich norms, its soft-cap and embedding scale
+ADAPTER = dataclasses.replace(gemma2.ADAPTER, family="gemma3", model_types=("gemma3_text",),
+                              head_weights_fn=head_weights, limits=limits)
