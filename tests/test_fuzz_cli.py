@@ -9,7 +9,6 @@ Bounded and deterministic: ``max_examples``, ``derandomize=True``, no example da
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,19 +33,9 @@ _LOADED: dict[str, Any] = {}
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A tiny Llama saved as a model directory and a three-item HellaSwag file."""
-    from walklens.testing import tiny_model
-
-    root = tmp_path_factory.mktemp("cli")
-    lm = tiny_model("llama")
-    lm.model.save_pretrained(root / "model")
-    lm.tokenizer.save_pretrained(root / "model")
-    data = root / "items.jsonl"
-    data.write_text("".join(json.dumps({"activity_label": "x", "ctx_a": "the king ran to the", "ctx_b": "",
-                                        "endings": ["river", "city", "house", "dog"], "label": i}) + "\n"
-                            for i in range(3)), encoding="utf-8")
-    return {"model": str(root / "model"), "data": str(data), "root": str(root)}
+def tiny(tiny_llama_inputs: dict[str, str]) -> dict[str, str]:
+    """A tiny Llama saved as a model directory and a three-item HellaSwag file (conftest)."""
+    return tiny_llama_inputs
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ report's table, and one success line whatever the --out path holds."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,9 @@ from walklens.errors import InputError
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from walklens.testing import tiny_model
-
-    root = tmp_path_factory.mktemp("inputs")
-    lm = tiny_model("llama")
-    lm.model.save_pretrained(root / "model")
-    lm.tokenizer.save_pretrained(root / "model")
-    data = root / "items.jsonl"
-    data.write_text("".join(json.dumps({"activity_label": "x", "ctx_a": "the king ran to the", "ctx_b": "",
-                                        "endings": ["river", "city", "house", "dog"], "label": i}) + "\n"
-                            for i in range(3)), encoding="utf-8")
-    return {"model": str(root / "model"), "data": str(data), "root": str(root)}
+def tiny(tiny_llama_inputs: dict[str, str]) -> dict[str, str]:
+    """A tiny Llama saved as a model directory and a three-item HellaSwag file (conftest)."""
+    return tiny_llama_inputs
 
 
 def run(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]:
