@@ -6,7 +6,7 @@
 
 Reads the runs that ``benchmarks/agreement_bf16.sh`` (or any ``walklens hellaswag`` / ``walklens sweep``
 commands with ``--dtype``) stored, compares each model's reference and other dtype
-(:func:`walklens.concepts.agreement.agreement_study`) and prints Markdown tables
+(:func:`walklens.experiments.agreement.agreement_study`) and prints Markdown tables
 (:func:`walklens.reports.agreement.agreement_markdown`); ``--json`` writes every number, ``--out`` the Markdown.
 Nothing is computed with a model.  A missing run, database or bad option is one line
 ``walklens: error: ...`` and exit code 2.
@@ -27,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     from walklens.cli.common import count_arg, positive_arg
-    from walklens.concepts.agreement import PARTS
+    from walklens.experiments.agreement import PARTS
     from walklens.precision import DTYPES
 
     ap = _Parser(description=__doc__.split("\n")[0])
@@ -55,8 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parser().parse_args(argv)
     try:
-        from walklens.concepts.agreement import agreement_study
-        from walklens.concepts.data import data_id
+        from walklens.experiments.agreement import agreement_study
+        from walklens.hellaswag.data import data_id
         from walklens.outputs import check_file, write_atomic
         from walklens.reports.agreement import agreement_markdown
 

@@ -4,7 +4,7 @@
                                                                  [--eager] [--json FILE]
 
 Both sides run the same code on the same items (the bundled validation set, first N) with the same threads:
-the walklens baseline runner (:func:`walklens.concepts.runner.run_test`, packed scoring with SDPA attention),
+the walklens baseline runner (:func:`walklens.experiments.runner.run_test`, packed scoring with SDPA attention),
 the model loaded once per dtype (``load_model(..., dtype=)``), the fastest of ``--repeats`` alternating runs
 after a warm-up.  Printed:
 
@@ -44,7 +44,7 @@ def _matmul_gflops(dtype: torch.dtype) -> float:
 
 def useful_flops(lm: Any, requests: Sequence[Any]) -> float:
     """FLOPs that scoring ``requests`` needs (see the module docstring), from the packed layout."""
-    from walklens.concepts.packing import _row
+    from walklens.hellaswag.packing import _row
 
     cfg = lm.model.config
     inside = tuple(spec.layers + "." for spec in lm.adapter.stacks)
@@ -63,8 +63,8 @@ def useful_flops(lm: Any, requests: Sequence[Any]) -> float:
 
 def _time(lm: Any, items: Sequence[Any], eager: bool) -> tuple[float, float, list[Any]]:
     """(CPU seconds, wall seconds, results) of the baseline runner on ``items``."""
-    from walklens.concepts import packing
-    from walklens.concepts.runner import run_test
+    from walklens.hellaswag import packing
+    from walklens.experiments.runner import run_test
     from walklens.interventions import attention_kernel
 
     patch = contextlib.ExitStack()
@@ -88,8 +88,8 @@ def main() -> None:
     args = ap.parse_args()
 
     import walklens
-    from walklens.concepts.baseline import baseline_request
-    from walklens.concepts.data import load_hellaswag
+    from walklens.hellaswag.baseline import baseline_request
+    from walklens.hellaswag.data import load_hellaswag
     from walklens.precision import DTYPES
 
     items = load_hellaswag(limit=args.n)

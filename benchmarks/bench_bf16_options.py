@@ -22,9 +22,9 @@ import time
 from typing import Callable
 
 import walklens
-from walklens.concepts import packing
-from walklens.concepts.baseline import baseline_items, baseline_request
-from walklens.concepts.data import load_hellaswag
+from walklens.hellaswag import packing
+from walklens.hellaswag.baseline import baseline_items, baseline_request
+from walklens.hellaswag.data import load_hellaswag
 
 
 def fastest(fn: Callable[[], object], repeats: int) -> tuple[float, object]:

@@ -108,7 +108,7 @@ def work(lm: object, items: list) -> dict:
     inputs; the LM head only where an ending token is predicted) against lm-eval's full sequences (context +
     ending minus its last token, four times per item; the LM head at every position).  FLOPs = 2 x weights x
     positions, split into the body and the LM head."""
-    from walklens.concepts.baseline import baseline_request
+    from walklens.hellaswag.baseline import baseline_request
 
     reqs = [baseline_request(lm, it) for it in items]
     head = lm.model.get_output_embeddings().weight
@@ -126,7 +126,7 @@ def work(lm: object, items: list) -> dict:
 
 
 def walklens_baseline(lm: object, items: list) -> dict:
-    from walklens.concepts.runner import run_test
+    from walklens.experiments.runner import run_test
 
     w = work(lm, items)
     n_params, tokens = w["params"], w["walklens_positions"]  # tokens actually needed: context + ending trees
@@ -159,7 +159,7 @@ def main() -> None:
     torch.manual_seed(0)
 
     import walklens
-    from walklens.concepts.data import load_hellaswag
+    from walklens.hellaswag.data import load_hellaswag
     from walklens.loading import NAMED_MODELS, _gguf_cache_path
 
     items = load_hellaswag(limit=args.n)

@@ -25,7 +25,7 @@ from walklens.cli.common import write_json
 
 
 def snapshot(db: Path) -> list[Any]:
-    from walklens.concepts.store import SweepStore
+    from walklens.hellaswag.store import SweepStore
 
     with SweepStore(db, readonly=True) as st:
         return [(r["model"], r["test"], st.load(r["id"]).preds.tobytes()) for r in st.runs()]
@@ -46,10 +46,10 @@ def main() -> None:
 
     from walklens.backends import LocalBackend
     from walklens.backends.ray_backend import RayBackend
-    from walklens.concepts.data import load_hellaswag
-    from walklens.concepts.encode import arch_of
-    from walklens.concepts.grid import GridSpec
-    from walklens.concepts.sweep import run_sweep
+    from walklens.hellaswag.data import load_hellaswag
+    from walklens.hellaswag.encode import arch_of
+    from walklens.experiments.grid import GridSpec
+    from walklens.experiments.sweep import run_sweep
 
     torch.set_num_threads(1)  # the local backend runs with one thread, as each worker does
     lm = LocalBackend().driver_model(args.model)

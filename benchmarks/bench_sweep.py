@@ -30,13 +30,13 @@ def main() -> None:
     args = ap.parse_args()
 
     import walklens
-    from walklens.concepts.data import load_hellaswag
-    from walklens.concepts.encode import arch_of
-    from walklens.concepts.grid import GridSpec
-    from walklens.concepts.runner import run_test
+    from walklens.hellaswag.data import load_hellaswag
+    from walklens.hellaswag.encode import arch_of
+    from walklens.experiments.grid import GridSpec
+    from walklens.experiments.runner import run_test
     from walklens.concepts.schemes import Scheme
-    from walklens.concepts.store import SweepStore
-    from walklens.concepts.sweep import run_sweep
+    from walklens.hellaswag.store import SweepStore
+    from walklens.experiments.sweep import run_sweep
 
     items = load_hellaswag(limit=args.n)
     lm = walklens.load_model(args.model)

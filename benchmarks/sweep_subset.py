@@ -19,8 +19,8 @@ import json
 import sys
 
 from walklens.concepts.schemes import Scheme
-from walklens.concepts.store.sweeps import SweepStore
-from walklens.concepts.summary import summarise_run
+from walklens.hellaswag.store.sweeps import SweepStore
+from walklens.experiments.summary import summarise_run
 
 
 def matches(name: str, where: dict[str, set[str]]) -> bool:

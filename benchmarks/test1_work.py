@@ -31,11 +31,12 @@ def main() -> None:
     args = ap.parse_args()
 
     import walklens
-    from walklens.concepts import packing, sweep
-    from walklens.concepts.sweep import batched
-    from walklens.concepts.data import load_hellaswag
-    from walklens.concepts.encode import arch_of
-    from walklens.concepts.grid import GridSpec
+    from walklens.experiments import sweep
+    from walklens.hellaswag import packing
+    from walklens.experiments.sweep import batched
+    from walklens.hellaswag.data import load_hellaswag
+    from walklens.hellaswag.encode import arch_of
+    from walklens.experiments.grid import GridSpec
 
     rows: dict[tuple, list[list[bytes]]] = collections.defaultdict(list)  # item (its endings) -> concept rows
     ending_nodes: dict[tuple, int] = {}

@@ -19,8 +19,8 @@ import torch
 
 from walklens.concepts.compose import compose_context
 from walklens.concepts.schemes import Scheme, normalize
-from walklens.concepts.sweep import EncLayout, ItemPlan, NormedBank, VectorBank
-from walklens.concepts.test2 import batched_scores, tie_identical
+from walklens.experiments.sweep import EncLayout, ItemPlan, NormedBank, VectorBank
+from walklens.concepts.similarity import batched_scores, tie_identical
 from walklens.ov import Eigen, eig, is_complex_pair, phase_fix, real_basis
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def reference_test2_bundle(bank: VectorBank, nbank: NormedBank, items: Sequence[
                            ) -> tuple[np.ndarray, np.ndarray]:
     """Test 2 of context groups that share (enc, norm, seg, ex, sim) and the choice encodings (out_layer,
     out_word), differing in (layer, word), one item at a time: predictions ``[groups, outs, items]`` and the
-    scores they were picked from ``[groups, outs, items, C]`` (after :func:`~walklens.concepts.test2.tie_identical`).
+    scores they were picked from ``[groups, outs, items, C]`` (after :func:`~walklens.concepts.similarity.tie_identical`).
 
     ``nbank`` is the bank after the groups' NORM.  Per item, the context sequences ``[P, m, D]`` are composed by
     :func:`~walklens.concepts.compose.compose_context` and scored with :func:`score_batch`."""

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from walklens.concepts.agreement import agreement_study, compare_runs, compare_sweeps, paired_difference
+from walklens.experiments.agreement import agreement_study, compare_runs, compare_sweeps, paired_difference
 from walklens.concepts.schemes import Scheme
-from walklens.concepts.store import ItemResult, ResultStore, RunKey, SweepStore
+from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepStore
 from walklens.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,8 +273,8 @@ def tiny_dir(tmp_path_factory) -> tuple[Path, Path]:
 def test_tiny_model_end_to_end(tiny_dir: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                ) -> None:
     from walklens.cli import main
-    from walklens.concepts.data import data_id
-    from walklens.concepts.grid import GridSpec
+    from walklens.hellaswag.data import data_id
+    from walklens.experiments.grid import GridSpec
 
     model, d = tiny_dir
     db = tmp_path / "a.sqlite"

@@ -12,12 +12,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walklens.compaction import CompactSpec, compact, compact_items, explain
+from walklens.compaction import CompactSpec, compact, explain
+from walklens.experiments.compaction import compact_items
 from walklens.compaction.core import choose_cuts, sentence_starts, word_starts
-from walklens.compaction.hellaswag import plan_item
-from walklens.concepts.baseline import baseline_items
-from walklens.concepts.data import HellaswagItem, fewshot_examples
-from walklens.concepts.encode import input_embeddings
+from walklens.experiments.compaction import plan_item
+from walklens.hellaswag.baseline import baseline_items
+from walklens.hellaswag.data import HellaswagItem, fewshot_examples
+from walklens.hellaswag.encode import input_embeddings
 from walklens.concepts.schemes import Scheme
 from walklens.testing import WORDS, tiny_model
 
@@ -142,7 +143,7 @@ def test_explain_reads_each_vector_with_the_walk(llama) -> None:
 
 def test_compacting_with_the_scheme_cut_is_test1(gemma) -> None:
     """what=both with the A.6 scheme's own cut is Test 1 itself, bit for bit (same vectors, same packed pass)."""
-    from walklens.concepts.test1 import test1_items
+    from walklens.concepts.generation import test1_items
 
     items = toy_items()
     exs = [fewshot_examples(items, 1, it.index) for it in items]
@@ -173,7 +174,7 @@ def test_endings_are_scored_as_the_baseline(gemma) -> None:
 
 @pytest.mark.real
 def test_the_parts_are_the_examples_and_the_query(smollm2) -> None:
-    from walklens.concepts.data import load_hellaswag
+    from walklens.hellaswag.data import load_hellaswag
 
     items = load_hellaswag(limit=40)[30:34]
     for it in items:
@@ -192,7 +193,7 @@ def test_the_parts_are_the_examples_and_the_query(smollm2) -> None:
 def test_a_blank_part_before_the_recent_window_stays_verbatim(smollm2) -> None:
     """A short context's recent window can leave only the examples' "\\n\\n" separator to compact (items 476,
     498 ... at 5 shots, recent=16): no concept stands for white space, so it stays verbatim, for every method."""
-    from walklens.concepts.data import load_hellaswag
+    from walklens.hellaswag.data import load_hellaswag
 
     every = load_hellaswag(limit=40)
     it = every[31]
@@ -239,10 +240,10 @@ def passes(monkeypatch):
 
 
 def test_the_cache_is_shared_and_changes_no_bit(llama, tmp_path, passes) -> None:
-    from walklens.concept_cache import ConceptCache
-    from walklens.concepts.runner import run_test
-    from walklens.concepts.sweep import build_bank
-    from walklens.concepts.test1 import scheme_bank
+    from walklens.concepts.cache import ConceptCache
+    from walklens.experiments.runner import run_test
+    from walklens.experiments.sweep import build_bank
+    from walklens.concepts.generation import scheme_bank
 
     items = toy_items(8, seed=1)
     scheme = Scheme.standard(1, "decoder")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from walklens.compaction import CompactSpec
-from walklens.compaction.curves import kept
+from walklens.experiments.curves import kept
 from walklens.errors import InputError
 
 from _toy import cli_runner, write_toy
@@ -188,7 +188,7 @@ def test_the_curves_legend_hides_no_point() -> None:
     inside an axes covered points of a full panel (the gemma3 10-shot context figure's ratio-8 points)."""
     import matplotlib.pyplot as plt
 
-    from walklens.compaction.curves import CurvePoint, CurveSet
+    from walklens.experiments.curves import CurvePoint, CurveSet
     from walklens.reports.compaction import figure
 
     strategies = ["bounds=even", "bounds=sentence", "bounds=sentence,recent=16", "method=avgpool,bounds=even",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from walklens.concept_cache import ConceptCache, Space, model_space, weights_hash
+from walklens.concepts.cache import ConceptCache, Space, model_space, weights_hash
 from walklens.errors import InputError
 
 SPACE = Space(model="toy", weights="0" * 64, dtype="float32", device="cpu", d_model=4)

@@ -23,7 +23,7 @@ def test_formula_cells_are_neutralised(value):
 
 @pytest.mark.parametrize("table", ["runs", "results"])
 def test_export_neutralises_every_text_cell(table, tmp_path, capsys):
-    from walklens.concepts.store import ItemResult, ResultStore, RunKey
+    from walklens.hellaswag.store import ItemResult, ResultStore, RunKey
 
     db = tmp_path / "r.sqlite"
     with ResultStore(db) as store:

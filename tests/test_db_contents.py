@@ -61,7 +61,7 @@ def test_foreign_sqlite_file_refused_untouched(kind, argv, tmp_path, capsys, mon
 
 
 def test_walklens_databases_and_new_files_are_accepted(tmp_path):
-    from walklens.concepts.store import ResultStore, SweepStore
+    from walklens.hellaswag.store import ResultStore, SweepStore
 
     for store, other in ((ResultStore, SweepStore), (SweepStore, ResultStore)):
         path = tmp_path / f"{store.__name__}.sqlite"
@@ -74,7 +74,7 @@ def test_walklens_databases_and_new_files_are_accepted(tmp_path):
 
 
 def test_concept_cache_refuses_a_foreign_index_untouched(tmp_path):
-    from walklens.concept_cache import ConceptCache
+    from walklens.concepts.cache import ConceptCache
 
     for kind, ddl in FOREIGN.items():
         root = tmp_path / kind.replace(" ", "_")
@@ -99,7 +99,7 @@ def template(tmp_path_factory) -> bytes:
     import numpy as np
 
     from _explorer import sweep_db
-    from walklens.concepts.store import ItemResult, ResultStore, RunKey, SweepStore
+    from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepStore
 
     path = sweep_db(tmp_path_factory.mktemp("template") / "r.sqlite", model="tiny", n_items=8)
     with SweepStore(path) as st:
@@ -172,7 +172,7 @@ def test_bad_values_are_one_line_naming_table_row_and_field(table, field, value,
 
 
 def test_results_values_are_checked(template, tmp_path, capsys):
-    from walklens.concepts.store import ResultStore, RunKey
+    from walklens.hellaswag.store import ResultStore, RunKey
 
     key = RunKey(model="tiny", data="toy", split="validation", shots=0, test="baseline", scheme="baseline")
     for field, value in (("gold", 9), ("scores", "[1, "), ("scores", '"x"'), ("pred", "two")):

@@ -28,11 +28,11 @@ import torch
 import walklens
 from walklens import precision
 from walklens.capture import tokenize
-from walklens.concepts import packing
-from walklens.concepts.baseline import baseline_items, baseline_request, item_result
-from walklens.concepts.data import load_hellaswag
-from walklens.concepts.packing import packed_logliks
-from walklens.concepts.request import ScoreRequest
+from walklens.hellaswag import packing
+from walklens.hellaswag.baseline import baseline_items, baseline_request, item_result
+from walklens.hellaswag.data import load_hellaswag
+from walklens.hellaswag.packing import packed_logliks
+from walklens.hellaswag.request import ScoreRequest
 from walklens.errors import InputError, SlowDtypeWarning
 from walklens.interventions import attention_kernel, sdpa_possible
 from walklens.loading import wrap
@@ -365,7 +365,7 @@ def test_cuda_path(tiny_dir, dtype):
 def test_float32_embeddings_feed_a_bfloat16_model(family):
     """Test 1 feeds vectors (recorded in float32) back through ``inputs_embeds``: they enter the bfloat16 model
     in its dtype, and its own embeddings give exactly the scores of the token ids."""
-    from walklens.concepts.encode import continuation_logliks, input_embeddings
+    from walklens.hellaswag.encode import continuation_logliks, input_embeddings
 
     lm = tiny_model(family, dtype="bfloat16")
     ids, conts = [7, 8, 9, 10, 11], [[12, 13], [14], [15, 16, 17]]

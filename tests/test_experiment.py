@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from walklens.concepts.experiment import Experiment, ModelEntry, read_experiment
+from walklens.experiments.experiment import Experiment, ModelEntry, read_experiment
 from walklens.errors import InputError
 
 GOOD = """

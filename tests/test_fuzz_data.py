@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from walklens.concepts.data import HellaswagItem, bundled_path, load_hellaswag, preprocess
+from walklens.hellaswag.data import HellaswagItem, bundled_path, load_hellaswag, preprocess
 from walklens.errors import DataFormatError, InputError
 
 FUZZ = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import walklens
-from walklens.concepts.grid import FIELDS, GridSpec
+from walklens.experiments.grid import FIELDS, GridSpec
 from walklens.concepts.schemes import (ALL_ENCODING_SCHEMES, EXAMPLE_AGG_SCHEMES, LAYER_NAMES, NORMS,
                                        SEGMENT_AGG_SCHEMES, SIMILARITY_FUNCS, WORD_AGG_SCHEMES, Scheme)
 from walklens.errors import InputError, UnsupportedFamilyError, WalklensError

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from walklens.concepts.baseline import baseline_scores, item_tokens
-from walklens.concepts.data import fewshot_examples, load_hellaswag
-from walklens.concepts import test1 as t1
+from walklens.hellaswag.baseline import baseline_scores, item_tokens
+from walklens.hellaswag.data import fewshot_examples, load_hellaswag
+from walklens.concepts import generation as t1
 from walklens.concepts.schemes import Scheme
 
 from oracles import reference_logliks

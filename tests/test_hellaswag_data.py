@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from walklens.concepts.data import (HellaswagItem, bundled_path, data_id, default_path, fewshot_context,
+from walklens.hellaswag.data import (HellaswagItem, bundled_path, data_id, default_path, fewshot_context,
                                     fewshot_examples, load_hellaswag, make_item, preprocess)
 from walklens.errors import DataFormatError, InputError, MissingDependencyError
 

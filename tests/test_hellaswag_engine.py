@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from walklens.concepts import test1 as t1
-from walklens.concepts import test2 as t2
-from walklens.concepts.baseline import baseline_scores, item_tokens
-from walklens.concepts.data import HellaswagItem
-from walklens.concepts.encode import continuation_logliks, hidden_states, input_embeddings
+from walklens.concepts import generation as t1
+from walklens.concepts import similarity as t2
+from walklens.hellaswag.baseline import baseline_scores, item_tokens
+from walklens.hellaswag.data import HellaswagItem
+from walklens.hellaswag.encode import continuation_logliks, hidden_states, input_embeddings
 from walklens.concepts.schemes import Scheme
 from walklens.concepts.segment import segment_context, split_sentences
 from walklens.testing import tiny_model

@@ -9,15 +9,15 @@ import math
 import pytest
 import torch
 
-from walklens.concepts.baseline import accuracy, argmax_first, item_result, picks
+from walklens.hellaswag.baseline import accuracy, argmax_first, item_result, picks
 from walklens.concepts.compose import compose_context
-from walklens.concepts.data import HellaswagItem
-from walklens.concepts.grid import GridSpec
+from walklens.hellaswag.data import HellaswagItem
+from walklens.experiments.grid import GridSpec
 from walklens.concepts.schemes import (ENCODING_SCHEMES, EXAMPLE_AGG_SCHEMES, NORMS, SEGMENT_AGG_SCHEMES,
                                        WORD_AGG_SCHEMES, Scheme, canonical_layer, normalize, resolve_layer,
                                        similarity, word_aggregate)
-from walklens.concepts.store import ItemResult
-from walklens.concepts import test2 as t2
+from walklens.hellaswag.store import ItemResult
+from walklens.concepts import similarity as t2
 from walklens.errors import InputError
 
 

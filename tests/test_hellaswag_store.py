@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from walklens.concepts import runner
-from walklens.concepts.data import HellaswagItem
+from walklens.experiments import runner
+from walklens.hellaswag.data import HellaswagItem
 from walklens.concepts.schemes import Scheme
-from walklens.concepts.store import ItemResult, ResultStore, RunKey, default_db_path
+from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, default_db_path
 from walklens.testing import tiny_model
 
 KEY = RunKey(model="m", data="d:abc", split="validation", shots=0, test="test1", scheme="enc=x")
@@ -107,7 +107,7 @@ def _finished_db(path: Path) -> None:
     """A small finished database: single-run results and a sweep whose groups span several pages each."""
     import numpy as np
 
-    from walklens.concepts.store import SweepStore
+    from walklens.hellaswag.store import SweepStore
 
     rng = np.random.default_rng(0)
     with ResultStore(path) as rs:
@@ -138,7 +138,7 @@ def test_a_damaged_page_is_refused_by_every_command(tmp_path: Path, capsys: pyte
     import numpy as np
 
     from walklens.cli import main
-    from walklens.concepts.store import SweepStore
+    from walklens.hellaswag.store import SweepStore
     from walklens.errors import InputError
 
     good = tmp_path / "good.sqlite"
@@ -199,7 +199,7 @@ def test_sweep_command_refuses_a_damaged_database(tmp_path: Path, capsys: pytest
 def test_reading_commands_refuse_a_missing_database_and_never_create_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from walklens.cli import main
-    from walklens.concepts.store import SweepStore
+    from walklens.hellaswag.store import SweepStore
     from walklens.errors import InputError
 
     missing = tmp_path / "sub" / "missing.sqlite"
@@ -244,7 +244,7 @@ def test_a_newer_schema_is_refused_with_one_line(tmp_path: Path, capsys: pytest.
     """Each store records its tables' schema version in ``meta``; a database written by a newer walklens (a
     higher version, for either store) is refused on open, by every command, and left as it is."""
     from walklens.cli import main
-    from walklens.concepts.store import SweepStore
+    from walklens.hellaswag.store import SweepStore
     from walklens.errors import InputError
 
     db = tmp_path / "r.sqlite"
@@ -272,7 +272,7 @@ def test_a_database_without_a_sweep_version_is_the_first_layout(tmp_path: Path) 
     recorded by the next writer."""
     import numpy as np
 
-    from walklens.concepts.store import SweepStore
+    from walklens.hellaswag.store import SweepStore
 
     db = tmp_path / "r.sqlite"
     _finished_db(db)

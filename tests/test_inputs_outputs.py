@@ -43,7 +43,7 @@ def _refused(capsys: Any, calls: list[str], argv: list[str], *needles: str) -> N
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
-    from walklens.concepts.store import ResultStore
+    from walklens.hellaswag.store import ResultStore
 
     path = tmp_path / "results.sqlite"
     ResultStore(path).close()
@@ -108,7 +108,7 @@ def test_json_never_replaces_the_default_data(tmp_path, data, db, monkeypatch, n
     (["hellaswag", "compaction", "--db", "{db}", "--data", "{data}", "--out", "{cache}"], "--out"),
 ])
 def test_outputs_never_land_in_the_cache(argv, opt, db, data, tmp_path, no_model, capsys):
-    from walklens.concept_cache import ConceptCache
+    from walklens.concepts.cache import ConceptCache
 
     cache = tmp_path / "cache"
     ConceptCache(cache).close()

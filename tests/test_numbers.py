@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from walklens.cli import main
-from walklens.concepts.experiment import _Reader
+from walklens.experiments.experiment import _Reader
 from walklens.errors import InputError, NonFiniteWarning
 from walklens.numbers import ALPHA, POSITIVE, POSITIVE_INT, SEED, NumberError, Range
 from walklens.server.bounds import ApiError, float_arg, int_arg

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from walklens.cli import main
-from walklens.concepts.experiment import read_experiment
+from walklens.experiments.experiment import read_experiment
 from walklens.errors import InputError
 
 

@@ -108,7 +108,7 @@ def test_report_save_follows_the_rule(tmp_path):
 
 
 def test_export_follows_the_rule(tmp_path):
-    from walklens.concepts.store import ResultStore
+    from walklens.hellaswag.store import ResultStore
 
     link = tmp_path / "x.csv"
     link.symlink_to(_device(tmp_path))

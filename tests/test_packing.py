@@ -1,4 +1,4 @@
-"""Packed scoring (many contexts and their endings in one forward pass, walklens.concepts.packing) equals
+"""Packed scoring (many contexts and their endings in one forward pass, walklens.hellaswag.packing) equals
 scoring each ending as its own full sequence, on every causal family, from token ids and from embeddings."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import random
 import pytest
 import torch
 
-from walklens.concepts import packing
-from walklens.concepts.baseline import baseline_items, baseline_scores
-from walklens.concepts.data import HellaswagItem
-from walklens.concepts.encode import continuation_logliks, input_embeddings
-from walklens.concepts.packing import can_pack, packed_logliks, plan_batches
-from walklens.concepts.request import ScoreRequest
+from walklens.hellaswag import packing
+from walklens.hellaswag.baseline import baseline_items, baseline_scores
+from walklens.hellaswag.data import HellaswagItem
+from walklens.hellaswag.encode import continuation_logliks, input_embeddings
+from walklens.hellaswag.packing import can_pack, packed_logliks, plan_batches
+from walklens.hellaswag.request import ScoreRequest
 from walklens.errors import ContextTooLongError, EmptyTextError
 from walklens.testing import TINY_FAMILIES, tiny_model
 

@@ -20,9 +20,9 @@ import pytest
 import ray
 
 from walklens.backends.ray_backend import RayBackend
-from walklens.concepts.grid import GridSpec
-from walklens.concepts.store import SweepStore
-from walklens.concepts.sweep import run_sweep
+from walklens.experiments.grid import GridSpec
+from walklens.hellaswag.store import SweepStore
+from walklens.experiments.sweep import run_sweep
 from walklens.testing import tiny_model
 from walklens.testing.faults import CrashOnce
 
@@ -101,7 +101,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     lm0.model.save_pretrained(mdir)
     lm0.tokenizer.save_pretrained(mdir)
     from walklens.backends import LocalBackend
-    from walklens.concepts.data import load_hellaswag
+    from walklens.hellaswag.data import load_hellaswag
 
     lm = LocalBackend().driver_model(str(mdir))
     items = load_hellaswag(items_jsonl(tmp / "items.jsonl"))
@@ -128,7 +128,7 @@ def sweep(env: dict[str, Any], db: Path, test: int, items: Any = None, **kw: Any
 def test_ray_stores_the_local_bits_with_1_and_2_workers(setup: dict[str, Any], n: int) -> None:
     import torch
 
-    from walklens.concepts.sweep import build_bank
+    from walklens.experiments.sweep import build_bank
 
     db = setup["tmp"] / f"ray{n}.sqlite"
     texts = [f"{a} {b} ran to the {c}" for a in ("the", "a") for b in ("man", "dog", "cat") for c in ("river", "city")]
@@ -177,7 +177,7 @@ def kill(kind, n):
     if kind == "test1" and n == {kill_at}:
         os.kill(os.getpid(), signal.SIGKILL)
 
-from walklens.concepts.sweep import run_sweep
+from walklens.experiments.sweep import run_sweep
 run_sweep(env["lm"], env["items"], test=1, schemes=env["schemes"][1], db={db!r}, shots=1, data="toy",
           progress=False, test1_shard_items={items}, cache_dir={cache!r}, backend=RayBackend(workers=1), on_shard=kill)
 """
@@ -187,7 +187,7 @@ def setup_for_driver(tmp: str, mdir: str, address: str) -> dict[str, Any]:
     """What the killed driver of :func:`test_a_killed_driver_resumes_without_recomputing` needs (a separate
     process connected to this test's Ray instance)."""
     from walklens.backends.ray_backend import RayBackend
-    from walklens.concepts.data import load_hellaswag
+    from walklens.hellaswag.data import load_hellaswag
 
     ray.init(address=address, logging_level=logging.WARNING)
     lm = RayBackend(address=address).driver_model(mdir)

@@ -1,10 +1,10 @@
 """One JSON converter, one summary of a database, one report builder per topic, one few-shot pool rule.
 
 * :func:`walklens.outputs.jsonable` is the only converter of JSON (``--json``, chart specs, ``summary.json``);
-* :func:`walklens.concepts.summary.summarise_db` returns dataclasses; :func:`walklens.reports.sweep.build` draws
+* :func:`walklens.experiments.summary.summarise_db` returns dataclasses; :func:`walklens.reports.sweep.build` draws
   them without the database (and says the real number of folds);
 * every topic of :mod:`walklens.reports` has ``build``; no command assembles a report itself;
-* :func:`walklens.concepts.data.fewshot_pool` decides where few-shot examples come from.
+* :func:`walklens.hellaswag.data.fewshot_pool` decides where few-shot examples come from.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from walklens.concepts.store import SweepStore
+from walklens.hellaswag.store import SweepStore
 from walklens.outputs import jsonable
 
 # ---- the JSON converter ---------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def _db(path: Path, n: int = 24) -> None:
 
 
 def test_summary_of_a_database_is_dataclasses_and_the_report_draws_them(tmp_path: Path) -> None:
-    from walklens.concepts.summary import MetricSummary, RunSummary, summarise_db, summarise_run
+    from walklens.experiments.summary import MetricSummary, RunSummary, summarise_db, summarise_run
     from walklens.reports import sweep
 
     db = tmp_path / "r.sqlite"
@@ -155,7 +155,7 @@ def test_every_topic_has_one_builder_and_no_command_assembles_a_report() -> None
 def test_fewshot_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Few-shot examples come from the whole file even when only the first items are evaluated, from the hub's
     train split for hf:..., and nothing is loaded without shots."""
-    import walklens.concepts.data as data
+    import walklens.hellaswag.data as data
 
     p = tmp_path / "items.jsonl"
     p.write_text("".join(json.dumps({"activity_label": "x", "ctx_a": f"item {i} runs", "ctx_b": "",

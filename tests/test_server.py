@@ -267,8 +267,8 @@ def test_steer_payload_is_the_steering_sweep(client, models):
 
 
 def test_sweeps_browse_filter_and_held_out_best(client, db):
-    from walklens.concepts.store import SweepStore
-    from walklens.concepts.summary import summarise_run
+    from walklens.hellaswag.store import SweepStore
+    from walklens.experiments.summary import summarise_run
 
     runs = client.get("/api/sweeps", headers=H).json()
     assert runs["db"] and runs["name"] == "r.sqlite" and runs["runs"][0]["model"] == EVIL_MODEL

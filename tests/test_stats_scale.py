@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from walklens.concepts import stats
-from walklens.concepts.store import SweepStore
+from walklens.experiments import stats
+from walklens.hellaswag.store import SweepStore
 
 N_HELLASWAG = 10_042
 
@@ -112,7 +112,7 @@ def _store(path: Path, n: int, groups: int, outs: int, metrics: list[str], seed:
                                                    (10, 10, 1, ["acc"], 3), (4, 5, 2, ["acc"], 2)])
 def test_streamed_statistics_equal_the_dense_ones(tmp_path: Path, n: int, k: int, seed: int, metrics: list[str],
                                                   outs: int) -> None:
-    from walklens.concepts.summary import summarise_run
+    from walklens.experiments.summary import summarise_run
     from walklens.outputs import jsonable
 
     rid, labels = _store(tmp_path / "s.sqlite", n, 40, outs, metrics, seed=seed)
@@ -150,12 +150,12 @@ def test_report_on_full_width_store_has_bounded_memory(tmp_path: Path, monkeypat
     """20,000 schemes x 10,042 items (the dense matrix: 200 MB of predictions and 200 MB of booleans): the
     streamed statistics stay within a fraction of that, over many chunks, and are exact (every scheme's hit
     count equals the accuracy stored with its predictions; the planted perfect scheme wins every estimate)."""
-    from walklens.concepts.summary import summarise_run
+    from walklens.experiments.summary import summarise_run
     from walklens.outputs import jsonable
 
     n, outs, groups = N_HELLASWAG, 50, 400
     rid, labels = _store(tmp_path / "big.sqlite", n, groups, outs, ["acc"])
-    from walklens.concepts.store import sweeps
+    from walklens.hellaswag.store import sweeps
 
     calls = []
     monkeypatch.setattr(sweeps, "count_cells", lambda *a, **kw: calls.append(1) or stats.count_cells(*a, **kw))

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from walklens.concepts import stats
-from walklens.concepts.grid import DEFAULT_LAYERS, GridSpec, group_by_context
+from walklens.experiments import stats
+from walklens.experiments.grid import DEFAULT_LAYERS, GridSpec, group_by_context
 from walklens.concepts.schemes import Scheme
-from walklens.concepts.store import SweepStore, pack_predictions, unpack_predictions
+from walklens.hellaswag.store import SweepStore, pack_predictions, unpack_predictions
 from walklens.errors import InputError
 
 from _ties import assert_picks_match, assert_same_picks
@@ -232,7 +232,7 @@ _W = ("the a of to and in is was it that he she they on for with as at by from t
 
 
 def _items(n: int = 8, seed: int = 0) -> list:
-    from walklens.concepts.data import HellaswagItem
+    from walklens.hellaswag.data import HellaswagItem
 
     rng = np.random.default_rng(seed)
 
@@ -257,9 +257,9 @@ def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, s
                                                   layers: tuple[str, ...]) -> None:
     """Zero-shot, the example-level encodings cut each item identically and E equals hidden state 0 (both
     are computed once and shared); 2-shot, every encoding differs."""
-    from walklens.concepts.data import fewshot_examples
-    from walklens.concepts.sweep import run_sweep
-    from walklens.concepts.test2 import test2_item
+    from walklens.hellaswag.data import fewshot_examples
+    from walklens.experiments.sweep import run_sweep
+    from walklens.concepts.similarity import test2_item
     from walklens.testing import tiny_model
 
     lm = tiny_model(family)
@@ -289,9 +289,9 @@ def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, s
 
 
 def test_test1_sweep_matches_single_scheme_runner(tmp_path: Path) -> None:
-    from walklens.concepts.data import fewshot_examples
-    from walklens.concepts.sweep import run_sweep
-    from walklens.concepts.test1 import test1_item
+    from walklens.hellaswag.data import fewshot_examples
+    from walklens.experiments.sweep import run_sweep
+    from walklens.concepts.generation import test1_item
     from walklens.testing import tiny_model
 
     lm = tiny_model("gemma3")  # scales its input embeddings and prefixes a BOS: the harder case
@@ -316,7 +316,7 @@ def test_test1_sweep_matches_single_scheme_runner(tmp_path: Path) -> None:
 
 
 def test_interrupted_sweep_resumes_to_the_identical_table(tmp_path: Path) -> None:
-    from walklens.concepts.sweep import run_sweep
+    from walklens.experiments.sweep import run_sweep
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -337,7 +337,7 @@ def test_interrupted_sweep_resumes_to_the_identical_table(tmp_path: Path) -> Non
     assert ra.schemes == rb.schemes
     # the resumed bundles hold fewer groups (other matrix shapes): equal picks but for near-ties of the
     # single-scheme runner's scores, computed only where the two tables differ
-    from walklens.concepts.test2 import test2_item
+    from walklens.concepts.similarity import test2_item
 
     def ref(p: tuple[int, ...]) -> list[float]:
         return list(test2_item(lm, items[p[2]], [], Scheme.parse(ra.schemes[p[1]])).scores)
@@ -397,9 +397,9 @@ def test_cli_sweep_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_batched_evaluation_equals_the_per_item_reference() -> None:
     """test2_bundle_batched (items in chunks, masked padding, soft_cluster via the Gram matrix, tie handling)
     gives the per-item reference's predictions for every scheme of a grid covering every enc/norm/seg/ex/sim."""
-    from walklens.concepts.data import fewshot_examples
+    from walklens.hellaswag.data import fewshot_examples
     from walklens.concepts.schemes import WORD_AGG_SCHEMES
-    from walklens.concepts.sweep import EncLayout, NormedBank, build_bank, layer_keys, plan_item, test2_bundle_batched
+    from walklens.experiments.sweep import EncLayout, NormedBank, build_bank, layer_keys, plan_item, test2_bundle_batched
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -452,7 +452,7 @@ def test_one_scorer_for_the_runner_and_the_sweep(m: int, pad: int, c: int, d: in
     positions change no score beyond rounding, and identical endings score identically."""
     import torch
 
-    from walklens.concepts.test2 import batched_scores, test2_from_vectors
+    from walklens.concepts.similarity import batched_scores, test2_from_vectors
 
     g = torch.Generator().manual_seed(seed)
     ctx, ends = torch.randn(m, d, generator=g), torch.randn(c, d, generator=g)
@@ -480,7 +480,7 @@ def test_soft_cluster_cosine_where_the_average_cancels() -> None:
     alone is off by ~1e-4 of it)."""
     import torch
 
-    from walklens.concepts.test2 import test2_from_vectors
+    from walklens.concepts.similarity import test2_from_vectors
 
     g = torch.Generator().manual_seed(1)
     v, u = torch.randn(8, generator=g), torch.randn(8, generator=g)
@@ -508,7 +508,7 @@ def test_bank_cache_is_reused_and_serves_subsets(tmp_path, monkeypatch) -> None:
     import torch
 
     from walklens.concepts import vectors as bank_mod  # where the bank's forward passes run (the concept cache)
-    from walklens.concepts.sweep import build_bank
+    from walklens.experiments.sweep import build_bank
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -526,8 +526,8 @@ def test_bank_cache_is_reused_and_serves_subsets(tmp_path, monkeypatch) -> None:
 def test_report_keeps_the_baseline_scheme_out_of_the_best() -> None:
     """Test 1's enc=cross_encoding scheme is the baseline itself; a best chosen among schemes that include it
     would be the baseline, trivially.  The summary leaves it out of selection and of the scheme count."""
-    from walklens.concepts.store import SweepResults
-    from walklens.concepts.summary import summarise_run
+    from walklens.hellaswag.store import SweepResults
+    from walklens.experiments.summary import summarise_run
     from walklens.outputs import jsonable
 
     rng = np.random.default_rng(0)
@@ -572,9 +572,9 @@ def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) ->
     at least), and gives every item exactly the padded vectors the whole bank gives it; the stored table is the
     one-range table bit for bit."""
     from walklens.backends import LocalWorkers
-    from walklens.concepts.sweep import run_sweep
-    from walklens.concepts.sweep.run import TEST2_WAVE
-    from walklens.concepts.sweep.shards import TEST2_CHUNK
+    from walklens.experiments.sweep import run_sweep
+    from walklens.experiments.sweep.run import TEST2_WAVE
+    from walklens.experiments.sweep.shards import TEST2_CHUNK
     from walklens.testing import tiny_model
 
     class Recording(LocalWorkers):
@@ -624,7 +624,7 @@ def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) ->
 def _grid_sweeper(tmp_path: Path, grid: str, *, n: int, seed: int, shots: int) -> Callable[..., Any]:
     """``sweep(db, **kw)``: the Test 2 sweep of ``grid`` (TOML text) on a tiny llama over ``n`` toy items, into
     ``tmp_path / db``."""
-    from walklens.concepts.sweep import run_sweep
+    from walklens.experiments.sweep import run_sweep
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -667,8 +667,8 @@ def test_a_range_context_holds_its_rows_and_pads_as_the_whole_bank() -> None:
     every entry, padded ones included, reads the whole bank's vector; ranges are cut at 8-item chunks to fit."""
     import torch
 
-    from walklens.concepts.sweep.batched import EncLayout
-    from walklens.concepts.sweep.shards import Test2Ctx, item_ranges, range_rows
+    from walklens.experiments.sweep.batched import EncLayout
+    from walklens.experiments.sweep.shards import Test2Ctx, item_ranges, range_rows
     from walklens.concepts.vectors import VectorBank
 
     g = torch.Generator().manual_seed(0)

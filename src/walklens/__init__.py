@@ -55,7 +55,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
                  "SteeringSweep"),
     # context compaction and the concept cache (seed 000, footnote 11)
     "compaction": ("compact", "Compacted", "CompactSpec", "CompactionReport"),
-    "concept_cache": ("ConceptCache",),
+    "concepts.cache": ("ConceptCache",),
     # hooks and interventions
     "interventions": ("Hooks", "ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers",
                       "SteerEdit", "upcast", "outside_layers", "attention_kernel"),

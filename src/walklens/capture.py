@@ -5,7 +5,7 @@
 - :func:`capture_batch` -- many token-id sequences as one right-padded batch through one stack, keeping only the
   points asked for and stopping the forward pass right after the last of them is written (the hook of the
   last needed point raises a private exception that ends the pass), e.g. the hidden states of segment texts
-  (:func:`walklens.concepts.encode.hidden_states`);
+  (:func:`walklens.hellaswag.encode.hidden_states`);
 - :func:`record_steps` -- inside a ``with`` block, the final normed output d and the logits of every call of
   the model, e.g. one per generated token in ``model.generate`` (the decoding walk, :mod:`walklens.decoding`).
 

@@ -16,7 +16,7 @@
   * :func:`upcast` -- some parameters and buffers held in a wider dtype (a bfloat16 model's head read in
     float32, :mod:`walklens.walks`);
   * :func:`attention_kernel` -- the model's attention computed by PyTorch's SDPA instead of eager attention,
-    for forward passes that report no attention probabilities (packed scoring, :mod:`walklens.concepts.packing`).
+    for forward passes that report no attention probabilities (packed scoring, :mod:`walklens.hellaswag.packing`).
 
 Layers are 0-based and may be negative (from the top).  A shared-weight stack (ALBERT) has one module at
 every depth, which is hooked or edited once.

@@ -1,5 +1,5 @@
 """The SQLite plumbing shared by every walklens file that is an SQLite database: the walklens database
-(:mod:`walklens.concepts.store`) and the concept cache's index (:mod:`walklens.concept_cache`).
+(:mod:`walklens.hellaswag.store`) and the concept cache's index (:mod:`walklens.concepts.cache`).
 
 * :func:`connect`: a connection with explicit transactions (``isolation_level=None``) and ``busy_timeout``, so
   that a second writer waits for the first instead of failing with "database is locked";

@@ -48,7 +48,7 @@ positive_number_arg = POSITIVE.arg()  # a finite number > 0
 def add_hellaswag_args(p: argparse.ArgumentParser, json_help: str) -> None:
     """The options of every HellaSwag command (``walklens hellaswag baseline|test1|test2|sweep``): the model,
     the data, the items, the few-shot examples, the results database, ``--json`` and the progress bar."""
-    from ..concepts.data import FEWSHOT_SEED
+    from ..hellaswag.data import FEWSHOT_SEED
 
     add_model_args(p)
     p.add_argument("--data", metavar="PATH", default=None,
@@ -68,7 +68,7 @@ def check_db(path: str | os.PathLike[str] | None) -> Path:
     """The results database ``--db`` (default: ``$WALKLENS_DB`` or the user data dir's), checked before any
     model loads: a regular file that can be written or created, and, when it exists, a walklens database both
     stores can read (opened read-only: nothing is created or changed here)."""
-    from ..concepts.store import ResultStore, SweepStore, default_db_path
+    from ..hellaswag.store import ResultStore, SweepStore, default_db_path
 
     db = Path(path).expanduser() if path else default_db_path()
     check_file(db, "--db")
@@ -127,11 +127,11 @@ def command_inputs(args: argparse.Namespace) -> list[Input]:
             p = Path(value).expanduser()
             found.append(Input(label, p, folder=p.is_dir()))
     if "data" in opts and opts["data"] is None:
-        from ..concepts.data import default_path
+        from ..hellaswag.data import default_path
 
         found.append(Input("--data", default_path()))
     if "db" in opts and not opts.get("no_db"):
-        from ..concepts.store import default_db_path
+        from ..hellaswag.store import default_db_path
 
         found += _db_inputs(opts["db"] or default_db_path())
     if opts.get("cache"):

@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..compaction.explain import explain
-    from ..concept_cache import ConceptCache
+    from ..concepts.cache import ConceptCache
     from ..concepts.schemes import Scheme
 
     text = read_text(args.text)
@@ -138,8 +138,8 @@ def _print(rep: Any, args: argparse.Namespace) -> None:
 
 def register_hellaswag(sub: argparse._SubParsersAction) -> None:
     """``walklens hellaswag compaction``: the compression-retention curves."""
-    from ..compaction.curves import DEFAULT_CANDIDATES, DEFAULT_RATIOS, DEFAULT_STRATEGIES
-    from ..concepts.data import FEWSHOT_SEED
+    from ..experiments.curves import DEFAULT_CANDIDATES, DEFAULT_RATIOS, DEFAULT_STRATEGIES
+    from ..hellaswag.data import FEWSHOT_SEED
 
     p = sub.add_parser("compaction", help="compression-retention curves of context compaction (resumable)")
     add_model_args(p)
@@ -177,11 +177,11 @@ def _list(text: str, sep: str, what: str) -> list[str]:
 
 
 def run_curves(args: argparse.Namespace) -> int:
-    from ..compaction.curves import run_curves as curves
+    from ..experiments.curves import run_curves as curves
     from ..compaction.spec import WHATS, CompactSpec
-    from ..concept_cache import ConceptCache
-    from ..concepts.data import data_id, fewshot_pool, load_hellaswag
-    from ..concepts.store import ResultStore
+    from ..concepts.cache import ConceptCache
+    from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
+    from ..hellaswag.store import ResultStore
     from ..outputs import make_dir, write_atomic
     from ..reports.compaction import build
 

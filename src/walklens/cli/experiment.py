@@ -1,5 +1,5 @@
 """``walklens experiment run FILE``: a whole study from a TOML experiment file (models x tests x shots x seeds over
-an item range; :mod:`walklens.concepts.experiment`) into one database, locally or on Ray (docs/scale.md).
+an item range; :mod:`walklens.experiments.experiment`) into one database, locally or on Ray (docs/scale.md).
 
 Every key of the file, the grids, the data and the database are checked before any model loads; each run
 resumes where an interrupted one stopped, so running the same command again continues the study.
@@ -37,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _inputs(exp: Any, db: str) -> list[Input]:
     """What a study reads besides FILE and its database: its data, model folders, grid files and the vector
     bank's cache."""
-    from ..concepts.data import default_path
-    from ..concepts.sweep.study import default_cache
+    from ..hellaswag.data import default_path
+    from ..experiments.sweep.study import default_cache
 
     found = [Input("experiment data", Path(exp.data).expanduser() if exp.data else default_path())]
     for m in exp.models:
@@ -54,7 +54,7 @@ def _inputs(exp: Any, db: str) -> list[Input]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..concepts.experiment import read_experiment
+    from ..experiments.experiment import read_experiment
 
     exp = read_experiment(args.file)
     args.db = args.db or exp.db
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
                      f"{f', seed {seed}' if shots else ''}, grid {exp.grids[test]}")
         return 0
     backend = backend_from_args(args, exp.backend)
-    from ..concepts.sweep.study import StudyRun, run_experiment
+    from ..experiments.sweep.study import StudyRun, run_experiment
 
     rows: list[dict[str, Any]] = []
 

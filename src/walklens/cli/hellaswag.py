@@ -58,11 +58,11 @@ def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..concepts.data import data_id, fewshot_pool, load_hellaswag
-    from ..concepts.encode import arch_of
-    from ..concepts.runner import normalised, run_test
+    from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
+    from ..hellaswag.encode import arch_of
+    from ..experiments.runner import normalised, run_test
     from ..concepts.schemes import Scheme
-    from ..concepts.store import ResultStore
+    from ..hellaswag.store import ResultStore
 
     if args.test != "baseline" and args.scheme != "standard":
         Scheme.parse(args.scheme)  # a malformed (or empty) --scheme fails before any data or model loads
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError("--compact what=examples compacts the few-shot examples: give --shots > 0")
     check_outputs(args)
     db = None if args.no_db else check_db(args.db)
-    from ..concept_cache import open_cache
+    from ..concepts.cache import open_cache
 
     cache = open_cache(getattr(args, "cache", None))  # a bad cache folder fails before the model loads
     items = load_hellaswag(args.data, limit=args.limit)
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             base = run_test(lm, items, test="baseline", desc=f"{lm.name} baseline", **common)
         if spec is not None:
-            from ..compaction import compact_run
+            from ..experiments.compaction import compact_run
 
             summ = compact_run(lm, items, spec, cache=cache, **common)
         else:
@@ -143,7 +143,7 @@ def _print(out: dict[str, Any], args: argparse.Namespace) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from ..concepts.store import ResultStore
+    from ..hellaswag.store import ResultStore
 
     filters = {k[2:]: v for k, v in vars(args).items() if k.startswith("f_") and v is not None}
     check_outputs(args, out_file=True)  # the database is never the export file

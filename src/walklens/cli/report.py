@@ -51,7 +51,7 @@ def _print(summaries: Any, path: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..concepts.summary import summarise_db
+    from ..experiments.summary import summarise_db
     from ..reports.sweep import build
 
     check_outputs(args)

@@ -45,7 +45,7 @@ def _spec(spec: str, default: str) -> tuple[str, str]:
 
 
 def _check_db(value: str) -> Path:
-    from ..concepts.store import SweepStore
+    from ..hellaswag.store import SweepStore
 
     path = Path(value).expanduser().resolve()
     if not path.is_file():

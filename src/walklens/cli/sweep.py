@@ -49,11 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check every input (options, grid, output paths, database, data) before the model loads; then the grid's
     layers against the model, then the sweep."""
-    from ..concepts.data import data_id, fewshot_pool, load_hellaswag
-    from ..concepts.encode import arch_of
-    from ..concepts.grid import DEFAULT_LAYERS, GridSpec
+    from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
+    from ..hellaswag.encode import arch_of
+    from ..experiments.grid import DEFAULT_LAYERS, GridSpec
     from ..concepts.schemes import canonical_layer, resolve_layer
-    from ..concepts.sweep import run_sweep
+    from ..experiments.sweep import run_sweep
 
     check_outputs(args)
     layers = DEFAULT_LAYERS

@@ -39,14 +39,14 @@ from typing import TYPE_CHECKING, Sequence, Union
 
 import torch
 
-from ..concepts.encode import input_embeddings, n_prefix_tokens
+from ..hellaswag.encode import input_embeddings, n_prefix_tokens
 from ..concepts.schemes import Scheme
 from ..concepts.vectors import VectorBank, layer_key, segment_vectors_of, text_vectors
 from ..errors import EmptyTextError, InputError, UnsupportedFamilyError
 from ..walks import labels_for
 
 if TYPE_CHECKING:
-    from ..concept_cache import ConceptCache
+    from ..concepts.cache import ConceptCache
     from ..loading import LoadedModel
 
 METHODS: tuple[str, ...] = ("concept", "avgpool", "drop")

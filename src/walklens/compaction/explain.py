@@ -3,9 +3,9 @@ by the encoding-walk machinery (:func:`walklens.walks.encoding_walk`, sec. 2.2.2
 continues the text from the compacted form versus the full one.
 
 The continuation is held out: ``continuation`` given, the context is the text and the continuation is
-tokenised the lm-evaluation-harness way (:func:`~walklens.concepts.encode.encode_pair`); else the last
+tokenised the lm-evaluation-harness way (:func:`~walklens.hellaswag.encode.encode_pair`); else the last
 ``holdout`` tokens of the text are the continuation and the tokens before them the context.  Both inputs are
-scored by :func:`~walklens.concepts.encode.continuation_logliks` on the same continuation tokens: the full
+scored by :func:`~walklens.hellaswag.encode.continuation_logliks` on the same continuation tokens: the full
 context's token ids, and the compacted context through ``inputs_embeds``.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..concepts.encode import continuation_logliks, encode_pair, n_prefix_tokens
+from ..hellaswag.encode import continuation_logliks, encode_pair, n_prefix_tokens
 from ..errors import EmptyTextError, InputError
 from ..trace import Trace
 from ..walks import encoding_walk, labels_for

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from .encode import hidden_states, n_prefix_tokens, segment_token_ids
+from ..hellaswag.encode import hidden_states, n_prefix_tokens, segment_token_ids
 from .schemes import normalize, resolve_layer, word_aggregate
 from .segment import Segment
 
@@ -28,7 +28,7 @@ def segment_vectors(lm: "LoadedModel", segments: Sequence[Segment], layers: Sequ
     """Encode every segment on its own (one batched pass; duplicate segments run once) and reduce its token
     vectors: for each (layer, word) pair in ``zip(layers, words)``, a tensor ``[len(segments), D]``.
 
-    A text segment is tokenised by :func:`~.encode.segment_token_ids` (Gemma's BOS conditions the segment but
+    A text segment is tokenised by :func:`~walklens.hellaswag.encode.segment_token_ids` (Gemma's BOS conditions the segment but
     is left out of the aggregation); a token-id tuple is fed as it is.
     """
     uniq: dict[Segment, int] = {}

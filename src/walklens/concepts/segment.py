@@ -25,7 +25,7 @@ import re
 from typing import TYPE_CHECKING, Sequence, Union
 
 from ..errors import InputError
-from .data import HellaswagItem, fewshot_context
+from ..hellaswag.data import HellaswagItem, fewshot_context
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
@@ -58,7 +58,7 @@ def segment_context(item: HellaswagItem, examples: Sequence[HellaswagItem], enc:
     if enc == "token_level":
         if lm is None:
             raise InputError("token_level segmentation needs the model's tokenizer")
-        from .baseline import item_tokens
+        from ..hellaswag.baseline import item_tokens
 
         ctx_ids, _ = item_tokens(lm, item, examples)
         return [[(int(t),) for t in ctx_ids]]

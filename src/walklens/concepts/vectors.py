@@ -1,7 +1,7 @@
 """Word-aggregated vectors of segment texts (seed 000, A.6: ENCODING_LAYER, WORD_AGG_SCHEME), computed one way
-for every command and kept in the concept cache (:mod:`walklens.concept_cache`, footnote 11).
+for every command and kept in the concept cache (:mod:`walklens.concepts.cache`, footnote 11).
 
-Each distinct text is tokenised on its own (:func:`~.encode.segment_token_ids`; a BOS prefix conditions the
+Each distinct text is tokenised on its own (:func:`~walklens.hellaswag.encode.segment_token_ids`; a BOS prefix conditions the
 segment but is left out of the aggregation) and run through the model in a batch of texts of the same token
 length, so no padding enters any number; its ``[T, D]`` hidden states at each layer are reduced right away by
 each word aggregation (before NORM) into a :class:`VectorBank` ``[texts, layers, words, D]``.
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from ..concept_cache import ConceptCache, model_space
-from .encode import hidden_states, n_prefix_tokens, segment_token_ids
+from .cache import ConceptCache, model_space
+from ..hellaswag.encode import hidden_states, n_prefix_tokens, segment_token_ids
 from .schemes import normalize, resolve_layer, word_aggregate
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The dtype agreement study as Markdown tables (docs/dtype.md, "Agreement study").
 
-Renders a :class:`~walklens.concepts.agreement.AgreementStudy`: for single runs (baseline, Test 1's standard
+Renders a :class:`~walklens.experiments.agreement.AgreementStudy`: for single runs (baseline, Test 1's standard
 scheme) the identical picks, the paired difference of the accuracies and the score differences; for sweeps the
 share of schemes that move, the best-k sets, the rank correlations and the reference's best schemes.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..concepts.agreement import AgreementStudy, GridAgreement, PairedDifference, RunAgreement
+from ..experiments.agreement import AgreementStudy, GridAgreement, PairedDifference, RunAgreement
 
 
 def _f(x: float | None, digits: int = 4) -> str:

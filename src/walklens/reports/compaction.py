@@ -14,7 +14,7 @@ from ..outputs import csv_row, jsonable
 from .html import Report, pyplot
 
 if TYPE_CHECKING:
-    from ..compaction.curves import CurvePoint, CurveSet
+    from ..experiments.curves import CurvePoint, CurveSet
 
 _STYLE = {"method=avgpool,bounds=even": dict(ls="--", marker="s"), "method=drop": dict(ls=":", marker="x")}
 CSV_FIELDS = ("shots", "what", "strategy", "ratio", "n", "acc", "acc_norm", "kept_acc", "kept_acc_lo",

@@ -1,9 +1,9 @@
 """The sweep report (``walklens report``; seed 000, Fig. 10 and Figs. 13-16): the dataclasses of
-:func:`walklens.concepts.summary.summarise_db` drawn as a page, charts and tables.
+:func:`walklens.experiments.summary.summarise_db` drawn as a page, charts and tables.
 
 For every sweep run in a database (one model, shot count and test): the top-10 schemes table with their
 parameters, accuracy and normalised score (like Figs. 13-16), the honest best scores (in-sample, split-half and
-k-fold held-out with 95% intervals; :mod:`walklens.concepts.stats`), the distribution of scores across the grid
+k-fold held-out with 95% intervals; :mod:`walklens.experiments.stats`), the distribution of scores across the grid
 next to chance, and per-parameter marginal effects (mean and best normalised score per value).  Across models:
 the normalised-score bar chart with a marker for each model's best scheme (like Fig. 10), here with the
 held-out best beside the in-sample one.
@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..concepts.schemes import Scheme
-from ..concepts.summary import MetricSummary, RunSummary
+from ..experiments.summary import MetricSummary, RunSummary
 from ..outputs import csv_cell, csv_row, jsonable
 from .html import Report, pyplot
 
@@ -201,7 +201,7 @@ def _run_section(rep: Report, s: RunSummary) -> None:
 
 
 def build(summaries: Sequence[RunSummary], source: str = "") -> Report:
-    """The ``walklens report`` report of the sweep runs ``summaries`` (:func:`~walklens.concepts.summary.
+    """The ``walklens report`` report of the sweep runs ``summaries`` (:func:`~walklens.experiments.summary.
     summarise_db`), with its CSV tables, ``summary.json`` and ``summary.md`` attached; ``source`` (the database)
     goes into the subtitle."""
     rep = Report("Composition-scheme sweeps",

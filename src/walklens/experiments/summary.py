@@ -15,9 +15,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .schemes import Scheme
+from ..concepts.schemes import Scheme
 from .stats import KFold, Score, honest_summary_counts, marginal_effects
-from .store import SweepResults, SweepStore
+from ..hellaswag.store import SweepResults, SweepStore
 
 TOP = 10  # schemes listed per run and metric (Figs. 13-16)
 

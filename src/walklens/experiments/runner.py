@@ -15,13 +15,13 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import InputError
-from .baseline import accuracy, baseline_items
-from .data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
-from .encode import arch_of
-from .schemes import Scheme
-from .store import ItemResult, ResultStore, RunKey
-from .test1 import test1_items
-from .test2 import test2_item
+from ..hellaswag.baseline import accuracy, baseline_items
+from ..hellaswag.data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
+from ..hellaswag.encode import arch_of
+from ..concepts.schemes import Scheme
+from ..hellaswag.store import ItemResult, ResultStore, RunKey
+from ..concepts.generation import test1_items
+from ..concepts.similarity import test2_item
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
@@ -104,7 +104,7 @@ def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], *, test: str, sc
     store key.  With a ``store``, items already stored for the same (model, data, split, shots, test, scheme)
     are read back instead of recomputed, each chunk of new items (:data:`CHUNK`) is committed as soon as it is
     scored, and the run's summary row is updated at the end; an interrupted run therefore resumes where it
-    stopped.  ``cache``: the concept cache Test 1 uses (:mod:`walklens.concept_cache`).  ``batch_fn``: score
+    stopped.  ``cache``: the concept cache Test 1 uses (:mod:`walklens.concepts.cache`).  ``batch_fn``: score
     the items with this function instead of a test's own (another ``test`` name, e.g. ``compact``; the store key
     then holds ``str(scheme)``).
     """

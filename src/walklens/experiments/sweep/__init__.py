@@ -15,7 +15,7 @@ How the cost of ~10^6 schemes is kept near the cost of one:
    (layer, word) form a bundle.  For a chunk of items, the context sequences of all (layer, word) pairs
    ``[n, m, P, D]`` (masked padding) meet all choice vectors ``[n, C, Q, D]`` in one ``bmm``; the best match
    is a masked max, ``soft_cluster`` uses the weights and a Gram matrix instead of per-choice vectors
-   (:mod:`.batched`, scored by :func:`~..test2.batched_scores`, the runner's scorer too).
+   (:mod:`.batched`, scored by :func:`~walklens.concepts.similarity.batched_scores`, the runner's scorer too).
    Bit-identical layers (``E`` = hidden state 0 without absolute positions) and encodings that cut every
    item identically are computed once.
 4. **Test 1** still needs a model pass per (concept sequence, ending): the engine's
@@ -25,7 +25,7 @@ How the cost of ~10^6 schemes is kept near the cost of one:
    remains is one such call per distinct concept sequence and item.
 
 Items are cut by every encoding scheme once (:mod:`.plan`); :mod:`.run` drives the whole and stores each
-group as it is computed in the sweep tables of the run database (:class:`~..store.SweepStore`: a million
+group as it is computed in the sweep tables of the run database (:class:`~walklens.hellaswag.store.SweepStore`: a million
 schemes are a few thousand rows).  Everything that computes is a shard fixed before any runs (:mod:`.shards`),
 run in this process or on Ray actors (:mod:`walklens.backends`) with the same bits either way; a bundle's
 groups are written in one transaction, so a killed sweep resumes at the first unstored group and the final

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 import torch
 
-from ..baseline import baseline_items
-from ..data import HellaswagItem
-from ..schemes import Scheme
-from ..store import ItemResult
+from ...hellaswag.baseline import baseline_items
+from ...hellaswag.data import HellaswagItem
+from ...concepts.schemes import Scheme
+from ...hellaswag.store import ItemResult
 from .bank import NormedBank, VectorBank
 from .batched import EncLayout, test1_predictions, test2_bundles_batched
 from .plan import ItemPlan

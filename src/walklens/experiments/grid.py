@@ -5,7 +5,7 @@ Seed 000, A.6 lists the parameters of a "distributed concept composition scheme"
 ``SIMILARITY_FUNC`` and, for Test 2 (concept similarity, sec. 5.1.2), ``OUT_ENCODING_LAYER`` and
 ``OUT_WORD_AGG_SCHEME``.  The seed's authors swept "about 1200" Test 1 and "over 6000" Test 2 schemes
 (sec. 5.1.1-5.1.2); a :class:`GridSpec` with the default layer set (``E, 0, middle, -2, -1``) spans the whole
-product instead (~10^6 Test 2 schemes), which :mod:`walklens.concepts.sweep` evaluates from one forward pass
+product instead (~10^6 Test 2 schemes), which :mod:`walklens.experiments.sweep` evaluates from one forward pass
 per distinct segment text.
 
 A grid is a mapping from :class:`~walklens.concepts.schemes.Scheme` field names to the values to try:
@@ -47,7 +47,7 @@ OUT_FIELDS: tuple[str, ...] = ("out_layer", "out_word")
 
 
 def _schemes_module() -> Any:
-    from . import schemes
+    from ..concepts import schemes
 
     return schemes
 

@@ -2,7 +2,7 @@
 
 * Test 2: context groups that differ only in (layer, word) form a bundle.  For a chunk of items, the context
   sequences of all (layer, word) pairs ``[n, m, P, D]`` (segment and example aggregation with masked padding)
-  meet all choice vectors ``[n, C, Q, D]`` in :func:`~..test2.batched_scores` (one ``bmm``; the same scorer the
+  meet all choice vectors ``[n, C, Q, D]`` in :func:`~walklens.concepts.similarity.batched_scores` (one ``bmm``; the same scorer the
   single-scheme runner uses).  Pairs with bit-identical bank vectors are computed once.
 * Test 1: the concept sequence of each item (:func:`~..compose.compose_context` of bank rows) replaces the
   context; :func:`~..packing.packed_logliks` scores the endings after it, identical sequences once.
@@ -19,12 +19,12 @@ import numpy as np
 import torch
 
 from ...errors import InputError
-from ..compose import compose_context
-from ..encode import input_embeddings, n_prefix_tokens
-from ..packing import packed_logliks
-from ..request import ScoreRequest
-from ..schemes import Scheme, normalize
-from ..test2 import batched_scores, choice_ties
+from ...concepts.compose import compose_context
+from ...hellaswag.encode import input_embeddings, n_prefix_tokens
+from ...hellaswag.packing import packed_logliks
+from ...hellaswag.request import ScoreRequest
+from ...concepts.schemes import Scheme, normalize
+from ...concepts.similarity import batched_scores, choice_ties
 from .bank import NormedBank, VectorBank
 from .plan import ItemPlan
 
@@ -144,7 +144,7 @@ def test2_bundles_batched(bank: VectorBank, norm: str | None, layouts: dict[str,
     groups that share (enc, seg, ex, sim) and the choice encodings (out_layer, out_word), differing in (layer,
     word); ``layouts[enc]`` is the :class:`EncLayout` of its encoding.
 
-    Items go in chunks of ``chunk``, padding masked out; the scores are :func:`~..test2.batched_scores`.  Within a
+    Items go in chunks of ``chunk``, padding masked out; the scores are :func:`~walklens.concepts.similarity.batched_scores`.  Within a
     chunk, each step is computed once for the bundles that share its inputs, as the very same call on the very
     same tensors, so every bundle's picks are the bits it gets alone (and those of one call per bundle, the
     sweep before batches: ``tests/test_sweep_eval.py``): the (layer, word) pairs an encoding's distinct rows

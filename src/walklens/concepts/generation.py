@@ -9,7 +9,7 @@ Exact construction, per item and scheme (see docs/hellaswag.md):
 * the context is segmented (:mod:`.segment`) and composed into concept vectors ``k_1..k_m``
   (:mod:`.compose`); the segment vectors of text segments come from :func:`~.vectors.text_vectors`, the same
   computation the sweep's bank uses, read from the concept cache when one is given
-  (:mod:`walklens.concept_cache`);
+  (:mod:`walklens.concepts.cache`);
 * decoder-only: the model input is ``[BOS embedding (Gemma only, as in the baseline)] k_1..k_m`` followed by
   the ending's tokens, through ``inputs_embeds``; the ending's tokens are the baseline's continuation tokens of
   ``" " + ending`` and its log-likelihood is the sum of their log-probabilities (the first one predicted after
@@ -30,19 +30,19 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from .baseline import baseline_request, item_result, item_tokens
+from ..hellaswag.baseline import baseline_request, item_result, item_tokens
 from .compose import compose_context, context_vectors
-from .data import HellaswagItem
-from .encode import continuation_logliks, input_embeddings, n_prefix_tokens
-from .packing import packed_logliks
-from .request import ScoreRequest
+from ..hellaswag.data import HellaswagItem
+from ..hellaswag.encode import continuation_logliks, input_embeddings, n_prefix_tokens
+from ..hellaswag.packing import packed_logliks
+from ..hellaswag.request import ScoreRequest
 from .schemes import Scheme
 from .segment import Segment, segment_context
-from .store import ItemResult
+from ..hellaswag.store import ItemResult
 from .vectors import VectorBank, layer_key, segment_vectors_of, text_vectors
 
 if TYPE_CHECKING:
-    from ..concept_cache import ConceptCache
+    from .cache import ConceptCache
     from ..loading import LoadedModel
 
 

@@ -3,7 +3,7 @@
 In the walklens database file beside the results tables (:mod:`.results`), in two tables of their own:
 ``sweep_runs`` (one row per model, data, split, shots, test and item set) and ``sweep_groups`` (one row per
 context group: the choice parts of its schemes, their accuracies and their predictions packed 2 bits per item),
-so a million schemes are a few thousand rows.  :func:`~walklens.concepts.sweep.run_sweep` writes a bundle's
+so a million schemes are a few thousand rows.  :func:`~walklens.experiments.sweep.run_sweep` writes a bundle's
 groups in one transaction; a killed sweep resumes at the first unstored group.
 
 A third table, ``sweep_shards``, holds finished shards of work whose groups are not stored yet (a Test 1 scheme
@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -27,9 +28,11 @@ import numpy as np
 
 from ...errors import InputError
 from ...sqlite import closed_on_error, tables, transaction
-from ..schemes import Scheme
-from ..stats import Cells, Counts, cell_counts, count_cells
+from .counts import Cells, Counts, cell_counts, count_cells
 from .db import FIX, Row, connect, int_list, open_tables, str_list
+
+#: the shape of a stored scheme name: ``key=value`` parts joined by commas
+_NAME = re.compile(r"[a-z_]+=[^,=\s]+(?:,[a-z_]+=[^,=\s]+)*")
 
 #: The layout of the sweep tables (``sweep_schema`` in ``meta``; see :func:`~.db.open_tables`).
 SCHEMA_VERSION = 1
@@ -132,14 +135,13 @@ def _group_row(path: Path, rowid: Any, ctx: Any, outs: Any, mets: Any, acc: Any,
 
 
 def _check_names(path: Path, rowid: Any, ctx: str, outs: list[str], seen: set[str]) -> None:
-    """The group's scheme names parse (:meth:`~..schemes.Scheme.parse`): its context part, and each output part
-    not met before in the run (``seen``), so the cost is one parse per group and per distinct output part."""
+    """The group's scheme names have the shape of scheme names (``key=value`` parts joined by commas): its
+    context part, and each output part not met before in the run (``seen``).  The store keeps names as text;
+    what a name means is the scheme grammar's (:mod:`walklens.concepts.schemes`), read above this layer."""
     r = Row(path, "sweep_groups", f"rowid={rowid}")
     for field, name in [("context", ctx)] + [("outs", f"{ctx},{o}") for o in outs if o and o not in seen]:
-        try:
-            Scheme.parse(name)
-        except InputError as e:
-            raise r.fail(field, str(e)) from None
+        if not _NAME.fullmatch(name):
+            raise r.fail(field, "not a scheme name (key=value parts joined by commas)")
     seen.update(outs)
 
 
@@ -179,7 +181,7 @@ class SweepResults:
         return None if v is None else float(v)
 
     def counts(self, metric: str = "acc", k: int = 5, seed: int = 0) -> Counts:
-        """:class:`~..stats.Counts` over ``Cells.build(items, min(k, items), seed)``: the streamed table when
+        """:class:`~.counts.Counts` over ``Cells.build(items, min(k, items), seed)``: the streamed table when
         loaded by :meth:`SweepStore.load_counts` with that partition, else computed from the predictions."""
         n = len(self.labels)
         want = (min(k, n), seed)

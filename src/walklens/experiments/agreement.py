@@ -32,9 +32,9 @@ import numpy as np
 
 from ..errors import InputError
 from ..precision import dtype_name, model_label, parse_dtype
-from .schemes import Scheme
+from ..concepts.schemes import Scheme
 from .stats import Z95, wilson
-from .store import KEY_COLUMNS, ResultStore, RunKey, SweepStore
+from ..hellaswag.store import KEY_COLUMNS, ResultStore, RunKey, SweepStore
 
 #: What :func:`agreement_study` compares (all by default).
 PARTS = ("baseline", "test1", "test2-grid", "test1-grid")
@@ -299,7 +299,7 @@ def _context(names: Sequence[str]) -> str:
 
 
 def _in_order(store: SweepStore, run_id: int) -> Iterator[tuple[str, tuple[list[str], list[str], np.ndarray]]]:
-    """:meth:`~.store.SweepStore.iter_groups` with each group's context, checked to come in ascending order."""
+    """:meth:`~walklens.hellaswag.store.SweepStore.iter_groups` with each group's context, checked to come in ascending order."""
     last = ""
     for g in store.iter_groups(run_id):
         ctx = _context(g[0])
@@ -453,7 +453,7 @@ def agreement_study(db: str | Path, model: str, *, data: str, other: str = "bflo
     """Compare ``model`` (its name without a dtype) run in ``reference`` and in ``other`` dtype, from the
     database ``db``: the baseline, Test 1's standard scheme (single runs, ``walklens hellaswag``), Test 2's and
     Test 1's sweeps (``walklens sweep``), over the first ``items`` items (else the items both hold).  ``data``
-    is the stored data key (:func:`~.data.data_id`); Test 1's standard scheme is the decoder-only one (word
+    is the stored data key (:func:`~walklens.hellaswag.data.data_id`); Test 1's standard scheme is the decoder-only one (word
     ``w1mean``)."""
     bad = [p for p in parts if p not in PARTS]
     if bad or not parts:

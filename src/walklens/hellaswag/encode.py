@@ -89,7 +89,7 @@ def input_embeddings(lm: "LoadedModel", ids: torch.Tensor) -> torch.Tensor:
 def hidden_states(lm: "LoadedModel", seqs: Sequence[Sequence[int]], layers: Sequence[int | None]
                   ) -> tuple[dict[int | None, torch.Tensor], torch.Tensor]:
     """Hidden states of a batch of id sequences at resolved ``layers`` (None = E, 0..N, see
-    :func:`~.schemes.resolve_layer`), right-padded: returns ({layer: [B, T, D] float32}, mask [B, T]).
+    :func:`~walklens.concepts.schemes.resolve_layer`), right-padded: returns ({layer: [B, T, D] float32}, mask [B, T]).
 
     One batched pass of the encoder stack (encoder-decoder) or the model body (decoder-only, no LM head) through
     :func:`walklens.capture.capture_batch`, stopped after the deepest layer needed: layer ``l`` < N is the

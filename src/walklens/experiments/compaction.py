@@ -1,5 +1,5 @@
 """HellaSwag with a compacted context (seed 000, sec. 5.1.1 and footnote 11): the endings are scored exactly as
-lm-evaluation-harness scores them (:mod:`walklens.concepts.baseline`: the same continuation tokens, summed
+lm-evaluation-harness scores them (:mod:`walklens.hellaswag.baseline`: the same continuation tokens, summed
 log-probabilities, ``acc`` and ``acc_norm``); only the context changes, from token ids to ``inputs_embeds``.
 
 The baseline's context tokens ``c_0..c_{C-1}`` (Gemma: ``c_0`` = BOS) are cut into
@@ -14,7 +14,7 @@ and ``what`` (:class:`~.spec.CompactSpec`) picks the part compacted: ``examples`
 ``[p, C)``, ``both`` ``[pre, C)``, minus the ``recent`` tokens at its end.  The model input is the tokens
 before the part (their input embeddings), its vectors (:mod:`.core`), the tokens after it, then the endings.
 With ``bounds=scheme`` the part's vectors are the A.6 encoding's own (:func:`~walklens.concepts.segment.
-segment_context`, :func:`~walklens.concepts.test1.compose_segments`): ``what=both`` is Test 1 itself.
+segment_context`, :func:`~walklens.concepts.generation.compose_segments`): ``what=both`` is Test 1 itself.
 """
 
 from __future__ import annotations
@@ -24,22 +24,22 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from ..concepts.baseline import item_result, item_tokens
-from ..concepts.data import HellaswagItem, fewshot_context
-from ..concepts.encode import n_prefix_tokens, tok_encode
-from ..concepts.packing import packed_logliks
-from ..concepts.request import ScoreRequest
-from ..concepts.runner import RunSummary, run_test
+from ..hellaswag.baseline import item_result, item_tokens
+from ..hellaswag.data import HellaswagItem, fewshot_context
+from ..hellaswag.encode import n_prefix_tokens, tok_encode
+from ..hellaswag.packing import packed_logliks
+from ..hellaswag.request import ScoreRequest
+from .runner import RunSummary, run_test
 from ..concepts.segment import segment_context
-from ..concepts.store import ItemResult, ResultStore
-from ..concepts.test1 import compose_segments, scheme_bank
+from ..hellaswag.store import ItemResult, ResultStore
+from ..concepts.generation import compose_segments, scheme_bank
 from ..concepts.vectors import VectorBank
 from ..errors import InputError
-from .core import Cut, budget_of, check_causal, compactable_end, cut_region, prefix_embeds, region_bank, region_vectors
-from .spec import CompactSpec
+from ..compaction.core import Cut, budget_of, check_causal, compactable_end, cut_region, prefix_embeds, region_bank, region_vectors
+from ..compaction.spec import CompactSpec
 
 if TYPE_CHECKING:
-    from ..concept_cache import ConceptCache
+    from ..concepts.cache import ConceptCache
     from ..loading import LoadedModel
 
 #: Encodings whose segment_context keeps the query apart from the examples (the last "example").
@@ -141,7 +141,7 @@ def compact_items(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: S
                   spec: CompactSpec, cache: "ConceptCache | None" = None,
                   stats: dict[str, Any] | None = None) -> list[ItemResult]:
     """The items' results with the compacted context: the four endings' log-likelihoods by the packed scorer
-    (:func:`~walklens.concepts.packing.packed_logliks`), ``acc`` and ``acc_norm`` as the baseline's."""
+    (:func:`~walklens.hellaswag.packing.packed_logliks`), ``acc`` and ``acc_norm`` as the baseline's."""
     reqs = compact_requests(lm, items, examples, spec, cache, stats)
     return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]
 

@@ -40,9 +40,9 @@ from typing import Any, Sequence
 from ..errors import InputError
 from ..numbers import NON_NEGATIVE, POSITIVE, SEED, NumberError, Range
 from ..precision import DTYPES
-from .data import FEWSHOT_SEED, HF_PREFIX
+from ..hellaswag.data import FEWSHOT_SEED, HF_PREFIX
 from .grid import GridSpec, read_toml
-from .schemes import canonical_layer
+from ..concepts.schemes import canonical_layer
 
 _TOP = ("name", "description", "models", "tests", "shots", "seeds", "items", "grid", "grids", "layers", "data",
         "db", "cache", "backend")

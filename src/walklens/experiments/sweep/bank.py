@@ -4,7 +4,7 @@ aggregation, optionally kept in the concept cache; NORM applied as rows are read
 The ``[T, D]`` hidden states of a text are reduced right away by every WORD_AGG_SCHEME into a
 :class:`~..vectors.VectorBank` ``[texts, layers, words, D]`` (the hidden states themselves are dropped) by
 :func:`~..vectors.text_vectors`, the one place every command computes segment vectors.  With a cache folder
-(``--cache DIR``: a :class:`~walklens.concept_cache.ConceptCache`, shared with Test 1 and compaction), every
+(``--cache DIR``: a :class:`~walklens.concepts.cache.ConceptCache`, shared with Test 1 and compaction), every
 (text, layer, word) vector is stored once and read back by later runs, also by runs that need a subset of the
 layers and word aggregations.
 """
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import torch
 
-from ...concept_cache import ConceptCache, open_cache
-from ..schemes import normalize
-from ..vectors import VectorBank, forward_batch, layer_key, text_vectors
+from ...concepts.cache import ConceptCache, open_cache
+from ...concepts.schemes import normalize
+from ...concepts.vectors import VectorBank, forward_batch, layer_key, text_vectors
 
 if TYPE_CHECKING:
     from ...loading import LoadedModel
@@ -83,7 +83,7 @@ def build_bank(lm: LoadedModel, texts: Iterable[str], layers: Sequence[str], wor
     layer ``l`` and ``N`` the top of the stack after the final norm, A.6 ENCODING_LAYER).  Each text is
     tokenised and run exactly as the single-scheme runner does (:func:`~..vectors.text_vectors`).  With
     ``cache`` (or a ``cache_dir`` to open one in), vectors already stored are read back instead of computed,
-    and those computed are stored (:mod:`walklens.concept_cache`).  ``workers`` runs the forward batches
+    and those computed are stored (:mod:`walklens.concepts.cache`).  ``workers`` runs the forward batches
     (:func:`forward_shard`; default: this process), ``on_shard("forward", n)`` follows the n-th.
     """
     own = cache is None and cache_dir is not None

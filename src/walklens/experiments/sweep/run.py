@@ -39,13 +39,13 @@ import numpy as np
 
 from ...backends import Backend, LocalWorkers, Workers
 from ...errors import InputError
-from ..baseline import accuracy, item_tokens
-from ..data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
-from ..encode import arch_of
+from ...hellaswag.baseline import accuracy, item_tokens
+from ...hellaswag.data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
+from ...hellaswag.encode import arch_of
 from ..grid import group_by_context
 from ..runner import CHUNK, RunSummary, progress_bar, run_key
-from ..schemes import WORD_AGG_SCHEMES, Scheme
-from ..store import ResultStore, SweepStore
+from ...concepts.schemes import WORD_AGG_SCHEMES, Scheme
+from ...hellaswag.store import ResultStore, SweepStore
 from .bank import VectorBank, build_bank, layer_keys
 from .batched import EncLayout
 from .plan import ItemPlan, plan_item

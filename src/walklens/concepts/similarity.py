@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from ..errors import InputError
-from .baseline import item_result
+from ..hellaswag.baseline import item_result
 from .compose import context_vectors
-from .data import HellaswagItem
+from ..hellaswag.data import HellaswagItem
 from .schemes import Scheme
 from .segment import segment_context
-from .store import ItemResult
+from ..hellaswag.store import ItemResult
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from ...errors import InputError
-from ..data import HellaswagItem
-from ..segment import segment_context
+from ...hellaswag.data import HellaswagItem
+from ...concepts.segment import segment_context
 
 if TYPE_CHECKING:
     from ...loading import LoadedModel

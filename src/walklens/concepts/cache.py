@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from .errors import InputError
-from .outputs import make_dir
-from .precision import dtype_name
-from .sqlite import closed_on_error, connect, create_tables, foreign, meta_value, set_mode, transaction
+from ..errors import InputError
+from ..outputs import make_dir
+from ..precision import dtype_name
+from ..sqlite import closed_on_error, connect, create_tables, foreign, meta_value, set_mode, transaction
 
 if TYPE_CHECKING:
-    from .loading import LoadedModel
+    from ..loading import LoadedModel
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_BYTES = 16 * 2**30

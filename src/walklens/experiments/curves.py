@@ -11,7 +11,7 @@ database (test ``compact``, scheme ``str(spec)``), so an interrupted curve resum
   bootstrap (:func:`scipy.stats.bootstrap`, ``paired=True``: items resampled with both runs' outcomes; 2,000
   resamples, percentile interval, fixed seed): the two accuracies share items, so their ratio's spread is not
   that of two independent proportions.  Each raw accuracy also gets its Wilson interval
-  (:func:`~walklens.concepts.stats.wilson`).
+  (:func:`~walklens.experiments.stats.wilson`).
 * **Tuning** (the concept method's layer, word aggregation and NORM): every candidate runs at one ratio on
   tuning items disjoint from the reported ones; the best ``acc_norm`` is used for every concept strategy.
 * **Time**: on the first ``timing_items`` reported items, the packed scoring of the endings after the
@@ -29,18 +29,18 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..concepts.baseline import baseline_request
-from ..concepts.data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
-from ..concepts.packing import packed_logliks
-from ..concepts.runner import RunSummary, run_test
-from ..concepts.stats import wilson
-from ..concepts.store import ResultStore
+from ..hellaswag.baseline import baseline_request
+from ..hellaswag.data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
+from ..hellaswag.packing import packed_logliks
+from .runner import RunSummary, run_test
+from .stats import wilson
+from ..hellaswag.store import ResultStore
 from ..errors import InputError
-from .hellaswag import compact_requests, compact_run, plan_item
-from .spec import CompactSpec
+from .compaction import compact_requests, compact_run, plan_item
+from ..compaction.spec import CompactSpec
 
 if TYPE_CHECKING:
-    from ..concept_cache import ConceptCache
+    from ..concepts.cache import ConceptCache
     from ..loading import LoadedModel
 
 DEFAULT_RATIOS: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0, 32.0, math.inf)

@@ -15,12 +15,12 @@ from typing import Any, Callable
 from ...backends import Backend
 from ...errors import InputError
 from ...outputs import check_dir
-from ..data import HF_PREFIX, HellaswagItem, data_id, load_hellaswag
-from ..encode import arch_of
+from ...hellaswag.data import HF_PREFIX, HellaswagItem, data_id, load_hellaswag
+from ...hellaswag.encode import arch_of
 from ..experiment import Experiment
 from ..grid import GridSpec
-from ..schemes import resolve_layer
-from ..store import SweepStore
+from ...concepts.schemes import resolve_layer
+from ...hellaswag.store import SweepStore
 from .run import OnShard, SweepOutcome, run_sweep
 
 
