@@ -24,13 +24,13 @@ class NumberError(InputError):
     """A number that is not finite, not of the right kind or out of its range."""
 
 
-def show(value: Any) -> str:
-    """A refused value as a message quotes it: ``repr``, cut to :data:`SHOWN` characters (a 400-digit
-    integer is not printed whole)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** SHOWN:
-        return f"an integer of {len(str(abs(value)))} digits"
+def show(value: Any, limit: int = SHOWN) -> str:
+    """A refused value as a message quotes it: ``repr``, cut to ``limit`` characters (a 400-digit integer is
+    not printed whole)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** limit:
+        return f"an integer of {len(str(abs(value))) if value.bit_length() < 14_000 else 'over 4,000'} digits"
     r = repr(value)
-    return r if len(r) <= SHOWN else r[:SHOWN - 3] + "..."
+    return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
 def kind(value: Any) -> str:

@@ -24,8 +24,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..concepts.schemes import Scheme, _short_repr, parse_pairs
+from ..concepts.schemes import Scheme, parse_pairs
 from ..errors import InputError
+from ..numbers import show
 from .core import BOUNDS, METHODS
 
 WHATS: tuple[str, ...] = ("examples", "context", "both")
@@ -69,7 +70,7 @@ class CompactSpec:
 
         for name, allowed in (("what", WHATS), ("method", METHODS), ("bounds", BOUNDS)):
             if getattr(self, name) not in allowed:
-                raise InputError(f"invalid {name}={_short_repr(getattr(self, name))}; use one of "
+                raise InputError(f"invalid {name}={show(getattr(self, name), 60)}; use one of "
                                  f"{', '.join(allowed)}")
         if self.bounds == "scheme":
             if self.method != "concept":
@@ -84,12 +85,12 @@ class CompactSpec:
             raise bad("give exactly one of ratio=R (or ratio=max) and budget=K")
         if self.ratio is not None and not (isinstance(self.ratio, (int, float)) and self.ratio >= 1
                                            and not math.isnan(self.ratio)):
-            raise InputError(f"invalid ratio={_short_repr(self.ratio)}: compacted tokens per vector, a number >= 1 "
+            raise InputError(f"invalid ratio={show(self.ratio, 60)}: compacted tokens per vector, a number >= 1 "
                              f"or max")
         if self.budget is not None and not (isinstance(self.budget, int) and self.budget >= 1):
-            raise InputError(f"invalid budget={_short_repr(self.budget)}: a number of vectors >= 1")
+            raise InputError(f"invalid budget={show(self.budget, 60)}: a number of vectors >= 1")
         if not (isinstance(self.recent, int) and self.recent >= 0):
-            raise InputError(f"invalid recent={_short_repr(self.recent)}: a number of tokens >= 0")
+            raise InputError(f"invalid recent={show(self.recent, 60)}: a number of tokens >= 0")
         # keys that do not apply take their defaults, so that equal compactions are equal specs
         d = CompactSpec.__dataclass_fields__
         if self.bounds != "scheme":
@@ -131,13 +132,13 @@ class CompactSpec:
     def parse(cls, spec: str) -> "CompactSpec":
         """A SPEC string (module docstring) → :class:`CompactSpec`; one :class:`InputError` line if malformed."""
         kv = parse_pairs(spec, _KEYS, what="compact spec", example="what=examples,ratio=4")
-        shown = _short_repr(spec, 80)
+        shown = show(spec, 80)
         method = kv.get("method", "concept")
         bounds = kv.get("bounds", "sentence")
         if method != "concept":
             given = [k for k in _SCHEME_KEYS + _ENC_KEYS if k in kv]
             if given:
-                raise InputError(f"method={_short_repr(method, 20)} takes no {', '.join(given)} (only method=concept "
+                raise InputError(f"method={show(method, 20)} takes no {', '.join(given)} (only method=concept "
                                  f"makes vectors with an A.6 scheme) in {shown}")
         if bounds != "scheme":
             given = [k for k in _ENC_KEYS if k in kv]
@@ -177,7 +178,7 @@ def ratio_value(text: str) -> float | None:
 def _parse_ratio(v: str, shown: str) -> float:
     r = ratio_value(v)
     if r is None:
-        raise InputError(f"invalid ratio={_short_repr(v, 30)} in {shown}: a number >= 1 (tokens per vector) or max")
+        raise InputError(f"invalid ratio={show(v, 30)} in {shown}: a number >= 1 (tokens per vector) or max")
     return r
 
 
@@ -187,7 +188,7 @@ def _parse_int(v: str, name: str, lo: int, shown: str) -> int:
     except ValueError:
         n = lo - 1
     if n < lo or n > 10**9:
-        raise InputError(f"invalid {name}={_short_repr(v, 30)} in {shown}: an integer from {lo} to 10**9")
+        raise InputError(f"invalid {name}={show(v, 30)} in {shown}: an integer from {lo} to 10**9")
     return n
 
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import torch
 
 from ..errors import InputError
+from ..numbers import show
 
 #: A.6 encoding schemes (``cross_encoding`` is the ordinary, unaggregated run).
 ENCODING_SCHEMES: tuple[str, ...] = ("sentence_level_segmentation", "segment_each_example", "merge_all_segments",
@@ -70,13 +71,6 @@ def _none(v: str) -> str | None:
     return None if v in ("None", "none", "") else v
 
 
-def _short_repr(v: Any, limit: int = 60) -> str:
-    try:
-        r = repr(v)
-    except ValueError:  # an int too long to print
-        r = f"<{type(v).__name__}>"
-    return r if len(r) <= limit else r[:limit - 3] + "..."
-
 
 def parse_pairs(text: str, keys: Sequence[str], *, what: str, example: str = "") -> dict[str, str]:
     """``key=value`` pairs joined by commas → ``{key: value}`` (both stripped, in the order given): the grammar of
@@ -88,17 +82,17 @@ def parse_pairs(text: str, keys: Sequence[str], *, what: str, example: str = "")
     """
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"empty {what}" + (f"; e.g. {example}" if example else ""))
-    shown, allowed = _short_repr(text, 80), ", ".join(keys)
+    shown, allowed = show(text, 80), ", ".join(keys)
     kv: dict[str, str] = {}
     for part in text.strip().split(","):
         if "=" not in part:
-            raise InputError(f"bad {what} part {_short_repr(part.strip(), 40)} in {shown}: expected key=value "
+            raise InputError(f"bad {what} part {show(part.strip(), 40)} in {shown}: expected key=value "
                              f"with a key of {allowed}")
         k, v = (x.strip() for x in part.split("=", 1))
         if k not in keys:
-            raise InputError(f"unknown {what} key {_short_repr(k, 40)} in {shown}; keys: {allowed}")
+            raise InputError(f"unknown {what} key {show(k, 40)} in {shown}; keys: {allowed}")
         if k in kv:
-            raise InputError(f"{what} key {_short_repr(k, 40)} given twice in {shown}")
+            raise InputError(f"{what} key {show(k, 40)} given twice in {shown}")
         kv[k] = v
     return kv
 
@@ -113,7 +107,7 @@ def canonical_layer(layer: Any) -> str:
             return str(int(s))
     except ValueError:  # an integer too long for int() / str() (sys.int_info.str_digits_check_threshold)
         pass
-    raise InputError(f"invalid layer {_short_repr(layer)}: use E, middle, a layer index 0..N or a negative index "
+    raise InputError(f"invalid layer {show(layer, 60)}: use E, middle, a layer index 0..N or a negative index "
                      f"(-1 = top)")
 
 
@@ -186,7 +180,7 @@ class Scheme:
                               for k, v in parse_pairs(s, _KEYS, what="scheme").items()}
         missing = [k for k in ("enc", "layer", "word") if k not in kv]
         if missing:
-            raise InputError(f"scheme {_short_repr(s, 80)} lacks {', '.join(missing)}")
+            raise InputError(f"scheme {show(s, 80)} lacks {', '.join(missing)}")
         return cls(**kv)
 
     @classmethod
