@@ -4,10 +4,10 @@ model must compute for them, and how much of that sharing concept-vector prefixe
     .venv/bin/python benchmarks/test1_work.py --grid docs/results/test1_grid.toml [--model smollm2-135m]
         [--shots 0] [--n 20] [--cache DIR]
 
-Runs the sweep's own code (`concepts.sweep.run_sweep`) with the model's scorer replaced by a counter, so it
+Runs the sweep's own code (`experiments.sweep.run_sweep`) with the model's scorer replaced by a counter, so it
 costs only the segment texts' forward passes (none with a warm `--cache`), not Test 1's scoring.  Positions
 per row are the concept vectors plus the endings' input tokens as a prefix tree (`ScoreRequest.tree`), as
-`concepts.packing` computes them.  The prefix saving compares concept vectors bit for bit (a 128-bit hash
+`hellaswag.packing` computes them.  The prefix saving compares concept vectors bit for bit (a 128-bit hash
 of their bytes).
 """
 
