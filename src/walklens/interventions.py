@@ -193,7 +193,7 @@ def tied_layers(lm: LoadedModel, layer: int, n_layers: int) -> Iterator[LoadedMo
     layer = resolve_layers(lm, layer)[0]
     if n_layers < 1:
         raise InputError("n_layers must be at least 1")
-    if lm.adapter.auto_class == "seq2seq":
+    if lm.is_encoder_decoder:
         raise UnsupportedFamilyError("weight-tied variants of encoder-decoder models are not supported")
     saved_n, had_cache, saved_cache = cfg.num_hidden_layers, hasattr(cfg, "use_cache"), getattr(cfg, "use_cache", None)
     saved_types = getattr(cfg, "layer_types", None)

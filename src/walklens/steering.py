@@ -247,7 +247,7 @@ def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | 
     grid for activation addition, whose alpha is in residual-stream units."""
     from tqdm.auto import tqdm
 
-    if lm.adapter.auto_class != "causal":
+    if not lm.is_causal:
         raise UnsupportedFamilyError("steering sweeps generate text and need a causal LM")
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
@@ -285,10 +285,10 @@ def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | 
                           f"the dose overflows the model's dtype); p(target) and its rank are reported as NaN",
                           NonFiniteWarning, stacklevel=2)
         rows.append(SteerRow(method=m, layers=s, alpha=float(a), prompt=p, target_logit=logit, target_prob=prob,
-                             target_rank=rank, top_token="" if top is None else lm.tokenizer.decode([top]),
+                             target_rank=rank, top_token="" if top is None else lm.token_strings([top])[0],
                              text=lm.tokenizer.decode(new.tolist()), perplexity=_perplexity(lm, ids, new),
                              push=float(d @ u), injection=float(d.norm())))
-    return SteeringSweep(model_name=lm.name, toward=label, target_token=lm.tokenizer.decode([tid]), reach=reach,
+    return SteeringSweep(model_name=lm.name, toward=label, target_token=lm.token_strings([tid])[0], reach=reach,
                          prompts=prompts, alphas=alphas, add_alphas=add_alphas, layer_sets=sets,
                          methods=list(methods), rows=rows)
 

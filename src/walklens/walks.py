@@ -56,7 +56,9 @@ import torch
 from torch import nn
 
 from .errors import InputError
-from .interventions import Hooks, outside_layers, upcast
+from .hooks import Hooks
+from .interventions import outside_layers, upcast
+from .loading import token_strings
 from .models.base import get_module
 from .precision import dtype_name, is_low_precision
 from .ranking import Dense, Linear, read_rows, scratch
@@ -220,8 +222,9 @@ def _select_points(trace: Trace, points: Sequence[str] | str | None) -> list[int
 
 
 def labels_for(tokenizer: Any, ids: Sequence[int]) -> dict[int, str]:
-    """Each id decoded on its own (``" Paris"``, not ``"ĠParis"``), once per distinct id."""
-    return {int(i): tokenizer.decode([int(i)]) for i in ids}
+    """Each distinct id's label (:func:`walklens.loading.token_strings`: ``" Paris"``, not ``"ĠParis"``)."""
+    distinct_ids = list(dict.fromkeys(int(i) for i in ids))
+    return dict(zip(distinct_ids, token_strings(tokenizer, distinct_ids)))
 
 
 # ------------------------------------------------------------------------------------------------------------

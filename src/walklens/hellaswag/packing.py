@@ -76,7 +76,7 @@ def _sliding_window(lm: "LoadedModel") -> tuple[int, bool] | None:
 
 def can_pack(lm: "LoadedModel") -> bool:
     """Whether :func:`packed_logliks` packs requests for this model (else it scores them one by one)."""
-    return (lm.adapter.auto_class == "causal"
+    return (lm.is_causal
             and lm.adapter.position_scheme(lm.model.config) in ("learned", "rotary"))
 
 
