@@ -9,7 +9,7 @@
 - :func:`record_steps` -- inside a ``with`` block, the final normed output d and the logits of every call of
   the model, e.g. one per generated token in ``model.generate`` (the decoding walk, :mod:`walklens.decoding`).
 
-The model's own forward runs unchanged.  Hooks are registered through :class:`~walklens.interventions.Hooks`,
+The model's own forward runs unchanged.  Hooks are registered through :class:`~walklens.hooks.Hooks`,
 which removes them on exit, even on error.
 
 The model's dtype (``load_model(..., dtype=)``) and the dtype the vectors are recorded in (``dtype=`` here) are

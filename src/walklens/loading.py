@@ -516,3 +516,7 @@ def _quiet_transformers() -> Iterator[None]:
         hub_logging.set_verbosity(hub_level)
         if bars:
             hf_logging.enable_progress_bar()
+
+
+__all__ = ["DEFAULT_MODEL", "NAMED_MODELS", "LoadedModel", "auto_model_class", "cache_dir", "check_family", "load_model",
+           "token_strings", "wrap"]

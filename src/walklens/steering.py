@@ -36,7 +36,8 @@ import torch
 
 from .capture import capture, tokenize
 from .errors import InputError, NonFiniteWarning, UnsupportedFamilyError
-from .interventions import Hooks, SteerEdit, add_to_residual, distinct, eigen_edit, first_output, resolve_layers
+from .hooks import Hooks, distinct, first_output
+from .interventions import SteerEdit, add_to_residual, eigen_edit, resolve_layers
 from .ov import ov_factors, value_projection
 
 if TYPE_CHECKING:
@@ -293,5 +294,5 @@ def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | 
                          methods=list(methods), rows=rows)
 
 
-__all__ = ["steer", "activation_addition", "steering_sweep", "direction", "SteerResult", "SteerEdit", "SteerRow",
+__all__ = ["steer", "activation_addition", "steering_sweep", "direction", "SteerResult", "SteerRow",
            "SteeringSweep"]

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import torch
 
-from ..interventions import Hooks, attention_kernel
+from ..hooks import Hooks
+from ..interventions import attention_kernel
 from .encode import continuation_logliks
 from .request import ScoreRequest, check_request
 
