@@ -239,7 +239,7 @@ def readout(logits: torch.Tensor, tid: int) -> tuple[float, float, int | None, i
 
 @torch.no_grad()
 def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | torch.Tensor,
-                   layer_sets: Sequence[Sequence[int]] | Sequence[int], alphas: Sequence[float],
+                   layer_sets: Sequence[Sequence[int]] | Sequence[int], alphas: Sequence[float], *,
                    add_alphas: Sequence[float] | None = None, methods: Sequence[str] = ("eigen", "add"),
                    max_new_tokens: int = 12, progress: bool = False) -> SteeringSweep:
     """Eigen-steering next to activation addition (seed 002's steering method vs the usual steering vector):
