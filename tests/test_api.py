@@ -111,10 +111,11 @@ def test_module_level_imports_form_no_cycle():
             visit(u, [])
 
 
-@pytest.mark.parametrize("name", ANALYSES + ("concepts.encode", "concepts.packing", "concepts.request", "concepts.runner",
-                                             "concepts.test2", "concepts.sweep.plan", "concepts.sweep.bank",
-                                             "concepts.sweep.batched", "concepts.sweep.run", "concepts.store.db",
-                                             "concepts.store.results", "concepts.store.sweeps"))
+@pytest.mark.parametrize("name", ANALYSES + ("hellaswag.encode", "hellaswag.packing", "hellaswag.request",
+                                             "experiments.runner", "concepts.similarity", "experiments.sweep.plan",
+                                             "experiments.sweep.bank", "experiments.sweep.batched",
+                                             "experiments.sweep.run", "hellaswag.store.db", "hellaswag.store.results",
+                                             "hellaswag.store.sweeps"))
 def test_no_function_level_imports_of_walklens_modules(name):
     """Cycles are broken by layering, not dodged by importing inside functions."""
     files = _module_files()
