@@ -111,10 +111,11 @@ def test_module_level_imports_form_no_cycle():
             visit(u, [])
 
 
-@pytest.mark.parametrize("name", ANALYSES + ("hellaswag.encode", "hellaswag.packing", "hellaswag.request", "experiments.runner",
-                                             "concepts.similarity", "experiments.sweep.plan", "experiments.sweep.bank",
-                                             "experiments.sweep.batched", "experiments.sweep.run", "hellaswag.store.db",
-                                             "hellaswag.store.results", "hellaswag.store.sweeps"))
+@pytest.mark.parametrize("name", ANALYSES + ("hellaswag.encode", "hellaswag.packing", "hellaswag.request",
+                                             "experiments.runner", "concepts.similarity", "experiments.sweep.plan",
+                                             "experiments.sweep.bank", "experiments.sweep.batched",
+                                             "experiments.sweep.run", "hellaswag.store.db", "hellaswag.store.results",
+                                             "hellaswag.store.sweeps"))
 def test_no_function_level_imports_of_walklens_modules(name):
     """Cycles are broken by layering, not dodged by importing inside functions."""
     files = _module_files()
@@ -133,3 +134,59 @@ def test_hooks_are_registered_in_one_place():
     hits = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
             if "register_forward" in p.read_text() and p.name != "hooks.py"]
     assert not hits, hits
+
+
+# ---- one home per public name -------------------------------------------------------------------------------------
+
+def _exports() -> dict[str, dict[str, object]]:
+    """Every walklens module's ``__all__``: {module: {name: object}} (the package itself left out: ``_PUBLIC``)."""
+    out = {}
+    for name in _modules():
+        mod = importlib.import_module(name)
+        out[name] = {n: getattr(mod, n) for n in getattr(mod, "__all__", ())}
+    return out
+
+
+def misplaced_exports(exports: dict[str, dict[str, object]]) -> list[str]:
+    """Public objects exported by more than one module, other than by the module that defines it and the packages
+    above that module (a package's ``__all__`` may present what its own modules define)."""
+    by_object: dict[int, tuple[object, list[str]]] = {}
+    for module, names in exports.items():
+        for name, obj in names.items():
+            if isinstance(obj, (int, float, str, bytes, type(None))):  # interned values share identities
+                continue
+            by_object.setdefault(id(obj), (obj, []))[1].append(f"{module}.{name}")
+    bad = []
+    for obj, where in by_object.values():
+        home = getattr(obj, "__module__", None)
+        modules = sorted({w.rpartition(".")[0] for w in where}, key=len)
+        deepest = modules[-1]
+        above = all(deepest.startswith(m + ".") for m in modules[:-1])
+        defined_there = home is None or not home.startswith("walklens") or home == deepest \
+            or home.startswith(deepest + ".")
+        if not (above and defined_there):
+            bad.append(" and ".join(sorted(where)))
+    return sorted(bad)
+
+
+def test_each_public_name_is_exported_by_one_module():
+    assert misplaced_exports(_exports()) == []
+
+
+def test_the_top_level_names_come_from_the_module_that_exports_them():
+    for module, names in walklens._PUBLIC.items():
+        mod = importlib.import_module(f"walklens.{module}")
+        assert set(names) <= set(mod.__all__), module
+
+
+def test_a_name_exported_by_two_modules_is_found():
+    exports = _exports()
+    import walklens.hooks
+    import walklens.interventions
+
+    exports["walklens.interventions"]["Hooks"] = walklens.hooks.Hooks  # a re-export from a module beside it
+    exports["walklens.steering"]["SteerEdit"] = walklens.interventions.SteerEdit
+    exports["walklens.compaction"]["Trace"] = walklens.Trace  # a package presenting what it does not hold
+    assert misplaced_exports(exports) == ["walklens.compaction.Trace and walklens.trace.Trace",
+                                          "walklens.hooks.Hooks and walklens.interventions.Hooks",
+                                          "walklens.interventions.SteerEdit and walklens.steering.SteerEdit"]

@@ -113,3 +113,28 @@ def test_every_layer_is_documented() -> None:
     names = {name.strip("() ") for c in contracts if c["type"] == "layers" for layer in c["layers"]
              for name in layer.split("|")}
     assert {n for n in names if not re.search(rf"`{re.escape(n)}(\.py|/)?`", doc)} == set()
+
+
+def kind_tests_outside_adapters(package: Path) -> list[str]:
+    """``file:line`` of every line of the package that names ``auto_class`` outside ``models/`` and ``loading.py``:
+    a model's kind is asked of its adapter (``lm.kind``, ``lm.is_causal``, ...), never tested on the auto class."""
+    hits = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if rel.parts[0] == "models" or rel == Path("loading.py"):
+            continue
+        hits += [f"{rel}:{n}" for n, line in enumerate(path.read_text().splitlines(), 1) if "auto_class" in line]
+    return hits
+
+
+def test_the_model_kind_is_asked_of_the_adapters() -> None:
+    assert kind_tests_outside_adapters(SRC / "walklens") == []
+
+
+def test_a_kind_test_outside_the_adapters_is_found(tree: Path) -> None:
+    package = tree / "src" / "walklens"
+    for rel in ("steering.py", "hellaswag/encode.py"):
+        (package / rel).write_text((package / rel).read_text() + '\n\nCAUSAL = lambda lm: lm.adapter.auto_class == "causal"\n')
+    (package / "models" / "llama.py").write_text((package / "models" / "llama.py").read_text() + "\n# auto_class\n")
+    hits = kind_tests_outside_adapters(package)
+    assert [h.rpartition(":")[0] for h in hits] == ["hellaswag/encode.py", "steering.py"], hits

@@ -201,3 +201,48 @@ def test_cached_hub_id_loads_without_the_network(tiny_dir, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["org/tiny", "llama", "2"]
     assert r.stderr == ""
+
+
+# ---- the model's kind: asked of its adapter ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("family, kind", [("llama", "decoder"), ("t5", "encoder-decoder"), ("bert", "encoder")])
+def test_the_adapter_answers_the_model_kind(family, kind):
+    from walklens.hellaswag.encode import arch_of
+
+    lm = tiny_model(family)
+    assert lm.kind == arch_of(lm) == kind
+    assert [lm.is_causal, lm.is_encoder_decoder, lm.is_masked] == [kind == k for k in
+                                                                  ("decoder", "encoder-decoder", "encoder")]
+    assert lm.reading_stack is lm.adapter.stack("enc" if kind == "encoder-decoder" else None)
+    assert lm.reading_stack.name in {s.name for s in lm.adapter.stacks}
+
+
+def test_every_adapter_has_one_kind():
+    from walklens.models import ADAPTERS
+    from walklens.models.base import KINDS
+
+    for mt, adapter in ADAPTERS.items():
+        assert adapter.kind in KINDS.values(), mt
+        assert [adapter.is_causal, adapter.is_encoder_decoder, adapter.is_masked].count(True) == 1, mt
+        assert adapter.reading_stack() in adapter.stacks, mt
+
+
+def test_lm_eval_prefixes_bos_for_the_gemma_adapters_only():
+    """lm-evaluation-harness adds BOS when the model type contains "gemma"; the adapters declare it."""
+    from walklens.hellaswag.encode import adds_bos
+    from walklens.models import ADAPTERS
+
+    assert {mt for mt, a in ADAPTERS.items() if a.harness_bos} == {"gemma", "gemma2", "gemma3_text"}
+    gemma, llama = tiny_model("gemma3"), tiny_model("llama")
+    assert gemma.harness_bos and adds_bos(gemma)
+    assert not llama.harness_bos and not adds_bos(llama)
+
+
+def test_token_strings_decode_each_id_on_its_own():
+    from walklens.walks import labels_for
+
+    lm = tiny_model("gpt2")
+    ids = lm.tokenizer("the king ran", add_special_tokens=False)["input_ids"]
+    assert lm.token_strings(ids) == loading.token_strings(lm.tokenizer, ids) == [lm.tokenizer.decode([i]) for i in ids]
+    assert len(ids) == 3
+    assert labels_for(lm.tokenizer, ids + ids) == dict(zip(ids, lm.token_strings(ids)))

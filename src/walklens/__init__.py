@@ -12,8 +12,10 @@ The public API follows one rule:
   own ``__all__``), so ``walklens.X`` works for all of them;
 - ranks are 0-based everywhere: rank 0 is the nearest token (the most probable one; what greedy decoding
   picks), rank r means r tokens score strictly higher; layers are 0-based too (negative: from the top);
-- hooks and interventions live in :mod:`walklens.interventions`; every intervention is a context manager that
-  restores the model bit for bit on exit, even on error.
+- every hook goes through :class:`Hooks` (:mod:`walklens.hooks`); interventions live in
+  :mod:`walklens.interventions`, each a context manager that restores the model bit for bit on exit, even on
+  error;
+- each public name is exported by one module only: the module that defines it, or its package.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "compaction": ("compact", "Compacted", "CompactSpec", "CompactionReport"),
     "concepts.cache": ("ConceptCache",),
     # hooks and interventions
-    "interventions": ("Hooks", "ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers",
+    "hooks": ("Hooks",),
+    "interventions": ("ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers",
                       "SteerEdit", "upcast", "outside_layers", "attention_kernel"),
 }
 

@@ -9,7 +9,7 @@
 - :func:`record_steps` -- inside a ``with`` block, the final normed output d and the logits of every call of
   the model, e.g. one per generated token in ``model.generate`` (the decoding walk, :mod:`walklens.decoding`).
 
-The model's own forward runs unchanged.  Hooks are registered through :class:`~walklens.interventions.Hooks`,
+The model's own forward runs unchanged.  Hooks are registered through :class:`~walklens.hooks.Hooks`,
 which removes them on exit, even on error.
 
 The model's dtype (``load_model(..., dtype=)``) and the dtype the vectors are recorded in (``dtype=`` here) are
@@ -75,11 +75,6 @@ def tokenize(lm: LoadedModel, text: str, truncate: bool = False, add_special_tok
                 f"(pass truncate=True / --truncate to keep the first {limit})")
         ids = ids[:, :limit]
     return ids
-
-
-def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
-    """Each id decoded on its own, so labels read as text (``" Paris"``, not ``"ĠParis"``)."""
-    return [tokenizer.decode([int(i)]) for i in ids]
 
 
 class _Stop(Exception):
@@ -276,7 +271,7 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
     For T5, ``decoder_text`` is the decoder's input (default: the text itself, shifted right as in training).
     """
     dtype = _record_dtype(lm, dtype)
-    model, adapter, tok = lm.model, lm.adapter, lm.tokenizer
+    model, adapter = lm.model, lm.adapter
     ids = tokenize(lm, text, truncate=truncate).to(lm.device)
     n_layers = adapter.n_layers(model.config)
     residual = adapter.residual_kind(model.config)
@@ -286,11 +281,11 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
 
     kwargs: dict[str, Any] = {"input_ids": ids}
     dec_ids = None
-    if adapter.auto_class == "seq2seq":
+    if lm.is_encoder_decoder:
         dec_ids = tokenize(lm, decoder_text, truncate=truncate).to(lm.device) if decoder_text is not None \
             else model._shift_right(ids)
         kwargs["decoder_input_ids"] = dec_ids
-    if adapter.auto_class != "masked":
+    if not lm.is_masked:
         kwargs["use_cache"] = False
     with Hooks() as hooks:
         _register(rec, hooks, lm, adapter.stacks, attentions, n_layers)
@@ -306,7 +301,7 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
         att = {f"L{l}.{k}": w for k in ("attn", "cross") for l, w in enumerate(st.get((s, k), []))}
         ain = {f"L{l}.{k}": x for k in ("attn", "cross") for l, x in enumerate(st.get((s, k + ".in"), []))}
         stack_ids = (dec_ids if s == "dec" else ids)[0].cpu()
-        traces.append(Trace(tokens=token_strings(tok, stack_ids.tolist()), token_ids=stack_ids, points=names,
+        traces.append(Trace(tokens=lm.token_strings(stack_ids.tolist()), token_ids=stack_ids, points=names,
                             hidden=rec.hidden[s][:, 0], model_name=lm.name, family=adapter.family, stack=s,
                             n_layers=n_layers, attentions=att, attn_inputs=ain, lm=lm,
                             model_dtype=dtype_name(model_dtype)))
@@ -348,16 +343,11 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor,
     return ids, mask
 
 
-def reading_stack(lm: LoadedModel) -> StackSpec:
-    """The stack that reads a text: the encoder of an encoder-decoder model, else the only stack."""
-    return lm.adapter.stack("enc") if lm.adapter.auto_class == "seq2seq" else lm.adapter.stack()
-
-
 def _stack_body(lm: LoadedModel, spec: StackSpec) -> nn.Module:
     """The module that runs one stack alone: the encoder of an encoder-decoder model, else the model body
     without its head."""
-    if lm.adapter.auto_class == "seq2seq":
-        if spec.name != reading_stack(lm).name:
+    if lm.is_encoder_decoder:
+        if spec.name != lm.reading_stack.name:
             raise InputError(f"{lm.adapter.family}: a batch runs the encoder stack only, not {spec.name!r}")
         return lm.model.get_encoder()
     return lm.model.base_model
@@ -370,7 +360,7 @@ def capture_batch(lm: LoadedModel, seqs: Sequence[Sequence[int]], points: Sequen
     """Token-id sequences as one right-padded batch (with its attention mask) through one stack, keeping the
     points matching ``points`` (glob patterns; nothing is added).  With ``stop_early`` (default) the forward
     pass ends right after the last needed point is written: asking for ``L3.resid_pre`` runs the embeddings
-    and layers 0-2 only, and no head runs.  ``stack``: default the one that reads text (:func:`reading_stack`;
+    and layers 0-2 only, and no head runs.  ``stack``: default the one that reads text (``lm.reading_stack``;
     encoder-decoder models run their encoder alone).  ``dtype``: the record dtype, as in :func:`capture`."""
     dtype = _record_dtype(lm, dtype)
     points = [points] if isinstance(points, str) else list(points)
@@ -378,7 +368,7 @@ def capture_batch(lm: LoadedModel, seqs: Sequence[Sequence[int]], points: Sequen
         raise EmptyTextError("a sequence of the batch is empty")
     model, adapter = lm.model, lm.adapter
     try:
-        spec = adapter.stack(stack) if stack is not None else reading_stack(lm)
+        spec = adapter.stack(stack) if stack is not None else lm.reading_stack
     except KeyError as e:
         raise InputError(str(e.args[0])) from None
     n_layers = adapter.n_layers(model.config)

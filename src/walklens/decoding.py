@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from .capture import Step, context_limit, record_steps, token_strings, tokenize
+from .capture import Step, context_limit, record_steps, tokenize
 from .errors import ContextTooLongError, EmptyTextError, InputError
 from .numbers import POSITIVE, POSITIVE_INT, PROBABILITY
 from .walks import labels_for
@@ -163,7 +163,7 @@ def _generated(lm: LoadedModel, ids: torch.Tensor, n_steps: int, pick: Callable[
     pad = lm.tokenizer.pad_token_id
     cfg: dict[str, Any] = dict(max_new_tokens=n_steps, do_sample=False, num_beams=1, use_cache=True,
                                eos_token_id=sorted(eos), pad_token_id=pad if pad is not None else 0)
-    if lm.adapter.auto_class == "seq2seq":
+    if lm.is_encoder_decoder:
         cfg["decoder_start_token_id"] = _decoder_start(lm)
     try:
         with record_steps(lm) as steps:
@@ -171,7 +171,7 @@ def _generated(lm: LoadedModel, ids: torch.Tensor, n_steps: int, pick: Callable[
                                     logits_processor=LogitsProcessorList([Walker(steps)]))
     finally:
         bar.close()
-    n_new = out.shape[1] - (ids.shape[1] if lm.adapter.auto_class == "causal" else 1)
+    n_new = out.shape[1] - (ids.shape[1] if lm.is_causal else 1)
     return records[:n_new], (prev[0] if prev else None)
 
 
@@ -181,7 +181,7 @@ def _teacher_forced(lm: LoadedModel, ids: torch.Tensor, target_ids: torch.Tensor
     P, n = ids.shape[1], len(target_ids)
     tail = target_ids[:-1].view(1, -1).to(ids.device)
     with record_steps(lm) as steps:
-        if lm.adapter.auto_class == "seq2seq":
+        if lm.is_encoder_decoder:
             dec = torch.cat([torch.tensor([[_decoder_start(lm)]], device=ids.device), tail], dim=1)
             logits = lm.model(input_ids=ids, decoder_input_ids=dec, use_cache=False).logits[0].float().cpu()
             first = 0
@@ -207,7 +207,7 @@ def decoding_walk(lm: LoadedModel, prompt: str, max_new_tokens: int = 20, sample
     whether d_t lies in the target token's neighbourhood (A.1).
     """
     tok = lm.tokenizer
-    if lm.adapter.auto_class == "masked":
+    if lm.is_masked:
         raise InputError(f"{lm.name} is a masked LM ({lm.adapter.family}); a decoding walk needs a causal or "
                          f"encoder-decoder model")
     if sample:
@@ -234,7 +234,7 @@ def decoding_walk(lm: LoadedModel, prompt: str, max_new_tokens: int = 20, sample
             raise InputError(f"max_new_tokens must be a positive integer, not {max_new_tokens!r}")
         n_steps = max_new_tokens
     limit = context_limit(lm)
-    if limit is not None and lm.adapter.auto_class != "seq2seq" and ids.shape[1] + n_steps > limit:
+    if limit is not None and not lm.is_encoder_decoder and ids.shape[1] + n_steps > limit:
         raise ContextTooLongError(f"prompt ({ids.shape[1]} tokens) + {n_steps} new tokens exceed the model's "
                                   f"context of {limit}")
     if target_ids is not None:
@@ -263,8 +263,8 @@ def _assemble(lm: LoadedModel, prompt: str, ids: torch.Tensor, records: list[_Re
     top_ids = torch.stack([r.top_ids for r in records])
     labels = labels_for(tok, sorted(set(top_ids.reshape(-1).tolist())))
     return DecodingWalk(
-        prompt=prompt, prompt_tokens=token_strings(tok, ids[0].tolist()), prompt_ids=ids[0].cpu(),
-        tokens=token_strings(tok, out_ids), token_ids=torch.tensor(out_ids, dtype=torch.long), ranks=ranks,
+        prompt=prompt, prompt_tokens=lm.token_strings(ids[0].tolist()), prompt_ids=ids[0].cpu(),
+        tokens=lm.token_strings(out_ids), token_ids=torch.tensor(out_ids, dtype=torch.long), ranks=ranks,
         probs=torch.tensor([r.prob for r in records]), top_ids=top_ids,
         top_probs=torch.stack([r.top_probs for r in records]),
         greedy_ids=torch.tensor([r.greedy for r in records], dtype=torch.long), d=d, d_norm=d.norm(dim=-1),

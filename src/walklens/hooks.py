@@ -63,4 +63,10 @@ def first_output(x: Any) -> torch.Tensor:
     return x[0] if isinstance(x, (tuple, list)) else x
 
 
-__all__ = ["Hooks", "distinct", "first_output"]
+def replace_first(output: Any, new: torch.Tensor) -> Any:
+    """A module's output with its hidden states (:func:`first_output`) replaced by ``new``: what a forward hook
+    returns to change them."""
+    return (new,) + tuple(output[1:]) if isinstance(output, tuple) else new
+
+
+__all__ = ["Hooks", "distinct", "first_output", "replace_first"]

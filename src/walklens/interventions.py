@@ -1,11 +1,10 @@
-"""The one place where walklens attaches to or changes a model: hooks, and interventions that restore it.
+"""The interventions: the one place where walklens changes a model, each change undone on exit (seed 002).
 
-- :class:`~walklens.hooks.Hooks` (hook plumbing, in :mod:`walklens.hooks` at the bottom of the layers, re-exported
-  here) registers forward hooks and pre-hooks and removes every one of them on exit, even on error.  Every hook
-  walklens registers goes through it: capture's recorders, the probes of the analyses and of derived adapters,
-  packed scoring's head pre-hook and the interventions below.
-- Interventions, each a context manager that restores the model **bit for bit** on exit, even when the body
-  raises (every parameter and buffer ``torch.equal`` to before; no hook left; layer list and config back):
+Hook plumbing is not here: every hook walklens registers, these interventions' included, goes through
+:class:`~walklens.hooks.Hooks` (:mod:`walklens.hooks`, at the bottom of the layers), which removes every one of
+them on exit, even on error.  Each intervention is a context manager that restores the model **bit for bit** on
+exit, even when the body raises (every parameter and buffer ``torch.equal`` to before; no hook left; layer list
+and config back):
 
   * :func:`ablate_mlps` -- every feed-forward contribution (``mlp_out``) zeroed (seed 002's simplified layer
     "disregarding the feedforward neural network");
@@ -32,16 +31,12 @@ import torch
 from torch import nn
 
 from .errors import InputError, UnsupportedFamilyError
-from .hooks import Hooks, distinct, first_output
+from .hooks import Hooks, distinct, first_output, replace_first
 from .models.base import get_module
 from .ov import ov_factors, value_projection
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
-
-
-def _replace_first(output: Any, new: torch.Tensor) -> Any:
-    return (new,) + tuple(output[1:]) if isinstance(output, tuple) else new
 
 
 def resolve_layers(lm: LoadedModel, layers: int | Sequence[int]) -> list[int]:
@@ -68,7 +63,7 @@ def ablate_mlps(lm: LoadedModel) -> Iterator[None]:
     spec = lm.adapter.stack()
 
     def zero(_m: nn.Module, _inp: Any, output: Any) -> Any:
-        return _replace_first(output, torch.zeros_like(first_output(output)))
+        return replace_first(output, torch.zeros_like(first_output(output)))
 
     with Hooks() as hooks:
         for layer in distinct(lm.adapter.layer_modules(lm.model)):
@@ -87,7 +82,7 @@ def add_to_residual(lm: LoadedModel, layers: int | Sequence[int], vector: torch.
 
     def add(_m: nn.Module, _inp: Any, output: Any) -> Any:
         h = first_output(output)
-        return _replace_first(output, h + delta.to(dtype=h.dtype, device=h.device))
+        return replace_first(output, h + delta.to(dtype=h.dtype, device=h.device))
 
     with Hooks() as hooks:
         for m in distinct(mods[l] for l in ls):
@@ -193,7 +188,7 @@ def tied_layers(lm: LoadedModel, layer: int, n_layers: int) -> Iterator[LoadedMo
     layer = resolve_layers(lm, layer)[0]
     if n_layers < 1:
         raise InputError("n_layers must be at least 1")
-    if lm.adapter.auto_class == "seq2seq":
+    if lm.is_encoder_decoder:
         raise UnsupportedFamilyError("weight-tied variants of encoder-decoder models are not supported")
     saved_n, had_cache, saved_cache = cfg.num_hidden_layers, hasattr(cfg, "use_cache"), getattr(cfg, "use_cache", None)
     saved_types = getattr(cfg, "layer_types", None)
@@ -283,5 +278,5 @@ def attention_kernel(lm: LoadedModel, kernel: str = "sdpa") -> Iterator[bool]:
             hf_logging.set_verbosity(level)
 
 
-__all__ = ["Hooks", "ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers", "SteerEdit",
+__all__ = ["ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers", "SteerEdit",
            "upcast", "outside_layers", "attention_kernel"]

@@ -260,7 +260,7 @@ def position_only_attention(lm: LoadedModel, length: int = 32) -> torch.Tensor:
     the additive position bias (T5 buckets, ALiBi) plus the mask; rotary and learned-absolute models give
     uniform rows.  Decoder-only and encoder-only families.
     """
-    if lm.adapter.auto_class == "seq2seq":
+    if lm.is_encoder_decoder:
         raise InputError("the position-only probe supports decoder-only and encoder-only models")
     spec = lm.adapter.stacks[-1]
     modules = _attention_modules(lm, spec.name)
@@ -348,7 +348,7 @@ def empirical_kernels(lm: LoadedModel, *, corpus: str | None = None, samples: in
     and head, with the std over samples and a 95% CI half-width."""
     from tqdm.auto import tqdm
 
-    if lm.adapter.auto_class == "seq2seq":
+    if lm.is_encoder_decoder:
         raise InputError("empirical kernels support decoder-only and encoder-only models (T5 kernels are read "
                          "from the weights)")
     spec = lm.adapter.stacks[-1]

@@ -21,13 +21,14 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
 from .errors import InputError, MissingDependencyError, UnknownModelError, WalklensError
 from .models import Adapter, get_adapter, has_adapter
+from .models.base import Kind, StackSpec
 from .models.derive import Roles, build_adapter, derive_adapter, derive_roles
 from .precision import check_device, model_label, parse_dtype, warn_if_slow
 
@@ -88,9 +89,19 @@ def _gemma3_gguf() -> Path:
 NAMED_MODELS: dict[str, Callable[[], Path]] = {"smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma3_gguf}
 
 
+def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """Each id decoded on its own, so labels read as text (``" Paris"``, not ``"ĠParis"``): the one place walklens
+    turns token ids into token labels."""
+    return [tokenizer.decode([int(i)]) for i in ids]
+
+
 @dataclass
 class LoadedModel:
-    """A Hugging Face model with its tokenizer and walklens adapter (``lm.model``, ``lm.tokenizer``)."""
+    """A Hugging Face model with its tokenizer and walklens adapter (``lm.model``, ``lm.tokenizer``).
+
+    Its kind is the adapter's (:class:`~walklens.models.base.Adapter`): ``kind``, ``is_causal``,
+    ``is_encoder_decoder``, ``is_masked``, ``harness_bos`` and ``reading_stack`` are what the analyses ask.
+    """
 
     model: nn.Module
     tokenizer: Any
@@ -122,13 +133,48 @@ class LoadedModel:
         """V [vocab, D] (eq. 2)."""
         return self.adapter.embedding_matrix(self.model)
 
+    @property
+    def kind(self) -> Kind:
+        """``decoder``, ``encoder-decoder`` or ``encoder`` (the architecture word of seed 000's A.6)."""
+        return self.adapter.kind
 
-def auto_model_class(kind: str) -> Any:
-    """The transformers auto class that builds a model of this kind (``Adapter.auto_class``)."""
+    @property
+    def is_causal(self) -> bool:
+        """A decoder-only causal LM (it generates, one stack, causal attention)."""
+        return self.adapter.is_causal
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        """An encoder-decoder LM (T5): the encoder reads the text, the decoder generates."""
+        return self.adapter.is_encoder_decoder
+
+    @property
+    def is_masked(self) -> bool:
+        """An encoder-only masked LM (BERT, ALBERT): it generates nothing."""
+        return self.adapter.is_masked
+
+    @property
+    def harness_bos(self) -> bool:
+        """Whether lm-evaluation-harness prefixes this model's inputs with BOS (Gemma)."""
+        return self.adapter.harness_bos
+
+    @property
+    def reading_stack(self) -> StackSpec:
+        """The stack that reads a text: the encoder of an encoder-decoder model, else the only stack."""
+        return self.adapter.reading_stack()
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        """Each id decoded on its own (:func:`token_strings`)."""
+        return token_strings(self.tokenizer, ids)
+
+
+def auto_model_class(adapter: Adapter | None) -> Any:
+    """The transformers auto class that builds a model of this adapter's family; ``None`` (a family with no
+    adapter file, whose adapter is derived from the built model): a causal LM."""
     import transformers
 
     return {"causal": transformers.AutoModelForCausalLM, "seq2seq": transformers.AutoModelForSeq2SeqLM,
-            "masked": transformers.AutoModelForMaskedLM}[kind]
+            "masked": transformers.AutoModelForMaskedLM}["causal" if adapter is None else adapter.auto_class]
 
 
 def wrap(model: nn.Module, tokenizer: Any, name: str = "", adapter: Adapter | None = None) -> LoadedModel:
@@ -426,11 +472,11 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.fl
         check_family(config.model_type)
         if has_adapter(config):
             _check_depth(get_adapter(config), config, spec)
-        kind = get_adapter(config).auto_class if has_adapter(config) else "causal"
         load_kw: dict[str, Any] = dict(kw, dtype=dtype, attn_implementation="eager", use_safetensors=True,
                                        output_loading_info=True)
         try:
-            model, info = auto_model_class(kind).from_pretrained(source, **load_kw)
+            model, info = auto_model_class(get_adapter(config) if has_adapter(config) else None
+                                           ).from_pretrained(source, **load_kw)
         except Exception as e:
             raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({_first_line(e)})") from None
         bad = sorted(info.get("missing_keys") or ()) + sorted(str(k) for k in info.get("mismatched_keys") or ())
@@ -470,3 +516,7 @@ def _quiet_transformers() -> Iterator[None]:
         hub_logging.set_verbosity(hub_level)
         if bars:
             hf_logging.enable_progress_bar()
+
+
+__all__ = ["DEFAULT_MODEL", "NAMED_MODELS", "LoadedModel", "auto_model_class", "cache_dir", "check_family", "load_model",
+           "token_strings", "wrap"]

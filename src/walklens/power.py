@@ -109,17 +109,17 @@ def _nearest_tokens(lm: LoadedModel, basis: torch.Tensor, k: int, Vn: torch.Tens
     if Vn is None or Vn.shape[1] != basis.shape[1] or k <= 0:
         return basis, [], [], [], []  # e.g. ALBERT: V lives in E-space, not D-space
     basis_f = basis.float()
-    dec = lambda ids: [lm.tokenizer.decode([int(i)]) for i in ids]  # noqa: E731
     if basis.shape[0] == 1:
         cos = Vn @ basis_f[0]
         if cos.abs().max() == -cos.min():  # fix the sign: the closest token has positive cosine
             basis, cos = -basis, -cos
         top = torch.topk(cos, k)
         bot = torch.topk(-cos, k)
-        return basis, dec(top.indices), top.values.tolist(), dec(bot.indices), (-bot.values).tolist()
+        return (basis, lm.token_strings(top.indices.tolist()), top.values.tolist(),
+                lm.token_strings(bot.indices.tolist()), (-bot.values).tolist())
     proj = (Vn @ basis_f.T).norm(dim=1)
     top = torch.topk(proj, k)
-    return basis, dec(top.indices), top.values.tolist(), [], []
+    return basis, lm.token_strings(top.indices.tolist()), top.values.tolist(), [], []
 
 
 def _layer_spectrum(lm: LoadedModel, layer: int, heads: bool, nearest: int, Vn: torch.Tensor | None) -> LayerSpectrum:

@@ -36,7 +36,8 @@ import torch
 
 from .capture import capture, tokenize
 from .errors import InputError, NonFiniteWarning, UnsupportedFamilyError
-from .interventions import Hooks, SteerEdit, add_to_residual, distinct, eigen_edit, first_output, resolve_layers
+from .hooks import Hooks, distinct, first_output
+from .interventions import SteerEdit, add_to_residual, eigen_edit, resolve_layers
 from .ov import ov_factors, value_projection
 
 if TYPE_CHECKING:
@@ -238,7 +239,7 @@ def readout(logits: torch.Tensor, tid: int) -> tuple[float, float, int | None, i
 
 @torch.no_grad()
 def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | torch.Tensor,
-                   layer_sets: Sequence[Sequence[int]] | Sequence[int], alphas: Sequence[float],
+                   layer_sets: Sequence[Sequence[int]] | Sequence[int], alphas: Sequence[float], *,
                    add_alphas: Sequence[float] | None = None, methods: Sequence[str] = ("eigen", "add"),
                    max_new_tokens: int = 12, progress: bool = False) -> SteeringSweep:
     """Eigen-steering next to activation addition (seed 002's steering method vs the usual steering vector):
@@ -247,7 +248,7 @@ def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | 
     grid for activation addition, whose alpha is in residual-stream units."""
     from tqdm.auto import tqdm
 
-    if lm.adapter.auto_class != "causal":
+    if not lm.is_causal:
         raise UnsupportedFamilyError("steering sweeps generate text and need a causal LM")
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
@@ -285,13 +286,13 @@ def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | 
                           f"the dose overflows the model's dtype); p(target) and its rank are reported as NaN",
                           NonFiniteWarning, stacklevel=2)
         rows.append(SteerRow(method=m, layers=s, alpha=float(a), prompt=p, target_logit=logit, target_prob=prob,
-                             target_rank=rank, top_token="" if top is None else lm.tokenizer.decode([top]),
+                             target_rank=rank, top_token="" if top is None else lm.token_strings([top])[0],
                              text=lm.tokenizer.decode(new.tolist()), perplexity=_perplexity(lm, ids, new),
                              push=float(d @ u), injection=float(d.norm())))
-    return SteeringSweep(model_name=lm.name, toward=label, target_token=lm.tokenizer.decode([tid]), reach=reach,
+    return SteeringSweep(model_name=lm.name, toward=label, target_token=lm.token_strings([tid])[0], reach=reach,
                          prompts=prompts, alphas=alphas, add_alphas=add_alphas, layer_sets=sets,
                          methods=list(methods), rows=rows)
 
 
-__all__ = ["steer", "activation_addition", "steering_sweep", "direction", "SteerResult", "SteerEdit", "SteerRow",
+__all__ = ["steer", "activation_addition", "steering_sweep", "direction", "SteerResult", "SteerRow",
            "SteeringSweep"]

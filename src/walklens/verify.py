@@ -158,7 +158,7 @@ def _scores(lm: LoadedModel, text: str) -> tuple[float | None, str]:
     softcap = score_softcap(cfg)
     if why and ("qk_rebuild" in broken or not (softcap or qk_norms(attns["L0"])[0] is not None)):
         return None, f"the family breaks {'qk_rebuild' if 'qk_rebuild' in broken else 'qk_bilinear'}: {why}"
-    if scheme in ("alibi", "t5_relative") or lm.adapter.auto_class != "causal":
+    if scheme in ("alibi", "t5_relative") or not lm.is_causal:
         return None, f"position scheme {scheme!r} adds a bias that W_q, W_k do not hold"
     probe = Probe(attns, 0.0)
     ids = lm.tokenizer(text, return_tensors="pt")["input_ids"].to(lm.device)
@@ -179,7 +179,7 @@ def _scores(lm: LoadedModel, text: str) -> tuple[float | None, str]:
 
 
 def _decoding(lm: LoadedModel, text: str) -> tuple[float | None, str, dict[str, float]]:
-    if lm.adapter.auto_class != "causal":
+    if not lm.is_causal:
         return None, "a decoding walk of a causal LM (this model is not one)", {}
     n = 4
     dw = decoding_walk(lm, text, max_new_tokens=n, stop_at_eos=False, progress=False)
@@ -228,7 +228,7 @@ def verify(lm: LoadedModel, *, texts: tuple[str, ...] = TEXTS, quick: bool = Fal
         if progress:
             progress(text)
         tr = capture(lm, text, truncate=True)
-        out = _reference(lm, tr) if lm.adapter.auto_class == "causal" else None
+        out = _reference(lm, tr) if lm.is_causal else None
         if out is not None:
             err, detail = _logits(lm, tr, out)
             add("logits", err, "", detail)

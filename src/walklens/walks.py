@@ -56,7 +56,9 @@ import torch
 from torch import nn
 
 from .errors import InputError
-from .interventions import Hooks, outside_layers, upcast
+from .hooks import Hooks
+from .interventions import outside_layers, upcast
+from .loading import token_strings
 from .models.base import get_module
 from .precision import dtype_name, is_low_precision
 from .ranking import Dense, Linear, read_rows, scratch
@@ -220,8 +222,9 @@ def _select_points(trace: Trace, points: Sequence[str] | str | None) -> list[int
 
 
 def labels_for(tokenizer: Any, ids: Sequence[int]) -> dict[int, str]:
-    """Each id decoded on its own (``" Paris"``, not ``"ĠParis"``), once per distinct id."""
-    return {int(i): tokenizer.decode([int(i)]) for i in ids}
+    """Each distinct id's label (:func:`walklens.loading.token_strings`: ``" Paris"``, not ``"ĠParis"``)."""
+    distinct_ids = list(dict.fromkeys(int(i) for i in ids))
+    return dict(zip(distinct_ids, token_strings(tokenizer, distinct_ids)))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -249,149 +252,208 @@ def encoding_walk(trace: Trace, k: int = 10, metric: Metric = "dot", norm: Norm 
     if not isinstance(k, int) or isinstance(k, bool) or k < 0:
         raise InputError(f"k must be a non-negative integer, not {k!r}")
     lm = _need_lm(trace, lm)
-    walk = _walk_stack(trace, lm, k, metric, norm, against, points, chunk_rows, probs, progress)
+    opts = _Reading(k=k, metric=metric, norm=norm, against=against, points=points, chunk_rows=chunk_rows,
+                    probs=probs, progress=progress)
+    walk = _walk_stack(trace, lm, opts)
     if trace.encoder is not None:
         enc = trace.encoder
         if enc.lm is None:
             enc.lm = lm
-        walk.encoder = _walk_stack(enc, lm, k, metric, norm, against, points, chunk_rows, probs, progress)
+        walk.encoder = _walk_stack(enc, lm, opts)
     return walk
 
 
-def _walk_stack(trace: Trace, lm: LoadedModel, k: int, metric: str, norm: str, against: str,
-                points: Sequence[str] | str | None, chunk_rows: int | None, probs_wanted: bool,
-                progress: bool) -> EncodingWalk:
-    from tqdm.auto import tqdm
+@dataclass(frozen=True)
+class _Reading:
+    """How an encoding walk reads its vectors: :func:`encoding_walk`'s options, the same for every stack."""
 
-    model, adapter = lm.model, lm.adapter
-    device = lm.device
-    which = ("embed" if norm == "none" else "unembed") if against == "auto" else against
-    if which == "unembed" and not adapter.unembed:
-        which = "embed"
-    lens = norm == "final" and which == "unembed"
-    sel = _select_points(trace, points)
+    k: int
+    metric: str
+    norm: str
+    against: str
+    points: Sequence[str] | str | None
+    chunk_rows: int | None
+    probs: bool
+    progress: bool
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    """The token matrix a walk reads against, float32 on the model's device: ``M`` [|V|, D], ``inv_m`` (1 / |m_i|),
+    ``head`` (the model's own head, for the logit lens; None: scores are x·m_i), its ``bias`` and the ``label``
+    the result names the matrix by."""
+
+    M: torch.Tensor
+    inv_m: torch.Tensor
+    head: nn.Module | None
+    bias: torch.Tensor | None
+    label: str
+
+    @property
+    def lens(self) -> bool:
+        return self.head is not None
+
+
+class _Columns:
+    """A walk's per-row results (rows: point-major, points x tokens), filled chunk by chunk."""
+
+    def __init__(self, rows: int, k: int, k_eff: int) -> None:
+        self.k_eff = k_eff
+        self.top_i = torch.empty(rows, k, dtype=torch.long)
+        self.top_v = torch.empty(rows, k)
+        self.ranks = torch.empty(2, rows, dtype=torch.long)
+        self.probs = torch.full((2, rows), float("nan"))
+        self.dots = torch.empty(2, rows)
+        self.coss = torch.empty(2, rows)
+        self.norms = torch.empty(rows)
+
+    def store(self, r0: int, r1: int, got: Any, cos: torch.Tensor, has_nx: torch.Tensor) -> None:
+        """One chunk's read (``got``: :class:`walklens.ranking.Rows` of the input and next tokens), with the
+        cosines ``cos`` [rows, 2]; the last position has no next token (``has_nx`` False): NaN, rank -1."""
+        nan = torch.tensor(float("nan"), device=cos.device)
+        d_in, d_nx = got.dot[:, 0], got.dot[:, 1]
+        self.top_v[r0:r1, :self.k_eff] = got.top_v.cpu()
+        self.top_i[r0:r1, :self.k_eff] = got.top_i.cpu()
+        self.ranks[0, r0:r1] = got.rank[:, 0].cpu()
+        self.ranks[1, r0:r1] = torch.where(has_nx, got.rank[:, 1], -1).cpu()
+        if got.lse is not None:  # softmax of the inner products (eq. 12)
+            self.probs[0, r0:r1] = (d_in - got.lse).exp().cpu()
+            self.probs[1, r0:r1] = torch.where(has_nx, (d_nx - got.lse).exp(), nan).cpu()
+        self.dots[0, r0:r1], self.dots[1, r0:r1] = d_in.cpu(), torch.where(has_nx, d_nx, nan).cpu()
+        self.coss[0, r0:r1], self.coss[1, r0:r1] = cos[:, 0].cpu(), torch.where(has_nx, cos[:, 1], nan).cpu()
+
+    def finish(self) -> None:
+        """Columns of the top k beyond the vocabulary: id -1, score NaN."""
+        self.top_i[:, self.k_eff:] = -1
+        self.top_v[:, self.k_eff:] = float("nan")
+
+
+def _walk_stack(trace: Trace, lm: LoadedModel, opts: _Reading) -> EncodingWalk:
+    """The encoding walk of one stack's trace: every (point, position) row read against the token matrix."""
+    sel = _select_points(trace, opts.points)
     names = [trace.points[i] for i in sel]
     P, T, D = len(sel), len(trace.tokens), trace.d_model
     token_ids = trace.token_ids.reshape(-1).long().cpu()
+    mat = _token_matrix(lm, opts.norm, opts.against, D)
+    if int(token_ids.max()) >= mat.M.shape[0]:
+        raise InputError(f"token id {int(token_ids.max())} is outside the matrix of {mat.M.shape[0]} rows")
+    hidden = trace.hidden[sel] if sel != list(range(len(trace.points))) else trace.hidden
+    final_rows = [j for j, n in enumerate(names) if n == "final"]
+    cols = _read_all(lm, trace, mat, opts, hidden.reshape(P * T, D), final_rows)
+    residual = [_is_residual(trace, n) for n in names]
+    step_len, step_ang = _steps(trace, sel, residual)
+    rank_in, rank_nx = cols.ranks[0].reshape(P, T), cols.ranks[1].reshape(P, T)
+    k = opts.k
+    return EncodingWalk(
+        tokens=list(trace.tokens), token_ids=token_ids, points=names, residual=residual, k=k, metric=opts.metric,
+        norm=opts.norm, matrix=mat.label, top_ids=cols.top_i.reshape(P, T, k), top_scores=cols.top_v.reshape(P, T, k),
+        rank_of_input=rank_in, rank_of_next=rank_nx, prob_of_input=cols.probs[0].reshape(P, T),
+        prob_of_next=cols.probs[1].reshape(P, T), dot_input=cols.dots[0].reshape(P, T),
+        dot_next=cols.dots[1].reshape(P, T), cos_input=cols.coss[0].reshape(P, T),
+        cos_next=cols.coss[1].reshape(P, T), vector_norm=cols.norms.reshape(P, T),
+        step_length=step_len, step_angle=step_ang, escape_point=_escape(rank_in, rank_nx, residual),
+        escape_stable=_escape(rank_in, rank_nx, residual, stable=True),
+        stack=trace.stack, model_name=trace.model_name, n_layers=trace.n_layers, model_dtype=dtype_name(lm.dtype))
 
+
+def _token_matrix(lm: LoadedModel, norm: str, against: str, D: int) -> _Matrix:
+    """The matrix of ``against`` (``auto``: V for the raw reading, the head for the logit lens; V when the model
+    has no separate unembedding); the raw reading refuses a matrix whose width is not D (ALBERT's V)."""
+    model, adapter = lm.model, lm.adapter
+    which = ("embed" if norm == "none" else "unembed") if against == "auto" else against
+    if which == "unembed" and not adapter.unembed:
+        which = "embed"
     head: nn.Module | None = None
-    if lens:
+    if norm == "final" and which == "unembed":
         head = get_module(model, adapter.unembed)
         M = head.weight.detach()
-        matrix = f"W_U ({adapter.unembed}) through the model's head"
+        label = f"W_U ({adapter.unembed}) through the model's head"
     else:
         M = (adapter.embedding_matrix(model) if which == "embed" else get_module(model, adapter.unembed).weight).detach()
-        matrix = "V" if which == "embed" else f"W_U ({adapter.unembed})"
+        label = "V" if which == "embed" else f"W_U ({adapter.unembed})"
         if M.shape[1] != D:
             raise InputError(
                 f"{lm.name}: the {'token embedding matrix V' if which == 'embed' else 'unembedding'} has width "
                 f"{M.shape[1]} but the captured vectors have D={D} (ALBERT keeps V in E-space); "
                 f"use norm='final', which reads through the model's head")
-    M = M.float().to(device)
-    n_vocab = M.shape[0]
-    if int(token_ids.max()) >= n_vocab:
-        raise InputError(f"token id {int(token_ids.max())} is outside the matrix of {n_vocab} rows")
-    inv_m = 1.0 / M.norm(dim=-1).clamp_min(1e-12)
-    normf = final_norm_fn(lm, trace.stack) if norm == "final" else None
-    final_idx = [j for j, n in enumerate(names) if n == "final"]
+    M = M.float().to(lm.device)
+    bias = getattr(head, "bias", None) if head is not None else None
+    return _Matrix(M=M, inv_m=1.0 / M.norm(dim=-1).clamp_min(1e-12), head=head,
+                   bias=bias.detach().float().to(lm.device) if bias is not None else None, label=label)
 
-    # targets per token position
-    nxt = torch.full((T,), -1, dtype=torch.long)
+
+def _read_all(lm: LoadedModel, trace: Trace, mat: _Matrix, opts: _Reading, flat: torch.Tensor,
+              final_rows: list[int]) -> _Columns:
+    """Read the rows ``flat`` [points x tokens, D] chunk by chunk (at most :data:`_MAX_CHUNK_ROWS`; by default
+    as many as a :data:`_CHUNK_BYTES` score block holds); ``final_rows``: the points already final-normed."""
+    from tqdm.auto import tqdm
+
+    T, n_vocab, rows_total = len(trace.tokens), mat.M.shape[0], flat.shape[0]
+    token_ids = trace.token_ids.reshape(-1).long().cpu()
+    nxt = torch.full((T,), -1, dtype=torch.long)  # the next token of each position
     nxt[:-1] = token_ids[1:]
-    rows_total = P * T
-    if chunk_rows is None:
-        chunk_rows = _CHUNK_BYTES // (4 * n_vocab)
-    chunk_rows = max(1, min(int(chunk_rows), _MAX_CHUNK_ROWS))
-    hidden = trace.hidden[sel] if sel != list(range(len(trace.points))) else trace.hidden
-    flat = hidden.reshape(rows_total, D)
-
-    out_top_i = torch.empty(rows_total, k, dtype=torch.long)
-    out_top_v = torch.empty(rows_total, k)
-    ranks = torch.empty(2, rows_total, dtype=torch.long)
-    probs = torch.full((2, rows_total), float("nan"))
-    dots = torch.empty(2, rows_total)
-    coss = torch.empty(2, rows_total)
-    norms = torch.empty(rows_total)
-    head_bias = head.bias.detach().float().to(device) if (head is not None and getattr(head, "bias", None) is not None) else None
-    plain_head: bool | None = None  # lens: decided on the first chunk
-    k_eff = min(k, n_vocab)
-    buf = scratch(min(chunk_rows, rows_total), n_vocab, k_eff, device)  # the tiles' products, chunk after chunk
-    starts = range(0, rows_total, chunk_rows)
+    chunk = opts.chunk_rows if opts.chunk_rows is not None else _CHUNK_BYTES // (4 * n_vocab)
+    chunk = max(1, min(int(chunk), _MAX_CHUNK_ROWS))
+    normf = final_norm_fn(lm, trace.stack) if opts.norm == "final" else None
+    cols = _Columns(rows_total, opts.k, min(opts.k, n_vocab))
+    buf = scratch(min(chunk, rows_total), n_vocab, cols.k_eff, lm.device)  # the tiles' products, chunk after chunk
+    starts = range(0, rows_total, chunk)
     bar = tqdm(starts, desc=f"encoding walk{' ' + trace.stack if trace.stack else ''}", unit="chunk",
-               disable=not progress or len(starts) < 8, file=sys.stderr, leave=False)
+               disable=not opts.progress or len(starts) < 8, file=sys.stderr, leave=False)
+    plain_head: bool | None = None  # lens: decided on the first chunk
     wide = upcast(outside_layers(lm)) if is_low_precision(lm.dtype) else nullcontext()  # head in float32
     with torch.no_grad(), wide:
         for r0 in bar:
-            r1 = min(r0 + chunk_rows, rows_total)
+            r1 = min(r0 + chunk, rows_total)
             t_idx = torch.arange(r0, r1) % T
-            x = flat[r0:r1].to(device=device, dtype=torch.float32)
-            norms[r0:r1] = x.norm(dim=-1).cpu()
+            x = flat[r0:r1].to(device=lm.device, dtype=torch.float32)
+            cols.norms[r0:r1] = x.norm(dim=-1).cpu()
             if normf is not None:
                 xn = normf(x)
-                if final_idx:
-                    keep = torch.isin(torch.arange(r0, r1) // T, torch.tensor(final_idx)).to(device)
+                if final_rows:  # the final point is the final norm's output already: never normed twice
+                    keep = torch.isin(torch.arange(r0, r1) // T, torch.tensor(final_rows)).to(lm.device)
                     xn = torch.where(keep[:, None], x, xn)
                 x = xn
-            ids_in = token_ids[t_idx].to(device)
-            ids_nx = nxt[t_idx].to(device)
-            has_nx = ids_nx >= 0
-            ids_nx_c = ids_nx.clamp_min(0)
-            scorer: Linear | Dense
-            if lens and not plain_head:
-                store: dict[str, torch.Tensor] = {}
-                with Hooks() as hooks:  # the head's input and output while the model's own head runs
-                    hooks.pre(head, lambda _m, args: store.__setitem__("u", args[0]))
-                    hooks.post(head, lambda _m, _a, out: store.__setitem__("y", out))
-                    dot = adapter.logits(model, x).float()
-                u = store["u"].float()
-                if plain_head is None:  # first chunk: is the model's head a plain linear map of x?
-                    plain_head = bool(u.shape == x.shape and torch.equal(u, x)
-                                      and torch.equal(dot, torch.nn.functional.linear(x, M, head_bias)))
-                scores = dot
-                if metric == "cosine":
-                    y = store["y"].float()  # may be the very tensor returned as logits: never modify in place
-                    if head_bias is not None:
-                        y = y - head_bias
-                    scores = (y * inv_m).mul_(1.0 / u.norm(dim=-1, keepdim=True).clamp_min(1e-12))
-                scorer = Dense(dot, scores)
-            else:  # scores are x·m_i (+ the head's bias): computed tile by tile (walklens.ranking)
-                u = x
-                scorer = Linear(x, M, head_bias if lens else None, inv_m if metric == "cosine" else None, buf)
-            got = read_rows(scorer, torch.stack([ids_in, ids_nx_c], 1), k_eff, lse=probs_wanted)
-            d_in, d_nx = got.dot[:, 0], got.dot[:, 1]
-            inv_u = 1.0 / u.norm(dim=-1).clamp_min(1e-12)
-            if lens:  # the head's input u and its logits differ (bias, scale, transform): use u
-                c_in = (u * M[ids_in]).sum(-1) * inv_u * inv_m[ids_in]
-                c_nx = (u * M[ids_nx_c]).sum(-1) * inv_u * inv_m[ids_nx_c]
-            else:  # u = x and dot = x·m: the cosine follows from the inner product
-                c_in = d_in * inv_u * inv_m[ids_in]
-                c_nx = d_nx * inv_u * inv_m[ids_nx_c]
-            nan = torch.tensor(float("nan"), device=device)
-            out_top_v[r0:r1, :k_eff] = got.top_v.cpu()
-            out_top_i[r0:r1, :k_eff] = got.top_i.cpu()
-            ranks[0, r0:r1] = got.rank[:, 0].cpu()
-            ranks[1, r0:r1] = torch.where(has_nx, got.rank[:, 1], -1).cpu()
-            if got.lse is not None:  # softmax of the inner products (eq. 12)
-                probs[0, r0:r1] = (d_in - got.lse).exp().cpu()
-                probs[1, r0:r1] = torch.where(has_nx, (d_nx - got.lse).exp(), nan).cpu()
-            dots[0, r0:r1], dots[1, r0:r1] = d_in.cpu(), torch.where(has_nx, d_nx, nan).cpu()
-            coss[0, r0:r1], coss[1, r0:r1] = c_in.cpu(), torch.where(has_nx, c_nx, nan).cpu()
-    if k_eff < k:
-        out_top_i[:, k_eff:] = -1
-        out_top_v[:, k_eff:] = float("nan")
+            ids = torch.stack([token_ids[t_idx], nxt[t_idx]], 1).to(lm.device)
+            scorer, u, plain_head = _scorer(lm, mat, x, opts.metric, buf, plain_head)
+            got = read_rows(scorer, ids.clamp_min(0), cols.k_eff, lse=opts.probs)
+            cols.store(r0, r1, got, _cosines(mat, u, got.dot, ids.clamp_min(0)), ids[:, 1] >= 0)
+    cols.finish()
+    return cols
 
-    residual = [_is_residual(trace, n) for n in names]
-    step_len, step_ang = _steps(trace, sel, residual)
-    rank_in, rank_nx = ranks[0].reshape(P, T), ranks[1].reshape(P, T)
-    return EncodingWalk(
-        tokens=list(trace.tokens), token_ids=token_ids, points=names, residual=residual, k=k, metric=metric,
-        norm=norm, matrix=matrix, top_ids=out_top_i.reshape(P, T, k), top_scores=out_top_v.reshape(P, T, k),
-        rank_of_input=rank_in, rank_of_next=rank_nx, prob_of_input=probs[0].reshape(P, T),
-        prob_of_next=probs[1].reshape(P, T), dot_input=dots[0].reshape(P, T), dot_next=dots[1].reshape(P, T),
-        cos_input=coss[0].reshape(P, T), cos_next=coss[1].reshape(P, T), vector_norm=norms.reshape(P, T),
-        step_length=step_len, step_angle=step_ang, escape_point=_escape(rank_in, rank_nx, residual),
-        escape_stable=_escape(rank_in, rank_nx, residual, stable=True),
-        stack=trace.stack, model_name=trace.model_name, n_layers=trace.n_layers, model_dtype=dtype_name(lm.dtype))
+
+def _scorer(lm: LoadedModel, mat: _Matrix, x: torch.Tensor, metric: str, buf: torch.Tensor,
+            plain_head: bool | None) -> tuple[Linear | Dense, torch.Tensor, bool | None]:
+    """The scorer of one chunk ``x``, the vectors u its cosines are measured on, and whether the model's head is a
+    plain linear map of x (decided on the first chunk of a lens reading; then scored tile by tile like x·m_i)."""
+    if mat.lens and not plain_head:
+        store: dict[str, torch.Tensor] = {}
+        with Hooks() as hooks:  # the head's input and output while the model's own head runs
+            hooks.pre(mat.head, lambda _m, args: store.__setitem__("u", args[0]))
+            hooks.post(mat.head, lambda _m, _a, out: store.__setitem__("y", out))
+            dot = lm.adapter.logits(lm.model, x).float()
+        u = store["u"].float()
+        if plain_head is None:  # first chunk: is the model's head a plain linear map of x?
+            plain_head = bool(u.shape == x.shape and torch.equal(u, x)
+                              and torch.equal(dot, torch.nn.functional.linear(x, mat.M, mat.bias)))
+        scores = dot
+        if metric == "cosine":
+            y = store["y"].float()  # may be the very tensor returned as logits: never modify in place
+            if mat.bias is not None:
+                y = y - mat.bias
+            scores = (y * mat.inv_m).mul_(1.0 / u.norm(dim=-1, keepdim=True).clamp_min(1e-12))
+        return Dense(dot, scores), u, plain_head
+    # scores are x·m_i (+ the head's bias): computed tile by tile (walklens.ranking)
+    return Linear(x, mat.M, mat.bias if mat.lens else None, mat.inv_m if metric == "cosine" else None, buf), x, plain_head
+
+
+def _cosines(mat: _Matrix, u: torch.Tensor, dot: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Cosines [rows, 2] of u with the rows of the input and next tokens ``ids`` [rows, 2]: from the inner
+    products ``dot`` when u = x, else (the head's input differs from its logits: bias, scale, transform) on u."""
+    inv_u = 1.0 / u.norm(dim=-1).clamp_min(1e-12)
+    if mat.lens:
+        return torch.stack([(u * mat.M[ids[:, j]]).sum(-1) * inv_u * mat.inv_m[ids[:, j]] for j in (0, 1)], 1)
+    return torch.stack([dot[:, j] * inv_u * mat.inv_m[ids[:, j]] for j in (0, 1)], 1)
 
 
 def _steps(trace: Trace, sel: list[int], residual: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:

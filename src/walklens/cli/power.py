@@ -129,7 +129,7 @@ def _plan_power(lm: Any, texts: list[str], args: argparse.Namespace) -> None:
     from .limits import check, model_shape, power_need, text_tokens
 
     lengths = [text_tokens(lm, t, False) for t in texts]
-    seq2seq = lm.adapter.auto_class == "seq2seq"
+    seq2seq = lm.is_encoder_decoder
     need = power_need(model_shape(lm), lengths, heads=args.heads, dynamics=not (args.no_dynamics or seq2seq),
                       shared=not (args.no_shared or seq2seq), json=bool(args.json), out=bool(args.out),
                       shared_depth=args.shared_depth)
@@ -162,10 +162,10 @@ def run_power(args: argparse.Namespace) -> int:
     _plan_power(lm, texts, args)
     spectra = power_spectra(lm, heads=args.heads, progress=True)
     al = alignment(lm, texts, spectra=spectra, skip_first=args.skip_first, seed=args.seed, progress=True)
-    dyn = None if args.no_dynamics or lm.adapter.auto_class == "seq2seq" else dynamics(
+    dyn = None if args.no_dynamics or lm.is_encoder_decoder else dynamics(
         lm, texts, spectra=spectra, skip_first=args.skip_first, seed=args.seed, progress=True)
     sw = None
-    if not args.no_shared and lm.adapter.auto_class != "seq2seq":
+    if not args.no_shared and not lm.is_encoder_decoder:
         k = lm.n_layers // 2 if args.shared_layer is None else args.shared_layer
         sw = shared_weights(lm, texts, layer=k, n_layers=args.shared_depth, skip_first=args.skip_first,
                             seed=args.seed, progress=True)

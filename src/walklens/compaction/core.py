@@ -232,9 +232,9 @@ def budget_of(n: int, budget: int | None, ratio: float | None) -> int:
 # ---- the vectors ------------------------------------------------------------------------------------------------
 
 def check_causal(lm: "LoadedModel") -> None:
-    if lm.adapter.auto_class != "causal":
+    if not lm.is_causal:
         raise UnsupportedFamilyError(f"{lm.adapter.family}: compaction feeds a causal LM's prefix; this model is "
-                                     f"{'encoder-decoder' if lm.adapter.auto_class == 'seq2seq' else 'a masked LM'}")
+                                     f"{'encoder-decoder' if lm.is_encoder_decoder else 'a masked LM'}")
 
 
 def region_bank(lm: "LoadedModel", cuts: Sequence[Cut], scheme: Scheme, cache: "ConceptCache | None" = None
@@ -262,7 +262,7 @@ def region_vectors(lm: "LoadedModel", cut: Cut, method: str, scheme: Scheme | No
         n = len(cut.ids)
         kk = n if k is None else max(0, min(k, n))
         kept = Cut(ids=cut.ids, spans=[(i, i + 1) for i in range(n - kk, n)],
-                   texts=[lm.tokenizer.decode([t]) for t in cut.ids[n - kk:]])
+                   texts=lm.token_strings(cut.ids[n - kk:]))
         v = input_embeddings(lm, torch.tensor(cut.ids[n - kk:], device=dev, dtype=torch.long)).float().cpu()
         return v.reshape(kk, -1), kept
     raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")

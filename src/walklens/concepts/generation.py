@@ -77,7 +77,7 @@ def special_around(lm: "LoadedModel", ctx: torch.Tensor) -> torch.Tensor:
     if n_prefix_tokens(lm):
         parts.append(input_embeddings(lm, torch.tensor([lm.tokenizer.bos_token_id], device=dev)).float())
     parts.append(ctx)
-    if lm.adapter.auto_class == "seq2seq":
+    if lm.is_encoder_decoder:
         eos = lm.tokenizer.eos_token_id
         probe = lm.tokenizer.encode("a", add_special_tokens=True)
         if eos is not None and probe and probe[-1] == eos:

@@ -20,24 +20,22 @@ from .request import ScoreRequest, check_request
 if TYPE_CHECKING:
     from ..loading import LoadedModel
 
-_ARCH = {"causal": "decoder", "seq2seq": "encoder-decoder", "masked": "encoder"}
-
-
 def arch_of(lm: "LoadedModel") -> str:
-    """``decoder``, ``encoder-decoder`` or ``encoder`` (the names :meth:`Scheme.validate` takes)."""
-    return _ARCH[lm.adapter.auto_class]
+    """``decoder``, ``encoder-decoder`` or ``encoder`` (the names :meth:`Scheme.validate` takes): the model's
+    A.6 kind, as its adapter declares it (``lm.kind``)."""
+    return lm.kind
 
 
 def adds_bos(lm: "LoadedModel") -> bool:
-    """Whether lm-evaluation-harness prefixes the BOS token for this causal model (it does so for Gemma only:
-    ``add_bos_token`` defaults to False unless the model type contains "gemma")."""
-    return lm.adapter.auto_class == "causal" and "gemma" in str(getattr(lm.model.config, "model_type", ""))
+    """Whether lm-evaluation-harness prefixes the BOS token for this causal model (Gemma), as its adapter
+    declares it (``harness_bos``)."""
+    return lm.is_causal and lm.harness_bos
 
 
 def tok_encode(lm: "LoadedModel", text: str) -> list[int]:
     """The harness's ``tok_encode``: special tokens only for encoder-decoder models (T5 appends ``</s>``) and
     for BOS-prefixing causal models (Gemma)."""
-    special = lm.adapter.auto_class == "seq2seq" or adds_bos(lm)
+    special = lm.is_encoder_decoder or adds_bos(lm)
     return list(lm.tokenizer.encode(text, add_special_tokens=special))
 
 
@@ -49,7 +47,7 @@ def encode_pair(lm: "LoadedModel", context: str, continuation: str) -> tuple[lis
     if n_spaces > 0:
         continuation = context[-n_spaces:] + continuation
         context = context[:-n_spaces]
-    if lm.adapter.auto_class == "seq2seq":
+    if lm.is_encoder_decoder:
         return tok_encode(lm, context), list(lm.tokenizer.encode(continuation, add_special_tokens=False))
     whole = tok_encode(lm, context + continuation)
     ctx = tok_encode(lm, context)
@@ -67,7 +65,7 @@ def segment_token_ids(lm: "LoadedModel", text: str) -> list[int]:
     ``</s>`` for encoder-decoder models (as the seed's code: special tokens only for them)."""
     if not text.strip():
         raise EmptyTextError("a segment is empty")
-    if lm.adapter.auto_class == "causal":
+    if lm.is_causal:
         ids = list(lm.tokenizer.encode(text, add_special_tokens=False))
         if n_prefix_tokens(lm):
             ids = [lm.tokenizer.bos_token_id] + ids
@@ -144,8 +142,7 @@ def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int
         targets[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
     ctx_kw = ({"input_ids": torch.tensor([list(context_ids)], dtype=torch.long, device=dev)}
               if context_ids is not None else {"inputs_embeds": context_embeds[None].to(device=dev, dtype=lm.dtype)})
-    kind = lm.adapter.auto_class
-    if kind == "causal":
+    if lm.is_causal:
         model = lm.model
         try:
             out = model(**ctx_kw, use_cache=True, logits_to_keep=1)
@@ -158,7 +155,7 @@ def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int
             out.cache.batch_repeat_interleave(n)  # transformers 5.2x: ``cache`` (was ``past_key_values``)
             out2 = model(input_ids=targets[:, :-1], use_cache=True, cache=out.cache)
             lp[:, 1:] = _log_softmax_at(out2.logits, targets[:, 1:])
-    elif kind == "seq2seq":
+    elif lm.is_encoder_decoder:
         from transformers.modeling_outputs import BaseModelOutput
 
         enc = lm.model.get_encoder()(**ctx_kw).last_hidden_state  # [1, C, D]

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import torch
 
-from ..interventions import Hooks, attention_kernel
+from ..hooks import Hooks
+from ..interventions import attention_kernel
 from .encode import continuation_logliks
 from .request import ScoreRequest, check_request
 
@@ -76,7 +77,7 @@ def _sliding_window(lm: "LoadedModel") -> tuple[int, bool] | None:
 
 def can_pack(lm: "LoadedModel") -> bool:
     """Whether :func:`packed_logliks` packs requests for this model (else it scores them one by one)."""
-    return (lm.adapter.auto_class == "causal"
+    return (lm.is_causal
             and lm.adapter.position_scheme(lm.model.config) in ("learned", "rotary"))
 
 

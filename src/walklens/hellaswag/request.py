@@ -72,6 +72,6 @@ def check_request(lm: "LoadedModel", r: ScoreRequest) -> None:
         raise EmptyTextError("the context is empty")
     limit = context_limit(lm)
     L = max(len(c) for c in r.continuations)
-    if lm.adapter.auto_class == "causal" and limit is not None and r.context_len + L - 1 > limit:
+    if lm.is_causal and limit is not None and r.context_len + L - 1 > limit:
         raise ContextTooLongError(f"context ({r.context_len}) + continuation ({L}) tokens exceed the model's "
                                   f"{limit} positions")

@@ -20,6 +20,12 @@ from torch import nn
 
 Residual = Literal["pre_norm", "parallel", "post_norm"]
 Position = Literal["learned", "rotary", "t5_relative", "alibi", "none"]
+AutoClass = Literal["causal", "seq2seq", "masked"]
+#: The architecture words of seed 000's A.6 (the names :meth:`walklens.concepts.schemes.Scheme.validate` takes).
+Kind = Literal["decoder", "encoder-decoder", "encoder"]
+
+#: The A.6 architecture word of each transformers auto class an adapter declares.
+KINDS: dict[str, Kind] = {"causal": "decoder", "seq2seq": "encoder-decoder", "masked": "encoder"}
 
 #: Identities an analysis may rely on and a family may break (``Adapter.limits`` maps each one broken to why).
 IDENTITIES: dict[str, str] = {
@@ -138,11 +144,17 @@ class StackSpec:
 
 @dataclass(frozen=True)
 class Adapter:
-    """Everything walklens needs to know about one architecture family."""
+    """Everything walklens needs to know about one architecture family.
+
+    Its kind is declared once, by ``auto_class`` (the transformers auto class that builds it); every question
+    about the kind is answered here (:attr:`kind`, :attr:`is_causal`, :attr:`is_encoder_decoder`,
+    :attr:`is_masked`, :meth:`reading_stack`) and by :class:`walklens.loading.LoadedModel`, never by testing
+    ``auto_class`` elsewhere.
+    """
 
     family: str
     model_types: tuple[str, ...]
-    auto_class: Literal["causal", "seq2seq", "masked"]
+    auto_class: AutoClass
     embed: str
     stacks: tuple[StackSpec, ...]
     position: Position | Callable[[Any], Position]
@@ -160,6 +172,34 @@ class Adapter:
     #: say (OPT's final norm exists only in pre-norm checkpoints); may refuse a config it does not support
     #: by raising :class:`~walklens.errors.UnsupportedFamilyError`.
     for_config: Callable[[Adapter, Any], Adapter] | None = None
+    #: whether lm-evaluation-harness prefixes the BOS token to this family's inputs (it does for Gemma:
+    #: ``add_bos_token`` is set when the model type contains "gemma"); HellaSwag encodes as the harness does.
+    harness_bos: bool = False
+
+    # --- the model's kind --------------------------------------------------------------------------------
+    @property
+    def kind(self) -> Kind:
+        """``decoder``, ``encoder-decoder`` or ``encoder``: the architecture word of seed 000's A.6."""
+        return KINDS[self.auto_class]
+
+    @property
+    def is_causal(self) -> bool:
+        """A decoder-only causal LM: one stack, each position sees only earlier ones, and it generates."""
+        return self.auto_class == "causal"
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        """An encoder-decoder LM (T5): an ``enc`` stack reads the text, a ``dec`` stack generates."""
+        return self.auto_class == "seq2seq"
+
+    @property
+    def is_masked(self) -> bool:
+        """An encoder-only masked LM (BERT, ALBERT): it reads a text and generates nothing."""
+        return self.auto_class == "masked"
+
+    def reading_stack(self) -> StackSpec:
+        """The stack that reads a text: the encoder of an encoder-decoder model, else the only stack."""
+        return self.stack("enc") if self.is_encoder_decoder else self.stack()
 
     # --- convenience -------------------------------------------------------------------------------------
     def specialize(self, config: Any) -> Adapter:

@@ -172,7 +172,8 @@ def _activation(roles: Roles) -> Callable[[nn.Module, int], Callable[[torch.Tens
 
 def build_adapter(roles: Roles, family: str | None = None) -> Adapter:
     """The declarative :class:`Adapter` these roles describe; ``family`` defaults to ``"derived:<model_type>"``
-    (a reviewed file kept in ``models/`` names the family itself)."""
+    (a reviewed file kept in ``models/`` names the family itself).  ``harness_bos`` follows
+    lm-evaluation-harness's own rule, which prefixes BOS when the model type contains "gemma"."""
     spec = StackSpec(name="", layers=roles.layers, attn=roles.attn, attn_out=roles.attn_out, mlp_out=roles.mlp_out,
                      final_norm=roles.final_norm, norms=dict(roles.norms),
                      attn_proj=roles.attn if roles.attn_out != roles.attn else None)
@@ -181,7 +182,7 @@ def build_adapter(roles: Roles, family: str | None = None) -> Adapter:
                    embed=roles.embed, stacks=(spec,), position=roles.position, residual=roles.residual,
                    head_weights_fn=head_weights_from(roles), logits_fn=_logits_fn(roles),
                    n_layers_fn=lambda c: getattr(c, attr), mlp_act_fn=_activation(roles),
-                   unembed=roles.unembed, limits=dict(roles.limits))
+                   unembed=roles.unembed, limits=dict(roles.limits), harness_bos="gemma" in roles.model_type)
 
 
 def render(roles: Roles) -> str:

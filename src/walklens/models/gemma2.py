@@ -54,4 +54,5 @@ ADAPTER = Adapter(
     unembed="lm_head",
     embed_scale_fn=lambda c: float(c.hidden_size) ** 0.5,
     limits=limits,
+    harness_bos=True,  # lm-evaluation-harness prefixes Gemma's inputs with BOS
 )

@@ -28,6 +28,6 @@ def limits(config: Any) -> dict[str, str]:
     return {**got, "qk_bilinear": "; ".join(r for r in (qk, got["qk_bilinear"]) if r)}
 
 
-#: Gemma 2's module tree and sandwich norms, its soft-cap and embedding scale
+#: Gemma 2's module tree and sandwich norms, its soft-cap, embedding scale and harness BOS
 ADAPTER = dataclasses.replace(gemma2.ADAPTER, family="gemma3", model_types=("gemma3_text",),
                               head_weights_fn=head_weights, limits=limits)

@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from starlette.requests import Request
 
-from ..capture import token_strings
 from ..decoding import decoding_walk
 from ..reports.html import block_labels, block_mean, show
 from ..walks import EncodingWalk, encoding_walk, labels_for, similarity_map
@@ -142,7 +141,7 @@ async def decode(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[s
         return {"model": model, "prompt_tokens": [show(t) for t in dw.prompt_tokens],
                 "tokens": [show(t) for t in dw.tokens], "ranks": dw.ranks, "probs": dw.probs,
                 "top_tokens": [[show(t) for t in row] for row in dw.top_tokens], "top_probs": dw.top_probs,
-                "greedy": [show(t) for t in token_strings(lm.tokenizer, dw.greedy_ids.tolist())],
+                "greedy": [show(t) for t in lm.token_strings(dw.greedy_ids.tolist())],
                 "step_length": dw.step_length, "step_angle": dw.step_angle, "d_norm": dw.d_norm,
                 "stopped_at_eos": dw.stopped_at_eos, "target": dw.target,
                 "in_neighbourhood": dw.in_neighbourhood, "left_path_at": dw.left_path_at}

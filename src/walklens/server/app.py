@@ -74,7 +74,7 @@ async def info(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str
     for name, lm in ex.models.items():
         models.append({"name": name, "family": lm.adapter.family, "n_layers": lm.n_layers, "d_model": lm.d_model,
                        "n_heads": lm.adapter.head_weights(lm.model, 0).n_heads, "dtype": dtype_name(lm.dtype),
-                       "kind": lm.adapter.auto_class, "points": ex.points.get(name, [])})
+                       "kind": lm.kind, "points": ex.points.get(name, [])})
     return {"models": models, "db": ex.db is not None,
             "limits": {"text_chars": MAX_TEXT_CHARS, "tokens": MAX_TOKENS, "attention_tokens": MAX_ATTN_TOKENS,
                        "k": MAX_K, "new_tokens": MAX_NEW_TOKENS, "steer_tokens": MAX_STEER_TOKENS,

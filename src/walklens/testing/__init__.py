@@ -182,8 +182,8 @@ def tiny_model(family: str, seed: int = 0, init_std: float | None = 0.2,
         config = tiny_config(family, len(tok))
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    kind = get_adapter(config).auto_class if has_adapter(config) and not as_model_type else "causal"
-    model = auto_model_class(kind).from_config(config, attn_implementation="eager", dtype=torch.float32)
+    adapter = get_adapter(config) if has_adapter(config) and not as_model_type else None
+    model = auto_model_class(adapter).from_config(config, attn_implementation="eager", dtype=torch.float32)
     if init_std:
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():

@@ -39,6 +39,6 @@ from .batched import EncLayout, test1_predictions, test2_bundle_batched
 from .plan import ItemPlan, plan_item
 from .run import TEST1_SHARD_ITEMS, SweepOutcome, evaluate_test1, evaluate_test2, run_sweep, sweep_baseline
 
-__all__ = ["TEST1_SHARD_ITEMS", "EncLayout", "ItemPlan", "NormedBank", "SweepOutcome", "VectorBank", "build_bank",
+__all__ = ["TEST1_SHARD_ITEMS", "EncLayout", "ItemPlan", "NormedBank", "SweepOutcome", "build_bank",
            "evaluate_test1", "evaluate_test2", "layer_keys", "plan_item", "run_sweep", "sweep_baseline",
            "test1_predictions", "test2_bundle_batched"]

@@ -205,7 +205,7 @@ def test1_predictions(lm: LoadedModel, bank: VectorBank, nbank: NormedBank, item
     log-likelihoods, so schemes that give the same sequence (e.g. every EXAMPLE_AGG of a one-example context)
     share one pass.
     """
-    if lm.adapter.auto_class != "causal":
+    if not lm.is_causal:
         raise InputError("the Test 1 sweep supports decoder-only models (use walklens hellaswag test1 for others)")
     lk, wk = bank.layer_pos(layer_key[scheme.layer]), bank.word_pos(scheme.word)
     dtype = lm.model.get_input_embeddings().weight.dtype
