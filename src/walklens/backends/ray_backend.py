@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import torch
 
-from ..errors import InputError, MissingDependencyError, WalklensError
+from ..errors import InputError, WalklensError
+from ..extras import require
 from ..precision import check_device, dtype_name, parse_dtype
 from .base import Backend, ModelSpec, ShardFn, Workers
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
 
-INSTALL = "pip install 'walklens[ray]'"
 #: The most MB of bank rows one shard's context holds on the Ray backend (Test 2 item ranges; docs/scale.md).
 CONTEXT_MB = 1024.0
 CONTEXT_ENV = "WALKLENS_RAY_CONTEXT_MB"
@@ -40,12 +40,8 @@ _ADDRESS = re.compile(r"^(ray://)?[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
 
 
 def require_ray() -> Any:
-    """The ``ray`` module, or one :class:`MissingDependencyError` line naming the extra to install."""
-    try:
-        import ray
-    except ImportError:
-        raise MissingDependencyError(f"the Ray backend needs the ray package: {INSTALL}") from None
-    return ray
+    """The ``ray`` module, or one :class:`~walklens.errors.MissingDependencyError` line naming the extra."""
+    return require("ray", "the Ray backend")[0]
 
 
 def check_address(address: str | None) -> str | None:

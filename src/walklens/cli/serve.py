@@ -1,6 +1,6 @@
 """``walklens serve``: the explorer in the browser (:mod:`walklens.server`, docs/explorer.md).
 
-Checks the address, the port and the database, binds the socket, loads every ``--model``
+Checks the [serve] extra, the address, the port and the database, binds the socket, loads every ``--model``
 once, prints one URL with a random access token and serves until interrupted.  Each view's request is refused
 (413) over ``--max-memory`` / ``--max-work`` by the rule and the estimates the other commands use
 (:mod:`walklens.costs`).
@@ -60,6 +60,9 @@ def _check_db(value: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..extras import require
+
+    require("serve", "walklens serve")  # before anything is checked, bound or loaded
     from ..costs import Limits
     from ..loading import DEFAULT_MODEL, load_model
     from ..server.app import bind, serve
