@@ -1,5 +1,6 @@
-"""Size limits of the commands (walklens.cli.limits): estimates before computing, refusals in one line, the
-documented reductions, and estimates within a factor 2 of the measured memory and file sizes.
+"""Size limits of the commands (walklens.cli.limits over the cost model, walklens.costs): estimates before
+computing, refusals in one line, the documented reductions, and estimates within a factor 2 of the measured memory
+and file sizes.
 
 Models: tiny random ones (walklens.testing); a tiny Llama with a 4096-token context makes the T x T terms
 (attention, similarity maps) dominate, as they do for long texts on real models.
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from walklens import costs as C
 from walklens.cli import limits as L
 from walklens.reports.html import block_labels, block_mean
 from walklens.testing import WORDS, tiny_model, tiny_tokenizer
@@ -107,9 +109,9 @@ def test_bad_limit_values(tiny, capsys, value):
 
 
 def test_json_over_max_output_is_refused_with_the_reducing_option(tiny, tmp_path, capsys):
-    need = L.walk_need(L.model_shape(tiny_model("llama")), 5, points=12, captured=12, shown=6, k=10, readings=2,
-                       json=True, out=False)
-    mb = need.files["--json"] / 2 / L.MB  # half the estimated JSON
+    plan = C.WalkPlan(points=12, captured=12, shown=6, k=10, readings=2)
+    need = C.walk_need(C.model_shape(tiny_model("llama")), 5, plan, json=True, out=False)
+    mb = need.files["--json"] / 2 / C.MB  # half the estimated JSON
     code, _, err = cli(capsys, "walk", "the cat and the dog", "--model", tiny, "--points", "all",
                        "--json", str(tmp_path / "w.json"), "--max-output", f"{mb}")
     assert code == 2
@@ -123,16 +125,16 @@ def test_json_over_max_output_is_refused_with_the_reducing_option(tiny, tmp_path
 def test_walk_default_narrows_to_residual_points_with_a_note(tiny, tmp_path, capsys):
     """Between the work of all points and that of the residual points, the default reads the residual ones
     (one note); an explicit --points all is refused instead."""
-    sh = L.model_shape(tiny_model("llama"))
+    sh = C.model_shape(tiny_model("llama"))
     T = 5
 
     def work(points: int) -> float:
-        return L.walk_need(sh, T, points=points, captured=points, shown=6, k=10, readings=2, json=True,
-                           out=False).work
+        plan = C.WalkPlan(points=points, captured=points, shown=6, k=10, readings=2)
+        return C.walk_need(sh, T, plan, json=True, out=False).work
 
     residual = 2 + 3 * sh.layers  # embed, per layer resid_pre, resid_mid, resid_post, final
     assert sh.points == 2 + 5 * sh.layers
-    limit = (work(residual) + work(sh.points)) / 2 / L.TFLOP
+    limit = (work(residual) + work(sh.points)) / 2 / C.TFLOP
     js = tmp_path / "w.json"
     code, _, err = cli(capsys, "walk", words(T), "--model", tiny, "--json", str(js), "--max-work", f"{limit}")
     assert code == 0, err
@@ -168,22 +170,22 @@ def test_simmap_report_shows_block_means_json_every_value(long, tmp_path, capsys
 def test_heads_report_keeps_the_layers_that_fit(long, tmp_path, capsys):
     """Without --maps the report draws as many evenly spaced layers as fit --max-output (a note says which);
     with --maps over the limit it refuses."""
-    sh = L.model_shape(long_llama())
+    sh = C.model_shape(long_llama())
     T = 300
     b = L.block_size(T, T, per_col=sh.heads)
 
     def page(layers: int) -> float:
-        return L.heads_need(sh, T, json_layers=2, map_layers=layers, block=b, json=False, out=True).files[
+        return C.heads_need(sh, T, json_layers=2, map_layers=layers, block=b, json=False, out=True).files[
             "--out index.html"]
 
-    limit = (page(1) + page(2)) / 2 / L.MB  # one layer's maps fit, two do not
+    limit = (page(1) + page(2)) / 2 / C.MB  # one layer's maps fit, two do not
     out = tmp_path / "h"
     code, _, err = cli(capsys, "heads", words(T), "--model", long, "--out", str(out), "--max-output", f"{limit}")
     assert code == 0, err
     assert len(notes(err)) == 1 and "1 of 2 layers (1)" in notes(err)[0]
     page = (out / "index.html").read_text()
     assert "<h3>L1.attn</h3>" in page and "<h3>L0.attn</h3>" not in page
-    assert (out / "index.html").stat().st_size <= limit * L.MB
+    assert (out / "index.html").stat().st_size <= limit * C.MB
 
     code, _, err = cli(capsys, "heads", words(T), "--model", long, "--out", str(tmp_path / "h2"), "--maps", "0,1",
                        "--max-output", f"{limit}")
@@ -191,12 +193,12 @@ def test_heads_report_keeps_the_layers_that_fit(long, tmp_path, capsys):
 
 
 def test_heads_refusal_names_the_text_that_fits(long, capsys):
-    sh = L.model_shape(long_llama())
+    sh = C.model_shape(long_llama())
     code, _, err = cli(capsys, "heads", words(2000), "--model", long, "--max-memory", "0.2")
     line = one_error(err)
     n = int(re.search(r"at most (\d+) tokens fits", line).group(1))
-    need = lambda t: L.heads_need(sh, t, json_layers=2, map_layers=2, block=1, json=False, out=False)  # noqa: E731
-    assert code == 2 and need(n).memory <= 0.2 * L.GB < need(n + 1).memory
+    need = lambda t: C.heads_need(sh, t, json_layers=2, map_layers=2, block=1, json=False, out=False)  # noqa: E731
+    assert code == 2 and need(n).memory <= 0.2 * C.GB < need(n + 1).memory
 
 
 # ---- the estimates against measured sizes ---------------------------------------------------------------------

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import ray
 
-from walklens.backends.ray_backend import RayBackend
+from walklens.backends.ray_backend import ActorOptions, RayBackend
 from walklens.experiments.grid import GridSpec
 from walklens.hellaswag.store import SweepStore
 from walklens.experiments.sweep import run_sweep
@@ -157,7 +157,7 @@ def test_a_worker_killed_mid_run_changes_nothing(setup: dict[str, Any]) -> None:
     """One of two workers dies (``os._exit``) before its second shard; Ray restarts it and retries the shard."""
     db = setup["tmp"] / "crash.sqlite"
     hook = CrashOnce(str(setup["tmp"] / "crashed"), at=2)
-    with RayBackend(workers=2, hook=hook).workers(setup["lm"]) as w:
+    with RayBackend(workers=2, actors=ActorOptions(hook=hook)).workers(setup["lm"]) as w:
         outs = {t: sweep(setup, db, t, workers=w) for t in (1, 2)}
     assert hook.crashed
     assert snapshot(db) == snapshot(setup["local_db"])
@@ -170,7 +170,7 @@ import torch
 torch.set_num_threads(1)
 sys.path.insert(0, {tests!r})
 from test_ray import setup_for_driver
-from walklens.backends.ray_backend import RayBackend
+from walklens.backends.ray_backend import ActorOptions, RayBackend
 env = setup_for_driver({tmp!r}, {mdir!r}, address={address!r})
 
 def kill(kind, n):
@@ -186,7 +186,7 @@ run_sweep(env["lm"], env["items"], test=1, schemes=env["schemes"][1], db={db!r},
 def setup_for_driver(tmp: str, mdir: str, address: str) -> dict[str, Any]:
     """What the killed driver of :func:`test_a_killed_driver_resumes_without_recomputing` needs (a separate
     process connected to this test's Ray instance)."""
-    from walklens.backends.ray_backend import RayBackend
+    from walklens.backends.ray_backend import ActorOptions, RayBackend
     from walklens.hellaswag.data import load_hellaswag
 
     ray.init(address=address, logging_level=logging.WARNING)

@@ -21,18 +21,19 @@ import logging
 import os
 import re
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import torch
 
-from ..errors import InputError, MissingDependencyError, WalklensError
+from ..errors import InputError, WalklensError
+from ..extras import require
 from ..precision import check_device, dtype_name, parse_dtype
 from .base import Backend, ModelSpec, ShardFn, Workers
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
 
-INSTALL = "pip install 'walklens[ray]'"
 #: The most MB of bank rows one shard's context holds on the Ray backend (Test 2 item ranges; docs/scale.md).
 CONTEXT_MB = 1024.0
 CONTEXT_ENV = "WALKLENS_RAY_CONTEXT_MB"
@@ -40,12 +41,8 @@ _ADDRESS = re.compile(r"^(ray://)?[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
 
 
 def require_ray() -> Any:
-    """The ``ray`` module, or one :class:`MissingDependencyError` line naming the extra to install."""
-    try:
-        import ray
-    except ImportError:
-        raise MissingDependencyError(f"the Ray backend needs the ray package: {INSTALL}") from None
-    return ray
+    """The ``ray`` module, or one :class:`~walklens.errors.MissingDependencyError` line naming the extra."""
+    return require("ray", "the Ray backend")[0]
 
 
 def check_address(address: str | None) -> str | None:
@@ -97,16 +94,29 @@ class ShardWorker:
         return fn(self.lm, ctx, payload)
 
 
+@dataclass(frozen=True)
+class ActorOptions:
+    """How each actor is started, restarted and fed: Ray restarts a dead actor and retries its shard up to
+    ``retries`` times; every actor must have loaded the model within ``start_timeout`` seconds; ``hook(n)``
+    (optional, picklable) runs before its ``n``-th shard (:class:`ShardWorker`); it holds ``depth`` shards at a
+    time (the one it runs and the next, queued, so it never waits for the driver between shards)."""
+
+    retries: int = 3
+    start_timeout: float = 600.0
+    hook: Callable[[int], None] | None = None
+    depth: int = 2
+
+
 class RayWorkers(Workers):
-    """``n`` :class:`ShardWorker` actors on the connected cluster; each holds ``depth`` shards at a time (the one
-    it runs and the next, queued, so it never waits for the driver between shards)."""
+    """``n`` :class:`ShardWorker` actors on the connected cluster, each asking Ray for ``cpus`` CPUs and ``gpus``
+    GPUs and run as ``options`` says; one shard's context holds at most ``context_mb`` MB."""
 
     kind = "ray"
 
-    def __init__(self, ray: Any, spec: ModelSpec, n: int, cpus: float, gpus: float, *, retries: int = 3,
-                 start_timeout: float = 600.0, hook: Callable[[int], None] | None = None, depth: int = 2,
-                 context_mb: float = CONTEXT_MB) -> None:
-        self.ray, self.n, self.retries, self.depth = ray, n, retries, max(1, depth)
+    def __init__(self, ray: Any, spec: ModelSpec, n: int, *, cpus: float, gpus: float,
+                 context_mb: float = CONTEXT_MB, options: ActorOptions = ActorOptions()) -> None:
+        retries, start_timeout = options.retries, options.start_timeout
+        self.ray, self.n, self.retries, self.depth = ray, n, retries, max(1, options.depth)
         self.context_bytes = int(context_mb * 2**20)
         total = ray.cluster_resources()
         for what, each in (("CPU", cpus), ("GPU", gpus)):
@@ -116,7 +126,7 @@ class RayWorkers(Workers):
                                  f"cluster has {have:g} (use fewer --workers)")
         actor = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=retries,
                            max_task_retries=retries)(ShardWorker)
-        self.actors = [actor.remote(spec, int(max(1, cpus)), hook) for _ in range(n)]
+        self.actors = [actor.remote(spec, int(max(1, cpus)), options.hook) for _ in range(n)]
         ready = [a.ready.remote() for a in self.actors]
         try:
             done, pending = ray.wait(ready, num_returns=n, timeout=start_timeout)
@@ -196,14 +206,14 @@ class RayBackend(Backend):
     """Shards on Ray actors (module docstring).  ``workers``: actors per model (default: 1 on a local instance;
     on a cluster, one per GPU for ``cuda`` or one per ``cpus_per_worker`` CPUs); ``gpus_per_worker``: default 1
     for ``cuda``, 0 otherwise; ``runtime_env``: passed to ``ray.init`` (code and packages for remote nodes);
-    ``context_mb``: the most MB of bank rows one shard's context holds (:func:`resolve_context_mb`)."""
+    ``context_mb``: the most MB of bank rows one shard's context holds (:func:`resolve_context_mb`);
+    ``actors``: restarts, start timeout, a test hook and queue depth of each actor (:class:`ActorOptions`)."""
 
     name = "ray"
 
     def __init__(self, address: str | None = None, workers: int | None = None, *, cpus_per_worker: float = 1,
                  gpus_per_worker: float | None = None, runtime_env: dict[str, Any] | None = None,
-                 retries: int = 3, start_timeout: float = 600.0, hook: Callable[[int], None] | None = None,
-                 context_mb: float | None = None) -> None:
+                 context_mb: float | None = None, actors: ActorOptions = ActorOptions()) -> None:
         self.ray = require_ray()
         self.address = check_address(address)
         if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
@@ -215,7 +225,7 @@ class RayBackend(Backend):
         if runtime_env is not None and not isinstance(runtime_env, dict):
             raise InputError("runtime_env must be a table (a dict)")
         self.n_workers, self.cpus, self.gpus = workers, float(cpus_per_worker), gpus_per_worker
-        self.runtime_env, self.retries, self.start_timeout, self.hook = runtime_env, retries, start_timeout, hook
+        self.runtime_env, self.actor_options = runtime_env, actors
         self.context_mb = resolve_context_mb(context_mb)
         self._specs: dict[int, ModelSpec] = {}
 
@@ -296,5 +306,5 @@ class RayBackend(Backend):
             else:
                 res = self.ray.cluster_resources()
                 n = max(1, int(res.get("GPU", 0) // gpus) if gpus else int(res.get("CPU", 1) // self.cpus))
-        return RayWorkers(self.ray, spec, n, self.cpus, gpus, retries=self.retries,
-                          start_timeout=self.start_timeout, hook=self.hook, context_mb=self.context_mb)
+        return RayWorkers(self.ray, spec, n, cpus=self.cpus, gpus=gpus, context_mb=self.context_mb,
+                          options=self.actor_options)

@@ -46,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _plan(lm: Any, prompt: str, target: str | None, args: argparse.Namespace) -> None:
     """Refuse, before the prompt's forward pass, a walk over the limits."""
-    from .limits import check, check_context, fit_hint, generate_need, model_shape, text_tokens
+    from ..costs import fit_hint, generate_need, model_shape
+    from .limits import check, check_context, text_tokens
 
     sh = model_shape(lm)
     T = text_tokens(lm, prompt, False)

@@ -111,7 +111,8 @@ def _print_kernels(pk: Any, args: argparse.Namespace) -> None:
 def _plan_kernels(lm: Any, args: argparse.Namespace) -> None:
     """Refuse, before any forward pass, kernels whose memory, work or files exceed the limits."""
     from ..capture import context_limit
-    from .limits import check, kernels_need, model_shape
+    from ..costs import kernels_need, model_shape
+    from .limits import check
 
     sh = model_shape(lm)
     scheme = lm.adapter.position_scheme(lm.config)
@@ -163,8 +164,8 @@ def _plan_heads(lm: Any, text: str, args: argparse.Namespace,
                 maps: list[int] | None) -> tuple[int, list[int], int]:
     """Check the limits before the forward pass; returns the report's block size b (b x b positions
     averaged per cell), the layers whose maps it draws and the number of tokens."""
-    from .limits import HEATMAP_CELLS, MB, block_size, check, fit_hint, heads_need, model_shape, note, spread, \
-        text_tokens
+    from ..costs import MB, fit_hint, heads_need, model_shape
+    from .limits import HEATMAP_CELLS, block_size, check, note, spread, text_tokens
 
     sh = model_shape(lm)
     n = lm.n_layers

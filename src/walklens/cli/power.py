@@ -126,7 +126,8 @@ def _texts(args: argparse.Namespace) -> list[str]:
 
 def _plan_power(lm: Any, texts: list[str], args: argparse.Namespace) -> None:
     """Refuse, before any computation, a power run over the limits."""
-    from .limits import check, model_shape, power_need, text_tokens
+    from ..costs import model_shape, power_need
+    from .limits import check, text_tokens
 
     lengths = [text_tokens(lm, t, False) for t in texts]
     seq2seq = lm.is_encoder_decoder
@@ -140,7 +141,8 @@ def _plan_power(lm: Any, texts: list[str], args: argparse.Namespace) -> None:
 
 def _plan_steer(lm: Any, prompts: list[str], runs: int, args: argparse.Namespace) -> None:
     """Refuse, before any computation, a steering sweep over the limits."""
-    from .limits import check, check_context, model_shape, steer_need, text_tokens
+    from ..costs import model_shape, steer_need
+    from .limits import check, check_context, text_tokens
 
     lengths = [text_tokens(lm, p, False) for p in prompts]
     check_context(lm, max(lengths), args.max_new_tokens, "--max-new-tokens")

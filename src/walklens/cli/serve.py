@@ -1,7 +1,9 @@
 """``walklens serve``: the explorer in the browser (:mod:`walklens.server`, docs/explorer.md).
 
-Checks the address, the port and the database, binds the socket, loads every ``--model`` once, prints one
-URL with a random access token and serves until interrupted.
+Checks the [serve] extra, the address, the port and the database, binds the socket, loads every ``--model``
+once, prints one URL with a random access token and serves until interrupted.  Each view's request is refused
+(413) over ``--max-memory`` / ``--max-work`` by the rule and the estimates the other commands use
+(:mod:`walklens.costs`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
+from .limits import add_limit_args
 from .terminal import ParagraphHelp
 
 DESCRIPTION = """\
@@ -35,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a --host that is not a loopback address (reachable from other machines)")
+    add_limit_args(p, files=False)
     p.set_defaults(func=run)
 
 
@@ -56,6 +60,10 @@ def _check_db(value: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..extras import require
+
+    require("serve", "walklens serve")  # before anything is checked, bound or loaded
+    from ..costs import Limits
     from ..loading import DEFAULT_MODEL, load_model
     from ..server.app import bind, serve
     from ..server.security import check_bind_host
@@ -77,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
             if lm.name in models:
                 raise InputError(f"--model {spec}: {lm.name} is loaded already")
             models[lm.name] = lm
-        serve(Explorer(models, db), args.host, sock)
+        limits = Limits(max_memory=args.max_memory, max_work=args.max_work)
+        serve(Explorer(models, db, limits=limits), args.host, sock)
     finally:
         sock.close()
     return 0

@@ -60,7 +60,8 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: list[str], n_map
     averaged per cell, 1 = every position), chosen so that each map has at most HEATMAP_CELLS cells and the
     page fits --max-output."""
     from ..capture import _point_names
-    from .limits import MB, block_size, check, fit_hint, model_shape, note, simmap_need, text_tokens
+    from ..costs import MB, fit_hint, model_shape, simmap_need
+    from .limits import block_size, check, note, text_tokens
 
     names = _point_names(lm.adapter.stacks[-1], lm.adapter.residual_kind(lm.config), lm.n_layers)
     for p in points:

@@ -75,7 +75,8 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: Any) -> tuple[An
     """Check the limits before capturing: (points to read, patterns to capture).  The default (all points)
     narrows to the residual points, then to :data:`POST`, with a note; anything else over a limit is refused."""
     from ..capture import _point_names
-    from .limits import check, fit_hint, model_shape, note, text_tokens, walk_need
+    from ..costs import WalkPlan, fit_hint, model_shape, walk_need
+    from .limits import check, note, text_tokens
 
     sh = model_shape(lm)
     T = text_tokens(lm, text, args.truncate)
@@ -86,8 +87,8 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: Any) -> tuple[An
         sel = _selected(names, spec)
         shown = [n for n in sel if n in ("embed", "final") or n.split(".", 1)[-1] in RESIDUAL[1:]] or sel
         captured = len(names) if spec == "all" else len(set(sel) | {"final"})
-        return walk_need(sh, t, points=len(sel), captured=captured, shown=len(shown), k=args.k,
-                         readings=readings, json=bool(args.json), out=bool(args.out))
+        plan = WalkPlan(points=len(sel), captured=captured, shown=len(shown), k=args.k, readings=readings)
+        return walk_need(sh, t, plan, json=bool(args.json), out=bool(args.out))
 
     default = args.points is None  # only the default narrows; an explicit --points all is refused instead
     chosen = points

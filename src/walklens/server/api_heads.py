@@ -2,8 +2,8 @@
 W_vo / W_qk summaries and self-attention mass for every layer and head, and the model's position kernels with
 their self-bias classes (seed 000, sec. 2.2.1, A.2, A.3; Figs. 5-8).
 
-The trace with attention probabilities is captured once per text (:func:`~.traces.attention_trace`, at most
-:data:`~.bounds.MAX_ATTN_TOKENS` tokens: it holds layers x heads x T x T floats); a map is sent for the one
+The trace with attention probabilities is captured once per text (:func:`~.traces.attention_trace`; it holds
+layers x heads x T x T floats, so its text is bounded by the explorer's --max-memory); a map is sent for the one
 head asked, averaged over b x b blocks of positions beyond :data:`~.bounds.MAX_CELLS` cells.
 """
 
@@ -17,7 +17,7 @@ from starlette.requests import Request
 from ..attention import cluster_view, head_matrices, head_stats, self_mass
 from ..kernels import position_kernels
 from ..reports.html import block_labels, block_mean, show
-from .bounds import MAX_ATTN_TOKENS, MAX_CELLS, ApiError, block_for, int_arg, text_arg
+from .bounds import MAX_CELLS, MAX_TOKENS, ApiError, block_for, int_arg, text_arg
 from .routing import api
 from .state import Explorer, Job, run_job
 from .traces import attention_trace
@@ -34,10 +34,10 @@ async def attention(request: Request, ex: Explorer, body: dict[str, Any]) -> dic
     L = lm.n_layers
     layer = int_arg(body, "layer", -1, -L, L - 1) % L
     head = int_arg(body, "head", 0, 0, 4096)
-    query = int_arg(body, "query", -1, -MAX_ATTN_TOKENS, MAX_ATTN_TOKENS - 1)
+    query = int_arg(body, "query", -1, -MAX_TOKENS, MAX_TOKENS - 1)
 
     def compute(job: Job) -> dict[str, Any]:
-        tr = attention_trace(ex, job, model, text, MAX_ATTN_TOKENS)
+        tr = attention_trace(ex, job, model, text, MAX_TOKENS)
         A = tr.attentions.get(f"L{layer}.attn")
         if A is None:
             raise ApiError(f"no self-attention probabilities at layer {layer} for this model")

@@ -22,8 +22,8 @@ from starlette.routing import Route
 from ..capture import capture
 from ..precision import dtype_name
 from . import api_heads, api_power, api_sweeps, api_walks
-from .bounds import (MAX_ALPHA, MAX_ATTN_TOKENS, MAX_CELLS, MAX_K, MAX_NEW_TOKENS, MAX_STEER_TOKENS, MAX_TEXT_CHARS,
-                     MAX_TOKENS)
+from .bounds import (MAX_ALPHA, MAX_CELLS, MAX_K, MAX_NEW_TOKENS, MAX_STEER_TOKENS, MAX_TEXT_CHARS, MAX_TOKENS,
+                     view_tokens)
 from .routing import api, error
 from .security import Guard, allowed_hosts, asset_cookie, new_token
 from .state import Explorer
@@ -68,17 +68,18 @@ async def asset(request: Request) -> Response:
 
 @api
 async def info(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str, Any]:
-    """-> the loaded models (name, family, layers, width, heads, dtype, kind, point names), whether a database
-    was given, and the limits of every argument."""
+    """-> the loaded models (name, family, layers, width, heads, dtype, kind, point names, the most tokens each
+    view reads under the explorer's limits), whether a database was given, and the limits of every argument."""
     models = []
     for name, lm in ex.models.items():
         models.append({"name": name, "family": lm.adapter.family, "n_layers": lm.n_layers, "d_model": lm.d_model,
                        "n_heads": lm.adapter.head_weights(lm.model, 0).n_heads, "dtype": dtype_name(lm.dtype),
-                       "kind": lm.kind, "points": ex.points.get(name, [])})
+                       "kind": lm.kind, "points": ex.points.get(name, []),
+                       "view_tokens": view_tokens(ex.shape(name), ex.limits)})
     return {"models": models, "db": ex.db is not None,
-            "limits": {"text_chars": MAX_TEXT_CHARS, "tokens": MAX_TOKENS, "attention_tokens": MAX_ATTN_TOKENS,
-                       "k": MAX_K, "new_tokens": MAX_NEW_TOKENS, "steer_tokens": MAX_STEER_TOKENS,
-                       "alpha": MAX_ALPHA, "cells": MAX_CELLS}}
+            "limits": {"text_chars": MAX_TEXT_CHARS, "tokens": MAX_TOKENS, "k": MAX_K, "new_tokens": MAX_NEW_TOKENS,
+                       "steer_tokens": MAX_STEER_TOKENS, "alpha": MAX_ALPHA, "cells": MAX_CELLS,
+                       "memory_gb": ex.limits.max_memory, "work_tflop": ex.limits.max_work}}
 
 
 @api

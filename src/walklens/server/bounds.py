@@ -2,20 +2,26 @@
 reductions that keep every payload bounded whatever the text's length.
 
 Every argument of an API call goes through one of the ``*_arg`` readers; a bad value raises :class:`ApiError`
-(HTTP 400, or 413 for a text over the limits) whose message names the argument and the allowed range.  Maps
-wider than :data:`MAX_CELLS` cells are reduced on the server by blocks of positions (:func:`column_min`, torch's
-pooling, or :func:`walklens.reports.html.block_mean`), never shipped whole; numbers are rounded to
-:data:`DIGITS` decimals in the replies that carry maps (:mod:`.routing`).
+(HTTP 400, or 413 for a text over the limits) whose message names the argument and the allowed range.  A text
+that runs the model is refused (413) over :data:`MAX_TOKENS` tokens or over what its view would need
+(:func:`check_cost`: the view's estimate in :mod:`walklens.costs` against ``walklens serve --max-memory
+--max-work``, by the rule and with the estimates the commands use).  Maps wider than :data:`MAX_CELLS` cells
+are reduced on the server by blocks of positions (:func:`column_min`, torch's pooling, or
+:func:`walklens.reports.html.block_mean`), never shipped whole; numbers are rounded to :data:`DIGITS` decimals in
+the replies that carry maps (:mod:`.routing`).
 Measured sizes of each view's payload are in docs/explorer.md.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
+from ..costs import (LimitValues, Need, Shape, WalkPlan, attention_need, fit_hint, generate_need, power_need, refusal,
+                     simmap_need, steer_need, tokens_that_fit, walk_need)
 from ..errors import WalklensError
 from ..numbers import MAX_ALPHA as MAX_ALPHA  # |alpha| of steering, the command line's bound too
 from ..numbers import NumberError, Range
@@ -23,8 +29,7 @@ from ..numbers import NumberError, Range
 MAX_BODY = 256 * 1024  # bytes of a request body
 MAX_DEPTH = 32  # levels of nesting of a request body (lists and objects)
 MAX_TEXT_CHARS = 20_000  # characters of a text, a prompt or a target
-MAX_TOKENS = 2048  # tokens of a text read by the walk, the similarity map, power and compare views
-MAX_ATTN_TOKENS = 512  # the attention view keeps every layer's [heads, T, T] probabilities
+MAX_TOKENS = 2048  # tokens of a text read by any view (fewer where the view's need is over the limits)
 MAX_K = 50  # nearest tokens of a cell or a decoding step
 MAX_NEW_TOKENS = 64  # generated tokens of a decoding walk
 MAX_STEER_TOKENS = 32  # generated tokens of each steered / unsteered continuation
@@ -120,6 +125,41 @@ def check_tokens(n: int, limit: int, view: str) -> None:
     """Refuse (413) a text whose token count exceeds the view's limit, naming both."""
     if n > limit:
         raise ApiError(f"the text has {n:,} tokens; the {view} view reads at most {limit:,}", 413)
+
+
+def _walk_view(sh: Shape, T: int) -> Need:
+    """The rank maps of every walk point (no top k), the trace they read."""
+    points = sh.layers + 2  # WALK_POINTS: embed, every resid_post, final
+    return walk_need(sh, T, WalkPlan(points=points, captured=points, shown=points, k=0))
+
+
+#: what each view that runs the model needs for a text of T tokens (at the largest values its arguments take),
+#: by the view's name in :func:`check_tokens`; views not named here (a target) are bounded by another's
+VIEW_COSTS: dict[str, Callable[[Shape, int], Need]] = {
+    "walk": _walk_view,
+    "similarity map": lambda sh, T: simmap_need(sh, T, maps=1, captured=1),
+    "attention": attention_need,
+    "decoding": lambda sh, T: generate_need(sh, T, steps=MAX_NEW_TOKENS, k=MAX_K),
+    "power": lambda sh, T: power_need(sh, [T], heads=False, dynamics=False, shared=False),
+    "steering": lambda sh, T: steer_need(sh, [T], runs=2, steps=MAX_STEER_TOKENS),
+}
+
+
+def check_cost(sh: Shape, n: int, view: str, limits: LimitValues) -> None:
+    """Refuse (413) a text of ``n`` tokens whose view would need more than ``limits`` allow, by the commands'
+    rule (:func:`walklens.costs.refusal`): what it would need, and how many tokens fit."""
+    cost = VIEW_COSTS.get(view)
+    if cost is None:
+        return
+    message = refusal(cost(sh, n), limits, f"the {view} view of {n:,} tokens",
+                      fit_hint(functools.partial(cost, sh), limits, n))
+    if message:
+        raise ApiError(message, 413)
+
+
+def view_tokens(sh: Shape, limits: LimitValues) -> dict[str, int]:
+    """The most tokens of a text each view reads for this model under ``limits`` (at most :data:`MAX_TOKENS`)."""
+    return {view: tokens_that_fit(functools.partial(cost, sh), limits, MAX_TOKENS) for view, cost in VIEW_COSTS.items()}
 
 
 # ---- reductions ------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 import anyio
 import anyio.to_thread
 
+from ..costs import Limits, Shape, model_shape
 from ..errors import WalklensError
 from .bounds import ApiError, from_walklens
 
@@ -46,10 +47,11 @@ class Job:
 
 
 class Cache:
-    """A small least-recently-used map (thread-safe) of at most ``size`` entries."""
+    """A small least-recently-used map (thread-safe) of at most ``size`` entries; with ``make_room`` the oldest
+    entries are dropped before a new one is made, so a large one never lives next to ``size`` others."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, size: int, make_room: bool = False) -> None:
+        self.size, self.make_room = size, make_room
         self._d: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -58,6 +60,8 @@ class Cache:
             if key in self._d:
                 self._d.move_to_end(key)
                 return self._d[key]
+            while self.make_room and self._d and len(self._d) >= self.size:
+                self._d.popitem(last=False)
         value = make()  # outside the lock: callers already hold their model's lock
         with self._lock:
             self._d[key] = value
@@ -72,15 +76,19 @@ class Cache:
 
 @dataclass
 class Explorer:
-    """The server's state: ``models`` by name (in the order given), the read-only sweep database ``db``."""
+    """The server's state: ``models`` by name (in the order given), the read-only sweep database ``db``, the
+    ``limits`` every view's need is checked against (``walklens serve --max-memory/--max-work``)."""
 
     models: dict[str, LoadedModel]
     db: Path | None = None
+    limits: Limits = field(default_factory=Limits)
     locks: dict[str, threading.Lock] = field(default_factory=dict)
     points: dict[str, list[str]] = field(default_factory=dict)  # every point name each model records
+    shapes: dict[str, Shape] = field(default_factory=dict)  # what the cost model reads of each model
     traces: Cache = field(default_factory=lambda: Cache(8))  # (model, what, text, ...) -> Trace
     results: Cache = field(default_factory=lambda: Cache(16))  # (model, what, ...) -> analysis results
-    attention: Cache = field(default_factory=lambda: Cache(1))  # traces with every layer's attention (large)
+    attention: Cache = field(default_factory=lambda: Cache(1, make_room=True))  # traces with every layer's
+    # attention (up to --max-memory): the last one is dropped before the next is captured
     counts: dict[str, int] = field(default_factory=lambda: {"computed": 0, "cancelled": 0, "refused": 0,
                                                                          "failed": 0})
 
@@ -94,6 +102,12 @@ class Explorer:
         if not isinstance(name, str) or name not in self.models:
             raise ApiError(f"unknown model; loaded: {', '.join(self.models)}")
         return self.models[name]
+
+    def shape(self, name: str) -> Shape:
+        """The :class:`~walklens.costs.Shape` of a loaded model (read once)."""
+        if name not in self.shapes:
+            self.shapes[name] = model_shape(self.model(name))
+        return self.shapes[name]
 
     def count(self, what: str) -> None:
         with self._count_lock:

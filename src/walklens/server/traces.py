@@ -3,7 +3,8 @@ small caches so that switching a reading, clicking a cell or changing a point do
 
 Only the points a view needs are captured (the walk: ``embed``, every ``resid_post`` and ``final``); the
 attention view's traces, which hold every layer's [heads, T, T] probabilities, have a cache of their own with
-room for one.  Every text is counted in tokens and refused (413) over the view's limit before the model runs.
+room for one.  Every text is counted in tokens and refused (413) over the view's limit, or over what the view
+would need (:func:`~.bounds.check_cost`, the commands' cost model), before the model runs.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from ..capture import capture, tokenize
-from .bounds import check_tokens
+from .bounds import check_cost, check_tokens
 from .state import Explorer, Job
 
 if TYPE_CHECKING:
@@ -22,12 +23,15 @@ WALK_POINTS = ("embed", "L*.resid_post", "final")
 
 
 def n_tokens(explorer: Explorer, model: str, text: str, limit: int, view: str) -> int:
-    """The token count of ``text`` for ``model``, refused (413) over the view's ``limit``; an empty text or
-    one longer than the model's context is refused by :func:`walklens.capture.tokenize` (400)."""
+    """The token count of ``text`` for ``model``, refused (413) over the view's ``limit`` or over the explorer's
+    limits; an empty text or one longer than the model's context is refused by
+    :func:`walklens.capture.tokenize` (400)."""
     lm = explorer.model(model)
     if text.strip():
         check_tokens(int(lm.tokenizer(text, return_tensors="pt")["input_ids"].shape[1]), limit, view)
-    return int(tokenize(lm, text).shape[1])
+    n = int(tokenize(lm, text).shape[1])
+    check_cost(explorer.shape(model), n, view, explorer.limits)
+    return n
 
 
 def trace(explorer: Explorer, job: Job, model: str, text: str, points: Sequence[str] | None,

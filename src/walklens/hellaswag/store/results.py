@@ -28,7 +28,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from platformdirs import user_data_dir
 
-from ...errors import InputError, MissingDependencyError
+from ...errors import InputError
+from ...extras import missing_extra
 from ...outputs import atomic_open, check_file, csv_row
 from ...sqlite import closed_on_error, tables, transaction
 from .db import FIX, Row, connect, open_tables
@@ -237,7 +238,7 @@ class ResultStore:
                 import pyarrow as pa
                 import pyarrow.parquet as pq
             except ImportError:
-                raise MissingDependencyError("Parquet export needs pyarrow; run: pip install pyarrow") from None
+                raise missing_extra("data", "Parquet export", "pyarrow") from None
             tbl = pa.Table.from_pylist(rows) if rows else pa.table({c: [] for c in cols})
             with atomic_open(out, "wb") as fb:
                 pq.write_table(tbl, fb)

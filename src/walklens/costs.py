@@ -1,0 +1,336 @@
+"""The cost model: working memory, work and the size of each file written by every command and explorer view,
+estimated from the model's shape and the input's size *before* anything is computed.
+
+One rule refuses what is too large, in the command line (:mod:`walklens.cli.limits`: ``--max-memory GB``,
+``--max-output MB``, ``--max-work TFLOP``) and in the explorer (:mod:`walklens.server.bounds`: ``walklens serve
+--max-memory GB --max-work TFLOP``): :meth:`Need.over` of an estimate here against :class:`Limits`.  So changing
+what an analysis allocates means one edit, in the estimate below; the analyses' own sizes (the encoding walk's
+score block, the positions the walk report shows) are imported from them, never copied.
+
+``memory`` is the working memory beyond the loaded model's weights; ``files`` the size of each file written (the
+``--json`` file, the ``--out`` report's index.html); ``work`` counts floating-point operations (a multiply-add is
+2; one CPU core does 30-100 GFLOP per second, so the default 5 TFLOP is one to three minutes; element-wise passes
+and Python-built output are counted at their cost in matmul FLOP).  The estimates follow what the analyses
+allocate (eager attention keeps two [H, T, T] score tensors per layer while it runs, the logits are [T, vocab],
+the A.3 check keeps every layer's attention probabilities, ...); tests/test_limits.py checks them against
+measured sizes (within a factor 2).  1 GB = 10^9 bytes, 1 MB = 10^6.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+
+from .reports.walk import MAX_COLS as WALK_COLS  # positions the walk report shows
+from .walks import _CHUNK_BYTES as WALK_CHUNK  # the encoding walk's block of scores against the vocabulary
+
+if TYPE_CHECKING:
+    from .loading import LoadedModel
+
+MAX_MEMORY_GB = 4.0
+MAX_OUTPUT_MB = 100.0
+MAX_WORK_TFLOP = 5.0
+GB, MB, TFLOP = 1e9, 1e6, 1e12
+
+# bytes per number as the commands write them (measured on smollm2-135m and tiny models)
+JSON_FLOAT = 20.0  # a float32 written as a Python float: "0.12345678359270096,"
+JSON_INT = 6.0  # a token id or rank
+PY_NUMBER = 40.0  # a number held in a Python list while JSON / HTML is built (object + list slot + slack)
+JSON_ATTN = 13.0  # an attention probability: "0.0," above the diagonal of a causal map, ~20 bytes below
+HTML_MAP_CELL = 7.0  # a similarity-map cell rounded to 3 significant digits: "-12.3,"
+HTML_ATTN_CELL = 8.0  # an attention-map cell, rounded to 6 decimals by the report: "0.001234,"
+HTML_FIXED = 60e3  # the page itself (styles, script, headings, links to the PNG figures)
+FIGURE_MEMORY = 25e6  # drawing one matplotlib figure (a ~1800 x 1500 RGBA canvas and its PNG)
+WRITE_WORK = 5000.0  # work per byte of JSON or HTML, in matmul FLOP: ~1-2 us per number built in Python
+ATTN_ELEMENT = 1200.0  # work per attention score of an eager forward pass, in matmul FLOP: smollm2-135m's
+# forward over 500-2000 tokens took the time of 800-1,900 FLOP per score at the machine's matmul rate
+WALK_HTML_CELL = 330.0  # a (position, point) of the walk report: two heatmap cells with hover text, a grid cell
+
+
+def fmt_bytes(n: float) -> str:
+    """``"1.2 GB"`` or ``"35 MB"``."""
+    return f"{n / GB:.3g} GB" if n >= 0.95 * GB else f"{n / MB:.3g} MB"
+
+
+# ---- limits, needs, the one rule ---------------------------------------------------------------------------------
+
+class LimitValues(Protocol):
+    """What a request may use, in the options' units: a :class:`Limits` or a command's parsed options."""
+
+    @property
+    def max_memory(self) -> float: ...  # GB
+
+    @property
+    def max_work(self) -> float: ...  # TFLOP
+
+    @property
+    def max_output(self) -> float: ...  # MB
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits of the explorer (``walklens serve --max-memory/--max-work``): the commands' defaults."""
+
+    max_memory: float = MAX_MEMORY_GB
+    max_work: float = MAX_WORK_TFLOP
+    max_output: float = MAX_OUTPUT_MB
+
+
+@dataclass
+class Need:
+    """An estimate: working memory (bytes), work (FLOP) and the size of each file written (bytes)."""
+
+    memory: float = 0.0
+    work: float = 0.0
+    files: dict[str, float] = field(default_factory=dict)
+
+    def over(self, limits: LimitValues) -> list[str]:
+        """What exceeds its limit, as short phrases naming the option that raises it."""
+        out = []
+        if self.memory > limits.max_memory * GB:
+            out.append(f"~{fmt_bytes(self.memory)} of memory (--max-memory {limits.max_memory:g})")
+        if self.work > limits.max_work * TFLOP:
+            out.append(f"~{self.work / TFLOP:.3g} TFLOP of work (--max-work {limits.max_work:g})")
+        for name, size in self.files.items():
+            if size > limits.max_output * MB:
+                out.append(f"a {name} file of ~{fmt_bytes(size)} (--max-output {limits.max_output:g})")
+        return out
+
+    def fits(self, limits: LimitValues) -> bool:
+        return not self.over(limits)
+
+
+def refusal(need: Need, limits: LimitValues, what: str, hint: str) -> str | None:
+    """The one line refusing ``need`` (what it would need, and what reduces it), or None when it fits."""
+    over = need.over(limits)
+    return f"{what} would need {' and '.join(over)}; {hint}" if over else None
+
+
+def tokens_that_fit(need_at: Callable[[int], Need], limits: LimitValues, T: int) -> int:
+    """The longest text (in tokens, at most T) whose need fits the limits; 0 if none does."""
+    lo, hi = 0, T
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if need_at(mid).fits(limits):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def fit_hint(need_at: Callable[[int], Need], limits: LimitValues, T: int, noun: str = "text") -> str:
+    """``"a text of at most N tokens fits"`` (or that none does)."""
+    n = tokens_that_fit(need_at, limits, T)
+    return f"a {noun} of at most {n} tokens fits" if n else f"no {noun} fits these limits"
+
+
+# ---- the model's shape and one forward pass ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shape:
+    """What the estimates need of a model: depth, heads, widths, vocabulary, parameters, captured points."""
+
+    layers: int
+    heads: int
+    kv_heads: int
+    d_model: int
+    d_ff: int
+    vocab: int
+    params: int
+    stacks: int
+    points: int  # captured points per stack (all of them)
+    causal: bool
+
+
+def model_shape(lm: LoadedModel) -> Shape:
+    """The :class:`Shape` of a loaded model, read from its config, its V and its parameters."""
+    from .capture import _point_names
+
+    cfg = lm.config
+
+    def get(*names: str, default: int = 0) -> int:
+        for n in names:
+            v = getattr(cfg, n, None)
+            if isinstance(v, int) and v > 0:
+                return v
+        return default
+
+    d = get("hidden_size", "d_model", "n_embd", default=lm.d_model)
+    spec = lm.adapter.stacks[-1]
+    names = _point_names(spec, lm.adapter.residual_kind(cfg), lm.n_layers)
+    heads = get("num_attention_heads", "n_head", "num_heads", default=1)
+    return Shape(layers=lm.n_layers, heads=heads, kv_heads=get("num_key_value_heads", "num_kv_heads", default=heads),
+                 d_model=d, d_ff=get("intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * d),
+                 vocab=int(lm.embedding_matrix().shape[0]), params=sum(p.numel() for p in lm.model.parameters()),
+                 stacks=len(lm.adapter.stacks), points=len(names), causal=bool(spec.causal))
+
+
+def _attention_sets(sh: Shape) -> int:
+    return 3 if sh.stacks > 1 else 1  # T5: encoder, decoder and cross-attention
+
+
+def forward_memory(sh: Shape, T: int, batch: int = 1) -> float:
+    """Transient memory of one eager forward pass of ``batch`` x ``T`` tokens: two [H, T, T] fp32 score
+    tensors of the running layer, the mask, the logits [T, vocab] and the layer's activations."""
+    scores = 2 * batch * sh.heads * T * T * 4 * (2 if _attention_sets(sh) > 1 else 1) + batch * T * T * 4
+    return scores + batch * T * sh.vocab * 4 + batch * T * (8 * sh.d_model + 3 * sh.d_ff) * 4
+
+
+def forward_work(sh: Shape, T: int, batch: int = 1) -> float:
+    """Floating-point operations of one forward pass: the weights, the attention matmuls, the logits, and the
+    eager attention's element-wise passes over every [H, T, T] score tensor (scale, mask, softmax, each a
+    fresh allocation), counted as ATTN_ELEMENT operations per score."""
+    body = max(sh.params - sh.vocab * sh.d_model, 0)
+    attn = _attention_sets(sh) * sh.layers * T * T * (4 * sh.d_model + ATTN_ELEMENT * sh.heads)
+    return batch * (2 * T * body + attn + 2 * T * sh.vocab * sh.d_model)
+
+
+def attention_trace_memory(sh: Shape, T: int) -> float:
+    """A trace that keeps every attention module's probabilities [H, T, T] (``capture(attentions=True)``), with
+    every point's vectors and each layer's queries and keys."""
+    sets = _attention_sets(sh)
+    return sh.layers * sets * sh.heads * T * T * 4 + sh.points * T * sh.d_model * 4 * sh.stacks \
+        + 2 * sh.layers * sets * T * sh.d_model * 4
+
+
+# ---- what each command and view needs ------------------------------------------------------------------------------
+
+def _need(memory: float, work: float, json: bool, out: bool, js: float, html: float) -> Need:
+    """A :class:`Need` with the files written (``--json`` when ``json``, the page when ``out``) and the work
+    of writing them."""
+    files = {**({"--json": js} if json else {}), **({"--out index.html": html} if out else {})}
+    return Need(memory, work + WRITE_WORK * sum(files.values()), files)
+
+
+@dataclass(frozen=True)
+class WalkPlan:
+    """What an encoding walk reads: ``points`` per stack out of ``captured`` ones, ``shown`` rows in the report,
+    ``k`` nearest tokens per cell (0: ranks only), ``readings`` of each vector (2: raw and normed)."""
+
+    points: int
+    captured: int
+    shown: int
+    k: int
+    readings: int = 1
+
+
+def walk_need(sh: Shape, T: int, plan: WalkPlan, *, json: bool = False, out: bool = False) -> Need:
+    """``walklens walk`` and the explorer's walk view: the trace, then ``plan``'s readings against the
+    vocabulary a block of rows at a time (:func:`walklens.encoding_walk`)."""
+    rows = plan.points * T * sh.stacks
+    trace = plan.captured * T * sh.d_model * 4 * sh.stacks
+    chunk = min(rows, max(1, WALK_CHUNK // (4 * sh.vocab)))
+    k, readings = plan.k, plan.readings
+    outs = readings * rows * (12 * k + 60)
+    js = readings * rows * (k * (JSON_INT + JSON_FLOAT) + 2 * JSON_INT + 9 * JSON_FLOAT) + T * 60
+    js_mem = readings * rows * (2 * k + 13) * PY_NUMBER + js if json else 0.0
+    memory = trace + max(forward_memory(sh, T), 4 * chunk * sh.vocab * 4 + outs,
+                         outs + js_mem + (FIGURE_MEMORY if out else 0.0))
+    work = forward_work(sh, T) + readings * rows * sh.vocab * sh.d_model * 2
+    html = HTML_FIXED + readings * sh.stacks * min(T, WALK_COLS) * plan.shown * WALK_HTML_CELL
+    return _need(memory, work, json, out, js, html)
+
+
+def simmap_need(sh: Shape, T: int, *, maps: int, captured: int, block: int = 1, json: bool = False,
+                out: bool = False) -> Need:
+    """``walklens simmap`` and the explorer's similarity map: ``maps`` [T, T] maps from ``captured`` points;
+    the report averages ``block`` x ``block`` positions."""
+    side = math.ceil(T / block)
+    js = maps * T * T * JSON_FLOAT + T * 60
+    html = HTML_FIXED + maps * (side * side * HTML_MAP_CELL + side * 40)
+    html_mem = side * side * (2 * PY_NUMBER + 2 * HTML_MAP_CELL) + FIGURE_MEMORY if out else 0.0
+    js_mem = maps * T * T * PY_NUMBER + js if json else 0.0
+    trace = captured * T * sh.d_model * 4
+    memory = trace + max(forward_memory(sh, T), maps * T * T * 4 + max(2 * T * T * 4, js_mem, html_mem))
+    work = forward_work(sh, T) + maps * T * T * sh.d_model * 2
+    return _need(memory, work, json, out, js, html)
+
+
+def attention_need(sh: Shape, T: int) -> Need:
+    """The explorer's attention view: one forward pass keeping every attention module's probabilities."""
+    return Need(attention_trace_memory(sh, T) + forward_memory(sh, T), forward_work(sh, T))
+
+
+def heads_need(sh: Shape, T: int, *, json_layers: int, map_layers: int, block: int, json: bool, out: bool) -> Need:
+    """``walklens heads``: the A.3 check keeps every layer's attention [H, T, T]; the JSON holds
+    ``json_layers`` of them, the report ``map_layers`` maps averaged over ``block`` x ``block``."""
+    sets = _attention_sets(sh)
+    layer_attn = sh.heads * T * T * 4
+    check_mem = 2 * layer_attn + 3 * sh.heads * T * sh.d_model * 8  # A in float64, the head outputs
+    js = json_layers * sets * sh.heads * T * T * JSON_ATTN + T * 60 + 2 * sh.layers * sh.heads * 4 * JSON_FLOAT
+    js_mem = json_layers * sets * sh.heads * T * T * PY_NUMBER + js if json else 0.0
+    side = math.ceil(T / block)
+    cells = side * sh.heads * (side + 1)
+    html = HTML_FIXED + map_layers * sets * (cells * HTML_ATTN_CELL + sh.heads * side * 40) \
+        + 3 * sh.layers * sh.heads * 60
+    html_mem = cells * (2 * PY_NUMBER + HTML_ATTN_CELL) + (layer_attn if block > 1 else 0) if out else 0.0
+    memory = attention_trace_memory(sh, T) + max(forward_memory(sh, T), check_mem, js_mem, html_mem)
+    work = forward_work(sh, T) \
+        + sh.layers * sets * (2 * sh.heads * T * T * sh.d_model + 4 * sh.heads * T * sh.d_model ** 2)
+    return _need(memory, work, json, out, js, html)
+
+
+def generate_need(sh: Shape, T: int, *, steps: int, k: int, json: bool = False, out: bool = False) -> Need:
+    """``walklens generate`` and the explorer's decoding walk: one forward pass over the prompt, then one token
+    per step with the cache."""
+    cache = 2 * sh.layers * (T + steps) * sh.d_model * sh.kv_heads // sh.heads * 4 * sh.stacks
+    memory = forward_memory(sh, T) + cache
+    work = forward_work(sh, T) + steps * (forward_work(sh, 1) + 4 * sh.layers * (T + steps) * sh.d_model)
+    js = steps * (sh.d_model + 3 * k + 12) * JSON_FLOAT + (T + steps) * 60
+    html = HTML_FIXED + steps * 400
+    return _need(memory, work, json, out, js, html)
+
+
+def kernels_need(sh: Shape, *, samples: int, length: int, window: int, json: bool, out: bool,
+                 empirical: bool = True) -> Need:
+    """``walklens kernels``: forward passes of 4 shuffled samples at a time (empirical), or the weights."""
+    n = window + 1 if sh.causal else 2 * window + 1  # distances -W..0 (causal) or -W..W
+    kernels = sh.layers * sh.heads * n
+    js = 4 * kernels * JSON_FLOAT + kernels * 20
+    html = HTML_FIXED + kernels * 90 + 3 * sh.heads * n * 2 * JSON_FLOAT
+    if not empirical:
+        return _need(kernels * 4 * 8, 0.0, json, out, js, html)
+    batch = min(4, samples)
+    rows = max(length - window, 1)
+    memory = forward_memory(sh, length, batch) + batch * sh.heads * rows * n * 4 + samples * kernels * 4 * 3
+    return _need(memory, math.ceil(samples / batch) * forward_work(sh, length, batch), json, out, js, html)
+
+
+def power_need(sh: Shape, lengths: Sequence[int], *, heads: bool, dynamics: bool, shared: bool,
+               json: bool = False, out: bool = False, shared_depth: int | None = None) -> Need:
+    """``walklens power`` and the explorer's power view: spectra from the weights, then the alignment of every
+    token of every text with 200 random directions per point (seed 002), the idealised dynamics and the
+    shared-weight run."""
+    L, D = sh.layers, sh.d_model
+    P = 3 * L
+    N, Tm = sum(lengths), max(lengths)
+    align = N * P * (4 * D + 2 * (8 * L + 1600)) + Tm * P * (16 * D + 200 * 40)
+    dyn = (N * L * D * 4 * 6 + Tm * L * (16 * D + 50 * 40)) if dynamics else 0.0
+    Ls = shared_depth or L  # the shared-weight run's depth (--shared-depth)
+    shr = N * (Ls + 1) * D * 8 * 4 if shared else 0.0
+    memory = max(forward_memory(sh, Tm) + Tm * P * D * 4, align, dyn, shr, D * D * 8 * 6)
+    passes = 1 + (2 if dynamics else 0) + (Ls / L if shared else 0)
+    work = sum(passes * forward_work(sh, t) for t in lengths) + 30 * L * D ** 3 * (1 + (sh.heads if heads else 0)) \
+        + N * P * (L + 400) * D * 2
+    js = N * (P + 1) * JSON_FLOAT + N * 30 + L * (D * 4 + 200) * JSON_FLOAT * (1 + (sh.heads if heads else 0))
+    html = HTML_FIXED + lengths[0] * L * 3 * 10
+    return _need(memory, work, json, out, js, html)
+
+
+def steer_need(sh: Shape, lengths: Sequence[int], *, runs: int, steps: int, json: bool = False,
+               out: bool = False) -> Need:
+    """``walklens steer`` and the explorer's steering playground: per prompt and (method, layers, alpha) run,
+    ``steps`` uncached forward passes, a capture and a perplexity pass over prompt + continuation."""
+    Tm = max(lengths) + steps
+    memory = forward_memory(sh, Tm) + 3 * Tm * sh.vocab * 4
+    work = sum(runs * (steps + 3) * forward_work(sh, t + steps) for t in lengths)
+    js = runs * len(lengths) * 400 + sum(lengths) * 60
+    html = HTML_FIXED + runs * 800
+    return _need(memory, work, json, out, js, html)
+
+
+__all__ = ["MAX_MEMORY_GB", "MAX_OUTPUT_MB", "MAX_WORK_TFLOP", "GB", "MB", "TFLOP", "fmt_bytes", "LimitValues",
+           "Limits", "Need", "refusal", "tokens_that_fit", "fit_hint", "Shape", "model_shape", "forward_memory",
+           "forward_work", "attention_trace_memory", "WalkPlan", "walk_need", "simmap_need", "attention_need",
+           "heads_need", "generate_need", "kernels_need", "power_need", "steer_need"]

@@ -1,0 +1,78 @@
+"""The size rules of docs/architecture.md hold, and they can fail.
+
+* no function in ``src/`` over :data:`MAX_LINES` lines;
+* no signature over :data:`MAX_PARAMS` parameters, except that a public verb (a public module-level function)
+  may take more keyword-only options;
+* no top-level room (a module or package right under ``walklens``) over :data:`MAX_SHARE` of the package's lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "walklens"
+MAX_LINES = 80
+MAX_PARAMS = 8
+MAX_SHARE = 0.20
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef, method: bool) -> tuple[int, int]:
+    """(positional-or-keyword parameters, keyword-only parameters) of ``fn``, ``self``/``cls`` left out."""
+    a = fn.args
+    positional = len(a.posonlyargs) + len(a.args) - (1 if method and (a.posonlyargs or a.args) else 0)
+    return positional, len(a.kwonlyargs)
+
+
+def violations(source: str, where: str = "") -> list[str]:
+    """Every function of ``source`` over the line or parameter rule, as ``where:line name why``."""
+    out = []
+    tree = ast.parse(source)
+    methods = {id(f) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body}
+    public_verbs = {id(f) for f in tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and not f.name.startswith("_")}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        lines = (fn.end_lineno or fn.lineno) - fn.lineno + 1
+        if lines > MAX_LINES:
+            out.append(f"{where}:{fn.lineno} {fn.name} is {lines} lines")
+        positional, keyword = _params(fn, id(fn) in methods)
+        counted = positional if id(fn) in public_verbs else positional + keyword
+        if counted > MAX_PARAMS:
+            out.append(f"{where}:{fn.lineno} {fn.name} takes {counted} parameters")
+    return out
+
+
+def _lines(path: Path) -> int:
+    return sum(1 for _ in path.open(encoding="utf-8"))
+
+
+def test_functions_are_short_and_take_few_parameters() -> None:
+    found = [v for p in sorted(PACKAGE.rglob("*.py"))
+             for v in violations(p.read_text(encoding="utf-8"), str(p.relative_to(ROOT)))]
+    assert found == []
+
+
+def test_no_room_holds_over_a_fifth_of_the_package() -> None:
+    sizes: dict[str, int] = {}
+    for p in PACKAGE.rglob("*.py"):
+        room = p.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        sizes[room] = sizes.get(room, 0) + _lines(p)
+    total = sum(sizes.values())
+    assert {r: round(n / total, 3) for r, n in sizes.items() if n > MAX_SHARE * total} == {}
+
+
+def test_the_rules_can_fail() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_LINES))
+    assert violations(f"def long():\n{body}\n") == [f":1 long is {MAX_LINES + 1} lines"]
+    nine = ", ".join(f"a{i}" for i in range(MAX_PARAMS + 1))
+    assert violations(f"def _wide({nine}):\n    pass\n") == [f":1 _wide takes {MAX_PARAMS + 1} parameters"]
+    assert violations(f"def wide({nine}):\n    pass\n") == [f":1 wide takes {MAX_PARAMS + 1} parameters"]
+    # a public verb may take more keyword-only options; a method or a private helper may not
+    assert violations(f"def verb(a, *, {nine}):\n    pass\n") == []
+    assert violations(f"class C:\n    def m(self, a, *, {nine}):\n        pass\n") == [
+        f":2 m takes {MAX_PARAMS + 2} parameters"]
+    assert violations(f"class C:\n    def m(self, {', '.join(f'a{i}' for i in range(MAX_PARAMS))}):\n"
+                      "        pass\n") == []
