@@ -58,6 +58,10 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     # context compaction and the concept cache (seed 000, footnote 11)
     "compaction": ("compact", "Compacted", "CompactSpec", "CompactionReport"),
     "concepts.cache": ("ConceptCache",),
+    # ecosystem: TransformerLens hook names, llama.cpp control vectors (docs/ecosystem.md)
+    "tlnames": ("tl_name", "walklens_point", "to_transformerlens", "to_walklens", "tl_cache"),
+    "controlvectors": ("ControlVector", "control_vector", "write_control_vector", "read_control_vector",
+                       "apply_control_vector"),
     # hooks and interventions
     "hooks": ("Hooks",),
     "interventions": ("ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers",

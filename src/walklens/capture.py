@@ -34,6 +34,8 @@ from .errors import ContextTooLongError, EmptyTextError, InputError, WalklensErr
 from .hooks import Hooks, distinct, first_output
 from .models.base import Adapter, StackSpec, get_module
 from .precision import dtype_name
+from .tlnames import TRANSFORMERLENS, naming, to_transformerlens
+from .tlnames import select as tl_select
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -261,7 +263,7 @@ def _record_dtype(lm: LoadedModel, dtype: torch.dtype | None) -> torch.dtype:
 @torch.no_grad()
 def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
             dtype: torch.dtype | None = torch.float32, attentions: bool = False, truncate: bool = False,
-            decoder_text: str | None = None) -> Trace:
+            decoder_text: str | None = None, names: str = "walklens") -> Trace:
     """Run ``text`` through the model once and capture every embedding-space vector (seed 000, Fig. 1).
 
     ``points``: glob patterns of point names to keep (e.g. ``["embed", "L*.resid_post"]``); ``final`` is always
@@ -269,7 +271,10 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
     bfloat16 or float16 model too; ``torch.float16`` halves memory; None: the model's dtype).  ``attentions``: also keep each
     attention module's probabilities [H, T, S] and its normed input X (for the A.3 identity).
     For T5, ``decoder_text`` is the decoder's input (default: the text itself, shifted right as in training).
+    ``names="transformerlens"``: ``points`` are TransformerLens hook names (``"blocks.*.hook_resid_post"``) and the
+    Trace is labelled by them, without ``final`` (:mod:`walklens.tlnames`, docs/ecosystem.md).
     """
+    tl = naming(names) == TRANSFORMERLENS
     dtype = _record_dtype(lm, dtype)
     model, adapter = lm.model, lm.adapter
     ids = tokenize(lm, text, truncate=truncate).to(lm.device)
@@ -277,7 +282,8 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
     residual = adapter.residual_kind(model.config)
     rec = _Recorder(dtype, residual)
     for spec in adapter.stacks:
-        rec.add_stack(spec.name, _select(_point_names(spec, residual, n_layers), points))
+        every = _point_names(spec, residual, n_layers)
+        rec.add_stack(spec.name, tl_select(lm, every, points) if tl else _select(every, points))
 
     kwargs: dict[str, Any] = {"input_ids": ids}
     dec_ids = None
@@ -308,7 +314,7 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
     main = traces[-1]
     if len(traces) > 1:
         main.encoder = traces[0]
-    return main
+    return to_transformerlens(main) if tl else main
 
 
 # ---- batches, stopped early ------------------------------------------------------------------------------------

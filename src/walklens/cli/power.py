@@ -67,6 +67,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated strengths for activation addition (default: --alpha)")
     s.add_argument("--method", choices=("both", "eigen", "add"), default="both")
     s.add_argument("--max-new-tokens", type=POSITIVE_INT.arg(), default=12)
+    s.add_argument("--export-control-vector", metavar="FILE", default=None,
+                   help="also write the steering as a llama.cpp control vector (GGUF; docs/ecosystem.md): needs one "
+                        "--layers set (no layer 0), --method add or eigen and one strength; eigen exports the mean "
+                        "change of each layer's attention output over the prompts' tokens")
     add_model_args(s)
     add_output_args(s)
     add_limit_args(s)
@@ -201,6 +205,35 @@ def _mean(values: Iterable[float | int | None]) -> float:
     return sum(vs) / len(vs) if vs else math.nan
 
 
+def _check_export(args: argparse.Namespace, alphas: list[float], add_alphas: list[float]) -> None:
+    """``--export-control-vector FILE``, before the model loads: one steering to export, and a file that may be
+    written and is no input (nor the --json file) of the command."""
+    from ..outputs import check_file, check_not_inputs, same_file
+    from .common import command_inputs
+
+    path, label = args.export_control_vector, "--export-control-vector"
+    grid = alphas if args.method == "eigen" else add_alphas
+    if args.method == "both" or len(args.layers) != 1 or len(grid) != 1:
+        raise InputError(f"{label} exports one steering: give --method add or eigen, one --layers set and one "
+                         f"strength ({'--alpha' if args.method == 'eigen' else '--add-alpha or --alpha'})")
+    check_file(path, label)
+    check_not_inputs(path, label, command_inputs(args))
+    if args.json and args.json != "-" and same_file(path, args.json):
+        raise InputError(f"{label} {path}: is also the --json file")
+
+
+def _export(lm: Any, args: argparse.Namespace, prompts: list[str], layers: list[int], alpha: float) -> None:
+    """Write the one steering of the command as a llama.cpp control vector (after the layer check)."""
+    from ..controlvectors import control_layers, control_vector, write_control_vector
+
+    layers = control_layers(lm, layers)
+    cv = control_vector(lm, args.toward, layers, alpha, method=args.method, texts=prompts)
+    path = write_control_vector(cv, args.export_control_vector, "--export-control-vector")
+    along = f"; cosine with u {', '.join(f'{c:.4f}' for c in cv.along_u.values())}" if cv.along_u else ""
+    say(console(args), f"control vector: {escape(str(path))} ({cv.method}, alpha {alpha:g}, direction."
+                       f"{','.join(map(str, cv.layers))}{along})")
+
+
 def run_steer(args: argparse.Namespace) -> int:
     from ..steering import steering_sweep
 
@@ -209,9 +242,17 @@ def run_steer(args: argparse.Namespace) -> int:
     alphas = numbers_list(args.alpha, ALPHA, "--alpha")
     add_alphas = numbers_list(args.add_alpha, ALPHA, "--add-alpha") if args.add_alpha is not None else alphas
     methods = ("eigen", "add") if args.method == "both" else (args.method,)
+    if args.export_control_vector:
+        _check_export(args, alphas, add_alphas)
     lm = load(args)
     sets = [expand_layers(sp, lm.n_layers, text) for sp, text in zip(spans, args.layers)]
+    if args.export_control_vector:
+        from ..controlvectors import control_layers
+
+        control_layers(lm, sets[0])  # layer 0 refused before any computation
     _plan_steer(lm, prompts, sum(len(sets) * len(alphas if m == "eigen" else add_alphas) for m in methods), args)
+    if args.export_control_vector:
+        _export(lm, args, prompts, sets[0], (alphas if args.method == "eigen" else add_alphas)[0])
     sw = steering_sweep(lm, prompts, args.toward, sets, alphas, add_alphas=add_alphas, methods=methods,
                         max_new_tokens=args.max_new_tokens, progress=True)
     rows = []
