@@ -172,7 +172,7 @@ def _model(trace: Trace, lm: LoadedModel | None) -> LoadedModel:
 def require_mapped(lm: LoadedModel) -> None:
     """Refuse, in one line, a model whose points TransformerLens' hooks do not mean (module docstring)."""
     residual = lm.adapter.residual_kind(lm.model.config)
-    if lm.adapter.auto_class == "seq2seq":
+    if lm.is_encoder_decoder:
         raise InputError(f"{lm.adapter.family}: TransformerLens names are mapped for decoder-only models only "
                          "(T5 is HookedEncoderDecoder's encoder.{l} / decoder.{l}, which walklens does not map)")
     if residual == "post_norm":
