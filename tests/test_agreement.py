@@ -21,7 +21,7 @@ from hypothesis import strategies as hst
 
 from walklens.experiments.agreement import agreement_study, compare_runs, compare_sweeps, paired_difference
 from walklens.concepts.schemes import Scheme
-from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepStore
+from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepRun, SweepStore
 from walklens.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,8 +169,9 @@ def _sweep_db(db: Path, test: int, ref_preds: dict[str, np.ndarray], bf_preds: d
     """Two sweep runs over the same items; a scheme's predictions ``[metrics, items]`` under its name."""
     with SweepStore(db) as st:
         for model, preds in ((REF, ref_preds), (BF, bf_preds)):
-            rid = st.run_id(model=model, data="toy", split="validation", shots=0, test=test, labels=LABELS,
-                            item_index=range(N_ITEMS), arch="decoder", n_layers=2)
+            run = SweepRun(model=model, data="toy", split="validation", shots=0, test=test, labels=LABELS,
+                           item_index=range(N_ITEMS), arch="decoder", n_layers=2)
+            rid = st.run_id(run)
             groups: dict[str, list[tuple[str, np.ndarray]]] = {}
             for name, p in preds.items():
                 s = Scheme.parse(name)

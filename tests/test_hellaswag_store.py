@@ -107,7 +107,7 @@ def _finished_db(path: Path) -> None:
     """A small finished database: single-run results and a sweep whose groups span several pages each."""
     import numpy as np
 
-    from walklens.hellaswag.store import SweepStore
+    from walklens.hellaswag.store import SweepRun, SweepStore
 
     rng = np.random.default_rng(0)
     with ResultStore(path) as rs:
@@ -117,8 +117,9 @@ def _finished_db(path: Path) -> None:
     labels = rng.integers(0, 4, n).astype(np.uint8)
     outs = [f"out_layer={o},out_word=mean" for o in range(55)]  # 55 x 301 predictions: 4,139 bytes per group
     with SweepStore(path) as st:
-        rid = st.run_id(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(n),
-                        arch="decoder", n_layers=4)
+        run = SweepRun(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(n),
+                       arch="decoder", n_layers=4)
+        rid = st.run_id(run)
         st.set_baseline(rid, 0.3, 0.3, np.zeros((2, n), np.uint8))
         for g in range(30):
             preds = rng.integers(0, 4, (1, len(outs), n)).astype(np.uint8)

@@ -17,7 +17,7 @@ from hypothesis import strategies as hst
 from walklens.experiments import stats
 from walklens.experiments.grid import DEFAULT_LAYERS, GridSpec, group_by_context
 from walklens.concepts.schemes import Scheme
-from walklens.hellaswag.store import SweepStore, pack_predictions, unpack_predictions
+from walklens.hellaswag.store import SweepRun, SweepStore, pack_predictions, unpack_predictions
 from walklens.errors import InputError
 
 from _ties import assert_picks_match, assert_same_picks
@@ -103,18 +103,18 @@ def _fill(store: SweepStore, rid: int, labels: np.ndarray, groups: list[str], st
 def test_store_resume_gives_identical_table(tmp_path: Path) -> None:
     labels = np.array([0, 1, 2, 3, 1, 2], np.uint8)
     groups = [f"enc=concat_each_example,layer={l},word=mean,norm=None,seg=mean,ex=mean,sim=dot" for l in range(5)]
-    kw = dict(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(6),
-              arch="decoder", n_layers=4)
+    run = SweepRun(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(6),
+                   arch="decoder", n_layers=4)
     with SweepStore(tmp_path / "a.sqlite") as a:
-        rid = a.run_id(**kw)
+        rid = a.run_id(run)
         _fill(a, rid, labels, groups)
         full = a.load(rid)
     with SweepStore(tmp_path / "b.sqlite") as b:  # interrupted after 2 groups, then resumed
-        rid = b.run_id(**kw)
+        rid = b.run_id(run)
         _fill(b, rid, labels, groups, stop=2)
         assert len(b.done(rid)) == 2
     with SweepStore(tmp_path / "b.sqlite") as b:
-        assert b.run_id(**kw) == rid
+        assert b.run_id(run) == rid
         _fill(b, rid, labels, groups)
         res = b.load(rid)
     assert res.schemes == full.schemes and np.array_equal(res.preds, full.preds)
@@ -128,11 +128,11 @@ def test_two_writers_at_once_do_not_corrupt_the_store(tmp_path: Path) -> None:
     import threading
 
     labels = np.array([0, 1, 2, 3], np.uint8)
-    kw = dict(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(4),
-              arch="decoder", n_layers=4)
+    run = SweepRun(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(4),
+                   arch="decoder", n_layers=4)
     db = tmp_path / "c.sqlite"
     with SweepStore(db) as st:
-        rid = st.run_id(**kw)
+        rid = st.run_id(run)
     groups = [f"enc=concat_each_example,layer={l},word=mean,norm=None,seg=mean,ex=mean,sim=dot" for l in range(40)]
     errors: list[BaseException] = []
 

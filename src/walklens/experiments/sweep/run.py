@@ -45,7 +45,7 @@ from ...hellaswag.encode import arch_of
 from ..grid import group_by_context
 from ..runner import CHUNK, RunSummary, progress_bar, run_key
 from ...concepts.schemes import WORD_AGG_SCHEMES, Scheme
-from ...hellaswag.store import ResultStore, SweepStore
+from ...hellaswag.store import ResultStore, SweepRun, SweepStore
 from .bank import VectorBank, build_bank, layer_keys
 from .batched import EncLayout
 from .plan import ItemPlan, plan_item
@@ -446,9 +446,9 @@ def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], *, test: int, sch
     base_preds = np.array([[r.pred for r in base.results], [r.pred_norm for r in base.results]], np.uint8)
     data_key = base.key.data
     with SweepStore(db) as store:
-        rid = store.run_id(model=lm.name, data=data_key, split=items[0].split, shots=shots, test=test,
-                           labels=[it.label for it in items], item_index=[it.index for it in items], arch=arch,
-                           n_layers=lm.n_layers)
+        rid = store.run_id(SweepRun(model=lm.name, data=data_key, split=items[0].split, shots=shots, test=test,
+                                    labels=[it.label for it in items], item_index=[it.index for it in items],
+                                    arch=arch, n_layers=lm.n_layers))
         store.set_baseline(rid, base.acc or 0.0, base.acc_norm or 0.0, base_preds)
         groups = group_by_context(schemes) if test == 2 else {s.context_part(): [s] for s in schemes}
         done = store.done(rid)
