@@ -64,11 +64,15 @@ def counting(tally: dict[str, float]) -> Iterator[None]:
 
 def sweep_once(lm: Any, items: list[Any], schemes: list[Any], db: Path, cache: Path) -> dict[str, float]:
     """One Test 1 sweep of ``schemes``; the tally of its scoring calls."""
-    from walklens.experiments.sweep import run_sweep
+    from walklens.concepts.cache import ConceptCache
+    from walklens.experiments.runsetup import RunSetup
+    from walklens.experiments.sweep import SweepSpec, run_sweep
+    from walklens.hellaswag.store import ResultStore
 
     tally = {"cpu": 0.0, "wall": 0.0, "positions": 0.0, "requests": 0.0}
-    with counting(tally):
-        run_sweep(lm, items, test=1, schemes=schemes, db=db, data="bench", cache_dir=cache, progress=False)
+    with counting(tally), ResultStore(db) as store, ConceptCache(cache) as concepts:
+        run_sweep(lm, items, SweepSpec(1, schemes),
+                  RunSetup(data="bench", store=store, cache=concepts, progress=False))
     return tally
 
 

@@ -279,7 +279,7 @@ def test_the_cache_is_shared_and_changes_no_bit(llama, tmp_path, passes) -> None
             == [r.scores for r in compact_items(llama, items, exs, new)]
     # the sweep's --cache DIR is the same cache folder, opened by path
     passes.clear()
-    again = build_bank(llama, texts, ["2"], ["w1mean"], cache_dir=tmp_path / "cache", progress=False)
+    again = build_bank(llama, texts, ["2"], ["w1mean"], cache=tmp_path / "cache", progress=False)
     assert passes == [] and torch.equal(again.vectors, bank.vectors)
 
 
