@@ -157,3 +157,21 @@ def _t1(tmp_path: Path) -> Path:
                  encoding="utf-8")
     return f
 
+
+def test_one_default_few_shot_seed_and_its_data_key() -> None:
+    """The few-shot seed's default is the harness's (hellaswag.data.FEWSHOT_SEED), in the run setup only; a run
+    with another seed is stored under ``DATA#seed=S``."""
+    import inspect
+
+    from walklens.experiments import compaction, curves, runner
+    from walklens.experiments.runsetup import RunSetup
+    from walklens.experiments.sweep import run as sweep_run
+    from walklens.hellaswag.data import FEWSHOT_SEED, HellaswagItem
+
+    assert RunSetup().fewshot_seed == FEWSHOT_SEED
+    assert RunSetup(data="d").data_key == "d" and RunSetup(data="d", fewshot_seed=7).data_key == "d#seed=7"
+    it = HellaswagItem(index=0, activity_label="x", ctx="a b", endings=("c",) * 4, label=0)
+    key = RunSetup(shots=2, data="d", fewshot_seed=7).run_key("m", [it], "test1", "s")
+    assert key.values() == ("m", "d#seed=7", "validation", 2, "test1", "s")
+    for mod in (runner, compaction, curves, sweep_run):
+        assert "fewshot_seed" not in inspect.getsource(mod), mod.__name__
