@@ -100,7 +100,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     import walklens
-    from walklens.experiments.agreement import compare_sweeps
+    from walklens.experiments.agreement import Ranking, Scope, compare_sweeps
     from walklens.hellaswag.data import load_hellaswag
     from walklens.hellaswag.encode import arch_of
     from walklens.experiments.grid import GridSpec
@@ -129,8 +129,8 @@ def main() -> None:
                         best[(set_name, dt)] = t
                 if r == args.repeats:
                     with SweepStore(db, readonly=True) as st:
-                        agree[set_name] = compare_sweeps(st, models["float32"].name, models["bfloat16"].name, test=1,
-                                                         shots=0, data="bench", ks=(1, 5))
+                        agree[set_name] = compare_sweeps(st, models["float32"].name, models["bfloat16"].name, 1,
+                                                         Scope("bench"), ranking=Ranking(ks=(1, 5)))
         prof = {"bfloat16": profile(models["bfloat16"], items, sets["grid"], tmp / "profile.sqlite", cache)
                 } if args.profile else {}
 
