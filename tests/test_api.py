@@ -111,10 +111,13 @@ def test_module_level_imports_form_no_cycle():
             visit(u, [])
 
 
-@pytest.mark.parametrize("name", ANALYSES + ("concepts.encode", "concepts.packing", "concepts.request", "concepts.runner",
-                                             "concepts.test2", "concepts.sweep.plan", "concepts.sweep.bank",
-                                             "concepts.sweep.batched", "concepts.sweep.run", "concepts.store.db",
-                                             "concepts.store.results", "concepts.store.sweeps"))
+@pytest.mark.parametrize("name", ANALYSES + ("hellaswag.encode", "hellaswag.packing", "hellaswag.request",
+                                             "experiments.runner", "experiments.runsetup", "concepts.similarity",
+                                             "experiments.sweep.plan", "experiments.sweep.bank",
+                                             "experiments.sweep.batched", "experiments.sweep.run",
+                                             "experiments.sweep.keys", "experiments.sweep.test1",
+                                             "experiments.sweep.test2", "hellaswag.store.db", "hellaswag.store.results",
+                                             "hellaswag.store.sweeps"))
 def test_no_function_level_imports_of_walklens_modules(name):
     """Cycles are broken by layering, not dodged by importing inside functions."""
     files = _module_files()
