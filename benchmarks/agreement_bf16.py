@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parser().parse_args(argv)
     try:
-        from walklens.experiments.agreement import agreement_study
+        from walklens.experiments.agreement import Ranking, Scope, agreement_study
         from walklens.hellaswag.data import data_id
         from walklens.outputs import check_file, write_atomic
         from walklens.reports.agreement import agreement_markdown
@@ -66,8 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_file(args.out, "--out")  # the Markdown is printed anyway: '-' is refused
         parts = [p.strip() for p in args.parts.split(",") if p.strip()]
         did = data_id(args.data)
-        studies = [agreement_study(args.db, m, data=did, other=args.other, reference=args.reference,
-                                   shots=args.shots, items=args.limit, parts=parts, n_best=args.best)
+        scope = Scope(did, shots=args.shots, items=args.limit)
+        studies = [agreement_study(args.db, m, scope, other=args.other, reference=args.reference, parts=parts,
+                                   ranking=Ranking(best=args.best))
                    for m in (args.model or ["smollm2-135m"])]
         text = "\n".join(agreement_markdown(s, args.best) for s in studies)
         print(text)

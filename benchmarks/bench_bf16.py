@@ -64,7 +64,8 @@ def useful_flops(lm: Any, requests: Sequence[Any]) -> float:
 def _time(lm: Any, items: Sequence[Any], eager: bool) -> tuple[float, float, list[Any]]:
     """(CPU seconds, wall seconds, results) of the baseline runner on ``items``."""
     from walklens.hellaswag import packing
-    from walklens.experiments.runner import run_test
+    from walklens.experiments.runner import baseline_scorer, run_test
+    from walklens.experiments.runsetup import RunSetup
     from walklens.interventions import attention_kernel
 
     patch = contextlib.ExitStack()
@@ -74,7 +75,7 @@ def _time(lm: Any, items: Sequence[Any], eager: bool) -> tuple[float, float, lis
         patch.callback(setattr, packing, "attention_kernel", real)
     with patch:
         c0, w0 = time.process_time(), time.perf_counter()
-        out = run_test(lm, items, test="baseline", progress=False)
+        out = run_test(lm, items, baseline_scorer(), RunSetup(progress=False))
         return time.process_time() - c0, time.perf_counter() - w0, out.results
 
 

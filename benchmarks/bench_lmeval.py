@@ -126,13 +126,15 @@ def work(lm: object, items: list) -> dict:
 
 
 def walklens_baseline(lm: object, items: list) -> dict:
-    from walklens.experiments.runner import run_test
+    from walklens.experiments.runner import baseline_scorer, run_test
+    from walklens.experiments.runsetup import RunSetup
 
     w = work(lm, items)
     n_params, tokens = w["params"], w["walklens_positions"]  # tokens actually needed: context + ending trees
-    run_test(lm, items[:4], test="baseline", progress=False)  # warm-up (allocations, kernels)
+    quiet = RunSetup(progress=False)
+    run_test(lm, items[:4], baseline_scorer(), quiet)  # warm-up (allocations, kernels)
     t0 = time.perf_counter()
-    res = run_test(lm, items, test="baseline", progress=False).results  # `walklens hellaswag baseline`'s path
+    res = run_test(lm, items, baseline_scorer(), quiet).results  # `walklens hellaswag baseline`'s path
     dt = time.perf_counter() - t0
     n = len(items)
     return {"seconds": dt, "n": n, "acc": sum(r.pred == r.gold for r in res) / n,

@@ -49,7 +49,10 @@ def main() -> None:
     from walklens.hellaswag.data import load_hellaswag
     from walklens.hellaswag.encode import arch_of
     from walklens.experiments.grid import GridSpec
-    from walklens.experiments.sweep import run_sweep
+    from walklens.concepts.cache import ConceptCache
+    from walklens.experiments.runsetup import RunSetup
+    from walklens.experiments.sweep import SweepSpec, run_sweep
+    from walklens.hellaswag.store import ResultStore
 
     torch.set_num_threads(1)  # the local backend runs with one thread, as each worker does
     lm = LocalBackend().driver_model(args.model)
@@ -62,9 +65,10 @@ def main() -> None:
         cache = Path(td) / "cache"
 
         def sweep(name: str, workers: Any) -> None:
-            out = run_sweep(lm, items, test=1, schemes=schemes, db=Path(td) / f"{name}.sqlite", shots=args.shots,
-                            pool=pool, data="bench", cache_dir=cache, progress=False, workers=workers,
-                            test1_shard_items=args.shard_items)
+            with ResultStore(Path(td) / f"{name}.sqlite") as store, ConceptCache(cache) as concepts:
+                setup = RunSetup(shots=args.shots, pool=pool, data="bench", store=store, cache=concepts,
+                                 workers=workers, progress=False)
+                out = run_sweep(lm, items, SweepSpec(1, schemes, test1_shard_items=args.shard_items), setup)
             seconds[name] = out.seconds_eval
             print(f"{name}: {out.seconds_eval:.1f} s Test 1 evaluation ({out.shards_computed.get('test1', 0)} "
                   f"shards, {out.n_schemes} schemes, {len(items)} items)", flush=True)

@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     from walklens.experiments.grid import GridSpec, group_by_context
-    from walklens.hellaswag.store import SweepStore, unpack_predictions
+    from walklens.hellaswag.store import SweepRun, SweepStore, unpack_predictions
 
     if a.db.exists():
         raise SystemExit(f"{a.db} exists")
@@ -41,8 +41,9 @@ def main() -> None:
     rng = np.random.default_rng(a.seed)
     labels = rng.integers(0, 4, n).astype(np.uint8)
     with SweepStore(a.db) as st:
-        rid = st.run_id(model="synthetic", data="synthetic", split="validation", shots=0, test=2, labels=labels,
-                        item_index=range(n), arch="decoder", n_layers=30)
+        run = SweepRun(model="synthetic", data="synthetic", split="validation", shots=0, test=2, labels=labels,
+                       item_index=range(n), arch="decoder", n_layers=30)
+        rid = st.run_id(run)
         st.set_baseline(rid, 0.3, 0.3, np.zeros((2, n), np.uint8))
         rows = []
         for g in groups:

@@ -33,26 +33,28 @@ def main() -> None:
     from walklens.hellaswag.data import load_hellaswag
     from walklens.hellaswag.encode import arch_of
     from walklens.experiments.grid import GridSpec
-    from walklens.experiments.runner import run_test
+    from walklens.experiments.runner import run_test, scorer
+    from walklens.experiments.runsetup import RunSetup
     from walklens.concepts.schemes import Scheme
-    from walklens.hellaswag.store import SweepStore
-    from walklens.experiments.sweep import run_sweep
+    from walklens.hellaswag.store import ResultStore, SweepStore
+    from walklens.experiments.sweep import SweepSpec, run_sweep
 
     items = load_hellaswag(limit=args.n)
     lm = walklens.load_model(args.model)
     arch = arch_of(lm)
     std = Scheme.standard(2, arch)
-    run_test(lm, items[:2], test="test2", scheme=std, progress=False)  # warm-up
+    quiet = RunSetup(progress=False)
+    run_test(lm, items[:2], scorer(lm, "test2", std), quiet)  # warm-up
     t0 = time.perf_counter()
-    single = run_test(lm, items, test="test2", scheme=std, progress=False)
+    single = run_test(lm, items, scorer(lm, "test2", std), quiet)
     t_single = time.perf_counter() - t0
 
     with tempfile.TemporaryDirectory() as td:
         t1 = time.perf_counter()
         schemes, _ = GridSpec.full(2).enumerate(arch)
         t_enum = time.perf_counter() - t1
-        out = run_sweep(lm, items, test=2, schemes=schemes, db=Path(td) / "bench.sqlite", data="bench",
-                        progress=False)
+        with ResultStore(Path(td) / "bench.sqlite") as store:
+            out = run_sweep(lm, items, SweepSpec(2, schemes), RunSetup(data="bench", store=store, progress=False))
         with SweepStore(Path(td) / "bench.sqlite") as st:
             res = st.load(out.run_id)
     t_grid = t_enum + out.seconds_forward + out.seconds_eval

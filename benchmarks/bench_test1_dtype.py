@@ -64,11 +64,15 @@ def counting(tally: dict[str, float]) -> Iterator[None]:
 
 def sweep_once(lm: Any, items: list[Any], schemes: list[Any], db: Path, cache: Path) -> dict[str, float]:
     """One Test 1 sweep of ``schemes``; the tally of its scoring calls."""
-    from walklens.experiments.sweep import run_sweep
+    from walklens.concepts.cache import ConceptCache
+    from walklens.experiments.runsetup import RunSetup
+    from walklens.experiments.sweep import SweepSpec, run_sweep
+    from walklens.hellaswag.store import ResultStore
 
     tally = {"cpu": 0.0, "wall": 0.0, "positions": 0.0, "requests": 0.0}
-    with counting(tally):
-        run_sweep(lm, items, test=1, schemes=schemes, db=db, data="bench", cache_dir=cache, progress=False)
+    with counting(tally), ResultStore(db) as store, ConceptCache(cache) as concepts:
+        run_sweep(lm, items, SweepSpec(1, schemes),
+                  RunSetup(data="bench", store=store, cache=concepts, progress=False))
     return tally
 
 
@@ -96,7 +100,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     import walklens
-    from walklens.experiments.agreement import compare_sweeps
+    from walklens.experiments.agreement import Ranking, Scope, compare_sweeps
     from walklens.hellaswag.data import load_hellaswag
     from walklens.hellaswag.encode import arch_of
     from walklens.experiments.grid import GridSpec
@@ -125,8 +129,8 @@ def main() -> None:
                         best[(set_name, dt)] = t
                 if r == args.repeats:
                     with SweepStore(db, readonly=True) as st:
-                        agree[set_name] = compare_sweeps(st, models["float32"].name, models["bfloat16"].name, test=1,
-                                                         shots=0, data="bench", ks=(1, 5))
+                        agree[set_name] = compare_sweeps(st, models["float32"].name, models["bfloat16"].name, 1,
+                                                         Scope("bench"), ranking=Ranking(ks=(1, 5)))
         prof = {"bfloat16": profile(models["bfloat16"], items, sets["grid"], tmp / "profile.sqlite", cache)
                 } if args.profile else {}
 

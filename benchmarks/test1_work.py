@@ -36,7 +36,10 @@ def main() -> None:
     from walklens.experiments.sweep import batched
     from walklens.hellaswag.data import load_hellaswag
     from walklens.hellaswag.encode import arch_of
+    from walklens.concepts.cache import open_cache
     from walklens.experiments.grid import GridSpec
+    from walklens.experiments.runsetup import RunSetup
+    from walklens.hellaswag.store import ResultStore
 
     rows: dict[tuple, list[list[bytes]]] = collections.defaultdict(list)  # item (its endings) -> concept rows
     ending_nodes: dict[tuple, int] = {}
@@ -56,8 +59,14 @@ def main() -> None:
     items = load_hellaswag(limit=args.n)
     schemes, _ = GridSpec.resolve(args.grid, 1, arch_of(lm), None).enumerate(arch_of(lm))
     with tempfile.TemporaryDirectory() as td:
-        sweep.run_sweep(lm, items, test=1, schemes=schemes, db=Path(td) / "work.sqlite", shots=args.shots,
-                        cache_dir=args.cache, progress=False)
+        concepts = open_cache(args.cache)
+        try:
+            with ResultStore(Path(td) / "work.sqlite") as store:
+                setup = RunSetup(shots=args.shots, store=store, cache=concepts, progress=False)
+                sweep.run_sweep(lm, items, sweep.SweepSpec(1, schemes), setup)
+        finally:
+            if concepts is not None:
+                concepts.close()
 
     n_rows = concept = trie = ending = 0
     for key, item_rows in rows.items():

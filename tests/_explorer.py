@@ -25,13 +25,14 @@ def context(layer: str, norm: str) -> str:
 def sweep_db(path: Path, model: str = EVIL_MODEL, n_items: int = 40, seed: int = 0) -> Path:
     """A results database with one Test 2 sweep run of 3 x 2 context groups x 3 outputs = 18 schemes over
     ``n_items`` items (random picks, seeded), and a baseline."""
-    from walklens.hellaswag.store import SweepStore
+    from walklens.hellaswag.store import SweepRun, SweepStore
 
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 4, size=n_items).astype(np.uint8)
     with SweepStore(path) as st:
-        rid = st.run_id(model=model, data="toy", split="validation", shots=0, test=2, labels=labels,
-                        item_index=range(n_items), arch="decoder", n_layers=2)
+        run = SweepRun(model=model, data="toy", split="validation", shots=0, test=2, labels=labels,
+                       item_index=range(n_items), arch="decoder", n_layers=2)
+        rid = st.run_id(run)
         groups = []
         for layer in LAYERS:
             for norm in NORMS:

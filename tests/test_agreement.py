@@ -19,9 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from walklens.experiments.agreement import agreement_study, compare_runs, compare_sweeps, paired_difference
+from walklens.experiments.agreement import (Ranking, Scope, agreement_study, compare_runs, compare_sweeps,
+                                            paired_difference)
 from walklens.concepts.schemes import Scheme
-from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepStore
+from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepRun, SweepStore
 from walklens.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,16 +137,16 @@ def test_items_limit_and_missing_runs_are_one_line_errors(tmp_path: Path) -> Non
             compare_runs(st, _key(REF, "test1", "s"), _key(BF, "test1", "s"))
     with pytest.raises(InputError, match=r"no stored baseline run of m@float16 .*walklens hellaswag baseline "
                                          r"--model m --dtype float16"):
-        agreement_study(db, "m", data="toy", other="float16", parts=["baseline"])
+        agreement_study(db, "m", Scope("toy"), other="float16", parts=["baseline"])
     with pytest.raises(InputError, match="no such database"):
-        agreement_study(tmp_path / "none.sqlite", "m", data="toy")
+        agreement_study(tmp_path / "none.sqlite", "m", Scope("toy"))
     with pytest.raises(InputError, match="unknown part"):
-        agreement_study(db, "m", data="toy", parts=["baseline", "test3"])
+        agreement_study(db, "m", Scope("toy"), parts=["baseline", "test3"])
     with pytest.raises(InputError, match="without a dtype"):
-        agreement_study(db, "m@bfloat16", data="toy")
+        agreement_study(db, "m@bfloat16", Scope("toy"))
     with pytest.raises(InputError, match="no Test 2 sweep of m "):
-        agreement_study(db, "m", data="toy", parts=["test2-grid"])
-    ok = agreement_study(db, "m", data="toy", parts=["baseline"], items=6)
+        agreement_study(db, "m", Scope("toy"), parts=["test2-grid"])
+    ok = agreement_study(db, "m", Scope("toy", items=6), parts=["baseline"])
     assert ok.baseline.n == 6 and ok.test2_grid is None
     sc = _script()
     assert sc.main(["--db", str(db), "--model", "m", "--data", str(ROOT / "README.md"), "--parts", "baseline"]) == 2
@@ -169,8 +170,9 @@ def _sweep_db(db: Path, test: int, ref_preds: dict[str, np.ndarray], bf_preds: d
     """Two sweep runs over the same items; a scheme's predictions ``[metrics, items]`` under its name."""
     with SweepStore(db) as st:
         for model, preds in ((REF, ref_preds), (BF, bf_preds)):
-            rid = st.run_id(model=model, data="toy", split="validation", shots=0, test=test, labels=LABELS,
-                            item_index=range(N_ITEMS), arch="decoder", n_layers=2)
+            run = SweepRun(model=model, data="toy", split="validation", shots=0, test=test, labels=LABELS,
+                           item_index=range(N_ITEMS), arch="decoder", n_layers=2)
+            rid = st.run_id(run)
             groups: dict[str, list[tuple[str, np.ndarray]]] = {}
             for name, p in preds.items():
                 s = Scheme.parse(name)
@@ -199,7 +201,7 @@ def test_grid_agreement_figures_known_by_construction(tmp_path: Path) -> None:
     db = tmp_path / "s.sqlite"
     _sweep_db(db, 2, ref, bf)
     with SweepStore(db, readonly=True) as st:
-        g = compare_sweeps(st, REF, BF, test=2, shots=0, data="toy", n_best=3)
+        g = compare_sweeps(st, REF, BF, 2, Scope("toy", shots=0), ranking=Ranking(best=3))
     assert (g.n_items, g.n_schemes, g.only_reference, g.only_other) == (20, 10, 1, 0)
     (m,) = g.metrics
     assert (m.metric, m.moved, m.share_moved) == ("acc", 2, 0.2)
@@ -230,7 +232,7 @@ def test_grid_ties_and_test1_metrics(tmp_path: Path) -> None:
     db = tmp_path / "s.sqlite"
     _sweep_db(db, 1, ref, bf)
     with SweepStore(db, readonly=True) as st:
-        g = compare_sweeps(st, REF, BF, test=1, shots=0, data="toy", ks=(1, 3))
+        g = compare_sweeps(st, REF, BF, 1, Scope("toy", shots=0), ranking=Ranking(ks=(1, 3)))
     assert g.n_schemes == 4 and [m.metric for m in g.metrics] == ["acc", "acc_norm"]
     for m in g.metrics:
         t1, t3 = m.top_k

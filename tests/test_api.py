@@ -112,9 +112,11 @@ def test_module_level_imports_form_no_cycle():
 
 
 @pytest.mark.parametrize("name", ANALYSES + ("hellaswag.encode", "hellaswag.packing", "hellaswag.request",
-                                             "experiments.runner", "concepts.similarity", "experiments.sweep.plan",
-                                             "experiments.sweep.bank", "experiments.sweep.batched",
-                                             "experiments.sweep.run", "hellaswag.store.db", "hellaswag.store.results",
+                                             "experiments.runner", "experiments.runsetup", "concepts.similarity",
+                                             "experiments.sweep.plan", "experiments.sweep.bank",
+                                             "experiments.sweep.batched", "experiments.sweep.run",
+                                             "experiments.sweep.keys", "experiments.sweep.test1",
+                                             "experiments.sweep.test2", "hellaswag.store.db", "hellaswag.store.results",
                                              "hellaswag.store.sweeps"))
 def test_no_function_level_imports_of_walklens_modules(name):
     """Cycles are broken by layering, not dodged by importing inside functions."""

@@ -241,7 +241,8 @@ def passes(monkeypatch):
 
 def test_the_cache_is_shared_and_changes_no_bit(llama, tmp_path, passes) -> None:
     from walklens.concepts.cache import ConceptCache
-    from walklens.experiments.runner import run_test
+    from walklens.experiments.runner import run_test, scorer
+    from walklens.experiments.runsetup import RunSetup
     from walklens.experiments.sweep import build_bank
     from walklens.concepts.generation import scheme_bank
 
@@ -251,7 +252,8 @@ def test_the_cache_is_shared_and_changes_no_bit(llama, tmp_path, passes) -> None
     with ConceptCache(tmp_path / "cache") as cache:
         for name, c in (("none", None), ("cold", cache), ("warm", cache)):
             passes.clear()
-            runs[name] = run_test(llama, items, test="test1", scheme=scheme, shots=1, cache=c, progress=False)
+            setup = RunSetup(shots=1, cache=c, progress=False)
+            runs[name] = run_test(llama, items, scorer(llama, "test1", scheme), setup)
             runs[name + "_passes"] = len(passes)
         assert runs["none_passes"] == runs["cold_passes"] > 0 and runs["warm_passes"] == 0
         assert [r.scores for r in runs["warm"].results] == [r.scores for r in runs["cold"].results] \
@@ -279,7 +281,7 @@ def test_the_cache_is_shared_and_changes_no_bit(llama, tmp_path, passes) -> None
             == [r.scores for r in compact_items(llama, items, exs, new)]
     # the sweep's --cache DIR is the same cache folder, opened by path
     passes.clear()
-    again = build_bank(llama, texts, ["2"], ["w1mean"], cache_dir=tmp_path / "cache", progress=False)
+    again = build_bank(llama, texts, ["2"], ["w1mean"], cache=tmp_path / "cache", progress=False)
     assert passes == [] and torch.equal(again.vectors, bank.vectors)
 
 
@@ -288,3 +290,27 @@ def test_ratio_max_is_one_vector_and_the_budget_follows_the_ratio(llama) -> None
     assert compact(llama, TEXT, ratio=math.inf).k == 1
     assert compact(llama, TEXT, ratio=4, bounds="even").k == math.ceil(n / 4)
     assert compact(llama, TEXT, ratio=1, bounds="even").k == n
+
+
+def test_compaction_runs_through_the_runner_as_a_typed_scorer(llama, tmp_path) -> None:
+    """compact_run is the runner with compaction's scorer: stored under test ``compact`` and scheme ``str(spec)``
+    (the few-shot seed in the data key when not the default), the items' scores compact_items', resumed from the
+    store with nothing computed again."""
+    from walklens.experiments.compaction import compact_run, compact_scorer
+    from walklens.experiments.runsetup import RunSetup
+    from walklens.hellaswag.store import ResultStore
+
+    items = toy_items(5, seed=2)
+    spec = CompactSpec.parse("what=examples,ratio=2,bounds=even")
+    sc = compact_scorer(spec)
+    assert (sc.test, sc.scheme) == ("compact", str(spec))
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        setup = RunSetup(shots=1, data="toy", store=store, fewshot_seed=5, progress=False)
+        stats: dict = {}
+        first = compact_run(llama, items, spec, setup, stats=stats)
+        assert (first.key.test, first.key.scheme, first.key.data) == ("compact", str(spec), "toy#seed=5")
+        assert first.computed == 5 and stats["tokens_replaced"] > 0
+        exs = [fewshot_examples(items, 1, it.index, seed=5) for it in items]
+        assert [r.scores for r in first.results] == [r.scores for r in compact_items(llama, items, exs, spec)]
+        again = compact_run(llama, items, spec, setup)
+        assert again.computed == 0 and again.predictions == first.predictions

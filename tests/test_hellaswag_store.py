@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from walklens.experiments import runner
+from walklens.experiments.runsetup import RunSetup
 from walklens.hellaswag.data import HellaswagItem
 from walklens.concepts.schemes import Scheme
 from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, default_db_path
@@ -65,36 +67,33 @@ def test_resume_after_interruption_gives_identical_rows(tmp_path, monkeypatch, t
     lm = tiny_model("gpt2")
     items = _items(7)
     scheme = None if test == "baseline" else Scheme.standard(1 if test == "test1" else 2, "decoder")
-    kw = dict(test=test, scheme=scheme, shots=1, data="toy", progress=False)
+    sc = runner.scorer(lm, test, scheme)
     monkeypatch.setattr(runner, "CHUNK", 2)  # items are scored and committed two at a time
+
+    def setup(st: ResultStore) -> RunSetup:
+        return RunSetup(shots=1, data="toy", store=st, progress=False)
+
     with ResultStore(tmp_path / "full.sqlite") as st:
-        full = runner.run_test(lm, items, store=st, **kw)
+        full = runner.run_test(lm, items, sc, setup(st))
         full_rows = list(st.iter_rows("results"))
-    real = runner._batch_fn
     calls = []
 
-    def flaky(test_, scheme_, cache_=None):
-        fn = real(test_, scheme_, cache_)
+    def flaky(*a):
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # interrupted while scoring the third chunk (items 5 and 6)
+        calls.append(1)
+        return sc.batch(*a)
 
-        def wrapped(*a):
-            if len(calls) == 2:
-                raise KeyboardInterrupt  # interrupted while scoring the third chunk (items 5 and 6)
-            calls.append(1)
-            return fn(*a)
-        return wrapped
-
-    monkeypatch.setattr(runner, "_batch_fn", flaky)
     with ResultStore(tmp_path / "resumed.sqlite") as st:
         with pytest.raises(KeyboardInterrupt):
-            runner.run_test(lm, items, store=st, **kw)
+            runner.run_test(lm, items, replace(sc, batch=flaky), setup(st))
         assert len(st.done_items(full.key)) == 4  # what was scored before the interruption is kept
-    monkeypatch.setattr(runner, "_batch_fn", real)
     with ResultStore(tmp_path / "resumed.sqlite") as st:
-        again = runner.run_test(lm, items, store=st, **kw)
+        again = runner.run_test(lm, items, sc, setup(st))
         assert again.computed == 3  # only the missing items
         assert list(st.iter_rows("results")) == full_rows
         assert (again.acc, again.acc_norm, again.predictions) == (full.acc, full.acc_norm, full.predictions)
-        third = runner.run_test(lm, items, store=st, **kw)
+        third = runner.run_test(lm, items, sc, setup(st))
         assert third.computed == 0 and list(st.iter_rows("results")) == full_rows
 
 
@@ -107,7 +106,7 @@ def _finished_db(path: Path) -> None:
     """A small finished database: single-run results and a sweep whose groups span several pages each."""
     import numpy as np
 
-    from walklens.hellaswag.store import SweepStore
+    from walklens.hellaswag.store import SweepRun, SweepStore
 
     rng = np.random.default_rng(0)
     with ResultStore(path) as rs:
@@ -117,8 +116,9 @@ def _finished_db(path: Path) -> None:
     labels = rng.integers(0, 4, n).astype(np.uint8)
     outs = [f"out_layer={o},out_word=mean" for o in range(55)]  # 55 x 301 predictions: 4,139 bytes per group
     with SweepStore(path) as st:
-        rid = st.run_id(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(n),
-                        arch="decoder", n_layers=4)
+        run = SweepRun(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(n),
+                       arch="decoder", n_layers=4)
+        rid = st.run_id(run)
         st.set_baseline(rid, 0.3, 0.3, np.zeros((2, n), np.uint8))
         for g in range(30):
             preds = rng.integers(0, 4, (1, len(outs), n)).astype(np.uint8)

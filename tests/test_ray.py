@@ -22,7 +22,7 @@ import ray
 from walklens.backends.ray_backend import ActorOptions, RayBackend
 from walklens.experiments.grid import GridSpec
 from walklens.hellaswag.store import SweepStore
-from walklens.experiments.sweep import run_sweep
+from walklens.experiments.sweep import SweepSpec
 from walklens.testing import tiny_model
 from walklens.testing.faults import CrashOnce
 
@@ -120,8 +120,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def sweep(env: dict[str, Any], db: Path, test: int, items: Any = None, **kw: Any) -> Any:
-    return run_sweep(env["lm"], env["items"] if items is None else items, test=test, schemes=env["schemes"][test],
-                     db=db, shots=1, data="toy", progress=False, test1_shard_items=SHARD_ITEMS, **kw)
+    from test_sweep import sweep_db
+
+    return sweep_db(env["lm"], env["items"] if items is None else items, db,
+                    SweepSpec(test, env["schemes"][test], test1_shard_items=SHARD_ITEMS), shots=1, **kw)
 
 
 @pytest.mark.parametrize("n", [1, 2])
@@ -177,9 +179,11 @@ def kill(kind, n):
     if kind == "test1" and n == {kill_at}:
         os.kill(os.getpid(), signal.SIGKILL)
 
-from walklens.experiments.sweep import run_sweep
-run_sweep(env["lm"], env["items"], test=1, schemes=env["schemes"][1], db={db!r}, shots=1, data="toy",
-          progress=False, test1_shard_items={items}, cache_dir={cache!r}, backend=RayBackend(workers=1), on_shard=kill)
+from walklens.experiments.sweep import SweepSpec
+from test_sweep import sweep_db
+with RayBackend(workers=1).workers(env["lm"]) as w:
+    sweep_db(env["lm"], env["items"], {db!r}, SweepSpec(1, env["schemes"][1], test1_shard_items={items}), shots=1,
+             cache={cache!r}, workers=w, on_shard=kill)
 """
 
 
@@ -211,7 +215,7 @@ def test_a_killed_driver_resumes_without_recomputing(setup: dict[str, Any]) -> N
         assert con.execute("SELECT count(*) FROM sweep_shards").fetchone()[0] == 2  # kept, not yet a whole block
     total = setup["local"][1].shards_computed
     with RayBackend(workers=1).workers(setup["lm"]) as w:
-        again = sweep(setup, db, 1, workers=w, cache_dir=cache)
+        again = sweep(setup, db, 1, workers=w, cache=cache)
     assert again.shards_computed == {"test1": total["test1"] - 2}
     assert snapshot(db) == {k: v for k, v in snapshot(setup["local_db"]).items() if k[3] == 1}
     no_duplicates(db, again.n_groups)

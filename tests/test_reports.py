@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from walklens.hellaswag.store import SweepStore
+from walklens.hellaswag.store import SweepRun, SweepStore
 from walklens.outputs import jsonable
 
 # ---- the JSON converter ---------------------------------------------------------------------------------------
@@ -63,8 +63,9 @@ def _db(path: Path, n: int = 24) -> None:
     labels = rng.integers(0, 4, n).astype(np.uint8)
     with SweepStore(path) as st:
         for test, metrics in ((2, ["acc"]), (1, ["acc", "acc_norm"])):
-            rid = st.run_id(model="org/tiny-model", data="d", split="validation", shots=0, test=test, labels=labels,
-                            item_index=range(n), arch="decoder", n_layers=4)
+            run = SweepRun(model="org/tiny-model", data="d", split="validation", shots=0, test=test, labels=labels,
+                           item_index=range(n), arch="decoder", n_layers=4)
+            rid = st.run_id(run)
             st.set_baseline(rid, 0.3, 0.35, np.zeros((2, n), np.uint8))
             for g in range(3):
                 ctx = f"enc=concat_each_example,layer={g},word=mean,norm=None,seg=mean,ex=mean"

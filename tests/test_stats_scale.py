@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import binomtest
 
 from walklens.experiments import stats
-from walklens.hellaswag.store import SweepStore
+from walklens.hellaswag.store import SweepRun, SweepStore
 
 N_HELLASWAG = 10_042
 
@@ -93,8 +93,9 @@ def _store(path: Path, n: int, groups: int, outs: int, metrics: list[str], seed:
     labels = rng.integers(0, 4, n).astype(np.uint8)
     test = 1 if len(metrics) == 2 else 2
     with SweepStore(path) as st:
-        rid = st.run_id(model="m", data="d", split="validation", shots=0, test=test, labels=labels,
-                        item_index=range(n), arch="decoder", n_layers=4)
+        run = SweepRun(model="m", data="d", split="validation", shots=0, test=test, labels=labels,
+                       item_index=range(n), arch="decoder", n_layers=4)
+        rid = st.run_id(run)
         st.set_baseline(rid, 0.3, 0.3, np.zeros((2, n), np.uint8))
         for g in range(groups):
             preds = rng.integers(0, 4, (len(metrics), outs, n)).astype(np.uint8)

@@ -17,7 +17,7 @@ from hypothesis import strategies as hst
 from walklens.experiments import stats
 from walklens.experiments.grid import DEFAULT_LAYERS, GridSpec, group_by_context
 from walklens.concepts.schemes import Scheme
-from walklens.hellaswag.store import SweepStore, pack_predictions, unpack_predictions
+from walklens.hellaswag.store import SweepRun, SweepStore, pack_predictions, unpack_predictions
 from walklens.errors import InputError
 
 from _ties import assert_picks_match, assert_same_picks
@@ -103,18 +103,18 @@ def _fill(store: SweepStore, rid: int, labels: np.ndarray, groups: list[str], st
 def test_store_resume_gives_identical_table(tmp_path: Path) -> None:
     labels = np.array([0, 1, 2, 3, 1, 2], np.uint8)
     groups = [f"enc=concat_each_example,layer={l},word=mean,norm=None,seg=mean,ex=mean,sim=dot" for l in range(5)]
-    kw = dict(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(6),
-              arch="decoder", n_layers=4)
+    run = SweepRun(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(6),
+                   arch="decoder", n_layers=4)
     with SweepStore(tmp_path / "a.sqlite") as a:
-        rid = a.run_id(**kw)
+        rid = a.run_id(run)
         _fill(a, rid, labels, groups)
         full = a.load(rid)
     with SweepStore(tmp_path / "b.sqlite") as b:  # interrupted after 2 groups, then resumed
-        rid = b.run_id(**kw)
+        rid = b.run_id(run)
         _fill(b, rid, labels, groups, stop=2)
         assert len(b.done(rid)) == 2
     with SweepStore(tmp_path / "b.sqlite") as b:
-        assert b.run_id(**kw) == rid
+        assert b.run_id(run) == rid
         _fill(b, rid, labels, groups)
         res = b.load(rid)
     assert res.schemes == full.schemes and np.array_equal(res.preds, full.preds)
@@ -128,11 +128,11 @@ def test_two_writers_at_once_do_not_corrupt_the_store(tmp_path: Path) -> None:
     import threading
 
     labels = np.array([0, 1, 2, 3], np.uint8)
-    kw = dict(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(4),
-              arch="decoder", n_layers=4)
+    run = SweepRun(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(4),
+                   arch="decoder", n_layers=4)
     db = tmp_path / "c.sqlite"
     with SweepStore(db) as st:
-        rid = st.run_id(**kw)
+        rid = st.run_id(run)
     groups = [f"enc=concat_each_example,layer={l},word=mean,norm=None,seg=mean,ex=mean,sim=dot" for l in range(40)]
     errors: list[BaseException] = []
 
@@ -247,6 +247,27 @@ def _items(n: int = 8, seed: int = 0) -> list:
     return out
 
 
+def sweep_db(lm: Any, items: Any, db: Path, spec: Any, *, cache: Any = None, on_shard: Any = None,
+             stop_after: int | None = None, **setup: Any) -> Any:
+    """:func:`~walklens.experiments.sweep.run_sweep` of ``spec`` into the database ``db`` (and the concept cache
+    folder ``cache``), opened for the call; ``setup``: the other :class:`RunSetup` fields (data ``toy``, no
+    progress bars unless given)."""
+    from walklens.concepts.cache import open_cache
+    from walklens.experiments.runsetup import RunSetup
+    from walklens.experiments.sweep import run_sweep
+    from walklens.hellaswag.store import ResultStore
+
+    setup = {"data": "toy", "progress": False, **setup}
+    concepts = open_cache(cache)
+    try:
+        with ResultStore(db) as store:
+            return run_sweep(lm, items, spec, RunSetup(store=store, cache=concepts, **setup), on_shard=on_shard,
+                             stop_after=stop_after)
+    finally:
+        if concepts is not None:
+            concepts.close()
+
+
 def _sample(schemes: list, k: int, seed: int = 0) -> list:
     idx = np.random.default_rng(seed).choice(len(schemes), size=min(k, len(schemes)), replace=False)
     return [schemes[i] for i in sorted(idx)]
@@ -258,7 +279,7 @@ def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, s
     """Zero-shot, the example-level encodings cut each item identically and E equals hidden state 0 (both
     are computed once and shared); 2-shot, every encoding differs."""
     from walklens.hellaswag.data import fewshot_examples
-    from walklens.experiments.sweep import run_sweep
+    from walklens.experiments.sweep import SweepSpec
     from walklens.concepts.similarity import test2_item
     from walklens.testing import tiny_model
 
@@ -267,7 +288,7 @@ def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, s
     grid = GridSpec.full(2, layers=layers)
     schemes, _ = grid.enumerate("decoder")
     db = tmp_path / "r.sqlite"
-    out = run_sweep(lm, items, test=2, schemes=schemes, db=db, shots=shots, data="toy", progress=False)
+    out = sweep_db(lm, items, db, SweepSpec(2, schemes), shots=shots)
     assert out.groups_computed == out.n_groups
     with SweepStore(db) as st:
         res = st.load(out.run_id)
@@ -290,7 +311,7 @@ def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, s
 
 def test_test1_sweep_matches_single_scheme_runner(tmp_path: Path) -> None:
     from walklens.hellaswag.data import fewshot_examples
-    from walklens.experiments.sweep import run_sweep
+    from walklens.experiments.sweep import SweepSpec
     from walklens.concepts.generation import test1_item
     from walklens.testing import tiny_model
 
@@ -301,7 +322,7 @@ def test_test1_sweep_matches_single_scheme_runner(tmp_path: Path) -> None:
                  'enc = ["concat_each_example", "sentence_level_segmentation", "cross_encoding"]\n', encoding="utf-8")
     schemes, _ = GridSpec.from_toml(f, 1, "decoder").enumerate("decoder")
     db = tmp_path / "r.sqlite"
-    out = run_sweep(lm, items, test=1, schemes=schemes, db=db, shots=1, data="toy", progress=False)
+    out = sweep_db(lm, items, db, SweepSpec(1, schemes), shots=1)
     with SweepStore(db) as st:
         res = st.load(out.run_id)
     pos = {n: i for i, n in enumerate(res.schemes)}
@@ -316,7 +337,7 @@ def test_test1_sweep_matches_single_scheme_runner(tmp_path: Path) -> None:
 
 
 def test_interrupted_sweep_resumes_to_the_identical_table(tmp_path: Path) -> None:
-    from walklens.experiments.sweep import run_sweep
+    from walklens.experiments.sweep import SweepSpec
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -325,12 +346,13 @@ def test_interrupted_sweep_resumes_to_the_identical_table(tmp_path: Path) -> Non
     f.write_text('layers = ["E", "-1"]\nword = ["mean", "last"]\nout_word = ["w1mean", "last"]\n', encoding="utf-8")
     schemes, _ = GridSpec.from_toml(f, 2, "decoder").enumerate("decoder")
     a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
-    full = run_sweep(lm, items, test=2, schemes=schemes, db=a, data="toy", progress=False)
-    part = run_sweep(lm, items, test=2, schemes=schemes, db=b, data="toy", progress=False, stop_after=7)
+    spec = SweepSpec(2, schemes)
+    full = sweep_db(lm, items, a, spec)
+    part = sweep_db(lm, items, b, spec, stop_after=7)
     assert part.groups_computed == 7 < full.n_groups
-    rest = run_sweep(lm, items, test=2, schemes=schemes, db=b, data="toy", progress=False)
+    rest = sweep_db(lm, items, b, spec)
     assert rest.groups_stored_before == 7 and rest.groups_computed == full.n_groups - 7
-    again = run_sweep(lm, items, test=2, schemes=schemes, db=b, data="toy", progress=False)
+    again = sweep_db(lm, items, b, spec)
     assert again.groups_computed == 0 and again.n_texts == 0  # nothing recomputed, not even a forward pass
     with SweepStore(a) as sa, SweepStore(b) as sb:
         ra, rb = sa.load(full.run_id), sb.load(rest.run_id)
@@ -513,14 +535,14 @@ def test_bank_cache_is_reused_and_serves_subsets(tmp_path, monkeypatch) -> None:
 
     lm = tiny_model("llama")
     texts = ["the man walks to the river.", "he runs.", "the dog eats a red car."]
-    full = build_bank(lm, texts, ["E", "1", "2"], ["mean", "last", "w1mean"], cache_dir=tmp_path, progress=False)
+    full = build_bank(lm, texts, ["E", "1", "2"], ["mean", "last", "w1mean"], cache=tmp_path, progress=False)
     monkeypatch.setattr(bank_mod, "hidden_states", lambda *a, **k: pytest.fail("ran a forward pass"))
-    again = build_bank(lm, texts, ["E", "1", "2"], ["mean", "last", "w1mean"], cache_dir=tmp_path, progress=False)
+    again = build_bank(lm, texts, ["E", "1", "2"], ["mean", "last", "w1mean"], cache=tmp_path, progress=False)
     assert torch.equal(again.vectors, full.vectors)
-    sub = build_bank(lm, texts[::-1], ["2", "E"], ["last"], cache_dir=tmp_path, progress=False)
+    sub = build_bank(lm, texts[::-1], ["2", "E"], ["last"], cache=tmp_path, progress=False)
     assert torch.equal(sub.vectors, full.vectors[[2, 1, 0]][:, [2, 0]][:, :, [1]])
     with pytest.raises(pytest.fail.Exception):  # a layer the cache does not hold needs the model
-        build_bank(lm, texts, ["0"], ["last"], cache_dir=tmp_path, progress=False)
+        build_bank(lm, texts, ["0"], ["last"], cache=tmp_path, progress=False)
 
 
 def test_report_keeps_the_baseline_scheme_out_of_the_best() -> None:
@@ -572,8 +594,8 @@ def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) ->
     at least), and gives every item exactly the padded vectors the whole bank gives it; the stored table is the
     one-range table bit for bit."""
     from walklens.backends import LocalWorkers
-    from walklens.experiments.sweep import run_sweep
-    from walklens.experiments.sweep.run import TEST2_WAVE
+    from walklens.experiments.sweep import SweepSpec
+    from walklens.experiments.sweep.test2 import TEST2_WAVE
     from walklens.experiments.sweep.shards import TEST2_CHUNK
     from walklens.testing import tiny_model
 
@@ -595,12 +617,10 @@ def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) ->
     (tmp_path / "g.toml").write_text(T2_RANGE_GRID, encoding="utf-8")
     schemes, _ = GridSpec.from_toml(tmp_path / "g.toml", 2, "decoder").enumerate("decoder")
     whole, cut = Recording(lm), Recording(lm)
-    one = run_sweep(lm, items, test=2, schemes=schemes, db=tmp_path / "a.sqlite", shots=1, data="toy",
-                    progress=False, workers=whole)
+    one = sweep_db(lm, items, tmp_path / "a.sqlite", SweepSpec(2, schemes), shots=1, workers=whole)
     (w,) = whole.ctxs  # no bound: one context, the bank itself
     cut.context_bytes = limit = w.vectors.nbytes // 2
-    many = run_sweep(lm, items, test=2, schemes=schemes, db=tmp_path / "b.sqlite", shots=1, data="toy",
-                     progress=False, workers=cut)
+    many = sweep_db(lm, items, tmp_path / "b.sqlite", SweepSpec(2, schemes), shots=1, workers=cut)
     assert _table(tmp_path / "a.sqlite") == _table(tmp_path / "b.sqlite")
     ranges, a = [], 0  # the contexts of the first wave: one per range, in order
     for ctx in cut.ctxs:
@@ -624,7 +644,7 @@ def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) ->
 def _grid_sweeper(tmp_path: Path, grid: str, *, n: int, seed: int, shots: int) -> Callable[..., Any]:
     """``sweep(db, **kw)``: the Test 2 sweep of ``grid`` (TOML text) on a tiny llama over ``n`` toy items, into
     ``tmp_path / db``."""
-    from walklens.experiments.sweep import run_sweep
+    from walklens.experiments.sweep import SweepSpec
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -632,9 +652,9 @@ def _grid_sweeper(tmp_path: Path, grid: str, *, n: int, seed: int, shots: int) -
     (tmp_path / "g.toml").write_text(grid, encoding="utf-8")
     schemes, _ = GridSpec.from_toml(tmp_path / "g.toml", 2, "decoder").enumerate("decoder")
 
-    def sweep(db: str, **kw: Any) -> Any:
-        return run_sweep(lm, items, test=2, schemes=schemes, db=tmp_path / db, shots=shots, data="toy",
-                         progress=False, **kw)
+    def sweep(db: str, test2_context_mb: float | None = None, **kw: Any) -> Any:
+        return sweep_db(lm, items, tmp_path / db, SweepSpec(2, schemes, test2_context_mb=test2_context_mb),
+                        shots=shots, **kw)
 
     return sweep
 

@@ -45,19 +45,24 @@ finite_arg = FINITE.arg()  # a finite number (nan and inf refused)
 positive_number_arg = POSITIVE.arg()  # a finite number > 0
 
 
+def add_fewshot_seed_arg(p: argparse.ArgumentParser) -> None:
+    """``--seed``: the few-shot sampling seed (default :data:`~walklens.hellaswag.data.FEWSHOT_SEED`)."""
+    from ..hellaswag.data import FEWSHOT_SEED
+
+    p.add_argument("--seed", type=seed_arg, default=FEWSHOT_SEED, metavar="S",
+                   help=f"few-shot sampling seed (default {FEWSHOT_SEED})")
+
+
 def add_hellaswag_args(p: argparse.ArgumentParser, json_help: str) -> None:
     """The options of every HellaSwag command (``walklens hellaswag baseline|test1|test2|sweep``): the model,
     the data, the items, the few-shot examples, the results database, ``--json`` and the progress bar."""
-    from ..hellaswag.data import FEWSHOT_SEED
-
     add_model_args(p)
     p.add_argument("--data", metavar="PATH", default=None,
                    help="HellaSwag .jsonl (rowanz), .txt/.txt.bz2 (6 lines per item) or hf:Rowan/hellaswag "
                         "(default: $WALKLENS_HELLASWAG, else the bundled validation set)")
     p.add_argument("--limit", type=positive_arg, default=None, metavar="N", help="only the first N items")
     p.add_argument("--shots", type=count_arg, default=0, metavar="K", help="few-shot examples per item (default 0)")
-    p.add_argument("--seed", type=seed_arg, default=FEWSHOT_SEED, metavar="S",
-                   help=f"few-shot sampling seed (default {FEWSHOT_SEED})")
+    add_fewshot_seed_arg(p)
     p.add_argument("--db", metavar="PATH", default=None,
                    help="results database (default: $WALKLENS_DB or the user data dir's walklens/results.sqlite)")
     p.add_argument("--json", metavar="FILE", help=json_help)

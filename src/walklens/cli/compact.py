@@ -15,8 +15,8 @@ from rich.markup import escape
 
 from ..errors import InputError
 from ..reports.html import show
-from .common import (add_model_args, check_db, check_outputs, count_arg, load, positive_arg, read_text, seed_arg,
-                     write_json)
+from .common import (add_fewshot_seed_arg, add_model_args, check_db, check_outputs, count_arg, load, positive_arg,
+                     read_text, write_json)
 from .terminal import Col, ParagraphHelp, console, print_table, say
 
 DESCRIPTION = """\
@@ -139,7 +139,6 @@ def _print(rep: Any, args: argparse.Namespace) -> None:
 def register_hellaswag(sub: argparse._SubParsersAction) -> None:
     """``walklens hellaswag compaction``: the compression-retention curves."""
     from ..experiments.curves import DEFAULT_CANDIDATES, DEFAULT_RATIOS, DEFAULT_STRATEGIES
-    from ..hellaswag.data import FEWSHOT_SEED
 
     p = sub.add_parser("compaction", help="compression-retention curves of context compaction (resumable)")
     add_model_args(p)
@@ -160,7 +159,7 @@ def register_hellaswag(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--candidates", default=";".join(DEFAULT_CANDIDATES), metavar="C;C",
                    help="layer=..,word=..[,norm=..] candidates tuned on the tuning items")
     p.add_argument("--timing-items", type=_count, default=16, metavar="N", help="items timed per point (default 16)")
-    p.add_argument("--seed", type=seed_arg, default=FEWSHOT_SEED, metavar="S", help="few-shot sampling seed")
+    add_fewshot_seed_arg(p)
     p.add_argument("--db", metavar="PATH", default=None, help="results database (resumes from it)")
     p.add_argument("--cache", metavar="DIR", default=None, help="concept cache folder")
     p.add_argument("--out", metavar="DIR", required=True, help="report folder: index.html, PNG, curves.csv/json")
@@ -177,7 +176,8 @@ def _list(text: str, sep: str, what: str) -> list[str]:
 
 
 def run_curves(args: argparse.Namespace) -> int:
-    from ..experiments.curves import run_curves as curves
+    from ..experiments.curves import CurveGrid, run_curves as curves
+    from ..experiments.runsetup import RunSetup
     from ..compaction.spec import WHATS, CompactSpec
     from ..concepts.cache import ConceptCache
     from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
@@ -222,11 +222,13 @@ def run_curves(args: argparse.Namespace) -> int:
     con = console(args, stderr=True)
     try:
         with ResultStore(db) as store:
-            result = curves(lm, items, tune_items, pool=pool, data=data_id(args.data), store=store, shots_list=shots,
-                            whats=whats, strategies=strategies, ratios=ratios, candidates=candidates, cache=cache,
-                            timing_items=args.timing_items, timings=timings, fewshot_seed=args.seed,
+            setup = RunSetup(pool=pool, fewshot_seed=args.seed, data=data_id(args.data), store=store, cache=cache,
+                             progress=not args.no_progress)
+            grid = CurveGrid(shots=shots, whats=whats, strategies=strategies, ratios=ratios, candidates=candidates,
+                             timing_items=args.timing_items)
+            result = curves(lm, items, tune_items, setup, grid, timings=timings,
                             on_timing=lambda t: write_atomic(timings_path, json.dumps(t, indent=1)),
-                            progress=not args.no_progress, log=lambda m: say(con, m))
+                            log=lambda m: say(con, m))
     finally:
         if cache is not None:
             cache.close()

@@ -60,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
 def run(args: argparse.Namespace) -> int:
     from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
     from ..hellaswag.encode import arch_of
-    from ..experiments.runner import normalised, run_test
+    from ..experiments.runner import baseline_scorer, normalised, run_test, scorer
+    from ..experiments.runsetup import RunSetup
     from ..concepts.schemes import Scheme
     from ..hellaswag.store import ResultStore
 
@@ -88,19 +89,19 @@ def run(args: argparse.Namespace) -> int:
         scheme = Scheme.from_spec(args.scheme, 1 if args.test == "test1" else 2, arch_of(lm))
     store = None if db is None else ResultStore(db)
     try:
-        common = dict(shots=args.shots, pool=pool, data=did, store=store, fewshot_seed=args.seed,
-                      progress=not args.no_progress)
+        setup = RunSetup(shots=args.shots, pool=pool, fewshot_seed=args.seed, data=did, store=store, cache=cache,
+                         progress=not args.no_progress)
         if arch_of(lm) == "encoder" and args.test != "baseline":
             base = None  # a masked LM has no HellaSwag likelihood baseline: Test 2 is reported unnormalised
         else:
-            base = run_test(lm, items, test="baseline", desc=f"{lm.name} baseline", **common)
+            base = run_test(lm, items, baseline_scorer(), setup, desc=f"{lm.name} baseline")
         if spec is not None:
             from ..experiments.compaction import compact_run
 
-            summ = compact_run(lm, items, spec, cache=cache, **common)
+            summ = compact_run(lm, items, spec, setup)
         else:
-            summ = base if args.test == "baseline" else run_test(lm, items, test=args.test, scheme=scheme,
-                                                                 desc=f"{lm.name} {args.test}", cache=cache, **common)
+            summ = base if args.test == "baseline" else run_test(lm, items, scorer(lm, args.test, scheme), setup,
+                                                                 desc=f"{lm.name} {args.test}")
     finally:
         if store is not None:
             store.close()

@@ -53,7 +53,10 @@ def run(args: argparse.Namespace) -> int:
     from ..hellaswag.encode import arch_of
     from ..experiments.grid import DEFAULT_LAYERS, GridSpec
     from ..concepts.schemes import canonical_layer, resolve_layer
-    from ..experiments.sweep import run_sweep
+    from ..concepts.cache import open_cache
+    from ..experiments.runsetup import RunSetup
+    from ..experiments.sweep import SweepSpec, run_sweep
+    from ..hellaswag.store import ResultStore
 
     check_outputs(args)
     layers = DEFAULT_LAYERS
@@ -86,10 +89,16 @@ def run(args: argparse.Namespace) -> int:
     if not schemes:
         raise InputError("the grid holds no valid scheme")
     t0 = time.perf_counter()
-    out = run_sweep(lm, items, test=args.test, schemes=schemes, db=db, shots=args.shots, pool=pool,
-                    data=data_id(args.data), fewshot_seed=args.seed, cache_dir=args.cache,
-                    progress=not args.no_progress, log=lambda m: say(console(args, stderr=True), m),
-                    backend=backend)
+    cache = open_cache(args.cache)
+    try:
+        with ResultStore(db) as store, backend.workers(lm) as workers:
+            setup = RunSetup(shots=args.shots, pool=pool, fewshot_seed=args.seed, data=data_id(args.data),
+                             store=store, cache=cache, workers=workers, progress=not args.no_progress)
+            out = run_sweep(lm, items, SweepSpec(test=args.test, schemes=schemes), setup,
+                            log=lambda m: say(console(args, stderr=True), m))
+    finally:
+        if cache is not None:
+            cache.close()
     wall = time.perf_counter() - t0
     say(con, f"done: {out.groups_computed} groups computed now, {out.groups_stored_before} were stored; "
              f"{out.n_texts} distinct texts (run {out.run_id} in {db})")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from ..hellaswag.encode import hidden_states, n_prefix_tokens, segment_token_ids
-from .schemes import normalize, resolve_layer, word_aggregate
+from .schemes import Scheme, normalize, resolve_layer, word_aggregate
 from .segment import Segment
 
 if TYPE_CHECKING:
@@ -70,15 +70,17 @@ def compose_context(example_vectors: Sequence[torch.Tensor], seg: str | None, ex
     return seq
 
 
-def context_vectors(lm: "LoadedModel", examples: Sequence[Sequence[Segment]], layer: str, word: str,
-                    norm: str | None, seg: str | None, ex: str | None,
-                    extra: Sequence[Segment] = (), extra_layer: str | None = None, extra_word: str | None = None
-                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The context's concept vectors ``[m, D]`` from its segmented examples; optionally also the vectors of
-    ``extra`` segments (Test 2's endings, at their own layer and word aggregation) from the same forward pass."""
+def context_vectors(lm: "LoadedModel", examples: Sequence[Sequence[Segment]], scheme: Scheme,
+                    extra: Sequence[Segment] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The context's concept vectors ``[m, D]`` from its segmented examples under ``scheme`` (ENCODING_LAYER,
+    WORD_AGG_SCHEME, NORM, SEGMENT_AGG_SCHEME, EXAMPLE_AGG_SCHEME); with ``extra`` segments (Test 2's endings),
+    also their vectors at the scheme's OUT_ENCODING_LAYER and choice word aggregation, from the same forward pass
+    (None without)."""
+    layer, word, norm = scheme.layer, scheme.word, scheme.norm
     flat = [s for e in examples for s in e]
-    if extra and extra_layer is not None and extra_word is not None:
+    if extra:
         segs = flat + list(extra)
+        extra_layer, extra_word = scheme.out_layer_eff, scheme.out_word_eff
         if (extra_layer, extra_word) == (layer, word):
             (v,) = segment_vectors(lm, segs, [layer], [word], norm)
             ctx_v, extra_v = v[:len(flat)], v[len(flat):]
@@ -92,4 +94,4 @@ def context_vectors(lm: "LoadedModel", examples: Sequence[Sequence[Segment]], la
     for e in examples:
         per_ex.append(ctx_v[k:k + len(e)])
         k += len(e)
-    return compose_context(per_ex, seg, ex, norm), extra_v
+    return compose_context(per_ex, scheme.seg, scheme.ex, norm), extra_v

@@ -61,7 +61,7 @@ def compose_segments(lm: "LoadedModel", segs: Sequence[Sequence[Segment]], schem
     segments from ``bank`` / the concept cache, token-id segments from one pass), then NORM, segment and example
     aggregation (:func:`~.compose.compose_context`)."""
     if any(not isinstance(x, str) for e in segs for x in e):
-        ctx, _ = context_vectors(lm, segs, scheme.layer, scheme.word, scheme.norm, scheme.seg, scheme.ex)
+        ctx, _ = context_vectors(lm, segs, scheme)
         return ctx
     bank = scheme_bank(lm, [segs], scheme, cache) if bank is None else bank
     key = layer_key(lm, scheme.layer)

@@ -143,9 +143,7 @@ def test2_from_vectors(ctx: torch.Tensor, endings: torch.Tensor, scheme: Scheme)
 def test2_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
                  scheme: Scheme) -> list[float]:
     segs = segment_context(item, examples, scheme.enc, lm)
-    ctx, ends = context_vectors(lm, segs, scheme.layer, scheme.word, scheme.norm, scheme.seg, scheme.ex,
-                                extra=list(item.endings), extra_layer=scheme.out_layer_eff,
-                                extra_word=scheme.out_word_eff)
+    ctx, ends = context_vectors(lm, segs, scheme, extra=list(item.endings))
     assert ends is not None
     return [float(x) for x in test2_from_vectors(ctx, ends, scheme)]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -28,9 +28,12 @@ from ..hellaswag.encode import hidden_states, n_prefix_tokens, segment_token_ids
 from .schemes import normalize, resolve_layer, word_aggregate
 
 if TYPE_CHECKING:
+    from ..backends import Workers
     from ..loading import LoadedModel
 
 Tensor = torch.Tensor
+#: Tokens per forward batch of equal-length texts at most (one text at least).
+BATCH_TOKENS = 2048
 
 
 @dataclass
@@ -101,14 +104,13 @@ def forward_batch(lm: "LoadedModel", ctx: tuple[Sequence[str], Sequence[str]], s
 
 
 def text_vectors(lm: "LoadedModel", texts: Iterable[str], layers: Sequence[str], words: Sequence[str], *,
-                 cache: ConceptCache | None = None, batch_tokens: int = 2048, progress: bool = False,
-                 workers: Any = None, on_batch: Callable[[int], None] | None = None) -> VectorBank:
+                 cache: ConceptCache | None = None, progress: bool = False, workers: Workers | None = None,
+                 on_batch: Callable[[int], None] | None = None) -> VectorBank:
     """The :class:`VectorBank` of the distinct ``texts`` at bank-key ``layers`` (:func:`layer_key`) and word
     aggregations ``words`` (module docstring), read from / written to ``cache`` when given.
 
-    The batches are fixed before any runs; ``workers`` (anything with ``map(fn, ctx, payloads)`` yielding
-    ``(index, result)``, e.g. :class:`walklens.backends.Workers`) runs them (default: here, in order), each
-    stored in the cache as it comes back; ``on_batch(n)`` is called after the n-th."""
+    The batches (:data:`BATCH_TOKENS` tokens at most) are fixed before any runs; ``workers`` runs them (default:
+    here, in order), each stored in the cache as it comes back; ``on_batch(n)`` is called after the n-th."""
     uniq = list(OrderedDict.fromkeys(texts))
     layers, words = tuple(layers), tuple(words)
     if cache is not None:
@@ -119,7 +121,7 @@ def text_vectors(lm: "LoadedModel", texts: Iterable[str], layers: Sequence[str],
         out = torch.empty(len(uniq), len(layers), len(words), lm.d_model, dtype=torch.float32)
         todo = list(range(len(uniq)))
     ids = {i: segment_token_ids(lm, uniq[i]) for i in todo}
-    batches = _length_batches(ids, batch_tokens)
+    batches = _length_batches(ids, BATCH_TOKENS)
     payloads = ([ids[i] for i in b] for b in batches)
     if workers is not None:
         results = workers.map(forward_batch, (layers, words), payloads)

@@ -2,7 +2,9 @@
 items, sweeps of many schemes, experiment files, agreement between runs, honest-best statistics and summaries,
 and compaction's HellaSwag runs and curves.
 
-* :mod:`.runner` — one test (baseline, Test 1, Test 2, a compacted prefix) over items, with resume;
+* :mod:`.runsetup` — :class:`~.runsetup.RunSetup`, what every run runs with (shots, few-shot pool and seed, data
+  id, results store, concept cache, workers, progress);
+* :mod:`.runner` — one scorer (baseline, Test 1, Test 2, a compacted prefix) over items, with resume;
 * :mod:`.sweep` — a grid of schemes over items in shards, locally or on Ray;
 * :mod:`.grid`, :mod:`.experiment` — scheme grids and experiment files (TOML);
 * :mod:`.stats`, :mod:`.summary` — honest best scores and the summary of a results database;

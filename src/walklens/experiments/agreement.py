@@ -344,25 +344,34 @@ def _ranks(hits: np.ndarray) -> np.ndarray:
     return 1 + hits.size - np.searchsorted(s, hits, side="right")
 
 
-def _grid_metric(metric: str, names: list[str], n: int, hr: np.ndarray, ho: np.ndarray, same: np.ndarray,
-                 only_r: np.ndarray, only_o: np.ndarray, digest: np.ndarray, n_best: int,
-                 ks: Sequence[int]) -> GridMetricAgreement:
-    from scipy.stats import kendalltau, spearmanr
+@dataclass(frozen=True)
+class Ranking:
+    """How the schemes' ranks are compared: the reference's ``best`` schemes are listed, and the best-k sets are
+    compared for each k of ``ks``."""
 
-    S = len(names)
-    ar, ao = hr / n, ho / n
-    move = np.abs(ao - ar)
-    order_r, order_o = np.lexsort((np.arange(S), -hr)), np.lexsort((np.arange(S), -ho))
-    rank_r, rank_o = _ranks(hr), _ranks(ho)
+    best: int = 20
+    ks: Sequence[int] = TOP_KS
 
-    def scheme(i: int) -> SchemeMove:
-        both = int(hr[i] - only_r[i])
-        return SchemeMove(names[i], float(ar[i]), float(ao[i]), int(rank_r[i]), int(rank_o[i]), float(same[i] / n),
-                          paired_difference(both, int(only_r[i]), int(only_o[i]), n - both - int(only_r[i] + only_o[i])))
 
+@dataclass(frozen=True)
+class _Columns:
+    """One metric's per-scheme counts over the items: hits in each dtype, identical picks, items right in one
+    dtype only, and a digest of the reference's picks (equal digests: the same picks)."""
+
+    hr: np.ndarray
+    ho: np.ndarray
+    same: np.ndarray
+    only_r: np.ndarray
+    only_o: np.ndarray
+    digest: np.ndarray
+
+
+def _top_ks(cols: _Columns, order_r: np.ndarray, order_o: np.ndarray, ks: Sequence[int]) -> list[TopK]:
+    """:class:`TopK` for each ``k`` of ``ks`` up to the number of schemes."""
+    hr, ho = cols.hr, cols.ho
     tops = []
     for k in ks:
-        if k > S:
+        if k > len(hr):
             continue
         tr, to = order_r[:k], order_o[:k]
         # a common best-k set exists iff every scheme that must be in it (strictly above the k-th in either
@@ -371,7 +380,26 @@ def _grid_metric(metric: str, names: list[str], n: int, hr: np.ndarray, ho: np.n
         may = (hr >= hr[tr[-1]]) & (ho >= ho[to[-1]])
         tops.append(TopK(k=k, same_set=set(tr) == set(to), overlap=len(set(tr) & set(to)),
                          same_up_to_ties=bool(not (must & ~may).any() and must.sum() <= k <= may.sum()),
-                         distinct_reference=len(set(digest[tr].tolist()))))
+                         distinct_reference=len(set(cols.digest[tr].tolist()))))
+    return tops
+
+
+def _grid_metric(metric: str, names: list[str], n: int, cols: _Columns, ranking: Ranking) -> GridMetricAgreement:
+    from scipy.stats import kendalltau, spearmanr
+
+    hr, ho, same = cols.hr, cols.ho, cols.same
+    S = len(names)
+    ar, ao = hr / n, ho / n
+    move = np.abs(ao - ar)
+    order_r, order_o = np.lexsort((np.arange(S), -hr)), np.lexsort((np.arange(S), -ho))
+    rank_r, rank_o = _ranks(hr), _ranks(ho)
+
+    def scheme(i: int) -> SchemeMove:
+        only_r, only_o = int(cols.only_r[i]), int(cols.only_o[i])
+        both = int(hr[i] - only_r)
+        return SchemeMove(names[i], float(ar[i]), float(ao[i]), int(rank_r[i]), int(rank_o[i]), float(same[i] / n),
+                          paired_difference(both, only_r, only_o, n - both - (only_r + only_o)))
+
     with warnings.catch_warnings():  # a constant column (every scheme equal) gives nan, said as such
         warnings.simplefilter("ignore")
         rho = float(spearmanr(ar, ao)[0]) if S > 1 else math.nan
@@ -379,33 +407,37 @@ def _grid_metric(metric: str, names: list[str], n: int, hr: np.ndarray, ho: np.n
     return GridMetricAgreement(
         metric=metric, n_schemes=S, moved=int((hr != ho).sum()), share_moved=float((hr != ho).mean()),
         max_move=float(move.max()), mean_abs_move=float(move.mean()), same_picks=float(same.sum() / (S * n)),
-        min_same_picks=float(same.min() / n), spearman=rho, kendall=tau, top_k=tuple(tops),
-        best=tuple(scheme(int(i)) for i in order_r[:n_best]), best_other=scheme(int(order_o[0])))
+        min_same_picks=float(same.min() / n), spearman=rho, kendall=tau,
+        top_k=tuple(_top_ks(cols, order_r, order_o, ranking.ks)),
+        best=tuple(scheme(int(i)) for i in order_r[:ranking.best]), best_other=scheme(int(order_o[0])))
 
 
-def compare_sweeps(store: SweepStore, reference: str, other: str, *, test: int, shots: int, data: str,
-                   items: int | None = None, n_best: int = 20, ks: Sequence[int] = TOP_KS,
-                   hints: Sequence[str] = ("", "")) -> GridAgreement:
-    """:class:`GridAgreement` of the Test ``test`` sweeps of models ``reference`` and ``other`` (stored names)
-    over the same items (``items``: over exactly that many; else the largest item set both swept), streamed
-    one group at a time (memory O(schemes), not O(schemes x items))."""
-    runs_r = _sweep_run(store, reference, test, shots, data, items, hints[0])
-    runs_o = _sweep_run(store, other, test, shots, data, items, hints[1])
-    pairs = [(r, o) for r in runs_r for o in runs_o if r["items_hash"] == o["items_hash"]]
-    if not pairs:
-        raise InputError(f"{store.path}: the Test {test} sweeps of {reference} and {other} cover different items")
-    run_r, run_o = max(pairs, key=lambda p: (int(p[0]["n_items"]), p[0]["id"], p[1]["id"]))
-    n, labels = int(run_r["n_items"]), run_r["labels"]
+@dataclass(frozen=True)
+class Scope:
+    """Which stored runs are compared: the data key (:func:`~walklens.hellaswag.data.data_id`), the shot count,
+    the first ``items`` items (None: the items both hold; for sweeps, the largest item set both swept) and the
+    split of single runs."""
+
+    data: str
+    shots: int = 0
+    items: int | None = None
+    split: str = "validation"
+
+
+def _grid_columns(store: SweepStore, run_r: dict[str, Any], run_o: dict[str, Any], counts: list[int]
+                  ) -> tuple[list[str], list[str], dict[str, list[list[np.ndarray]]]]:
+    """The scheme names both runs hold (Test 1's baseline scheme left out), the metrics, and per metric the
+    :class:`_Columns` pieces group by group (``counts``: schemes stored for one run only)."""
+    labels = run_r["labels"]
     names: list[str] = []
     acc: dict[str, list[list[np.ndarray]]] = {}
-    counts = [0, 0]
     metrics: list[str] = []
     for group, mets, pr, po in _joined(store, run_r["id"], run_o["id"], counts):
         keep = [i for i, s in enumerate(group) if not s.startswith(_BASELINE_SCHEME)]
         if not keep:
             continue
         if metrics and mets != metrics:
-            raise InputError(f"{store.path}: the Test {test} sweeps mix metrics {metrics} and {mets}")
+            raise InputError(f"{store.path}: the Test {run_r['test']} sweeps mix metrics {metrics} and {mets}")
         metrics = mets
         names += [group[i] for i in keep]
         pr, po = pr[:, keep], po[:, keep]
@@ -416,12 +448,28 @@ def compare_sweeps(store: SweepStore, reference: str, other: str, *, test: int, 
         for m, metric in enumerate(metrics):
             for slot, c in zip(acc.setdefault(metric, [[] for _ in cols]), cols):
                 slot.append(c[m])
+    return names, metrics, acc
+
+
+def compare_sweeps(store: SweepStore, reference: str, other: str, test: int, scope: Scope, *,
+                   ranking: Ranking = Ranking(), hints: Sequence[str] = ("", "")) -> GridAgreement:
+    """:class:`GridAgreement` of the Test ``test`` sweeps of models ``reference`` and ``other`` (stored names)
+    over the same items (``scope.items``: over exactly that many; else the largest item set both swept),
+    streamed one group at a time (memory O(schemes), not O(schemes x items))."""
+    shots, data, items = scope.shots, scope.data, scope.items
+    runs_r = _sweep_run(store, reference, test, shots, data, items, hints[0])
+    runs_o = _sweep_run(store, other, test, shots, data, items, hints[1])
+    pairs = [(r, o) for r in runs_r for o in runs_o if r["items_hash"] == o["items_hash"]]
+    if not pairs:
+        raise InputError(f"{store.path}: the Test {test} sweeps of {reference} and {other} cover different items")
+    run_r, run_o = max(pairs, key=lambda p: (int(p[0]["n_items"]), p[0]["id"], p[1]["id"]))
+    n = int(run_r["n_items"])
+    counts = [0, 0]
+    names, metrics, acc = _grid_columns(store, run_r, run_o, counts)
     if not names:
         raise InputError(f"{store.path}: the Test {test} sweeps of {reference} and {other} have no scheme in common")
-    out = []
-    for metric in metrics:
-        hr, ho, same, only_r, only_o, digest = (np.concatenate(c) for c in acc[metric])
-        out.append(_grid_metric(metric, names, n, hr, ho, same, only_r, only_o, digest, n_best, ks))
+    out = [_grid_metric(metric, names, n, _Columns(*(np.concatenate(c) for c in acc[metric])), ranking)
+           for metric in metrics]
     return GridAgreement(test=test, shots=shots, reference=reference, other=other, n_items=n, n_schemes=len(names),
                          only_reference=counts[0], only_other=counts[1], metrics=tuple(out))
 
@@ -447,14 +495,12 @@ class AgreementStudy:
     test1_grid: GridAgreement | None
 
 
-def agreement_study(db: str | Path, model: str, *, data: str, other: str = "bfloat16", reference: str = "float32",
-                    shots: int = 0, items: int | None = None, parts: Sequence[str] = PARTS, n_best: int = 20,
-                    ks: Sequence[int] = TOP_KS, split: str = "validation") -> AgreementStudy:
+def agreement_study(db: str | Path, model: str, scope: Scope, *, other: str = "bfloat16", reference: str = "float32",
+                    parts: Sequence[str] = PARTS, ranking: Ranking = Ranking()) -> AgreementStudy:
     """Compare ``model`` (its name without a dtype) run in ``reference`` and in ``other`` dtype, from the
     database ``db``: the baseline, Test 1's standard scheme (single runs, ``walklens hellaswag``), Test 2's and
-    Test 1's sweeps (``walklens sweep``), over the first ``items`` items (else the items both hold).  ``data``
-    is the stored data key (:func:`~walklens.hellaswag.data.data_id`); Test 1's standard scheme is the decoder-only one (word
-    ``w1mean``)."""
+    Test 1's sweeps (``walklens sweep``), within ``scope`` (data key, shots, the first ``scope.items`` items, else
+    the items both hold).  Test 1's standard scheme is the decoder-only one (word ``w1mean``)."""
     bad = [p for p in parts if p not in PARTS]
     if bad or not parts:
         raise InputError(f"unknown part(s) {bad or parts}; use any of {', '.join(PARTS)}")
@@ -465,11 +511,12 @@ def agreement_study(db: str | Path, model: str, *, data: str, other: str = "bflo
     if dts[0] == dts[1]:
         raise InputError(f"the reference and the other dtype are both {dtype_name(dts[0])}")
     labels = [model_label(model, dt) for dt in dts]
-    limit = f" --limit {items}" if items is not None else ""
+    limit = f" --limit {scope.items}" if scope.items is not None else ""
 
     def hints(cmd: str) -> tuple[str, str]:
-        return tuple(f"; run: walklens {cmd} --model {model} --dtype {dtype_name(dt)} --shots {shots}{limit} "
-                     f"--db {db}" for dt in dts)  # type: ignore[return-value]
+        ref, oth = (f"; run: walklens {cmd} --model {model} --dtype {dtype_name(dt)} --shots {scope.shots}{limit} "
+                    f"--db {db}" for dt in dts)
+        return ref, oth
 
     found: dict[str, Any] = {}
     if {"baseline", "test1"} & set(parts):
@@ -478,19 +525,20 @@ def agreement_study(db: str | Path, model: str, *, data: str, other: str = "bflo
                 if part not in parts:
                     continue
                 scheme = "baseline" if test == "baseline" else str(Scheme.standard(1, "decoder"))
-                keys = [RunKey(lab, data, split, shots, test, scheme) for lab in labels]
-                found[part] = compare_runs(rs, *keys, items=items, hints=hints(f"hellaswag {test}"))
-    for part, test in (("test2-grid", 2), ("test1-grid", 1)):
+                ref, oth = (RunKey(lab, scope.data, scope.split, scope.shots, test, scheme) for lab in labels)
+                found[part] = compare_runs(rs, ref, oth, items=scope.items, hints=hints(f"hellaswag {test}"))
+    for part, t in (("test2-grid", 2), ("test1-grid", 1)):
         if part in parts:
             with SweepStore(db, readonly=True) as ss:
-                found[part] = compare_sweeps(ss, *labels, test=test, shots=shots, data=data, items=items,
-                                             n_best=n_best, ks=ks, hints=hints(f"sweep --test {test} --grid GRID"))
+                found[part] = compare_sweeps(ss, labels[0], labels[1], t, scope, ranking=ranking,
+                                             hints=hints(f"sweep --test {t} --grid GRID"))
     return AgreementStudy(model=model, reference_dtype=dtype_name(dts[0]), other_dtype=dtype_name(dts[1]),
-                          reference=labels[0], other=labels[1], data=data, shots=shots, items=items,
-                          baseline=found.get("baseline"), test1_standard=found.get("test1"),
+                          reference=labels[0], other=labels[1], data=scope.data, shots=scope.shots,
+                          items=scope.items, baseline=found.get("baseline"), test1_standard=found.get("test1"),
                           test2_grid=found.get("test2-grid"), test1_grid=found.get("test1-grid"))
 
 
 __all__ = ["PARTS", "TOP_KS", "AgreementStudy", "GridAgreement", "GridMetricAgreement", "PairedDifference",
-           "PickAgreement", "RunAgreement", "SchemeMove", "ScoreDifferences", "TopK", "agreement_study",
-           "compare_runs", "compare_sweeps", "paired_difference", "pick_agreement", "score_differences"]
+           "PickAgreement", "Ranking", "RunAgreement", "SchemeMove", "Scope", "ScoreDifferences", "TopK",
+           "agreement_study", "compare_runs", "compare_sweeps", "paired_difference", "pick_agreement",
+           "score_differences"]

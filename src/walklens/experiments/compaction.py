@@ -29,9 +29,10 @@ from ..hellaswag.data import HellaswagItem, fewshot_context
 from ..hellaswag.encode import n_prefix_tokens, tok_encode
 from ..hellaswag.packing import packed_logliks
 from ..hellaswag.request import ScoreRequest
-from .runner import RunSummary, run_test
+from .runner import RunSummary, Scorer, run_test
+from .runsetup import RunSetup
 from ..concepts.segment import segment_context
-from ..hellaswag.store import ItemResult, ResultStore
+from ..hellaswag.store import ItemResult
 from ..concepts.generation import compose_segments, scheme_bank
 from ..concepts.vectors import VectorBank
 from ..errors import InputError
@@ -146,19 +147,25 @@ def compact_items(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: S
     return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]
 
 
-def compact_run(lm: "LoadedModel", items: Sequence[HellaswagItem], spec: CompactSpec, *, shots: int = 0,
-                pool: Sequence[HellaswagItem] | None = None, data: str = "", store: ResultStore | None = None,
-                fewshot_seed: int | None = None, progress: bool = True, cache: "ConceptCache | None" = None,
-                stats: dict[str, Any] | None = None) -> RunSummary:
+def compact_scorer(spec: CompactSpec, stats: dict[str, Any] | None = None) -> Scorer:
+    """:func:`compact_items` as the runner's scorer: stored under test ``compact`` and scheme ``str(spec)``;
+    ``stats`` (when given) accumulates what :func:`compact_requests` counts."""
+
+    def batch(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
+              cache: "ConceptCache | None") -> list[ItemResult]:
+        return compact_items(lm, items, examples, spec, cache, stats)
+
+    return Scorer(test="compact", scheme=str(spec), batch=batch)
+
+
+def compact_run(lm: "LoadedModel", items: Sequence[HellaswagItem], spec: CompactSpec, setup: RunSetup = RunSetup(),
+                *, stats: dict[str, Any] | None = None) -> RunSummary:
     """:func:`compact_items` over ``items`` through the runner (few-shot examples, chunks, resume from the
-    results ``store`` under test ``compact`` and scheme ``str(spec)``)."""
+    results store under test ``compact`` and scheme ``str(spec)``; the concept cache ``setup.cache``)."""
     check_causal(lm)
-    if spec.what == "examples" and not shots:
+    if spec.what == "examples" and not setup.shots:
         raise InputError("what=examples compacts the few-shot examples: give --shots > 0")
-    kw = {} if fewshot_seed is None else {"fewshot_seed": fewshot_seed}
-    return run_test(lm, items, test="compact", scheme=spec, shots=shots, pool=pool, data=data, store=store,  # type: ignore[arg-type]
-                    progress=progress, desc=f"{lm.name} compact", cache=cache,
-                    batch_fn=lambda m, its, exs: compact_items(m, its, exs, spec, cache, stats), **kw)
+    return run_test(lm, items, compact_scorer(spec, stats), setup, desc=f"{lm.name} compact")
 
 
-__all__ = ["Plan", "compact_items", "compact_requests", "compact_run", "plan_item", "query_start"]
+__all__ = ["Plan", "compact_items", "compact_requests", "compact_run", "compact_scorer", "plan_item", "query_start"]

@@ -30,17 +30,16 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from ..hellaswag.baseline import baseline_request
-from ..hellaswag.data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
+from ..hellaswag.data import HellaswagItem
 from ..hellaswag.packing import packed_logliks
-from .runner import RunSummary, run_test
+from .runner import RunSummary, baseline_scorer, run_test
+from .runsetup import RunSetup
 from .stats import wilson
-from ..hellaswag.store import ResultStore
 from ..errors import InputError
 from .compaction import compact_requests, compact_run, plan_item
 from ..compaction.spec import CompactSpec
 
 if TYPE_CHECKING:
-    from ..concepts.cache import ConceptCache
     from ..loading import LoadedModel
 
 DEFAULT_RATIOS: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0, 32.0, math.inf)
@@ -137,11 +136,6 @@ def point(summary: RunSummary, full: RunSummary, *, shots: int, what: str, strat
                       kept_acc_norm=kn, kept_acc_norm_ci=(kn_lo, kn_hi))
 
 
-def _examples(pool: Sequence[HellaswagItem], items: Sequence[HellaswagItem], shots: int, seed: int
-              ) -> list[list[HellaswagItem]]:
-    return [fewshot_examples(pool, shots, it.index, seed=seed, query_split=it.split) if shots else [] for it in items]
-
-
 def sizes(lm: "LoadedModel", items: Sequence[HellaswagItem], exs: Sequence[Sequence[HellaswagItem]],
           spec: CompactSpec) -> dict[str, float]:
     """Mean tokens per vector and model inputs per item, compacted and full, from the plans alone (no model)."""
@@ -169,15 +163,15 @@ def timing(lm: "LoadedModel", items: Sequence[HellaswagItem], exs: Sequence[Sequ
     return {"score": t2 - t1, "vectors": t1 - t0}
 
 
-def tune(lm: "LoadedModel", tune_items: Sequence[HellaswagItem], *, what: str, shots: int, candidates: Sequence[str],
-         ratio: float = TUNE_RATIO, **run_kw: Any) -> tuple[CompactSpec, list[dict[str, Any]]]:
+def tune(lm: "LoadedModel", tune_items: Sequence[HellaswagItem], setup: RunSetup, *, what: str,
+         candidates: Sequence[str], ratio: float = TUNE_RATIO) -> tuple[CompactSpec, list[dict[str, Any]]]:
     """The candidate (``layer=..,word=..[,norm=..]``) with the best ``acc_norm`` (ties: the first) at ``ratio``
-    with sentence bounds on ``tune_items``, and every candidate's scores."""
+    with sentence bounds on ``tune_items`` (``setup.shots``-shot), and every candidate's scores."""
     scores = []
     best: tuple[float, CompactSpec] | None = None
     for cand in candidates:
         spec = CompactSpec.parse(f"what={what},bounds=sentence,ratio={ratio},{cand}")
-        s = compact_run(lm, tune_items, spec, shots=shots, **run_kw)
+        s = compact_run(lm, tune_items, spec, setup)
         scores.append({"candidate": cand, "spec": str(spec), "acc": s.acc, "acc_norm": s.acc_norm, "n": s.n})
         if best is None or (s.acc_norm or 0.0) > best[0]:
             best = ((s.acc_norm or 0.0), spec)
@@ -186,66 +180,109 @@ def tune(lm: "LoadedModel", tune_items: Sequence[HellaswagItem], *, what: str, s
     return best[1], scores
 
 
-def run_curves(lm: "LoadedModel", items: Sequence[HellaswagItem], tune_items: Sequence[HellaswagItem], *,
-               pool: Sequence[HellaswagItem], data: str, store: ResultStore, shots_list: Sequence[int] = (5, 10),
-               whats: Sequence[str] = ("examples", "context"), strategies: Sequence[str] = DEFAULT_STRATEGIES,
-               ratios: Sequence[float] = DEFAULT_RATIOS, candidates: Sequence[str] = DEFAULT_CANDIDATES,
-               cache: "ConceptCache | None" = None, timing_items: int = 16, timings: dict[str, dict[str, float]] | None = None,
-               on_timing: Callable[[dict[str, dict[str, float]]], None] | None = None, fewshot_seed: int = FEWSHOT_SEED,
-               progress: bool = True, log: Callable[[str], None] = lambda m: None) -> CurveSet:
-    """Every point of the curves (module docstring), each run resumed from ``store``.  ``timings`` holds the
-    measured seconds by point (filled where missing; ``on_timing`` is called after each new measurement so the
-    caller can keep them)."""
+@dataclass(frozen=True)
+class CurveGrid:
+    """What the curves measure: the shot counts, the parts compacted (``whats``), the strategies run at every
+    ratio (the two baselines always run too), the tuning candidates (none: no tuning) and the items timed per
+    point."""
+
+    shots: Sequence[int] = (5, 10)
+    whats: Sequence[str] = ("examples", "context")
+    strategies: Sequence[str] = DEFAULT_STRATEGIES
+    ratios: Sequence[float] = DEFAULT_RATIOS
+    candidates: Sequence[str] = DEFAULT_CANDIDATES
+    timing_items: int = 16
+
+
+@dataclass
+class _Curves:
+    """One model's curves in the making: the reported items, the grid, the measured seconds by point
+    (``timings``, filled where missing; ``on_timing`` keeps them) and the log."""
+
+    lm: "LoadedModel"
+    items: Sequence[HellaswagItem]
+    grid: CurveGrid
+    timings: dict[str, dict[str, float]]
+    on_timing: Callable[[dict[str, dict[str, float]]], None] | None
+    log: Callable[[str], None]
+
+    def measure(self, key: str, exs: Sequence[Sequence[HellaswagItem]], spec: CompactSpec | None) -> None:
+        """:func:`timing` of ``spec`` on the first ``grid.timing_items`` items, unless ``key`` is measured."""
+        n = self.grid.timing_items
+        if n and key not in self.timings:
+            self.timings[key] = timing(self.lm, self.items[:n], exs[:n], spec)
+            if self.on_timing:
+                self.on_timing(self.timings)
+
+    def tuned(self, tune_items: Sequence[HellaswagItem], setup: RunSetup) -> dict[str, Any]:
+        """Per part compacted, the tuned layer, word aggregation and NORM with every candidate's scores
+        (:func:`tune` at the first shot count; the defaults without tuning items or candidates)."""
+        g = self.grid
+        tuned: dict[str, Any] = {}
+        for what in g.whats:
+            if tune_items and g.candidates:
+                best, scores = tune(self.lm, tune_items, replace(setup, shots=g.shots[0]), what=what,
+                                    candidates=g.candidates)
+                self.log(f"tuned ({what}, {g.shots[0]}-shot, {len(tune_items)} items): "
+                         f"{best.layer},{best.word},{best.norm}")
+            else:
+                best, scores = CompactSpec(what=what), []
+            tuned[what] = {"layer": best.layer, "word": best.word, "norm": best.norm, "candidates": scores}
+        return tuned
+
+    def strategy_points(self, setup: RunSetup, full: RunSummary, what: str, tuned: dict[str, Any]
+                        ) -> list[CurvePoint]:
+        """The points of every strategy and ratio compacting ``what`` at ``setup.shots`` against the full run."""
+        lm, items, shots = self.lm, self.items, setup.shots
+        exs = setup.examples(items)
+        points = []
+        for strategy in list(self.grid.strategies) + list(BASELINE_STRATEGIES):
+            for r in self.grid.ratios:
+                spec = CompactSpec.parse(f"what={what},{strategy},ratio={'max' if math.isinf(r) else r}")
+                if spec.method == "concept":
+                    spec = replace(spec, layer=tuned["layer"], word=tuned["word"], norm=tuned["norm"])
+                s = compact_run(lm, items, spec, setup)
+                pt = point(s, full, shots=shots, what=what, strategy=strategy, ratio=float(r), spec=str(spec))
+                for k, v in sizes(lm, items, exs, spec).items():
+                    setattr(pt, k, v)
+                key = f"{shots}|{spec}"
+                self.measure(key, exs, spec)
+                pt.seconds = {**self.timings.get(key, {}),
+                              "full_score": self.timings.get(f"full|{shots}", {}).get("score", math.nan)}
+                points.append(pt)
+                self.log(f"{shots}-shot {what} {strategy} ratio={r}: acc_norm kept {pt.kept_acc_norm}")
+        return points
+
+
+def run_curves(lm: "LoadedModel", items: Sequence[HellaswagItem], tune_items: Sequence[HellaswagItem],
+               setup: RunSetup, grid: CurveGrid = CurveGrid(), *,
+               timings: dict[str, dict[str, float]] | None = None,
+               on_timing: Callable[[dict[str, dict[str, float]]], None] | None = None,
+               log: Callable[[str], None] = lambda m: None) -> CurveSet:
+    """Every point of the curves (module docstring), each run resumed from the results store of ``setup`` (its
+    pool, data id, few-shot seed, concept cache and progress; the shot counts are ``grid.shots``).  ``timings``
+    holds the measured seconds by point (filled where missing; ``on_timing`` is called after each new
+    measurement so the caller can keep them)."""
     if {it.index for it in items} & {it.index for it in tune_items}:
         raise InputError("tuning items must be disjoint from the reported items")
-    timings = {} if timings is None else timings
-    run_kw: dict[str, Any] = dict(pool=pool, data=data, store=store, fewshot_seed=fewshot_seed, progress=progress,
-                                  cache=cache)
-    tuned: dict[str, Any] = {}
+    curves = _Curves(lm, items, grid, {} if timings is None else timings, on_timing, log)
+    tuned = curves.tuned(tune_items, setup)
     points: list[CurvePoint] = []
-    for what in whats:
-        if tune_items and candidates:
-            best, scores = tune(lm, tune_items, what=what, shots=shots_list[0], candidates=candidates, **run_kw)
-            log(f"tuned ({what}, {shots_list[0]}-shot, {len(tune_items)} items): {best.layer},{best.word},{best.norm}")
-        else:
-            best, scores = CompactSpec(what=what), []
-        tuned[what] = {"layer": best.layer, "word": best.word, "norm": best.norm, "candidates": scores}
-    for shots in shots_list:
-        base_kw = {k: v for k, v in run_kw.items() if k != "cache"}
-        full = run_test(lm, items, test="baseline", shots=shots, desc=f"{lm.name} baseline {shots}-shot", **base_kw)
-        zero = run_test(lm, items, test="baseline", shots=0, desc=f"{lm.name} zero-shot", **base_kw)
-        exs = _examples(pool, items, shots, fewshot_seed)
+    for shots in grid.shots:
+        at = replace(setup, shots=shots)
+        full = run_test(lm, items, baseline_scorer(), at, desc=f"{lm.name} baseline {shots}-shot")
+        zero = run_test(lm, items, baseline_scorer(), replace(setup, shots=0), desc=f"{lm.name} zero-shot")
         tkey = f"full|{shots}"
-        if timing_items and tkey not in timings:
-            timings[tkey] = timing(lm, items[:timing_items], exs[:timing_items], None)
-            if on_timing:
-                on_timing(timings)
-        for what in whats:
-            full_s = timings.get(tkey, {}).get("score")
+        curves.measure(tkey, at.examples(items), None)
+        for what in grid.whats:
+            full_s = curves.timings.get(tkey, {}).get("score")
             points.append(replace(point(full, full, shots=shots, what=what, strategy="full", ratio=1.0,
                                         spec="baseline"), seconds={} if full_s is None else {"score": full_s}))
             points.append(point(zero, full, shots=shots, what=what, strategy="zero-shot", ratio=None,
                                 spec="baseline, 0-shot"))
-            t = tuned[what]
-            for strategy in list(strategies) + list(BASELINE_STRATEGIES):
-                for r in ratios:
-                    spec = CompactSpec.parse(f"what={what},{strategy},ratio={'max' if math.isinf(r) else r}")
-                    if spec.method == "concept":
-                        spec = replace(spec, layer=t["layer"], word=t["word"], norm=t["norm"])
-                    s = compact_run(lm, items, spec, shots=shots, **run_kw)
-                    pt = point(s, full, shots=shots, what=what, strategy=strategy, ratio=float(r), spec=str(spec))
-                    for k, v in sizes(lm, items, exs, spec).items():
-                        setattr(pt, k, v)
-                    key = f"{shots}|{spec}"
-                    if timing_items and key not in timings:
-                        timings[key] = timing(lm, items[:timing_items], exs[:timing_items], spec)
-                        if on_timing:
-                            on_timing(timings)
-                    pt.seconds = {**timings.get(key, {}), "full_score": timings.get(tkey, {}).get("score", math.nan)}
-                    points.append(pt)
-                    log(f"{shots}-shot {what} {strategy} ratio={r}: acc_norm kept {pt.kept_acc_norm}")
+            points += curves.strategy_points(at, full, what, tuned[what])
     return CurveSet(model=lm.name, n_items=len(items), n_tune=len(tune_items), tuned=tuned, points=points)
 
 
-__all__ = ["BASELINE_STRATEGIES", "CurvePoint", "CurveSet", "DEFAULT_CANDIDATES", "DEFAULT_RATIOS",
+__all__ = ["BASELINE_STRATEGIES", "CurveGrid", "CurvePoint", "CurveSet", "DEFAULT_CANDIDATES", "DEFAULT_RATIOS",
            "DEFAULT_STRATEGIES", "kept", "point", "run_curves", "sizes", "timing", "tune"]

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..backends import BACKENDS
 from ..errors import InputError
 from ..numbers import NON_NEGATIVE, POSITIVE, SEED, NumberError, Range
 from ..precision import DTYPES
@@ -190,8 +191,8 @@ def _backend(r: _Reader, v: Any) -> dict[str, Any]:
     r.unknown(v, _BACKEND, "backend.")
     out: dict[str, Any] = {}
     if "name" in v:
-        if v["name"] not in ("local", "ray"):
-            raise r.fail("backend.name", f"must be local or ray, not {_show(v['name'])}")
+        if v["name"] not in BACKENDS:
+            raise r.fail("backend.name", f"must be {' or '.join(BACKENDS)}, not {_show(v['name'])}")
         out["name"] = v["name"]
     if "address" in v:
         from ..backends.ray_backend import check_address

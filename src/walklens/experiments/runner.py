@@ -16,14 +16,16 @@ from tqdm.auto import tqdm
 
 from ..errors import InputError
 from ..hellaswag.baseline import accuracy, baseline_items
-from ..hellaswag.data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
+from ..hellaswag.data import HellaswagItem
 from ..hellaswag.encode import arch_of
 from ..concepts.schemes import Scheme
-from ..hellaswag.store import ItemResult, ResultStore, RunKey
+from ..hellaswag.store import ItemResult, RunKey
 from ..concepts.generation import test1_items
 from ..concepts.similarity import test2_item
+from .runsetup import RunSetup
 
 if TYPE_CHECKING:
+    from ..concepts.cache import ConceptCache
     from ..loading import LoadedModel
 
 TESTS = ("baseline", "test1", "test2")
@@ -63,71 +65,95 @@ def progress_bar(**kw: Any) -> tqdm:
     return tqdm(file=sys.stderr, dynamic_ncols=True, **kw)
 
 
-BatchFn = Callable[["LoadedModel", Sequence[HellaswagItem], Sequence[Sequence[HellaswagItem]]], list[ItemResult]]
+#: Scores a chunk of items with their few-shot examples: ``fn(lm, items, examples, cache)``, reading and writing
+#: segment vectors in the concept ``cache`` where the test uses one.
+BatchFn = Callable[["LoadedModel", Sequence[HellaswagItem], Sequence[Sequence[HellaswagItem]], "ConceptCache | None"],
+                   list[ItemResult]]
 
-#: Items scored together by one call of a test's batch function (and committed to the store together).
+#: Items scored together by one call of a scorer's batch function (and committed to the store together).
 CHUNK = 128
 
 
-def _batch_fn(test: str, scheme: Scheme | None, cache: Any = None) -> BatchFn:
-    """The function scoring a chunk of items (with their few-shot examples) for ``test``: the baseline and
-    Test 1 pack the chunk's forward passes (:mod:`.packing`; Test 1 reads and writes its segment vectors in the
-    concept ``cache`` when given); Test 2 runs item by item."""
+@dataclass(frozen=True)
+class Scorer:
+    """What the runner runs over items: the test's name and the scheme's name in the store key
+    (:class:`~walklens.hellaswag.store.RunKey`), and the function scoring a chunk of items (:data:`BatchFn`).
+    The baseline, Test 1 and Test 2 (:func:`scorer`) and compaction
+    (:func:`~walklens.experiments.compaction.compact_scorer`) each provide one."""
+
+    test: str
+    scheme: str
+    batch: BatchFn
+
+
+def _baseline_batch(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
+                    cache: "ConceptCache | None") -> list[ItemResult]:
+    return baseline_items(lm, items, examples)
+
+
+def baseline_scorer() -> Scorer:
+    """The lm-evaluation-harness baseline (sec. 5: ``acc``/``acc_norm``), its chunks packed
+    (:mod:`walklens.hellaswag.packing`); stored under scheme ``baseline``."""
+    return Scorer(test="baseline", scheme=BASELINE_SCHEME, batch=_baseline_batch)
+
+
+def test1_scorer(lm: "LoadedModel", scheme: Scheme) -> Scorer:
+    """Test 1, pyramidal generation (sec. 5.1.1), with ``scheme`` checked for Test 1 on this model: the chunk's
+    forward passes packed, its segment vectors read from and written to the concept cache."""
+    scheme.validate(1, arch_of(lm))
+
+    def batch(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
+              cache: "ConceptCache | None") -> list[ItemResult]:
+        return test1_items(lm, items, examples, scheme, cache)
+
+    return Scorer(test="test1", scheme=str(scheme), batch=batch)
+
+
+def test2_scorer(lm: "LoadedModel", scheme: Scheme) -> Scorer:
+    """Test 2, concept similarity (sec. 5.1.2), with ``scheme`` checked for Test 2 on this model: item by item."""
+    scheme.validate(2, arch_of(lm))
+
+    def batch(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
+              cache: "ConceptCache | None") -> list[ItemResult]:
+        return [test2_item(lm, it, ex, scheme) for it, ex in zip(items, examples)]
+
+    return Scorer(test="test2", scheme=str(scheme), batch=batch)
+
+
+def scorer(lm: "LoadedModel", test: str, scheme: Scheme | None = None) -> Scorer:
+    """The scorer of ``test`` (one of :data:`TESTS`; Test 1 and Test 2 need a ``scheme``)."""
     if test == "baseline":
-        return baseline_items
+        return baseline_scorer()
+    if test not in TESTS:
+        raise InputError(f"unknown test {test!r}; use one of {TESTS}")
     if scheme is None:
         raise InputError(f"{test} needs a scheme")
-    if test == "test1":
-        return lambda lm, its, exs: test1_items(lm, its, exs, scheme, cache)
-    if test == "test2":
-        return lambda lm, its, exs: [test2_item(lm, it, ex, scheme) for it, ex in zip(its, exs)]
-    raise InputError(f"unknown test {test!r}; use one of {TESTS}")
+    return test1_scorer(lm, scheme) if test == "test1" else test2_scorer(lm, scheme)
 
 
-def run_key(model: str, items: Sequence[HellaswagItem], *, test: str, scheme: Scheme | None = None, shots: int = 0,
-            data: str = "", fewshot_seed: int = FEWSHOT_SEED) -> RunKey:
-    """The store key of a run of ``test`` over ``items`` (the few-shot seed is part of the data key unless it is
-    the default)."""
-    split = items[0].split if items else "validation"
-    scheme_key = BASELINE_SCHEME if test == "baseline" else str(scheme)
-    data_key = data if fewshot_seed == FEWSHOT_SEED else f"{data}#seed={fewshot_seed}"
-    return RunKey(model=model, data=data_key, split=split, shots=int(shots), test=test, scheme=scheme_key)
+def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], scorer: Scorer, setup: RunSetup = RunSetup(), *,
+             desc: str | None = None) -> RunSummary:
+    """Run ``scorer`` (:func:`scorer`: the baseline, Test 1 or Test 2; or compaction's) on ``items``.
 
-
-def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], *, test: str, scheme: Scheme | None = None,
-             shots: int = 0, pool: Sequence[HellaswagItem] | None = None, data: str = "",
-             store: ResultStore | None = None, fewshot_seed: int = FEWSHOT_SEED, progress: bool = True,
-             desc: str | None = None, cache: Any = None, batch_fn: BatchFn | None = None) -> RunSummary:
-    """Run ``test`` (``baseline``, ``test1`` or ``test2``) on ``items``.
-
-    ``pool``: where few-shot examples come from (default: ``items``); ``data``: the data source id used in the
-    store key.  With a ``store``, items already stored for the same (model, data, split, shots, test, scheme)
-    are read back instead of recomputed, each chunk of new items (:data:`CHUNK`) is committed as soon as it is
-    scored, and the run's summary row is updated at the end; an interrupted run therefore resumes where it
-    stopped.  ``cache``: the concept cache Test 1 uses (:mod:`walklens.concepts.cache`).  ``batch_fn``: score
-    the items with this function instead of a test's own (another ``test`` name, e.g. ``compact``; the store key
-    then holds ``str(scheme)``).
+    With a results store (``setup.store``), items already stored under the same key (:meth:`RunSetup.run_key`:
+    model, data, split, shots, the scorer's test and scheme) are read back instead of recomputed, each chunk of new
+    items (:data:`CHUNK`) is committed as soon as it is scored, and the run's summary row is updated at the end;
+    an interrupted run therefore resumes where it stopped.  Few-shot examples come from ``setup.pool`` (default:
+    ``items``); ``setup.cache`` is the concept cache the scorer reads and writes (:mod:`walklens.concepts.cache`).
     """
-    if test not in TESTS and batch_fn is None:
-        raise InputError(f"unknown test {test!r}; use one of {TESTS}")
-    if test in ("test1", "test2"):
-        if scheme is None:
-            raise InputError(f"{test} needs a scheme")
-        scheme.validate(1 if test == "test1" else 2, arch_of(lm))
-    key = run_key(lm.name, items, test=test, scheme=scheme, shots=shots, data=data, fewshot_seed=fewshot_seed)
+    store = setup.store
+    setup = setup.with_pool(items)
+    key = setup.run_key(lm.name, items, scorer.test, scorer.scheme)
     stored = store.results(key, [it.index for it in items]) if store is not None else {}
-    fn = batch_fn if batch_fn is not None else _batch_fn(test, scheme, cache)
-    pool = items if pool is None else pool
     todo = [it for it in items if it.index not in stored]
     computed = 0
-    bar = progress_bar(total=len(todo), desc=desc or f"{lm.name} {test}", unit="item", disable=not progress or not todo)
+    bar = progress_bar(total=len(todo), desc=desc or f"{lm.name} {scorer.test}", unit="item",
+                       disable=not setup.progress or not todo)
     try:
         with torch.inference_mode():
             for start in range(0, len(todo), CHUNK):
                 chunk = todo[start:start + CHUNK]
-                exs = [fewshot_examples(pool, shots, it.index, seed=fewshot_seed, query_split=it.split)
-                       if shots else [] for it in chunk]
-                rs = fn(lm, chunk, exs)
+                rs = scorer.batch(lm, chunk, setup.examples(chunk), setup.cache)
                 for r in rs:
                     stored[r.item] = r
                 if store is not None:

@@ -24,7 +24,8 @@ How the cost of ~10^6 schemes is kept near the cost of one:
    memo, which collapses e.g. every SEGMENT_AGG/EXAMPLE_AGG of a one-segment zero-shot context).  What
    remains is one such call per distinct concept sequence and item.
 
-Items are cut by every encoding scheme once (:mod:`.plan`); :mod:`.run` drives the whole and stores each
+Items are cut by every encoding scheme once (:mod:`.plan`); :mod:`.run` drives the whole (Test 2 planned and
+run by :mod:`.test2`, Test 1 by :mod:`.test1`, each shard named by its key, :mod:`.keys`) and stores each
 group as it is computed in the sweep tables of the run database (:class:`~walklens.hellaswag.store.SweepStore`: a million
 schemes are a few thousand rows).  Everything that computes is a shard fixed before any runs (:mod:`.shards`),
 run in this process or on Ray actors (:mod:`walklens.backends`) with the same bits either way; a bundle's
@@ -37,8 +38,13 @@ from __future__ import annotations
 from .bank import NormedBank, VectorBank, build_bank, layer_keys
 from .batched import EncLayout, test1_predictions, test2_bundle_batched
 from .plan import ItemPlan, plan_item
-from .run import TEST1_SHARD_ITEMS, SweepOutcome, evaluate_test1, evaluate_test2, run_sweep, sweep_baseline
+from .keys import BlockKey, BundleKey, Test1ShardKey, Test2ShardKey
+from .run import SweepOutcome, SweepSpec, run_sweep, sweep_baseline
+from .sink import Sink, Tally
+from .test1 import TEST1_SHARD_ITEMS, evaluate_test1
+from .test2 import evaluate_test2
 
-__all__ = ["TEST1_SHARD_ITEMS", "EncLayout", "ItemPlan", "NormedBank", "SweepOutcome", "build_bank",
-           "evaluate_test1", "evaluate_test2", "layer_keys", "plan_item", "run_sweep", "sweep_baseline",
-           "test1_predictions", "test2_bundle_batched"]
+__all__ = ["TEST1_SHARD_ITEMS", "BlockKey", "BundleKey", "EncLayout", "ItemPlan", "NormedBank", "Sink", "SweepOutcome",
+           "SweepSpec", "Tally", "Test1ShardKey", "Test2ShardKey", "build_bank", "evaluate_test1",
+           "evaluate_test2", "layer_keys", "plan_item", "run_sweep", "sweep_baseline", "test1_predictions",
+           "test2_bundle_batched"]

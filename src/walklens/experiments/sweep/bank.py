@@ -3,7 +3,7 @@ aggregation, optionally kept in the concept cache; NORM applied as rows are read
 
 The ``[T, D]`` hidden states of a text are reduced right away by every WORD_AGG_SCHEME into a
 :class:`~..vectors.VectorBank` ``[texts, layers, words, D]`` (the hidden states themselves are dropped) by
-:func:`~..vectors.text_vectors`, the one place every command computes segment vectors.  With a cache folder
+:func:`~..vectors.text_vectors`, the one place every command computes segment vectors.  With a concept cache
 (``--cache DIR``: a :class:`~walklens.concepts.cache.ConceptCache`, shared with Test 1 and compaction), every
 (text, layer, word) vector is stored once and read back by later runs, also by runs that need a subset of the
 layers and word aggregations.
@@ -12,7 +12,7 @@ layers and word aggregations.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import torch
 
@@ -21,6 +21,7 @@ from ...concepts.schemes import normalize
 from ...concepts.vectors import VectorBank, forward_batch, layer_key, text_vectors
 
 if TYPE_CHECKING:
+    from ...backends import Workers
     from ...loading import LoadedModel
 
 Tensor = torch.Tensor
@@ -74,23 +75,23 @@ def layer_keys(lm: LoadedModel, layers: Iterable[str]) -> dict[str, str]:
 
 
 def build_bank(lm: LoadedModel, texts: Iterable[str], layers: Sequence[str], words: Sequence[str], *,
-               cache_dir: str | os.PathLike[str] | None = None, cache: ConceptCache | None = None,
-               batch_tokens: int = 2048, progress: bool = True, workers: Any = None,
-               on_shard: Callable[[str, int], None] | None = None) -> VectorBank:
+               cache: ConceptCache | str | os.PathLike[str] | None = None, progress: bool = True,
+               workers: Workers | None = None, on_shard: Callable[[str, int], None] | None = None) -> VectorBank:
     """Run every distinct text once and reduce its hidden states by every word aggregation.
 
     ``layers``: bank keys (``"E"`` or a hidden-state index ``"0"``..``"N"``; hidden state ``l`` is the input of
     layer ``l`` and ``N`` the top of the stack after the final norm, A.6 ENCODING_LAYER).  Each text is
-    tokenised and run exactly as the single-scheme runner does (:func:`~..vectors.text_vectors`).  With
-    ``cache`` (or a ``cache_dir`` to open one in), vectors already stored are read back instead of computed,
-    and those computed are stored (:mod:`walklens.concepts.cache`).  ``workers`` runs the forward batches
-    (:func:`forward_shard`; default: this process), ``on_shard("forward", n)`` follows the n-th.
+    tokenised and run exactly as the single-scheme runner does (:func:`~..vectors.text_vectors`).  With a
+    ``cache`` (a :class:`~walklens.concepts.cache.ConceptCache`, or a folder to open one in for this call),
+    vectors already stored are read back instead of computed, and those computed are stored
+    (:mod:`walklens.concepts.cache`).  ``workers`` runs the forward batches (:func:`forward_shard`; default: this
+    process), ``on_shard("forward", n)`` follows the n-th.
     """
-    own = cache is None and cache_dir is not None
-    store = open_cache(cache_dir) if own else cache
+    own = cache is not None and not isinstance(cache, ConceptCache)
+    store = open_cache(cache)
     try:
-        return text_vectors(lm, texts, layers, words, cache=store, batch_tokens=batch_tokens, progress=progress,
-                            workers=workers, on_batch=None if on_shard is None else lambda n: on_shard("forward", n))
+        return text_vectors(lm, texts, layers, words, cache=store, progress=progress, workers=workers,
+                            on_batch=None if on_shard is None else lambda n: on_shard("forward", n))
     finally:
         if own and store is not None:
             store.close()

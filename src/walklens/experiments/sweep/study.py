@@ -8,20 +8,26 @@ the cache folder are checked before any model loads; every run resumes where an 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ...backends import Backend
+from ...concepts.cache import open_cache
+from ...concepts.schemes import Scheme, resolve_layer
 from ...errors import InputError
-from ...outputs import check_dir
 from ...hellaswag.data import HF_PREFIX, HellaswagItem, data_id, load_hellaswag
 from ...hellaswag.encode import arch_of
-from ..experiment import Experiment
+from ...hellaswag.store import ResultStore, SweepStore
+from ...outputs import check_dir
+from ..experiment import Experiment, ModelEntry
 from ..grid import GridSpec
-from ...concepts.schemes import resolve_layer
-from ...hellaswag.store import SweepStore
-from .run import OnShard, SweepOutcome, run_sweep
+from ..runsetup import RunSetup
+from .run import SweepOutcome, SweepSpec, run_sweep
+from .sink import OnShard
+
+if TYPE_CHECKING:
+    from ...loading import LoadedModel
 
 
 @dataclass
@@ -70,45 +76,75 @@ def study_items(exp: Experiment) -> tuple[list[HellaswagItem], list[HellaswagIte
 
 def run_experiment(exp: Experiment, backend: Backend, *, db: str | Path, progress: bool = True,
                    log: Callable[[str], None] = lambda m: None, on_run: Callable[[StudyRun], None] | None = None,
-                   on_shard: OnShard | None = None, **sweep_kw: Any) -> list[StudyRun]:
+                   on_shard: OnShard | None = None) -> list[StudyRun]:
     """Run every ``(model, seed, shots, test)`` of ``exp`` (:meth:`~..experiment.Experiment.runs`) into ``db``;
     ``on_run`` is called after each run.  The cache folder is ``exp.cache`` (``False``: none; default:
     :func:`default_cache`)."""
     for m in exp.models:  # a device the workers cannot have: refused before anything loads or is written
         backend.check_device(m.device)
-    cache = None if exp.cache is False else (exp.cache or default_cache(db))
+    cache: str | Path | None = None
+    if exp.cache is not False:
+        cache = exp.cache if isinstance(exp.cache, str) and exp.cache else default_cache(db)
     if cache is not None:
         check_dir(cache, "cache")
     with SweepStore(db):  # an unusable database is refused before any model loads
         pass
     items, pool, data = study_items(exp)
     out: list[StudyRun] = []
-    plan = exp.runs()
-    for model in exp.models:
-        runs = [r for r in plan if r[0] == model]
-        lm = backend.driver_model(model.spec, dtype=model.dtype, device=model.device)
-        arch = arch_of(lm)
-        grids: dict[int, tuple[GridSpec, list[Any]]] = {}
-        for t in exp.tests:  # every grid fits this model before any of its work
-            g = GridSpec.resolve(exp.grids[t], t, arch, exp.layers)
-            for layer in g.layers():
-                resolve_layer(layer, lm.n_layers)
-            schemes, _ = g.enumerate(arch)
-            if not schemes:
-                raise InputError(f"{exp.path}: the grid of Test {t} has no valid scheme for {lm.name}")
-            grids[t] = (g, schemes)
-        log(f"{lm.name}: {len(runs)} run(s) on {backend.describe()}")
-        with backend.workers(lm) as workers:
-            for _, seed, shots, test in runs:
-                g, schemes = grids[test]
-                t0 = time.perf_counter()
-                o = run_sweep(lm, items, test=test, schemes=schemes, db=db, shots=shots, pool=pool, data=data,
-                              fewshot_seed=seed, cache_dir=cache, progress=progress, log=log, workers=workers,
-                              on_shard=on_shard, **sweep_kw)
-                run = StudyRun(model=lm.name, test=test, shots=shots, seed=seed, grid=g.name, n_items=len(items),
-                               outcome=o, seconds=time.perf_counter() - t0)
-                out.append(run)
-                if on_run is not None:
-                    on_run(run)
-        del lm
+    concepts = open_cache(cache)
+    try:
+        with ResultStore(db) as store:
+            setup = RunSetup(pool=pool, data=data, store=store, cache=concepts, progress=progress)
+            for model in exp.models:
+                out += _model_runs(exp, backend, model, items, setup, _Hooks(log, on_run, on_shard))
+    finally:
+        if concepts is not None:
+            concepts.close()
+    return out
+
+
+@dataclass(frozen=True)
+class _Hooks:
+    """What a study reports: log lines, each run when done, each shard stored."""
+
+    log: Callable[[str], None]
+    on_run: Callable[[StudyRun], None] | None
+    on_shard: OnShard | None
+
+
+def _grids(exp: Experiment, lm: LoadedModel) -> dict[int, tuple[GridSpec, list[Scheme]]]:
+    """Each test's grid and its schemes on ``lm``: every grid fits this model before any of its work."""
+    arch = arch_of(lm)
+    grids: dict[int, tuple[GridSpec, list[Scheme]]] = {}
+    for t in exp.tests:
+        g = GridSpec.resolve(exp.grids[t], t, arch, exp.layers)
+        for layer in g.layers():
+            resolve_layer(layer, lm.n_layers)
+        schemes, _ = g.enumerate(arch)
+        if not schemes:
+            raise InputError(f"{exp.path}: the grid of Test {t} has no valid scheme for {lm.name}")
+        grids[t] = (g, schemes)
+    return grids
+
+
+def _model_runs(exp: Experiment, backend: Backend, model: ModelEntry, items: list[HellaswagItem], setup: RunSetup,
+                hooks: _Hooks) -> list[StudyRun]:
+    """Every run of one model of ``exp``, on workers opened once for them."""
+    runs = [r for r in exp.runs() if r[0] == model]
+    lm = backend.driver_model(model.spec, dtype=model.dtype, device=model.device)
+    grids = _grids(exp, lm)
+    hooks.log(f"{lm.name}: {len(runs)} run(s) on {backend.describe()}")
+    out: list[StudyRun] = []
+    with backend.workers(lm) as workers:
+        for _, seed, shots, test in runs:
+            g, schemes = grids[test]
+            t0 = time.perf_counter()
+            o = run_sweep(lm, items, SweepSpec(test=test, schemes=schemes),
+                          replace(setup, shots=shots, fewshot_seed=seed, workers=workers), log=hooks.log,
+                          on_shard=hooks.on_shard)
+            run = StudyRun(model=lm.name, test=test, shots=shots, seed=seed, grid=g.name, n_items=len(items),
+                           outcome=o, seconds=time.perf_counter() - t0)
+            out.append(run)
+            if hooks.on_run is not None:
+                hooks.on_run(run)
     return out

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from .db import connect
 from .results import KEY_COLUMNS, SCHEMA_VERSION, ItemResult, ResultStore, RunKey, default_db_path
-from .sweeps import COUNT_CHUNK_ELEMS, SweepResults, SweepStore, pack_predictions, unpack_predictions
+from .sweeps import COUNT_CHUNK_ELEMS, SweepResults, SweepRun, SweepStore, pack_predictions, unpack_predictions
 
 __all__ = ["COUNT_CHUNK_ELEMS", "KEY_COLUMNS", "SCHEMA_VERSION", "ItemResult", "ResultStore", "RunKey", "SweepResults",
-           "SweepStore", "connect", "default_db_path", "pack_predictions",
+           "SweepRun", "SweepStore", "connect", "default_db_path", "pack_predictions",
            "unpack_predictions"]

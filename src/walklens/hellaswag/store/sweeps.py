@@ -152,6 +152,28 @@ def unpack_predictions(blob: bytes, n: int) -> np.ndarray:
     return p[:n].copy()
 
 
+@dataclass(frozen=True)
+class SweepRun:
+    """A sweep run as ``sweep_runs`` holds it: what identifies it (model, data key, split, shots, test and its
+    items: their indices and gold labels, hashed) and the model facts kept with it (architecture, layers)."""
+
+    model: str
+    data: str
+    split: str
+    shots: int
+    test: int
+    labels: Sequence[int]
+    item_index: Sequence[int]
+    arch: str
+    n_layers: int
+
+    @property
+    def items_hash(self) -> str:
+        """16 hex digits of the SHA-256 of the item indices and labels (the key's item set)."""
+        return hashlib.sha256(json.dumps([list(map(int, self.item_index)), list(map(int, self.labels))]).encode()
+                              ).hexdigest()[:16]
+
+
 @dataclass
 class SweepResults:
     """All stored schemes of one sweep run: ``acc[metric, scheme]``, and either ``preds[metric, scheme, item]``
@@ -242,18 +264,15 @@ class SweepStore:
         self.close()
 
     # ---- runs ----------------------------------------------------------------------------------------------
-    def run_id(self, *, model: str, data: str, split: str, shots: int, test: int, labels: Sequence[int],
-               item_index: Sequence[int], arch: str, n_layers: int) -> int:
-        """The id of the run of these items (created on first use)."""
-        items_hash = hashlib.sha256(json.dumps([list(map(int, item_index)), list(map(int, labels))]).encode()
-                                    ).hexdigest()[:16]
-        key = (model, data, split, int(shots), int(test), items_hash)
+    def run_id(self, run: SweepRun) -> int:
+        """The id of ``run`` (created on first use)."""
+        key = (run.model, run.data, run.split, int(run.shots), int(run.test), run.items_hash)
         with transaction(self.con) as c:
             c.execute(
                 "INSERT OR IGNORE INTO sweep_runs (model,data,split,shots,test,items_hash,n_items,labels,item_index,"
                 "arch,n_layers,created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (*key, len(labels), bytes(np.asarray(labels, np.uint8)), json.dumps(list(map(int, item_index))),
-                 arch, int(n_layers), time.time()))
+                (*key, len(run.labels), bytes(np.asarray(run.labels, np.uint8)),
+                 json.dumps(list(map(int, run.item_index))), run.arch, int(run.n_layers), time.time()))
         row = self.con.execute("SELECT id FROM sweep_runs WHERE model=? AND data=? AND split=? AND shots=? AND "
                                "test=? AND items_hash=?", key).fetchone()
         return int(row[0])
