@@ -115,8 +115,8 @@ def test_module_level_imports_form_no_cycle():
                                              "experiments.runner", "experiments.runsetup", "concepts.similarity",
                                              "experiments.sweep.plan", "experiments.sweep.bank",
                                              "experiments.sweep.batched", "experiments.sweep.run",
-                                             "experiments.sweep.keys", "experiments.sweep.test1",
-                                             "experiments.sweep.test2", "hellaswag.store.db", "hellaswag.store.results",
+                                             "experiments.sweep.keys", "experiments.sweep.generation",
+                                             "experiments.sweep.similarity", "hellaswag.store.db", "hellaswag.store.results",
                                              "hellaswag.store.sweeps"))
 def test_no_function_level_imports_of_walklens_modules(name):
     """Cycles are broken by layering, not dodged by importing inside functions."""

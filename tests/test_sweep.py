@@ -595,7 +595,7 @@ def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) ->
     one-range table bit for bit."""
     from walklens.backends import LocalWorkers
     from walklens.experiments.sweep import SweepSpec
-    from walklens.experiments.sweep.test2 import TEST2_WAVE
+    from walklens.experiments.sweep.similarity import TEST2_WAVE
     from walklens.experiments.sweep.shards import TEST2_CHUNK
     from walklens.testing import tiny_model
 

@@ -109,8 +109,8 @@ def test_the_planners_skip_what_is_stored(tmp_path: Path) -> None:
 
     from walklens.backends import LocalWorkers
     from walklens.experiments.sweep import Sink, build_bank, layer_keys, plan_item
-    from walklens.experiments.sweep.test1 import plan_test1
-    from walklens.experiments.sweep.test2 import plan_test2
+    from walklens.experiments.sweep.generation import plan_test1
+    from walklens.experiments.sweep.similarity import plan_test2
     from walklens.hellaswag.store import SweepRun, SweepStore
     from walklens.testing import tiny_model
 

@@ -25,7 +25,7 @@ How the cost of ~10^6 schemes is kept near the cost of one:
    remains is one such call per distinct concept sequence and item.
 
 Items are cut by every encoding scheme once (:mod:`.plan`); :mod:`.run` drives the whole (Test 2 planned and
-run by :mod:`.test2`, Test 1 by :mod:`.test1`, each shard named by its key, :mod:`.keys`) and stores each
+run by :mod:`.similarity`, Test 1 by :mod:`.generation`, each shard named by its key, :mod:`.keys`) and stores each
 group as it is computed in the sweep tables of the run database (:class:`~walklens.hellaswag.store.SweepStore`: a million
 schemes are a few thousand rows).  Everything that computes is a shard fixed before any runs (:mod:`.shards`),
 run in this process or on Ray actors (:mod:`walklens.backends`) with the same bits either way; a bundle's
@@ -41,8 +41,8 @@ from .plan import ItemPlan, plan_item
 from .keys import BlockKey, BundleKey, Test1ShardKey, Test2ShardKey
 from .run import SweepOutcome, SweepSpec, run_sweep, sweep_baseline
 from .sink import Sink, Tally
-from .test1 import TEST1_SHARD_ITEMS, evaluate_test1
-from .test2 import evaluate_test2
+from .generation import TEST1_SHARD_ITEMS, evaluate_test1
+from .similarity import evaluate_test2
 
 __all__ = ["TEST1_SHARD_ITEMS", "BlockKey", "BundleKey", "EncLayout", "ItemPlan", "NormedBank", "Sink", "SweepOutcome",
            "SweepSpec", "Tally", "Test1ShardKey", "Test2ShardKey", "build_bank", "evaluate_test1",

@@ -5,7 +5,7 @@
   meet all choice vectors ``[n, C, Q, D]`` in :func:`~walklens.concepts.similarity.batched_scores` (one ``bmm``; the same scorer the
   single-scheme runner uses).  Pairs with bit-identical bank vectors are computed once.
 * Test 1: the concept sequence of each item (:func:`~..compose.compose_context` of bank rows) replaces the
-  context; :func:`~..packing.packed_logliks` scores the endings after it, identical sequences once.
+  context; :func:`~walklens.hellaswag.packing.packed_logliks` scores the endings after it, identical sequences once.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def test1_predictions(lm: LoadedModel, bank: VectorBank, nbank: NormedBank, item
     """Test 1 (pyramidal generation, sec. 5.1.1) predictions ``[2, 1, items]`` (acc, acc_norm) of one scheme.
 
     The concept sequence of each item (from the bank; Gemma's BOS embedding in front, as
-    :func:`~..test1.concept_sequence`) replaces the context; :func:`~..packing.packed_logliks` scores the
+    :func:`~walklens.concepts.generation.concept_sequence`) replaces the context; :func:`~walklens.hellaswag.packing.packed_logliks` scores the
     baseline's continuation tokens of the four endings after it, every item's request packed into shared
     forward passes.  ``memo`` maps the bytes of a concept sequence (and its continuations) to its four
     log-likelihoods, so schemes that give the same sequence (e.g. every EXAMPLE_AGG of a one-example context)

@@ -20,7 +20,7 @@ come back:
   within one), each cut into item ranges of ``SweepSpec.test1_shard_items``; a range's picks are kept in the store's
   ``sweep_shards`` table and the block's groups committed, dropping them, when its last range is in.
 
-Test 2 is planned and run by :mod:`.test2`, Test 1 by :mod:`.test1`; a shard's key (:mod:`.keys`) names what
+Test 2 is planned and run by :mod:`.similarity`, Test 1 by :mod:`.generation`; a shard's key (:mod:`.keys`) names what
 it computed and the kept picks.  A payload depends only on the grid, the items and the stored whole bundles and
 blocks, so the stored picks are the same bits whatever the backend and the number of workers, and a killed sweep
 (driver or worker) resumes without computing a stored shard again and ends with the table an uninterrupted run
@@ -49,8 +49,8 @@ from .bank import build_bank, layer_keys
 from .plan import ItemPlan, plan_item
 from .shards import baseline_shard
 from .sink import OnShard, Sink, Tally
-from .test1 import TEST1_SHARD_ITEMS, Test1Items, evaluate_test1
-from .test2 import evaluate_test2
+from .generation import TEST1_SHARD_ITEMS, Test1Items, evaluate_test1
+from .similarity import evaluate_test2
 
 if TYPE_CHECKING:
     from ...loading import LoadedModel
@@ -205,8 +205,8 @@ def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], spec: SweepSpec, 
        normalised scores divide by it);
     2. every distinct segment text of every encoding scheme used, run once (:func:`~.bank.build_bank`; read
        from and kept in the concept cache ``setup.cache`` when given);
-    3. every scheme group not yet stored, evaluated and committed (:func:`~.test2.evaluate_test2`,
-       :func:`~.test1.evaluate_test1`).  Rerunning the same call after an interruption continues where it stopped.
+    3. every scheme group not yet stored, evaluated and committed (:func:`~.similarity.evaluate_test2`,
+       :func:`~.generation.evaluate_test1`).  Rerunning the same call after an interruption continues where it stopped.
 
     ``lm`` plans (tokenises, cuts items); the shards run on ``setup.workers`` if given, else in this process on
     ``lm``.  The stored results do not depend on which.  ``on_shard(kind, n)`` follows the shards stored;
