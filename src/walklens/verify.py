@@ -30,6 +30,7 @@ import torch
 from .attention import attention_identity, head_matrices
 from .capture import capture
 from .decoding import decoding_walk
+from .frames import Columns, DataFrame, frame, pick, record_table
 from .models.base import get_module, has_module
 from .models.derive import ACT_NAMES, MLP_NAMES
 from .models.probe import Probe, qk_norms, score_softcap, scores_error
@@ -98,6 +99,25 @@ class ParityCard:
         marks = " ".join(f"{c.name}:{'ok' if c.passed else 'n/a' if c.passed is None else 'FAIL'}"
                          for c in self.checks)
         return f"ParityCard({self.model_name}, {self.dtype}, {'pass' if self.passed else 'FAIL'}: {marks})"
+
+    def _columns(self, table: str = "checks") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        return pick(table, {
+            "checks": lambda: record_table([{"name": c.name, "what": c.what, "error": c.error,
+                                             "tolerance": c.tolerance, "passed": c.passed, "note": c.note}
+                                            for c in self.checks],
+                                           ["name", "what", "error", "tolerance", "passed", "note"]),
+            "detail": lambda: record_table([{"check": c.name, "key": k, "value": v}
+                                            for c in self.checks for k, v in c.detail.items()],
+                                           ["check", "key", "value"])}, "a ParityCard")
+
+    def to_pandas(self, table: str = "checks") -> DataFrame:
+        """The card as tables (pandas; docs/notebooks.md, "Tables"): ``checks`` one row per check (``passed``
+        missing: not measurable here, ``note`` says why); ``detail`` each check's further numbers, one row per
+        (check, key)."""
+        return frame(self._columns(table), {"model": self.model_name, "family": self.family,
+                                            "derived": self.derived, "dtype": self.dtype, "passed": self.passed,
+                                            "texts": list(self.texts), "limits": dict(self.limits)})
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
