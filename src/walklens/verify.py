@@ -22,6 +22,7 @@ accepted on, :mod:`walklens.models.derive`).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -236,16 +237,20 @@ def _mlp_activation(lm: LoadedModel) -> tuple[float | None, str]:
 
 
 def verify(lm: LoadedModel, *, texts: tuple[str, ...] = TEXTS, quick: bool = False,
-           progress: Callable[[str], None] | None = None) -> ParityCard:
-    """The parity card of ``lm`` in its own dtype (see the module docstring)."""
+           progress: bool | Callable[[str], None] | None = None) -> ParityCard:
+    """The parity card of ``lm`` in its own dtype (see the module docstring).  ``progress``: True draws a
+    ``tqdm.auto`` bar over the texts; a callable is called with each text before it is checked."""
+    from tqdm.auto import tqdm
+
     dt = lm.dtype
     found: dict[str, list[tuple[float | None, str, dict[str, float]]]] = {}
 
     def add(name: str, err: float | None, note: str = "", detail: dict[str, float] | None = None) -> None:
         found.setdefault(name, []).append((err, note, detail or {}))
 
-    for text in texts:
-        if progress:
+    for text in tqdm(texts, desc="parity card", unit="text", file=sys.stderr, leave=False,
+                     disable=progress is not True):
+        if callable(progress):
             progress(text)
         tr = capture(lm, text, truncate=True)
         out = _reference(lm, tr) if lm.adapter.auto_class == "causal" else None
