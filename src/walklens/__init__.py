@@ -66,6 +66,9 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "hooks": ("Hooks",),
     "interventions": ("ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers",
                       "SteerEdit", "upcast", "outside_layers", "attention_kernel"),
+    # tables as data frames (pandas, an optional extra): every result's to_pandas(), a results database
+    "frames": ("similarity_frame",),
+    "database": ("summarise_db",),
 }
 
 _EXPORTS: dict[str, str] = {name: module for module, names in _PUBLIC.items() for name in names}

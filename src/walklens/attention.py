@@ -35,6 +35,7 @@ import torch
 
 from .capture import capture
 from .errors import InputError
+from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick, record_table
 from .hooks import Hooks, distinct, first_output
 from .models.base import HeadWeights, get_module
 from .ov import FactoredMatrix
@@ -164,6 +165,42 @@ class HeadMatrices:
         """The module output ``sum_h O_h + b_o`` [T, D] (A.3)."""
         return self.head_outputs(A, X_kv).sum(0) + self.b_o
 
+    def _columns(self, table: str = "heads") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+
+        def heads() -> Columns:
+            vo, qk = self.vo(), self.qk()
+            return long_table([("head", range(self.n_heads))], {
+                "vo_norm": vo.norm().float(), "qk_norm": qk.norm().float(),
+                "vo_sigma1": vo.singular_values()[..., 0].float(), "vo_copying": vo.copying_score().float()},
+                by_axis={"head": {"kv_head": list(self.kv_head)}},
+                constants={"stack": self.stack, "layer": self.layer, "cross": self.cross})
+
+        def weights() -> Columns:
+            w, parts = self.weights, []
+            for name in ("w_q", "w_k", "w_v", "w_o"):
+                t = getattr(w, name)
+                parts.append(long_table([("head", range(t.shape[0])), ("row", range(t.shape[1])),
+                                         ("col", range(t.shape[2]))], {"value": t.float()},
+                                        constants={"matrix": name}))
+            for name in ("b_q", "b_k", "b_v"):
+                t = getattr(w, name)
+                parts.append(long_table([("head", range(t.shape[0])), ("col", range(t.shape[1]))],
+                                        {"value": t.float()}, constants={"matrix": name}))
+            parts.append(long_table([("col", range(w.b_o.shape[0]))], {"value": w.b_o.float()},
+                                    constants={"matrix": "b_o"}))
+            return concat_columns(parts)
+
+        return pick(table, {"heads": heads, "weights": weights}, "HeadMatrices")
+
+    def to_pandas(self, table: str = "heads") -> DataFrame:
+        """One attention module as a table (pandas; docs/notebooks.md, "Tables"): ``heads`` one row per head
+        (W_vo,h and W_qk,h norms, sigma_1 and copying score of W_vo,h, from the factors); ``weights`` every weight
+        in row convention, one row per (matrix, head, row, col) (``head`` of ``w_k``/``w_v``/``b_k``/``b_v`` is
+        the key/value head; biases have no ``row``, ``b_o`` no ``head``)."""
+        return frame(self._columns(table), {"family": self.family, "scale": self.scale,
+                                            "qk_norm": self.weights.qk_norm, "notes": self.weights.notes})
+
 
 def _stack_name(lm: LoadedModel, stack: str | None) -> str:
     try:
@@ -262,6 +299,17 @@ class IdentityResult(Mapping[str, float]):
             return self.max_rel_error <= IDENTITY_REL_TOL[dtype]
         return self.max_error <= 1e-4
 
+    def _columns(self, table: str = "checks") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        return pick(table, {"checks": lambda: record_table(
+            [{"name": c.name, "stack": c.stack, "layer": c.layer, "kind": c.kind, "max_abs_error": c.max_abs_error,
+              "max_abs_output": c.max_abs_output, "rel_error": c.rel_error} for c in self.checks])},
+            "an IdentityResult")
+
+    def to_pandas(self, table: str = "checks") -> DataFrame:
+        """The A.3 identity's errors, one row per attention module (pandas; docs/notebooks.md, "Tables")."""
+        return frame(self._columns(table), {"model": self.model_name, "model_dtype": self.model_dtype})
+
 
 MatricesFn = Callable[[str, int, bool], HeadMatrices]
 
@@ -355,6 +403,31 @@ class ClusterView:
     cos_query_centroid: float
     top_members: tuple[tuple[int, str, float], ...] = field(default=())
 
+    def _columns(self, table: str = "members") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        ident = {"layer": self.layer, "head": self.head, "position": self.position, "kind": self.kind}
+        scalars = {k: getattr(self, k) for k in ("self_mass", "foreign_mass", "move_fraction", "move_distance",
+                                                 "foreign_distance", "cos_query_centroid")}
+        S = len(self.memberships)
+
+        def members() -> Columns:
+            return long_table([("key_position", range(S))], {"membership": self.memberships.float()},
+                              by_axis={"key_position": {"key_token": list(self.tokens)[:S]}},
+                              constants={**ident, **scalars})
+
+        def vectors() -> Columns:
+            return long_table([("dim", range(len(self.centroid)))],
+                              {"centroid": self.centroid.float(), "filtered_centroid": self.filtered_centroid.float()},
+                              constants=ident)
+
+        return pick(table, {"members": members, "vectors": vectors}, "a ClusterView")
+
+    def to_pandas(self, table: str = "members") -> DataFrame:
+        """The view as a table (pandas; docs/notebooks.md, "Tables"): ``members`` one row per key position with
+        its ``membership`` A_h[t, s] and the view's scalars repeated (so views concatenate); ``vectors`` the
+        centroid and the filtered centroid, one row per dim."""
+        return frame(self._columns(table))
+
 
 def cluster_view(trace: Trace, hm: HeadMatrices, head: int, position: int = -1, *, top: int = 5) -> ClusterView:
     """The cluster & aggregate view of one head at one query position, from a trace captured with
@@ -415,6 +488,18 @@ class SelfMass:
     def ratio(self) -> torch.Tensor:
         return self.mass / self.uniform
 
+    def _columns(self, table: str = "heads") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        L, H = self.mass.shape
+        return pick(table, {"heads": lambda: long_table(
+            [("layer", range(L)), ("head", range(H))],
+            {"mass": self.mass.float(), "uniform": self.uniform.float(), "ratio": self.ratio.float()},
+            constants={"stack": self.stack})}, "a SelfMass")
+
+    def to_pandas(self, table: str = "heads") -> DataFrame:
+        """Self mass per (layer, head), next to uniform attention (pandas; docs/notebooks.md, "Tables")."""
+        return frame(self._columns(table), {"positions": self.positions})
+
 
 def self_mass(trace: Trace, causal: bool | None = None) -> SelfMass:
     """Self-attention mass per layer and head from a trace captured with ``attentions=True``."""
@@ -452,6 +537,17 @@ class HeadStats:
     vo_sigma1: torch.Tensor
     vo_copying: torch.Tensor
     qk_note: str = ""
+
+    def _columns(self, table: str = "heads") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        return pick(table, {"heads": lambda: long_table(
+            [("layer", list(self.layers)), ("head", range(self.vo_norm.shape[1]))],
+            {k: getattr(self, k).float() for k in ("vo_norm", "qk_norm", "vo_sigma1", "vo_copying")},
+            constants={"stack": self.stack, "cross": self.cross})}, "HeadStats")
+
+    def to_pandas(self, table: str = "heads") -> DataFrame:
+        """Per (layer, head) filter statistics (pandas; docs/notebooks.md, "Tables")."""
+        return frame(self._columns(table), {"qk_note": self.qk_note})
 
 
 def head_stats(lm: LoadedModel, stack: str | None = None, cross: bool = False,

@@ -22,6 +22,7 @@ import torch
 
 from .capture import Step, context_limit, record_steps, tokenize
 from .errors import ContextTooLongError, EmptyTextError, InputError
+from .frames import Columns, DataFrame, frame, long_table, pick
 from .numbers import POSITIVE, POSITIVE_INT, PROBABILITY
 from .walks import labels_for
 
@@ -73,6 +74,48 @@ class DecodingWalk:
     @property
     def text(self) -> str:
         return "".join(self.tokens)
+
+    def _columns(self, table: str = "steps") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        n = len(self.tokens)
+
+        def steps() -> Columns:
+            ids = [int(i) for i in self.token_ids.reshape(-1).tolist()]
+            greedy = [int(i) for i in self.greedy_ids.reshape(-1).tolist()]
+            per_step: dict[str, list] = {"token": list(self.tokens), "token_id": ids, "greedy_id": greedy,
+                                         "greedy": [a == b for a, b in zip(ids, greedy)]}
+            if self.target_ids is not None and len(self.target_ids.reshape(-1)) == n:
+                per_step["target_id"] = [int(i) for i in self.target_ids.reshape(-1).tolist()]
+            per_step["in_neighbourhood"] = ([bool(b) for b in self.in_neighbourhood.tolist()]
+                                            if self.in_neighbourhood is not None else [None] * n)
+            cols = long_table([("step", range(n))], {"rank": self.ranks, "prob": self.probs, "d_norm": self.d_norm,
+                                                     "step_length": self.step_length,
+                                                     "step_angle": self.step_angle},
+                              by_axis={"step": per_step}, wide={"top_id": self.top_ids, "top_prob": self.top_probs})
+            k = self.top_ids.shape[-1]
+            if len(self.top_tokens) == n and all(len(t) >= k for t in self.top_tokens):
+                for j in range(k):
+                    cols[f"top_token_{j}"] = [t[j] for t in self.top_tokens]
+            return cols
+
+        def prompt() -> Columns:
+            return long_table([("position", range(len(self.prompt_tokens)))],
+                              by_axis={"position": {"token": self.prompt_tokens,
+                                                    "token_id": self.prompt_ids.reshape(-1)}})
+
+        def vectors() -> Columns:
+            return long_table([("step", range(n)), ("dim", range(self.d.shape[-1]))], {"value": self.d.float()})
+
+        return pick(table, {"steps": steps, "d": vectors, "prompt": prompt}, "a DecodingWalk")
+
+    def to_pandas(self, table: str = "steps") -> DataFrame:
+        """The walk as a table (pandas; docs/notebooks.md, "Tables"): ``steps`` one row per generated token
+        (``rank`` 0-based, ``prob`` = P_t(w_{t+1}), the top-k as ``top_id_i``/``top_prob_i``/``top_token_i``);
+        ``d`` the decoding vectors d_t, one row per (step, dim); ``prompt`` the prompt's tokens."""
+        return frame(self._columns(table), {
+            "model": self.model_name, "prompt": self.prompt, "text": self.text, "sample": self.sample,
+            "seed": self.seed, "temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
+            "stopped_at_eos": self.stopped_at_eos, "target": self.target, "left_path_at": self.left_path_at})
 
 
 @dataclass

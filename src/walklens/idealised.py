@@ -19,6 +19,7 @@ import torch
 
 from .capture import capture
 from .errors import InputError, UnsupportedFamilyError
+from .frames import Columns, DataFrame, frame, long_table, pick, record_table
 from .interventions import ablate_mlps, tied_layers
 from .ov import ov_factors, ov_matrix, residual_gap
 from .power import (PowerSpectra, alignment_from_states, as_texts, cos_to_bases, fitted_rate, power_iterate,
@@ -79,6 +80,24 @@ class Dynamics:
     random_mean: float
     n_tokens: int
     notes: list[str] = field(default_factory=list)
+
+    def _columns(self, table: str = "layers") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+
+        def at(d: dict[str, list[float]], m: str, i: int) -> float | None:
+            v = d.get(m, [])
+            return v[i] if i < len(v) else None
+
+        return pick(table, {"layers": lambda: record_table(
+            [{"mode": m, "layer": layer, "alignment": at(self.alignment, m, i), "agreement": at(self.agreement, m, i),
+              "random_mean": self.random_mean} for m in self.modes for i, layer in enumerate(self.layers)],
+            ["mode", "layer", "alignment", "agreement", "random_mean"])}, "Dynamics")
+
+    def to_pandas(self, table: str = "layers") -> DataFrame:
+        """One row per (mode, layer): alignment with v1(F_l) and agreement with the real model at layer l's
+        output, next to the random-direction baseline (pandas; docs/notebooks.md, "Tables")."""
+        return frame(self._columns(table), {"model": self.model_name, "n_tokens": self.n_tokens,
+                                            "notes": list(self.notes)})
 
 
 @torch.no_grad()
@@ -184,6 +203,28 @@ class SharedWeights:
     random_mean: float
     n_tokens: int
     nearest: list[str] = field(default_factory=list)
+
+    def _columns(self, table: str = "depths") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        curves = ("measured", "measured_lo", "measured_hi", "power", "residual", "predicted", "predicted_residual")
+
+        def fit() -> Columns:
+            return record_table([{
+                "layer": self.layer, "n_layers": self.n_layers, "lambda1_re": self.lambda1.real,
+                "lambda1_im": self.lambda1.imag, "lambda2_re": self.lambda2.real, "lambda2_im": self.lambda2.imag,
+                "complex_pair": self.complex_pair, "rate": self.rate, "rate_residual": self.rate_residual,
+                "fitted_measured": self.fitted_measured, "fitted_power": self.fitted_power,
+                "random_mean": self.random_mean, "n_tokens": self.n_tokens}])
+
+        return pick(table, {"depths": lambda: long_table([("depth", range(len(self.measured)))],
+                                                         {k: list(getattr(self, k)) for k in curves}),
+                            "fit": fit}, "SharedWeights")
+
+    def to_pandas(self, table: str = "depths") -> DataFrame:
+        """Layer k applied L times as tables (pandas; docs/notebooks.md, "Tables"): ``depths`` one row per depth
+        l = 0..L (measured, power-method, residual and predicted alignment curves); ``fit`` one row of the
+        eigenvalues, rates and fitted rates."""
+        return frame(self._columns(table), {"model": self.model_name, "nearest": list(self.nearest)})
 
 
 @torch.no_grad()

@@ -56,6 +56,7 @@ import torch
 
 from .capture import attention_probs, context_limit
 from .errors import InputError
+from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick, record_table
 from .hooks import Hooks, distinct
 from .models.base import get_module
 
@@ -207,6 +208,52 @@ class PositionKernels:
                 f"{m:g}": {k: v for k, v in s.fractions(m).items() if k in ("negative_self", "far_amplifying")}
                 for m in margins}
         return out
+
+    def _columns(self, table: str = "kernels") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+
+        def kernels() -> Columns:
+            parts = []
+            for s in self.stacks:
+                cells = {"value": s.values.float(), "log_value": s.log_values.float()}
+                for name in ("spread", "ci95"):
+                    t = getattr(s, name)
+                    cells[name] = t.float() if t is not None else torch.full(tuple(s.values.shape), math.nan)
+                parts.append(long_table([("layer", list(s.layers)), ("head", range(s.n_heads)),
+                                         ("distance", list(s.distances))], cells,
+                                        constants={"stack": s.stack, "causal": s.causal}))
+            return concat_columns(parts)
+
+        def classes() -> Columns:
+            return record_table([{"stack": s.stack, "layer": layer, "head": h,
+                                  **{k: getattr(c, k) for k in CLASSES}, "label": c.label}
+                                 for s in self.stacks for layer, row in zip(s.layers, s.classes)
+                                 for h, c in enumerate(row)])
+
+        def fractions() -> Columns:
+            return record_table([{"stack": s.stack, "margin": self.margin, "name": k, "fraction": v}
+                                 for s in self.stacks for k, v in s.fractions().items()])
+
+        def margin_sweep() -> Columns:
+            return record_table([{"stack": s.stack, "margin": float(m), "name": k, "fraction": v}
+                                 for s in self.stacks for m in MARGIN_SWEEP for k, v in s.fractions(m).items()
+                                 if k in ("negative_self", "far_amplifying")])
+
+        def alibi() -> Columns:
+            slopes = self.alibi_slopes if self.alibi_slopes is not None else torch.zeros(0)
+            return long_table([("head", range(len(slopes)))], {"slope": slopes.float()})
+
+        return pick(table, {"kernels": kernels, "classes": classes, "fractions": fractions,
+                            "margin_sweep": margin_sweep, "alibi": alibi}, "PositionKernels")
+
+    def to_pandas(self, table: str = "kernels") -> DataFrame:
+        """The kernels as tables (pandas; docs/notebooks.md, "Tables"): ``kernels`` one row per (stack, layer,
+        head, distance) (``layer`` missing for a kernel every layer shares); ``classes`` the self-bias classes
+        per (stack, layer, head); ``fractions`` (at this margin) and ``margin_sweep`` the fractions per class;
+        ``alibi`` the ALiBi slopes per head."""
+        return frame(self._columns(table), {"model": self.model_name, "scheme": self.scheme, "units": self.units,
+                                            "estimator": self.estimator, "margin": self.margin,
+                                            "notes": self.notes, "alibi_scale": self.alibi_scale})
 
 
 # ---- T5 ----------------------------------------------------------------------------------------------------

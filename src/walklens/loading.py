@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -258,21 +259,65 @@ def _check_gguf(gguf: Path) -> None:
         raise UnknownModelError(f"{gguf}: not a valid GGUF file (no general.architecture)")
 
 
-def _dequantize_gguf(gguf: Path, target: Path) -> None:
-    """Load a GGUF through transformers (de-quantizing it) and save a plain safetensors copy to ``target``."""
+@contextmanager
+def _counted_gguf_tensors(count: Callable[[int], None], advance: Callable[[], None]) -> Iterator[None]:
+    """transformers de-quantizes a GGUF's tensors in one loop under its own ``tqdm.auto`` bar, which the quiet
+    load does not silence: for the duration, that loop counts its tensors on walklens' bar instead (``count``
+    once with their number, ``advance`` after each)."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # pragma: no cover - a transformers without GGUF support fails the load anyway
+        yield
+        return
+    real = getattr(gguf_utils, "tqdm", None)
+    if real is None:  # pragma: no cover - the pinned transformers has it
+        yield
+        return
+
+    def counted(iterable: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        count(len(iterable))
+        for item in iterable:
+            yield item
+            advance()
+
+    gguf_utils.tqdm = counted
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = real
+
+
+def _dequantize_gguf(gguf: Path, target: Path, progress: bool = True) -> None:
+    """Load a GGUF through transformers (de-quantizing it) and save a plain safetensors copy to ``target``;
+    ``progress``: one ``tqdm.auto`` bar over its tensors, the copy and the save (a widget in a notebook, a line on
+    stderr in a terminal), none with ``False``."""
     for pkg in ("gguf", "accelerate"):
         if importlib.util.find_spec(pkg) is None:
             raise MissingDependencyError(f"loading a .gguf needs the package {pkg!r}; run: pip install {pkg}")
     _check_gguf(gguf)
     import transformers
+    from tqdm.auto import tqdm
 
     where = dict(pretrained_model_name_or_path=str(gguf.parent), gguf_file=gguf.name)
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    with warnings.catch_warnings(), _quiet_transformers():
+    bar: Any = None
+
+    def count(n: int) -> None:
+        if bar is not None:
+            bar.total += n
+            bar.refresh()
+
+    def advance() -> None:
+        if bar is not None:
+            bar.update(1)
+
+    with warnings.catch_warnings(), _quiet_transformers(), _counted_gguf_tensors(count, advance):
         warnings.simplefilter("ignore")
         try:
-            # an unsupported family is refused before de-quantizing
+            # an unsupported family is refused before de-quantizing (and before a bar is drawn: one line)
             check_family(transformers.AutoConfig.from_pretrained(**where).model_type)
+            bar = tqdm(total=2, desc=f"de-quantizing {gguf.name} (once)", unit="tensor", file=sys.stderr,
+                       leave=False, disable=not progress)
             tok = transformers.AutoTokenizer.from_pretrained(**where)
             q = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32)
             config = q.config
@@ -281,13 +326,19 @@ def _dequantize_gguf(gguf: Path, target: Path) -> None:
             plain = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
             plain.load_state_dict(q.state_dict(), strict=False)
             plain.tie_weights()
+            bar.set_postfix_str("saving as safetensors")
+            bar.update(1)
             plain.save_pretrained(str(tmp), safe_serialization=True)
             tok.save_pretrained(str(tmp))
+            bar.update(1)
         except WalklensError:
             raise
         except Exception as e:  # transformers' GGUF reader fails in many ways on a file it cannot use
             shutil.rmtree(tmp, ignore_errors=True)
             raise UnknownModelError(f"{gguf}: could not be loaded as a model ({_first_line(e)})") from None
+        finally:
+            if bar is not None:
+                bar.close()
     try:
         tmp.rename(target)
     except OSError:  # another process finished the same cache first: keep theirs
@@ -419,7 +470,7 @@ def _hub_folder(spec: str) -> tuple[Path, bool]:
 
 
 def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.float32,
-               device: str | torch.device = "cpu") -> LoadedModel:
+               device: str | torch.device = "cpu", progress: bool = True) -> LoadedModel:
     """Load a model by short name (``smollm2-135m``, ``gemma3-270m``), ``.gguf`` path, local dir or hub id.
 
     Hub ids load offline when cached; nothing is executed from the repository (``trust_remote_code=False``).
@@ -428,7 +479,8 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.fl
     ``cuda:N``; a CUDA device without a GPU is refused before anything loads.  A dtype with no fast kernels on
     the device gives one :class:`~walklens.errors.SlowDtypeWarning` (:mod:`walklens.precision`).  In any
     dtype but float32 the model's ``name`` carries it (``smollm2-135m@bfloat16``), so that stored results of
-    different dtypes never mix.
+    different dtypes never mix.  ``progress``: a ``tqdm.auto`` bar while a GGUF is de-quantized (the first load
+    of a ``.gguf`` or named model; later loads read the cache); ``False``: none.
     """
     import transformers
 
@@ -450,7 +502,7 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.fl
                 cached.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise InputError(f"{cached.parent}: cannot create the model cache ({e.strerror or e})") from None
-            _dequantize_gguf(path, cached)
+            _dequantize_gguf(path, cached, progress=progress)
         source, folder = str(cached), cached
     elif path.is_dir():
         source, folder = str(path), path

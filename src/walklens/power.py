@@ -38,6 +38,7 @@ import torch
 
 from .capture import capture
 from .errors import EmptyTextError, InputError
+from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick, point_kind, record_table
 from .ov import Eigen, eigen_factored, ov_factors, residual_gap
 from .precision import dtype_name
 
@@ -97,6 +98,58 @@ class PowerSpectra:
 
     def __len__(self) -> int:
         return len(self.layers)
+
+    def _columns(self, table: str = "layers") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+
+        def lead(s: HeadSpectrum | LayerSpectrum) -> dict[str, object]:
+            lam = complex(s.eigenvalues[0]) if len(s.eigenvalues) else 0j
+            return {"lambda1_re": lam.real, "lambda1_im": lam.imag, "lambda1_abs": abs(lam),
+                    "complex_pair": s.complex_pair, "gap": s.gap}
+
+        def eigenvalues() -> Columns:
+            parts = []
+            for s in self.layers:
+                for head, ev in [(None, s.eigenvalues), *((h.head, h.eigenvalues) for h in s.heads)]:
+                    parts.append(long_table([("index", range(len(ev)))],
+                                            {"re": ev.real.double(), "im": ev.imag.double(), "abs": ev.abs().double()},
+                                            constants={"layer": s.layer, "head": head}))
+            return concat_columns(parts)
+
+        def vectors() -> Columns:
+            parts = []
+            for s in self.layers:
+                named = [(None, "v1", s.v1), *((None, f"basis_{i}", b) for i, b in enumerate(s.basis)),
+                         (None, "v1_right", s.v1_right), *((h.head, "v1", h.v1) for h in s.heads)]
+                for head, name, v in named:
+                    parts.append(long_table([("dim", range(len(v)))], {"value": v.double()},
+                                            constants={"layer": s.layer, "head": head, "vector": name}))
+            return concat_columns(parts)
+
+        def tokens() -> Columns:
+            return record_table([{"layer": s.layer, "side": side, "rank": r, "token": t, "cos": c}
+                                 for s in self.layers
+                                 for side, toks, cos in (("nearest", s.nearest, s.nearest_cos),
+                                                         ("opposite", s.opposite, s.opposite_cos))
+                                 for r, (t, c) in enumerate(zip(toks, cos))],
+                                ["layer", "side", "rank", "token", "cos"])
+
+        return pick(table, {
+            "layers": lambda: record_table([{"layer": s.layer, **lead(s), "residual_gap": s.residual_gap}
+                                            for s in self.layers]),
+            "heads": lambda: record_table([{"layer": s.layer, "head": h.head, **lead(h)}
+                                           for s in self.layers for h in s.heads],
+                                          ["layer", "head", "lambda1_re", "lambda1_im", "lambda1_abs",
+                                           "complex_pair", "gap"]),
+            "eigenvalues": eigenvalues, "vectors": vectors, "tokens": tokens}, "PowerSpectra")
+
+    def to_pandas(self, table: str = "layers") -> DataFrame:
+        """The spectra as tables (pandas; docs/notebooks.md, "Tables"): ``layers`` one row per layer (lambda1 of
+        F = W_V W_O, gaps); ``heads`` the same per (layer, head); ``eigenvalues`` every eigenvalue per (layer,
+        head, index) (``head`` missing: the layer's F); ``vectors`` v1, the basis rows and v1_right per (layer,
+        head, vector, dim); ``tokens`` v1's nearest and opposite tokens per (layer, side, rank)."""
+        return frame(self._columns(table), {"model": self.model_name, "d_model": self.d_model,
+                                            "shared": self.shared, "model_dtype": self.model_dtype})
 
 
 def _unit_rows(lm: LoadedModel) -> torch.Tensor:
@@ -210,6 +263,32 @@ class Alignment:
         """(layers, mean) for one kind of point (``"resid_pre"``, ``"resid_mid"``, ``"resid_post"``)."""
         sel = [i for i, p in enumerate(self.points) if p.endswith("." + kind)]
         return [self.layer_of[i] for i in sel], [self.mean[i] for i in sel]
+
+    def _columns(self, table: str = "points") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        stats = ("mean", "std", "random_mean", "random_lo", "random_hi", "other_mean", "other_lo", "other_hi",
+                 "shuffled_mean", "shuffled_lo", "shuffled_hi")
+
+        def points() -> Columns:
+            return long_table([("point", list(self.points))], {k: list(getattr(self, k)) for k in stats},
+                              by_axis={"point": {"layer": list(self.layer_of),
+                                                 "kind": [point_kind(p) for p in self.points]}})
+
+        def tokens() -> Columns:
+            first = 1 if self.skip_first else 0
+            return concat_columns([long_table(
+                [("point", list(self.points)), ("position", range(first, first + v.shape[1]))],
+                {"alignment": v.double()}, constants={"text": j},
+                by_axis={"point": {"layer": list(self.layer_of)}, "position": {"token": list(toks)}})
+                for j, (v, toks) in enumerate(zip(self.per_token, self.tokens))])
+
+        return pick(table, {"points": points, "tokens": tokens}, "an Alignment")
+
+    def to_pandas(self, table: str = "points") -> DataFrame:
+        """The alignment as tables (pandas; docs/notebooks.md, "Tables"): ``points`` one row per point (mean
+        |cos(x, v1(F_l))| and the chance baselines); ``tokens`` one row per (text, point, position)."""
+        return frame(self._columns(table), {"model": self.model_name, "n_tokens": self.n_tokens,
+                                            "skip_first": self.skip_first, "model_dtype": self.model_dtype})
 
 
 def cos_to_bases(X: torch.Tensor, bases: torch.Tensor, kdim: torch.Tensor) -> torch.Tensor:

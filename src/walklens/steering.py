@@ -36,6 +36,7 @@ import torch
 
 from .capture import capture, tokenize
 from .errors import InputError, NonFiniteWarning, UnsupportedFamilyError
+from .frames import Columns, DataFrame, frame, pick, record_table
 from .hooks import Hooks, distinct, first_output
 from .interventions import SteerEdit, add_to_residual, eigen_edit, resolve_layers
 from .ov import ov_factors, value_projection
@@ -165,6 +166,28 @@ class SteeringSweep:
             v = torch.tensor([_value(getattr(r, metric)) for r in sel if r.alpha == a], dtype=torch.float64)
             ys.append(float(v.mean() if stat == "mean" else v.median()))
         return al, ys
+
+    def _columns(self, table: str = "rows") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        names = ("method", "layers", "alpha", "prompt", "target_logit", "target_prob", "target_rank", "top_token",
+                 "text", "perplexity", "push", "injection")
+
+        def row(r: SteerRow) -> dict[str, Any]:
+            d = {k: getattr(r, k) for k in names}
+            d["layers"] = ",".join(str(int(layer)) for layer in r.layers)
+            return d
+
+        return pick(table, {
+            "rows": lambda: record_table([row(r) for r in self.rows], names),
+            "reach": lambda: record_table([{"layer": int(k), "reach": v} for k, v in self.reach.items()],
+                                          ["layer", "reach"])}, "a SteeringSweep")
+
+    def to_pandas(self, table: str = "rows") -> DataFrame:
+        """The sweep as tables (pandas; docs/notebooks.md, "Tables"): ``rows`` one row per (method, layers,
+        alpha, prompt) run (``layers`` as text, ``"10,11"``; ``target_rank`` 0-based, missing where the logits
+        were not finite); ``reach`` one row per layer."""
+        return frame(self._columns(table), {"model": self.model_name, "toward": self.toward,
+                                            "target_token": self.target_token})
 
 
 def _value(v: float | int | None) -> float:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .errors import InputError
+from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -160,6 +161,36 @@ class Trace:
         if "encoder/" in meta:
             tr.encoder = get("encoder/")
         return tr
+
+    # --- tables ------------------------------------------------------------------------------------------
+    def _columns(self, table: str = "hidden") -> Columns:
+        """The plain columns of :meth:`to_pandas` (encoder rows first on an encoder-decoder model)."""
+        parts = ([self.encoder] if self.encoder is not None else []) + [self]
+
+        def hidden(tr: Trace) -> Columns:
+            return long_table([("point", tr.points), ("position", range(len(tr.tokens))), ("dim", range(tr.d_model))],
+                              {"value": tr.hidden.float()}, constants={"stack": tr.stack},
+                              by_axis={"point": {"layer": [tr.layer_of(p) for p in tr.points],
+                                                 "kind": [tr.kind_of(p) for p in tr.points]},
+                                       "position": {"token": tr.tokens, "token_id": tr.token_ids.reshape(-1)}})
+
+        def attentions(tr: Trace) -> list[Columns]:
+            return [long_table([("head", range(a.shape[0])), ("position", range(a.shape[1])),
+                                ("key_position", range(a.shape[2]))], {"prob": a.float()},
+                               constants={"stack": tr.stack, "module": name, "layer": tr.layer_of(name),
+                                          "kind": tr.kind_of(name)})
+                    for name, a in tr.attentions.items()]
+
+        return pick(table, {"hidden": lambda: concat_columns([hidden(tr) for tr in parts]),
+                            "attentions": lambda: concat_columns([c for tr in parts for c in attentions(tr)])},
+                    "a Trace")
+
+    def to_pandas(self, table: str = "hidden") -> DataFrame:
+        """The trace as a long table (pandas; docs/notebooks.md, "Tables"): ``hidden`` one row per (stack, point,
+        position, dim) with the vector's ``value``; ``attentions`` one row per (stack, module, head, position,
+        key_position) with ``prob`` (captured with ``attentions=True``)."""
+        return frame(self._columns(table), {"model": self.model_name, "family": self.family,
+                                            "model_dtype": self.model_dtype})
 
 
 __all__ = ["Trace"]

@@ -22,6 +22,7 @@ accepted on, :mod:`walklens.models.derive`).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -30,6 +31,7 @@ import torch
 from .attention import attention_identity, head_matrices
 from .capture import capture
 from .decoding import decoding_walk
+from .frames import Columns, DataFrame, frame, pick, record_table
 from .models.base import get_module, has_module
 from .models.derive import ACT_NAMES, MLP_NAMES
 from .models.probe import Probe, qk_norms, score_softcap, scores_error
@@ -98,6 +100,25 @@ class ParityCard:
         marks = " ".join(f"{c.name}:{'ok' if c.passed else 'n/a' if c.passed is None else 'FAIL'}"
                          for c in self.checks)
         return f"ParityCard({self.model_name}, {self.dtype}, {'pass' if self.passed else 'FAIL'}: {marks})"
+
+    def _columns(self, table: str = "checks") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        return pick(table, {
+            "checks": lambda: record_table([{"name": c.name, "what": c.what, "error": c.error,
+                                             "tolerance": c.tolerance, "passed": c.passed, "note": c.note}
+                                            for c in self.checks],
+                                           ["name", "what", "error", "tolerance", "passed", "note"]),
+            "detail": lambda: record_table([{"check": c.name, "key": k, "value": v}
+                                            for c in self.checks for k, v in c.detail.items()],
+                                           ["check", "key", "value"])}, "a ParityCard")
+
+    def to_pandas(self, table: str = "checks") -> DataFrame:
+        """The card as tables (pandas; docs/notebooks.md, "Tables"): ``checks`` one row per check (``passed``
+        missing: not measurable here, ``note`` says why); ``detail`` each check's further numbers, one row per
+        (check, key)."""
+        return frame(self._columns(table), {"model": self.model_name, "family": self.family,
+                                            "derived": self.derived, "dtype": self.dtype, "passed": self.passed,
+                                            "texts": list(self.texts), "limits": dict(self.limits)})
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -216,16 +237,20 @@ def _mlp_activation(lm: LoadedModel) -> tuple[float | None, str]:
 
 
 def verify(lm: LoadedModel, *, texts: tuple[str, ...] = TEXTS, quick: bool = False,
-           progress: Callable[[str], None] | None = None) -> ParityCard:
-    """The parity card of ``lm`` in its own dtype (see the module docstring)."""
+           progress: bool | Callable[[str], None] | None = None) -> ParityCard:
+    """The parity card of ``lm`` in its own dtype (see the module docstring).  ``progress``: True draws a
+    ``tqdm.auto`` bar over the texts; a callable is called with each text before it is checked."""
+    from tqdm.auto import tqdm
+
     dt = lm.dtype
     found: dict[str, list[tuple[float | None, str, dict[str, float]]]] = {}
 
     def add(name: str, err: float | None, note: str = "", detail: dict[str, float] | None = None) -> None:
         found.setdefault(name, []).append((err, note, detail or {}))
 
-    for text in texts:
-        if progress:
+    for text in tqdm(texts, desc="parity card", unit="text", file=sys.stderr, leave=False,
+                     disable=progress is not True):
+        if callable(progress):
             progress(text)
         tr = capture(lm, text, truncate=True)
         out = _reference(lm, tr) if lm.is_causal else None

@@ -56,6 +56,7 @@ import torch
 from torch import nn
 
 from .errors import InputError
+from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick, point_kind, point_layer
 from .hooks import Hooks
 from .interventions import outside_layers, upcast
 from .loading import token_strings
@@ -171,6 +172,32 @@ class EncodingWalk:
         if self.encoder is not None:
             out = sorted(set(out) | set(self.encoder.label_ids()))
         return out
+
+    def _columns(self, table: str = "walk") -> Columns:
+        """The plain columns of :meth:`to_pandas` (encoder rows first on an encoder-decoder model)."""
+        cells = ("rank_of_input", "rank_of_next", "prob_of_input", "prob_of_next", "dot_input", "dot_next",
+                 "cos_input", "cos_next", "vector_norm", "step_length", "step_angle")
+
+        def walk(w: EncodingWalk) -> Columns:
+            ids = [int(i) for i in w.token_ids.reshape(-1).tolist()]
+            return long_table(
+                [("point", w.points), ("position", range(len(w.tokens)))],
+                {name: getattr(w, name) for name in cells}, constants={"stack": w.stack},
+                by_axis={"point": {"layer": [point_layer(p) for p in w.points],
+                                   "kind": [point_kind(p) for p in w.points], "residual": w.residual},
+                         "position": {"token": w.tokens, "token_id": ids, "next_token_id": ids[1:] + [None],
+                                      "escape_point": w.escape_names, "escape_stable": w.escape_stable_names}},
+                wide={"top_id": w.top_ids, "top_score": w.top_scores})
+
+        parts = ([self.encoder] if self.encoder is not None else []) + [self]
+        return pick(table, {"walk": lambda: concat_columns([walk(w) for w in parts])}, "an EncodingWalk")
+
+    def to_pandas(self, table: str = "walk") -> DataFrame:
+        """The walk as a long table (pandas; docs/notebooks.md, "Tables"): one row per (stack, point, position)
+        with the fields above under their own names, the escape points by name and the top-k as ``top_id_i``,
+        ``top_score_i`` (i = rank, 0 = nearest)."""
+        return frame(self._columns(table), {"model": self.model_name, "metric": self.metric, "norm": self.norm,
+                                            "matrix": self.matrix, "k": self.k, "model_dtype": self.model_dtype})
 
 
 # ------------------------------------------------------------------------------------------------------------

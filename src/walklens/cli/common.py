@@ -170,9 +170,10 @@ def check_outputs(args: argparse.Namespace, *, out_file: bool = False, inputs: I
 
 
 def load(args: argparse.Namespace) -> LoadedModel:
-    """Check the output paths, then load ``--model`` in ``--dtype`` on ``--device``."""
+    """Check the output paths, then load ``--model`` in ``--dtype`` on ``--device`` (a GGUF's first load draws a
+    progress bar on stderr unless ``--no-progress``)."""
     check_outputs(args)
-    return load_model(args.model, **model_options(args))
+    return load_model(args.model, **model_options(args), progress=not getattr(args, "no_progress", False))
 
 
 def model_options(args: argparse.Namespace) -> dict[str, str]:

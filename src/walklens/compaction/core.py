@@ -43,6 +43,7 @@ from ..hellaswag.encode import input_embeddings, n_prefix_tokens
 from ..concepts.schemes import Scheme
 from ..concepts.vectors import VectorBank, layer_key, segment_vectors_of, text_vectors
 from ..errors import EmptyTextError, InputError, UnsupportedFamilyError
+from ..frames import Columns, DataFrame, frame, long_table, pick
 from ..walks import labels_for
 
 if TYPE_CHECKING:
@@ -102,6 +103,29 @@ class Compacted:
     @property
     def tail_ids(self) -> list[int]:
         return self.token_ids[self.keep_from:]
+
+    def _columns(self, table: str = "segments") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        k = len(self.spans)
+
+        def segments() -> Columns:
+            return long_table([("vector", range(k))], by_axis={"vector": {
+                "start": [a for a, _ in self.spans], "end": [b for _, b in self.spans],
+                "n_tokens": [b - a for a, b in self.spans], "segment": list(self.segments)}})
+
+        def vectors() -> Columns:
+            return long_table([("vector", range(self.vectors.shape[0])), ("dim", range(self.vectors.shape[1]))],
+                              {"value": self.vectors.float()})
+
+        return pick(table, {"segments": segments, "vectors": vectors}, "a Compacted")
+
+    def to_pandas(self, table: str = "segments") -> DataFrame:
+        """The compaction as tables (pandas; docs/notebooks.md, "Tables"): ``segments`` one row per concept
+        vector with the token span ``[start, end)`` it stands for and its text; ``vectors`` the vectors, one row
+        per (vector, dim)."""
+        return frame(self._columns(table), {"model": self.model, "method": self.method, "bounds": self.bounds,
+                                            "scheme": self.scheme, "k": self.k, "tokens": len(self.token_ids),
+                                            "keep_from": self.keep_from, "ratio": self.ratio})
 
 
 # ---- where segments end ---------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import torch
 
 from ..hellaswag.encode import continuation_logliks, encode_pair, n_prefix_tokens
 from ..errors import EmptyTextError, InputError
+from ..frames import Columns, DataFrame, frame, pick, record_table
 from ..trace import Trace
 from ..walks import encoding_walk, labels_for
 from .core import Compacted, compact_ids, compacted_embeds, text_ids
@@ -57,6 +58,30 @@ class CompactionReport:
     def delta_per_token(self) -> float:
         """Compacted minus full log-likelihood per continuation token (0: nothing lost; negative: worse)."""
         return self.compact.per_token - self.full.per_token
+
+    def _columns(self, table: str = "segments") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        return pick(table, {
+            "segments": lambda: self.compacted._columns("segments"),
+            "vectors": lambda: self.compacted._columns("vectors"),
+            "neighbours": lambda: record_table([{"vector": i, "rank": r, "token": t, "score": float(v)}
+                                                for i, nb in enumerate(self.neighbours)
+                                                for r, (t, v) in enumerate(nb)],
+                                               ["vector", "rank", "token", "score"]),
+            "continuation": lambda: record_table([{"context": name, "inputs": c.inputs, "loglik": c.loglik,
+                                                   "per_token": c.per_token, "seconds": c.seconds}
+                                                  for name, c in (("full", self.full), ("compacted", self.compact))])},
+            "a CompactionReport")
+
+    def to_pandas(self, table: str = "segments") -> DataFrame:
+        """The report as tables (pandas; docs/notebooks.md, "Tables"): ``segments`` and ``vectors`` as
+        :meth:`Compacted.to_pandas`; ``neighbours`` each vector's nearest tokens per (vector, rank);
+        ``continuation`` the held-out continuation's log-likelihood after the full and the compacted context."""
+        c = self.compacted
+        return frame(self._columns(table), {"model": c.model, "method": c.method, "bounds": c.bounds,
+                                            "scheme": c.scheme, "metric": self.metric,
+                                            "continuation": self.continuation,
+                                            "delta_per_token": self.delta_per_token})
 
 
 def nearest_tokens(lm: "LoadedModel", c: Compacted, k: int = 5, metric: str = "cosine"

@@ -36,6 +36,7 @@ from .runner import RunSummary, baseline_scorer, run_test
 from .runsetup import RunSetup
 from .stats import wilson
 from ..errors import InputError
+from ..frames import Columns, DataFrame, frame, pick, record_table
 from .compaction import compact_requests, compact_run, plan_item
 from ..compaction.spec import CompactSpec
 
@@ -116,6 +117,32 @@ class CurveSet:
     points: list[CurvePoint]
     interval: str = ("kept: 95% paired bootstrap, percentile, 2000 resamples (scipy.stats.bootstrap); "
                      "accuracies: 95% Wilson")
+
+    def _columns(self, table: str = "points") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        timed = list(dict.fromkeys(k for p in self.points for k in p.seconds))
+
+        def row(p: CurvePoint) -> dict[str, Any]:
+            d: dict[str, Any] = {"model": self.model}
+            for k in ("shots", "what", "strategy", "ratio", "spec", "n", "acc", "acc_ci", "acc_norm", "acc_norm_ci",
+                      "kept_acc", "kept_acc_ci", "kept_acc_norm", "kept_acc_norm_ci"):
+                v = getattr(p, k)
+                if k.endswith("_ci"):
+                    d[f"{k[:-3]}_lo"], d[f"{k[:-3]}_hi"] = v
+                else:
+                    d[k] = v
+            d.update(tokens_per_vector=p.tokens_per_vector, inputs=p.inputs, inputs_full=p.inputs_full)
+            d.update({f"seconds_{k}": p.seconds.get(k) for k in timed})
+            return d
+
+        return pick(table, {"points": lambda: record_table([row(p) for p in self.points])}, "a CurveSet")
+
+    def to_pandas(self, table: str = "points") -> DataFrame:
+        """The curves as one table (pandas; docs/notebooks.md, "Tables"): one row per point (shots, what,
+        strategy, ratio), accuracies with their intervals as ``*_lo``/``*_hi``, the share ``kept_*`` of the
+        full run's accuracy, and the timings as ``seconds_*``."""
+        return frame(self._columns(table), {"model": self.model, "n_items": self.n_items, "n_tune": self.n_tune,
+                                            "tuned": dict(self.tuned), "interval": self.interval})
 
 
 def point(summary: RunSummary, full: RunSummary, *, shots: int, what: str, strategy: str, ratio: float | None,

@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import InputError
+from ..frames import Columns, DataFrame, frame, pick, record_table
 from ..hellaswag.baseline import accuracy, baseline_items
 from ..hellaswag.data import HellaswagItem
 from ..hellaswag.encode import arch_of
@@ -51,6 +52,29 @@ class RunSummary:
     def predictions(self) -> list[dict[str, int]]:
         """Per item, the ending picked by each metric: ``{"acc": i, "acc_norm": j}``."""
         return [{"acc": r.pred, "acc_norm": r.pred_norm} for r in self.results]
+
+    def _columns(self, table: str = "items") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        key = {k: getattr(self.key, k) for k in ("model", "data", "split", "shots", "test", "scheme")}
+        width = max((len(r.scores) for r in self.results), default=0)
+
+        def item(r: ItemResult) -> dict[str, Any]:
+            return {**key, "item": r.item, "gold": r.gold, "pred": r.pred, "pred_norm": r.pred_norm,
+                    "correct": r.pred == r.gold, "correct_norm": r.pred_norm == r.gold,
+                    **{f"score_{j}": (r.scores[j] if j < len(r.scores) else None) for j in range(width)}}
+
+        names = [*key, "item", "gold", "pred", "pred_norm", "correct", "correct_norm",
+                 *(f"score_{j}" for j in range(width))]
+        return pick(table, {
+            "items": lambda: record_table([item(r) for r in self.results], names),
+            "run": lambda: record_table([{**key, "n": self.n, "computed": self.computed, "acc": self.acc,
+                                          "acc_norm": self.acc_norm}])}, "a RunSummary")
+
+    def to_pandas(self, table: str = "items") -> DataFrame:
+        """The run as tables (pandas; docs/notebooks.md, "Tables"): ``items`` one row per item (the run's key,
+        gold ending, picks by ``acc`` and ``acc_norm``, whether each is right, the four scores ``score_i``);
+        ``run`` one row of accuracies."""
+        return frame(self._columns(table), {"extra": dict(self.extra)})
 
 
 def normalised(test: float | None, base: float | None) -> float | None:

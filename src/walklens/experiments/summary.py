@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..concepts.schemes import Scheme
+from ..frames import Columns, DataFrame, concat_columns, frame, pick, record_table, with_constants
 from .stats import KFold, Score, honest_summary_counts, marginal_effects
 from ..hellaswag.store import SweepResults, SweepStore
 
@@ -95,6 +96,55 @@ class MetricSummary:
     marginals: dict[str, tuple[Marginal, ...]]
     standard: SchemeScore | None
 
+    def _columns(self, table: str = "estimates") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
+        names = ["estimate", "how", "scheme", "acc", "lo", "hi", "n", "norm", "norm_lo", "norm_hi"]
+
+        def best(estimate: str, s: BestScore) -> dict[str, Any]:
+            return {"estimate": estimate, "how": s.how, "scheme": s.scheme, "acc": s.acc, "lo": s.lo, "hi": s.hi,
+                    "n": s.n, "norm": s.norm_score, "norm_lo": s.norm_lo, "norm_hi": s.norm_hi}
+
+        def estimates() -> Columns:
+            kf = self.kfold
+            rows = [{"estimate": "baseline", "acc": self.baseline}, best("in_sample", self.in_sample),
+                    *(best("split", s) for s in self.split),
+                    {"estimate": "split_mean", "acc": self.split_mean, "norm": self.split_mean_norm},
+                    {"estimate": "kfold", "how": f"{kf.k}-fold", "acc": kf.acc, "lo": kf.lo, "hi": kf.hi, "n": kf.n,
+                     "norm": kf.norm, "norm_lo": kf.norm_lo, "norm_hi": kf.norm_hi}]
+            if self.standard is not None:
+                rows.append({"estimate": "standard", "scheme": self.standard.scheme, "acc": self.standard.acc,
+                             "norm": self.standard.norm})
+            return record_table(rows, names)
+
+        def distribution() -> Columns:
+            d = self.distribution
+            return record_table([{k: v for k, v in d.__dict__.items() if k not in ("quantiles", "hist", "hist_edges")}
+                                 | dict(d.quantiles)])
+
+        def histogram() -> Columns:
+            e = self.distribution.hist_edges
+            return record_table([{"bin": i, "lo": e[i], "hi": e[i + 1], "count": c}
+                                 for i, c in enumerate(self.distribution.hist)], ["bin", "lo", "hi", "count"])
+
+        return pick(table, {
+            "estimates": estimates,
+            "top10": lambda: record_table([{"rank": s.rank, "scheme": s.scheme, "acc": s.acc, "norm": s.norm}
+                                           for s in self.top10], ["rank", "scheme", "acc", "norm"]),
+            "marginals": lambda: record_table([{"parameter": p, "value": m.value, "n": m.n, "mean": m.mean,
+                                                "best": m.best, "mean_norm": m.mean_norm, "best_norm": m.best_norm}
+                                               for p, ms in self.marginals.items() for m in ms],
+                                              ["parameter", "value", "n", "mean", "best", "mean_norm", "best_norm"]),
+            "folds": lambda: record_table([{"fold": f, "scheme": s, "acc": a} for f, (s, a)
+                                           in enumerate(zip(self.kfold.fold_schemes, self.kfold.fold_acc))],
+                                          ["fold", "scheme", "acc"]),
+            "distribution": distribution, "histogram": histogram}, "a MetricSummary")
+
+    def to_pandas(self, table: str = "estimates") -> DataFrame:
+        """One metric's summary as tables (pandas; docs/notebooks.md, "Tables"): ``estimates`` (baseline,
+        in-sample best, split-half, k-fold held-out, standard scheme), ``top10``, ``marginals``, ``folds``,
+        ``distribution`` (one row) and ``histogram``."""
+        return frame(self._columns(table))
+
 
 @dataclass(frozen=True)
 class RunSummary:
@@ -112,6 +162,19 @@ class RunSummary:
     def k(self) -> int:
         """The number of folds of its k-fold estimates (``--folds``, capped at the item count)."""
         return next(iter(self.metrics.values())).kfold.k
+
+    def _columns(self, table: str = "estimates") -> Columns:
+        """The plain columns of :meth:`to_pandas`: each metric's table after the run's key columns."""
+        run = {"model": self.model, "shots": self.shots, "test": self.test, "n_items": self.n_items,
+               "n_schemes": self.n_schemes, "data": self.data}
+        return concat_columns([with_constants({**run, "metric": m}, s._columns(table))
+                               for m, s in self.metrics.items()])
+
+    def to_pandas(self, table: str = "estimates") -> DataFrame:
+        """The run's summary as one table of every metric (pandas; docs/notebooks.md, "Tables"): the tables of
+        :meth:`MetricSummary.to_pandas` with the run's ``model``, ``shots``, ``test``, ``n_items``,
+        ``n_schemes``, ``data`` and the ``metric`` first."""
+        return frame(self._columns(table))
 
 
 def standard_name(run: Mapping[str, Any]) -> str:
