@@ -192,3 +192,15 @@ def test_a_name_exported_by_two_modules_is_found():
     assert misplaced_exports(exports) == ["walklens.compaction.Trace and walklens.trace.Trace",
                                           "walklens.hooks.Hooks and walklens.interventions.Hooks",
                                           "walklens.interventions.SteerEdit and walklens.steering.SteerEdit"]
+
+
+def test_no_public_name_is_also_a_module_name() -> None:
+    """``import walklens.X`` binds ``walklens.X`` to the module, so a public verb of the same name would turn into
+    a module once anything imports it (``walklens.verify`` lives in ``walklens.parity`` for this reason)."""
+    import pkgutil
+
+    import walklens
+
+    modules = {m.name for m in pkgutil.iter_modules(walklens.__path__)}
+    assert sorted(set(walklens.__all__) & modules) == []
+    assert "parity" in modules  # the rule reads the real module list (a planted walklens/verify.py would fail it)

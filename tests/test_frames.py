@@ -350,7 +350,7 @@ def test_steering_sweep_frame_is_the_json_document(llama) -> None:
 def test_parity_card_frame_is_the_json_document(llama) -> None:
     from walklens.reports.parity import document
 
-    from walklens.verify import verify  # the function (walklens.verify may be the module of the same name)
+    from walklens.parity import verify
 
     card = verify(llama, texts=("the cat sat on the mat",), quick=True)
     doc = jsonable(document(card))

@@ -59,8 +59,8 @@ CALLS: list[tuple[str, Callable[[Any, bool], Any]]] = [
                                                            progress=p)),
     ("decoding_walk", lambda lm, p: walklens.decoding_walk(lm, "the king", max_new_tokens=16, stop_at_eos=False,
                                                            progress=p)),
-    ("verify", lambda lm, p: __import__("walklens.verify", fromlist=["verify"]).verify(  # the function, not
-        lm, texts=("the cat sat", "a dog ran"), quick=True, progress=p)),               # its module's name
+    ("verify", lambda lm, p: walklens.verify(
+        lm, texts=("the cat sat", "a dog ran"), quick=True, progress=p)),
     ("run_test (baseline)", lambda lm, p: __import__("walklens.experiments.runner", fromlist=["run_test"]).run_test(
         lm, _items(), test="baseline", progress=p)),
 ]

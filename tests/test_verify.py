@@ -15,7 +15,7 @@ from walklens.errors import UnsupportedFamilyError
 from walklens.models import derive
 from walklens.models.base import lm_head_logits
 from walklens.testing import TINY_FAMILIES, tiny_model
-from walklens.verify import verify
+from walklens.parity import verify
 
 TEXT = ("the capital of france is paris and the king ran to the river",)
 CAUSAL = tuple(f for f in TINY_FAMILIES if f not in ("t5", "bert", "albert"))

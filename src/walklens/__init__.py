@@ -41,7 +41,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "walks": ("encoding_walk", "similarity_map", "EncodingWalk"),
     "decoding": ("decoding_walk", "DecodingWalk"),
     # the parity card: every recomputation against the model itself
-    "verify": ("verify", "ParityCard", "ParityCheck"),
+    "parity": ("verify", "ParityCard", "ParityCheck"),
     # attention and kernels (sec. 2.2.1, A.2, A.3)
     "attention": ("head_matrices", "attention_identity", "cluster_view", "self_mass", "head_stats", "HeadMatrices",
                   "IdentityResult", "IdentityCheck", "ClusterView", "SelfMass", "HeadStats"),

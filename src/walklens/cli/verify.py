@@ -43,7 +43,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..verify import verify
+    from ..parity import verify
 
     card = verify(load(args), quick=args.quick)
     if args.json:

@@ -2,7 +2,7 @@
 
 Every module of this package that defines ``ADAPTER`` is a family; the registry finds them (one scan), so a
 new family is one new file.  A model_type with no file gets an adapter derived from its module tree
-(:mod:`.derive`), accepted only when the parity checks pass on the loaded model (:mod:`walklens.verify`).
+(:mod:`.derive`), accepted only when the parity checks pass on the loaded model (:mod:`walklens.parity`).
 """
 
 from __future__ import annotations

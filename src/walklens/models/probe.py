@@ -1,5 +1,5 @@
 """The data-flow probe and the identities it checks, shared by derived adapters (:mod:`.derive`) and the parity
-card (:mod:`walklens.verify`): one forward pass records chosen modules' inputs, outputs and attention
+card (:mod:`walklens.parity`): one forward pass records chosen modules' inputs, outputs and attention
 probabilities; :func:`close` compares two tensors to a dtype's tolerance; :func:`scores_error` rebuilds attention
 from W_q, W_k at position 0; :func:`identity_ok` checks the A.3 identity on one attention module.
 """

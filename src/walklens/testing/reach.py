@@ -45,7 +45,7 @@ def one(model_type: str) -> dict[str, Any]:
     from transformers.utils import logging
 
     from ..errors import WalklensError
-    from ..verify import TEXTS, verify
+    from ..parity import TEXTS, verify
     from . import tiny_model
 
     logging.set_verbosity_error()
