@@ -194,13 +194,23 @@ def test_a_name_exported_by_two_modules_is_found():
                                           "walklens.interventions.SteerEdit and walklens.steering.SteerEdit"]
 
 
-def test_no_public_name_is_also_a_module_name() -> None:
-    """``import walklens.X`` binds ``walklens.X`` to the module, so a public verb of the same name would turn into
-    a module once anything imports it (``walklens.verify`` lives in ``walklens.parity`` for this reason)."""
+def test_no_public_name_turns_into_its_module() -> None:
+    """``import walklens.X`` binds ``walklens.X`` to the module when it first loads it, so a public verb named like
+    a module that is imported lazily would turn into that module once anything imports it (``walklens.verify``
+    lives in ``walklens.parity`` for this reason).  A name may share its module's name only when ``walklens``
+    binds it eagerly, after loading the module (``capture``); checked in a fresh interpreter."""
     import pkgutil
+    import subprocess
+    import sys
 
     import walklens
 
     modules = {m.name for m in pkgutil.iter_modules(walklens.__path__)}
-    assert sorted(set(walklens.__all__) & modules) == []
-    assert "parity" in modules  # the rule reads the real module list (a planted walklens/verify.py would fail it)
+    shared = sorted(set(walklens.__all__) & modules)
+    assert "parity" in modules and "capture" in shared  # the rule reads the real module list
+    code = ("import importlib, types, walklens\n"
+            f"for n in {shared!r}:\n"
+            "    importlib.import_module('walklens.' + n)\n"
+            "    assert not isinstance(getattr(walklens, n), types.ModuleType), n\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-400:]

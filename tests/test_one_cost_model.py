@@ -17,32 +17,17 @@ import walklens.costs as C
 from walklens.server.app import create_app
 from walklens.server.security import allowed_hosts
 from walklens.server.state import Explorer
-from walklens.testing import WORDS, tiny_tokenizer
+from test_limits import long_llama, words
 
 TOKEN = "test-token_0123456789"
 HOST = "127.0.0.1:8765"
 MEMORY_GB = 0.02  # a similarity map of ~1,000 tokens of the model below needs ~36 MB; about 745 tokens fit
 
 
-def words(n: int) -> str:
-    """A text of exactly n tokens for the tiny word-level tokenizer."""
-    return " ".join(WORDS[(7 * i) % len(WORDS)] for i in range(n))
-
-
 @pytest.fixture(scope="module")
 def long_lm():
     """A tiny random Llama (D=32, 2 layers, 4 heads) with a 4096-token context: the T x T terms dominate."""
-    import transformers as T
-
-    from walklens.loading import wrap
-
-    tok = tiny_tokenizer()
-    cfg = T.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                        tie_word_embeddings=True)
-    torch.manual_seed(0)
-    model = T.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-    return wrap(model, tok, name="tiny-llama-long")
+    return long_llama()
 
 
 @pytest.fixture(scope="module")
