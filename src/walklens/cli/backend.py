@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from ..backends import BACKENDS
 from ..errors import InputError
 from ..numbers import POSITIVE_INT
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     """``--backend``, ``--address``, ``--workers`` (read back by :func:`backend_from_args`)."""
-    p.add_argument("--backend", choices=("local", "ray"), default=None,
+    p.add_argument("--backend", choices=BACKENDS, default=None,
                    help="where the shards run: local (this process; the default) or ray (Ray actors, each holding "
                         "the model once; pip install 'walklens[ray]')")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT|ray://HOST:PORT",
