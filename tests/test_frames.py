@@ -424,9 +424,10 @@ def _items(n: int = 4) -> list[Any]:
 
 
 def test_run_summary_frame_is_the_json_document(llama) -> None:
-    from walklens.experiments.runner import run_test
+    from walklens.experiments.runner import baseline_scorer, run_test
+    from walklens.experiments.runsetup import RunSetup
 
-    summary = run_test(llama, _items(), test="baseline", data="toy", progress=False)
+    summary = run_test(llama, _items(), baseline_scorer(), RunSetup(data="toy", progress=False))
     doc = jsonable(summary)
     df = summary.to_pandas()
     for key in ("item", "gold", "pred", "pred_norm"):
@@ -442,7 +443,7 @@ def test_run_summary_frame_is_the_json_document(llama) -> None:
 
 def _database(path: Path) -> None:
     """A results database with two single runs and one Test 2 sweep of 40 schemes over 30 items."""
-    from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepStore
+    from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepRun, SweepStore
 
     rng = np.random.default_rng(0)
     with ResultStore(path) as st:
@@ -455,8 +456,8 @@ def _database(path: Path) -> None:
     n = 30
     labels = rng.integers(0, 4, n).astype(np.uint8)
     with SweepStore(path) as sw:
-        rid = sw.run_id(model="m", data="toy", split="validation", shots=0, test=2, labels=labels,
-                        item_index=range(n), arch="decoder", n_layers=4)
+        rid = sw.run_id(SweepRun(model="m", data="toy", split="validation", shots=0, test=2, labels=labels,
+                                 item_index=range(n), arch="decoder", n_layers=4))
         sw.set_baseline(rid, 0.4, 0.35, rng.integers(0, 4, (2, n)).astype(np.uint8))
         groups = []
         for layer in range(5):

@@ -10,6 +10,8 @@ import pytest
 import tqdm.auto
 
 import walklens
+from walklens.experiments import runner
+from walklens.experiments.runsetup import RunSetup
 from walklens.testing import tiny_model
 
 TEXT = "the cat and the dog walk to the house"
@@ -61,8 +63,7 @@ CALLS: list[tuple[str, Callable[[Any, bool], Any]]] = [
                                                            progress=p)),
     ("verify", lambda lm, p: walklens.verify(
         lm, texts=("the cat sat", "a dog ran"), quick=True, progress=p)),
-    ("run_test (baseline)", lambda lm, p: __import__("walklens.experiments.runner", fromlist=["run_test"]).run_test(
-        lm, _items(), test="baseline", progress=p)),
+    ("run_test (baseline)", lambda lm, p: runner.run_test(lm, _items(), runner.baseline_scorer(), RunSetup(progress=p))),
 ]
 
 
