@@ -151,7 +151,7 @@ def test_sweep_tables_do_not_depend_on_the_batches(tmp_path: Path, monkeypatch: 
     """The stored table is the same bits with batches of one bundle, of the default size, and cut in item
     ranges; a sweep killed after its 3rd bundle has stored those bundles' groups, and resumed computes only the
     others and ends with the same table, no kept shard left over."""
-    from walklens.experiments.sweep import test2 as run_mod
+    from walklens.experiments.sweep import similarity as run_mod
 
     from test_sweep import _grid_sweeper, _table
 
