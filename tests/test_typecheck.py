@@ -37,7 +37,7 @@ MYPY_FILES: list[str] = [
     "src/walklens/sqlite.py",
     "src/walklens/errors.py",
     "src/walklens/idealised.py",
-    "src/walklens/verify.py",
+    "src/walklens/parity.py",
     "src/walklens/concepts/cache.py",
     "src/walklens/concepts/segment.py",
     "src/walklens/concepts/generation.py",
