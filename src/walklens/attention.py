@@ -27,6 +27,7 @@ normalises q and k per head, so W_qk is only a direction-level summary there (``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -86,9 +87,7 @@ class HeadMatrices:
 
     def to(self, dtype: torch.dtype) -> HeadMatrices:
         """A copy with every weight cast to ``dtype`` (the identity check recomputes in float64)."""
-        w = self.weights
-        cast = HeadWeights(*(t.to(dtype) for t in (w.w_q, w.w_k, w.w_v, w.w_o, w.b_q, w.b_k, w.b_v, w.b_o)),
-                           kv_head=w.kv_head, scale=w.scale, qk_norm=w.qk_norm, notes=w.notes)
+        cast = _map_tensors(self.weights, lambda t: t.to(dtype))
         return HeadMatrices(self.layer, self.stack, self.cross, self.family, cast)
 
     def _check(self, h: int) -> int:
@@ -226,10 +225,14 @@ def head_matrices(lm: LoadedModel, layer: int, stack: str | None = None, cross: 
         hw = lm.adapter.head_weights(lm.model, layer, spec_name, cross)
     except KeyError as e:
         raise InputError(str(e.args[0])) from None
-    hw = HeadWeights(*(t.detach().float().cpu() if isinstance(t, torch.Tensor) else t
-                       for t in (hw.w_q, hw.w_k, hw.w_v, hw.w_o, hw.b_q, hw.b_k, hw.b_v, hw.b_o)),
-                     kv_head=hw.kv_head, scale=hw.scale, qk_norm=hw.qk_norm, notes=hw.notes)
+    hw = _map_tensors(hw, lambda t: t.detach().float().cpu() if isinstance(t, torch.Tensor) else t)
     return HeadMatrices(layer=layer, stack=spec_name, cross=cross, family=lm.adapter.family, weights=hw)
+
+
+def _map_tensors(hw: HeadWeights, fn: Callable[[torch.Tensor], torch.Tensor]) -> HeadWeights:
+    """``hw`` with ``fn`` applied to each of its eight weights and biases (the other fields as they are)."""
+    return dataclasses.replace(hw, w_q=fn(hw.w_q), w_k=fn(hw.w_k), w_v=fn(hw.w_v), w_o=fn(hw.w_o), b_q=fn(hw.b_q),
+                               b_k=fn(hw.b_k), b_v=fn(hw.b_v), b_o=fn(hw.b_o))
 
 
 # ---- the A.3 identity --------------------------------------------------------------------------------------
@@ -264,7 +267,7 @@ class IdentityResult(Mapping[str, float]):
     trace: Trace | None = field(default=None, repr=False, compare=False)
     model_dtype: str = "float32"
 
-    def __getitem__(self, key: str | int) -> float:  # type: ignore[override]
+    def __getitem__(self, key: str | int) -> float:
         """Error of module ``key`` (``"L3.attn"``), or of the ``key``-th checked module when an int."""
         if isinstance(key, int):
             return self.checks[key].max_abs_error
@@ -336,7 +339,7 @@ def attention_identity(lm: LoadedModel, text: str, *, decoder_text: str | None =
     get = matrices or (lambda s, l, c: head_matrices(lm, l, s, c))
     raw: dict[tuple[str, str], list[torch.Tensor]] = {}
 
-    def keep(key: tuple[str, str]) -> Callable:
+    def keep(key: tuple[str, str]) -> Callable[[torch.nn.Module, object, object], None]:
         def hook(_m: torch.nn.Module, _inp: object, out: object) -> None:
             raw.setdefault(key, []).append(first_output(out).detach()[0].float().cpu())
         return hook

@@ -77,7 +77,7 @@ def point_kind(point: str) -> str:
 
 
 def long_table(axes: Sequence[tuple[str, Sequence[Any]]], cells: Mapping[str, Any] | None = None, *,
-               by_axis: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
+               by_axis: Mapping[str, Mapping[str, Any]] | None = None,
                wide: Mapping[str, Any] | None = None, constants: Mapping[str, Any] | None = None) -> Columns:
     """One row per combination of ``axes`` (C order: the last axis varies fastest).
 

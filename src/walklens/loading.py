@@ -22,7 +22,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -32,6 +32,9 @@ from .models import Adapter, get_adapter, has_adapter
 from .models.base import Kind, StackSpec
 from .models.derive import Roles, build_adapter, derive_adapter, derive_roles
 from .precision import check_device, model_label, parse_dtype, warn_if_slow
+
+if TYPE_CHECKING:
+    from transformers.modeling_utils import PreTrainedModel
 
 DEFAULT_MODEL = "smollm2-135m"
 #: config.json / tokenizer_config.json larger than this are refused unread (real ones are a few kB).
@@ -178,7 +181,7 @@ def auto_model_class(adapter: Adapter | None) -> Any:
             "masked": transformers.AutoModelForMaskedLM}["causal" if adapter is None else adapter.auto_class]
 
 
-def wrap(model: nn.Module, tokenizer: Any, name: str = "", adapter: Adapter | None = None) -> LoadedModel:
+def wrap(model: PreTrainedModel, tokenizer: Any, name: str = "", adapter: Adapter | None = None) -> LoadedModel:
     """Wrap an already-built Hugging Face model (e.g. a tiny random one) for walklens, in eval mode.  A family
     with no adapter file gets one derived from its module tree and confirmed on the model
     (:mod:`walklens.models.derive`), or is refused in one line naming the check that failed."""

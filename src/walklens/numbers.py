@@ -42,7 +42,7 @@ def kind(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return show(value)
-    names = {str: "a string", list: "a list", dict: "an object (a table)", tuple: "a list"}
+    names: dict[type[object], str] = {str: "a string", list: "a list", dict: "an object (a table)", tuple: "a list"}
     return names.get(type(value), f"a {type(value).__name__}")
 
 

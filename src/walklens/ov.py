@@ -22,6 +22,8 @@ float64 exactly, so eigenvalues of a bfloat16 model are float64 computations fro
 
 from __future__ import annotations
 
+import functools
+import operator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
@@ -152,8 +154,8 @@ def ov_factors(lm: LoadedModel, layer: int, head: int | None = None, hw: HeadWei
     if grouped and head is None:
         groups = sorted(set(hw.kv_head))
         A = torch.cat([hw.w_v[g] for g in groups], dim=1).detach().double().cpu()
-        B = torch.cat([sum(hw.w_o[h].detach().double() for h in heads if hw.kv_head[h] == g) for g in groups],
-                      dim=0).cpu()
+        B = torch.cat([functools.reduce(operator.add, [hw.w_o[h].detach().double() for h in heads
+                                                       if hw.kv_head[h] == g]) for g in groups], dim=0).cpu()
         return A, B
     A = torch.cat([hw.w_v[hw.kv_head[h]] for h in heads], dim=1).detach().double().cpu()
     B = torch.cat([hw.w_o[h] for h in heads], dim=0).detach().double().cpu()
@@ -218,7 +220,7 @@ def phase_fix(vec: torch.Tensor) -> torch.Tensor:
 
 def is_complex_pair(lam: torch.Tensor) -> bool:
     """Whether the eigenvalue ``lam`` has a nonzero imaginary part (then its conjugate is an eigenvalue too)."""
-    return bool(abs(lam.imag) > REL_IMAG * max(abs(lam), 1e-300))
+    return bool(abs(lam.imag) > REL_IMAG * max(float(abs(lam)), 1e-300))
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 
@@ -38,6 +38,8 @@ from .models.probe import Probe, qk_norms, score_softcap, scores_error
 from .precision import UNIT_ROUNDOFF, dtype_name
 
 if TYPE_CHECKING:
+    from transformers.generation.utils import GenerationMixin
+
     from .loading import LoadedModel
     from .trace import Trace
 
@@ -155,6 +157,7 @@ def _residual(lm: LoadedModel, tr: Trace) -> tuple[float, dict[str, float]]:
         if kind == "post_norm":
             mod = lm.adapter.layer_modules(lm.model)[l]
             ln1, ln2 = spec.norm_module(mod, "attn"), spec.norm_module(mod, "mlp")
+            assert ln1 is not None and ln2 is not None, "a post-norm family names its attention and MLP norms"
             mid = tr[("resid_mid", l)]
             with torch.no_grad():
                 dev, dt = lm.device, lm.dtype
@@ -207,8 +210,11 @@ def _decoding(lm: LoadedModel, text: str) -> tuple[float | None, str, dict[str, 
     ids = lm.tokenizer(text, return_tensors="pt")["input_ids"].to(lm.device)
     pad = lm.tokenizer.pad_token_id
     with torch.no_grad():
-        gen = lm.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                                num_beams=1, pad_token_id=pad if pad is not None else 0)[0, ids.shape[1]:].cpu()
+        out = cast("GenerationMixin", lm.model).generate(  # a causal LM (checked above): it has generate()
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False, num_beams=1,
+            pad_token_id=pad if pad is not None else 0)
+    assert isinstance(out, torch.Tensor)  # the token ids (return_dict_in_generate is off)
+    gen = out[0, ids.shape[1]:].cpu()
     m = min(len(gen), len(dw.token_ids))  # generate stops at an end-of-sequence token; the walk goes on
     same = int((gen[:m] == dw.token_ids[:m]).sum())
     with torch.no_grad():
@@ -255,8 +261,8 @@ def verify(lm: LoadedModel, *, texts: tuple[str, ...] = TEXTS, quick: bool = Fal
         tr = capture(lm, text, truncate=True)
         out = _reference(lm, tr) if lm.is_causal else None
         if out is not None:
-            err, detail = _logits(lm, tr, out)
-            add("logits", err, "", detail)
+            logits_err, logits_detail = _logits(lm, tr, out)
+            add("logits", logits_err, "", logits_detail)
             if not quick:
                 add("hidden_states", *_hidden(tr, out)[:1])
         else:
@@ -266,8 +272,8 @@ def verify(lm: LoadedModel, *, texts: tuple[str, ...] = TEXTS, quick: bool = Fal
         add("attention_identity", ident.max_rel_error)
         add("attention_scores", *_scores(lm, text))
         if not quick:
-            err, note, det = _decoding(lm, text)
-            add("decoding_walk", err, note, det)
+            walk_err, note, det = _decoding(lm, text)
+            add("decoding_walk", walk_err, note, det)
             add("mlp_activation", *_mlp_activation(lm))
     checks = []
     for name, runs in found.items():

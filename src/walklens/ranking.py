@@ -82,17 +82,20 @@ class Linear:
     def _finish(self, raw: torch.Tensor, bias: torch.Tensor | None, inv_m: torch.Tensor | None,
                 out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(dot, score) from the products ``raw`` (overwritten; ``out``: where the score goes)."""
-        score = torch.mul(raw, inv_m, out=out).mul_(self.inv_x) if inv_m is not None else None
+        score = None
+        if inv_m is not None:
+            assert self.inv_x is not None  # set in __init__ whenever inv_m is (the cosine score)
+            score = torch.mul(raw, inv_m, out=out).mul_(self.inv_x)
         dot = raw.add_(bias) if bias is not None else raw
         return dot, score if score is not None else dot
 
     def tile(self, v0: int, v1: int) -> tuple[torch.Tensor, torch.Tensor]:
         n, b = self.n_rows, v1 - v0
-        fits = self.buf is not None and self.buf.numel() >= 2 * n * b
-        raw = torch.mm(self.x, self.M[v0:v1].t(), out=self.buf[:n * b].view(n, b) if fits else None)
+        buf = self.buf if self.buf is not None and self.buf.numel() >= 2 * n * b else None  # None: it does not fit
+        raw = torch.mm(self.x, self.M[v0:v1].t(), out=buf[:n * b].view(n, b) if buf is not None else None)
         return self._finish(raw, None if self.bias is None else self.bias[v0:v1],
                             None if self.inv_m is None else self.inv_m[v0:v1],
-                            self.buf[n * b:2 * n * b].view(n, b) if fits else None)
+                            buf[n * b:2 * n * b].view(n, b) if buf is not None else None)
 
     def at(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n, j = ids.shape

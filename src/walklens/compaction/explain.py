@@ -22,7 +22,7 @@ from ..hellaswag.encode import continuation_logliks, encode_pair, n_prefix_token
 from ..errors import EmptyTextError, InputError
 from ..frames import Columns, DataFrame, frame, pick, record_table
 from ..trace import Trace
-from ..walks import encoding_walk, labels_for
+from ..walks import Metric, encoding_walk, labels_for
 from .core import Compacted, compact_ids, compacted_embeds, text_ids
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class CompactionReport:
                                             "delta_per_token": self.delta_per_token})
 
 
-def nearest_tokens(lm: "LoadedModel", c: Compacted, k: int = 5, metric: str = "cosine"
+def nearest_tokens(lm: "LoadedModel", c: Compacted, k: int = 5, metric: Metric = "cosine"
                    ) -> list[list[tuple[str, float]]]:
     """Each vector's ``k`` nearest tokens: the vectors as one captured point of a :class:`~walklens.trace.Trace`
     read by :func:`~walklens.walks.encoding_walk` against V (the papers' reading, ``norm="none"``)."""
@@ -108,7 +108,7 @@ def _score(lm: "LoadedModel", cont: list[int], **ctx: Any) -> Continuation:
 
 
 def explain(lm: "LoadedModel", text: str, *, continuation: str | None = None, holdout: int | None = None,
-            top: int = 5, metric: str = "cosine", **compact_kw: Any) -> CompactionReport:
+            top: int = 5, metric: Metric = "cosine", **compact_kw: Any) -> CompactionReport:
     """Compact ``text`` (``compact_kw``: the options of :func:`~.core.compact`) and report what each vector
     stands for and how the held-out continuation scores after it and after the full text (module docstring).
     ``holdout``: tokens held out when no ``continuation`` is given (default: a fifth of the text, at least 1)."""

@@ -103,10 +103,10 @@ def weights_hash(lm: "LoadedModel") -> str:
     if memo is not None and memo[0] == sig:
         return memo[1]
     h = hashlib.sha256()
-    cfg = {k: v for k, v in lm.model.config.to_dict().items()
+    cfg = {k: v for k, v in lm.config.to_dict().items()
            if k not in ("_name_or_path", "transformers_version", "name_or_path")}
     h.update(json.dumps(cfg, sort_keys=True, default=str).encode())
-    h.update(str(getattr(lm.model.config, "_attn_implementation", "")).encode())
+    h.update(str(getattr(lm.config, "_attn_implementation", "")).encode())
     tok = lm.tokenizer
     backend = getattr(tok, "backend_tokenizer", None)
     vocab = backend.to_str() if backend is not None else json.dumps(sorted(tok.get_vocab().items()))
@@ -261,9 +261,9 @@ class ConceptCache:
                 if v is None or v.shape[-1] != space.d_model:
                     continue
                 r = torch.tensor([e[0] for e in entries])
-                i, l, w = (torch.tensor([e[k] for e in entries]) for k in (1, 2, 3))
-                out[i, l, w] = v[r]
-                have[i, l, w] = True
+                ti, tl, tw = (torch.tensor([e[k] for e in entries]) for k in (1, 2, 3))
+                out[ti, tl, tw] = v[r]
+                have[ti, tl, tw] = True
                 used.append(shard)
             if used:
                 self._touch(used)
@@ -318,6 +318,7 @@ class ConceptCache:
                 clock = int(c.execute("SELECT COALESCE(MAX(last_used), 0) + 1 FROM shards").fetchone()[0])
                 cur = c.execute("INSERT INTO shards (file, rows, bytes, last_used) VALUES (?,?,?,?)",
                                 (name, part.shape[0], size, clock))
+                assert cur.lastrowid is not None  # set by the INSERT just run
                 shard = int(cur.lastrowid)
                 c.executemany("INSERT OR IGNORE INTO vectors VALUES (?,?,?,?,?,?,?)",
                               [(sid, h, l, w, nk, shard, j) for j, (h, l, w) in enumerate(keys[a:a + SHARD_ROWS])])

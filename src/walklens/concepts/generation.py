@@ -26,7 +26,7 @@ embeddings, so Test 1 reproduces the baseline's log-likelihoods (the test-suite 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, cast
 
 import torch
 
@@ -65,7 +65,9 @@ def compose_segments(lm: "LoadedModel", segs: Sequence[Sequence[Segment]], schem
         return ctx
     bank = scheme_bank(lm, [segs], scheme, cache) if bank is None else bank
     key = layer_key(lm, scheme.layer)
-    per_ex = [segment_vectors_of(bank, e, key, scheme.word, scheme.norm).to(lm.device) for e in segs]
+    # every segment is a text here (token-id segments were composed above, in one pass)
+    per_ex = [segment_vectors_of(bank, cast(Sequence[str], e), key, scheme.word, scheme.norm).to(lm.device)
+              for e in segs]
     return compose_context(per_ex, scheme.seg, scheme.ex, scheme.norm)
 
 
@@ -107,8 +109,7 @@ def test1_request(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[Hel
         return baseline_request(lm, item, examples)
     _, conts = item_tokens(lm, item, examples)
     seq = concept_sequence(lm, item, examples, scheme, bank=bank, cache=cache)
-    dtype = lm.model.get_input_embeddings().weight.dtype
-    return ScoreRequest(conts, context_embeds=seq.to(dtype))
+    return ScoreRequest(conts, context_embeds=seq.to(lm.dtype))  # the dtype of the input embeddings
 
 
 def test1_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],

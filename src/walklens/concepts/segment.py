@@ -44,15 +44,18 @@ def segment_context(item: HellaswagItem, examples: Sequence[HellaswagItem], enc:
     """The context of ``item`` (after few-shot ``examples``) as examples of segments under encoding scheme
     ``enc`` (see the module docstring).  ``token_level`` needs ``lm`` (the baseline's tokenisation)."""
     if enc == "sentence_level_segmentation":
-        out: list[list[Segment]] = [split_sentences(ex.ctx) + split_sentences(ex.endings[ex.label])
+        out: list[list[Segment]] = [[*split_sentences(ex.ctx), *split_sentences(ex.endings[ex.label])]
                                     for ex in examples]
-        return out + [list(split_sentences(item.ctx))]
+        return out + [[*split_sentences(item.ctx)]]
     if enc == "segment_each_example":
-        return [[ex.ctx, ex.endings[ex.label]] for ex in examples] + [[item.ctx]]
+        each: list[list[Segment]] = [[ex.ctx, ex.endings[ex.label]] for ex in examples]
+        return each + [[item.ctx]]
     if enc == "merge_all_segments":
-        return [[s for ex in examples for s in (ex.ctx, ex.endings[ex.label])] + [item.ctx]]
+        merged: list[Segment] = [s for ex in examples for s in (ex.ctx, ex.endings[ex.label])]
+        return [merged + [item.ctx]]
     if enc == "concat_each_example":
-        return [[ex.solved()] for ex in examples] + [[item.ctx]]
+        whole: list[list[Segment]] = [[ex.solved()] for ex in examples]
+        return whole + [[item.ctx]]
     if enc in ("concat_all_examples", "cross_encoding"):
         return [[fewshot_context(item, examples)]]
     if enc == "token_level":

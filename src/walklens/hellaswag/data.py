@@ -237,7 +237,7 @@ def _parse_jsonl(path: Path, limit: int | None, split: str) -> list[HellaswagIte
 
 def _load_hf(name: str, split: str, limit: int | None) -> list[HellaswagItem]:
     try:
-        import datasets  # noqa: F401  (optional dependency, imported only here)
+        import datasets  # noqa: F401  # optional dependency, imported only here
     except ImportError:
         raise MissingDependencyError("loading 'hf:...' needs the 'datasets' package; run: pip install datasets, "
                                      "or pass a local .jsonl / .txt(.bz2) file with --data") from None

@@ -8,12 +8,11 @@ import math
 from typing import Any
 
 import torch
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
+from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H = config.num_attention_heads
     d = config.hidden_size // H
     w_q, b_q = split_linear_heads(attn.query, H, d)
@@ -24,7 +23,7 @@ def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
                        notes="post-norm; the same weights serve every layer")
 
 
-def logits(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
+def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
     return model.predictions(final.to(model.predictions.decoder.weight.dtype))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, cast
 
 import torch
 from torch import nn
@@ -26,6 +26,11 @@ Kind = Literal["decoder", "encoder-decoder", "encoder"]
 
 #: The A.6 architecture word of each transformers auto class an adapter declares.
 KINDS: dict[str, Kind] = {"causal": "decoder", "seq2seq": "encoder-decoder", "masked": "encoder"}
+
+#: A module of a Hugging Face model whose attributes an adapter reads by name (``attn.q_proj``,
+#: ``attn.num_heads``, ``model.lm_head``): they differ by family and transformers version, and are submodules,
+#: tensors, ints or floats, where nn.Module's ``__getattr__`` would type each as ``Tensor | Module``.
+HFModule = Any
 
 #: Identities an analysis may rely on and a family may break (``Adapter.limits`` maps each one broken to why).
 IDENTITIES: dict[str, str] = {
@@ -159,10 +164,10 @@ class Adapter:
     stacks: tuple[StackSpec, ...]
     position: Position | Callable[[Any], Position]
     residual: Residual | Callable[[Any], Residual]
-    head_weights_fn: Callable[[nn.Module, Any], HeadWeights]
-    logits_fn: Callable[[nn.Module, torch.Tensor], torch.Tensor]
+    head_weights_fn: Callable[[HFModule, Any], HeadWeights]
+    logits_fn: Callable[[HFModule, torch.Tensor], torch.Tensor]
     n_layers_fn: Callable[[Any], int] = lambda c: c.num_hidden_layers
-    mlp_act_fn: Callable[[nn.Module, int], Callable[[torch.Tensor], torch.Tensor]] | None = None
+    mlp_act_fn: Callable[[HFModule, int], Callable[[torch.Tensor], torch.Tensor]] | None = None
     unembed: str | None = None
     embed_scale_fn: Callable[[Any], float] = lambda c: 1.0
     #: identities of :data:`IDENTITIES` this family breaks, each with the reason (a dict, or a function of the
@@ -242,14 +247,14 @@ class Adapter:
     def layer_modules(self, model: nn.Module, stack: str | None = None) -> list[nn.Module]:
         """The layer module applied at each depth (the same module L times for a shared-weight stack)."""
         spec = self.stack(stack)
-        layers = list(get_module(model, spec.layers))
+        layers = list(cast(nn.ModuleList, get_module(model, spec.layers)))
         if spec.shared_layer:
             return [layers[0]] * self.n_layers(model.config)
         return layers
 
     def embedding_matrix(self, model: nn.Module) -> torch.Tensor:
         """V, the token-embedding matrix [vocab, D_embed] (eq. 2)."""
-        return get_module(model, self.embed).weight
+        return cast(nn.Embedding, get_module(model, self.embed)).weight
 
     def attention_module(self, model: nn.Module, layer: int, stack: str | None = None, cross: bool = False) -> nn.Module:
         spec = self.stack(stack)
@@ -280,7 +285,7 @@ def zeros_or(bias: torch.Tensor | None, *shape: int, like: torch.Tensor) -> torc
     return bias.detach().reshape(*shape)
 
 
-def split_linear_heads(linear: nn.Module, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
+def split_linear_heads(linear: nn.Linear, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
     """nn.Linear(D -> n_heads*d) as per-head row-convention [H, D, d] and bias [H, d]."""
     return split_rows_heads(linear.weight, getattr(linear, "bias", None), n_heads, d_head)
 
@@ -294,7 +299,7 @@ def split_rows_heads(weight: torch.Tensor, bias: torch.Tensor | None, n_heads: i
     return w_h, zeros_or(bias, n_heads, d_head, like=w)
 
 
-def split_fused_qkv(linear: nn.Module, n_heads: int, n_kv: int, d_head: int, per_head: bool
+def split_fused_qkv(linear: nn.Linear, n_heads: int, n_kv: int, d_head: int, per_head: bool
                     ) -> tuple[torch.Tensor, ...]:
     """A fused nn.Linear(D -> q, k, v) as row-convention ``w_q, b_q, w_k, b_k, w_v, b_v`` ([n, D, d], [n, d]).
 
@@ -318,7 +323,7 @@ def split_fused_qkv(linear: nn.Module, n_heads: int, n_kv: int, d_head: int, per
     return tuple(out)
 
 
-def split_out_linear(linear: nn.Module, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
+def split_out_linear(linear: nn.Linear, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
     """nn.Linear(H*d -> D) as per-head row-convention [H, d, D] and bias [D]."""
     w = linear.weight.detach()  # [D, H*d]
     D = w.shape[0]
@@ -330,7 +335,7 @@ def lm_head_logits(path: str, softcap_attr: str | None = None) -> Callable[[nn.M
     """Logits = final @ W_U^T (+ b), with optional final-logit soft-capping read from the config."""
 
     def fn(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
-        head = get_module(model, path)
+        head = cast(nn.Linear, get_module(model, path))
         out = head(final.to(head.weight.dtype))
         cap = getattr(model.config, softcap_attr, None) if softcap_attr else None
         if cap:

@@ -8,12 +8,11 @@ import math
 from typing import Any
 
 import torch
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
+from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     self_attn = attn.self if hasattr(attn, "self") else attn
     H = config.num_attention_heads
     d = config.hidden_size // H
@@ -26,7 +25,7 @@ def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
                        notes="post-norm: the attention output is added to the residual before a LayerNorm")
 
 
-def logits(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
+def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
     return model.cls(final.to(model.cls.predictions.decoder.weight.dtype))
 
 

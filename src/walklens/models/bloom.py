@@ -11,13 +11,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from torch import nn
 
 from ..errors import UnsupportedFamilyError
-from .base import Adapter, HeadWeights, StackSpec, lm_head_logits, split_fused_qkv, split_out_linear
+from .base import Adapter, HFModule, HeadWeights, StackSpec, lm_head_logits, split_fused_qkv, split_out_linear
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H = config.num_attention_heads
     d = config.hidden_size // H
     w_q, b_q, w_k, b_k, w_v, b_v = split_fused_qkv(attn.query_key_value, H, H, d, per_head=True)

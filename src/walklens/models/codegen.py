@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
 
-from .base import HeadWeights, split_out_linear, split_rows_heads
+from .base import HFModule, HeadWeights, split_out_linear, split_rows_heads
 from .gptj import rotary_notes, transformer_adapter
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H, D = config.n_head, config.n_embd
     d, mp = D // H, getattr(attn, "mp_num", 4)
     w = attn.qkv_proj.weight.detach().reshape(mp, 3, D // mp, D)  # rows: shard, (q, v, k), local feature

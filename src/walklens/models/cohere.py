@@ -7,20 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits
+from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits
 from .llama import head_weights as llama_head_weights
 
 _head = lm_head_logits("lm_head")
 
 
-def logits(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
+def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
     """``lm_head(final) * logit_scale``, as the model computes them."""
     return _head(model, final) * model.config.logit_scale
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     hw = llama_head_weights(attn, config)
     if not config.use_qk_norm:
         return hw

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 from torch import nn
 
 from ..errors import UnsupportedFamilyError
-from .base import (Adapter, HeadWeights, Position, Residual, StackSpec, act_from_config, fold_rope_factor, get_module,
-                   has_module, lm_head_logits, sliding_window_limit, zeros_or)
+from .base import (Adapter, HeadWeights, HFModule, Position, Residual, StackSpec, act_from_config, fold_rope_factor,
+                   get_module, has_module, lm_head_logits, sliding_window_limit, zeros_or)
 from .probe import PROBE_TOL, QK_NORM_NAMES, Probe, close, identity_ok, qk_norms, rows_sum_to_one, score_softcap, scores_error
 
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention", "mixer")
@@ -81,8 +81,9 @@ class Roles:
 
 # ---- per-head weights from the roles ---------------------------------------------------------------------------
 
-def _weight(lin: nn.Module, conv1d: bool) -> torch.Tensor:
-    """A projection's weight as [out, in] (nn.Linear's layout)."""
+def _weight(lin: HFModule, conv1d: bool) -> torch.Tensor:
+    """A projection's weight (of an nn.Linear, or of GPT-2's Conv1D when ``conv1d``) as [out, in] (nn.Linear's
+    layout)."""
     w = lin.weight.detach()
     return w.t() if conv1d else w
 
@@ -165,7 +166,7 @@ def _activation(roles: Roles) -> Callable[[nn.Module, int], Callable[[torch.Tens
     act = roles.act_module
 
     def fn(model: nn.Module, layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
-        return get_module(get_module(model, roles.layers)[layer], f"{roles.mlp}.{act}")
+        return get_module(_layer(model, roles.layers, layer), f"{roles.mlp}.{act}")
 
     return fn
 
@@ -195,6 +196,11 @@ def render(roles: Roles) -> str:
 
 
 # ---- finding the roles ---------------------------------------------------------------------------------------
+
+def _layer(model: nn.Module, layers: str, i: int) -> nn.Module:
+    """Layer ``i`` of the layer list at the path ``layers``."""
+    return cast(nn.ModuleList, get_module(model, layers))[i]
+
 
 def _path_of(root: nn.Module, target: nn.Module) -> str | None:
     return next((name for name, m in root.named_modules() if m is target), None)
@@ -254,7 +260,7 @@ def _layer_roles(probe: Probe, layer: nn.Module, attn: str, mlp: str) -> dict[st
             "mlp_out": role.get("mlp_post", mlp)}
 
 
-def _final_norm(model: nn.Module, probe: Probe, last_out: torch.Tensor | None) -> str | None:
+def _final_norm(model: HFModule, probe: Probe, last_out: torch.Tensor | None) -> str | None:
     """The norm of the model body that reads the last layer's output."""
     body = _path_of(model, model.base_model) or ""
     for name, m in model.base_model.named_children():
@@ -281,7 +287,7 @@ class _Skeleton:
     d_head: int
 
 
-def _skeleton(model: nn.Module) -> _Skeleton:
+def _skeleton(model: HFModule) -> _Skeleton:
     """The candidate modules of each role, by the names families use, or one refusal naming what was tried."""
     cfg = model.config
     mt = str(getattr(cfg, "model_type", "?"))
@@ -317,7 +323,7 @@ def _skeleton(model: nn.Module) -> _Skeleton:
                      1 if getattr(cfg, "multi_query", False) else (kv[1] if kv else H), d[1] if d else D // H)
 
 
-def _run_probe(model: nn.Module, sk: _Skeleton) -> tuple[Probe, torch.Tensor]:
+def _run_probe(model: HFModule, sk: _Skeleton) -> tuple[Probe, torch.Tensor]:
     """One forward pass over :data:`PROBE_LEN` token ids with every position id 0 (rotation-free), recording the
     first and last layer, its attention, MLP and norms and the body's norms; returns the probe and the logits."""
     layer = sk.layers[0]
@@ -329,7 +335,7 @@ def _run_probe(model: nn.Module, sk: _Skeleton) -> tuple[Probe, torch.Tensor]:
     return probe, _forward(probe, model, sk.model_type)
 
 
-def _forward(probe: Probe, model: nn.Module, model_type: str) -> torch.Tensor:
+def _forward(probe: Probe, model: HFModule, model_type: str) -> torch.Tensor:
     """The probe's forward pass over :data:`PROBE_LEN` token ids, every position id 0 where the model takes
     position ids; its logits [T, V] in float64."""
     ids = (torch.arange(PROBE_LEN) * 7 + 3) % int(model.get_input_embeddings().weight.shape[0])
@@ -348,11 +354,11 @@ def _forward(probe: Probe, model: nn.Module, model_type: str) -> torch.Tensor:
     return out.logits[0].double()
 
 
-def _confirm_every_layer(roles: Roles, model: nn.Module) -> Roles:
+def _confirm_every_layer(roles: Roles, model: HFModule) -> Roles:
     """The roles found on layer 0, checked on every layer in a second probe: the contributions add up to the
     layer's output and the A.3 identity holds (else a refusal naming the layer); where the scores do not rebuild
     from W_q, W_k on some layer, ``qk_bilinear`` is declared broken with the layers named."""
-    layers = get_module(model, roles.layers)
+    layers = cast(nn.ModuleList, get_module(model, roles.layers))
     watched: dict[str, nn.Module] = {}
     for l, layer in enumerate(layers):
         watched.update({f"L{l}": layer, f"L{l}.attn": get_module(layer, roles.attn),
@@ -361,17 +367,20 @@ def _confirm_every_layer(roles: Roles, model: nn.Module) -> Roles:
     _forward(probe, model, roles.model_type)
     weights, bad_scores = head_weights_from(roles), []
     for l in range(len(layers)):
-        got = [probe.ins.get(f"L{l}"), probe.outs.get(f"L{l}.a"), probe.outs.get(f"L{l}.m"), probe.outs.get(f"L{l}")]
+        pre, a_out, m_out, post = (probe.ins.get(f"L{l}"), probe.outs.get(f"L{l}.a"), probe.outs.get(f"L{l}.m"),
+                                   probe.outs.get(f"L{l}"))
         X, A, out = probe.ins.get(f"L{l}.attn"), probe.extra.get(f"L{l}.attn"), probe.outs.get(f"L{l}.attn")
-        if any(t is None for t in got) or not close(got[0] + got[1] + got[2], got[3], probe.tol):
+        if pre is None or a_out is None or m_out is None or post is None or \
+                not close(pre + a_out + m_out, post, probe.tol):
             raise _refuse(roles.model_type, f"layer {l}'s contributions do not add up to its output (the roles "
                                             f"found on layer 0 do not hold there)", f"{roles.layers}.{l}")
+        hw: HeadWeights | None = None
         try:
             hw = weights(watched[f"L{l}.attn"], model.config)
             ok = X is not None and A is not None and out is not None and identity_ok(hw, X[0], A[0], out[0], probe.tol)
         except (RuntimeError, ValueError):
             ok = False
-        if not ok:
+        if not ok or hw is None or X is None or A is None:  # (ok: hw, X and A are set)
             sinks = A is not None and not rows_sum_to_one(A[0], probe.tol)
             raise _refuse(roles.model_type, f"the A.3 identity fails on layer {l}" +
                           (" (its attention rows do not sum to 1: attention sinks)" if sinks else ""),
@@ -387,7 +396,7 @@ def _confirm_every_layer(roles: Roles, model: nn.Module) -> Roles:
     return replace(roles, limits={"qk_bilinear": why, **roles.limits, "qk_rebuild": why})
 
 
-def derive_roles(model: nn.Module) -> Roles:
+def derive_roles(model: HFModule) -> Roles:
     """Find and confirm the roles of a causal LM (see the module docstring), or refuse in one line."""
     cfg = model.config
     sk = _skeleton(model)
@@ -442,7 +451,7 @@ def _position(model: nn.Module, cfg: Any) -> Position:
     return "none"
 
 
-def _logit_roles(roles: Roles, model: nn.Module, probe: Probe, logits: torch.Tensor) -> Roles:
+def _logit_roles(roles: Roles, model: HFModule, probe: Probe, logits: torch.Tensor) -> Roles:
     """Soft-cap and logit scale from the config, confirmed: logits rebuilt from ``final`` equal the model's."""
     cfg = model.config
     softcap = "final_logit_softcapping" if getattr(cfg, "final_logit_softcapping", None) else None
@@ -467,11 +476,11 @@ def _logit_roles(roles: Roles, model: nn.Module, probe: Probe, logits: torch.Ten
     return replace(roles, limits=limits)
 
 
-def _attention_roles(roles: Roles, model: nn.Module, probe: Probe) -> Roles:
+def _attention_roles(roles: Roles, model: HFModule, probe: Probe) -> Roles:
     """The fused layout (if any) under which the A.3 identity holds, and whether scores rebuild from W_q, W_k."""
     A = probe.extra.get(roles.attn)
     X, out = probe.ins.get(roles.attn), probe.outs.get(roles.attn)
-    attn_mod = get_module(get_module(model, roles.layers)[0], roles.attn)
+    attn_mod = get_module(_layer(model, roles.layers, 0), roles.attn)
     if A is None or X is None or out is None:
         raise _refuse(roles.model_type, "the attention module returns no attention probabilities (eager)",
                       f"{roles.layers}.0.{roles.attn}")
@@ -491,7 +500,7 @@ def _attention_roles(roles: Roles, model: nn.Module, probe: Probe) -> Roles:
         cfg = model.config
         if getattr(cfg, "use_sliding_window", True) is not False:
             limits.update(sliding_window_limit(cfg))
-        mlp = get_module(get_module(model, roles.layers)[0], roles.mlp)
+        mlp = get_module(_layer(model, roles.layers, 0), roles.mlp)
         if has_module(mlp, "experts") or any(w in type(mlp).__name__.lower() for w in ("moe", "sparse", "expert")):
             limits["dense_mlp"] = "the MLP is a mixture of experts: its point is the routed sum of the experts' outputs"
         if getattr(cfg, "attn_logit_softcapping", None):

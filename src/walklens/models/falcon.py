@@ -7,12 +7,11 @@ import math
 from typing import Any
 
 import torch
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits, split_out_linear, zeros_or
+from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits, split_out_linear, zeros_or
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H = config.num_attention_heads
     D = config.hidden_size
     d = D // H

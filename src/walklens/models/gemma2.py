@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits, sliding_window_limit
+from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits, sliding_window_limit
 from .llama import head_weights as llama_head_weights
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     hw = llama_head_weights(attn, config)
     cap = getattr(config, "attn_logit_softcapping", None)
     if not cap:

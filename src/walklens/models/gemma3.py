@@ -7,14 +7,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from torch import nn
 
 from . import gemma2
-from .base import HeadWeights
+from .base import HFModule, HeadWeights
 from .llama import head_weights as llama_head_weights
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     hw = llama_head_weights(attn, config)
     return HeadWeights(hw.w_q, hw.w_k, hw.w_v, hw.w_o, hw.b_q, hw.b_k, hw.b_v, hw.b_o, hw.kv_head, hw.scale,
                        qk_norm=True,

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits
+from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H, D = config.n_head, config.n_embd
     d = D // H
     w = attn.c_attn.weight.detach()  # Conv1D: [D, 3D], used as x @ w

@@ -7,13 +7,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from torch import nn
-
 from . import gpt2
-from .base import HeadWeights, split_fused_qkv, split_out_linear
+from .base import HFModule, HeadWeights, split_fused_qkv, split_out_linear
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H, d = attn.num_heads, attn.head_dim
     n_kv = attn.kv_heads
     w_q, b_q, w_k, b_k, w_v, b_v = split_fused_qkv(attn.c_attn, H, n_kv, d, per_head=not attn.multi_query)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits, split_linear_heads, split_out_linear
+from .base import (Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits, split_linear_heads,
+                   split_out_linear)
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     inner = attn.attention if hasattr(attn, "attention") else attn
     H = config.num_heads
     d = config.hidden_size // H

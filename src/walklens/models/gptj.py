@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits
+from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits
 from .phi import qkv_heads
 
 
@@ -18,7 +17,7 @@ def rotary_notes(config: Any) -> str:
             "(no rotation) form")
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     return qkv_heads(attn, config, "out_proj", notes=rotary_notes(config))
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from torch import nn
 
-from .base import (Adapter, HeadWeights, StackSpec, act_from_config, fold_rope_factor, lm_head_logits,
+from .base import (Adapter, HFModule, HeadWeights, StackSpec, act_from_config, fold_rope_factor, lm_head_logits,
                    sliding_window_limit, split_linear_heads, split_out_linear)
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H = config.num_attention_heads
     H_kv = getattr(config, "num_key_value_heads", None) or H
     d = getattr(config, "head_dim", None) or config.hidden_size // H

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
 
 from ..errors import UnsupportedFamilyError
-from .base import Adapter, HeadWeights, StackSpec, lm_head_logits, split_fused_qkv, split_out_linear
+from .base import Adapter, HFModule, HeadWeights, StackSpec, lm_head_logits, split_fused_qkv, split_out_linear
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H = config.n_heads
     d = config.d_model // H
     w_q, b_q, w_k, b_k, w_v, b_v = split_fused_qkv(attn.Wqkv, H, H, d, per_head=False)

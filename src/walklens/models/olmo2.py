@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits
+from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits
 from .llama import head_weights as llama_head_weights
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     hw = llama_head_weights(attn, config)
     return HeadWeights(hw.w_q, hw.w_k, hw.w_v, hw.w_o, hw.b_q, hw.b_k, hw.b_v, hw.b_o, hw.kv_head, hw.scale,
                        qk_norm=True,

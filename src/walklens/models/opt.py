@@ -10,12 +10,11 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
+from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H, d = attn.num_heads, attn.head_dim
     w_q, b_q = split_linear_heads(attn.q_proj, H, d)
     w_k, b_k = split_linear_heads(attn.k_proj, H, d)
@@ -24,7 +23,7 @@ def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
     return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), float(attn.scaling))
 
 
-def logits(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
+def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
     proj = model.model.decoder.project_out
     x = final.to(model.lm_head.weight.dtype)
     return model.lm_head(proj(x) if proj is not None else x)

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
 
-from .base import (Adapter, HeadWeights, StackSpec, act_from_config, fold_rope_factor, lm_head_logits,
+from .base import (Adapter, HFModule, HeadWeights, StackSpec, act_from_config, fold_rope_factor, lm_head_logits,
                    split_linear_heads, split_out_linear)
 
 
-def qkv_heads(attn: nn.Module, config: Any, out: str, qk_norm: bool = False, notes: str = "") -> HeadWeights:
+def qkv_heads(attn: HFModule, config: Any, out: str, qk_norm: bool = False, notes: str = "") -> HeadWeights:
     """Per-head weights of separate ``q_proj``/``k_proj``/``v_proj`` and the output projection named ``out`` (with
     the rope scaling's cos/sin factor folded in, :func:`~.base.fold_rope_factor`)."""
     H = config.num_attention_heads
@@ -37,7 +36,7 @@ def rotary_notes(config: Any, qk_norm: bool) -> str:
     return note
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     qk = bool(getattr(config, "qk_layernorm", False))
     return qkv_heads(attn, config, "dense", qk_norm=qk, notes=rotary_notes(config, qk))
 

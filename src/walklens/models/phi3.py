@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
 
-from .base import HeadWeights, fold_rope_factor, split_out_linear, split_rows_heads
+from .base import HFModule, HeadWeights, fold_rope_factor, split_out_linear, split_rows_heads
 from .llama import llama_like
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H, H_kv = config.num_attention_heads, config.num_key_value_heads
     d = getattr(config, "head_dim", None) or config.hidden_size // H
     sizes = [H * d, H_kv * d, H_kv * d]

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, lm_head_logits
+from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits
 from .phi import qk_norm_limits, qkv_heads, rotary_notes
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     qk = bool(getattr(config, "qk_layernorm", False))
     return qkv_heads(attn, config, "o_proj", qk_norm=qk, notes=rotary_notes(config, qk))
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
-from .base import Adapter, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
+from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
 
 
-def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
+def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H, d = config.num_heads, config.d_kv
     w_q, b_q = split_linear_heads(attn.q, H, d)
     w_k, b_k = split_linear_heads(attn.k, H, d)
@@ -22,7 +21,7 @@ def head_weights(attn: nn.Module, config: Any) -> HeadWeights:
                        notes="T5 does not scale q·k; a relative position bias is added to the scores")
 
 
-def logits(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
+def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
     x = final.to(model.lm_head.weight.dtype)
     if model.config.tie_word_embeddings:
         x = x * (model.config.d_model ** -0.5)

@@ -36,40 +36,43 @@ def tiny_tokenizer() -> Any:
 def _configs(V: int) -> dict[str, Callable[[], Any]]:
     import transformers as T
 
-    common = dict(vocab_size=V)
     return {
-        "gpt2": lambda: T.GPT2Config(**common, n_embd=32, n_layer=2, n_head=4, n_positions=64),
-        "gpt_neo": lambda: T.GPTNeoConfig(**common, hidden_size=32, num_layers=2, num_heads=4,
+        "gpt2": lambda: T.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+        "gpt_neo": lambda: T.GPTNeoConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4,
                                           attention_types=[[["global", "local"], 1]], window_size=4,
                                           max_position_embeddings=64),
-        "gpt_neox": lambda: T.GPTNeoXConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                            intermediate_size=64, max_position_embeddings=64, rotary_pct=0.5,
+        "gpt_neox": lambda: T.GPTNeoXConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                            intermediate_size=64, max_position_embeddings=64,
+                                            rope_parameters={"rope_theta": 10000.0, "partial_rotary_factor": 0.5},
                                             use_parallel_residual=True),
-        "gpt_neox_seq": lambda: T.GPTNeoXConfig(**common, hidden_size=32, num_hidden_layers=2,
+        "gpt_neox_seq": lambda: T.GPTNeoXConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2,
                                                 num_attention_heads=4, intermediate_size=64,
                                                 max_position_embeddings=64, use_parallel_residual=False),
-        "llama": lambda: T.LlamaConfig(**common, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        "llama": lambda: T.LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                        tie_word_embeddings=True),
-        "gemma3": lambda: T.Gemma3TextConfig(**common, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        "gemma3": lambda: T.Gemma3TextConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                              num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                                              sliding_window=4, max_position_embeddings=64,
                                              layer_types=["sliding_attention", "full_attention"]),
-        "falcon": lambda: T.FalconConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        "falcon": lambda: T.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                          new_decoder_architecture=True, num_kv_heads=2, alibi=False,
                                          max_position_embeddings=64),
-        "falcon_alibi": lambda: T.FalconConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        "falcon_alibi": lambda: T.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                                multi_query=True, parallel_attn=True, alibi=True,
                                                new_decoder_architecture=False, max_position_embeddings=64),
-        "falcon_seq": lambda: T.FalconConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        "falcon_seq": lambda: T.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                              multi_query=False, parallel_attn=False, alibi=False,
                                              new_decoder_architecture=False, bias=True, max_position_embeddings=64),
-        "t5": lambda: T.T5Config(**common, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+        # decoder_start_token_id (T5 shifts its labels right with it) is no field of transformers 5's T5Config:
+        # PretrainedConfig keeps it from **kwargs as an attribute
+        "t5": lambda: T.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
                                  num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
-                                 decoder_start_token_id=0, pad_token_id=0, eos_token_id=1),
-        "bert": lambda: T.BertConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                 pad_token_id=0, eos_token_id=1,
+                                 decoder_start_token_id=0),  # type: ignore[call-arg]  # a **kwargs extra: see above
+        "bert": lambda: T.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=64, max_position_embeddings=64),
-        "albert": lambda: T.AlbertConfig(**common, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+        "albert": lambda: T.AlbertConfig(vocab_size=V, embedding_size=16, hidden_size=32, num_hidden_layers=3,
                                          num_attention_heads=4, intermediate_size=64, max_position_embeddings=64),
     }
 

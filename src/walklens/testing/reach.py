@@ -51,7 +51,7 @@ def one(model_type: str) -> dict[str, Any]:
     logging.set_verbosity_error()
     warnings.simplefilter("ignore")
     rec: dict[str, Any] = {"model_type": model_type}
-    cards = {}
+    cards: dict[str, dict[str, Any]] = {}
     for dtype in ("float32", "bfloat16"):
         try:
             lm = tiny_model(model_type, dtype=dtype, as_model_type=True)
@@ -82,6 +82,7 @@ def _chunk(types: list[str]) -> list[dict[str, Any]]:
     """Records of some types from one child process (one import of torch for all); the types a dead or stuck
     child did not report are run again one per process, so one crash costs only its own type."""
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    rc: int | str  # the child's exit status, or "timeout"
     try:
         r = subprocess.run([sys.executable, "-m", "walklens.testing.reach", "--one", ",".join(types)],
                            capture_output=True, text=True, timeout=TIME_LIMIT * len(types), preexec_fn=_limit, env=env)

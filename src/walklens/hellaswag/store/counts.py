@@ -62,7 +62,7 @@ class Cells:
 
     def onehot(self, dtype: type = np.float32) -> np.ndarray:
         """``[n, 2k]`` indicator of each item's cell."""
-        m = np.zeros((self.n, self.n_cells), dtype)
+        m: np.ndarray = np.zeros((self.n, self.n_cells), dtype)
         m[np.arange(self.n), self.cell] = 1
         return m
 
