@@ -118,10 +118,6 @@ def add_head_stats(report: Report, stats: Mapping[str, Any], title: str = "") ->
     return report
 
 
-__all__ = ["add_identity", "add_attention_maps", "add_cluster_views", "add_self_mass", "add_head_stats",
-           "add_kernels"]
-
-
 def _layer(key: str) -> int:
     """The layer of an attention key ``L{l}.attn`` / ``L{l}.cross``."""
     return int(key.split(".")[0][1:])
@@ -163,7 +159,7 @@ def document(ident: IdentityResult, views: Sequence[ClusterView], masses: Mappin
 
 
 def build(ident: IdentityResult, views: Sequence[ClusterView], masses: Mapping[str, SelfMass],
-          stats: Mapping[str, HeadStats], title: str, subtitle: str = "", block: int = 1,
+          stats: Mapping[str, HeadStats], title: str, subtitle: str = "", *, block: int = 1,
           layers: Sequence[int] | None = None, kernels: PositionKernels | None = None) -> Report:
     """The ``walklens heads`` report: the A.3 identity, the cluster views, the attention maps of ``layers``
     (default: all) as means over ``block`` x ``block`` positions (1: every position), self masses, per-head

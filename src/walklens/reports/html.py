@@ -132,7 +132,7 @@ class Report:
         return self
 
     def heatmap(self, z: Any, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
-                title: str = "", hover: Sequence[Sequence[str]] | None = None, diverging: bool = False,
+                title: str = "", *, hover: Sequence[Sequence[str]] | None = None, diverging: bool = False,
                 vmin: float | None = None, vmax: float | None = None, cell: int | None = None) -> Report:
         """Interactive heatmap (canvas); ``hover[i][j]`` adds plain text (``\\n`` breaks lines) to the tooltip
         of cell (i, j)."""
