@@ -244,7 +244,8 @@ def test_kernels_and_power_payloads(client, models):
     assert p["alignment"]["points"] == al.points
     assert p["alignment"]["mean"] == pytest.approx(al.mean, abs=1e-5)
     assert p["alignment"]["random_lo"] == pytest.approx(al.random_lo, abs=1e-5)
-    assert len(p["spectra"]) == 2 and len(p["spectra"][0]["eig_abs"]) == 8
+    layers = p["spectra"]["layers"]
+    assert len(layers) == 2 and len(layers[0]["eigenvalues"]) == 8 and "v1" not in layers[0]  # no [D] vectors
 
 
 def test_steer_payload_is_the_steering_sweep(client, models):
@@ -252,9 +253,10 @@ def test_steer_payload_is_the_steering_sweep(client, models):
              method="add", max_new_tokens=4).json()
     sw = walklens.steering_sweep(models["llama"], TEST_TEXT, " paris", [[1]], [0.0, 50.0], methods=["add"],
                                  max_new_tokens=4)
-    assert d["layers"] == [1] and d["unsteered"]["text"] == sw.rows[0].text and d["steered"]["text"] == sw.rows[1].text
-    assert d["steered"]["target_rank"] == sw.rows[1].target_rank and d["steered"]["alpha"] == 50.0
-    assert d["steered"]["push"] == pytest.approx(50.0, rel=1e-3)  # activation addition pushes exactly alpha
+    unsteered, steered = d["rows"]
+    assert d["layer_sets"] == [[1]] and unsteered["text"] == sw.rows[0].text and steered["text"] == sw.rows[1].text
+    assert steered["target_rank"] == sw.rows[1].target_rank and steered["alpha"] == 50.0
+    assert steered["push"] == pytest.approx(50.0, rel=1e-3)  # activation addition pushes exactly alpha
     for body, msg in (({"alpha": float("1e7")}, "alpha must be within"), ({"layers": [2]}, "every layer"),
                       ({"layers": []}, "list of 1 to 2"), ({"method": "rm"}, "method must be one of"),
                       ({"max_new_tokens": 33}, "max_new_tokens must be from 1 to 32")):

@@ -10,6 +10,10 @@ are reduced on the server by blocks of positions (:func:`column_min`, torch's po
 :func:`walklens.reports.html.block_mean`), never shipped whole; numbers are rounded to :data:`DIGITS` decimals in
 the replies that carry maps (:mod:`.routing`).
 Measured sizes of each view's payload are in docs/explorer.md.
+
+A view's reply is its result's document (``document()`` of the report's topic, the dict ``--json`` writes):
+the view names the fields it draws (:func:`fields_arg`, :func:`pick`), so a field added to a result reaches the
+API with no edit here, and a view shows it by naming and drawing it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ MAX_K = 50  # nearest tokens of a cell or a decoding step
 MAX_NEW_TOKENS = 64  # generated tokens of a decoding walk
 MAX_STEER_TOKENS = 32  # generated tokens of each steered / unsteered continuation
 MAX_CELLS = 65_536  # cells of one map in a response (larger maps are reduced by blocks of positions)
+MAX_FIELDS = 64  # names of document fields a request asks for
 DIGITS = 5  # decimals of the floats in a response
 
 
@@ -119,6 +124,28 @@ def layers_arg(body: dict[str, Any], name: str, n_layers: int) -> list[int]:
             raise ApiError(f"{name}: every layer must be an integer from {-n_layers} to {n_layers - 1}")
         out.append(x % n_layers)
     return sorted(set(out))
+
+
+def fields_arg(body: dict[str, Any]) -> list[str] | None:
+    """``fields``: the names of the document's fields a view draws (1 to :data:`MAX_FIELDS` strings); None when
+    absent (every field)."""
+    v = body.get("fields")
+    if v is None:
+        return None
+    if not isinstance(v, list) or not 0 < len(v) <= MAX_FIELDS or not all(
+            isinstance(f, str) and 0 < len(f) <= 64 for f in v):
+        raise ApiError(f"fields must be a list of 1 to {MAX_FIELDS} field names")
+    return list(dict.fromkeys(v))
+
+
+def pick(doc: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:
+    """The fields of a document a view asked for (all of them when ``fields`` is None).  A name the document
+    lacks is a 400 listing the document's fields (never echoing the request)."""
+    if fields is None:
+        return doc
+    if any(f not in doc for f in fields):
+        raise ApiError(f"fields: a name is not a field of this document; its fields are {', '.join(doc)}")
+    return {f: doc[f] for f in fields}
 
 
 def check_tokens(n: int, limit: int, view: str) -> None:

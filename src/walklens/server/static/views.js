@@ -63,24 +63,15 @@
   $("kernels-run").addEventListener("click", kernelsRun);
 
   // ---- power and steering ----------------------------------------------------------------------------------
+  // the replies are the power and steering reports' documents, drawn by the reports' own script (results.js)
   function powerRun() {
     W.call("power", "/api/power", {model: W.model(), text: W.text()}).then(function (d) {
-      var out = W.clear($("power-out")), a = d.alignment, sp = d.spectra;
-      W.add(out, "h3", {}, "alignment of the text's tokens with v1(F_l) through depth (" + a.n_tokens + " tokens)");
-      W.lines(out, {x: a.points.map(function (p) { return p.replace(".resid_", " "); }), xlabel: "point",
-        width: 1000, series: [
-        {name: "mean |cos(x, v1)|", y: a.mean},
-        {name: "random directions", y: a.random_mean, band: [a.random_lo, a.random_hi], dash: true},
-        {name: "v1 of other layers", y: a.other_mean, band: [a.other_lo, a.other_hi], dash: true},
-        {name: "shuffled layers", y: a.shuffled_mean, band: [a.shuffled_lo, a.shuffled_hi], dash: true}]});
+      var out = W.clear($("power-out"));
+      W.add(out, "h3", {}, "alignment of the text's tokens with v1(F_l) through depth (" + d.alignment.n_tokens +
+        " tokens)");
+      W.results.draw.alignment(out, d.alignment);
       W.add(out, "h3", {}, "spectra of F = W_V W_O per layer");
-      W.lines(out, {x: sp.map(function (s) { return "L" + s.layer; }), xlabel: "layer", series: [
-        {name: "|lambda1|", y: sp.map(function (s) { return s.eig_abs[0]; })},
-        {name: "|lambda2|", y: sp.map(function (s) { return s.eig_abs[1]; }), dash: true},
-        {name: "gap", y: sp.map(function (s) { return s.gap; })}]});
-      W.table(out, ["layer", "|lambda| (leading)", "gap", "v1's nearest tokens", "nearest to -v1"], sp.map(function (s) {
-        return [s.layer, s.eig_abs.slice(0, 4).map(function (v) { return W.fmt(v, 3); }).join(", "), s.gap,
-                s.nearest.slice(0, 5).join(" · "), s.opposite.slice(0, 5).join(" · ")]; }));
+      W.results.draw.spectra(out, d.spectra);
       out.setAttribute("data-rendered", "1");
     }, W.quiet);
   }
@@ -91,18 +82,18 @@
       layers: layers, alpha: parseFloat($("steer-alpha").value), method: $("steer-method").value,
       max_new_tokens: int("steer-steps", 12)}).then(function (d) {
       var out = W.clear($("steer-out")), grid = W.add(out, "div", {"class": "side-by-side"});
-      [["unsteered (alpha = 0)", d.unsteered, "steer-unsteered"], ["steered (" + d.method + ", alpha = " +
-        d.steered.alpha + ", layers " + d.layers.join(", ") + ")", d.steered, "steer-steered"]].forEach(function (s) {
+      var un = d.rows[0], st = d.rows[d.rows.length - 1];  // alpha 0, then alpha
+      [["unsteered (alpha = 0)", un, "steer-unsteered"], ["steered (" + st.method + ", alpha = " + st.alpha +
+        ", layers " + st.layers.join(", ") + ")", st, "steer-steered"]].forEach(function (s) {
         var col = W.add(grid, "div", {});
         W.add(col, "h3", {}, s[0]);
         var box = W.add(col, "div", {"class": "continuation", id: s[2]});
         W.add(box, "span", {"class": "p"}, W.text());
         W.add(box, "span", {}, s[1].text);
       });
-      W.table(out, ["", "P(target '" + d.target_token + "' next)", "its rank", "top next token", "perplexity", "push along u"],
-        [["unsteered", d.unsteered.target_prob, d.unsteered.target_rank, d.unsteered.top_token, d.unsteered.perplexity,
-          d.unsteered.push], ["steered", d.steered.target_prob, d.steered.target_rank, d.steered.top_token,
-          d.steered.perplexity, d.steered.push]]);
+      W.add(out, "p", {"class": "note"}, "target token '" + W.label(d.target_token) + "': its probability and rank " +
+        "as the next token, the continuation's perplexity under the unsteered model, the push along u");
+      W.results.draw.steering(out, d);
       W.add(out, "p", {"class": "note"}, "reach |P u| per layer (how much of u the layer's value space reads): " +
         Object.keys(d.reach).map(function (l) { return "L" + l + " " + W.fmt(d.reach[l], 3); }).join(", "));
       out.setAttribute("data-rendered", "1");
