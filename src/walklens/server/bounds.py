@@ -6,7 +6,7 @@ Every argument of an API call goes through one of the ``*_arg`` readers; a bad v
 that runs the model is refused (413) over :data:`MAX_TOKENS` tokens or over what its view would need
 (:func:`check_cost`: the view's estimate in :mod:`walklens.costs` against ``walklens serve --max-memory
 --max-work``, by the rule and with the estimates the commands use).  Maps wider than :data:`MAX_CELLS` cells
-are reduced on the server by blocks of positions (:func:`column_min`, torch's pooling, or
+are reduced on the server by blocks of positions (:func:`column_min`, torch's pooling, :func:`by_blocks`, or
 :func:`walklens.reports.html.block_mean`), never shipped whole; numbers are rounded to :data:`DIGITS` decimals in
 the replies that carry maps (:mod:`.routing`).
 Measured sizes of each view's payload are in docs/explorer.md.
@@ -199,6 +199,40 @@ def block_for(rows: int, cols: int, cells: int | None = None, square: bool = Fal
     while (math.ceil(rows / b) if square else rows) * math.ceil(cols / b) > cells:
         b += 1
     return b
+
+
+def best_rank(r: torch.Tensor, b: int) -> torch.Tensor:
+    """Ranks [R, C] (integers, -1: undefined) reduced to the best rank of each block of ``b`` columns; -1 where
+    a whole block has none."""
+    if b <= 1:
+        return r
+    big = float(2 ** 40)
+    z = column_min(torch.where(r < 0, big, r.double()), b)
+    return torch.where(z >= big, -1, z).long()
+
+
+def column_mean(x: torch.Tensor, b: int) -> torch.Tensor:
+    """``x`` [R, C] reduced to its mean over blocks of ``b`` columns, NaN left out (NaN where a block has only
+    NaN)."""
+    if b <= 1:
+        return x
+    pad = (-x.shape[1]) % b
+    return torch.nn.functional.pad(x.double(), (0, pad), value=float("nan")).reshape(x.shape[0], -1, b).nanmean(-1)
+
+
+def by_blocks(doc: dict[str, Any], shape: tuple[int, int], b: int) -> dict[str, Any]:
+    """A document whose [points, positions] maps (each tensor whose first two sizes are ``shape``) are reduced
+    over blocks of ``b`` positions: integers (ranks) to the best rank of each block (:func:`best_rank`), floats
+    to the block's mean (:func:`column_mean`), tensors of more dimensions to the first position of each block.
+    Every other field is left whole."""
+    if b <= 1:
+        return doc
+    out: dict[str, Any] = {}
+    for name, v in doc.items():
+        if isinstance(v, torch.Tensor) and v.dim() >= 2 and tuple(v.shape[:2]) == tuple(shape):
+            v = v[:, ::b] if v.dim() > 2 else column_mean(v, b) if v.is_floating_point() else best_rank(v, b)
+        out[name] = v
+    return out
 
 
 def column_min(x: torch.Tensor, b: int) -> torch.Tensor:

@@ -21,20 +21,21 @@
   function attentionRun() {
     W.call("attention", "/api/attention", {model: W.model(), text: W.text(), layer: int("attn-layer", -1),
       head: int("attn-head", 0), query: int("attn-query", -1)}).then(function (d) {
-      var out = W.clear($("attention-out")), c = d.cluster;
+      var out = W.clear($("attention-out")), c = d.cluster;  // reports/heads.py cluster_document
       W.add(out, "h3", {}, "layer " + d.layer + ", head " + d.head + ": attention (rows: queries, columns: keys)" +
         (d.block > 1 ? "; mean over " + d.block + " x " + d.block + " positions" : ""));
-      W.heatmap(out, {z: d.map, row_labels: d.labels, col_labels: d.labels, vmin: 0,
-        cell: Math.max(4, Math.min(22, Math.floor(700 / Math.max(d.labels.length, 1))))});
-      W.add(out, "h3", {}, "cluster & aggregate: query " + c.position + " '" + c.token + "' moves " +
-        W.fmt(c.foreign_mass, 3) + " of the way to the centroid of the other positions (self mass " +
+      var labels = d.labels.map(W.label);
+      W.heatmap(out, {z: d.map, row_labels: labels, col_labels: labels, vmin: 0,
+        cell: Math.max(4, Math.min(22, Math.floor(700 / Math.max(labels.length, 1))))});
+      W.add(out, "h3", {}, "cluster & aggregate: query " + c.position + " '" + W.label(d.tokens[c.position]) +
+        "' moves " + W.fmt(c.foreign_mass, 3) + " of the way to the centroid of the other positions (self mass " +
         W.fmt(c.self_mass, 3) + ")");
       W.table(out, ["|centroid - x_t|", "|foreign centroid - x_t|", "cos(x_t, centroid)", "|head output|"],
-        [[c.move_distance, c.foreign_distance, c.cos_query_centroid, c.output_norm]]);
-      W.table(out, ["key position", "token", "membership A[t, s]"], c.top.map(function (m) {
-        return [m.position, m.token, m.weight]; })).setAttribute("id", "attn-members");
+        [[c.move_distance, c.foreign_distance, c.cos_query_centroid, c.head_output_norm]]);
+      W.table(out, ["key position", "token", "membership A[t, s]"], c.top_members.map(function (m) {
+        return [m[0], W.label(m[1]), m[2]]; })).setAttribute("id", "attn-members");
       var grid = W.add(out, "div", {"class": "side-by-side"});
-      layerHeadMap(W.add(grid, "div", {}), "self mass A[t, t] (mean over queries)", d.self_mass);
+      layerHeadMap(W.add(grid, "div", {}), "self mass A[t, t] (mean over queries)", d.self_mass.mass);
       layerHeadMap(W.add(grid, "div", {}), "|W_vo,h| (Frobenius)", d.head_stats.vo_norm);
       layerHeadMap(W.add(grid, "div", {}), "|W_qk,h| (Frobenius)", d.head_stats.qk_norm);
       layerHeadMap(W.add(grid, "div", {}), "copying score of W_vo,h", d.head_stats.vo_copying, true);
@@ -47,12 +48,17 @@
       var out = W.clear($("kernels-out"));
       W.add(out, "h2", {}, "position kernels (" + d.scheme + ", " + d.units + ")");
       W.add(out, "p", {"class": "note"}, d.estimator);
-      d.stacks.forEach(function (s) {
-        var fr = s.fractions;
+      d.stacks.forEach(function (s) {  // reports/kernels.py stack_document, logit units
+        var fr = s.fractions, names = s.layers.map(function (l) { return l === null ? "all layers" : "L" + l; });
+        var rows = [], z = [], hover = [];
+        s.log_values.forEach(function (perHead, r) { perHead.forEach(function (v, h) {
+          rows.push(s.mean_of_heads ? names[r] + " (mean of " + s.mean_of_heads + " heads)" : names[r] + " h" + h);
+          z.push(v);
+          hover.push(s.distances.map(function () { return s.labels.length ? s.labels[r][h] : ""; }));
+        }); });
         W.table(out, ["stack", "negative self-bias", "far-amplifying", "local", "flat"],
-          [[s.stack, fr.negative_self, fr.far_amplifying, fr.local, fr.flat]]);
-        W.heatmap(out, {z: s.values, row_labels: s.rows, col_labels: s.distances.map(String), diverging: true,
-          hover: s.rows.map(function (r, i) { return s.distances.map(function () { return s.labels[i] || ""; }); }),
+          [[s.stack || "model", fr.negative_self, fr.far_amplifying, fr.local, fr.flat]]);
+        W.heatmap(out, {z: z, row_labels: rows, col_labels: s.distances.map(String), diverging: true, hover: hover,
           cell: 10});
       });
       out.setAttribute("data-rendered", "1");
