@@ -101,10 +101,17 @@ def size_of(srv: Running, path: str, body: dict) -> int:
     return len(r.content)
 
 
+#: the document fields the page asks for (server/static/walks.js: WALK_FIELDS, DECODE_FIELDS)
+WALK_FIELDS = ["tokens", "points", "rank_of_input", "rank_of_next", "escape_point", "escape_stable"]
+DECODE_FIELDS = ["prompt_tokens", "tokens", "ranks", "probs", "top_tokens", "top_probs", "d_norm", "step_length",
+                 "step_angle", "target", "in_neighbourhood", "left_path_at"]
+
+
 def payload_sizes(srv: Running, model: str, text: str) -> dict[str, int]:
-    calls = {"walk": ("/api/walk", {"text": text}), "walk cell (k=10)": ("/api/walk/cell", {
+    calls = {"walk": ("/api/walk", {"text": text, "fields": WALK_FIELDS}), "walk cell (k=10)": ("/api/walk/cell", {
              "text": text, "point": 10, "position": 5, "k": 10}),
-             "decode (12 steps, k=10)": ("/api/decode", {"text": text, "max_new_tokens": 12}),
+             "decode (12 steps, k=10)": ("/api/decode", {"text": text, "max_new_tokens": 12,
+                                                          "fields": DECODE_FIELDS}),
              "similarity map": ("/api/simmap", {"text": text, "point": "L10.resid_post"}),
              "attention (one head)": ("/api/attention", {"text": text, "layer": 10, "head": 3}),
              "position kernels": ("/api/kernels", {}), "power": ("/api/power", {"text": text}),
@@ -155,7 +162,7 @@ def main() -> None:
                 before = len(spent)
                 ren.append(render_time(page, ex, text))
                 ana.append(sum(spent[before:]))
-            size = size_of(srv, "/api/walk", {"model": lm.name, "text": text})  # cached by the last render
+            size = size_of(srv, "/api/walk", {"model": lm.name, "text": text, "fields": WALK_FIELDS})  # cached
             print(f"{len(lm.tokenizer(text)['input_ids'])} tokens: request -> rendered heatmap {min(ren):.2f} s; "
                   f"plain capture {min(cap):.2f} s; ratio {min(ren) / min(cap):.2f} (target <= 1.5); of which the "
                   f"walk's analysis (capture of its points + encoding_walk) {min(ana):.2f} s, the rest (request, "

@@ -101,6 +101,19 @@ def test_real_demo_report_renders(chromium, tmp_path, smollm2):
     assert re.search(r"<th>final</th>(<td[^>]*>[^<]*</td>){4}<td[^>]*>\s*Paris</td>", dump_dom(chromium, path))
 
 
+def test_the_steering_runs_show_control_characters_escaped(chromium, tmp_path):
+    """The steer report's table of runs is drawn by results.js from the embedded document: a prompt's NUL and
+    ESC show as \\x00 and \\x1b (reports/html.py's visible()), and the page's source holds neither."""
+    from walklens.reports import steer as steer_report
+
+    sw = walklens.steering_sweep(tiny_model("llama"), ["the\x00 king\x1b"], " river", [[1]], alphas=[0.0, 4.0],
+                                 methods=["eigen"], max_new_tokens=1)
+    page = steer_report.build(sw).save(tmp_path / "steer")
+    dom = dump_dom(chromium, page)
+    assert "the\\x00 king\\x1b" in dom and "\x00" not in dom and "\x1b" not in dom
+    assert dom.count("<tr>") - page.read_text(encoding="utf-8").count("<tr>") == 1 + len(sw.rows)  # drawn by JS
+
+
 # ---- model strings reach the page as text, never markup (tooltips too) -----------------------------------------------
 
 EVIL = ["<img src=x onerror=\"document.title='pwned'\">", "</script><b>x</b>", "<filename>", "a&amp;b"]
@@ -185,7 +198,13 @@ def test_model_strings_are_text_on_hover(chromium, tmp_path):
     spectra = power_spectra(lm, nearest=4)
     al = alignment(lm, "the cat and the dog", spectra=spectra, n_random=8, n_shuffles=4)
     al.tokens = [[EVIL[i % len(EVIL)] for i in range(len(al.tokens[0]))]]
+    for s in spectra.layers:  # the spectra table, drawn by results.js: each token as Python's repr writes it
+        s.nearest = list(EVIL)
     pages["power"] = power_report.build(spectra, al).save(tmp_path / "p")
+    import html as html_mod
+
+    dom = html_mod.unescape(dump_dom(chromium, pages["power"]))
+    assert all(repr(e) in dom for e in EVIL)
     for name, page in pages.items():
         got = hover_everything(chromium, page)
         figures = page.read_text(encoding="utf-8").count("<img class='wl' ")  # the report's own PNG figures

@@ -270,3 +270,53 @@ def test_run_replaces_the_run_due_after_typing(page):
     pg.wait_for_function("t => document.getElementById('walk-echo').textContent.endsWith(t)", arg=text)
     pg.wait_for_timeout(1500)  # past the typing pause
     assert len(walks) == 1, walks
+
+
+# ---- one document, one script: the explorer draws a result as its report does ----------------------------------------
+
+LABELS = ["", " the", "\n", "a\tb\r", "it's", 'say "hi"', "it's \"x\"", "back\\slash", "\x00\x1b\x7f", "\x85\xa0",
+          "é ü", "\u200b\u2028\u00ad", "😀", "\U000e0001", "<img src=x>"]
+
+
+def test_the_page_labels_tokens_as_the_reports_do(page):
+    """The documents carry tokens as they are; the page shows them with results.js's show/visible, which must
+    write what reports/html.py's show/visible write (Python's repr rules)."""
+    from walklens.reports.html import show, visible
+
+    got = page.page.evaluate("ss => ss.map(s => [walklensResults.show(s), walklensResults.visible(s)])", LABELS)
+    assert got == [[show(s), visible(s)] for s in LABELS]
+
+
+def test_the_power_view_and_the_report_draw_the_same_document(page, served, browser, monkeypatch):
+    """A curve added to the alignment's document (one line, ALIGNMENT_CURVES) is drawn by the explorer's power
+    view and by the power report's page, with the same numbers: both run results.js on the same document."""
+    import walklens
+    from walklens.reports import power as power_report
+    from walklens.server.api_power import N_RANDOM, N_SHUFFLES
+
+    monkeypatch.setattr(power_report, "ALIGNMENT_CURVES",
+                        (*power_report.ALIGNMENT_CURVES, {"name": "planted curve", "y": "std"}))
+    srv, explorer, text = served
+    pg = page.page
+    page.type_and_run(text)
+    page.view("power", "#power-out svg")
+    pg.wait_for_function("() => document.getElementById('power-out').getAttribute('data-rendered') === '1'")
+    charts = "es => es.map(e => JSON.parse(e.getAttribute('data-spec')))"
+    live = pg.eval_on_selector_all("#power-out .wl-lines", charts)[:3]  # the alignment at its three kinds of point
+
+    lm = next(iter(explorer.models.values()))
+    spectra = walklens.power_spectra(lm, heads=False, nearest=8)
+    al = walklens.alignment(lm, text, spectra=spectra, n_random=N_RANDOM, n_shuffles=N_SHUFFLES)
+    ctx = browser.new_context()
+    report = ctx.new_page()
+    report.set_content(power_report.build(spectra, al).render())
+    report.wait_for_selector(".wl-result[data-result=alignment][data-drawn]")
+    drawn = report.eval_on_selector_all(".wl-result[data-result=alignment] .wl-lines", charts)
+    ctx.close()
+    assert len(live) == len(drawn) == 3
+    for a, b in zip(live, drawn):
+        assert [s["name"] for s in a["series"]] == [s["name"] for s in b["series"]]
+        assert a["series"][-1]["name"] == "planted curve" and a["x"] == b["x"]
+        for sa, sb in zip(a["series"], b["series"]):
+            assert sa["y"] == pytest.approx(sb["y"], abs=1e-5), sa["name"]
+    assert page.errors == [] and page.dialogs == []

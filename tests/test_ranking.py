@@ -170,7 +170,7 @@ def test_server_reads_points_in_full_on_demand():
         assert ranks.k == 0 and torch.isnan(ranks.prob_of_next).all()  # no top k, no softmax for the map
         assert [k[-1] for k in walks if k[0] == "walk point"] == ["final"]
         fin = walks[("walk point", text, "none", "dot", "final")]
-        sent = r.json()["prob_next_final"][:-1]  # the JSON rounds to 3 significant digits
+        sent = r.json()["final"]["prob_of_next"][:-1]  # the JSON rounds to 5 decimals
         assert sent == pytest.approx(fin.prob_of_next[0, :-1].tolist(), rel=1e-2)
         c.post("/api/walk/cell", json={"model": "llama", "text": text, "point": 1, "position": 2, "k": 3},
                headers={"X-Walklens-Token": token}).raise_for_status()

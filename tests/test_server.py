@@ -139,7 +139,7 @@ def test_top_k_is_bounded(client, k, ok):
     r = post(client, "/api/walk/cell", model="llama", text=TEST_TEXT, point=1, position=0, k=k)
     assert (r.status_code == 200) == ok, r.text
     if ok:
-        assert len(r.json()["neighbours"]) == k
+        assert len(r.json()["top_ids"]) == k
     else:
         assert r.status_code == 400 and "k must be" in r.json()["error"]
 
@@ -160,20 +160,20 @@ def test_walk_payload_is_the_encoding_walk(client, models):
                                points=["embed", "L*.resid_post", "final"], progress=False)
     assert d["points"] == w.points == ["embed", "L0.resid_post", "L1.resid_post", "final"]
     assert d["tokens"] == w.tokens and d["block"] == 1 and d["columns"] == w.tokens
-    assert d["rank_input"] == w.rank_of_input.tolist() and d["rank_next"] == w.rank_of_next.tolist()
-    assert d["rank_next"][0][-1] == -1  # the last position has no next token
-    assert d["escape"] == w.escape_point.tolist() and d["escape_stable"] == w.escape_stable.tolist()
-    assert torch.allclose(torch.tensor(d["prob_next_final"][:-1]), w.prob_of_next[-1, :-1], atol=1e-5)
+    assert d["rank_of_input"] == w.rank_of_input.tolist() and d["rank_of_next"] == w.rank_of_next.tolist()
+    assert d["rank_of_next"][0][-1] == -1  # the last position has no next token
+    assert d["escape_point"] == w.escape_point.tolist() and d["escape_stable"] == w.escape_stable.tolist()
+    assert torch.allclose(torch.tensor(d["final"]["prob_of_next"][:-1]), w.prob_of_next[-1, :-1], atol=1e-5)
     assert d["n_vocab"] == models["llama"].embedding_matrix().shape[0]
 
     c = post(client, "/api/walk/cell", model="llama", text=TEST_TEXT, norm="final", metric="cosine", point=2,
              position=3, k=3).json()
     assert c["point"] == "L1.resid_post" and c["token"] == " france" and c["next"] == " is"
-    assert [n["id"] for n in c["neighbours"]] == w.top_ids[2, 3].tolist()
-    assert [n["score"] for n in c["neighbours"]] == pytest.approx(w.top_scores[2, 3].tolist(), abs=1e-5)
-    assert c["rank_next"] == int(w.rank_of_next[2, 3]) and c["escape"] == (int(w.escape_point[3]) == 2)
+    assert c["top_ids"] == w.top_ids[2, 3].tolist()
+    assert c["top_scores"] == pytest.approx(w.top_scores[2, 3].tolist(), abs=1e-5)
+    assert c["rank_of_next"] == int(w.rank_of_next[2, 3]) and c["escape_point"] == int(w.escape_point[3])
     names = walklens.walks.labels_for(models["llama"].tokenizer, w.top_ids[2, 3].tolist())
-    assert [n["token"] for n in c["neighbours"]] == [names[i] for i in w.top_ids[2, 3].tolist()]
+    assert [c["labels"][str(i)] for i in c["top_ids"]] == [names[i] for i in w.top_ids[2, 3].tolist()]
     r = post(client, "/api/walk/cell", model="llama", text=TEST_TEXT, point=4, position=0)
     assert r.status_code == 400 and "4 points and 6 positions" in r.json()["error"]
 
@@ -186,10 +186,10 @@ def test_long_walks_are_reduced_by_blocks(client, models, monkeypatch):
     w = walklens.encoding_walk(walklens.capture(models["llama"], TEST_TEXT), k=1,
                                points=["embed", "L*.resid_post", "final"], progress=False)
     assert d["block"] == 3 and len(d["columns"]) == 2 and d["columns"][1] == "3-5  france"
-    for name, full in (("rank_input", w.rank_of_input), ("rank_next", w.rank_of_next)):
+    for name, full in (("rank_of_input", w.rank_of_input), ("rank_of_next", w.rank_of_next)):
         ref = [[min((v for v in row[j:j + 3] if v >= 0), default=-1) for j in (0, 3)] for row in full.tolist()]
         assert d[name] == ref, name
-    assert len(d["rank_input"]) * len(d["rank_input"][0]) <= 8
+    assert len(d["rank_of_input"]) * len(d["rank_of_input"][0]) <= 8
 
 
 def test_decode_payload_is_the_decoding_walk(client, models):
@@ -208,11 +208,12 @@ def test_decode_payload_is_the_decoding_walk(client, models):
 def test_simmap_payload(client, models, monkeypatch):
     d = post(client, "/api/simmap", model="gpt2", text=TEST_TEXT, point="L1.resid_mid", metric="dot").json()
     ref = walklens.similarity_map(walklens.capture(models["gpt2"], TEST_TEXT), "L1.resid_mid", "dot")
-    assert torch.allclose(torch.tensor(d["z"]), ref, atol=1e-4) and d["labels"][1] == " capital"
+    assert torch.allclose(torch.tensor(d["maps"]["L1.resid_mid/dot"]), ref, atol=1e-4) and d["labels"][1] == " capital"
     monkeypatch.setattr(bounds, "MAX_CELLS", 9)
     d = post(client, "/api/simmap", model="gpt2", text=TEST_TEXT, point="V", metric="cosine").json()
-    assert d["block"] == 2 and len(d["z"]) == 3 and len(d["z"][0]) == 3  # 2 x 2 blocks of positions
-    assert d["z"][0][0] == pytest.approx(float(
+    z = d["maps"]["V/cosine"]
+    assert d["block"] == 2 and len(z) == 3 and len(z[0]) == 3  # 2 x 2 blocks of positions
+    assert z[0][0] == pytest.approx(float(
         walklens.similarity_map(walklens.capture(models["gpt2"], TEST_TEXT), "V", "cosine")[:2, :2].mean()), abs=1e-4)
     r = post(client, "/api/simmap", model="gpt2", text=TEST_TEXT, point="../etc")
     assert r.status_code == 400 and "captured point" in r.json()["error"]
@@ -224,8 +225,8 @@ def test_attention_payload(client, models):
     assert torch.allclose(torch.tensor(d["map"]), tr.attentions["L1.attn"][2], atol=1e-5)
     cv = walklens.cluster_view(tr, walklens.head_matrices(models["llama"], 1), 2, 4, top=10)
     assert d["cluster"]["self_mass"] == pytest.approx(cv.self_mass, abs=1e-5)
-    assert [m["position"] for m in d["cluster"]["top"]] == [j for j, _, _ in cv.top_members]
-    assert torch.allclose(torch.tensor(d["self_mass"]), walklens.self_mass(tr).mass, atol=1e-5)
+    assert [m[0] for m in d["cluster"]["top_members"]] == [j for j, _, _ in cv.top_members]
+    assert torch.allclose(torch.tensor(d["self_mass"]["mass"]), walklens.self_mass(tr).mass, atol=1e-5)
     assert torch.tensor(d["head_stats"]["vo_norm"]).shape == (2, 4)
     r = post(client, "/api/attention", model="llama", text=TEST_TEXT, head=4)
     assert r.status_code == 400 and "head must be from 0 to 3" in r.json()["error"]
@@ -237,14 +238,15 @@ def test_kernels_and_power_payloads(client, models):
     k = post(client, "/api/kernels", model="llama").json()
     pk = walklens.position_kernels(models["llama"], progress=False)
     s = k["stacks"][0]
-    assert len(s["rows"]) == 2 * 4 and s["distances"] == pk.stacks[0].distances
-    assert torch.allclose(torch.tensor(s["values"]), pk.stacks[0].log_values.reshape(8, -1).float(), atol=1e-5)
+    assert torch.tensor(s["log_values"]).shape[:2] == (2, 4) and s["distances"] == pk.stacks[0].distances
+    assert torch.allclose(torch.tensor(s["log_values"]), pk.stacks[0].log_values.float(), atol=1e-5)
     p = post(client, "/api/power", model="llama", text=TEST_TEXT).json()
     al = walklens.alignment(models["llama"], TEST_TEXT)
     assert p["alignment"]["points"] == al.points
     assert p["alignment"]["mean"] == pytest.approx(al.mean, abs=1e-5)
     assert p["alignment"]["random_lo"] == pytest.approx(al.random_lo, abs=1e-5)
-    assert len(p["spectra"]) == 2 and len(p["spectra"][0]["eig_abs"]) == 8
+    layers = p["spectra"]["layers"]
+    assert len(layers) == 2 and len(layers[0]["eigenvalues"]) == 8 and "v1" not in layers[0]  # no [D] vectors
 
 
 def test_steer_payload_is_the_steering_sweep(client, models):
@@ -252,9 +254,10 @@ def test_steer_payload_is_the_steering_sweep(client, models):
              method="add", max_new_tokens=4).json()
     sw = walklens.steering_sweep(models["llama"], TEST_TEXT, " paris", [[1]], [0.0, 50.0], methods=["add"],
                                  max_new_tokens=4)
-    assert d["layers"] == [1] and d["unsteered"]["text"] == sw.rows[0].text and d["steered"]["text"] == sw.rows[1].text
-    assert d["steered"]["target_rank"] == sw.rows[1].target_rank and d["steered"]["alpha"] == 50.0
-    assert d["steered"]["push"] == pytest.approx(50.0, rel=1e-3)  # activation addition pushes exactly alpha
+    unsteered, steered = d["rows"]
+    assert d["layer_sets"] == [[1]] and unsteered["text"] == sw.rows[0].text and steered["text"] == sw.rows[1].text
+    assert steered["target_rank"] == sw.rows[1].target_rank and steered["alpha"] == 50.0
+    assert steered["push"] == pytest.approx(50.0, rel=1e-3)  # activation addition pushes exactly alpha
     for body, msg in (({"alpha": float("1e7")}, "alpha must be within"), ({"layers": [2]}, "every layer"),
                       ({"layers": []}, "list of 1 to 2"), ({"method": "rm"}, "method must be one of"),
                       ({"max_new_tokens": 33}, "max_new_tokens must be from 1 to 32")):

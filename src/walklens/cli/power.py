@@ -269,7 +269,7 @@ def run_steer(args: argparse.Namespace) -> int:
                 ["method", "layers", Col("alpha", justify="right"), "p(target)", "rank (0 = top)", "ppl (unsteered)",
                  "push along u", Col("first prompt →", wrap=True)], rows, keys=3, short="steering")
     if args.json:
-        write_json(args.json, sw)  # the SteeringSweep is its own JSON document
+        write_json(args.json, steer_report.document(sw))
     if args.out:
         say(con, f"report: {steer_report.build(sw).save(args.out)}")
     return 0

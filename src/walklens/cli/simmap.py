@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     for p in points:
         for normed in normeds:
             for m in metrics:
-                maps[f"{p}{'+norm' if normed else ''}/{m}"] = similarity_map(trace, p, metric=m, normed=normed)
+                maps[simmap_report.key(p, m, normed)] = similarity_map(trace, p, metric=m, normed=normed)
     if args.json:
         write_json(args.json, simmap_report.document(maps, trace.tokens, trace.token_ids, lm.name, text))
     rows = []

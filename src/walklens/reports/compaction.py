@@ -1,6 +1,6 @@
 """The compression-retention curves of context compaction (seed 000, footnote 11; docs/compaction.md): one
 figure per model (rows: ``acc_norm`` kept, ``acc`` kept, scoring time saved; columns: shots x part compacted),
-a table and the points as CSV and JSON."""
+a table and the points as CSV and JSON (:func:`document`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ..outputs import csv_row, jsonable
-from .html import Report, pyplot
+from .html import Report, fields_of, pyplot
 
 if TYPE_CHECKING:
     from ..experiments.curves import CurvePoint, CurveSet
@@ -95,6 +95,12 @@ def figure(curves: CurveSet) -> Any:
     return fig
 
 
+def document(curves: CurveSet) -> dict[str, Any]:
+    """The JSON document of the curves (footnote 11): every field of the :class:`~walklens.compaction.curves.
+    CurveSet` (its points with every field each); ``curves.json`` of the report holds it."""
+    return fields_of(curves)
+
+
 def build(curves: CurveSet) -> Report:
     """The report: the figure, a table of every point, the tuning outcome, ``curves.csv`` and ``curves.json``."""
     rep = Report(f"Compaction curves: {curves.model}",
@@ -111,8 +117,8 @@ def build(curves: CurveSet) -> Report:
     rep.h2("Tuning")
     rep.p(json.dumps(jsonable({w: {k: v for k, v in t.items() if k != "candidates"} for w, t in curves.tuned.items()})))
     rep.attach("curves.csv", to_csv(curves))
-    rep.attach("curves.json", json.dumps(jsonable(curves), indent=1))
+    rep.attach("curves.json", json.dumps(jsonable(document(curves)), indent=1))
     return rep
 
 
-__all__ = ["CSV_FIELDS", "build", "figure", "row", "to_csv"]
+__all__ = ["CSV_FIELDS", "build", "document", "figure", "row", "to_csv"]

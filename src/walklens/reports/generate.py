@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .html import Report, pyplot, show
+from .html import Report, fields_of, pyplot, show
 
 if TYPE_CHECKING:
     from ..decoding import DecodingWalk
 
 
-def document(dw: DecodingWalk, model: str) -> dict[str, Any]:
-    """The ``--json`` document: every field of the walk and its generated text."""
-    return {"model": model, **{f: getattr(dw, f) for f in dw.__dataclass_fields__}, "text": dw.text}
+def document(dw: DecodingWalk, model: str, *, vectors: bool = True) -> dict[str, Any]:
+    """The ``--json`` document: every field of the walk and its generated text; the explorer's decoding view
+    sends it too, with ``vectors=False``: without the decoding vectors ``d`` (steps x D numbers)."""
+    return {"model": model, **fields_of(dw, () if vectors else ("d",)), "text": dw.text}
 
 
 def build(dw: DecodingWalk, title: str, figures: bool = True) -> Report:

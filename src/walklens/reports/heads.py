@@ -2,8 +2,10 @@
 
 :func:`build` draws the results of :mod:`walklens.attention` (the A.3 identity with its trace, the cluster
 views, self masses and per-head statistics; position kernels too when given) into a
-:class:`~walklens.reports.html.Report`; :func:`document` is the ``--json`` output.  Each ``add_*`` function
-draws one result as a section.  They take the plain results and never load a model.
+:class:`~walklens.reports.html.Report`; :func:`document` is the ``--json`` output, made of one document per
+result (:func:`cluster_document`, :func:`self_mass_document`, :func:`head_stats_document`), which the
+explorer's attention view sends too.  Each ``add_*`` function draws one result as a section.  They take the
+plain results and never load a model.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
-from .html import Report, block_labels, block_mean
+from .html import Report, block_labels, block_mean, fields_of
 from .kernels import add_kernels
 
 if TYPE_CHECKING:
@@ -118,10 +120,6 @@ def add_head_stats(report: Report, stats: Mapping[str, Any], title: str = "") ->
     return report
 
 
-__all__ = ["add_identity", "add_attention_maps", "add_cluster_views", "add_self_mass", "add_head_stats",
-           "add_kernels"]
-
-
 def _layer(key: str) -> int:
     """The layer of an attention key ``L{l}.attn`` / ``L{l}.cross``."""
     return int(key.split(".")[0][1:])
@@ -137,24 +135,41 @@ def _trace(ident: IdentityResult) -> Trace:
     return ident.trace
 
 
+#: the fields of a cluster view a document leaves out: the trace's tokens (the document has them once) and the two
+#: [D] vectors (``head_output_norm`` is the norm of the head's output)
+CLUSTER_LEAVE_OUT = ("tokens", "centroid", "filtered_centroid")
+
+
+def cluster_document(view: ClusterView) -> dict[str, Any]:
+    """The document of a :class:`~walklens.attention.ClusterView` (sec. 2.2.1, A.2): every field but
+    :data:`CLUSTER_LEAVE_OUT`, and ``head_output_norm`` (|filtered centroid|, the head's output)."""
+    return {**fields_of(view, CLUSTER_LEAVE_OUT), "head_output_norm": float(view.filtered_centroid.norm())}
+
+
+def self_mass_document(sm: SelfMass) -> dict[str, Any]:
+    """The document of a :class:`~walklens.attention.SelfMass` (A.2): every field."""
+    return fields_of(sm)
+
+
+def head_stats_document(stats: HeadStats) -> dict[str, Any]:
+    """The document of a :class:`~walklens.attention.HeadStats` (A.3): every field."""
+    return fields_of(stats)
+
+
 def document(ident: IdentityResult, views: Sequence[ClusterView], masses: Mapping[str, SelfMass],
              stats: Mapping[str, HeadStats], model: str, layers: Sequence[int] | None = None) -> dict[str, Any]:
-    """The ``--json`` document: the A.3 errors, the cluster views, self masses, per-head statistics and the
-    attention of every layer (of ``layers`` when given; keys ``enc.``/``dec.`` on encoder-decoder models)."""
+    """The ``--json`` document: the A.3 errors, the cluster views, self masses, per-head statistics (the
+    documents above; the explorer's attention view sends them too) and the attention of every layer (of
+    ``layers`` when given; keys ``enc.``/``dec.`` on encoder-decoder models)."""
     trace = _trace(ident)
     enc = trace.encoder
     return {
         "model": model, "tokens": trace.tokens, "encoder_tokens": enc.tokens if enc is not None else None,
         "identity": dict(ident), "identity_max": ident.max_error,
         "identity_relative": {c.name: c.rel_error for c in ident.checks},
-        "cluster": [{"layer": v.layer, "head": v.head, "position": v.position, "kind": v.kind,
-                     "memberships": v.memberships, "self_mass": v.self_mass, "foreign_mass": v.foreign_mass,
-                     "move_distance": v.move_distance, "foreign_distance": v.foreign_distance,
-                     "cos_query_centroid": v.cos_query_centroid,
-                     "head_output_norm": float(v.filtered_centroid.norm())} for v in views],
-        "self_mass": {k: {"mass": v.mass, "uniform": v.uniform} for k, v in masses.items()},
-        "head_stats": {k: {"vo_norm": v.vo_norm, "qk_norm": v.qk_norm, "vo_sigma1": v.vo_sigma1,
-                           "vo_copying": v.vo_copying, "qk_note": v.qk_note} for k, v in stats.items()},
+        "cluster": [cluster_document(v) for v in views],
+        "self_mass": {k: self_mass_document(v) for k, v in masses.items()},
+        "head_stats": {k: head_stats_document(v) for k, v in stats.items()},
         "attentions": {**{f"{trace.stack + '.' if enc is not None else ''}{k}": a
                           for k, a in _kept(trace.attentions, layers).items()},
                        **({f"{enc.stack}.{k}": a for k, a in _kept(enc.attentions, layers).items()}
@@ -163,7 +178,7 @@ def document(ident: IdentityResult, views: Sequence[ClusterView], masses: Mappin
 
 
 def build(ident: IdentityResult, views: Sequence[ClusterView], masses: Mapping[str, SelfMass],
-          stats: Mapping[str, HeadStats], title: str, subtitle: str = "", block: int = 1,
+          stats: Mapping[str, HeadStats], title: str, subtitle: str = "", *, block: int = 1,
           layers: Sequence[int] | None = None, kernels: PositionKernels | None = None) -> Report:
     """The ``walklens heads`` report: the A.3 identity, the cluster views, the attention maps of ``layers``
     (default: all) as means over ``block`` x ``block`` positions (1: every position), self masses, per-head
@@ -199,5 +214,5 @@ def build(ident: IdentityResult, views: Sequence[ClusterView], masses: Mapping[s
     return rep
 
 
-__all__ = ["add_identity", "add_attention_maps", "add_cluster_views", "add_self_mass", "add_head_stats", "build",
-           "document"]
+__all__ = ["CLUSTER_LEAVE_OUT", "add_attention_maps", "add_cluster_views", "add_head_stats", "add_identity",
+           "add_self_mass", "build", "cluster_document", "document", "head_stats_document", "self_mass_document"]

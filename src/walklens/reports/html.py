@@ -6,7 +6,12 @@ embedded too, unless they repeat an interactive view (``embed=False``: the page 
 Reports take plain tensors/lists and strings; they never load models.  Files that belong with a page (CSV
 tables, a JSON summary) are attached to it (:meth:`Report.attach`) and written by :meth:`Report.save`.  The
 helpers every topic's builder shares live here too: :func:`show` (a token as a label), :func:`block_mean` /
-:func:`block_labels` (maps averaged over blocks of positions) and :func:`pyplot`.
+:func:`block_labels` (maps averaged over blocks of positions), :func:`pyplot` and :func:`fields_of` (a
+result's public fields, where every topic's document starts).
+
+One document per result: ``document()`` of each topic is what ``--json`` writes, and the parts of the page
+that draw a result from it (:meth:`Report.result`: the document embedded, drawn by ``assets/results.js``)
+read the same dict as the explorer's API sends and its views draw, with the same script.
 
 Every string (token, text, database value) reaches the page as text, never markup: Python escapes it with
 :func:`html.escape` (JSON specs live in attributes, escaped the same way), and ``plots.js`` inserts labels,
@@ -21,7 +26,7 @@ import io
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 from urllib.parse import quote
 
 import torch
@@ -68,6 +73,14 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def fields_of(result: Any, leave_out: Iterable[str] = ()) -> dict[str, Any]:
+    """A result dataclass's public fields as a dict, values as they are (:func:`walklens.outputs.jsonable`
+    converts them when the document is written), less ``leave_out``: where every document starts, so that a
+    field added to a result reaches ``--json``, the report and the explorer without another edit."""
+    skip = set(leave_out)
+    return {k: getattr(result, k) for k in result.__dataclass_fields__ if not k.startswith("_") and k not in skip}
 
 
 def block_mean(x: torch.Tensor, b: int) -> torch.Tensor:
@@ -132,7 +145,7 @@ class Report:
         return self
 
     def heatmap(self, z: Any, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
-                title: str = "", hover: Sequence[Sequence[str]] | None = None, diverging: bool = False,
+                title: str = "", *, hover: Sequence[Sequence[str]] | None = None, diverging: bool = False,
                 vmin: float | None = None, vmax: float | None = None, cell: int | None = None) -> Report:
         """Interactive heatmap (canvas); ``hover[i][j]`` adds plain text (``\\n`` breaks lines) to the tooltip
         of cell (i, j)."""
@@ -156,6 +169,14 @@ class Report:
         self.parts.append(f"<div class='wl-lines' data-spec='{_esc(json.dumps(spec))}'></div>")
         return self
 
+    def result(self, kind: str, doc: Any) -> Report:
+        """A result drawn in the page by ``walklensResults[kind]`` of ``assets/results.js`` from its document
+        (``doc``: the topic's ``document()`` or a part of it, embedded as JSON in an attribute, escaped like the
+        specs); the explorer's views call the same function on the same document sent by its API."""
+        data = json.dumps(jsonable(doc, DIGITS))
+        self.parts.append(f"<div class='wl-result' data-result='{_esc(kind)}' data-doc='{_esc(data)}'></div>")
+        return self
+
     def figure(self, fig: Any, name: str, caption: str = "", embed: bool = True) -> Report:
         """A matplotlib figure, written as ``name.png`` beside the HTML (for papers).  ``embed=True`` also shows
         it in the page; ``embed=False`` (the figure repeats an interactive view) only links the file."""
@@ -176,7 +197,8 @@ class Report:
         return self
 
     def render(self) -> str:
-        js = resources.files("walklens.reports").joinpath("assets/plots.js").read_text(encoding="utf-8")
+        assets = resources.files("walklens.reports").joinpath("assets")
+        js = "\n".join(assets.joinpath(f).read_text(encoding="utf-8") for f in ("plots.js", "results.js"))
         return ("<!doctype html><html><head><meta charset='utf-8'>"
                 f"<title>{_esc(self.title)}</title><style>{_CSS}</style></head><body>"
                 + "\n".join(self.parts) + f"<script>{js}</script></body></html>")

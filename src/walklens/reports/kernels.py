@@ -5,22 +5,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .html import Report
+from .html import Report, fields_of
 
 if TYPE_CHECKING:
-    from ..kernels import PositionKernels
+    from ..kernels import PositionKernels, StackKernels
 
 
-def document(pk: PositionKernels) -> dict[str, Any]:
-    """The ``--json`` document: kernels, classes and fractions of every stack, the margin sweep, ALiBi slopes."""
-    return {
-        "model": pk.model_name, "scheme": pk.scheme, "units": pk.units, "estimator": pk.estimator,
-        "notes": pk.notes, "margin": pk.margin, "fractions": pk.fractions(), "margin_sweep": pk.margin_sweep(),
-        "alibi_slopes": pk.alibi_slopes, "alibi_scale": pk.alibi_scale,
-        "stacks": [{"stack": s.stack, "causal": s.causal, "distances": s.distances, "layers": s.layers,
-                    "values": s.values, "spread": s.spread, "ci95": s.ci95,
-                    "labels": [[c.label for c in row] for row in s.classes]} for s in pk.stacks],
-    }
+#: the fields of a stack's kernels in their own units; ``logit_only`` documents keep ``log_values`` alone
+RAW = ("values", "spread", "ci95")
+
+
+def stack_document(s: StackKernels, *, logit_only: bool = False) -> dict[str, Any]:
+    """The document of one :class:`~walklens.kernels.StackKernels` (A.2): every field, each kernel's class
+    label (``labels`` [K][H]) and the fractions per class; ``logit_only``: without :data:`RAW`."""
+    return {**fields_of(s, RAW if logit_only else ()), "labels": [[c.label for c in row] for row in s.classes],
+            "fractions": s.fractions()}
+
+
+def document(pk: PositionKernels, *, logit_only: bool = False) -> dict[str, Any]:
+    """The ``--json`` document: every field, kernels, classes and fractions of every stack
+    (:func:`stack_document`), the margin sweep; the explorer sends it too (``logit_only``)."""
+    return {"model": pk.model_name, **fields_of(pk, ("stacks",)), "fractions": pk.fractions(),
+            "margin_sweep": pk.margin_sweep(),
+            "stacks": [stack_document(s, logit_only=logit_only) for s in pk.stacks]}
 
 
 def add_kernels(report: Report, pk: PositionKernels) -> Report:
@@ -78,4 +85,4 @@ def build(pk: PositionKernels, title: str, subtitle: str = "position kernels and
     return add_kernels(Report(title, subtitle), pk)
 
 
-__all__ = ["add_kernels", "build", "document"]
+__all__ = ["RAW", "add_kernels", "build", "document", "stack_document"]

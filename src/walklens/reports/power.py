@@ -1,16 +1,23 @@
 """The power-method report (``walklens power``; seed 002) and its JSON document: spectra of F = W_V W_O,
 alignment through depth with chance bands, idealised dynamics and shared-weight convergence.  They draw the
-dataclasses of :mod:`walklens.power` and :mod:`walklens.idealised`; they never load models."""
+dataclasses of :mod:`walklens.power` and :mod:`walklens.idealised`; they never load models.
+
+One document per result (:func:`spectra_document`, :func:`alignment_document`, :func:`dynamics_document`,
+:func:`shared_document`; :func:`document` gathers them for ``--json``): the report's page draws them with
+``assets/results.js``, the explorer's power view (``walklens serve``) gets them from its API and draws them
+with the same script, and the PNGs read the same curves."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .html import Report, pyplot
+import torch
+
+from .html import Report, fields_of, pyplot
 
 if TYPE_CHECKING:
     from ..idealised import Dynamics, SharedWeights
-    from ..power import Alignment, PowerSpectra
+    from ..power import Alignment, HeadSpectrum, LayerSpectrum, PowerSpectra
 
 
 def spectra_figure(spectra: PowerSpectra, top: int = 40) -> Any:
@@ -45,31 +52,44 @@ def spectra_figure(spectra: PowerSpectra, top: int = 40) -> Any:
     return fig
 
 
-def alignment_figure(align: Alignment, kinds: tuple[str, ...] = ("resid_pre", "resid_mid", "resid_post")) -> Any:
-    """Alignment through depth with the three chance bands, one panel per kind of point."""
+def _at(doc: Mapping[str, Any], key: str, sel: Sequence[int]) -> list[Any]:
+    """Field ``key`` of a document at the indices ``sel`` (a number is the same at every index)."""
+    v = doc[key]
+    return [v[i] for i in sel] if isinstance(v, (list, tuple, torch.Tensor)) else [v] * len(sel)
+
+
+def _draw_curves(ax: Any, doc: Mapping[str, Any], x: Sequence[Any], sel: Sequence[int]) -> None:
+    """The curves a document names (``doc["curves"]``, as ``assets/results.js`` draws them), on one axes."""
+    for k, c in enumerate(doc["curves"]):
+        colour = f"C{k}"
+        if "band" in c:
+            ax.fill_between(x, _at(doc, c["band"][0], sel), _at(doc, c["band"][1], sel), color=colour, alpha=0.18)
+        ax.plot(x, _at(doc, c["y"], sel), "--" if c.get("dash") else "o-", color=colour, ms=3, lw=1,
+                label=c["name"])
+
+
+def alignment_figure(doc: Mapping[str, Any], kinds: tuple[str, ...] = ("resid_pre", "resid_mid", "resid_post")) -> Any:
+    """Alignment through depth with its chance bands (:func:`alignment_document`'s curves), one panel per kind
+    of point."""
     plt = pyplot()
-    kinds = tuple(k for k in kinds if any(p.endswith("." + k) for p in align.points))
+    points, layer_of = doc["points"], doc["layer_of"]
+    kinds = tuple(k for k in kinds if any(p.endswith("." + k) for p in points))
     fig, axes = plt.subplots(1, len(kinds), figsize=(4.4 * len(kinds), 3.6), sharey=True, squeeze=False)
     for ax, kind in zip(axes[0], kinds):
-        sel = [i for i, p in enumerate(align.points) if p.endswith("." + kind)]
-        x = [align.layer_of[i] for i in sel]
-        pick = lambda xs: [xs[i] for i in sel]  # noqa: E731
-        for name, m, lo, hi, c in (("random directions", align.random_mean, align.random_lo, align.random_hi, "C7"),
-                                   ("other layers' v1", align.other_mean, align.other_lo, align.other_hi, "C1"),
-                                   ("shuffled layers", align.shuffled_mean, align.shuffled_lo, align.shuffled_hi, "C2")):
-            ax.fill_between(x, pick(lo), pick(hi), color=c, alpha=0.18)
-            ax.plot(x, pick(m), "--", color=c, lw=1, label=name)
-        ax.plot(x, pick(align.mean), "o-", color="C0", ms=3, label="own layer's v1")
+        sel = [i for i, p in enumerate(points) if p.endswith("." + kind)]
+        _draw_curves(ax, doc, [layer_of[i] for i in sel], sel)
         ax.set_title(kind)
         ax.set_xlabel("layer")
     axes[0][0].set_ylabel("mean |cos(x, v1(F_l))|")
     axes[0][-1].legend(fontsize=8)
-    fig.suptitle(f"{align.model_name}: alignment with v1 of F = W_V W_O ({align.n_tokens} tokens; bands 5-95 %)")
+    fig.suptitle(f"{doc['model_name']}: alignment with v1 of F = W_V W_O ({doc['n_tokens']} tokens; bands 5-95 %)")
     fig.tight_layout()
     return fig
 
 
 def dynamics_figure(dyn: Dynamics) -> Any:
+    """Matplotlib figure of the idealised dynamics: every mode's alignment and its agreement with the real
+    trajectory, per layer (what ``assets/results.js`` draws from :func:`dynamics_document`)."""
     plt = pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
     colors = {"real": "C0", "mlp_ablated": "C1", "linear": "C2", "power": "C3"}
@@ -88,88 +108,119 @@ def dynamics_figure(dyn: Dynamics) -> Any:
     return fig
 
 
-def shared_figure(sw: SharedWeights) -> Any:
+def shared_figure(doc: Mapping[str, Any]) -> Any:
+    """The shared-weight experiment against depth (:func:`shared_document`'s curves)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
-    x = list(range(sw.n_layers + 1))
-    ax.fill_between(x, sw.measured_lo, sw.measured_hi, color="C0", alpha=0.15)
-    ax.plot(x, sw.measured, "o-", ms=3, color="C0", label="tied model (measured, 5-95 % band)")
-    ax.plot(x, sw.power, "-", color="C1", label="power method x F")
-    ax.plot(x, sw.predicted, "--", color="C1", label=f"analytic, slowest mode only: rho = |λ2/λ1| = {sw.rate:.3f}")
-    ax.plot(x, sw.residual, "-", color="C2", label="x (I + F)")
-    ax.plot(x, sw.predicted_residual, "--", color="C2", label=f"analytic, slowest mode only, I+F: rho = {sw.rate_residual:.4f}")
-    ax.axhline(sw.random_mean, color="C7", ls=":", label="random direction")
+    x = list(range(doc["n_layers"] + 1))
+    _draw_curves(ax, doc, x, x)
     ax.set_xlabel("depth l (applications of the layer)")
     ax.set_ylabel("mean |cos(x_l, v1(F_k))|")
-    ax.set_title(f"{sw.model_name}: layer {sw.layer} applied {sw.n_layers} times")
+    ax.set_title(f"{doc['model_name']}: layer {doc['layer']} applied {doc['n_layers']} times "
+                 f"(rho = {doc['rate']:.3f}; I + F: {doc['rate_residual']:.4f})")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def document(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None, shared: SharedWeights | None,
-             texts: Sequence[str]) -> dict[str, Any]:
-    """The ``--json`` document: every field of each result (complex numbers as ``[re, im]``)."""
-    return {"model": spectra.model_name, "texts": list(texts), "spectra": spectra, "alignment": align,
-            "dynamics": dyn, "shared_weights": shared}
+#: the curves of the alignment charts (names of :class:`~walklens.power.Alignment` fields): the own layer's v1
+#: and the three chance bands (5-95 %); matplotlib and ``assets/results.js`` draw them from the document
+ALIGNMENT_CURVES = (
+    {"name": "own layer's v1", "y": "mean"},
+    {"name": "random directions", "y": "random_mean", "band": ["random_lo", "random_hi"], "dash": True},
+    {"name": "other layers' v1", "y": "other_mean", "band": ["other_lo", "other_hi"], "dash": True},
+    {"name": "shuffled layers", "y": "shuffled_mean", "band": ["shuffled_lo", "shuffled_hi"], "dash": True},
+)
+#: the curves of the shared-weight chart (names of :class:`~walklens.idealised.SharedWeights` fields)
+SHARED_CURVES = (
+    {"name": "tied model (measured)", "y": "measured", "band": ["measured_lo", "measured_hi"]},
+    {"name": "power method x F", "y": "power"},
+    {"name": "analytic tanθ0·ρ^l", "y": "predicted", "dash": True},
+    {"name": "x (I+F)", "y": "residual"},
+    {"name": "analytic, I+F", "y": "predicted_residual", "dash": True},
+    {"name": "random", "y": "random_mean", "dash": True},
+)
+#: eigenvector fields (each [D] or [k, D]) the explorer and the report's page leave out (``vectors=False``)
+VECTORS = ("v1", "basis", "v1_right")
+
+
+def _spectrum(s: LayerSpectrum | HeadSpectrum, eigenvalues: int | None, vectors: bool) -> dict[str, Any]:
+    """One layer's (or head's) spectrum: its public fields, eigenvalues cut to the leading ``eigenvalues``."""
+    d = fields_of(s, () if vectors else VECTORS)
+    if eigenvalues is not None:
+        d["eigenvalues"] = s.eigenvalues[:eigenvalues]
+    if "heads" in d:
+        d["heads"] = [_spectrum(h, eigenvalues, vectors) for h in d["heads"]]
+    return d
+
+
+def spectra_document(spectra: PowerSpectra, *, eigenvalues: int | None = None, vectors: bool = True) -> dict[str, Any]:
+    """The document of :class:`~walklens.power.PowerSpectra` (seed 002): every field of every layer's and head's
+    spectrum; ``eigenvalues``: only the leading ones (None: all); ``vectors=False``: without
+    :data:`VECTORS` (D numbers each)."""
+    return {**fields_of(spectra, ("layers",)),
+            "layers": [_spectrum(s, eigenvalues, vectors) for s in spectra.layers]}
+
+
+def alignment_document(align: Alignment, *, per_token: bool = True) -> dict[str, Any]:
+    """The document of :class:`~walklens.power.Alignment` (seed 002): every field, and ``curves``
+    (:data:`ALIGNMENT_CURVES`); ``per_token=False``: without ``per_token`` and ``tokens`` (points x tokens
+    numbers)."""
+    return {**fields_of(align, () if per_token else ("per_token", "tokens")), "curves": ALIGNMENT_CURVES}
+
+
+def dynamics_document(dyn: Dynamics) -> dict[str, Any]:
+    """The document of :class:`~walklens.idealised.Dynamics` (seed 002): every field."""
+    return fields_of(dyn)
+
+
+def shared_document(shared: SharedWeights) -> dict[str, Any]:
+    """The document of :class:`~walklens.idealised.SharedWeights` (seed 002): every field, and ``curves``
+    (:data:`SHARED_CURVES`)."""
+    return {**fields_of(shared), "curves": SHARED_CURVES}
+
+
+def document(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None = None, shared: SharedWeights | None = None,
+             texts: Sequence[str] = (), *, eigenvalues: int | None = None, vectors: bool = True,
+             per_token: bool = True) -> dict[str, Any]:
+    """The ``--json`` document: every field of each result (complex numbers as ``[re, im]``), from the four
+    documents above; the keywords leave parts out (the explorer's reply, the report's page)."""
+    return {"model": spectra.model_name, "texts": list(texts),
+            "spectra": spectra_document(spectra, eigenvalues=eigenvalues, vectors=vectors),
+            "alignment": alignment_document(align, per_token=per_token),
+            "dynamics": dynamics_document(dyn) if dyn is not None else None,
+            "shared_weights": shared_document(shared) if shared is not None else None}
+
+
+EIGENVALUES = 8  # leading eigenvalues of each spectrum the page holds (the PNG and --json: all of them)
 
 
 def build(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None = None, shared: SharedWeights | None = None,
           title: str = "") -> Report:
-    """The ``walklens power`` report."""
+    """The ``walklens power`` report: each result drawn from its document by ``assets/results.js`` (the
+    explorer's power view draws the same documents with the same script), with a PNG of each chart."""
+    doc = document(spectra, align, dyn, shared, eigenvalues=EIGENVALUES, vectors=False)
     r = Report(title or f"Power-method view of {spectra.model_name}",
                "Seed 002 (Li & Altafini): a layer's projections and normalisation as a power-method step on "
                "F = W_V W_O; tokens tilt toward F's principal eigenvector v1. Definitions: docs/power.md.")
     r.h2("Spectra of F = W_V W_O")
     r.figure(spectra_figure(spectra), "spectra", "eigenvalues from the factored B A (row convention); "
              "v1 is the principal left eigenvector (x F = λ x)")
-    rows = []
-    for s in spectra.layers:
-        lam = s.lambda1
-        rows.append([s.layer, abs(lam), f"{lam.real:.4g}{lam.imag:+.4g}i" if s.complex_pair else f"{lam.real:.4g}",
-                     s.gap, s.residual_gap, " ".join(repr(t) for t in s.nearest[:6]),
-                     " ".join(repr(t) for t in s.opposite[:4])])
-    r.table(["layer", "|λ1|", "λ1", "gap |λ2/λ1|", "gap of I+F", "nearest tokens to +v1", "nearest to -v1"], rows)
-    if any(s.heads for s in spectra.layers):
-        hz = [[abs(complex(h.eigenvalues[0])) for h in s.heads] for s in spectra.layers]
-        r.heatmap(hz, row_labels=[f"L{s.layer}" for s in spectra.layers],
-                  col_labels=[f"h{h.head}" for h in spectra.layers[0].heads], title="|λ1| of each head's W_v,h W_o,h")
+    r.result("spectra", doc["spectra"])
 
     r.h2("Alignment through depth")
     r.p(f"Mean |cos(x, v1(F_l))| over {align.n_tokens} tokens at each point of layer l, with chance bands "
         "(5-95 %): random directions of equal dimension, v1 of the other layers, and the layers' v1 shuffled."
         + (" First positions left out." if align.skip_first else ""), note=True)
-    for kind in ("resid_pre", "resid_mid", "resid_post"):
-        sel = [i for i, p in enumerate(align.points) if p.endswith("." + kind)]
-        if not sel:
-            continue
-        pick = lambda xs: [xs[i] for i in sel]  # noqa: E731
-        r.lines([align.layer_of[i] for i in sel], [
-            {"name": "own layer's v1", "y": pick(align.mean)},
-            {"name": "random directions", "y": pick(align.random_mean),
-             "band": [pick(align.random_lo), pick(align.random_hi)], "dash": True},
-            {"name": "other layers' v1", "y": pick(align.other_mean),
-             "band": [pick(align.other_lo), pick(align.other_hi)], "dash": True},
-            {"name": "shuffled layers", "y": pick(align.shuffled_mean),
-             "band": [pick(align.shuffled_lo), pick(align.shuffled_hi)], "dash": True},
-        ], title=f"at {kind}", xlabel="layer")
-    r.figure(alignment_figure(align), "alignment", embed=False)  # the charts above, as one PNG
-    if align.per_token and align.tokens:
-        sel = [i for i, p in enumerate(align.points) if p.endswith(".resid_post")]
-        z = align.per_token[0][sel].T.tolist()
-        r.heatmap(z, row_labels=align.tokens[0], col_labels=[f"L{align.layer_of[i]}" for i in sel],
-                  title="per token (first text), at each layer's output", vmin=0.0)
+    r.result("alignment", {**doc["alignment"], "per_token": align.per_token[:1], "tokens": align.tokens[:1]})
+    r.figure(alignment_figure(doc["alignment"]), "alignment", embed=False)  # the charts above, as one PNG
 
     if dyn is not None:
         r.h2("Idealised dynamics")
         r.p("real: the model; mlp_ablated: every feed-forward output zeroed; linear: the seed's simplified layer "
             "from the real weights (normalisation and value/output projection, token attends to itself, no "
             "feed-forward); power: x <- x F_l / |x F_l|. All start from the real input of layer 0.", note=True)
-        r.lines(dyn.layers, [{"name": m, "y": dyn.alignment[m]} for m in dyn.modes]
-                + [{"name": "random", "y": [dyn.random_mean] * len(dyn.layers), "dash": True}],
-                title="mean |cos(x, v1(F_l))| at each layer's output", xlabel="layer")
-        r.lines(dyn.layers, [{"name": m, "y": dyn.agreement[m]} for m in dyn.modes if m != "real"],
-                title="agreement with the real trajectory: mean cos(x_mode, x_real)", xlabel="layer")
+        r.result("dynamics", doc["dynamics"])
         r.figure(dynamics_figure(dyn), "dynamics", embed=False)  # repeats the two charts above
 
     if shared is not None:
@@ -178,17 +229,11 @@ def build(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None = None, 
             f"{shared.lambda2:.4g}; analytic rate |λ2/λ1| = {shared.rate:.4f} (I + F: {shared.rate_residual:.4f}); "
             f"fitted on the power method: {shared.fitted_power:.4f}, on the tied model: {shared.fitted_measured:.4f}. "
             f"v1 ≈ {' '.join(repr(t) for t in shared.nearest[:5])}.", note=True)
-        x = list(range(shared.n_layers + 1))
-        r.lines(x, [
-            {"name": "tied model (measured)", "y": shared.measured, "band": [shared.measured_lo, shared.measured_hi]},
-            {"name": "power method x F", "y": shared.power},
-            {"name": "analytic tanθ0·ρ^l", "y": shared.predicted, "dash": True},
-            {"name": "x (I+F)", "y": shared.residual},
-            {"name": "analytic, I+F", "y": shared.predicted_residual, "dash": True},
-            {"name": "random", "y": [shared.random_mean] * len(x), "dash": True},
-        ], title="mean |cos(x_l, v1(F_k))| against depth", xlabel="depth l")
-        r.figure(shared_figure(shared), "shared_weights", embed=False)  # repeats the chart above
+        r.result("shared_weights", doc["shared_weights"])
+        r.figure(shared_figure(doc["shared_weights"]), "shared_weights", embed=False)  # repeats the chart above
     return r
 
 
-__all__ = ["alignment_figure", "build", "document", "dynamics_figure", "shared_figure", "spectra_figure"]
+__all__ = ["ALIGNMENT_CURVES", "EIGENVALUES", "SHARED_CURVES", "VECTORS", "alignment_document", "alignment_figure",
+           "build", "document", "dynamics_document", "dynamics_figure", "shared_document", "shared_figure",
+           "spectra_document", "spectra_figure"]

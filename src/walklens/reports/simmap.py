@@ -11,9 +11,16 @@ import torch
 from .html import Report, block_labels, block_mean, pyplot, show
 
 
+def key(point: str, metric: str, normed: bool = False) -> str:
+    """The name of one map in :func:`document` and the report: ``"point/metric"``, ``"point+norm/metric"`` with
+    the final norm applied first."""
+    return f"{point}{'+norm' if normed else ''}/{metric}"
+
+
 def document(maps: Mapping[str, torch.Tensor], tokens: Sequence[str], token_ids: torch.Tensor, model: str,
              text: str) -> dict[str, Any]:
-    """The ``--json`` document: every value of every map (never block means)."""
+    """The ``--json`` document: every value of every map (never block means); ``maps`` is keyed by :func:`key`.
+    The explorer's similarity view sends it too, its one map reduced by blocks of positions when large."""
     return {"model": model, "text": text, "tokens": tokens, "token_ids": token_ids, "maps": maps}
 
 
@@ -69,4 +76,4 @@ def build(maps: Mapping[str, torch.Tensor], tokens: Sequence[str], title: str, s
     return rep
 
 
-__all__ = ["build", "document"]
+__all__ = ["build", "document", "key"]

@@ -1,29 +1,43 @@
-"""The steering report (``walklens steer``; seed 002): target probability, rank and perplexity against the
-strength for eigen-steering and activation addition, and the generations.  It draws a
-:class:`~walklens.steering.SteeringSweep` (which is also the ``--json`` document); it never loads a model."""
+"""The steering report (``walklens steer``; seed 002) and its JSON document: target probability, rank,
+perplexity and push against the strength for eigen-steering and activation addition, and every run.  It draws
+a :class:`~walklens.steering.SteeringSweep`; it never loads a model.
+
+:func:`document` is the ``--json`` document; the page's table of runs is drawn from it by
+``assets/results.js``, and the explorer's steering playground (``walklens serve``) gets the same document from
+its API and draws its runs with the same script."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .html import Report, pyplot
+from .html import Report, fields_of, pyplot
 
 if TYPE_CHECKING:
     from ..steering import SteeringSweep
 
+#: the curves against alpha, each a :class:`~walklens.steering.SteerRow` field: (field, label, statistic over
+#: the prompts); the page's charts and the PNG both draw these
+METRICS = (("target_prob", "p(target)", "mean"), ("target_rank", "rank of target (0 = top)", "median"),
+           ("perplexity", "perplexity under the unsteered model", "median"), ("push", "push along u", "mean"))
+NAMES = {"eigen": "Eigen-steering", "add": "Activation addition"}
+
+
+def document(sweep: SteeringSweep) -> dict[str, Any]:
+    """The ``--json`` document (seed 002): every field of the sweep, each run a row of every
+    :class:`~walklens.steering.SteerRow` field."""
+    return fields_of(sweep)
+
 
 def steering_figure(sweep: SteeringSweep) -> Any:
+    """Matplotlib figure: one row per method, one panel per :data:`METRICS` entry, one curve per layer set."""
     plt = pyplot()
-    metrics = (("target_prob", "mean p(target)", "mean"), ("target_rank", "median rank of target (0 = top)", "median"),
-               ("perplexity", "median perplexity (unsteered model)", "median"))
-    fig, axes = plt.subplots(len(sweep.methods), 3, figsize=(13, 3.4 * len(sweep.methods)), squeeze=False)
-    names = {"eigen": "eigen-steering", "add": "activation addition"}
+    fig, axes = plt.subplots(len(sweep.methods), len(METRICS), figsize=(17, 3.4 * len(sweep.methods)), squeeze=False)
     for row, m in zip(axes, sweep.methods):
-        for ax, (metric, label, stat) in zip(row, metrics):
+        for ax, (metric, label, stat) in zip(row, METRICS):
             for s in sweep.layer_sets:
                 xs, ys = sweep.curve(m, s, metric, stat)
                 ax.plot(xs, ys, "o-", ms=3, label="layers " + ",".join(map(str, s)))
-            ax.set_title(f"{names.get(m, m)}: {label}")
+            ax.set_title(f"{NAMES.get(m, m)}: {stat} {label}", fontsize=9)
             ax.set_xlabel("alpha")
             if metric in ("target_rank", "perplexity"):
                 ax.set_yscale("symlog" if metric == "target_rank" else "log")  # 0-based ranks can be 0
@@ -34,31 +48,27 @@ def steering_figure(sweep: SteeringSweep) -> Any:
 
 
 def build(sweep: SteeringSweep, title: str = "") -> Report:
-    """The ``walklens steer`` report: target probability / rank / perplexity against alpha for each method
-    and layer set, and the generations."""
+    """The ``walklens steer`` report: the :data:`METRICS` against alpha for each method and layer set, and every
+    run (drawn from :func:`document`)."""
     r = Report(title or f"Steering {sweep.model_name} toward {sweep.target_token!r}",
                "Eigen-steering (seed 002: rank-one W_O edit, F' = F + alpha w u^T) next to activation addition "
                "(alpha u added to the residual at the same layers).")
     r.p("reach |P u| of the target direction in each layer's value space: "
         + ", ".join(f"L{l}: {v:.3f}" for l, v in sorted(sweep.reach.items())), note=True)
-    names = {"eigen": "Eigen-steering", "add": "Activation addition"}
     for m in sweep.methods:
-        r.h2(names.get(m, m))
-        for metric, label in (("target_prob", "p(target)"), ("target_rank", "rank of target (0 = top)"),
-                              ("perplexity", "perplexity under the unsteered model"), ("push", "push along u")):
+        r.h2(NAMES.get(m, m))
+        for metric, label, stat in METRICS:
             series = []
             xs: list[float] = []
             for s in sweep.layer_sets:
-                xs, ys = sweep.curve(m, s, metric)
+                xs, ys = sweep.curve(m, s, metric, stat)
                 series.append({"name": "layers " + ",".join(map(str, s)), "y": ys})
-            r.lines([f"{a:g}" for a in xs], series, title=f"{label} (mean over {len(sweep.prompts)} prompts)",
+            r.lines([f"{a:g}" for a in xs], series, title=f"{label} ({stat} over {len(sweep.prompts)} prompts)",
                     xlabel="alpha", height=240)
     r.figure(steering_figure(sweep), "steering", embed=False)  # repeats the charts above
     r.h2("Generations")
-    rows = [[x.method, ",".join(map(str, x.layers)), x.alpha, x.prompt, x.text, x.target_prob, x.target_rank,
-             x.perplexity] for x in sweep.rows]
-    r.table(["method", "layers", "alpha", "prompt", "greedy continuation", "p(target)", "rank (0 = top)", "ppl"], rows)
+    r.result("steering", document(sweep))
     return r
 
 
-__all__ = ["build", "steering_figure"]
+__all__ = ["METRICS", "build", "document", "steering_figure"]

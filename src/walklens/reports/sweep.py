@@ -8,7 +8,8 @@ next to chance, and per-parameter marginal effects (mean and best normalised sco
 the normalised-score bar chart with a marker for each model's best scheme (like Fig. 10), here with the
 held-out best beside the in-sample one.
 
-:func:`build` returns the :class:`~.html.Report`; saving it writes ``index.html`` (self-contained, offline), PNG
+:func:`document` is the JSON document of the summaries; :func:`build` returns the :class:`~.html.Report`; saving it
+writes ``index.html`` (self-contained, offline), PNG
 charts, CSV tables (``summary.csv``, ``top10_*.csv``, ``marginals_*.csv``), ``summary.json`` (every summary)
 and ``summary.md`` (the summary table in Markdown).  Nothing here reads the database or computes a statistic.
 """
@@ -200,6 +201,13 @@ def _run_section(rep: Report, s: RunSummary) -> None:
         rep.table(mh, mrows)
 
 
+def document(summaries: Sequence[RunSummary], source: str = "") -> dict[str, Any]:
+    """The JSON document of the sweep report (sec. 5.1, A.6): the database it summarises (``source``) and every
+    field of each run's summary (:class:`~walklens.concepts.summary.RunSummary`: per metric the distribution,
+    the top 10, the honest best scores and the marginal effects); ``summary.json`` holds its ``runs``."""
+    return {"source": source, "runs": list(summaries)}
+
+
 def build(summaries: Sequence[RunSummary], source: str = "") -> Report:
     """The ``walklens report`` report of the sweep runs ``summaries`` (:func:`~walklens.experiments.summary.
     summarise_db`), with its CSV tables, ``summary.json`` and ``summary.md`` attached; ``source`` (the database)
@@ -225,8 +233,8 @@ def build(summaries: Sequence[RunSummary], source: str = "") -> Report:
                        caption=f"Like seed Fig. 10{'a' if test == 1 else 'b'}: Test {test}, {metric}.")
     for s in summaries:
         _run_section(rep, s)
-    rep.attach("summary.json", json.dumps(jsonable(list(summaries)), indent=1))
+    rep.attach("summary.json", json.dumps(jsonable(document(summaries, source)["runs"]), indent=1))
     return rep
 
 
-__all__ = ["bar_chart", "build", "csv_text", "kfold_label", "summary_markdown"]
+__all__ = ["bar_chart", "build", "csv_text", "document", "kfold_label", "summary_markdown"]

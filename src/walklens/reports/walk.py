@@ -1,7 +1,10 @@
 """The encoding-walk report (``walklens walk``; seed 000, sec. 2.2.2, Fig. 9, A.2) and its JSON document.
 
 :func:`build` draws the result dataclasses of :mod:`walklens.walks` plus a ``labels`` mapping from token id to
-its text; :func:`document` is the ``--json`` output.  Nothing here loads a model or recomputes an analysis.
+its text; :func:`document` is the ``--json`` output, made of one :func:`walk_document` per reading; the
+explorer's walk views (``walklens serve``) send the same document, or its part at one point
+(:func:`point_document`) or one cell (:func:`cell_document`).  Nothing here loads a model or recomputes an
+analysis.
 """
 
 from __future__ import annotations
@@ -12,8 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
-from ..outputs import jsonable
-from .html import Report, pyplot, show
+from .html import Report, fields_of, pyplot, show
 
 if TYPE_CHECKING:
     from ..walks import EncodingWalk
@@ -22,21 +24,58 @@ TOP_HOVER = 5  # nearest tokens in each heatmap cell's tooltip
 MAX_COLS = 96  # positions the report shows (the JSON holds all of them)
 
 
-def _walk_json(walk: EncodingWalk) -> dict[str, Any]:
-    d = jsonable(walk)
-    d["escape_names"] = walk.escape_names
-    d["escape_stable_names"] = walk.escape_stable_names
-    if walk.encoder is not None:
-        d["encoder"] = _walk_json(walk.encoder)
-    return d
+def walk_document(walk: EncodingWalk) -> dict[str, Any]:
+    """The document of one :class:`~walklens.walks.EncodingWalk` (sec. 2.2.2, A.2): every field (the encoder's
+    walk as its own document) and the names of the escape points.  The explorer's walk views send it too."""
+    return {**fields_of(walk, ("encoder",)), "escape_names": walk.escape_names,
+            "escape_stable_names": walk.escape_stable_names,
+            "encoder": walk_document(walk.encoder) if walk.encoder is not None else None}
+
+
+def _per_cell(walk: EncodingWalk) -> list[str]:
+    """The fields with a value per cell: tensors [points, positions, ...]."""
+    shape = (len(walk.points), len(walk.tokens))
+    return [k for k, v in fields_of(walk).items()
+            if isinstance(v, torch.Tensor) and v.dim() >= 2 and tuple(v.shape[:2]) == shape]
+
+
+def _per_position(walk: EncodingWalk) -> list[str]:
+    """The fields with a value per position: tensors [positions] (token ids, escape points)."""
+    return [k for k, v in fields_of(walk).items()
+            if isinstance(v, torch.Tensor) and tuple(v.shape) == (len(walk.tokens),)]
+
+
+def _cut(v: torch.Tensor, k: int | None) -> torch.Tensor:
+    return v[..., :k] if k is not None and v.dim() > 0 else v
+
+
+def point_document(walk: EncodingWalk, point: int, k: int | None = None) -> dict[str, Any]:
+    """The walk's document at one point, every position: each per-cell field's row (top-k lists cut to ``k``)."""
+    return {"point": walk.points[point], **{f: _cut(getattr(walk, f)[point], k) for f in _per_cell(walk)}}
+
+
+def cell_document(walk: EncodingWalk, point: int, position: int, k: int | None = None,
+                  reading: EncodingWalk | None = None) -> dict[str, Any]:
+    """The walk's document at one cell: each per-cell field there (top-k lists cut to ``k``), each per-position
+    field at the position (its escape points index ``walk.points``), w_t and w_t+1 (None at the last position).
+    ``reading``: the same walk read at that one point only, with more (top k, probabilities): the per-cell
+    fields come from it."""
+    T = len(walk.tokens)
+    src, p = (reading, 0) if reading is not None else (walk, point)
+    nxt = position + 1 < T
+    return {"point": walk.points[point], "position": position, "token": walk.tokens[position],
+            "next": walk.tokens[position + 1] if nxt else None,
+            "next_id": int(walk.token_ids[position + 1]) if nxt else None,
+            **{f: getattr(walk, f)[position] for f in _per_position(walk)},
+            **{f: _cut(getattr(src, f)[p, position], k) for f in _per_cell(src)}}
 
 
 def document(walks: Mapping[str, EncodingWalk], labels: Mapping[int, str], model: str, text: str) -> dict[str, Any]:
     """The ``--json`` document: the text, its tokens, the labels of every token id mentioned and every number
-    of each reading's walk (with the escape points' names)."""
+    of each reading's walk (:func:`walk_document`)."""
     first = next(iter(walks.values()))
     return {"model": model, "text": text, "tokens": first.tokens, "token_ids": first.token_ids,
-            "labels": labels, "walks": {k: _walk_json(w) for k, w in walks.items()}}
+            "labels": labels, "walks": {k: walk_document(w) for k, w in walks.items()}}
 
 
 def _pos_labels(tokens: Sequence[str], n: int) -> list[str]:
@@ -202,4 +241,4 @@ def build(walks: Mapping[str, EncodingWalk], labels: Mapping[int, str], title: s
     return rep
 
 
-__all__ = ["MAX_COLS", "add_walk", "build", "document"]
+__all__ = ["MAX_COLS", "add_walk", "build", "cell_document", "document", "point_document", "walk_document"]

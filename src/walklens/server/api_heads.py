@@ -16,8 +16,11 @@ from starlette.requests import Request
 
 from ..attention import cluster_view, head_matrices, head_stats, self_mass
 from ..kernels import position_kernels
-from ..reports.html import block_labels, block_mean, show
-from .bounds import MAX_CELLS, MAX_TOKENS, ApiError, block_for, int_arg, text_arg
+from ..reports import heads as heads_report
+from ..reports import kernels as kernels_report
+from ..reports.html import block_labels, block_mean
+from . import bounds
+from .bounds import MAX_TOKENS, ApiError, block_for, int_arg, text_arg
 from .routing import api
 from .state import Explorer, Job, run_job
 from .traces import attention_trace
@@ -26,8 +29,8 @@ from .traces import attention_trace
 @api
 async def attention(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str, Any]:
     """``{model, text, layer, head, query}`` -> head ``head``'s attention map at ``layer`` (its self-attention),
-    the cluster view of position ``query`` (negative: from the end), self mass and W_vo / W_qk statistics of
-    every layer and head."""
+    and the documents of the heads report (:mod:`walklens.reports.heads`): the cluster view of position
+    ``query`` (negative: from the end), self mass and W_vo / W_qk statistics of every layer and head."""
     model = body.get("model")
     lm = ex.model(model)
     text = text_arg(body)
@@ -52,45 +55,31 @@ async def attention(request: Request, ex: Explorer, body: dict[str, Any]) -> dic
         stats = ex.results.get((model, "head_stats"), lambda: head_stats(lm))
         sm = self_mass(tr)
         b = block_for(T, S, square=True)
-        tokens = [show(t) for t in tr.tokens]
-        return {"model": model, "layer": layer, "head": head, "n_heads": H, "n_layers": L, "tokens": tokens,
-                "block": b, "labels": block_labels(tokens, b), "map": block_mean(A[head].float(), b),
-                "cluster": {"position": cv.position, "token": tokens[cv.position], "kind": cv.kind,
-                            "self_mass": cv.self_mass, "foreign_mass": cv.foreign_mass,
-                            "move_distance": cv.move_distance, "foreign_distance": cv.foreign_distance,
-                            "cos_query_centroid": cv.cos_query_centroid,
-                            "output_norm": float(cv.filtered_centroid.norm()),
-                            "top": [{"position": j, "token": show(tok), "weight": w} for j, tok, w in cv.top_members]},
-                "self_mass": sm.mass, "self_uniform": sm.uniform,
-                "head_stats": {"layers": stats.layers, "vo_norm": stats.vo_norm, "qk_norm": stats.qk_norm,
-                               "vo_sigma1": stats.vo_sigma1, "vo_copying": stats.vo_copying}}
+        return {"model": model, "layer": layer, "head": head, "n_heads": H, "n_layers": L, "tokens": tr.tokens,
+                "block": b, "labels": block_labels(tr.tokens, b), "map": block_mean(A[head].float(), b),
+                "cluster": heads_report.cluster_document(cv), "self_mass": heads_report.self_mass_document(sm),
+                "head_stats": heads_report.head_stats_document(stats)}
 
     return await run_job(request, ex, model, compute)
 
 
 @api
 async def kernels(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str, Any]:
-    """``{model}`` -> position kernels (logit units) of every layer and head by distance, their self-bias
-    classes and the fractions per class (T5 and ALiBi from the weights, others measured; cached)."""
+    """``{model}`` -> the kernels report's document (:func:`walklens.reports.kernels.document`, logit units
+    only): position kernels of every layer and head by distance, their self-bias classes and the fractions per
+    class (T5 and ALiBi from the weights, others measured; cached); a stack of more than MAX_CELLS values holds
+    the mean kernel of each layer (``mean_of_heads``: over how many heads)."""
     model = body.get("model")
     lm = ex.model(model)
 
     def compute(job: Job) -> dict[str, Any]:
         pk = ex.results.get((model, "kernels"), lambda: position_kernels(lm, progress=False))
-        stacks = []
-        for s in pk.stacks:
-            K, H, n = s.log_values.shape
-            names = ["all layers" if l is None else f"L{l}" for l in s.layers]
-            if K * H * n <= MAX_CELLS:
-                rows = [f"{names[r]} h{h}" for r in range(K) for h in range(H)]
-                values = s.log_values.reshape(K * H, n)
-                labels = [c.label for row in s.classes for c in row]
-            else:  # very many heads: the mean kernel of each layer
-                rows, values, labels = [f"{nm} (mean of {H} heads)" for nm in names], s.log_values.mean(1), []
-            stacks.append({"stack": s.stack or "model", "causal": s.causal, "distances": s.distances,
-                           "rows": rows, "values": values.to(torch.float32), "labels": labels,
-                           "fractions": s.fractions()})
-        return {"model": model, "scheme": pk.scheme, "units": pk.units, "estimator": pk.estimator,
-                "notes": pk.notes, "margin": pk.margin, "stacks": stacks}
+        doc = kernels_report.document(pk, logit_only=True)
+        for st in doc["stacks"]:  # very many heads: the mean kernel of each layer
+            K, H, n = st["log_values"].shape
+            if K * H * n > bounds.MAX_CELLS:
+                st.update(log_values=st["log_values"].mean(1, keepdim=True), labels=[], classes=[], mean_of_heads=H)
+            st["log_values"] = st["log_values"].to(torch.float32)
+        return doc
 
     return await run_job(request, ex, model, compute)

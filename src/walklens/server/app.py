@@ -1,8 +1,9 @@
 """The explorer's ASGI application and its server: routes, the page and its assets, and :func:`serve`.
 
 The page (``static/index.html``) and its scripts are files of this package, served as they are (no build
-step) with the plotting script of the reports (``reports/assets/plots.js``); nothing is fetched from the
-network.  Every request passes the :class:`~.security.Guard` first (token, Host header, body size).
+step) with the plotting script of the reports (``reports/assets/plots.js``) and their result renderers
+(``reports/assets/results.js``: a document drawn the same way in a report and in the page); nothing is fetched
+from the network.  Every request passes the :class:`~.security.Guard` first (token, Host header, body size).
 :func:`serve` binds the socket itself (port 0: a free port), so the one URL it prints is exact before the
 first request, then runs uvicorn on that socket until interrupted.
 """
@@ -35,6 +36,7 @@ ASSETS = {
     "walks.js": ("walklens.server", "static/walks.js", "text/javascript"),
     "views.js": ("walklens.server", "static/views.js", "text/javascript"),
     "plots.js": ("walklens.reports", "assets/plots.js", "text/javascript"),
+    "results.js": ("walklens.reports", "assets/results.js", "text/javascript"),
 }
 PROBE = "The"  # a one-token text: captured once per model at start to list its point names
 

@@ -6,10 +6,14 @@ Every argument of an API call goes through one of the ``*_arg`` readers; a bad v
 that runs the model is refused (413) over :data:`MAX_TOKENS` tokens or over what its view would need
 (:func:`check_cost`: the view's estimate in :mod:`walklens.costs` against ``walklens serve --max-memory
 --max-work``, by the rule and with the estimates the commands use).  Maps wider than :data:`MAX_CELLS` cells
-are reduced on the server by blocks of positions (:func:`column_min`, torch's pooling, or
+are reduced on the server by blocks of positions (:func:`column_min`, torch's pooling, :func:`by_blocks`, or
 :func:`walklens.reports.html.block_mean`), never shipped whole; numbers are rounded to :data:`DIGITS` decimals in
 the replies that carry maps (:mod:`.routing`).
 Measured sizes of each view's payload are in docs/explorer.md.
+
+A view's reply is its result's document (``document()`` of the report's topic, the dict ``--json`` writes):
+the view names the fields it draws (:func:`fields_arg`, :func:`pick`), so a field added to a result reaches the
+API with no edit here, and a view shows it by naming and drawing it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ MAX_K = 50  # nearest tokens of a cell or a decoding step
 MAX_NEW_TOKENS = 64  # generated tokens of a decoding walk
 MAX_STEER_TOKENS = 32  # generated tokens of each steered / unsteered continuation
 MAX_CELLS = 65_536  # cells of one map in a response (larger maps are reduced by blocks of positions)
+MAX_FIELDS = 64  # names of document fields a request asks for
 DIGITS = 5  # decimals of the floats in a response
 
 
@@ -121,6 +126,28 @@ def layers_arg(body: dict[str, Any], name: str, n_layers: int) -> list[int]:
     return sorted(set(out))
 
 
+def fields_arg(body: dict[str, Any]) -> list[str] | None:
+    """``fields``: the names of the document's fields a view draws (1 to :data:`MAX_FIELDS` strings); None when
+    absent (every field)."""
+    v = body.get("fields")
+    if v is None:
+        return None
+    if not isinstance(v, list) or not 0 < len(v) <= MAX_FIELDS or not all(
+            isinstance(f, str) and 0 < len(f) <= 64 for f in v):
+        raise ApiError(f"fields must be a list of 1 to {MAX_FIELDS} field names")
+    return list(dict.fromkeys(v))
+
+
+def pick(doc: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:
+    """The fields of a document a view asked for (all of them when ``fields`` is None).  A name the document
+    lacks is a 400 listing the document's fields (never echoing the request)."""
+    if fields is None:
+        return doc
+    if any(f not in doc for f in fields):
+        raise ApiError(f"fields: a name is not a field of this document; its fields are {', '.join(doc)}")
+    return {f: doc[f] for f in fields}
+
+
 def check_tokens(n: int, limit: int, view: str) -> None:
     """Refuse (413) a text whose token count exceeds the view's limit, naming both."""
     if n > limit:
@@ -172,6 +199,40 @@ def block_for(rows: int, cols: int, cells: int | None = None, square: bool = Fal
     while (math.ceil(rows / b) if square else rows) * math.ceil(cols / b) > cells:
         b += 1
     return b
+
+
+def best_rank(r: torch.Tensor, b: int) -> torch.Tensor:
+    """Ranks [R, C] (integers, -1: undefined) reduced to the best rank of each block of ``b`` columns; -1 where
+    a whole block has none."""
+    if b <= 1:
+        return r
+    big = float(2 ** 40)
+    z = column_min(torch.where(r < 0, big, r.double()), b)
+    return torch.where(z >= big, -1, z).long()
+
+
+def column_mean(x: torch.Tensor, b: int) -> torch.Tensor:
+    """``x`` [R, C] reduced to its mean over blocks of ``b`` columns, NaN left out (NaN where a block has only
+    NaN)."""
+    if b <= 1:
+        return x
+    pad = (-x.shape[1]) % b
+    return torch.nn.functional.pad(x.double(), (0, pad), value=float("nan")).reshape(x.shape[0], -1, b).nanmean(-1)
+
+
+def by_blocks(doc: dict[str, Any], shape: tuple[int, int], b: int) -> dict[str, Any]:
+    """A document whose [points, positions] maps (each tensor whose first two sizes are ``shape``) are reduced
+    over blocks of ``b`` positions: integers (ranks) to the best rank of each block (:func:`best_rank`), floats
+    to the block's mean (:func:`column_mean`), tensors of more dimensions to the first position of each block.
+    Every other field is left whole."""
+    if b <= 1:
+        return doc
+    out: dict[str, Any] = {}
+    for name, v in doc.items():
+        if isinstance(v, torch.Tensor) and v.dim() >= 2 and tuple(v.shape[:2]) == tuple(shape):
+            v = v[:, ::b] if v.dim() > 2 else column_mean(v, b) if v.is_floating_point() else best_rank(v, b)
+        out[name] = v
+    return out
 
 
 def column_min(x: torch.Tensor, b: int) -> torch.Tensor:

@@ -103,9 +103,9 @@
     el.setAttribute("data-rendered", "1");
     return svg;
   }
-  function render() {
-    document.querySelectorAll(".wl-heatmap").forEach(heatmap);
-    document.querySelectorAll(".wl-lines").forEach(lines);
+  function render() {  // a plot already drawn (by results.js, say) is left as it is
+    document.querySelectorAll(".wl-heatmap:not([data-rendered])").forEach(heatmap);
+    document.querySelectorAll(".wl-lines:not([data-rendered])").forEach(lines);
     document.body.setAttribute("data-plots-rendered", "1");
   }
   // the explorer (walklens serve) draws with the same two functions: el holds data-spec, set as an attribute

@@ -4,6 +4,10 @@
 (function () {
   "use strict";
   var W = window.walklens = {views: {}, info: null};
+  // the reports' result renderers and their label helpers (reports/assets/results.js): a document is drawn the
+  // same way in a report and here
+  W.results = window.walklensResults;
+  W.label = W.results.show;  // a token as a visible label
   var token = new URLSearchParams(window.location.search).get("token") || "";
   var pending = {};  // channel -> AbortController of the request in flight
 

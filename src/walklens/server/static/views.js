@@ -21,20 +21,21 @@
   function attentionRun() {
     W.call("attention", "/api/attention", {model: W.model(), text: W.text(), layer: int("attn-layer", -1),
       head: int("attn-head", 0), query: int("attn-query", -1)}).then(function (d) {
-      var out = W.clear($("attention-out")), c = d.cluster;
+      var out = W.clear($("attention-out")), c = d.cluster;  // reports/heads.py cluster_document
       W.add(out, "h3", {}, "layer " + d.layer + ", head " + d.head + ": attention (rows: queries, columns: keys)" +
         (d.block > 1 ? "; mean over " + d.block + " x " + d.block + " positions" : ""));
-      W.heatmap(out, {z: d.map, row_labels: d.labels, col_labels: d.labels, vmin: 0,
-        cell: Math.max(4, Math.min(22, Math.floor(700 / Math.max(d.labels.length, 1))))});
-      W.add(out, "h3", {}, "cluster & aggregate: query " + c.position + " '" + c.token + "' moves " +
-        W.fmt(c.foreign_mass, 3) + " of the way to the centroid of the other positions (self mass " +
+      var labels = d.labels.map(W.label);
+      W.heatmap(out, {z: d.map, row_labels: labels, col_labels: labels, vmin: 0,
+        cell: Math.max(4, Math.min(22, Math.floor(700 / Math.max(labels.length, 1))))});
+      W.add(out, "h3", {}, "cluster & aggregate: query " + c.position + " '" + W.label(d.tokens[c.position]) +
+        "' moves " + W.fmt(c.foreign_mass, 3) + " of the way to the centroid of the other positions (self mass " +
         W.fmt(c.self_mass, 3) + ")");
       W.table(out, ["|centroid - x_t|", "|foreign centroid - x_t|", "cos(x_t, centroid)", "|head output|"],
-        [[c.move_distance, c.foreign_distance, c.cos_query_centroid, c.output_norm]]);
-      W.table(out, ["key position", "token", "membership A[t, s]"], c.top.map(function (m) {
-        return [m.position, m.token, m.weight]; })).setAttribute("id", "attn-members");
+        [[c.move_distance, c.foreign_distance, c.cos_query_centroid, c.head_output_norm]]);
+      W.table(out, ["key position", "token", "membership A[t, s]"], c.top_members.map(function (m) {
+        return [m[0], W.label(m[1]), m[2]]; })).setAttribute("id", "attn-members");
       var grid = W.add(out, "div", {"class": "side-by-side"});
-      layerHeadMap(W.add(grid, "div", {}), "self mass A[t, t] (mean over queries)", d.self_mass);
+      layerHeadMap(W.add(grid, "div", {}), "self mass A[t, t] (mean over queries)", d.self_mass.mass);
       layerHeadMap(W.add(grid, "div", {}), "|W_vo,h| (Frobenius)", d.head_stats.vo_norm);
       layerHeadMap(W.add(grid, "div", {}), "|W_qk,h| (Frobenius)", d.head_stats.qk_norm);
       layerHeadMap(W.add(grid, "div", {}), "copying score of W_vo,h", d.head_stats.vo_copying, true);
@@ -47,12 +48,17 @@
       var out = W.clear($("kernels-out"));
       W.add(out, "h2", {}, "position kernels (" + d.scheme + ", " + d.units + ")");
       W.add(out, "p", {"class": "note"}, d.estimator);
-      d.stacks.forEach(function (s) {
-        var fr = s.fractions;
+      d.stacks.forEach(function (s) {  // reports/kernels.py stack_document, logit units
+        var fr = s.fractions, names = s.layers.map(function (l) { return l === null ? "all layers" : "L" + l; });
+        var rows = [], z = [], hover = [];
+        s.log_values.forEach(function (perHead, r) { perHead.forEach(function (v, h) {
+          rows.push(s.mean_of_heads ? names[r] + " (mean of " + s.mean_of_heads + " heads)" : names[r] + " h" + h);
+          z.push(v);
+          hover.push(s.distances.map(function () { return s.labels.length ? s.labels[r][h] : ""; }));
+        }); });
         W.table(out, ["stack", "negative self-bias", "far-amplifying", "local", "flat"],
-          [[s.stack, fr.negative_self, fr.far_amplifying, fr.local, fr.flat]]);
-        W.heatmap(out, {z: s.values, row_labels: s.rows, col_labels: s.distances.map(String), diverging: true,
-          hover: s.rows.map(function (r, i) { return s.distances.map(function () { return s.labels[i] || ""; }); }),
+          [[s.stack || "model", fr.negative_self, fr.far_amplifying, fr.local, fr.flat]]);
+        W.heatmap(out, {z: z, row_labels: rows, col_labels: s.distances.map(String), diverging: true, hover: hover,
           cell: 10});
       });
       out.setAttribute("data-rendered", "1");
@@ -63,24 +69,15 @@
   $("kernels-run").addEventListener("click", kernelsRun);
 
   // ---- power and steering ----------------------------------------------------------------------------------
+  // the replies are the power and steering reports' documents, drawn by the reports' own script (results.js)
   function powerRun() {
     W.call("power", "/api/power", {model: W.model(), text: W.text()}).then(function (d) {
-      var out = W.clear($("power-out")), a = d.alignment, sp = d.spectra;
-      W.add(out, "h3", {}, "alignment of the text's tokens with v1(F_l) through depth (" + a.n_tokens + " tokens)");
-      W.lines(out, {x: a.points.map(function (p) { return p.replace(".resid_", " "); }), xlabel: "point",
-        width: 1000, series: [
-        {name: "mean |cos(x, v1)|", y: a.mean},
-        {name: "random directions", y: a.random_mean, band: [a.random_lo, a.random_hi], dash: true},
-        {name: "v1 of other layers", y: a.other_mean, band: [a.other_lo, a.other_hi], dash: true},
-        {name: "shuffled layers", y: a.shuffled_mean, band: [a.shuffled_lo, a.shuffled_hi], dash: true}]});
+      var out = W.clear($("power-out"));
+      W.add(out, "h3", {}, "alignment of the text's tokens with v1(F_l) through depth (" + d.alignment.n_tokens +
+        " tokens)");
+      W.results.draw.alignment(out, d.alignment);
       W.add(out, "h3", {}, "spectra of F = W_V W_O per layer");
-      W.lines(out, {x: sp.map(function (s) { return "L" + s.layer; }), xlabel: "layer", series: [
-        {name: "|lambda1|", y: sp.map(function (s) { return s.eig_abs[0]; })},
-        {name: "|lambda2|", y: sp.map(function (s) { return s.eig_abs[1]; }), dash: true},
-        {name: "gap", y: sp.map(function (s) { return s.gap; })}]});
-      W.table(out, ["layer", "|lambda| (leading)", "gap", "v1's nearest tokens", "nearest to -v1"], sp.map(function (s) {
-        return [s.layer, s.eig_abs.slice(0, 4).map(function (v) { return W.fmt(v, 3); }).join(", "), s.gap,
-                s.nearest.slice(0, 5).join(" · "), s.opposite.slice(0, 5).join(" · ")]; }));
+      W.results.draw.spectra(out, d.spectra);
       out.setAttribute("data-rendered", "1");
     }, W.quiet);
   }
@@ -91,18 +88,18 @@
       layers: layers, alpha: parseFloat($("steer-alpha").value), method: $("steer-method").value,
       max_new_tokens: int("steer-steps", 12)}).then(function (d) {
       var out = W.clear($("steer-out")), grid = W.add(out, "div", {"class": "side-by-side"});
-      [["unsteered (alpha = 0)", d.unsteered, "steer-unsteered"], ["steered (" + d.method + ", alpha = " +
-        d.steered.alpha + ", layers " + d.layers.join(", ") + ")", d.steered, "steer-steered"]].forEach(function (s) {
+      var un = d.rows[0], st = d.rows[d.rows.length - 1];  // alpha 0, then alpha
+      [["unsteered (alpha = 0)", un, "steer-unsteered"], ["steered (" + st.method + ", alpha = " + st.alpha +
+        ", layers " + st.layers.join(", ") + ")", st, "steer-steered"]].forEach(function (s) {
         var col = W.add(grid, "div", {});
         W.add(col, "h3", {}, s[0]);
         var box = W.add(col, "div", {"class": "continuation", id: s[2]});
         W.add(box, "span", {"class": "p"}, W.text());
         W.add(box, "span", {}, s[1].text);
       });
-      W.table(out, ["", "P(target '" + d.target_token + "' next)", "its rank", "top next token", "perplexity", "push along u"],
-        [["unsteered", d.unsteered.target_prob, d.unsteered.target_rank, d.unsteered.top_token, d.unsteered.perplexity,
-          d.unsteered.push], ["steered", d.steered.target_prob, d.steered.target_rank, d.steered.top_token,
-          d.steered.perplexity, d.steered.push]]);
+      W.add(out, "p", {"class": "note"}, "target token '" + W.label(d.target_token) + "': its probability and rank " +
+        "as the next token, the continuation's perplexity under the unsteered model, the push along u");
+      W.results.draw.steering(out, d);
       W.add(out, "p", {"class": "note"}, "reach |P u| per layer (how much of u the layer's value space reads): " +
         Object.keys(d.reach).map(function (l) { return "L" + l + " " + W.fmt(d.reach[l], 3); }).join(", "));
       out.setAttribute("data-rendered", "1");

@@ -5,15 +5,18 @@
 
   function rankZ(r) { return r < 0 ? null : Math.log(1 + r) / Math.LN10; }  // colour: log10(1 + rank)
 
-  // the layer x position rank map of one walk payload; returns the heatmap's geometry
+  // the fields of the walk's document (reports/walk.py walk_document) the map and the compare view draw
+  var WALK_FIELDS = ["tokens", "points", "rank_of_input", "rank_of_next", "escape_point", "escape_stable"];
+
+  // the layer x position rank map of one walk document; returns the heatmap's geometry
   function walkMap(parent, d, which) {
-    var ranks = which === "input" ? d.rank_input : d.rank_next, b = d.block;
-    var cols = d.columns.map(function (c, j) { return b > 1 ? c : j + ": " + c; });
+    var ranks = which === "input" ? d.rank_of_input : d.rank_of_next, b = d.block;
+    var cols = d.columns.map(function (c, j) { return b > 1 ? W.label(c) : j + ": " + W.label(c); });
     var hover = d.points.map(function (p, i) {
       return d.columns.map(function (c, j) {
-        var s = (b > 1 ? "best ranks in block\n" : "") + "rank(w_t) = " + d.rank_input[i][j] +
-          "\nrank(w_t+1) = " + (d.rank_next[i][j] < 0 ? "-" : d.rank_next[i][j]);
-        if (b === 1 && d.escape[j] === i) s += "\nescape: w_t+1 first outranks w_t here";
+        var s = (b > 1 ? "best ranks in block\n" : "") + "rank(w_t) = " + d.rank_of_input[i][j] +
+          "\nrank(w_t+1) = " + (d.rank_of_next[i][j] < 0 ? "-" : d.rank_of_next[i][j]);
+        if (b === 1 && d.escape_point[j] === i) s += "\nescape: w_t+1 first outranks w_t here";
         if (b === 1 && d.escape_stable[j] === i) s += "\nw_t+1 stays ahead from here";
         return s;
       });
@@ -21,7 +24,7 @@
     var geo = W.heatmap(parent, {z: ranks.map(function (row) { return row.map(rankZ); }), row_labels: d.points,
       col_labels: cols, hover: hover, vmin: 0, vmax: Math.log(d.n_vocab) / Math.LN10,
       cell: Math.max(4, Math.min(22, Math.floor(1100 / Math.max(cols.length, 1))))});
-    if (b === 1) d.escape.forEach(function (p, t) {
+    if (b === 1) d.escape_point.forEach(function (p, t) {
       if (p >= 0) geo.mark(p, t, "#e0002a");
       if (d.escape_stable[t] >= 0) geo.mark(d.escape_stable[t], t, "#ffffff", true);
     });
@@ -32,7 +35,7 @@
   var walkData = null, walkArgs = null, selected = null;
   function walkRun() {
     var args = {model: W.model(), text: W.text(), norm: $("walk-norm").value, metric: $("walk-metric").value};
-    W.call("walk", "/api/walk", args).then(function (d) {
+    W.call("walk", "/api/walk", Object.assign({fields: WALK_FIELDS}, args)).then(function (d) {
       walkData = d; walkArgs = args; selected = null;
       walkDraw();
       W.clear($("walk-cell"));
@@ -56,20 +59,22 @@
   function walkCell(point, position) {
     var k = parseInt($("walk-k").value, 10) || 10;
     W.call("cell", "/api/walk/cell", Object.assign({}, walkArgs, {point: point, position: position, k: k}))
-      .then(function (c) {
-        var out = W.clear($("walk-cell"));
-        W.add(out, "h3", {}, c.point + ", position " + c.position + ": w_t = '" + c.token + "'" +
-          (c.next !== null ? ", w_t+1 = '" + c.next + "'" : "") + (c.escape ? "  (escape point)" : "") +
-          (c.escape_stable ? "  (stays ahead from here)" : ""));
+      .then(function (c) {  // the walk's document at one cell (reports/walk.py cell_document) and labels
+        var out = W.clear($("walk-cell")), ids = c.top_ids.filter(function (i) { return i >= 0; });
+        W.add(out, "h3", {}, c.point + ", position " + c.position + ": w_t = '" + W.label(c.token) + "'" +
+          (c.next !== null ? ", w_t+1 = '" + W.label(c.next) + "'" : "") +
+          (c.escape_point === point ? "  (escape point)" : "") +
+          (c.escape_stable === point ? "  (stays ahead from here)" : ""));
         W.table(out, ["", "rank", "P", "cos"], [
-          ["w_t", c.rank_input, c.prob_input, c.cos_input],
-          ["w_t+1", c.next === null ? null : c.rank_next, c.prob_next, c.cos_next]]);
-        W.add(out, "p", {"class": "note"}, "the " + c.neighbours.length + " nearest tokens by " + c.metric +
+          ["w_t", c.rank_of_input, c.prob_of_input, c.cos_input],
+          ["w_t+1", c.next === null ? null : c.rank_of_next, c.prob_of_next, c.cos_next]]);
+        W.add(out, "p", {"class": "note"}, "the " + ids.length + " nearest tokens by " + walkArgs.metric +
           " (|x| = " + W.fmt(c.vector_norm) + ")");
-        W.table(out, ["#", "token", "score", ""], c.neighbours.map(function (n, i) {
-          return [i, n.token, n.score, n.is_next ? "w_t+1" : n.is_input ? "w_t" : ""];
-        }), function (i) { return c.neighbours[i].is_next ? "next" : c.neighbours[i].is_input ? "input" : ""; })
-          .setAttribute("id", "walk-neighbours");
+        var mark = function (i) { return ids[i] === c.next_id ? "next" : ids[i] === c.token_ids ? "input" : ""; };
+        W.table(out, ["#", "token", "score", ""], ids.map(function (id, i) {
+          return [i, W.label(c.labels[id]), c.top_scores[i],
+                  id === c.next_id ? "w_t+1" : id === c.token_ids ? "w_t" : ""];
+        }), mark).setAttribute("id", "walk-neighbours");
       }, W.quiet);
   }
   W.views.walk = {run: walkRun};
@@ -77,21 +82,25 @@
   $("walk-show").addEventListener("change", function () { if (walkData) walkDraw(); });
 
   // ---- decoding walk ---------------------------------------------------------------------------------------
+  // the fields of the decoding walk's document (reports/generate.py document) the view draws
+  var DECODE_FIELDS = ["prompt_tokens", "tokens", "ranks", "probs", "top_tokens", "top_probs", "d_norm", "step_length",
+                       "step_angle", "target", "in_neighbourhood", "left_path_at"];
   var dec = null, step = 0;
   function decodeRun() {
     var target = $("decode-target").value;
     W.call("decode", "/api/decode", {model: W.model(), text: W.text(), target: target.trim() ? target : null,
+      fields: DECODE_FIELDS,
       max_new_tokens: parseInt($("decode-steps").value, 10) || 12, k: parseInt($("decode-k").value, 10) || 10})
       .then(function (d) { dec = d; step = 0; decodeDraw(); }, W.quiet);
   }
   function decodeDraw() {
     var d = dec, out = W.clear($("decode-out"));
     var strip = W.add(out, "div", {"class": "strip", id: "decode-strip"});
-    d.prompt_tokens.forEach(function (t) { W.add(strip, "span", {"class": "prompt"}, t); });
+    d.prompt_tokens.forEach(function (t) { W.add(strip, "span", {"class": "prompt"}, W.label(t)); });
     d.tokens.forEach(function (t, i) {
       var cls = i === step ? "sel" : "";
       if (d.in_neighbourhood) cls += d.in_neighbourhood[i] ? " on" : " off";
-      var b = W.add(strip, "button", {type: "button", "class": cls, title: "step " + i}, t);
+      var b = W.add(strip, "button", {type: "button", "class": cls, title: "step " + i}, W.label(t));
       b.addEventListener("click", function () { step = i; decodeDraw(); });
     });
     if (d.target !== null) W.add(out, "p", {"class": "note"}, "target path (teacher-forced): green = d_t lies in " +
@@ -103,12 +112,13 @@
     prev.addEventListener("click", function () { if (step > 0) { step--; decodeDraw(); } });
     next.addEventListener("click", function () { if (step < d.tokens.length - 1) { step++; decodeDraw(); } });
     range.addEventListener("input", function () { step = parseInt(range.value, 10); decodeDraw(); });
-    W.add(out, "h3", {}, "step " + step + ": emitted '" + d.tokens[step] + "' (rank " + d.ranks[step] + ", P = " +
-      W.fmt(d.probs[step]) + "); greedy pick '" + d.greedy[step] + "'; |d_t| = " + W.fmt(d.d_norm[step]) +
+    W.add(out, "h3", {}, "step " + step + ": emitted '" + W.label(d.tokens[step]) + "' (rank " + d.ranks[step] +
+      ", P = " + W.fmt(d.probs[step]) + "); greedy pick '" + W.label(d.top_tokens[step][0]) + "'; |d_t| = " +
+      W.fmt(d.d_norm[step]) +
       ", moved " + W.fmt(d.step_length[step]) + " at " + W.fmt(d.step_angle[step], 3) + "°");
     W.table(out, ["#", "d_t's nearest token", "P"], d.top_tokens[step].map(function (t, i) {
-      return [i, t, d.top_probs[step][i]]; }));
-    var xs = d.tokens.map(function (t, i) { return i + ":" + t; });
+      return [i, W.label(t), d.top_probs[step][i]]; }));
+    var xs = d.tokens.map(function (t, i) { return i + ":" + W.label(t); });
     W.lines(out, {x: xs, xlabel: "step", series: [{name: "P(emitted token)", y: d.probs},
       {name: "step angle / 180", y: d.step_angle.map(function (a) { return a === null ? null : a / 180; }), dash: true}]});
     out.setAttribute("data-rendered", "1");
@@ -119,12 +129,13 @@
   function simmapRun() {
     var args = {model: W.model(), text: W.text(), point: $("simmap-point").value, metric: $("simmap-metric").value,
       normed: $("simmap-normed").checked};
-    W.call("similarity", "/api/simmap", args).then(function (d) {
-      var out = W.clear($("simmap-out"));
-      W.add(out, "p", {"class": "note"}, d.metric + " similarity at " + d.point + (d.normed ? " (final norm first)" : "") +
+    W.call("similarity", "/api/simmap", args).then(function (d) {  // reports/simmap.py document: one map
+      var out = W.clear($("simmap-out")), z = d.maps[Object.keys(d.maps)[0]], labels = d.labels.map(W.label);
+      W.add(out, "p", {"class": "note"}, args.metric + " similarity at " + args.point +
+        (args.normed ? " (final norm first)" : "") +
         (d.block > 1 ? "; each cell: the mean over " + d.block + " x " + d.block + " positions" : ""));
-      W.heatmap(out, {z: d.z, row_labels: d.labels, col_labels: d.labels, diverging: d.metric === "cosine",
-        cell: Math.max(4, Math.min(24, Math.floor(800 / Math.max(d.labels.length, 1))))});
+      W.heatmap(out, {z: z, row_labels: labels, col_labels: labels, diverging: args.metric === "cosine",
+        cell: Math.max(4, Math.min(24, Math.floor(800 / Math.max(labels.length, 1))))});
       out.setAttribute("data-rendered", "1");
     }, W.quiet);
   }
@@ -140,10 +151,10 @@
 
   // ---- compare: the same text on two models --------------------------------------------------------------
   function summary(d) {
-    var f = d.rank_next_final, n = 0, top1 = 0, sorted = [];
+    var f = d.final.rank_of_next, n = 0, top1 = 0, sorted = [];
     f.forEach(function (r) { if (r >= 0) { n++; if (r === 0) top1++; sorted.push(r); } });
     sorted.sort(function (a, b) { return a - b; });
-    var esc = d.escape.filter(function (p) { return p >= 0; });
+    var esc = d.escape_point.filter(function (p) { return p >= 0; });
     return [d.model, d.tokens.length, n ? sorted[Math.floor((n - 1) / 2)] : null, n ? top1 / n : null,
             esc.length ? esc.reduce(function (a, b) { return a + b; }, 0) / esc.length / (d.points.length - 1) : null];
   }
@@ -151,7 +162,8 @@
     var a = $("compare-a").value, b = $("compare-b").value, norm = $("compare-norm").value, text = W.text();
     var out = W.clear($("compare-out"));
     var sides = [a, b].map(function (m, i) {
-      return W.call("compare " + "AB"[i], "/api/walk", {model: m, text: text, norm: norm, metric: "dot"});
+      return W.call("compare " + "AB"[i], "/api/walk", {model: m, text: text, norm: norm, metric: "dot",
+                                                          fields: WALK_FIELDS});
     });
     Promise.all(sides).then(function (ds) {
       ds.forEach(function (d) {

@@ -1,0 +1,154 @@
+// walklens result renderers: each draws one result's document (the dict `document()` of reports/<topic>.py
+// writes as --json, or a part of it) into an element.  A report embeds the documents it draws (data-doc) and
+// this script draws them on load; the explorer (walklens serve) calls the same functions on the documents its
+// API sends.  So every field is read here once, for both.  Every string from a model, a text or a database is
+// inserted with textContent or drawn on a canvas, never parsed as markup.  Needs plots.js (walklensPlots).
+(function () {
+  "use strict";
+
+  // ---- text: elements with plain text, a token as a label ----------------------------------------------------
+  function el(parent, tag, attrs, text) {
+    var e = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, String(attrs[k])); });
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    parent.appendChild(e);
+    return e;
+  }
+  function hex(n, width) { var h = n.toString(16); while (h.length < width) h = "0" + h; return h; }
+  var UNPRINTABLE = /[\p{C}\p{Z}]/u;  // what Python's str.isprintable() refuses (the space aside)
+  // a string as Python's repr() writes it, quotes included: what reports/html.py's show() builds on
+  function quote(s) {
+    s = String(s);
+    var q = s.indexOf("'") >= 0 && s.indexOf("\"") < 0 ? "\"" : "'", out = "";
+    Array.from(s).forEach(function (ch) {
+      var c = ch.codePointAt(0);
+      if (ch === q || ch === "\\") out += "\\" + ch;
+      else if (ch === "\t") out += "\\t";
+      else if (ch === "\n") out += "\\n";
+      else if (ch === "\r") out += "\\r";
+      else if (c < 0x20 || c === 0x7f) out += "\\x" + hex(c, 2);
+      else if (c < 0x7f || !UNPRINTABLE.test(ch)) out += ch;
+      else out += c <= 0xff ? "\\x" + hex(c, 2) : c <= 0xffff ? "\\u" + hex(c, 4) : "\\U" + hex(c, 8);
+    });
+    return q + out + q;
+  }
+  // a token as a visible label (reports/html.py show()): whitespace and control characters escaped
+  function show(s) { return s ? quote(s).slice(1, -1) : "∅"; }
+  // a text with its control characters escaped visibly, tabs and newlines kept (reports/html.py visible())
+  function visible(s) {
+    return String(s).replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f]/g, function (ch) {
+      return ch === "\r" ? "\\r" : "\\x" + hex(ch.charCodeAt(0), 2); });
+  }
+  function fmt(v) {  // a number as "{:.4g}" writes it
+    if (v === null || v === undefined) return "-";
+    if (typeof v !== "number") return String(v);
+    return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4)));
+  }
+  function table(parent, headers, rows) {
+    var t = el(parent, "table", {"class": "wl"}), head = el(t, "tr");
+    headers.forEach(function (h) { el(head, "th", {}, h); });
+    rows.forEach(function (r) {
+      var tr = el(t, "tr");
+      r.forEach(function (v) { el(tr, "td", {}, typeof v === "string" ? visible(v) : fmt(v)); });
+    });
+    return t;
+  }
+  function plot(parent, kind, spec, title) {  // kind: "lines" or "heatmap" of plots.js
+    if (title) el(parent, "h3", {}, title);
+    var div = el(parent, "div", {"class": "wl-" + kind});
+    div.setAttribute("data-spec", JSON.stringify(spec));
+    window.walklensPlots[kind](div);
+    return div;
+  }
+  function where(list, test) {
+    var out = [];
+    list.forEach(function (v, i) { if (test(v)) out.push(i); });
+    return out;
+  }
+  function range(n) { var out = []; for (var i = 0; i < n; i++) out.push(i); return out; }
+
+  // the curves a document names (`curves`: name, the field of y, an optional band of two fields, dash), at the
+  // indices `sel` of its fields (a number is the same at every index)
+  function curves(doc, sel) {
+    var at = function (key) {
+      var v = doc[key];
+      return sel.map(function (i) { return Array.isArray(v) ? v[i] : v; });
+    };
+    return doc.curves.map(function (c) {
+      var s = {name: c.name, y: at(c.y), dash: !!c.dash};
+      if (c.band) s.band = [at(c.band[0]), at(c.band[1])];
+      return s;
+    });
+  }
+
+  // ---- the power-method view (seed 002): reports/power.py ---------------------------------------------------
+  var KINDS = ["resid_pre", "resid_mid", "resid_post"];
+  function alignment(parent, doc) {  // alignment_document: a chart per kind of point, then per token
+    KINDS.forEach(function (kind) {
+      var sel = where(doc.points, function (p) { return p.endsWith("." + kind); });
+      if (!sel.length) return;
+      plot(parent, "lines", {x: sel.map(function (i) { return String(doc.layer_of[i]); }), xlabel: "layer",
+        series: curves(doc, sel), width: 720, height: 320}, "at " + kind);
+    });
+    if (!doc.per_token || !doc.per_token.length || !doc.tokens || !doc.tokens.length) return;
+    var post = where(doc.points, function (p) { return p.endsWith(".resid_post"); }), z = doc.per_token[0];
+    plot(parent, "heatmap", {z: doc.tokens[0].map(function (t, j) { return post.map(function (i) { return z[i][j]; }); }),
+      row_labels: doc.tokens[0], col_labels: post.map(function (i) { return "L" + doc.layer_of[i]; }), vmin: 0},
+      "per token (first text), at each layer's output");
+  }
+  function modulus(c) { return c ? Math.hypot(c[0], c[1]) : null; }  // a complex number is [re, im]
+  function spectra(parent, doc) {  // spectra_document: per layer a row, the leading moduli, the heads' |lambda1|
+    var L = doc.layers;
+    table(parent, ["layer", "|λ1|", "λ1", "gap |λ2/λ1|", "gap of I+F", "nearest tokens to +v1", "nearest to -v1"],
+      L.map(function (s) {
+        var l1 = s.eigenvalues[0] || [0, 0];
+        return [s.layer, modulus(l1), s.complex_pair ? fmt(l1[0]) + (l1[1] < 0 ? "" : "+") + fmt(l1[1]) + "i" :
+                fmt(l1[0]), s.gap, s.residual_gap, s.nearest.slice(0, 6).map(quote).join(" "),
+                s.opposite.slice(0, 4).map(quote).join(" ")];
+      }));
+    plot(parent, "lines", {x: L.map(function (s) { return "L" + s.layer; }), xlabel: "layer", width: 720, height: 320,
+      series: [{name: "|λ1|", y: L.map(function (s) { return modulus(s.eigenvalues[0]); })},
+               {name: "|λ2|", y: L.map(function (s) { return modulus(s.eigenvalues[1]); }), dash: true},
+               {name: "gap |λ2/λ1|", y: L.map(function (s) { return s.gap; })}]}, "leading eigenvalues and gap per layer");
+    if (!L.some(function (s) { return s.heads && s.heads.length; })) return;
+    plot(parent, "heatmap", {z: L.map(function (s) { return s.heads.map(function (h) { return modulus(h.eigenvalues[0]); }); }),
+      row_labels: L.map(function (s) { return "L" + s.layer; }),
+      col_labels: L[0].heads.map(function (h) { return "h" + h.head; })}, "|λ1| of each head's W_v,h W_o,h");
+  }
+  function dynamics(parent, doc) {  // dynamics_document: every mode against the random baseline, and the real one
+    var x = doc.layers.map(String);
+    plot(parent, "lines", {x: x, xlabel: "layer", width: 720, height: 320, series: doc.modes.map(function (m) {
+      return {name: m, y: doc.alignment[m]}; }).concat([{name: "random", y: doc.layers.map(function () {
+        return doc.random_mean; }), dash: true}])}, "mean |cos(x, v1(F_l))| at each layer's output");
+    plot(parent, "lines", {x: x, xlabel: "layer", width: 720, height: 320, series: doc.modes.filter(function (m) {
+      return m !== "real"; }).map(function (m) { return {name: m, y: doc.agreement[m]}; })},
+      "agreement with the real trajectory: mean cos(x_mode, x_real)");
+  }
+  function sharedWeights(parent, doc) {  // shared_document: its curves against depth 0..n_layers
+    var x = range(doc.n_layers + 1);
+    plot(parent, "lines", {x: x.map(String), xlabel: "depth l", series: curves(doc, x), width: 720, height: 320},
+      "mean |cos(x_l, v1(F_k))| against depth");
+  }
+
+  // ---- steering (seed 002): reports/steer.py -------------------------------------------------------------------
+  function steering(parent, doc) {  // the document of a SteeringSweep: one row per run
+    return table(parent, ["method", "layers", "alpha", "prompt", "greedy continuation", "p(target)", "rank (0 = top)",
+                          "top next token", "perplexity", "push along u"], doc.rows.map(function (r) {
+      return [r.method, r.layers.join(","), r.alpha, r.prompt, r.text, r.target_prob, r.target_rank,
+              show(r.top_token), r.perplexity, r.push];
+    }));
+  }
+
+  var draw = {alignment: alignment, spectra: spectra, dynamics: dynamics, shared_weights: sharedWeights,
+              steering: steering};
+  window.walklensResults = {draw: draw, show: show, quote: quote, visible: visible, fmt: fmt, table: table};
+  function render() {  // the documents a report embeds: <div class='wl-result' data-result=kind data-doc=json>
+    document.querySelectorAll(".wl-result:not([data-drawn])").forEach(function (e) {
+      var f = draw[e.getAttribute("data-result")];
+      if (!f) return;
+      f(e, JSON.parse(e.getAttribute("data-doc")));
+      e.setAttribute("data-drawn", "1");
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", render); else render();
+})();
