@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,17 +32,31 @@ def parser() -> argparse.ArgumentParser:
 
     ap = _Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", required=True, metavar="PATH", help="the results database holding both dtypes' runs")
-    ap.add_argument("--model", action="append", metavar="NAME",
-                    help="model name without a dtype (repeat for several; default smollm2-135m)")
-    ap.add_argument("--limit", type=positive_arg, default=None, metavar="N",
-                    help="compare the first N items (every run must hold them); default: the items both hold")
+    ap.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME",
+        help="model name without a dtype (repeat for several; default smollm2-135m)",
+    )
+    ap.add_argument(
+        "--limit",
+        type=positive_arg,
+        default=None,
+        metavar="N",
+        help="compare the first N items (every run must hold them); default: the items both hold",
+    )
     ap.add_argument("--shots", type=count_arg, default=0, metavar="K")
     ap.add_argument("--data", default=None, metavar="PATH", help="the data the runs used (default: bundled)")
     ap.add_argument("--reference", choices=tuple(DTYPES), default="float32")
     ap.add_argument("--other", choices=tuple(DTYPES), default="bfloat16")
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, any of {', '.join(PARTS)}")
-    ap.add_argument("--best", type=positive_arg, default=20, metavar="N",
-                    help="the reference's best N schemes of each sweep, listed (default 20)")
+    ap.add_argument(
+        "--best",
+        type=positive_arg,
+        default=20,
+        metavar="N",
+        help="the reference's best N schemes of each sweep, listed (default 20)",
+    )
     ap.add_argument("--json", metavar="FILE", help="write every number here")
     ap.add_argument("--out", metavar="FILE", help="write the Markdown here too")
     return ap
@@ -67,9 +81,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parts = [p.strip() for p in args.parts.split(",") if p.strip()]
         did = data_id(args.data)
         scope = Scope(did, shots=args.shots, items=args.limit)
-        studies = [agreement_study(args.db, m, scope, other=args.other, reference=args.reference, parts=parts,
-                                   ranking=Ranking(best=args.best))
-                   for m in (args.model or ["smollm2-135m"])]
+        studies = [
+            agreement_study(
+                args.db,
+                m,
+                scope,
+                other=args.other,
+                reference=args.reference,
+                parts=parts,
+                ranking=Ranking(best=args.best),
+            )
+            for m in (args.model or ["smollm2-135m"])
+        ]
         text = "\n".join(agreement_markdown(s, args.best) for s in studies)
         print(text)
         if args.out:

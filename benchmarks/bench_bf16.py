@@ -28,13 +28,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-from walklens.cli.common import write_json
-
 from bench_lmeval import matmul_flops  # benchmarks/ is on sys.path when a benchmark runs as a script
+from walklens.cli.common import write_json
 
 
 def _matmul_gflops(dtype: torch.dtype) -> float:
@@ -63,9 +63,9 @@ def useful_flops(lm: Any, requests: Sequence[Any]) -> float:
 
 def _time(lm: Any, items: Sequence[Any], eager: bool) -> tuple[float, float, list[Any]]:
     """(CPU seconds, wall seconds, results) of the baseline runner on ``items``."""
-    from walklens.hellaswag import packing
     from walklens.experiments.runner import baseline_scorer, run_test
     from walklens.experiments.runsetup import RunSetup
+    from walklens.hellaswag import packing
     from walklens.interventions import attention_kernel
 
     patch = contextlib.ExitStack()
@@ -115,36 +115,64 @@ def main() -> None:
     f32, b16 = results[("float32", False)], results[("bfloat16", False)]
     same_acc = sum(a.pred == b.pred for a, b in zip(f32, b16)) / len(items)
     same_norm = sum(a.pred_norm == b.pred_norm for a, b in zip(f32, b16)) / len(items)
-    acc = {n: (sum(r.pred == r.gold for r in results[(n, False)]) / len(items),
-               sum(r.pred_norm == r.gold for r in results[(n, False)]) / len(items)) for n in ("float32", "bfloat16")}
+    acc = {
+        n: (
+            sum(r.pred == r.gold for r in results[(n, False)]) / len(items),
+            sum(r.pred_norm == r.gold for r in results[(n, False)]) / len(items),
+        )
+        for n in ("float32", "bfloat16")
+    }
     rate = {f"{n}{' eager' if e else ''}": len(items) / t for (n, e), t in best.items()}
     achieved = {n: flops / best[(n, False)] / 1e9 for n in ("float32", "bfloat16")}
     speedup = rate["bfloat16"] / rate["float32"]
     wall_speedup = wall[("float32", False)] / wall[("bfloat16", False)]
-    print(f"{args.model}, {len(items)} items, {torch.get_num_threads()} thread(s), fastest of {args.repeats} runs (CPU time); "
-          f"useful work {flops / len(items) / 1e9:.1f} GFLOP/item")
+    print(
+        f"{args.model}, {len(items)} items, {torch.get_num_threads()} thread(s), fastest of {args.repeats} runs "
+        f"(CPU time); "
+        f"useful work {flops / len(items) / 1e9:.1f} GFLOP/item"
+    )
     for name, r in rate.items():
         print(f"  {name:15s} {r:7.2f} items/s")
     print(f"  matmul 2048^2: float32 {peak['float32']:.0f} GFLOP/s, bfloat16 {peak['bfloat16']:.0f} GFLOP/s")
     print(f"bf16/fp32 items/s                          {speedup:.2f}   (target >= 3; wall time: {wall_speedup:.2f})")
-    print(f"bf16 useful FLOP/s / bf16 matmul           {achieved['bfloat16'] / peak['bfloat16']:.2f}   "
-          f"({achieved['bfloat16']:.0f} of {peak['bfloat16']:.0f} GFLOP/s; aim >= 0.5)")
-    print(f"fp32 useful FLOP/s / fp32 matmul           {achieved['float32'] / peak['float32']:.2f}   "
-          f"({achieved['float32']:.0f} of {peak['float32']:.0f} GFLOP/s)")
+    print(
+        f"bf16 useful FLOP/s / bf16 matmul           {achieved['bfloat16'] / peak['bfloat16']:.2f}   "
+        f"({achieved['bfloat16']:.0f} of {peak['bfloat16']:.0f} GFLOP/s; aim >= 0.5)"
+    )
+    print(
+        f"fp32 useful FLOP/s / fp32 matmul           {achieved['float32'] / peak['float32']:.2f}   "
+        f"({achieved['float32']:.0f} of {peak['float32']:.0f} GFLOP/s)"
+    )
     if args.eager:
-        print(f"SDPA / eager items/s: float32 {rate['float32'] / rate['float32 eager']:.2f}, "
-              f"bfloat16 {rate['bfloat16'] / rate['bfloat16 eager']:.2f}; "
-              f"bf16 eager / fp32 eager {rate['bfloat16 eager'] / rate['float32 eager']:.2f}")
-    print(f"same picks bf16 vs fp32: acc {same_acc:.1%}, acc_norm {same_norm:.1%}; "
-          f"acc / acc_norm fp32 {acc['float32'][0]:.3f} / {acc['float32'][1]:.3f}, "
-          f"bf16 {acc['bfloat16'][0]:.3f} / {acc['bfloat16'][1]:.3f}")
+        print(
+            f"SDPA / eager items/s: float32 {rate['float32'] / rate['float32 eager']:.2f}, "
+            f"bfloat16 {rate['bfloat16'] / rate['bfloat16 eager']:.2f}; "
+            f"bf16 eager / fp32 eager {rate['bfloat16 eager'] / rate['float32 eager']:.2f}"
+        )
+    print(
+        f"same picks bf16 vs fp32: acc {same_acc:.1%}, acc_norm {same_norm:.1%}; "
+        f"acc / acc_norm fp32 {acc['float32'][0]:.3f} / {acc['float32'][1]:.3f}, "
+        f"bf16 {acc['bfloat16'][0]:.3f} / {acc['bfloat16'][1]:.3f}"
+    )
     if args.json:
-        write_json(args.json, {"model": args.model, "n": len(items), "threads": torch.get_num_threads(),
-                               "items_per_s": rate, "speedup": speedup, "wall_speedup": wall_speedup,
-                               "wall_s": {f"{n}{' eager' if e else ''}": t for (n, e), t in wall.items()},
-                               "matmul_gflops": peak,
-                               "useful_gflop_per_item": flops / len(items) / 1e9, "achieved_gflops": achieved,
-                               "same_acc": same_acc, "same_acc_norm": same_norm, "acc": acc})
+        write_json(
+            args.json,
+            {
+                "model": args.model,
+                "n": len(items),
+                "threads": torch.get_num_threads(),
+                "items_per_s": rate,
+                "speedup": speedup,
+                "wall_speedup": wall_speedup,
+                "wall_s": {f"{n}{' eager' if e else ''}": t for (n, e), t in wall.items()},
+                "matmul_gflops": peak,
+                "useful_gflop_per_item": flops / len(items) / 1e9,
+                "achieved_gflops": achieved,
+                "same_acc": same_acc,
+                "same_acc_norm": same_norm,
+                "acc": acc,
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -12,14 +12,15 @@ and ``torch.compile`` of the model's elementwise-heavy modules.
 The model is changed in place (compiled modules), so this is a benchmark, not a library option.  Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_bf16_options.py --n 128 --max-tokens 512,1024,2048,4096
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_bf16_options.py --n 128 --max-tokens '' --compile mlp,input_layernorm,post_attention_layernorm
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_bf16_options.py --n 128 --max-tokens '' --compile
+    mlp,input_layernorm,post_attention_layernorm
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import walklens
 from walklens.hellaswag import packing
@@ -42,8 +43,9 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--n", type=int, default=128, help="items (the first n of the bundled validation set)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--max-tokens", default="512,1024,2048,4096", help="comma-separated batch budgets to compare "
-                    "('' for none)")
+    ap.add_argument(
+        "--max-tokens", default="512,1024,2048,4096", help="comma-separated batch budgets to compare ('' for none)"
+    )
     ap.add_argument("--compile", default="", help="comma-separated decoder-layer submodules to compile")
     args = ap.parse_args()
     lm = walklens.load_model(args.model, dtype="bfloat16")
@@ -55,7 +57,7 @@ def main() -> None:
         times = {b: float("inf") for b in budgets}
         for _ in range(args.repeats):  # alternate, so that the machine's load falls on every budget alike
             for b in budgets:
-                t, _ = fastest(lambda: packing.packed_logliks(lm, requests, max_tokens=b), 1)
+                t, _ = fastest(lambda b=b: packing.packed_logliks(lm, requests, max_tokens=b), 1)
                 times[b] = min(times[b], t)
         for b in budgets:
             print(f"max_tokens {b:5d}: {args.n / times[b]:6.2f} items/s (CPU time, fastest of {args.repeats})")
@@ -70,10 +72,15 @@ def main() -> None:
         t_first = time.time() - t0
         t_comp, res = fastest(lambda: baseline_items(lm, items), args.repeats)
         d = max(abs(a - b) for x, y in zip(ref, res) for a, b in zip(x.scores, y.scores))
-        same = sum(x.pred == y.pred for x, y in zip(ref, res)), sum(x.pred_norm == y.pred_norm for x, y in zip(ref, res))
-        print(f"eager {args.n / t_eager:.2f} items/s, compiled ({args.compile}) {args.n / t_comp:.2f} items/s: "
-              f"ratio {t_eager / t_comp:.3f}; first compiled call {t_first:.1f} s; max |d loglik| {d:.3f}; "
-              f"same picks acc {same[0]}/{args.n}, acc_norm {same[1]}/{args.n}")
+        same = (
+            sum(x.pred == y.pred for x, y in zip(ref, res)),
+            sum(x.pred_norm == y.pred_norm for x, y in zip(ref, res)),
+        )
+        print(
+            f"eager {args.n / t_eager:.2f} items/s, compiled ({args.compile}) {args.n / t_comp:.2f} items/s: "
+            f"ratio {t_eager / t_comp:.3f}; first compiled call {t_first:.1f} s; max |d loglik| {d:.3f}; "
+            f"same picks acc {same[0]}/{args.n}, acc_norm {same[1]}/{args.n}"
+        )
 
 
 if __name__ == "__main__":

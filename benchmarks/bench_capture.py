@@ -20,13 +20,16 @@ import walklens
 from walklens.capture import tokenize
 
 MODEL = os.environ.get("WALKLENS_BENCH_MODEL", "smollm2-135m")
-TEXT = ("The history of the city begins with a small settlement on the river, where traders met to exchange "
-        "goods from the hills and the sea. ") * 80
+TEXT = (
+    "The history of the city begins with a small settlement on the river, where traders met to exchange "
+    "goods from the hills and the sea. "
+) * 80
 
 
 def _child(code: str, env: dict[str, str] | None = None) -> dict:
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, **(env or {})}, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **(env or {})}, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -69,37 +72,52 @@ def bench_overhead(lm: walklens.LoadedModel, n_tokens: int = 512, repeats: int =
             t = time.perf_counter()
             tr = walklens.capture(lm, text)
             captured.append(time.perf_counter() - t)
-    return {"tokens": tr.hidden.shape[1], "points": tr.hidden.shape[0], "plain_s": min(plain),
-            "capture_s": min(captured), "ratio": min(captured) / min(plain),
-            "median_ratio": statistics.median(captured) / statistics.median(plain)}
+    return {
+        "tokens": tr.hidden.shape[1],
+        "points": tr.hidden.shape[0],
+        "plain_s": min(plain),
+        "capture_s": min(captured),
+        "ratio": min(captured) / min(plain),
+        "median_ratio": statistics.median(captured) / statistics.median(plain),
+    }
 
 
 def main() -> None:
     lm = walklens.load_model(MODEL)
     ov = bench_overhead(lm)
-    print(f"capture overhead, {MODEL}, {ov['tokens']} tokens, {ov['points']} points: "
-          f"plain forward {ov['plain_s']:.3f} s, forward + full capture {ov['capture_s']:.3f} s, "
-          f"ratio of fastest runs {ov['ratio']:.3f} (target <= 1.10; ratio of medians {ov['median_ratio']:.3f})")
+    print(
+        f"capture overhead, {MODEL}, {ov['tokens']} tokens, {ov['points']} points: "
+        f"plain forward {ov['plain_s']:.3f} s, forward + full capture {ov['capture_s']:.3f} s, "
+        f"ratio of fastest runs {ov['ratio']:.3f} (target <= 1.10; ratio of medians {ov['median_ratio']:.3f})"
+    )
 
     with tempfile.TemporaryDirectory() as cache:
         env = {"WALKLENS_CACHE": cache}
         first = _child(LOAD.format(model=MODEL), env)["seconds"]
         cached = _child(LOAD.format(model=MODEL), env)["seconds"]
-    print(f"load: first GGUF load (de-quantize + cache) {first:.1f} s, cached load {cached:.1f} s, "
-          f"ratio {cached / first:.3f} (target <= 0.2)")
+    print(
+        f"load: first GGUF load (de-quantize + cache) {first:.1f} s, cached load {cached:.1f} s, "
+        f"ratio {cached / first:.3f} (target <= 0.2)"
+    )
 
-    body_plain = ("from walklens.capture import tokenize\nids = tokenize(lm, ids_text, truncate=True)[:, :2048]\n"
-                  "with torch.no_grad(): lm.model(ids, use_cache=False)\nstored = 0")
-    body_cap = ("from walklens.capture import tokenize\nids = tokenize(lm, ids_text, truncate=True)[:, :2048]\n"
-                "text = lm.tokenizer.decode(ids[0])\n"
-                "tr = walklens.capture(lm, text, dtype=torch.float16)\n"
-                "stored = tr.hidden.numel() * tr.hidden.element_size()")
+    body_plain = (
+        "from walklens.capture import tokenize\nids = tokenize(lm, ids_text, truncate=True)[:, :2048]\n"
+        "with torch.no_grad(): lm.model(ids, use_cache=False)\nstored = 0"
+    )
+    body_cap = (
+        "from walklens.capture import tokenize\nids = tokenize(lm, ids_text, truncate=True)[:, :2048]\n"
+        "text = lm.tokenizer.decode(ids[0])\n"
+        "tr = walklens.capture(lm, text, dtype=torch.float16)\n"
+        "stored = tr.hidden.numel() * tr.hidden.element_size()"
+    )
     text = TEXT * 2
     plain = _child(PEAK.format(model=MODEL, text=text, body=body_plain))
     cap = _child(PEAK.format(model=MODEL, text=text, body=body_cap))
-    print(f"peak memory (VmHWM), 2048 tokens: plain forward +{plain['delta_mb']:.0f} MB over the loaded model "
-          f"(process peak {plain['peak_mb']:.0f} MB); full fp16 capture +{cap['delta_mb']:.0f} MB "
-          f"(process peak {cap['peak_mb']:.0f} MB), of which the stored trace is {cap['stored_mb']:.0f} MB")
+    print(
+        f"peak memory (VmHWM), 2048 tokens: plain forward +{plain['delta_mb']:.0f} MB over the loaded model "
+        f"(process peak {plain['peak_mb']:.0f} MB); full fp16 capture +{cap['delta_mb']:.0f} MB "
+        f"(process peak {cap['peak_mb']:.0f} MB), of which the stored trace is {cap['stored_mb']:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

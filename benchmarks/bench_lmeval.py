@@ -32,8 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -64,8 +64,9 @@ metadata:
 """
 
 
-def matmul_flops(n: int = 2048, reps: int = 10, dtype: torch.dtype = torch.float32,
-                 clock: Callable[[], float] = time.perf_counter) -> float:
+def matmul_flops(
+    n: int = 2048, reps: int = 10, dtype: torch.dtype = torch.float32, clock: Callable[[], float] = time.perf_counter
+) -> float:
     """Best-of-``reps`` FLOP/s of an ``n x n`` matmul in ``dtype`` (2 n^3 flops), timed with ``clock``."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b
@@ -74,7 +75,7 @@ def matmul_flops(n: int = 2048, reps: int = 10, dtype: torch.dtype = torch.float
         t0 = clock()
         a @ b
         best = min(best, clock() - t0)
-    return 2 * n ** 3 / best
+    return 2 * n**3 / best
 
 
 def write_task(items: list, folder: Path) -> Path:
@@ -82,8 +83,9 @@ def write_task(items: list, folder: Path) -> Path:
     jsonl = folder / "items.jsonl"
     with open(jsonl, "w", encoding="utf-8") as f:
         for it in items:
-            f.write(json.dumps({"query": it.ctx, "choices": list(it.endings), "label": it.label,
-                                "index": it.index}) + "\n")
+            f.write(
+                json.dumps({"query": it.ctx, "choices": list(it.endings), "label": it.label, "index": it.index}) + "\n"
+            )
     (folder / "walklens_hellaswag_local.yaml").write_text(TASK_YAML.format(jsonl=jsonl), encoding="utf-8")
     return folder
 
@@ -120,9 +122,17 @@ def work(lm: object, items: list) -> dict:
     le_tokens = sum(r.context_len + len(c) - 1 for r in reqs for c in r.continuations)
     wl_flops = 2 * (body * wl_rows + head.numel() * wl_head)
     le_flops = 2 * (body + head.numel()) * le_tokens
-    return {"params": total, "body_params": body, "head_params": head.numel(), "walklens_positions": wl_rows,
-            "walklens_head_positions": wl_head, "lmeval_positions": le_tokens, "walklens_flops": wl_flops,
-            "lmeval_flops": le_flops, "work_ratio": le_flops / wl_flops}
+    return {
+        "params": total,
+        "body_params": body,
+        "head_params": head.numel(),
+        "walklens_positions": wl_rows,
+        "walklens_head_positions": wl_head,
+        "lmeval_positions": le_tokens,
+        "walklens_flops": wl_flops,
+        "lmeval_flops": le_flops,
+        "work_ratio": le_flops / wl_flops,
+    }
 
 
 def walklens_baseline(lm: object, items: list) -> dict:
@@ -137,9 +147,16 @@ def walklens_baseline(lm: object, items: list) -> dict:
     res = run_test(lm, items, baseline_scorer(), quiet).results  # `walklens hellaswag baseline`'s path
     dt = time.perf_counter() - t0
     n = len(items)
-    return {"seconds": dt, "n": n, "acc": sum(r.pred == r.gold for r in res) / n,
-            "acc_norm": sum(r.pred_norm == r.gold for r in res) / n, "tokens": tokens, "params": n_params, "work": w,
-            "predictions": [{"acc": r.pred, "acc_norm": r.pred_norm, "ll": list(r.scores)} for r in res]}
+    return {
+        "seconds": dt,
+        "n": n,
+        "acc": sum(r.pred == r.gold for r in res) / n,
+        "acc_norm": sum(r.pred_norm == r.gold for r in res) / n,
+        "tokens": tokens,
+        "params": n_params,
+        "work": w,
+        "predictions": [{"acc": r.pred, "acc_norm": r.pred_norm, "ll": list(r.scores)} for r in res],
+    }
 
 
 def agreement(picks: list[dict], reference: list[dict]) -> dict[str, float]:
@@ -152,10 +169,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--lmeval-python", default=os.environ.get("LMEVAL_PYTHON", "/work/lmeval-venv/bin/python"))
-    ap.add_argument("--lmeval-batch", type=lambda v: [int(x) for x in v.split(",")], default=[1, 8],
-                    help="lm-eval batch sizes to run, comma-separated (default 1,8: its default and a tuned one)")
-    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                    help="the dtype both sides run in (bfloat16: also each side's float32 picks, for agreement)")
+    ap.add_argument(
+        "--lmeval-batch",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[1, 8],
+        help="lm-eval batch sizes to run, comma-separated (default 1,8: its default and a tuned one)",
+    )
+    ap.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="the dtype both sides run in (bfloat16: also each side's float32 picks, for agreement)",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -172,24 +197,41 @@ def main() -> None:
     wl = walklens_baseline(lm, items)
     peak = max(peak, matmul_flops(dtype=tdtype))  # measured before and after; the better of the two
     useful = 2 * wl["params"] * wl["tokens"] / wl["seconds"]
-    out: dict = {"n": len(items), "model": "smollm2-135m", "model_dir": str(model_dir), "dtype": args.dtype,
-                 "walklens": {k: v for k, v in wl.items() if k != "predictions"},
-                 f"matmul_{args.dtype}_flops": peak, "useful_flops": useful, "flops_ratio": useful / peak,
-                 "torch_threads": torch.get_num_threads()}
-    print(f"walklens baseline ({args.dtype}): {len(items)} items in {wl['seconds']:.1f} s = "
-          f"{len(items) / wl['seconds']:.2f} items/s; acc {wl['acc']:.4f} acc_norm {wl['acc_norm']:.4f}")
-    print(f"useful FLOP/s {useful / 1e9:.2f} G / {args.dtype} 2048^2 matmul {peak / 1e9:.2f} G = ratio {useful / peak:.3f}")
+    out: dict = {
+        "n": len(items),
+        "model": "smollm2-135m",
+        "model_dir": str(model_dir),
+        "dtype": args.dtype,
+        "walklens": {k: v for k, v in wl.items() if k != "predictions"},
+        f"matmul_{args.dtype}_flops": peak,
+        "useful_flops": useful,
+        "flops_ratio": useful / peak,
+        "torch_threads": torch.get_num_threads(),
+    }
+    print(
+        f"walklens baseline ({args.dtype}): {len(items)} items in {wl['seconds']:.1f} s = "
+        f"{len(items) / wl['seconds']:.2f} items/s; acc {wl['acc']:.4f} acc_norm {wl['acc_norm']:.4f}"
+    )
+    print(
+        f"useful FLOP/s {useful / 1e9:.2f} G / {args.dtype} 2048^2 matmul {peak / 1e9:.2f} G = ratio "
+        f"{useful / peak:.3f}"
+    )
     reduced = args.dtype != "float32"
     if reduced:  # the same items in float32: the reference for this side's agreement
         wl32 = walklens_baseline(walklens.load_model("smollm2-135m"), items)
         out["walklens"]["agreement_with_float32"] = agreement(wl["predictions"], wl32["predictions"])
         out["walklens"]["float32_seconds"] = wl32["seconds"]
-        print(f"walklens float32: {len(items) / wl32['seconds']:.2f} items/s; bf16/fp32 items/s "
-              f"{wl32['seconds'] / wl['seconds']:.2f}; identical picks with float32 {out['walklens']['agreement_with_float32']}")
+        print(
+            f"walklens float32: {len(items) / wl32['seconds']:.2f} items/s; bf16/fp32 items/s "
+            f"{wl32['seconds'] / wl['seconds']:.2f}; identical picks with float32 "
+            f"{out['walklens']['agreement_with_float32']}"
+        )
     w = wl["work"]
-    print(f"work: walklens {w['walklens_positions']} positions ({w['walklens_head_positions']} through the LM head), "
-          f"lm-eval {w['lmeval_positions']} (all through the LM head); lm-eval FLOPs / walklens FLOPs = "
-          f"{w['work_ratio']:.2f} (the items/s ratio at equal FLOP efficiency)")
+    print(
+        f"work: walklens {w['walklens_positions']} positions ({w['walklens_head_positions']} through the LM head), "
+        f"lm-eval {w['lmeval_positions']} (all through the LM head); lm-eval FLOPs / walklens FLOPs = "
+        f"{w['work_ratio']:.2f} (the items/s ratio at equal FLOP efficiency)"
+    )
     py = Path(args.lmeval_python)
     if not py.is_file():
         print(f"lm-evaluation-harness comparison skipped: no {py} (see docs/sweep.md to create it)")
@@ -201,30 +243,48 @@ def main() -> None:
             out["lmeval_float32"] = {k: v for k, v in le32.items() if k != "predictions"}
         for batch in args.lmeval_batch:
             le = run_lmeval(py, items, model_dir, batch, args.dtype)
-            same_preds = all(a["acc"] == b["acc"] and a["acc_norm"] == b["acc_norm"]
-                             for a, b in zip(wl["predictions"], le["predictions"]))
-            max_ll_diff = max(abs(x - y) for a, b in zip(wl["predictions"], le["predictions"])
-                              for x, y in zip(a["ll"], b["ll"]))
+            same_preds = all(
+                a["acc"] == b["acc"] and a["acc_norm"] == b["acc_norm"]
+                for a, b in zip(wl["predictions"], le["predictions"])
+            )
+            max_ll_diff = max(
+                abs(x - y) for a, b in zip(wl["predictions"], le["predictions"]) for x, y in zip(a["ll"], b["ll"])
+            )
             ratio = (len(items) / wl["seconds"]) / (le["n"] / le["seconds"])
             row = {k: v for k, v in le.items() if k != "predictions"}
-            row.update(same_predictions=same_preds, max_loglik_diff=max_ll_diff, items_per_s_ratio=ratio,
-                       identical_acc=(wl["acc"] == le["acc"] and wl["acc_norm"] == le["acc_norm"]))
+            row.update(
+                same_predictions=same_preds,
+                max_loglik_diff=max_ll_diff,
+                items_per_s_ratio=ratio,
+                identical_acc=(wl["acc"] == le["acc"] and wl["acc_norm"] == le["acc_norm"]),
+            )
             if le32 is not None:
-                mine, theirs = out["walklens"]["agreement_with_float32"], agreement(le["predictions"], le32["predictions"])
-                row.update(agreement_with_float32=theirs,
-                           walklens_agrees_at_least_as_well=all(mine[m] >= theirs[m] for m in mine))
-                print(f"lm-eval (batch {batch}) identical picks with its float32: {theirs}; walklens at least as "
-                      f"well: {row['walklens_agrees_at_least_as_well']}")
+                mine, theirs = (
+                    out["walklens"]["agreement_with_float32"],
+                    agreement(le["predictions"], le32["predictions"]),
+                )
+                row.update(
+                    agreement_with_float32=theirs,
+                    walklens_agrees_at_least_as_well=all(mine[m] >= theirs[m] for m in mine),
+                )
+                print(
+                    f"lm-eval (batch {batch}) identical picks with its float32: {theirs}; walklens at least as "
+                    f"well: {row['walklens_agrees_at_least_as_well']}"
+                )
             out["lmeval"].append(row)
-            print(f"lm-eval (batch {batch}): {le['n']} items in {le['seconds']:.1f} s = "
-                  f"{le['n'] / le['seconds']:.2f} items/s; acc {le['acc']:.4f} acc_norm {le['acc_norm']:.4f}; "
-                  f"identical acc/acc_norm: {row['identical_acc']}; identical per-item picks: {same_preds}; "
-                  f"max |loglik diff| {max_ll_diff:.2e}")
+            print(
+                f"lm-eval (batch {batch}): {le['n']} items in {le['seconds']:.1f} s = "
+                f"{le['n'] / le['seconds']:.2f} items/s; acc {le['acc']:.4f} acc_norm {le['acc_norm']:.4f}; "
+                f"identical acc/acc_norm: {row['identical_acc']}; identical per-item picks: {same_preds}; "
+                f"max |loglik diff| {max_ll_diff:.2e}"
+            )
             print(f"items/s ratio walklens / lm-eval batch {batch} = {ratio:.2f} (target >= 2.5)")
         fastest = max(out["lmeval"], key=lambda r: r["n"] / r["seconds"])
         out["items_per_s_ratio"] = fastest["items_per_s_ratio"]
         out["identical_acc"] = all(r["identical_acc"] for r in out["lmeval"])
-        print(f"against lm-eval's fastest batch size ({fastest['batch_size']}): ratio {fastest['items_per_s_ratio']:.2f}")
+        print(
+            f"against lm-eval's fastest batch size ({fastest['batch_size']}): ratio {fastest['items_per_s_ratio']:.2f}"
+        )
     if args.json:
         write_json(args.json, out)
 

@@ -46,12 +46,12 @@ def main() -> None:
 
     from walklens.backends import LocalBackend
     from walklens.backends.ray_backend import RayBackend
-    from walklens.hellaswag.data import load_hellaswag
-    from walklens.hellaswag.encode import arch_of
-    from walklens.experiments.grid import GridSpec
     from walklens.concepts.cache import ConceptCache
+    from walklens.experiments.grid import GridSpec
     from walklens.experiments.runsetup import RunSetup
     from walklens.experiments.sweep import SweepSpec, run_sweep
+    from walklens.hellaswag.data import load_hellaswag
+    from walklens.hellaswag.encode import arch_of
     from walklens.hellaswag.store import ResultStore
 
     torch.set_num_threads(1)  # the local backend runs with one thread, as each worker does
@@ -66,19 +66,32 @@ def main() -> None:
 
         def sweep(name: str, workers: Any) -> None:
             with ResultStore(Path(td) / f"{name}.sqlite") as store, ConceptCache(cache) as concepts:
-                setup = RunSetup(shots=args.shots, pool=pool, data="bench", store=store, cache=concepts,
-                                 workers=workers, progress=False)
+                setup = RunSetup(
+                    shots=args.shots,
+                    pool=pool,
+                    data="bench",
+                    store=store,
+                    cache=concepts,
+                    workers=workers,
+                    progress=False,
+                )
                 out = run_sweep(lm, items, SweepSpec(1, schemes, test1_shard_items=args.shard_items), setup)
             seconds[name] = out.seconds_eval
-            print(f"{name}: {out.seconds_eval:.1f} s Test 1 evaluation ({out.shards_computed.get('test1', 0)} "
-                  f"shards, {out.n_schemes} schemes, {len(items)} items)", flush=True)
+            print(
+                f"{name}: {out.seconds_eval:.1f} s Test 1 evaluation ({out.shards_computed.get('test1', 0)} "
+                f"shards, {out.n_schemes} schemes, {len(items)} items)",
+                flush=True,
+            )
 
         sweep("local", LocalBackend().workers(lm))
         for n in (1, 2):
             with RayBackend(workers=n).workers(lm) as w:
                 sweep(f"ray{n}", w)
-        same = snapshot(Path(td) / "local.sqlite") == snapshot(Path(td) / "ray1.sqlite") == \
-            snapshot(Path(td) / "ray2.sqlite")
+        same = (
+            snapshot(Path(td) / "local.sqlite")
+            == snapshot(Path(td) / "ray1.sqlite")
+            == snapshot(Path(td) / "ray2.sqlite")
+        )
     ray.shutdown()
     eff = seconds["ray1"] / (2 * seconds["ray2"])
     over = seconds["ray1"] / seconds["local"]
@@ -86,9 +99,21 @@ def main() -> None:
     print(f"Ray overhead, 1 worker / local: {over:.2f} (target <= 1.10: {'met' if over <= 1.10 else 'NOT met'})")
     print(f"identical stored picks (local, 1 worker, 2 workers): {same}")
     if args.json:
-        write_json(args.json, {"model": lm.name, "n_items": len(items), "shots": args.shots, "grid": args.grid,
-                               "n_schemes": len(schemes), "shard_items": args.shard_items, "seconds": seconds,
-                               "efficiency": eff, "overhead": over, "identical": same})
+        write_json(
+            args.json,
+            {
+                "model": lm.name,
+                "n_items": len(items),
+                "shots": args.shots,
+                "grid": args.grid,
+                "n_schemes": len(schemes),
+                "shard_items": args.shard_items,
+                "seconds": seconds,
+                "efficiency": eff,
+                "overhead": over,
+                "identical": same,
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,17 @@ def main() -> None:
     rng = np.random.default_rng(a.seed)
     labels = rng.integers(0, 4, n).astype(np.uint8)
     with SweepStore(a.db) as st:
-        run = SweepRun(model="synthetic", data="synthetic", split="validation", shots=0, test=2, labels=labels,
-                       item_index=range(n), arch="decoder", n_layers=30)
+        run = SweepRun(
+            model="synthetic",
+            data="synthetic",
+            split="validation",
+            shots=0,
+            test=2,
+            labels=labels,
+            item_index=range(n),
+            arch="decoder",
+            n_layers=30,
+        )
         rid = st.run_id(run)
         st.set_baseline(rid, 0.3, 0.3, np.zeros((2, n), np.uint8))
         rows = []
@@ -67,8 +76,10 @@ def main() -> None:
             st.con.execute("COMMIT")
     t2 = time.perf_counter()
     S = sum(len(g) for g in groups)
-    print(f"{a.db}: {len(groups)} groups, {S} schemes x {n} items, {a.db.stat().st_size / 2**30:.2f} GiB; "
-          f"grid {t1 - t0:.1f} s, writing {t2 - t1:.1f} s")
+    print(
+        f"{a.db}: {len(groups)} groups, {S} schemes x {n} items, {a.db.stat().st_size / 2**30:.2f} GiB; "
+        f"grid {t1 - t0:.1f} s, writing {t2 - t1:.1f} s"
+    )
 
 
 if __name__ == "__main__":

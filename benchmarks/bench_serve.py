@@ -32,7 +32,6 @@ import httpx
 import walklens
 from walklens.server.app import Running
 from walklens.server.state import Cache, Explorer
-from walklens.server.traces import WALK_POINTS
 
 MODEL = "smollm2-135m"
 CHROMIUM = "/usr/bin/chromium"
@@ -59,11 +58,18 @@ def render_time(page, ex: Explorer, text: str) -> float:
     """Seconds from the page's request to the heatmap of ``text`` on its canvas."""
     empty(ex)
     t0 = time.perf_counter()
-    page.evaluate("t => { const W = walklens; W.clear(W.$('walk-map')); W.$('walk-echo').textContent = ''; "
-                  "W.$('text').value = t; W.run(); }", text)  # the previous heatmap is gone first
-    page.wait_for_function("t => document.getElementById('walk-echo').textContent.endsWith(t) && "
-                           "document.querySelector('#walk-map canvas') !== null", arg=text, polling="raf",
-                           timeout=3_600_000)
+    page.evaluate(
+        "t => { const W = walklens; W.clear(W.$('walk-map')); W.$('walk-echo').textContent = ''; "
+        "W.$('text').value = t; W.run(); }",
+        text,
+    )  # the previous heatmap is gone first
+    page.wait_for_function(
+        "t => document.getElementById('walk-echo').textContent.endsWith(t) && "
+        "document.querySelector('#walk-map canvas') !== null",
+        arg=text,
+        polling="raf",
+        timeout=3_600_000,
+    )
     return time.perf_counter() - t0
 
 
@@ -87,6 +93,7 @@ def timed_walks() -> list[float]:
             w = inner(*args, **kwargs)
             spent.append(time.perf_counter() - t0)
             return w
+
         return call
 
     api_walks.get_walk = timed(api_walks.get_walk)
@@ -103,19 +110,33 @@ def size_of(srv: Running, path: str, body: dict) -> int:
 
 #: the document fields the page asks for (server/static/walks.js: WALK_FIELDS, DECODE_FIELDS)
 WALK_FIELDS = ["tokens", "points", "rank_of_input", "rank_of_next", "escape_point", "escape_stable"]
-DECODE_FIELDS = ["prompt_tokens", "tokens", "ranks", "probs", "top_tokens", "top_probs", "d_norm", "step_length",
-                 "step_angle", "target", "in_neighbourhood", "left_path_at"]
+DECODE_FIELDS = [
+    "prompt_tokens",
+    "tokens",
+    "ranks",
+    "probs",
+    "top_tokens",
+    "top_probs",
+    "d_norm",
+    "step_length",
+    "step_angle",
+    "target",
+    "in_neighbourhood",
+    "left_path_at",
+]
 
 
 def payload_sizes(srv: Running, model: str, text: str) -> dict[str, int]:
-    calls = {"walk": ("/api/walk", {"text": text, "fields": WALK_FIELDS}), "walk cell (k=10)": ("/api/walk/cell", {
-             "text": text, "point": 10, "position": 5, "k": 10}),
-             "decode (12 steps, k=10)": ("/api/decode", {"text": text, "max_new_tokens": 12,
-                                                          "fields": DECODE_FIELDS}),
-             "similarity map": ("/api/simmap", {"text": text, "point": "L10.resid_post"}),
-             "attention (one head)": ("/api/attention", {"text": text, "layer": 10, "head": 3}),
-             "position kernels": ("/api/kernels", {}), "power": ("/api/power", {"text": text}),
-             "steer (12 tokens)": ("/api/steer", {"text": text, "target": " Paris", "layers": [12], "alpha": 1000})}
+    calls = {
+        "walk": ("/api/walk", {"text": text, "fields": WALK_FIELDS}),
+        "walk cell (k=10)": ("/api/walk/cell", {"text": text, "point": 10, "position": 5, "k": 10}),
+        "decode (12 steps, k=10)": ("/api/decode", {"text": text, "max_new_tokens": 12, "fields": DECODE_FIELDS}),
+        "similarity map": ("/api/simmap", {"text": text, "point": "L10.resid_post"}),
+        "attention (one head)": ("/api/attention", {"text": text, "layer": 10, "head": 3}),
+        "position kernels": ("/api/kernels", {}),
+        "power": ("/api/power", {"text": text}),
+        "steer (12 tokens)": ("/api/steer", {"text": text, "target": " Paris", "layers": [12], "alpha": 1000}),
+    }
     return {name: size_of(srv, path, {"model": model, **body}) for name, (path, body) in calls.items()}
 
 
@@ -124,8 +145,12 @@ def server_rss() -> tuple[float, float]:
     out = []
     for models in ([MODEL], [MODEL, f"{MODEL}@bfloat16"]):
         args = [a for m in models for a in ("--model", m)]
-        proc = subprocess.Popen([sys.executable, "-m", "walklens", "serve", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "walklens", "serve", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         try:
             line = proc.stdout.readline()
             assert line.startswith("http://127.0.0.1:"), line
@@ -155,7 +180,7 @@ def main() -> None:
         page.goto(srv.url)
         page.wait_for_selector("body[data-ready='1']")
         page.wait_for_selector("#walk-map canvas", timeout=3_600_000)  # the default text: warm-up
-        for n, text in by_len.items():
+        for text in by_len.values():
             cap, ana, ren = [], [], []
             for _ in range(args.repeats):  # alternate, so that machine noise hits both alike
                 cap.append(plain_capture(lm, text))
@@ -163,17 +188,21 @@ def main() -> None:
                 ren.append(render_time(page, ex, text))
                 ana.append(sum(spent[before:]))
             size = size_of(srv, "/api/walk", {"model": lm.name, "text": text, "fields": WALK_FIELDS})  # cached
-            print(f"{len(lm.tokenizer(text)['input_ids'])} tokens: request -> rendered heatmap {min(ren):.2f} s; "
-                  f"plain capture {min(cap):.2f} s; ratio {min(ren) / min(cap):.2f} (target <= 1.5); of which the "
-                  f"walk's analysis (capture of its points + encoding_walk) {min(ana):.2f} s, the rest (request, "
-                  f"JSON, drawing) {min(r - a for r, a in zip(ren, ana)):.2f} s; walk payload {size / 1024:.0f} KiB",
-                  flush=True)
+            print(
+                f"{len(lm.tokenizer(text)['input_ids'])} tokens: request -> rendered heatmap {min(ren):.2f} s; "
+                f"plain capture {min(cap):.2f} s; ratio {min(ren) / min(cap):.2f} (target <= 1.5); of which the "
+                f"walk's analysis (capture of its points + encoding_walk) {min(ana):.2f} s, the rest (request, "
+                f"JSON, drawing) {min(r - a for r, a in zip(ren, ana)):.2f} s; walk payload {size / 1024:.0f} KiB",
+                flush=True,
+            )
         browser.close()
         sizes = payload_sizes(srv, lm.name, by_len[64])
     print("payloads, 64 tokens: " + "; ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sizes.items()))
     one, two = server_rss()
-    print(f"walklens serve resident memory (VmRSS) after start: one model ({MODEL}) {one:.0f} MB; two models "
-          f"({MODEL} + {MODEL}@bfloat16) {two:.0f} MB")
+    print(
+        f"walklens serve resident memory (VmRSS) after start: one model ({MODEL}) {one:.0f} MB; two models "
+        f"({MODEL} + {MODEL}@bfloat16) {two:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

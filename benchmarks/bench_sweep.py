@@ -30,14 +30,14 @@ def main() -> None:
     args = ap.parse_args()
 
     import walklens
-    from walklens.hellaswag.data import load_hellaswag
-    from walklens.hellaswag.encode import arch_of
+    from walklens.concepts.schemes import Scheme
     from walklens.experiments.grid import GridSpec
     from walklens.experiments.runner import run_test, scorer
     from walklens.experiments.runsetup import RunSetup
-    from walklens.concepts.schemes import Scheme
-    from walklens.hellaswag.store import ResultStore, SweepStore
     from walklens.experiments.sweep import SweepSpec, run_sweep
+    from walklens.hellaswag.data import load_hellaswag
+    from walklens.hellaswag.encode import arch_of
+    from walklens.hellaswag.store import ResultStore, SweepStore
 
     items = load_hellaswag(limit=args.n)
     lm = walklens.load_model(args.model)
@@ -61,17 +61,32 @@ def main() -> None:
     i = res.schemes.index(str(std))
     same = bool(np.array_equal(res.preds[0, i], np.array([r.pred for r in single.results])))
     ratio = t_grid / t_single
-    result = {"model": lm.name, "n_items": len(items), "n_schemes": len(schemes), "n_groups": out.n_groups,
-              "n_texts": out.n_texts, "seconds_single_standard": t_single, "seconds_grid_enumerate": t_enum,
-              "seconds_grid_forward": out.seconds_forward, "seconds_grid_schemes": out.seconds_eval,
-              "seconds_grid": t_grid, "seconds_baseline": out.seconds_baseline, "ratio": ratio,
-              "standard_scheme_predictions_identical": same, "torch_threads": torch.get_num_threads()}
+    result = {
+        "model": lm.name,
+        "n_items": len(items),
+        "n_schemes": len(schemes),
+        "n_groups": out.n_groups,
+        "n_texts": out.n_texts,
+        "seconds_single_standard": t_single,
+        "seconds_grid_enumerate": t_enum,
+        "seconds_grid_forward": out.seconds_forward,
+        "seconds_grid_schemes": out.seconds_eval,
+        "seconds_grid": t_grid,
+        "seconds_baseline": out.seconds_baseline,
+        "ratio": ratio,
+        "standard_scheme_predictions_identical": same,
+        "torch_threads": torch.get_num_threads(),
+    }
     print(f"single standard scheme, {len(items)} items: {t_single:.1f} s")
-    print(f"full Test 2 grid, {len(schemes)} schemes ({out.n_groups} context groups, {out.n_texts} distinct texts): "
-          f"enumerate {t_enum:.1f} s + forward {out.seconds_forward:.1f} s + schemes {out.seconds_eval:.1f} s "
-          f"= {t_grid:.1f} s  (baseline for normalisation: {out.seconds_baseline:.1f} s)")
-    print(f"ratio full grid / one scheme = {ratio:.2f} (target <= 1.5); "
-          f"{len(schemes) * len(items) / t_grid:,.0f} scheme-items/s; standard scheme identical: {same}")
+    print(
+        f"full Test 2 grid, {len(schemes)} schemes ({out.n_groups} context groups, {out.n_texts} distinct texts): "
+        f"enumerate {t_enum:.1f} s + forward {out.seconds_forward:.1f} s + schemes {out.seconds_eval:.1f} s "
+        f"= {t_grid:.1f} s  (baseline for normalisation: {out.seconds_baseline:.1f} s)"
+    )
+    print(
+        f"ratio full grid / one scheme = {ratio:.2f} (target <= 1.5); "
+        f"{len(schemes) * len(items) / t_grid:,.0f} scheme-items/s; standard scheme identical: {same}"
+    )
     if args.json:
         write_json(args.json, result)
 

@@ -20,7 +20,8 @@ building them is not part of the timed scoring.  Printed per scheme set:
   :func:`walklens.experiments.agreement.compare_sweeps` (share of identical picks, schemes whose accuracy moved).
 
 ``--profile``: one more bfloat16 run of the grid slice under ``torch.profiler``, printing the operators that
-take the most CPU time.  Each timed run is logged to stderr as it ends.  CPU time (``time.process_time``) counts every thread of the process,
+take the most CPU time.  Each timed run is logged to stderr as it ends.  CPU time (``time.process_time``) counts every
+thread of the process,
 so with 2 threads positions/s is per 2 cores' worth of CPU time; wall-time ratios are printed too.
 """
 
@@ -31,8 +32,9 @@ import contextlib
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -71,8 +73,7 @@ def sweep_once(lm: Any, items: list[Any], schemes: list[Any], db: Path, cache: P
 
     tally = {"cpu": 0.0, "wall": 0.0, "positions": 0.0, "requests": 0.0}
     with counting(tally), ResultStore(db) as store, ConceptCache(cache) as concepts:
-        run_sweep(lm, items, SweepSpec(1, schemes),
-                  RunSetup(data="bench", store=store, cache=concepts, progress=False))
+        run_sweep(lm, items, SweepSpec(1, schemes), RunSetup(data="bench", store=store, cache=concepts, progress=False))
     return tally
 
 
@@ -101,55 +102,81 @@ def main() -> None:
 
     import walklens
     from walklens.experiments.agreement import Ranking, Scope, compare_sweeps
+    from walklens.experiments.grid import GridSpec
     from walklens.hellaswag.data import load_hellaswag
     from walklens.hellaswag.encode import arch_of
-    from walklens.experiments.grid import GridSpec
     from walklens.hellaswag.store import SweepStore
 
     items = load_hellaswag(limit=args.n)
     models = {name: walklens.load_model(args.model, dtype=name) for name in ("float32", "bfloat16")}
     arch = arch_of(models["float32"])
-    sets = {"standard": GridSpec.resolve("standard", 1, arch, None).enumerate(arch)[0],
-            "grid": GridSpec.resolve(args.grid, 1, arch, None).enumerate(arch)[0]}
+    sets = {
+        "standard": GridSpec.resolve("standard", 1, arch, None).enumerate(arch)[0],
+        "grid": GridSpec.resolve(args.grid, 1, arch, None).enumerate(arch)[0],
+    }
     best: dict[tuple[str, str], dict[str, float]] = {}
     agree: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         cache = Path(args.cache) if args.cache else tmp / "cache"
-        for dt, lm in models.items():  # warm-up
+        for lm in models.values():  # warm-up
             sweep_once(lm, items, sets["standard"], tmp / "warm-up.sqlite", cache)
         for r in range(1, args.repeats + 1):
             for set_name, schemes in sets.items():
                 db = tmp / f"{set_name}{r}.sqlite"
                 for dt, lm in models.items():
                     t = sweep_once(lm, items, schemes, db, cache)
-                    sys.stderr.write(f"repeat {r} {set_name} {dt}: {int(t['positions'])} positions, "
-                                     f"{t['cpu']:.1f} s CPU, {t['wall']:.1f} s wall\n")
+                    sys.stderr.write(
+                        f"repeat {r} {set_name} {dt}: {int(t['positions'])} positions, "
+                        f"{t['cpu']:.1f} s CPU, {t['wall']:.1f} s wall\n"
+                    )
                     if t["cpu"] < best.get((set_name, dt), {"cpu": float("inf")})["cpu"]:
                         best[(set_name, dt)] = t
                 if r == args.repeats:
                     with SweepStore(db, readonly=True) as st:
-                        agree[set_name] = compare_sweeps(st, models["float32"].name, models["bfloat16"].name, 1,
-                                                         Scope("bench"), ranking=Ranking(ks=(1, 5)))
-        prof = {"bfloat16": profile(models["bfloat16"], items, sets["grid"], tmp / "profile.sqlite", cache)
-                } if args.profile else {}
+                        agree[set_name] = compare_sweeps(
+                            st,
+                            models["float32"].name,
+                            models["bfloat16"].name,
+                            1,
+                            Scope("bench"),
+                            ranking=Ranking(ks=(1, 5)),
+                        )
+        prof = (
+            {"bfloat16": profile(models["bfloat16"], items, sets["grid"], tmp / "profile.sqlite", cache)}
+            if args.profile
+            else {}
+        )
 
-    print(f"{args.model}, Test 1, {len(items)} items, 0-shot, {torch.get_num_threads()} thread(s), fastest of "
-          f"{args.repeats} runs (CPU time of the scoring calls)")
+    print(
+        f"{args.model}, Test 1, {len(items)} items, 0-shot, {torch.get_num_threads()} thread(s), fastest of "
+        f"{args.repeats} runs (CPU time of the scoring calls)"
+    )
     out: dict[str, Any] = {"model": args.model, "n": len(items), "threads": torch.get_num_threads(), "sets": {}}
     for set_name, schemes in sets.items():
         f, b = best[(set_name, "float32")], best[(set_name, "bfloat16")]
         rate = {dt: t["positions"] / t["cpu"] for dt, t in (("float32", f), ("bfloat16", b))}
         ratio, wall_ratio = rate["bfloat16"] / rate["float32"], f["wall"] / b["wall"]
         g = agree[set_name]
-        same = ", ".join(f"{m.metric} {m.same_picks:.1%} same picks, {m.moved} of {m.n_schemes} schemes moved "
-                         f"(max {m.max_move:.3f})" for m in g.metrics)
-        print(f"  {set_name} ({len(schemes)} schemes): {int(f['positions'])} positions in {int(f['requests'])} "
-              f"requests (bfloat16: {int(b['positions'])}); float32 {rate['float32']:.0f} positions/s, "
-              f"bfloat16 {rate['bfloat16']:.0f} positions/s")
+        same = ", ".join(
+            f"{m.metric} {m.same_picks:.1%} same picks, {m.moved} of {m.n_schemes} schemes moved (max {m.max_move:.3f})"
+            for m in g.metrics
+        )
+        print(
+            f"  {set_name} ({len(schemes)} schemes): {int(f['positions'])} positions in {int(f['requests'])} "
+            f"requests (bfloat16: {int(b['positions'])}); float32 {rate['float32']:.0f} positions/s, "
+            f"bfloat16 {rate['bfloat16']:.0f} positions/s"
+        )
         print(f"  {set_name}: bf16/fp32 positions/s {ratio:.2f} (target >= 3; wall time {wall_ratio:.2f}); {same}")
-        out["sets"][set_name] = {"schemes": len(schemes), "float32": f, "bfloat16": b, "positions_per_s": rate,
-                                 "ratio": ratio, "wall_ratio": wall_ratio, "agreement": g}
+        out["sets"][set_name] = {
+            "schemes": len(schemes),
+            "float32": f,
+            "bfloat16": b,
+            "positions_per_s": rate,
+            "ratio": ratio,
+            "wall_ratio": wall_ratio,
+            "agreement": g,
+        }
     for dt, table in prof.items():
         print(f"\nprofile, {dt}, grid slice (self CPU time):\n{table}")
     if args.json:

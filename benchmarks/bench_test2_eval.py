@@ -38,10 +38,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the re
 #: sentences per context in the bundled validation set (10,042 items), ``split_sentences`` of each ctx
 SENTENCES = {2: 1677, 3: 1391, 4: 6683, 5: 222, 6: 47, 7: 14, 8: 5, 9: 3}
 #: (seg, ex, sim) of the bundles of one NORM, in the order they are taken
-COMBOS = [("mean", "mean", "cosine"), (None, None, "dot"), (None, "soft_cluster", "cosine"),
-          ("mean", "soft_cluster", "dot"), ("mean", None, "cosine"), (None, "mean", "dot"),
-          ("mean", "mean", "dot"), (None, None, "cosine"), (None, "soft_cluster", "dot"),
-          ("mean", "soft_cluster", "cosine"), ("mean", None, "dot"), (None, "mean", "cosine")]
+COMBOS = [
+    ("mean", "mean", "cosine"),
+    (None, None, "dot"),
+    (None, "soft_cluster", "cosine"),
+    ("mean", "soft_cluster", "dot"),
+    ("mean", None, "cosine"),
+    (None, "mean", "dot"),
+    ("mean", "mean", "dot"),
+    (None, None, "cosine"),
+    (None, "soft_cluster", "dot"),
+    ("mean", "soft_cluster", "cosine"),
+    ("mean", None, "dot"),
+    (None, "mean", "cosine"),
+]
 
 
 def synthetic(n: int, seed: int = 0) -> tuple[object, object]:
@@ -91,14 +101,31 @@ def main() -> None:
     bank, layout = synthetic(args.n)
     norms = [None if x == "None" else x for x in args.norms.split(",")]
     outs = [(l, w) for l in lk for w in WORD_AGG_SCHEMES]
-    batches = {norm: [(enc, [[Scheme(enc=enc, layer=l, word=w, norm=norm, seg=seg, ex=ex, sim=sim, out_layer=ol,
-                                     out_word=ow) for ol, ow in outs] for l in lk for w in WORD_AGG_SCHEMES])
-                      for seg, ex, sim in COMBOS[:args.bundles]] for norm in norms}
+    batches = {
+        norm: [
+            (
+                enc,
+                [
+                    [
+                        Scheme(enc=enc, layer=l, word=w, norm=norm, seg=seg, ex=ex, sim=sim, out_layer=ol, out_word=ow)
+                        for ol, ow in outs
+                    ]
+                    for l in lk
+                    for w in WORD_AGG_SCHEMES
+                ],
+            )
+            for seg, ex, sim in COMBOS[: args.bundles]
+        ]
+        for norm in norms
+    }
     alias = bank.layer_alias()
     n_bundles = sum(map(len, batches.values()))
-    print(f"bank {tuple(bank.vectors.shape)} float32 ({bank.vectors.nbytes / 2**20:.0f} MiB), {args.n} items, "
-          f"{len(norms)} NORMs x {args.bundles} bundles of {len(lk) * len(WORD_AGG_SCHEMES)} groups x {len(outs)} "
-          f"choice encodings, chunks of {TEST2_CHUNK} items, {args.threads} thread(s)", flush=True)
+    print(
+        f"bank {tuple(bank.vectors.shape)} float32 ({bank.vectors.nbytes / 2**20:.0f} MiB), {args.n} items, "
+        f"{len(norms)} NORMs x {args.bundles} bundles of {len(lk) * len(WORD_AGG_SCHEMES)} groups x {len(outs)} "
+        f"choice encodings, chunks of {TEST2_CHUNK} items, {args.threads} thread(s)",
+        flush=True,
+    )
 
     best: dict[str, tuple[float, float]] = {}
     identical = True
@@ -107,30 +134,49 @@ def main() -> None:
         for name in ("old", "new"):
             c0, w0 = time.process_time(), time.perf_counter()
             if name == "old":
-                res[name] = [oracles.test2_bundle_v1(bank, norm, layout, groups, lk, chunk=TEST2_CHUNK, alias=alias)
-                             for norm, b in batches.items() for _, groups in b]
+                res[name] = [
+                    oracles.test2_bundle_v1(bank, norm, layout, groups, lk, chunk=TEST2_CHUNK, alias=alias)
+                    for norm, b in batches.items()
+                    for _, groups in b
+                ]
             else:
-                res[name] = [p for norm, b in batches.items()
-                             for p in test2_bundles_batched(bank, norm, {enc: layout}, b, lk, chunk=TEST2_CHUNK,
-                                                            alias=alias)]
+                res[name] = [
+                    p
+                    for norm, b in batches.items()
+                    for p in test2_bundles_batched(bank, norm, {enc: layout}, b, lk, chunk=TEST2_CHUNK, alias=alias)
+                ]
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
             print(f"  repeat {rep + 1}: {name} {cpu:.2f} s CPU, {wall:.2f} s wall", file=sys.stderr, flush=True)
             best[name] = min(best.get(name, (cpu, wall)), (cpu, wall))
-        identical &= len(res["old"]) == len(res["new"]) and all(np.array_equal(a, b) for a, b in
-                                                                  zip(res["old"], res["new"]))
+        identical &= len(res["old"]) == len(res["new"]) and all(
+            np.array_equal(a, b) for a, b in zip(res["old"], res["new"])
+        )
     per = 1000 / (n_bundles * args.n)
     for name, label in (("old", "old (one call per bundle)"), ("new", "new (one call per NORM)")):
         cpu, wall = best[name]
         print(f"{label:28s} {cpu:8.2f} s CPU {wall:8.2f} s wall  = {cpu * per:6.2f} s CPU per bundle and 1,000 items")
     ratio = best["old"][0] / best["new"][0]
-    print(f"old / new: {ratio:.2f}x CPU, {best['old'][1] / best['new'][1]:.2f}x wall; picks identical "
-          f"({n_bundles} bundles x {len(lk) * len(WORD_AGG_SCHEMES)} groups x {len(outs)} x {args.n} items): "
-          f"{identical}")
+    print(
+        f"old / new: {ratio:.2f}x CPU, {best['old'][1] / best['new'][1]:.2f}x wall; picks identical "
+        f"({n_bundles} bundles x {len(lk) * len(WORD_AGG_SCHEMES)} groups x {len(outs)} x {args.n} items): "
+        f"{identical}"
+    )
     if args.json:
-        write_json(args.json, {"n": args.n, "bundles_per_norm": args.bundles, "norms": args.norms,
-                               "threads": args.threads, "old_cpu_s": best["old"][0], "new_cpu_s": best["new"][0],
-                               "old_wall_s": best["old"][1], "new_wall_s": best["new"][1], "ratio_cpu": ratio,
-                               "identical": identical})
+        write_json(
+            args.json,
+            {
+                "n": args.n,
+                "bundles_per_norm": args.bundles,
+                "norms": args.norms,
+                "threads": args.threads,
+                "old_cpu_s": best["old"][0],
+                "new_cpu_s": best["new"][0],
+                "old_wall_s": best["old"][1],
+                "new_wall_s": best["new"][1],
+                "ratio_cpu": ratio,
+                "identical": identical,
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def child(trace_path: str, norm: str, metric: str) -> None:
     x = trace.hidden.reshape(rows, D)
     buf = torch.empty(chunk, V.shape[0])
     for r0 in range(0, 3 * chunk, chunk):
-        torch.mm(x[r0:r0 + chunk].float(), V.t(), out=buf)
+        torch.mm(x[r0 : r0 + chunk].float(), V.t(), out=buf)
 
     def walk() -> tuple[float, float]:
         c0, w0 = time.process_time(), time.perf_counter()
@@ -68,8 +68,8 @@ def child(trace_path: str, norm: str, metric: str) -> None:
         end = rows if limit is None else min(rows, limit)
         c0, w0 = time.process_time(), time.perf_counter()
         for r0 in range(0, end, rows_per_chunk):
-            xs = x[r0:min(r0 + rows_per_chunk, end)].float()
-            torch.mm(xs, Vt, out=out[:xs.shape[0]])
+            xs = x[r0 : min(r0 + rows_per_chunk, end)].float()
+            torch.mm(xs, Vt, out=out[: xs.shape[0]])
         return time.process_time() - c0, time.perf_counter() - w0
 
     walklens.encoding_walk(trace, k=10, metric=metric, norm=norm, points=["final"], progress=False)  # warm-up
@@ -83,12 +83,28 @@ def child(trace_path: str, norm: str, metric: str) -> None:
     t_walk = walk()
     after = _status()
     base = baseline(best)
-    print(json.dumps({"points": P, "tokens": T, "d_model": D, "vocab": V.shape[0], "chunk_rows": chunk,
-                      "walk_cpu_s": t_walk[0], "walk_wall_s": t_walk[1], "matmul_cpu_s": base[0],
-                      "matmul_wall_s": base[1], "baseline_chunk_rows": best, "baseline_trials_cpu_s": trial,
-                      "load_avg": os.getloadavg()[0], "rss_before": before["VmRSS"],
-                      "peak_rss": after["VmHWM"], "trace_bytes": trace.hidden.numel() * trace.hidden.element_size(),
-                      "threads": torch.get_num_threads()}))
+    print(
+        json.dumps(
+            {
+                "points": P,
+                "tokens": T,
+                "d_model": D,
+                "vocab": V.shape[0],
+                "chunk_rows": chunk,
+                "walk_cpu_s": t_walk[0],
+                "walk_wall_s": t_walk[1],
+                "matmul_cpu_s": base[0],
+                "matmul_wall_s": base[1],
+                "baseline_chunk_rows": best,
+                "baseline_trials_cpu_s": trial,
+                "load_avg": os.getloadavg()[0],
+                "rss_before": before["VmRSS"],
+                "peak_rss": after["VmHWM"],
+                "trace_bytes": trace.hidden.numel() * trace.hidden.element_size(),
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
 
 
 def main() -> int:
@@ -112,32 +128,51 @@ def main() -> int:
     while len(ids) < args.tokens + 8:  # the A.4 prompt, repeated, cut to the token count
         ids = lm.tokenizer(base, add_special_tokens=False)["input_ids"]
         base = base + "\n\n" + base
-    text = lm.tokenizer.decode(ids[:args.tokens])
+    text = lm.tokenizer.decode(ids[: args.tokens])
     trace = walklens.capture(lm, text)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.safetensors"
         trace.save(path)
         del trace, lm
-        r = subprocess.run([sys.executable, __file__, "--child", str(path), "--norm", args.norm, "--metric",
-                            args.metric], capture_output=True, text=True, env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
+        r = subprocess.run(
+            [sys.executable, __file__, "--child", str(path), "--norm", args.norm, "--metric", args.metric],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, TOKENIZERS_PARALLELISM="false"),
+        )
     if r.returncode != 0:
         sys.stderr.write(r.stderr[-3000:])
         return 1
     res = json.loads(r.stdout.strip().splitlines()[-1])
     peak = res["peak_rss"] - res["rss_before"]
     flops = 2 * res["points"] * res["tokens"] * res["d_model"] * res["vocab"]
-    res.update({"ratio_cpu": res["walk_cpu_s"] / res["matmul_cpu_s"],
-                "ratio_wall": res["walk_wall_s"] / res["matmul_wall_s"], "walk_peak_extra_bytes": peak,
-                "matmul_gflops_wall": flops / res["matmul_wall_s"] / 1e9, "norm": args.norm, "metric": args.metric})
-    print(f"encoding walk, smollm2-135m: {res['points']} points x {res['tokens']} tokens, D={res['d_model']}, "
-          f"|V|={res['vocab']}, k=10, metric={args.metric}, norm={args.norm}, {res['threads']} threads, "
-          f"walk chunks of {res['chunk_rows']} rows; load average {res['load_avg']:.1f}")
+    res.update(
+        {
+            "ratio_cpu": res["walk_cpu_s"] / res["matmul_cpu_s"],
+            "ratio_wall": res["walk_wall_s"] / res["matmul_wall_s"],
+            "walk_peak_extra_bytes": peak,
+            "matmul_gflops_wall": flops / res["matmul_wall_s"] / 1e9,
+            "norm": args.norm,
+            "metric": args.metric,
+        }
+    )
+    print(
+        f"encoding walk, smollm2-135m: {res['points']} points x {res['tokens']} tokens, D={res['d_model']}, "
+        f"|V|={res['vocab']}, k=10, metric={args.metric}, norm={args.norm}, {res['threads']} threads, "
+        f"walk chunks of {res['chunk_rows']} rows; load average {res['load_avg']:.1f}"
+    )
     print(f"  walk analysis            cpu {res['walk_cpu_s']:8.1f} s   wall {res['walk_wall_s']:8.1f} s")
-    print(f"  plain matmul, same size  cpu {res['matmul_cpu_s']:8.1f} s   wall {res['matmul_wall_s']:8.1f} s   "
-          f"(chunks of {res['baseline_chunk_rows']} rows, the fastest of {list(res['baseline_trials_cpu_s'])})")
-    print(f"  ratio walk / matmul      cpu {res['ratio_cpu']:8.2f}     wall {res['ratio_wall']:8.2f}     (target <= 1.5)")
-    print(f"  walk peak memory         {peak / 2**20:8.0f} MiB above the {res['rss_before'] / 2**20:.0f} MiB held "
-          f"before (trace itself: {res['trace_bytes'] / 2**20:.0f} MiB; target < 2048 MiB)")
+    print(
+        f"  plain matmul, same size  cpu {res['matmul_cpu_s']:8.1f} s   wall {res['matmul_wall_s']:8.1f} s   "
+        f"(chunks of {res['baseline_chunk_rows']} rows, the fastest of {list(res['baseline_trials_cpu_s'])})"
+    )
+    print(
+        f"  ratio walk / matmul      cpu {res['ratio_cpu']:8.2f}     wall {res['ratio_wall']:8.2f}     (target <= 1.5)"
+    )
+    print(
+        f"  walk peak memory         {peak / 2**20:8.0f} MiB above the {res['rss_before'] / 2**20:.0f} MiB held "
+        f"before (trace itself: {res['trace_bytes'] / 2**20:.0f} MiB; target < 2048 MiB)"
+    )
     if args.json:
         tmp = Path(args.json + ".tmp")
         tmp.write_text(json.dumps(res, indent=1))

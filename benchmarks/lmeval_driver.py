@@ -31,8 +31,9 @@ def main(task_dir: str, model_dir: str, batch: str, out: str, dtype: str = "floa
     lm = HFLM(pretrained=model_dir, dtype=dtype, device="cpu", batch_size=int(batch))
     tm = TaskManager(include_path=task_dir)
     t0 = time.perf_counter()
-    res = simple_evaluate(model=lm, tasks=["walklens_hellaswag_local"], task_manager=tm, log_samples=True,
-                          num_fewshot=0)
+    res = simple_evaluate(
+        model=lm, tasks=["walklens_hellaswag_local"], task_manager=tm, log_samples=True, num_fewshot=0
+    )
     t1 = time.perf_counter()
     r = res["results"]["walklens_hellaswag_local"]
     samples = sorted(res["samples"]["walklens_hellaswag_local"], key=lambda s: s["doc_id"])
@@ -41,9 +42,21 @@ def main(task_dir: str, model_dir: str, batch: str, out: str, dtype: str = "floa
         ll = np.array([float(x[0]) for x in s["filtered_resps"]])
         lens = np.array([float(len(c)) for c in s["doc"]["choices"]])
         picks.append({"acc": int(np.argmax(ll)), "acc_norm": int(np.argmax(ll / lens)), "ll": ll.tolist()})
-    json.dump({"seconds": t1 - t0, "load_seconds": t0 - t_load, "n": len(samples), "acc": r["acc,none"],
-               "acc_norm": r["acc_norm,none"], "batch_size": int(batch), "dtype": dtype, "torch": torch.__version__,
-               "predictions": picks}, open(out, "w"), indent=1)
+    json.dump(
+        {
+            "seconds": t1 - t0,
+            "load_seconds": t0 - t_load,
+            "n": len(samples),
+            "acc": r["acc,none"],
+            "acc_norm": r["acc_norm,none"],
+            "batch_size": int(batch),
+            "dtype": dtype,
+            "torch": torch.__version__,
+            "predictions": picks,
+        },
+        open(out, "w"),
+        indent=1,
+    )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ import json
 import sys
 
 from walklens.concepts.schemes import Scheme
-from walklens.hellaswag.store.sweeps import SweepStore
 from walklens.experiments.summary import summarise_run
+from walklens.hellaswag.store.sweeps import SweepStore
 
 
 def matches(name: str, where: dict[str, set[str]]) -> bool:
@@ -47,27 +47,39 @@ def main() -> None:
     args = ap.parse_args()
     where = dict(args.where)
     with SweepStore(args.db, readonly=True) as store:
-        runs = [r for r in store.runs() if r["model"] == args.model and int(r["test"]) == args.test
-                and int(r["shots"]) == args.shots]
+        runs = [
+            r
+            for r in store.runs()
+            if r["model"] == args.model and int(r["test"]) == args.test and int(r["shots"]) == args.shots
+        ]
         if not runs:
-            print(f"walklens: error: {args.db}: no Test {args.test} sweep of {args.model} ({args.shots}-shot)",
-                  file=sys.stderr)
+            print(
+                f"walklens: error: {args.db}: no Test {args.test} sweep of {args.model} ({args.shots}-shot)",
+                file=sys.stderr,
+            )
             sys.exit(2)
         res = store.load_counts(max(runs, key=lambda r: int(r["n_items"]))["id"])  # streamed, as the report
     keep = [i for i, s in enumerate(res.schemes) if matches(s, where)]
-    sub = dataclasses.replace(res, schemes=[res.schemes[i] for i in keep], acc=res.acc[:, keep],
-                              hits=res.hits[:, keep])  # as the explorer's filters (server/api_sweeps.py)
+    sub = dataclasses.replace(
+        res, schemes=[res.schemes[i] for i in keep], acc=res.acc[:, keep], hits=res.hits[:, keep]
+    )  # as the explorer's filters (server/api_sweeps.py)
     summary = summarise_run(sub)  # leaves the baseline scheme (enc=cross_encoding) out
     for m, s in summary.metrics.items():
         ins, kf = s.in_sample, s.kfold
-        print(f"{args.model} Test {args.test} {args.shots}-shot {m}, {summary.n_schemes} schemes x {summary.n_items} "
-              f"items: in-sample best {ins.acc:.3f} [{ins.lo:.3f}, {ins.hi:.3f}] ({ins.scheme}); split-half mean "
-              f"{s.split_mean:.3f}; 5-fold held-out {kf.acc:.3f} [{kf.lo:.3f}, {kf.hi:.3f}]; median scheme "
-              f"{s.distribution.quantiles['q50']:.3f}")
+        print(
+            f"{args.model} Test {args.test} {args.shots}-shot {m}, {summary.n_schemes} schemes x {summary.n_items} "
+            f"items: in-sample best {ins.acc:.3f} [{ins.lo:.3f}, {ins.hi:.3f}] ({ins.scheme}); split-half mean "
+            f"{s.split_mean:.3f}; 5-fold held-out {kf.acc:.3f} [{kf.lo:.3f}, {kf.hi:.3f}]; median scheme "
+            f"{s.distribution.quantiles['q50']:.3f}"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"where": {k: sorted(v) for k, v in where.items()}, **dataclasses.asdict(summary)}, f,
-                      indent=1, default=str)
+            json.dump(
+                {"where": {k: sorted(v) for k, v in where.items()}, **dataclasses.asdict(summary)},
+                f,
+                indent=1,
+                default=str,
+            )
 
 
 if __name__ == "__main__":

@@ -31,14 +31,14 @@ def main() -> None:
     args = ap.parse_args()
 
     import walklens
-    from walklens.experiments import sweep
-    from walklens.hellaswag import packing
-    from walklens.experiments.sweep import batched
-    from walklens.hellaswag.data import load_hellaswag
-    from walklens.hellaswag.encode import arch_of
     from walklens.concepts.cache import open_cache
+    from walklens.experiments import sweep
     from walklens.experiments.grid import GridSpec
     from walklens.experiments.runsetup import RunSetup
+    from walklens.experiments.sweep import batched
+    from walklens.hellaswag import packing
+    from walklens.hellaswag.data import load_hellaswag
+    from walklens.hellaswag.encode import arch_of
     from walklens.hellaswag.store import ResultStore
 
     rows: dict[tuple, list[list[bytes]]] = collections.defaultdict(list)  # item (its endings) -> concept rows
@@ -49,8 +49,9 @@ def main() -> None:
             if r.context_embeds is None:  # the baseline (token ids), not Test 1
                 continue
             key = tuple(tuple(int(t) for t in c) for c in r.continuations)
-            rows[key].append([hashlib.blake2b(v.float().numpy().tobytes(), digest_size=16).digest()
-                              for v in r.context_embeds])
+            rows[key].append(
+                [hashlib.blake2b(v.float().numpy().tobytes(), digest_size=16).digest() for v in r.context_embeds]
+            )
             ending_nodes[key] = len(r.tree[0])
         return [[0.0] * len(r.continuations) for r in reqs]
 
@@ -79,10 +80,14 @@ def main() -> None:
     n = max(len(rows), 1)
     print(f"{args.model}, {args.shots}-shot, grid {args.grid}: {len(schemes)} schemes, {len(rows)} items")
     print(f"distinct concept sequences per item: {n_rows / n:.1f}")
-    print(f"token positions per item: {total / n:.1f} (concept vectors {concept / n:.1f}, "
-          f"endings' input tokens {ending / n:.1f})")
-    print(f"sharing concept-vector prefixes across an item's sequences would save {concept - trie} positions "
-          f"= {(concept - trie) / max(total, 1):.2%} of them")
+    print(
+        f"token positions per item: {total / n:.1f} (concept vectors {concept / n:.1f}, "
+        f"endings' input tokens {ending / n:.1f})"
+    )
+    print(
+        f"sharing concept-vector prefixes across an item's sequences would save {concept - trie} positions "
+        f"= {(concept - trie) / max(total, 1):.2%} of them"
+    )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -47,10 +48,15 @@ BIN = Path(sys.executable).parent
 TABLES: dict[str, tuple[str, str]] = {
     "results": ("model, data, split, shots, test, scheme, item, gold, pred, pred_norm, scores", ""),
     "runs": ("model, data, split, shots, test, scheme, n, acc, acc_norm", ""),
-    "sweep_runs": ("model, data, split, shots, test, items_hash, n_items, labels, item_index, arch, n_layers, "
-                   "baseline_acc, baseline_acc_norm, baseline_preds", ""),
-    "sweep_groups": ("r.model, r.data, r.split, r.shots, r.test, r.items_hash, g.context, g.outs, g.metrics, g.acc, "
-                     "g.preds", "g JOIN {db}.sweep_runs r ON g.run_id = r.id"),
+    "sweep_runs": (
+        "model, data, split, shots, test, items_hash, n_items, labels, item_index, arch, n_layers, "
+        "baseline_acc, baseline_acc_norm, baseline_preds",
+        "",
+    ),
+    "sweep_groups": (
+        "r.model, r.data, r.split, r.shots, r.test, r.items_hash, g.context, g.outs, g.metrics, g.acc, g.preds",
+        "g JOIN {db}.sweep_runs r ON g.run_id = r.id",
+    ),
     "sweep_shards": ("run_id, shard, shape, preds", ""),
 }
 
@@ -64,12 +70,15 @@ def compare(a: Path, b: Path) -> dict[str, dict[str, int]]:
             con.execute(f"ATTACH DATABASE ? AS {name}", (f"file:{path}?mode=ro",))
         out = {}
         for table, (cols, join) in TABLES.items():
-            def q(db: str) -> str:
+
+            def q(db: str, cols: str = cols, table: str = table, join: str = join) -> str:
                 return f"SELECT {cols} FROM {db}.{table} {join.format(db=db)}"
 
             n = {db: con.execute(f"SELECT count(*) FROM ({q(db)})").fetchone()[0] for db in ("a", "b")}
-            diff = sum(con.execute(f"SELECT count(*) FROM ({q(x)} EXCEPT {q(y)})").fetchone()[0]
-                       for x, y in (("a", "b"), ("b", "a")))
+            diff = sum(
+                con.execute(f"SELECT count(*) FROM ({q(x)} EXCEPT {q(y)})").fetchone()[0]
+                for x, y in (("a", "b"), ("b", "a"))
+            )
             out[table] = {"a": n["a"], "b": n["b"], "differing": diff}
         return out
     finally:
@@ -78,8 +87,11 @@ def compare(a: Path, b: Path) -> dict[str, dict[str, int]]:
 
 def identical(cmp: dict[str, dict[str, int]]) -> bool:
     """Every table holds the same rows in both, the sweep tables are not empty and no shard is left over."""
-    return (all(c["a"] == c["b"] and c["differing"] == 0 for c in cmp.values())
-            and cmp["sweep_groups"]["a"] > 0 and cmp["sweep_shards"]["a"] == 0)
+    return (
+        all(c["a"] == c["b"] and c["differing"] == 0 for c in cmp.values())
+        and cmp["sweep_groups"]["a"] > 0
+        and cmp["sweep_shards"]["a"] == 0
+    )
 
 
 def stored(db: Path, table: str = "sweep_groups") -> int:
@@ -122,36 +134,67 @@ class Cluster:
         token = self.tmp / "auth_token"
         token.write_text(secrets.token_hex(32))
         token.chmod(0o600)
-        self.env = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
-                    "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0"}
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log = log
         self.raylets: list[int] = []
 
     def _ports(self) -> list[str]:
-        return [f"--{k}={free_port()}" for k in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
-                                                  "runtime-env-agent-port", "metrics-export-port")]
+        return [
+            f"--{k}={free_port()}"
+            for k in (
+                "dashboard-agent-listen-port",
+                "dashboard-agent-grpc-port",
+                "runtime-env-agent-port",
+                "metrics-export-port",
+            )
+        ]
 
     def _start(self, args: list[str]) -> None:
         before = set(self.pids("raylet"))
         with open(self.log, "a") as f:
-            subprocess.run([str(BIN / "ray"), "start", "--node-ip-address=127.0.0.1", "--num-cpus=1",
-                            f"--object-store-memory={512 * 2**20}", "--disable-usage-stats", *self._ports(), *args],
-                           env=self.env, stdout=f, stderr=subprocess.STDOUT, check=True, timeout=300)
+            subprocess.run(
+                [
+                    str(BIN / "ray"),
+                    "start",
+                    "--node-ip-address=127.0.0.1",
+                    "--num-cpus=1",
+                    f"--object-store-memory={512 * 2**20}",
+                    "--disable-usage-stats",
+                    *self._ports(),
+                    *args,
+                ],
+                env=self.env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                check=True,
+                timeout=300,
+            )
         self.raylets += sorted(set(self.pids("raylet")) - before)
 
     def start(self) -> None:
-        self._start(["--head", f"--port={self.port}", f"--temp-dir={self.tmp}", "--include-dashboard=false",
-                     f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}"])
+        self._start(
+            [
+                "--head",
+                f"--port={self.port}",
+                f"--temp-dir={self.tmp}",
+                "--include-dashboard=false",
+                f"--dashboard-port={free_port()}",
+                f"--ray-client-server-port={free_port()}",
+            ]
+        )
         self._start([f"--address={self.address}"])
 
     def pids(self, program: str = "") -> list[int]:
         """This cluster's processes: those whose command line names its folder, and their descendants
         (``program``: only the folder-named processes running that program, e.g. ``raylet``)."""
         procs = processes()
-        roots = [p for p, (_, cmd) in procs.items() if str(self.tmp) in cmd and p != os.getpid()
-                 and (not program or cmd.split()[0].endswith("/" + program))]
+        roots = [
+            p
+            for p, (_, cmd) in procs.items()
+            if str(self.tmp) in cmd and p != os.getpid() and (not program or cmd.split()[0].endswith("/" + program))
+        ]
         if program:
             return roots
         found, todo = set(roots), list(roots)
@@ -206,12 +249,20 @@ def wait_until(test: Callable[[], bool], proc: subprocess.Popen[Any], timeout: f
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("file", nargs="?", default=str(ROOT / "docs/examples/experiment_two_node.toml"),
-                    help="the experiment file (default: docs/examples/experiment_two_node.toml)")
+    ap.add_argument(
+        "file",
+        nargs="?",
+        default=str(ROOT / "docs/examples/experiment_two_node.toml"),
+        help="the experiment file (default: docs/examples/experiment_two_node.toml)",
+    )
     ap.add_argument("--out", default=None, help="output folder (default: a new folder under /tmp)")
-    ap.add_argument("--context-mb", type=float, default=2.0,
-                    help="bound on a Test 2 item range's bank rows ($WALKLENS_RAY_CONTEXT_MB; default 2: several "
-                         "ranges, so the demonstration cuts Test 2 by items)")
+    ap.add_argument(
+        "--context-mb",
+        type=float,
+        default=2.0,
+        help="bound on a Test 2 item range's bank rows ($WALKLENS_RAY_CONTEXT_MB; default 2: several "
+        "ranges, so the demonstration cuts Test 2 by items)",
+    )
     ap.add_argument("--nice", type=int, default=5, help="niceness of everything it starts (default 5)")
     ap.add_argument("--timeout", type=float, default=7200.0, help="seconds each command may take (default 7200)")
     args = ap.parse_args()
@@ -227,8 +278,13 @@ def main() -> int:
             ap.error(f"{p} exists: use a new --out folder (nothing is replaced)")
     (out / "logs").mkdir(parents=True, exist_ok=True)
     os.nice(args.nice)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "WALKLENS_RAY_CONTEXT_MB": str(args.context_mb)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "WALKLENS_RAY_CONTEXT_MB": str(args.context_mb),
+    }
     walklens = [sys.executable, "-m", "walklens"]
     t: dict[str, float] = {}
     facts: dict[str, Any] = {"file": str(exp), "out": str(out), "context_mb": args.context_mb}
@@ -265,8 +321,21 @@ def main() -> int:
         say(f"starting the two nodes (Ray's files in {cluster.tmp})")
         cluster.start()
         t["cluster_start"] = time.monotonic() - t0
-        ray_cmd = [*walklens, "experiment", "run", str(exp), "--backend", "ray", "--address", cluster.address,
-                   "--workers", "2", "--db", str(ray_db), "--no-progress"]
+        ray_cmd = [
+            *walklens,
+            "experiment",
+            "run",
+            str(exp),
+            "--backend",
+            "ray",
+            "--address",
+            cluster.address,
+            "--workers",
+            "2",
+            "--db",
+            str(ray_db),
+            "--no-progress",
+        ]
         # 2. the Ray run: a worker killed once its first groups are in
         t1 = time.monotonic()
         driver = run("ray_1", ray_cmd, cluster.env)
@@ -286,8 +355,10 @@ def main() -> int:
             driver.wait()
             facts["groups_at_driver_kill"] = stored(ray_db)
             facts["shards_at_driver_kill"] = stored(ray_db, "sweep_shards")
-            say(f"killed the driver (SIGKILL) with {facts['groups_at_driver_kill']} groups and "
-                f"{facts['shards_at_driver_kill']} shards stored")
+            say(
+                f"killed the driver (SIGKILL) with {facts['groups_at_driver_kill']} groups and "
+                f"{facts['shards_at_driver_kill']} shards stored"
+            )
         else:
             say("the Ray run ended before it could be killed as planned")
             finish("ray_1", driver)
@@ -309,8 +380,14 @@ def main() -> int:
         t["cluster_stop"] = time.monotonic() - t_stop
     # 4. the local backend, 5. the comparison, 6. the report
     t3 = time.monotonic()
-    rc = finish("local", run("local", [*walklens, "experiment", "run", str(exp), "--backend", "local", "--db",
-                                       str(local_db), "--no-progress"], env))
+    rc = finish(
+        "local",
+        run(
+            "local",
+            [*walklens, "experiment", "run", str(exp), "--backend", "local", "--db", str(local_db), "--no-progress"],
+            env,
+        ),
+    )
     t["local"] = time.monotonic() - t3
     if rc != 0:
         return 1
@@ -326,14 +403,20 @@ def main() -> int:
     for table, c in cmp.items():
         say(f"  {table}: {c['a']} rows (ray) / {c['b']} rows (local), {c['differing']} differing")
     say(f"timings (s): {', '.join(f'{k} {v:.0f}' for k, v in t.items())}")
-    verdict = ("IDENTICAL to the local backend" if same else "DIFFERENT from the local backend")
-    kills = (f"a worker killed at {facts['groups_at_worker_kill']} groups, the driver at "
-             f"{facts['groups_at_driver_kill']} groups and {facts['shards_at_driver_kill']} kept shards, resumed"
-             if killed else "NOT killed as planned")
+    verdict = "IDENTICAL to the local backend" if same else "DIFFERENT from the local backend"
+    kills = (
+        f"a worker killed at {facts['groups_at_worker_kill']} groups, the driver at "
+        f"{facts['groups_at_driver_kill']} groups and {facts['shards_at_driver_kill']} kept shards, resumed"
+        if killed
+        else "NOT killed as planned"
+    )
     t_ray = t["ray_until_killed"] + t["ray_resumed"]
-    print(f"VERDICT: two-node Ray run ({kills}) {verdict}: {cmp['sweep_runs']['a']} sweep runs, "
-          f"{cmp['sweep_groups']['a']} groups, {cmp['results']['a']} baseline rows; Ray {t_ray:.0f} s, local "
-          f"{t['local']:.0f} s, total {t['total']:.0f} s; report {report if rc_report == 0 else 'FAILED'}", flush=True)
+    print(
+        f"VERDICT: two-node Ray run ({kills}) {verdict}: {cmp['sweep_runs']['a']} sweep runs, "
+        f"{cmp['sweep_groups']['a']} groups, {cmp['results']['a']} baseline rows; Ray {t_ray:.0f} s, local "
+        f"{t['local']:.0f} s, total {t['total']:.0f} s; report {report if rc_report == 0 else 'FAILED'}",
+        flush=True,
+    )
     return 0 if same and killed and rc_report == 0 else 1
 
 

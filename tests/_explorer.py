@@ -30,8 +30,17 @@ def sweep_db(path: Path, model: str = EVIL_MODEL, n_items: int = 40, seed: int =
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 4, size=n_items).astype(np.uint8)
     with SweepStore(path) as st:
-        run = SweepRun(model=model, data="toy", split="validation", shots=0, test=2, labels=labels,
-                       item_index=range(n_items), arch="decoder", n_layers=2)
+        run = SweepRun(
+            model=model,
+            data="toy",
+            split="validation",
+            shots=0,
+            test=2,
+            labels=labels,
+            item_index=range(n_items),
+            arch="decoder",
+            n_layers=2,
+        )
         rid = st.run_id(run)
         groups = []
         for layer in LAYERS:

@@ -16,7 +16,8 @@ or tokens of a real or random model is far larger.  ``TIE_ATOL = 1e-6`` covers s
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,8 +44,10 @@ def assert_scores_close(got: Any, ref: Any, what: str = "scores") -> None:
 
 def _fail(what: str, bad: list[str], ties: list[str]) -> None:
     if bad:
-        raise AssertionError(f"{what}: {len(bad)} differ without a near-tie (tolerance {TIE_RTOL:g} rel): "
-                             f"{bad[:10]}; tolerated near-ties: {len(ties)} {ties[:10]}")
+        raise AssertionError(
+            f"{what}: {len(bad)} differ without a near-tie (tolerance {TIE_RTOL:g} rel): "
+            f"{bad[:10]}; tolerated near-ties: {len(ties)} {ties[:10]}"
+        )
 
 
 def assert_topk_match(ids: Any, ref_scores: Any, what: str = "top-k") -> list[str]:
@@ -100,8 +103,9 @@ def assert_ranks_match(ranks: Any, ref_scores: Any, ids: Any, what: str = "ranks
     return ties
 
 
-def assert_same_picks(a: Any, b: Any, ref_scores: Callable[[tuple[int, ...]], Sequence[float]],
-                      what: str = "picks") -> list[str]:
+def assert_same_picks(
+    a: Any, b: Any, ref_scores: Callable[[tuple[int, ...]], Sequence[float]], what: str = "picks"
+) -> list[str]:
     """Two pick arrays of the same shape with no scores of their own: equal, except where both picks have
     reference scores (``ref_scores(position)``, computed only for the differing positions) within tolerance
     of the reference's best."""

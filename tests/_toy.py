@@ -4,18 +4,21 @@ tests/test_hellaswag_cli.py and tests/test_compaction_cli.py)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 from walklens.testing import tiny_model
 
-ROWS = [("the city", "the man walks to the", "river. he", ["runs to the house.", "eats a red car.", "was big", "ran."], 0),
-        ("a dog", "the dog runs. it", "", ["eats.", "was good.", "ran to the queen.", "is red."], 2),
-        ("the king", "the king and the queen walk.", "they", ["eat.", "run to london.", "ran.", "walk to paris."], 3),
-        ("a cat", "a small cat", "is", ["red.", "big.", "good.", "bad."], 1),
-        ("a boy", "the boy eats", "a", ["red car.", "dog.", "big house.", "city."], 0),
-        ("a girl", "she walks to", "the", ["river.", "king.", "blue car.", "one."], 2)]
+ROWS = [
+    ("the city", "the man walks to the", "river. he", ["runs to the house.", "eats a red car.", "was big", "ran."], 0),
+    ("a dog", "the dog runs. it", "", ["eats.", "was good.", "ran to the queen.", "is red."], 2),
+    ("the king", "the king and the queen walk.", "they", ["eat.", "run to london.", "ran.", "walk to paris."], 3),
+    ("a cat", "a small cat", "is", ["red.", "big.", "good.", "bad."], 1),
+    ("a boy", "the boy eats", "a", ["red car.", "dog.", "big house.", "city."], 0),
+    ("a girl", "she walks to", "the", ["river.", "king.", "blue car.", "one."], 2),
+]
 
 
 def cli_runner(capsys: Any) -> Callable[..., SimpleNamespace]:
@@ -29,6 +32,7 @@ def cli_runner(capsys: Any) -> Callable[..., SimpleNamespace]:
             code = e.code
         out = capsys.readouterr()
         return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
     return call
 
 
@@ -38,6 +42,10 @@ def write_toy(d: Path, rows: int = len(ROWS)) -> SimpleNamespace:
     lm.model.save_pretrained(str(d / "model"), safe_serialization=True)
     lm.tokenizer.save_pretrained(str(d / "model"))
     data = d / "toy.jsonl"
-    data.write_text("".join(json.dumps({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l})
-                            + "\n" for a, ca, cb, e, l in ROWS[:rows]))
+    data.write_text(
+        "".join(
+            json.dumps({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l}) + "\n"
+            for a, ca, cb, e, l in ROWS[:rows]
+        )
+    )
     return SimpleNamespace(dir=d, lm=lm, model=str(d / "model"), data=str(data))

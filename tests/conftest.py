@@ -45,9 +45,22 @@ def tiny_llama_inputs(tmp_path_factory):
     lm.model.save_pretrained(root / "model")
     lm.tokenizer.save_pretrained(root / "model")
     data = root / "items.jsonl"
-    data.write_text("".join(json.dumps({"activity_label": "x", "ctx_a": "the king ran to the", "ctx_b": "",
-                                        "endings": ["river", "city", "house", "dog"], "label": i}) + "\n"
-                            for i in range(3)), encoding="utf-8")
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "activity_label": "x",
+                    "ctx_a": "the king ran to the",
+                    "ctx_b": "",
+                    "endings": ["river", "city", "house", "dog"],
+                    "label": i,
+                }
+            )
+            + "\n"
+            for i in range(3)
+        ),
+        encoding="utf-8",
+    )
     return {"model": str(root / "model"), "data": str(data), "root": str(root)}
 
 
@@ -69,15 +82,19 @@ def chromium() -> str:
     path = _find()
     if path is None:
         if os.geteuid() != 0 or shutil.which("apt-get") is None:
-            pytest.skip("Chromium is not installed and cannot be installed here (needs root and apt-get): "
-                        "apt-get install -y chromium")
+            pytest.skip(
+                "Chromium is not installed and cannot be installed here (needs root and apt-get): "
+                "apt-get install -y chromium"
+            )
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        r = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True,
-                           timeout=1200, env=env)
+        r = subprocess.run(
+            ["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True, timeout=1200, env=env
+        )
         if r.returncode != 0:  # stale package lists: refresh once
             subprocess.run(["apt-get", "update", "-q"], capture_output=True, timeout=600, env=env)
-            r = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True,
-                               timeout=1200, env=env)
+            r = subprocess.run(
+                ["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True, timeout=1200, env=env
+            )
         path = _find()
         if path is None:
             pytest.skip(f"Chromium could not be installed with apt-get: {r.stderr.strip()[-300:]}")

@@ -12,15 +12,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from walklens.concepts.compose import compose_context
 from walklens.concepts.schemes import Scheme, normalize
-from walklens.experiments.sweep import EncLayout, ItemPlan, NormedBank, VectorBank
 from walklens.concepts.similarity import batched_scores, tie_identical
+from walklens.experiments.sweep import EncLayout, ItemPlan, NormedBank, VectorBank
 from walklens.ov import Eigen, eig, is_complex_pair, phase_fix, real_basis
 
 if TYPE_CHECKING:
@@ -46,8 +47,9 @@ def eigen_dense(F: torch.Tensor) -> Eigen:
 
 
 @torch.inference_mode()
-def reference_logliks(lm: LoadedModel, context_ids: Sequence[int], continuations: Sequence[Sequence[int]]
-                      ) -> list[float]:
+def reference_logliks(
+    lm: LoadedModel, context_ids: Sequence[int], continuations: Sequence[Sequence[int]]
+) -> list[float]:
     """Each (context, continuation) pair as one full sequence, with no sharing (causal: input
     ``(ctx + cont)[:-1]``, the last ``len(cont)`` logits; encoder-decoder: the context into the encoder and the
     continuation as the decoder's labels)."""
@@ -55,11 +57,12 @@ def reference_logliks(lm: LoadedModel, context_ids: Sequence[int], continuations
     dev = lm.device
     for cont in continuations:
         if lm.adapter.auto_class == "seq2seq":
-            logits = lm.model(input_ids=torch.tensor([list(context_ids)], device=dev),
-                              labels=torch.tensor([list(cont)], device=dev)).logits[0]
+            logits = lm.model(
+                input_ids=torch.tensor([list(context_ids)], device=dev), labels=torch.tensor([list(cont)], device=dev)
+            ).logits[0]
         else:
             inp = torch.tensor([list(context_ids) + list(cont)[:-1]], device=dev)
-            logits = lm.model(input_ids=inp, use_cache=False).logits[0, -len(cont):]
+            logits = lm.model(input_ids=inp, use_cache=False).logits[0, -len(cont) :]
         lp = torch.log_softmax(logits.float(), dim=-1)
         out.append(float(lp.gather(-1, torch.tensor(list(cont), device=dev)[:, None]).sum()))
     return out
@@ -84,12 +87,17 @@ def score_batch(ctx: torch.Tensor, choices: torch.Tensor, sim: str, soft_cluster
     return torch.einsum("qcd,pmd->pqcm", choices, ctx).amax(dim=-1)
 
 
-def reference_test2_bundle(bank: VectorBank, nbank: NormedBank, items: Sequence[ItemPlan],
-                           groups: Sequence[Sequence[Scheme]], layer_key: dict[str, str]
-                           ) -> tuple[np.ndarray, np.ndarray]:
+def reference_test2_bundle(
+    bank: VectorBank,
+    nbank: NormedBank,
+    items: Sequence[ItemPlan],
+    groups: Sequence[Sequence[Scheme]],
+    layer_key: dict[str, str],
+) -> tuple[np.ndarray, np.ndarray]:
     """Test 2 of context groups that share (enc, norm, seg, ex, sim) and the choice encodings (out_layer,
     out_word), differing in (layer, word), one item at a time: predictions ``[groups, outs, items]`` and the
-    scores they were picked from ``[groups, outs, items, C]`` (after :func:`~walklens.concepts.similarity.tie_identical`).
+    scores they were picked from ``[groups, outs, items, C]`` (after
+    :func:`~walklens.concepts.similarity.tie_identical`).
 
     ``nbank`` is the bank after the groups' NORM.  Per item, the context sequences ``[P, m, D]`` are composed by
     :func:`~walklens.concepts.compose.compose_context` and scored with :func:`score_batch`."""
@@ -133,17 +141,27 @@ def _v1_normed(bank: VectorBank, norm: str | None, rows: torch.Tensor) -> torch.
     return out
 
 
-def test2_bundle_v1(bank: VectorBank, norm: str | None, layout: EncLayout, groups: Sequence[Sequence[Scheme]],
-                    layer_key: dict[str, str], chunk: int = 8, alias: Sequence[int] | None = None) -> np.ndarray:
+def test2_bundle_v1(
+    bank: VectorBank,
+    norm: str | None,
+    layout: EncLayout,
+    groups: Sequence[Sequence[Scheme]],
+    layer_key: dict[str, str],
+    chunk: int = 8,
+    alias: Sequence[int] | None = None,
+) -> np.ndarray:
     """Predictions ``[groups, outs, items]`` of one bundle, exactly as ``test2_bundle_batched`` computed them
     before the bundles of one NORM shared their work (walklens 12e298f): per chunk of ``chunk`` items, the whole
     rows read, normalised, the (layer, word) pairs picked, composed with masked padding, scored."""
     s0 = groups[0][0]
     alias = bank.layer_alias() if alias is None else alias
-    pl, pw, p_inv = _v1_pairs([alias[bank.layer_pos(layer_key[g[0].layer])] for g in groups],
-                              [bank.word_pos(g[0].word) for g in groups])
-    ol, ow, q_inv = _v1_pairs([alias[bank.layer_pos(layer_key[s.out_layer_eff])] for s in groups[0]],
-                              [bank.word_pos(s.out_word_eff) for s in groups[0]])
+    pl, pw, p_inv = _v1_pairs(
+        [alias[bank.layer_pos(layer_key[g[0].layer])] for g in groups], [bank.word_pos(g[0].word) for g in groups]
+    )
+    ol, ow, q_inv = _v1_pairs(
+        [alias[bank.layer_pos(layer_key[s.out_layer_eff])] for s in groups[0]],
+        [bank.word_pos(s.out_word_eff) for s in groups[0]],
+    )
     N, D = layout.seg.shape[0], bank.vectors.shape[-1]
     preds = np.empty((len(pl), len(ol), N), np.uint8)
     for a in range(0, N, chunk):

@@ -19,11 +19,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from walklens.experiments.agreement import (Ranking, Scope, agreement_study, compare_runs, compare_sweeps,
-                                            paired_difference)
 from walklens.concepts.schemes import Scheme
-from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepRun, SweepStore
 from walklens.errors import InputError
+from walklens.experiments.agreement import (
+    Ranking,
+    Scope,
+    agreement_study,
+    compare_runs,
+    compare_sweeps,
+    paired_difference,
+)
+from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepRun, SweepStore
 
 ROOT = Path(__file__).resolve().parents[1]
 REF, BF = "m", "m@bfloat16"
@@ -46,7 +52,7 @@ def test_newcombe_paired_interval_published_values() -> None:
     assert (round(d.diff, 4), round(d.lo, 4), round(d.hi, 4)) == (-0.0621, -0.1186, -0.0046)
     assert (d.reference, d.other, d.n) == (75 / 161, 65 / 161, 161)
     # McNemar's exact test by hand: 2 P(X <= 6), X ~ Bin(22, 1/2)
-    assert d.mcnemar_p == pytest.approx(2 * sum(math.comb(22, j) for j in range(7)) / 2 ** 22, rel=1e-12)
+    assert d.mcnemar_p == pytest.approx(2 * sum(math.comb(22, j) for j in range(7)) / 2**22, rel=1e-12)
     none = paired_difference(5, 0, 0, 5)
     assert (none.diff, none.mcnemar_p) == (0.0, 1.0) and none.lo < 0 < none.hi
 
@@ -57,7 +63,7 @@ def test_newcombe_equals_wald_for_large_samples() -> None:
     n = both + b + c + nei
     d = paired_difference(both, b, c, nei)
     est = (c - b) / n
-    half = 1.959963984540054 * math.sqrt((b + c) / n - est ** 2) / math.sqrt(n)
+    half = 1.959963984540054 * math.sqrt((b + c) / n - est**2) / math.sqrt(n)
     assert d.diff == est
     assert d.lo == pytest.approx(est - half, rel=2e-3) and d.hi == pytest.approx(est + half, rel=2e-3)
 
@@ -135,8 +141,11 @@ def test_items_limit_and_missing_runs_are_one_line_errors(tmp_path: Path) -> Non
             compare_runs(st, _key(REF), _key(BF), items=8, hints=("", "; run: X"))
         with pytest.raises(InputError, match=r"no stored test1 run of m \(0-shot, scheme s, data toy\)"):
             compare_runs(st, _key(REF, "test1", "s"), _key(BF, "test1", "s"))
-    with pytest.raises(InputError, match=r"no stored baseline run of m@float16 .*walklens hellaswag baseline "
-                                         r"--model m --dtype float16"):
+    with pytest.raises(
+        InputError,
+        match=r"no stored baseline run of m@float16 .*walklens hellaswag baseline "
+        r"--model m --dtype float16",
+    ):
         agreement_study(db, "m", Scope("toy"), other="float16", parts=["baseline"])
     with pytest.raises(InputError, match="no such database"):
         agreement_study(tmp_path / "none.sqlite", "m", Scope("toy"))
@@ -162,7 +171,7 @@ def _preds(hits: int, extra: int = 0) -> np.ndarray:
     """Right (pick 0) on the first ``hits`` items, wrong (pick 1, or 2 after ``extra`` more items) elsewhere."""
     p = np.ones(N_ITEMS, np.uint8)
     p[:hits] = 0
-    p[hits:hits + extra] = 2
+    p[hits : hits + extra] = 2
     return p
 
 
@@ -170,16 +179,30 @@ def _sweep_db(db: Path, test: int, ref_preds: dict[str, np.ndarray], bf_preds: d
     """Two sweep runs over the same items; a scheme's predictions ``[metrics, items]`` under its name."""
     with SweepStore(db) as st:
         for model, preds in ((REF, ref_preds), (BF, bf_preds)):
-            run = SweepRun(model=model, data="toy", split="validation", shots=0, test=test, labels=LABELS,
-                           item_index=range(N_ITEMS), arch="decoder", n_layers=2)
+            run = SweepRun(
+                model=model,
+                data="toy",
+                split="validation",
+                shots=0,
+                test=test,
+                labels=LABELS,
+                item_index=range(N_ITEMS),
+                arch="decoder",
+                n_layers=2,
+            )
             rid = st.run_id(run)
             groups: dict[str, list[tuple[str, np.ndarray]]] = {}
             for name, p in preds.items():
                 s = Scheme.parse(name)
                 groups.setdefault(s.context_part(), []).append((s.out_part(), p))
             for ctx, members in groups.items():
-                st.put_groups(rid, [(ctx, [o for o, _ in members], np.stack([p for _, p in members], axis=1))],
-                              ["acc"] if test == 2 else ["acc", "acc_norm"], LABELS, 0.0)
+                st.put_groups(
+                    rid,
+                    [(ctx, [o for o, _ in members], np.stack([p for _, p in members], axis=1))],
+                    ["acc"] if test == 2 else ["acc", "acc_norm"],
+                    LABELS,
+                    0.0,
+                )
 
 
 def _test2_names() -> list[str]:
@@ -246,11 +269,13 @@ def test_grid_ties_and_test1_metrics(tmp_path: Path) -> None:
 # ---- end to end: a tiny model in float32 and bfloat16 ---------------------------------------------------------
 
 
-ITEMS = [("the man runs to the city", ["the king eats.", "a dog walks.", "she ran to the river.", "they walk."], 2),
-         ("the queen walks to the river", ["and the king ran.", "the dog eats.", "paris.", "a man runs."], 0),
-         ("a dog eats the", ["city.", "river and the king.", "man runs.", "queen walks to paris."], 1),
-         ("the boy ran to paris", ["the city.", "and she walks.", "a king eats the dog.", "the river."], 3),
-         ("she walks and the man", ["runs.", "eats the dog.", "ran to the city of paris.", "walks."], 0)]
+ITEMS = [
+    ("the man runs to the city", ["the king eats.", "a dog walks.", "she ran to the river.", "they walk."], 2),
+    ("the queen walks to the river", ["and the king ran.", "the dog eats.", "paris.", "a man runs."], 0),
+    ("a dog eats the", ["city.", "river and the king.", "man runs.", "queen walks to paris."], 1),
+    ("the boy ran to paris", ["the city.", "and she walks.", "a king eats the dog.", "the river."], 3),
+    ("she walks and the man", ["runs.", "eats the dog.", "ran to the city of paris.", "walks."], 0),
+]
 
 
 @pytest.fixture(scope="module")
@@ -263,26 +288,43 @@ def tiny_dir(tmp_path_factory) -> tuple[Path, Path]:
     lm.tokenizer.save_pretrained(d / "tiny")
     with open(d / "items.jsonl", "w", encoding="utf-8") as f:
         for ctx, endings, label in ITEMS:
-            f.write(json.dumps({"activity_label": "walks", "ctx_a": ctx, "ctx_b": "", "endings": endings,
-                                "label": label}) + "\n")
-    (d / "t1.toml").write_text('layers = ["E", "-1"]\nword = ["last", "w1mean"]\nnorm = ["None"]\nseg = ["mean"]\n'
-                               'ex = ["mean"]\n', encoding="utf-8")
-    (d / "t2.toml").write_text('layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None"]\nout_word = ["mean"]\n'
-                               'seg = ["mean"]\nex = ["mean"]\n', encoding="utf-8")
+            f.write(
+                json.dumps({"activity_label": "walks", "ctx_a": ctx, "ctx_b": "", "endings": endings, "label": label})
+                + "\n"
+            )
+    (d / "t1.toml").write_text(
+        'layers = ["E", "-1"]\nword = ["last", "w1mean"]\nnorm = ["None"]\nseg = ["mean"]\nex = ["mean"]\n',
+        encoding="utf-8",
+    )
+    (d / "t2.toml").write_text(
+        'layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None"]\nout_word = ["mean"]\n'
+        'seg = ["mean"]\nex = ["mean"]\n',
+        encoding="utf-8",
+    )
     return d / "tiny", d
 
 
-def test_tiny_model_end_to_end(tiny_dir: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                               ) -> None:
+def test_tiny_model_end_to_end(tiny_dir: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from walklens.cli import main
-    from walklens.hellaswag.data import data_id
     from walklens.experiments.grid import GridSpec
+    from walklens.hellaswag.data import data_id
 
     model, d = tiny_dir
     db = tmp_path / "a.sqlite"
     for dtype in ("float32", "bfloat16"):
-        common = ["--model", str(model), "--dtype", dtype, "--data", str(d / "items.jsonl"), "--limit", "5",
-                  "--db", str(db), "--no-progress"]
+        common = [
+            "--model",
+            str(model),
+            "--dtype",
+            dtype,
+            "--data",
+            str(d / "items.jsonl"),
+            "--limit",
+            "5",
+            "--db",
+            str(db),
+            "--no-progress",
+        ]
         assert main(["hellaswag", "baseline", *common]) == 0
         assert main(["hellaswag", "test1", *common]) == 0
         assert main(["sweep", "--test", "2", "--grid", str(d / "t2.toml"), *common]) == 0
@@ -290,8 +332,25 @@ def test_tiny_model_end_to_end(tiny_dir: tuple[Path, Path], tmp_path: Path, caps
     capsys.readouterr()
     out = tmp_path / "agree.json"
     sc = _script()
-    assert sc.main(["--db", str(db), "--model", str(model), "--data", str(d / "items.jsonl"), "--limit", "5",
-                    "--json", str(out), "--out", str(tmp_path / "agree.md")]) == 0
+    assert (
+        sc.main(
+            [
+                "--db",
+                str(db),
+                "--model",
+                str(model),
+                "--data",
+                str(d / "items.jsonl"),
+                "--limit",
+                "5",
+                "--json",
+                str(out),
+                "--out",
+                str(tmp_path / "agree.md"),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "### Baseline" in text and "### Test 2 sweep" in text and "### Test 1 sweep" in text
     (s,) = json.loads(out.read_text())["studies"]
@@ -312,8 +371,9 @@ def test_tiny_model_end_to_end(tiny_dir: tuple[Path, Path], tmp_path: Path, caps
         assert s[part]["n_schemes"] == len([x for x in schemes if x.enc != "cross_encoding"]) > 10
     assert (tmp_path / "agree.md").read_text().strip() == text.strip()
     # a missing dtype, a bad output path: one line each, exit 2
-    assert sc.main(["--db", str(db), "--model", str(model), "--data", str(d / "items.jsonl"), "--other",
-                    "float16"]) == 2
+    assert (
+        sc.main(["--db", str(db), "--model", str(model), "--data", str(d / "items.jsonl"), "--other", "float16"]) == 2
+    )
     assert sc.main(["--db", str(db), "--model", str(model), "--out", str(tmp_path)]) == 2
     with pytest.raises(SystemExit) as e:
         sc.main(["--db", str(db), "--limit", "0"])
@@ -326,19 +386,36 @@ def test_tiny_model_end_to_end(tiny_dir: tuple[Path, Path], tmp_path: Path, caps
 @pytest.mark.slow
 def test_shell_script_runs_the_study_and_resumes(tiny_dir: tuple[Path, Path], tmp_path: Path) -> None:
     model, d = tiny_dir
-    env = {**os.environ, "N": "4", "MODELS": str(model), "DB": str(tmp_path / "s.sqlite"),
-           "DATA": str(d / "items.jsonl"), "T1_GRID": str(d / "t1.toml"), "T2_GRID": str(d / "t2.toml"),
-           "OUT": str(tmp_path / "s.md"), "JSON": str(tmp_path / "s.json"), "EXTRA": "--no-progress",
-           "WALKLENS": f"{sys.executable} -m walklens", "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "N": "4",
+        "MODELS": str(model),
+        "DB": str(tmp_path / "s.sqlite"),
+        "DATA": str(d / "items.jsonl"),
+        "T1_GRID": str(d / "t1.toml"),
+        "T2_GRID": str(d / "t2.toml"),
+        "OUT": str(tmp_path / "s.md"),
+        "JSON": str(tmp_path / "s.json"),
+        "EXTRA": "--no-progress",
+        "WALKLENS": f"{sys.executable} -m walklens",
+        "PYTHON": sys.executable,
+        "OMP_NUM_THREADS": "1",
+    }
     script = ROOT / "benchmarks" / "agreement_bf16.sh"
     first = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-2000:]
     (s,) = json.loads((tmp_path / "s.json").read_text())["studies"]
     assert s["items"] == 4 and s["baseline"]["n"] == 4 and s["test1_grid"]["n_items"] == 4
-    again = subprocess.run(["bash", str(script)], env={**env, "STEPS": "test1-grid test2-grid"}, capture_output=True,
-                           text=True, timeout=900)
+    again = subprocess.run(
+        ["bash", str(script)],
+        env={**env, "STEPS": "test1-grid test2-grid"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert again.returncode == 0 and again.stdout.count("0 groups computed now") == 4  # resumed: nothing new
     assert json.loads((tmp_path / "s.json").read_text())["studies"][0]["baseline"] is None  # only the steps run
-    bad = subprocess.run(["bash", str(script)], env={**env, "STEPS": "test3"}, capture_output=True,
-                         text=True, timeout=900)
+    bad = subprocess.run(
+        ["bash", str(script)], env={**env, "STEPS": "test3"}, capture_output=True, text=True, timeout=900
+    )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("walklens: error: unknown step")

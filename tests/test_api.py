@@ -16,8 +16,19 @@ import walklens
 SRC = pathlib.Path(walklens.__file__).parent
 
 #: The modules whose ``__all__`` make up ``walklens.__all__`` (with loading, models and errors).
-ANALYSES = ("capture", "trace", "walks", "decoding", "attention", "kernels", "ov", "power", "idealised", "steering",
-            "interventions")
+ANALYSES = (
+    "capture",
+    "trace",
+    "walks",
+    "decoding",
+    "attention",
+    "kernels",
+    "ov",
+    "power",
+    "idealised",
+    "steering",
+    "interventions",
+)
 
 
 def _modules() -> list[str]:
@@ -37,10 +48,29 @@ def test_all_resolves_and_holds_the_verbs_and_result_types():
     for name in walklens.__all__:
         assert getattr(walklens, name) is not None
     assert len(set(walklens.__all__)) == len(walklens.__all__)
-    for name in ("capture", "capture_batch", "encoding_walk", "decoding_walk", "power_spectra", "alignment",
-                 "dynamics", "shared_weights", "steer", "steering_sweep", "ablate_mlps", "tied_layers",
-                 "Trace", "PowerSpectra", "Dynamics", "SharedWeights", "SteerRow", "SteeringSweep", "EncodingWalk",
-                 "DecodingWalk", "Alignment"):
+    for name in (
+        "capture",
+        "capture_batch",
+        "encoding_walk",
+        "decoding_walk",
+        "power_spectra",
+        "alignment",
+        "dynamics",
+        "shared_weights",
+        "steer",
+        "steering_sweep",
+        "ablate_mlps",
+        "tied_layers",
+        "Trace",
+        "PowerSpectra",
+        "Dynamics",
+        "SharedWeights",
+        "SteerRow",
+        "SteeringSweep",
+        "EncodingWalk",
+        "DecodingWalk",
+        "Alignment",
+    ):
         assert name in walklens.__all__, name
     assert callable(walklens.capture) and walklens.capture.__module__ == "walklens.capture"
 
@@ -58,6 +88,7 @@ def test_the_loaded_model_parameter_is_lm_everywhere():
 
 
 # ---- import graph -------------------------------------------------------------------------------------------------
+
 
 def _module_files() -> dict[str, pathlib.Path]:
     out = {}
@@ -94,14 +125,16 @@ def _runtime_imports(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
 
 def test_module_level_imports_form_no_cycle():
     files = _module_files()
-    graph = {name: set().union(*[_targets(files, name, n) for n in _runtime_imports(ast.parse(p.read_text()).body)])
-             - {name} for name, p in files.items()}
+    graph = {
+        name: set().union(*[_targets(files, name, n) for n in _runtime_imports(ast.parse(p.read_text()).body)]) - {name}
+        for name, p in files.items()
+    }
     state: dict[str, int] = {}
 
     def visit(u: str, path: list[str]) -> None:
         state[u] = 1
         for v in sorted(graph[u]):
-            assert state.get(v) != 1, f"import cycle: {' -> '.join(path[path.index(v):] + [u, v])}"
+            assert state.get(v) != 1, f"import cycle: {' -> '.join(path[path.index(v) :] + [u, v])}"
             if v not in state:
                 visit(v, path + [u])
         state[u] = 2
@@ -111,13 +144,28 @@ def test_module_level_imports_form_no_cycle():
             visit(u, [])
 
 
-@pytest.mark.parametrize("name", ANALYSES + ("hellaswag.encode", "hellaswag.packing", "hellaswag.request",
-                                             "experiments.runner", "experiments.runsetup", "concepts.similarity",
-                                             "experiments.sweep.plan", "experiments.sweep.bank",
-                                             "experiments.sweep.batched", "experiments.sweep.run",
-                                             "experiments.sweep.keys", "experiments.sweep.generation",
-                                             "experiments.sweep.similarity", "hellaswag.store.db", "hellaswag.store.results",
-                                             "hellaswag.store.sweeps"))
+@pytest.mark.parametrize(
+    "name",
+    ANALYSES
+    + (
+        "hellaswag.encode",
+        "hellaswag.packing",
+        "hellaswag.request",
+        "experiments.runner",
+        "experiments.runsetup",
+        "concepts.similarity",
+        "experiments.sweep.plan",
+        "experiments.sweep.bank",
+        "experiments.sweep.batched",
+        "experiments.sweep.run",
+        "experiments.sweep.keys",
+        "experiments.sweep.generation",
+        "experiments.sweep.similarity",
+        "hellaswag.store.db",
+        "hellaswag.store.results",
+        "hellaswag.store.sweeps",
+    ),
+)
 def test_no_function_level_imports_of_walklens_modules(name):
     """Cycles are broken by layering, not dodged by importing inside functions."""
     files = _module_files()
@@ -133,12 +181,16 @@ def test_no_function_level_imports_of_walklens_modules(name):
 
 def test_hooks_are_registered_in_one_place():
     """Every forward hook goes through walklens.hooks.Hooks, which removes it on exit."""
-    hits = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
-            if "register_forward" in p.read_text() and p.name != "hooks.py"]
+    hits = [
+        str(p.relative_to(SRC))
+        for p in SRC.rglob("*.py")
+        if "register_forward" in p.read_text() and p.name != "hooks.py"
+    ]
     assert not hits, hits
 
 
 # ---- one home per public name -------------------------------------------------------------------------------------
+
 
 def _exports() -> dict[str, dict[str, object]]:
     """Every walklens module's ``__all__``: {module: {name: object}} (the package itself left out: ``_PUBLIC``)."""
@@ -164,8 +216,9 @@ def misplaced_exports(exports: dict[str, dict[str, object]]) -> list[str]:
         modules = sorted({w.rpartition(".")[0] for w in where}, key=len)
         deepest = modules[-1]
         above = all(deepest.startswith(m + ".") for m in modules[:-1])
-        defined_there = home is None or not home.startswith("walklens") or home == deepest \
-            or home.startswith(deepest + ".")
+        defined_there = (
+            home is None or not home.startswith("walklens") or home == deepest or home.startswith(deepest + ".")
+        )
         if not (above and defined_there):
             bad.append(" and ".join(sorted(where)))
     return sorted(bad)
@@ -189,9 +242,11 @@ def test_a_name_exported_by_two_modules_is_found():
     exports["walklens.interventions"]["Hooks"] = walklens.hooks.Hooks  # a re-export from a module beside it
     exports["walklens.steering"]["SteerEdit"] = walklens.interventions.SteerEdit
     exports["walklens.compaction"]["Trace"] = walklens.Trace  # a package presenting what it does not hold
-    assert misplaced_exports(exports) == ["walklens.compaction.Trace and walklens.trace.Trace",
-                                          "walklens.hooks.Hooks and walklens.interventions.Hooks",
-                                          "walklens.interventions.SteerEdit and walklens.steering.SteerEdit"]
+    assert misplaced_exports(exports) == [
+        "walklens.compaction.Trace and walklens.trace.Trace",
+        "walklens.hooks.Hooks and walklens.interventions.Hooks",
+        "walklens.interventions.SteerEdit and walklens.steering.SteerEdit",
+    ]
 
 
 def test_no_public_name_turns_into_its_module() -> None:
@@ -208,9 +263,11 @@ def test_no_public_name_turns_into_its_module() -> None:
     modules = {m.name for m in pkgutil.iter_modules(walklens.__path__)}
     shared = sorted(set(walklens.__all__) & modules)
     assert "parity" in modules and "capture" in shared  # the rule reads the real module list
-    code = ("import importlib, types, walklens\n"
-            f"for n in {shared!r}:\n"
-            "    importlib.import_module('walklens.' + n)\n"
-            "    assert not isinstance(getattr(walklens, n), types.ModuleType), n\n")
+    code = (
+        "import importlib, types, walklens\n"
+        f"for n in {shared!r}:\n"
+        "    importlib.import_module('walklens.' + n)\n"
+        "    assert not isinstance(getattr(walklens, n), types.ModuleType), n\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-400:]

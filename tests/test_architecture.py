@@ -24,16 +24,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-CONTRACTS = {c["id"]: c["name"] for c in tomllib.loads((ROOT / "pyproject.toml").read_text())
-             ["tool"]["importlinter"]["contracts"]}
+CONTRACTS = {
+    c["id"]: c["name"]
+    for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+}
 
 
 def lint(src: Path, config: Path) -> tuple[int, dict[str, str], str]:
     """Run lint-imports on the walklens first in ``src``: (exit code, {contract name: KEPT|BROKEN}, output)."""
     assert LINT_IMPORTS.exists(), f"{LINT_IMPORTS} is missing: pip install -e '.[test]'"
     env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "250", "NO_COLOR": "1"}
-    done = subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo", str(config)], cwd=config.parent, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo", str(config)],
+        cwd=config.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = done.stdout + done.stderr
     status = {m[1].strip(): m[2] for m in re.finditer(r"^(.+?)\s*(KEPT|BROKEN)$", out, re.MULTILINE)}
     return done.returncode, status, out
@@ -41,8 +49,12 @@ def lint(src: Path, config: Path) -> tuple[int, dict[str, str], str]:
 
 def module_cycles(graph: grimp.ImportGraph) -> list[tuple[str, ...]]:
     """Every import cycle between single modules, package ``__init__`` modules included, as (a, b, ..., a)."""
-    return sorted((a, *chain) for a in graph.modules for b in graph.find_modules_directly_imported_by(a)
-                  if (chain := graph.find_shortest_chain(b, a)))
+    return sorted(
+        (a, *chain)
+        for a in graph.modules
+        for b in graph.find_modules_directly_imported_by(a)
+        if (chain := graph.find_shortest_chain(b, a))
+    )
 
 
 def test_contracts_hold() -> None:
@@ -67,8 +79,9 @@ def test_module_cycles_sees_a_package_importing_its_own_module() -> None:
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A copy of src/walklens and of pyproject.toml to break."""
-    shutil.copytree(SRC / "walklens", tmp_path / "src" / "walklens",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.bz2"))
+    shutil.copytree(
+        SRC / "walklens", tmp_path / "src" / "walklens", ignore=shutil.ignore_patterns("__pycache__", "*.bz2")
+    )
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
@@ -91,9 +104,12 @@ def test_a_model_importing_the_cli_breaks_the_contracts(tree: Path) -> None:
 def test_a_lazy_import_cycle_breaks_the_contracts(tree: Path) -> None:
     """A cycle that no layer forbids (inside walklens.concepts), closed by an import inside a function."""
     graph = grimp.build_graph("walklens", cache_dir=None)
-    a, b = min((a, b) for a in graph.find_descendants("walklens.concepts")
-               for b in graph.find_modules_directly_imported_by(a)
-               if b.startswith("walklens.concepts.") and not graph.find_children(a) and not graph.find_children(b))
+    a, b = min(
+        (a, b)
+        for a in graph.find_descendants("walklens.concepts")
+        for b in graph.find_modules_directly_imported_by(a)
+        if b.startswith("walklens.concepts.") and not graph.find_children(a) and not graph.find_children(b)
+    )
     path = tree / "src" / Path(*b.split(".")).with_suffix(".py")
     path.write_text(path.read_text() + f"\n\ndef _close_a_cycle() -> None:\n    import {a}  # noqa: F401\n")
     out = lint_broken(tree, {"no-cycles"})
@@ -110,8 +126,13 @@ def test_every_layer_is_documented() -> None:
     """docs/architecture.md names every module the layers contracts place."""
     doc = (ROOT / "docs" / "architecture.md").read_text()
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    names = {name.strip("() ") for c in contracts if c["type"] == "layers" for layer in c["layers"]
-             for name in layer.split("|")}
+    names = {
+        name.strip("() ")
+        for c in contracts
+        if c["type"] == "layers"
+        for layer in c["layers"]
+        for name in layer.split("|")
+    }
     assert {n for n in names if not re.search(rf"`{re.escape(n)}(\.py|/)?`", doc)} == set()
 
 
@@ -134,7 +155,9 @@ def test_the_model_kind_is_asked_of_the_adapters() -> None:
 def test_a_kind_test_outside_the_adapters_is_found(tree: Path) -> None:
     package = tree / "src" / "walklens"
     for rel in ("steering.py", "hellaswag/encode.py"):
-        (package / rel).write_text((package / rel).read_text() + '\n\nCAUSAL = lambda lm: lm.adapter.auto_class == "causal"\n')
+        (package / rel).write_text(
+            (package / rel).read_text() + '\n\nCAUSAL = lambda lm: lm.adapter.auto_class == "causal"\n'
+        )
     (package / "models" / "llama.py").write_text((package / "models" / "llama.py").read_text() + "\n# auto_class\n")
     hits = kind_tests_outside_adapters(package)
     assert [h.rpartition(":")[0] for h in hits] == ["hellaswag/encode.py", "steering.py"], hits

@@ -52,6 +52,7 @@ def _tampered(lm, change):
     def fn(stack, layer, cross):
         hm = walklens.head_matrices(lm, layer, stack, cross)
         return dataclasses.replace(hm, weights=change(hm.weights))
+
     return fn
 
 
@@ -59,8 +60,9 @@ def test_wrong_w_vo_fails(tiny):
     lm = tiny("llama")
     swap = [1, 0, 2, 3]  # W_o of heads 0 and 1 exchanged: W_vo,0 and W_vo,1 are wrong
 
-    res = walklens.attention_identity(lm, TEXT, matrices=_tampered(
-        lm, lambda w: dataclasses.replace(w, w_o=w.w_o[swap])))
+    res = walklens.attention_identity(
+        lm, TEXT, matrices=_tampered(lm, lambda w: dataclasses.replace(w, w_o=w.w_o[swap]))
+    )
     assert res.max_error > 1e-2
     assert not res.holds()
 
@@ -68,8 +70,9 @@ def test_wrong_w_vo_fails(tiny):
 def test_grouped_query_mapping_matters(tiny):
     lm = tiny("llama")  # 4 query heads share 2 kv heads: kv_head = (0, 0, 1, 1)
     assert walklens.head_matrices(lm, 0).kv_head == (0, 0, 1, 1)
-    res = walklens.attention_identity(lm, TEXT, matrices=_tampered(
-        lm, lambda w: dataclasses.replace(w, kv_head=(0, 1, 0, 1))))
+    res = walklens.attention_identity(
+        lm, TEXT, matrices=_tampered(lm, lambda w: dataclasses.replace(w, kv_head=(0, 1, 0, 1)))
+    )
     assert res.max_error > 1e-2
 
 
@@ -77,8 +80,9 @@ def test_value_bias_is_needed(tiny):
     lm = tiny("gpt2")  # GPT-2 has b_v and b_o
     hm = walklens.head_matrices(lm, 0)
     assert hm.vo_bias().abs().max() > 1e-3
-    res = walklens.attention_identity(lm, TEXT, matrices=_tampered(
-        lm, lambda w: dataclasses.replace(w, b_v=torch.zeros_like(w.b_v))))
+    res = walklens.attention_identity(
+        lm, TEXT, matrices=_tampered(lm, lambda w: dataclasses.replace(w, b_v=torch.zeros_like(w.b_v)))
+    )
     assert res.max_error > 1e-3
 
 
@@ -89,10 +93,10 @@ def test_w_vo_and_w_qk_match_the_model_weights(tiny):
     d = hm.d_head
     for h in range(hm.n_heads):
         kv = hm.kv_head[h]
-        w_v = attn.v_proj.weight[kv * d:(kv + 1) * d].T
-        w_o = attn.o_proj.weight[:, h * d:(h + 1) * d].T
-        w_q = attn.q_proj.weight[h * d:(h + 1) * d].T
-        w_k = attn.k_proj.weight[kv * d:(kv + 1) * d].T
+        w_v = attn.v_proj.weight[kv * d : (kv + 1) * d].T
+        w_o = attn.o_proj.weight[:, h * d : (h + 1) * d].T
+        w_q = attn.q_proj.weight[h * d : (h + 1) * d].T
+        w_k = attn.k_proj.weight[kv * d : (kv + 1) * d].T
         assert torch.allclose(hm.w_vo(h), w_v @ w_o, atol=1e-6)
         assert torch.allclose(hm.w_qk(h), w_q @ w_k.T, atol=1e-6)
         assert torch.linalg.matrix_rank(hm.w_vo(h)) <= d
@@ -123,8 +127,9 @@ def _sorted_complex(ev: torch.Tensor) -> list[complex]:
 def test_factored_matrix_against_dense():
     g = torch.Generator().manual_seed(1)
     D, d = 24, 5
-    fm = FactoredMatrix(torch.randn(D, d, generator=g, dtype=torch.float64),
-                        torch.randn(d, D, generator=g, dtype=torch.float64))
+    fm = FactoredMatrix(
+        torch.randn(D, d, generator=g, dtype=torch.float64), torch.randn(d, D, generator=g, dtype=torch.float64)
+    )
     M = fm.dense()
     assert fm.shape == (D, D)
     assert torch.allclose(fm.norm(), torch.linalg.matrix_norm(M), atol=1e-9)
@@ -154,11 +159,10 @@ def test_factored_eigenvalues_of_real_heads(tiny):
     ev = vo.eigenvalues()
     for h in range(hm.n_heads):
         dense = torch.linalg.eigvals(hm.w_vo(h).double())
-        big = sorted(dense.tolist(), key=abs, reverse=True)[:hm.d_head]
+        big = sorted(dense.tolist(), key=abs, reverse=True)[: hm.d_head]
         for a, b in zip(_sorted_complex(ev[h].to(torch.complex128)), _sorted_complex(torch.tensor(big))):
             assert abs(a - b) < 1e-4 * max(1.0, abs(b))
-    assert torch.allclose(vo.norm(), torch.stack([torch.linalg.matrix_norm(hm.w_vo(h)) for h in range(4)]),
-                          rtol=1e-4)
+    assert torch.allclose(vo.norm(), torch.stack([torch.linalg.matrix_norm(hm.w_vo(h)) for h in range(4)]), rtol=1e-4)
     score = vo.copying_score()
     assert score.shape == (hm.n_heads,) and bool(((score >= -1) & (score <= 1)).all())
 
@@ -168,7 +172,7 @@ def test_cross_attention_matrices_use_encoder_side(tiny):
     hm = walklens.head_matrices(lm, 1, stack="dec", cross=True)
     attn = lm.model.decoder.block[1].layer[1].EncDecAttention
     d = hm.d_head
-    assert torch.allclose(hm.w_vo(2), attn.v.weight[2 * d:3 * d].T @ attn.o.weight[:, 2 * d:3 * d].T, atol=1e-6)
+    assert torch.allclose(hm.w_vo(2), attn.v.weight[2 * d : 3 * d].T @ attn.o.weight[:, 2 * d : 3 * d].T, atol=1e-6)
     enc = walklens.head_matrices(lm, 0, stack="enc")
     assert enc.stack == "enc" and not enc.cross
 
@@ -181,7 +185,7 @@ def test_cluster_view_is_consistent_with_the_module_output(tiny):
     views = [cluster_view(tr, hm, h, t) for h in range(hm.n_heads)]
     for v in views:
         assert math.isclose(float(v.memberships.sum()), 1.0, rel_tol=1e-5)
-        assert float(v.memberships[t + 1:].abs().max()) == 0.0  # causal: no future members
+        assert float(v.memberships[t + 1 :].abs().max()) == 0.0  # causal: no future members
         # the query moves foreign_mass of the way to the foreign centroid
         assert math.isclose(v.move_distance, v.foreign_mass * v.foreign_distance, rel_tol=1e-4, abs_tol=1e-6)
         assert math.isclose(v.self_mass, float(tr.attentions["L1.attn"][v.head, t, t]), rel_tol=1e-6)
@@ -231,13 +235,14 @@ def test_identity_and_matrices_on_smollm2(smollm2):
     assert hm.n_heads == 9 and hm.kv_head == (0, 0, 0, 1, 1, 1, 2, 2, 2)
     attn = smollm2.model.model.layers[3].self_attn
     d = hm.d_head
-    W = attn.v_proj.weight[d:2 * d].T @ attn.o_proj.weight[:, 4 * d:5 * d].T
+    W = attn.v_proj.weight[d : 2 * d].T @ attn.o_proj.weight[:, 4 * d : 5 * d].T
     assert torch.allclose(hm.w_vo(4), W, atol=1e-6)
     U, S, Vh = hm.vo(4).svd()
     assert torch.allclose(S, torch.linalg.svdvals(W)[:d], rtol=1e-3, atol=1e-5)
 
 
 # ---- command line ------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def saved_t5(tmp_path_factory, tiny):
@@ -262,16 +267,19 @@ def test_cli_heads_json_and_report(saved_t5, tmp_path, capsys):
     assert {"dec.L0.attn", "dec.L0.cross", "enc.L0.attn"} <= set(data["attentions"])
     html = (out / "index.html").read_text()
     assert "A.3 identity" in html and "cross-attention" in html and "position kernels" in html
-    assert "src=\"http" not in html and "<script src" not in html  # self-contained
+    assert 'src="http' not in html and "<script src" not in html  # self-contained
     assert html.count("wl-heatmap") >= 6
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--layer", "9"], "out of range"),
-    (["--position", "99"], "out of range"),
-    (["--maps", "x"], "--maps"),
-    (["--stack", "middle"], "no stack"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--layer", "9"], "out of range"),
+        (["--position", "99"], "out of range"),
+        (["--maps", "x"], "--maps"),
+        (["--stack", "middle"], "no stack"),
+    ],
+)
 def test_cli_heads_bad_input(saved_t5, tmp_path, capsys, args, msg):
     from walklens.cli import main
 

@@ -21,9 +21,19 @@ from walklens.reports.html import show
 from walklens.testing import tiny_model
 from walklens.walks import labels_for
 
+
 def _run(chromium: str, tmp: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-           f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=5000", *args]
+    cmd = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--no-first-run",
+        f"--user-data-dir={tmp / 'profile'}",
+        "--virtual-time-budget=5000",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
 
 
@@ -79,8 +89,10 @@ def test_reports_render_in_chromium(chromium, tmp_path):
     dec = generate_report.build(dw, "dec", figures=False).save(tmp_path / "dec")
     _check_page(chromium, dec, [f"0:{dw.tokens[0]}", "P(emitted token)"])
 
-    maps = {"embed/cosine": walklens.similarity_map(tr, "embed", "cosine"),
-            "final/dot": walklens.similarity_map(tr, "final", "dot")}
+    maps = {
+        "embed/cosine": walklens.similarity_map(tr, "embed", "cosine"),
+        "final/dot": walklens.similarity_map(tr, "final", "dot"),
+    }
     sim = simmap_report.build(maps, tr.tokens, "sim", figures=False).save(tmp_path / "sim")
     html = sim.read_text()
     dom = dump_dom(chromium, sim)
@@ -106,8 +118,15 @@ def test_the_steering_runs_show_control_characters_escaped(chromium, tmp_path):
     ESC show as \\x00 and \\x1b (reports/html.py's visible()), and the page's source holds neither."""
     from walklens.reports import steer as steer_report
 
-    sw = walklens.steering_sweep(tiny_model("llama"), ["the\x00 king\x1b"], " river", [[1]], alphas=[0.0, 4.0],
-                                 methods=["eigen"], max_new_tokens=1)
+    sw = walklens.steering_sweep(
+        tiny_model("llama"),
+        ["the\x00 king\x1b"],
+        " river",
+        [[1]],
+        alphas=[0.0, 4.0],
+        methods=["eigen"],
+        max_new_tokens=1,
+    )
     page = steer_report.build(sw).save(tmp_path / "steer")
     dom = dump_dom(chromium, page)
     assert "the\\x00 king\\x1b" in dom and "\x00" not in dom and "\x1b" not in dom
@@ -187,10 +206,20 @@ def test_model_strings_are_text_on_hover(chromium, tmp_path):
     maps = {"embed/cosine": walklens.similarity_map(tr, "embed", "cosine")}
     pages["sim"] = simmap_report.build(maps, toks, EVIL[1], figures=False).save(tmp_path / "s")
     rep = Report(EVIL[0], EVIL[1]).h2(EVIL[0]).p(EVIL[1]).table(EVIL, [EVIL])
-    rep.heatmap([[0.1, 0.5], [0.9, None]], row_labels=EVIL[:2], col_labels=EVIL[2:], title=EVIL[3],
-                hover=[[EVIL[0], EVIL[1]], [EVIL[2], EVIL[3]]], cell=20)
-    rep.lines(EVIL, [{"name": EVIL[0], "y": [1, 2, 3, 4]}, {"name": EVIL[1], "y": [2, 1, 0, 1], "dash": True}],
-              title=EVIL[2], xlabel=EVIL[1])
+    rep.heatmap(
+        [[0.1, 0.5], [0.9, None]],
+        row_labels=EVIL[:2],
+        col_labels=EVIL[2:],
+        title=EVIL[3],
+        hover=[[EVIL[0], EVIL[1]], [EVIL[2], EVIL[3]]],
+        cell=20,
+    )
+    rep.lines(
+        EVIL,
+        [{"name": EVIL[0], "y": [1, 2, 3, 4]}, {"name": EVIL[1], "y": [2, 1, 0, 1], "dash": True}],
+        title=EVIL[2],
+        xlabel=EVIL[1],
+    )
     pages["generic"] = rep.save(tmp_path / "g")
     from walklens.power import alignment, power_spectra
     from walklens.reports import power as power_report

@@ -158,6 +158,7 @@ def test_smollm2_paris(smollm2):
 
 # ---- one-point selections, batches stopped early, per-call records ------------------------------------------
 
+
 @pytest.mark.parametrize("family", ["llama", "gpt2", "t5"])
 def test_a_lone_mid_residual_point_is_computed(family):
     """Pre-norm resid_mid is resid_pre + attn_out, added in the attention hook: asking for one layer's mid
@@ -190,7 +191,7 @@ def test_capture_batch_rows_equal_capture_and_stop_early(family):
     for i, (tr, s) in enumerate(zip(traces, seqs)):
         own = tr.encoder if tr.encoder is not None else tr
         for p in b.points:
-            assert torch.allclose(b[p][i, :len(s)], own[p], atol=1e-5), (i, p)
+            assert torch.allclose(b[p][i, : len(s)], own[p], atol=1e-5), (i, p)
     stack = "enc" if family == "t5" else None
     hooks, runs = _layer_runs(lm, stack)
     with hooks:

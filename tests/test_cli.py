@@ -13,12 +13,15 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "walklens", *args], capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("args,msg", [
-    (("walk", "hi", "--model", "nope"), "unknown model"),
-    (("walk", "", "--model", "smollm2-135m"), "empty"),
-    (("walk", "@/no/such/file"), "no such file"),
-    (("nosuchcommand",), "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (("walk", "hi", "--model", "nope"), "unknown model"),
+        (("walk", "", "--model", "smollm2-135m"), "empty"),
+        (("walk", "@/no/such/file"), "no such file"),
+        (("nosuchcommand",), "invalid choice"),
+    ],
+)
 def test_bad_input_one_line_exit_2(args, msg):
     r = run(*args)
     assert r.returncode == 2, r.stderr
@@ -49,6 +52,7 @@ def test_an_error_message_with_a_newline_stays_one_line(tmp_path, capsys):
 
 # ---- --json -, the order of the checks, --seed ------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A tiny Llama saved as a model directory, a four-item HellaSwag file and a database of one sweep."""
@@ -60,12 +64,44 @@ def tiny(tmp_path_factory):
     lm.model.save_pretrained(root / "model")
     lm.tokenizer.save_pretrained(root / "model")
     data = root / "items.jsonl"
-    data.write_text("".join(json.dumps({"activity_label": "x", "ctx_a": f"the {w} ran to the", "ctx_b": "",
-                                        "endings": ["river.", "city.", "house.", "dog."], "label": i % 4}) + "\n"
-                            for i, w in enumerate(("king", "dog", "man", "cat"))), encoding="utf-8")
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "activity_label": "x",
+                    "ctx_a": f"the {w} ran to the",
+                    "ctx_b": "",
+                    "endings": ["river.", "city.", "house.", "dog."],
+                    "label": i % 4,
+                }
+            )
+            + "\n"
+            for i, w in enumerate(("king", "dog", "man", "cat"))
+        ),
+        encoding="utf-8",
+    )
     db = root / "r.sqlite"
-    assert main(["sweep", "--test", "2", "--grid", "standard", "--layers", "E,-1", "--model", str(root / "model"),
-                 "--data", str(data), "--db", str(db), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--test",
+                "2",
+                "--grid",
+                "standard",
+                "--layers",
+                "E,-1",
+                "--model",
+                str(root / "model"),
+                "--data",
+                str(data),
+                "--db",
+                str(db),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     return {"model": str(root / "model"), "data": str(data), "db": str(db), "root": root}
 
 
@@ -76,8 +112,18 @@ JSON_COMMANDS = {
     "heads": ["heads", "the cat and the dog"],
     "kernels": ["kernels", "--samples", "2", "--length", "12"],
     "power": ["power", "the cat and the dog", "--no-dynamics", "--no-shared"],
-    "steer": ["steer", "the cat and the", "--toward", " dog", "--layers", "0", "--alpha", "0,4",
-              "--max-new-tokens", "2"],
+    "steer": [
+        "steer",
+        "the cat and the",
+        "--toward",
+        " dog",
+        "--layers",
+        "0",
+        "--alpha",
+        "0,4",
+        "--max-new-tokens",
+        "2",
+    ],
     "baseline": ["hellaswag", "baseline", "--no-db", "--no-progress"],
     "test2": ["hellaswag", "test2", "--no-db", "--no-progress"],
     "sweep": ["sweep", "--test", "2", "--grid", "standard", "--no-progress"],
@@ -114,20 +160,31 @@ def test_sweep_checks_data_and_database_before_loading_the_model(tiny, tmp_path,
     bad.write_text("{not json\n", encoding="utf-8")
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"not a database at all" * 300)
-    for cmd in (["sweep", "--test", "2", "--grid", "standard"], ["hellaswag", "sweep", "--test", "1"],
-                ["hellaswag", "baseline"]):
-        for extra, where in ((["--data", str(bad), "--db", str(tmp_path / "new.sqlite")], bad),
-                             (["--data", tiny["data"], "--db", str(junk)], junk),
-                             (["--data", str(tmp_path / "missing.jsonl")], tmp_path / "missing.jsonl")):
+    for cmd in (
+        ["sweep", "--test", "2", "--grid", "standard"],
+        ["hellaswag", "sweep", "--test", "1"],
+        ["hellaswag", "baseline"],
+    ):
+        for extra, where in (
+            (["--data", str(bad), "--db", str(tmp_path / "new.sqlite")], bad),
+            (["--data", tiny["data"], "--db", str(junk)], junk),
+            (["--data", str(tmp_path / "missing.jsonl")], tmp_path / "missing.jsonl"),
+        ):
             assert main([*cmd, *extra, "--model", str(tmp_path / "no-such-model")]) == 2, (cmd, extra)
             lines = capsys.readouterr().err.splitlines()
             assert len(lines) == 1 and lines[0].startswith("walklens: error: ") and str(where) in lines[0], lines
     assert not (tmp_path / "new.sqlite").exists()  # nothing was created on the way
 
 
-@pytest.mark.parametrize("cmd", [["sweep", "--test", "2", "--grid", "standard", "--dry-run"],
-                                 ["hellaswag", "sweep", "--test", "2", "--dry-run"],
-                                 ["hellaswag", "baseline", "--no-db"], ["hellaswag", "test1", "--no-db"]])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["sweep", "--test", "2", "--grid", "standard", "--dry-run"],
+        ["hellaswag", "sweep", "--test", "2", "--dry-run"],
+        ["hellaswag", "baseline", "--no-db"],
+        ["hellaswag", "test1", "--no-db"],
+    ],
+)
 @pytest.mark.parametrize("seed", ["-1", "18446744073709551616", "x"])
 def test_hellaswag_seed_is_checked_in_one_line(tiny, capsys, cmd, seed):
     """--seed of the HellaSwag commands goes through seed_arg (a plain int took -1 and 2**64, which failed
@@ -150,8 +207,11 @@ def test_hellaswag_options_are_declared_once():
         p = build_parser()
         for name in path:
             p = next(a for a in p._actions if a.dest in ("command", "hellaswag_command")).choices[name]
-        return {a.dest: (a.help, a.type, a.default) for a in p._actions
-                if a.dest in ("model", "dtype", "device", "data", "limit", "shots", "seed", "db", "no_progress")}
+        return {
+            a.dest: (a.help, a.type, a.default)
+            for a in p._actions
+            if a.dest in ("model", "dtype", "device", "data", "limit", "shots", "seed", "db", "no_progress")
+        }
 
     ref = options("hellaswag", "baseline")
     assert len(ref) == 9

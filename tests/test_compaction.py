@@ -13,18 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from walklens.compaction import CompactSpec, compact, explain
-from walklens.experiments.compaction import compact_items
 from walklens.compaction.core import choose_cuts, sentence_starts, word_starts
-from walklens.experiments.compaction import plan_item
+from walklens.concepts.schemes import Scheme
+from walklens.experiments.compaction import compact_items, plan_item
 from walklens.hellaswag.baseline import baseline_items
 from walklens.hellaswag.data import HellaswagItem, fewshot_examples
 from walklens.hellaswag.encode import input_embeddings
-from walklens.concepts.schemes import Scheme
 from walklens.testing import WORDS, tiny_model
 
 FUZZ = dict(deadline=None, derandomize=True, database=None)
-TEXT = ("the man walks to the river and he runs to the city . the dog eats a red car and she walks to london . "
-        "they run to the house")
+TEXT = (
+    "the man walks to the river and he runs to the city . the dog eats a red car and she walks to london . "
+    "they run to the house"
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +44,20 @@ def toy_items(n: int = 6, seed: int = 0) -> list[HellaswagItem]:
     def sent(k: int) -> str:
         return " ".join(rng.choice(WORDS, size=k))
 
-    return [HellaswagItem(index=i, activity_label="x", ctx=f"{sent(3)} {sent(4)}",
-                          endings=tuple(sent(int(rng.integers(1, 4))) for _ in range(4)), label=int(rng.integers(0, 4)))
-            for i in range(n)]
+    return [
+        HellaswagItem(
+            index=i,
+            activity_label="x",
+            ctx=f"{sent(3)} {sent(4)}",
+            endings=tuple(sent(int(rng.integers(1, 4))) for _ in range(4)),
+            label=int(rng.integers(0, 4)),
+        )
+        for i in range(n)
+    ]
 
 
 # ---- where segments end --------------------------------------------------------------------------------------------
+
 
 @settings(max_examples=150, **FUZZ)
 @given(n=st.integers(1, 300), data=st.data())
@@ -62,26 +71,27 @@ def test_cuts_meet_the_budget_with_non_empty_runs(n: int, data: st.DataObject) -
 
 def test_cuts_prefer_sentences_within_half_a_segment() -> None:
     assert choose_cuts(100, 10) == list(range(10, 100, 10))
-    assert choose_cuts(20, 2, preferred=[12]) == [12]             # within n/(2k) = 5 of 10
+    assert choose_cuts(20, 2, preferred=[12]) == [12]  # within n/(2k) = 5 of 10
     assert choose_cuts(20, 2, preferred=[16], fallback=[9]) == [9]  # 16 is too far: the nearest word start
-    assert choose_cuts(20, 2, preferred=[16]) == [10]              # nothing near: exactly there
-    assert choose_cuts(5, 9) == [1, 2, 3, 4]                       # a budget above n: one token each
+    assert choose_cuts(20, 2, preferred=[16]) == [10]  # nothing near: exactly there
+    assert choose_cuts(5, 9) == [1, 2, 3, 4]  # a budget above n: one token each
 
 
 def test_sentence_and_word_starts() -> None:
-    pieces = ["The", " man", " ran", ".", " He", " sat", "!\"", " Then", "\n\n", "Now", " go", "?"]
+    pieces = ["The", " man", " ran", ".", " He", " sat", '!"', " Then", "\n\n", "Now", " go", "?"]
     assert sentence_starts(pieces) == [0, 4, 7, 9]
     assert word_starts(pieces) == [0, 1, 2, 4, 5, 7, 8, 9, 10]
 
 
 # ---- compact() ------------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("bounds", ["even", "sentence"])
 @pytest.mark.parametrize("budget,recent", [(1, 0), (3, 0), (5, 4), (100, 2)])
 def test_compact_covers_the_text_within_the_budget(llama, bounds: str, budget: int, recent: int) -> None:
     c = compact(llama, TEXT, budget=budget, bounds=bounds, recent=recent)
     ids = llama.tokenizer.encode(TEXT, add_special_tokens=False)
-    assert c.token_ids == ids and c.keep_from == len(ids) - recent and c.tail_ids == ids[len(ids) - recent:]
+    assert c.token_ids == ids and c.keep_from == len(ids) - recent and c.tail_ids == ids[len(ids) - recent :]
     assert 1 <= c.k <= min(budget, c.keep_from) and tuple(c.vectors.shape) == (c.k, llama.d_model)
     edges = [a for a, _ in c.spans] + [c.spans[-1][1]]
     assert edges[0] == 0 and edges[-1] == c.keep_from and all(b == a2 for (_, b), (a2, _) in zip(c.spans, c.spans[1:]))
@@ -94,9 +104,11 @@ def test_concept_vectors_are_the_a6_composition(llama) -> None:
     padded batch) -- here from text_vectors (equal-length batches): equal to float rounding."""
     from walklens.concepts.compose import segment_vectors
 
-    for scheme in ("enc=concat_all_examples,layer=-1,word=w1mean,norm=None",
-                   "enc=concat_all_examples,layer=1,word=relu|mean,norm=zNorm",
-                   "enc=concat_all_examples,layer=E,word=last,norm=L2"):
+    for scheme in (
+        "enc=concat_all_examples,layer=-1,word=w1mean,norm=None",
+        "enc=concat_all_examples,layer=1,word=relu|mean,norm=zNorm",
+        "enc=concat_all_examples,layer=E,word=last,norm=L2",
+    ):
         s = Scheme.parse(scheme)
         c = compact(llama, TEXT, scheme=s, budget=4, bounds="even")
         (ref,) = segment_vectors(llama, c.segments, [s.layer], [s.word], s.norm)
@@ -123,8 +135,9 @@ def test_concepts_at_the_input_layer_averaged_are_average_pooling(gemma) -> None
     for ratio in ("2", "max"):
         avgpool = CompactSpec.parse(f"what=examples,method=avgpool,bounds=even,ratio={ratio}")
         pool = compact_items(gemma, items, exs, avgpool)
-        concept = compact_items(gemma, items, exs, CompactSpec.parse(f"what=examples,bounds=even,ratio={ratio},"
-                                                                     "layer=E,word=mean"))
+        concept = compact_items(
+            gemma, items, exs, CompactSpec.parse(f"what=examples,bounds=even,ratio={ratio},layer=E,word=mean")
+        )
         assert np.allclose([r.scores for r in concept], [r.scores for r in pool], atol=1e-5, rtol=0), ratio
         deeper = compact_items(gemma, items, exs, CompactSpec.parse(f"what=examples,bounds=even,ratio={ratio}"))
         assert not np.allclose([r.scores for r in deeper], [r.scores for r in pool], atol=1e-5, rtol=0), ratio
@@ -141,16 +154,28 @@ def test_explain_reads_each_vector_with_the_walk(llama) -> None:
 
 # ---- HellaSwag ------------------------------------------------------------------------------------------------------
 
+
 def test_compacting_with_the_scheme_cut_is_test1(gemma) -> None:
     """what=both with the A.6 scheme's own cut is Test 1 itself, bit for bit (same vectors, same packed pass)."""
     from walklens.concepts.generation import test1_items
 
     items = toy_items()
     exs = [fewshot_examples(items, 1, it.index) for it in items]
-    for scheme in (Scheme.standard(1, "decoder"), Scheme.parse("enc=sentence_level_segmentation,layer=E,word=mean,"
-                                                               "norm=L2,seg=None,ex=None")):
-        spec = CompactSpec(what="both", bounds="scheme", ratio=None, layer=scheme.layer, word=scheme.word,
-                           norm=scheme.norm, enc=scheme.enc, seg=scheme.seg, ex=scheme.ex)
+    for scheme in (
+        Scheme.standard(1, "decoder"),
+        Scheme.parse("enc=sentence_level_segmentation,layer=E,word=mean,norm=L2,seg=None,ex=None"),
+    ):
+        spec = CompactSpec(
+            what="both",
+            bounds="scheme",
+            ratio=None,
+            layer=scheme.layer,
+            word=scheme.word,
+            norm=scheme.norm,
+            enc=scheme.enc,
+            seg=scheme.seg,
+            ex=scheme.ex,
+        )
         got = compact_items(gemma, items, exs, spec)
         assert [r.scores for r in got] == [r.scores for r in test1_items(gemma, items, exs, scheme)]
 
@@ -184,9 +209,9 @@ def test_the_parts_are_the_examples_and_the_query(smollm2) -> None:
         dec = smollm2.tokenizer.decode
         shots = "".join(e.solved() + "\n\n" for e in exs)
         # the examples up to the separator, which BPE may merge with the query's first token (kept verbatim)
-        assert dec(ex.ctx[ex.a:ex.b]).rstrip("\n") == shots.rstrip("\n")
-        assert dec(ex.ctx[ex.a:ex.b]) + dec(ex.ctx[ex.b:]) == shots + it.ctx
-        assert dec(cx.ctx[cx.a:]).lstrip("\n") == it.ctx and cx.b == len(cx.ctx) - 3 and ex.b == cx.a
+        assert dec(ex.ctx[ex.a : ex.b]).rstrip("\n") == shots.rstrip("\n")
+        assert dec(ex.ctx[ex.a : ex.b]) + dec(ex.ctx[ex.b :]) == shots + it.ctx
+        assert dec(cx.ctx[cx.a :]).lstrip("\n") == it.ctx and cx.b == len(cx.ctx) - 3 and ex.b == cx.a
 
 
 @pytest.mark.real
@@ -199,9 +224,9 @@ def test_a_blank_part_before_the_recent_window_stays_verbatim(smollm2) -> None:
     it = every[31]
     exs = fewshot_examples(every, 3, it.index)
     whole = plan_item(smollm2, it, exs, CompactSpec.parse("what=context,ratio=4"))
-    pieces = [smollm2.tokenizer.decode([t]) for t in whole.ctx[whole.a:]]
+    pieces = [smollm2.tokenizer.decode([t]) for t in whole.ctx[whole.a :]]
     blank = next(i for i, p in enumerate(pieces) if p.strip())
-    assert blank >= 1                                           # the separator opens the context's part
+    assert blank >= 1  # the separator opens the context's part
     recent = len(whole.ctx) - whole.a - blank
     base = baseline_items(smollm2, [it], [exs])[0]
     for method in ("concept", "avgpool", "drop"):
@@ -212,7 +237,7 @@ def test_a_blank_part_before_the_recent_window_stays_verbatim(smollm2) -> None:
         assert np.allclose(got.scores, base.scores, atol=1e-4)
         assert (got.pred, got.pred_norm) == (base.pred, base.pred_norm)
     one = plan_item(smollm2, it, exs, CompactSpec.parse(f"what=context,ratio=max,recent={recent - 1}"))
-    assert (one.a, one.b, one.k) == (whole.a, whole.a + blank + 1, 1)     # one word more: compacted as before
+    assert (one.a, one.b, one.k) == (whole.a, whole.a + blank + 1, 1)  # one word more: compacted as before
     text = "\n\nThe man walks to the river."
     ids = smollm2.tokenizer.encode(text, add_special_tokens=False)
     assert smollm2.tokenizer.decode(ids[:2]) == "\n\n"
@@ -222,6 +247,7 @@ def test_a_blank_part_before_the_recent_window_stays_verbatim(smollm2) -> None:
 
 
 # ---- one concept cache for the bank, Test 1 and compaction ----------------------------------------------------------
+
 
 @pytest.fixture
 def passes(monkeypatch):
@@ -241,10 +267,10 @@ def passes(monkeypatch):
 
 def test_the_cache_is_shared_and_changes_no_bit(llama, tmp_path, passes) -> None:
     from walklens.concepts.cache import ConceptCache
+    from walklens.concepts.generation import scheme_bank
     from walklens.experiments.runner import run_test, scorer
     from walklens.experiments.runsetup import RunSetup
     from walklens.experiments.sweep import build_bank
-    from walklens.concepts.generation import scheme_bank
 
     items = toy_items(8, seed=1)
     scheme = Scheme.standard(1, "decoder")
@@ -256,8 +282,11 @@ def test_the_cache_is_shared_and_changes_no_bit(llama, tmp_path, passes) -> None
             runs[name] = run_test(llama, items, scorer(llama, "test1", scheme), setup)
             runs[name + "_passes"] = len(passes)
         assert runs["none_passes"] == runs["cold_passes"] > 0 and runs["warm_passes"] == 0
-        assert [r.scores for r in runs["warm"].results] == [r.scores for r in runs["cold"].results] \
-            == [r.scores for r in runs["none"].results]  # bit-identical with and without the cache
+        assert (
+            [r.scores for r in runs["warm"].results]
+            == [r.scores for r in runs["cold"].results]
+            == [r.scores for r in runs["none"].results]
+        )  # bit-identical with and without the cache
         assert cache.stats.misses > 0 and cache.stats.hits > 0
         # compaction with the same segments (Test 1's cut) computes nothing: the vectors are Test 1's
         exs = [fewshot_examples(items, 1, it.index) for it in items]
@@ -277,8 +306,9 @@ def test_the_cache_is_shared_and_changes_no_bit(llama, tmp_path, passes) -> None
         assert passes
         passes.clear()
         warm = compact_items(llama, items, exs, new, cache=cache)
-        assert passes == [] and [r.scores for r in warm] == [r.scores for r in cold] \
-            == [r.scores for r in compact_items(llama, items, exs, new)]
+        assert passes == [] and [r.scores for r in warm] == [r.scores for r in cold] == [
+            r.scores for r in compact_items(llama, items, exs, new)
+        ]
     # the sweep's --cache DIR is the same cache folder, opened by path
     passes.clear()
     again = build_bank(llama, texts, ["2"], ["w1mean"], cache=tmp_path / "cache", progress=False)

@@ -35,15 +35,20 @@ def test_put_get_round_trip_and_keys(tmp_path: Path) -> None:
         c.put(SPACE, texts, layers, words, block(texts, layers, words))
         got, found = c.get(SPACE, ["c", "zz", "a b"], layers, words)
         assert found.tolist() == [True, False, True]
-        assert torch.equal(got[0], block(["c"], layers, words)[0]) and torch.equal(got[2], block(["a b"], layers, words)[0])
+        assert torch.equal(got[0], block(["c"], layers, words)[0]) and torch.equal(
+            got[2], block(["a b"], layers, words)[0]
+        )
         sub, found = c.get(SPACE, texts[::-1], ["3"], ["last"])  # any subset of layers and words
         assert found.all() and torch.equal(sub, block(texts[::-1], ["3"], ["last"]))
         # every key field matters: another norm, layer, word, dtype, device or weights is a miss
-        for space, lw, norm in ((SPACE, (["E"], ["w1mean"]), None), (SPACE, (["0"], ["mean"]), None),
-                                (SPACE, (["E"], ["mean"]), "L2"),
-                                (Space("toy", "0" * 64, "bfloat16", "cpu", 4), (["E"], ["mean"]), None),
-                                (Space("toy", "0" * 64, "float32", "cuda:x", 4), (["E"], ["mean"]), None),
-                                (Space("toy", "1" * 64, "float32", "cpu", 4), (["E"], ["mean"]), None)):
+        for space, lw, norm in (
+            (SPACE, (["E"], ["w1mean"]), None),
+            (SPACE, (["0"], ["mean"]), None),
+            (SPACE, (["E"], ["mean"]), "L2"),
+            (Space("toy", "0" * 64, "bfloat16", "cpu", 4), (["E"], ["mean"]), None),
+            (Space("toy", "0" * 64, "float32", "cuda:x", 4), (["E"], ["mean"]), None),
+            (Space("toy", "1" * 64, "float32", "cpu", 4), (["E"], ["mean"]), None),
+        ):
             assert not c.get(space, texts, *lw, norm=norm)[1].any()
         assert c.stats.hits == 2 + 3 and c.stats.misses == 1 + 3 * 6
     with ConceptCache(tmp_path / "c") as again:  # persisted
@@ -77,18 +82,18 @@ def test_lru_eviction_keeps_the_bound_and_the_recently_used(tmp_path: Path) -> N
         assert len(list((tmp_path / "shards").glob("*.safetensors"))) == 3
 
 
-def _writer(root: str, seed: int, texts: list[str], q: "mp.Queue[object]", start: "mp.synchronize.Barrier") -> None:
+def _writer(root: str, seed: int, texts: list[str], q: mp.Queue[object], start: mp.synchronize.Barrier) -> None:
     try:
         torch.set_num_threads(1)
         layers, words = ["E", "1"], ["mean", "last"]
         with ConceptCache(root, timeout=60) as c:
             start.wait(timeout=120)  # both processes write and read at the same time
             for i in range(0, len(texts), 3):
-                part = texts[i:i + 3]
+                part = texts[i : i + 3]
                 c.put(SPACE, part, layers, words, block(part, layers, words))
-                got, found = c.get(SPACE, texts[:i + 3], layers, words)
+                got, found = c.get(SPACE, texts[: i + 3], layers, words)
                 assert found.all(), "a vector this process stored is missing"
-                assert torch.equal(got, block(texts[:i + 3], layers, words))
+                assert torch.equal(got, block(texts[: i + 3], layers, words))
         q.put(("ok", seed))
     except BaseException as e:  # report to the parent: an assertion in a child would be lost
         q.put(("error", repr(e)))
@@ -99,8 +104,10 @@ def test_two_processes_write_and_read_at_once(tmp_path: Path) -> None:
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q, start = ctx.Queue(), ctx.Barrier(2)
     shared = [f"t{i}" for i in range(30)]
-    procs = [ctx.Process(target=_writer, args=(str(tmp_path), s, shared[s * 5:] + shared[:s * 5], q, start))
-             for s in range(2)]
+    procs = [
+        ctx.Process(target=_writer, args=(str(tmp_path), s, shared[s * 5 :] + shared[: s * 5], q, start))
+        for s in range(2)
+    ]
     for p in procs:
         p.start()
     results = [q.get(timeout=300) for _ in procs]

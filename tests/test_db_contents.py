@@ -25,6 +25,7 @@ def _one_error(capsys: Any, argv: list[str], *needles: str) -> str:
 
 # ---- foreign SQLite files ------------------------------------------------------------------------------------------
 
+
 def _foreign(path: Path, ddl: str = "CREATE TABLE foo (x INTEGER)") -> bytes:
     con = sqlite3.connect(path)
     con.execute(ddl)
@@ -34,17 +35,24 @@ def _foreign(path: Path, ddl: str = "CREATE TABLE foo (x INTEGER)") -> bytes:
     return path.read_bytes()
 
 
-FOREIGN = {"no meta": "CREATE TABLE foo (x INTEGER)",
-           "a meta of its own": "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
-           "a meta of another layout": "CREATE TABLE meta (a INTEGER, b BLOB)"}
+FOREIGN = {
+    "no meta": "CREATE TABLE foo (x INTEGER)",
+    "a meta of its own": "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
+    "a meta of another layout": "CREATE TABLE meta (a INTEGER, b BLOB)",
+}
 
 
 @pytest.mark.parametrize("kind", FOREIGN)
-@pytest.mark.parametrize("argv", [["hellaswag", "baseline", "--no-progress", "--db", "{db}", "--data", "{data}"],
-                                  ["sweep", "--test", "2", "--db", "{db}", "--data", "{data}"],
-                                  ["report", "--db", "{db}", "--out", "{out}"],
-                                  ["hellaswag", "export", "{out}/x.csv", "--db", "{db}"],
-                                  ["serve", "--db", "{db}", "--port", "0"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["hellaswag", "baseline", "--no-progress", "--db", "{db}", "--data", "{data}"],
+        ["sweep", "--test", "2", "--db", "{db}", "--data", "{data}"],
+        ["report", "--db", "{db}", "--out", "{out}"],
+        ["hellaswag", "export", "{out}/x.csv", "--db", "{db}"],
+        ["serve", "--db", "{db}", "--port", "0"],
+    ],
+)
 def test_foreign_sqlite_file_refused_untouched(kind, argv, tmp_path, capsys, monkeypatch):
     import walklens.loading as loading
 
@@ -147,24 +155,39 @@ def _explorer_statuses(tiny: dict[str, Any], db: Path) -> list[tuple[int, str]]:
     app = create_app(Explorer(dict(tiny), db), TOKEN, allowed_hosts("127.0.0.1", 8765))
     with TestClient(app, base_url=f"http://{HOST}", raise_server_exceptions=False) as c:
         out = [c.get("/api/sweeps", headers=H)]
-        out += [c.post("/api/sweeps/run", json={"run": run, **extra}, headers=H)
-                for run in (1,) for extra in ({}, {"metric": "acc", "filters": {"layer": "E"}})]
+        out += [
+            c.post("/api/sweeps/run", json={"run": run, **extra}, headers=H)
+            for run in (1,)
+            for extra in ({}, {"metric": "acc", "filters": {"layer": "E"}})
+        ]
     return [(r.status_code, r.text) for r in out]
 
 
-ROW11 = [("sweep_runs", "n_items", 10**12), ("sweep_runs", "n_items", -5), ("sweep_runs", "n_items", 3 * 10**8),
-         ("sweep_runs", "labels", b"\x01"), ("sweep_runs", "baseline_preds", b"\x01"),
-         ("sweep_groups", "preds", b"\x01"), ("sweep_groups", "acc", b"\x01"), ("sweep_groups", "outs", "not json"),
-         ("sweep_runs", "item_index", "[1,"), ("sweep_groups", "metrics", '["acc", "acc"]'),
-         ("sweep_groups", "context", "zzz"), ("sweep_runs", "arch", "quantum"), ("sweep_runs", "test", 7),
-         ("sweep_runs", "baseline_acc", 1e300), ("sweep_groups", "outs", "[" * 100_000)]
+ROW11 = [
+    ("sweep_runs", "n_items", 10**12),
+    ("sweep_runs", "n_items", -5),
+    ("sweep_runs", "n_items", 3 * 10**8),
+    ("sweep_runs", "labels", b"\x01"),
+    ("sweep_runs", "baseline_preds", b"\x01"),
+    ("sweep_groups", "preds", b"\x01"),
+    ("sweep_groups", "acc", b"\x01"),
+    ("sweep_groups", "outs", "not json"),
+    ("sweep_runs", "item_index", "[1,"),
+    ("sweep_groups", "metrics", '["acc", "acc"]'),
+    ("sweep_groups", "context", "zzz"),
+    ("sweep_runs", "arch", "quantum"),
+    ("sweep_runs", "test", 7),
+    ("sweep_runs", "baseline_acc", 1e300),
+    ("sweep_groups", "outs", "[" * 100_000),
+]
 
 
 @pytest.mark.parametrize("table,field,value", ROW11, ids=[f"{t}.{f}={str(v)[:12]}" for t, f, v in ROW11])
 def test_bad_values_are_one_line_naming_table_row_and_field(table, field, value, template, tiny, tmp_path, capsys):
     db = _mutated(template, tmp_path / "bad.sqlite", [(table, field, True, value)])
-    line = _one_error(capsys, ["report", "--db", str(db), "--out", str(tmp_path / "out")],
-                      f"table {table}, row ", f"field {field}")
+    line = _one_error(
+        capsys, ["report", "--db", str(db), "--out", str(tmp_path / "out")], f"table {table}, row ", f"field {field}"
+    )
     assert len(line) < 400
     statuses = _explorer_statuses(tiny, db)
     assert all(s < 500 for s, _ in statuses), statuses
@@ -181,43 +204,111 @@ def test_results_values_are_checked(template, tmp_path, capsys):
             store.results(key)
         _one_error(capsys, ["hellaswag", "export", str(tmp_path / "x.csv"), "--db", str(db)], f"field {field}")
     db = _mutated(template, tmp_path / "acc.sqlite", [("runs", "acc", True, 5.0)])
-    _one_error(capsys, ["hellaswag", "export", str(tmp_path / "x.csv"), "--db", str(db), "--table", "runs"],
-               "table runs", "field acc")
+    _one_error(
+        capsys,
+        ["hellaswag", "export", str(tmp_path / "x.csv"), "--db", str(db), "--table", "runs"],
+        "table runs",
+        "field acc",
+    )
 
 
 def test_a_valid_edge_database_still_reports(template, tmp_path, capsys):
     """Values at the edges of their ranges are read and reported (the real report, PNGs and all)."""
-    db = _mutated(template, tmp_path / "edge.sqlite", [("sweep_runs", "baseline_acc", False, 0.0),
-                                                       ("sweep_runs", "model", False, "=\u2028 model"),
-                                                       ("sweep_groups", "acc", True, b"\x00" * 12)])
+    db = _mutated(
+        template,
+        tmp_path / "edge.sqlite",
+        [
+            ("sweep_runs", "baseline_acc", False, 0.0),
+            ("sweep_runs", "model", False, "=\u2028 model"),
+            ("sweep_groups", "acc", True, b"\x00" * 12),
+        ],
+    )
     assert main(["report", "--db", str(db), "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
     assert (tmp_path / "out" / "index.html").is_file()
 
 
 # ---- fuzzing: any value in any column --------------------------------------------------------------------------
 
-_COLUMNS = {"meta": ("key", "value"),
-            "runs": ("model", "data", "split", "shots", "test", "scheme", "n", "acc", "acc_norm", "created",
-                     "updated"),
-            "results": ("model", "data", "split", "shots", "test", "scheme", "item", "gold", "pred", "pred_norm",
-                        "scores"),
-            "sweep_runs": ("id", "model", "data", "split", "shots", "test", "items_hash", "n_items", "labels",
-                           "item_index", "arch", "n_layers", "baseline_acc", "baseline_acc_norm", "baseline_preds",
-                           "created"),
-            "sweep_groups": ("run_id", "context", "outs", "metrics", "acc", "preds", "seconds"),
-            "sweep_shards": ("run_id", "shard", "shape", "preds", "seconds")}
+_COLUMNS = {
+    "meta": ("key", "value"),
+    "runs": ("model", "data", "split", "shots", "test", "scheme", "n", "acc", "acc_norm", "created", "updated"),
+    "results": ("model", "data", "split", "shots", "test", "scheme", "item", "gold", "pred", "pred_norm", "scores"),
+    "sweep_runs": (
+        "id",
+        "model",
+        "data",
+        "split",
+        "shots",
+        "test",
+        "items_hash",
+        "n_items",
+        "labels",
+        "item_index",
+        "arch",
+        "n_layers",
+        "baseline_acc",
+        "baseline_acc_norm",
+        "baseline_preds",
+        "created",
+    ),
+    "sweep_groups": ("run_id", "context", "outs", "metrics", "acc", "preds", "seconds"),
+    "sweep_shards": ("run_id", "shard", "shape", "preds", "seconds"),
+}
 _CELLS = [(t, c) for t, cols in _COLUMNS.items() for c in cols]
-_TRICKY = ["[]", "[1, 2, 3]", '["acc"]', '["acc", "acc_norm"]', '[""]', "[" * 5000, '{"a": 1}', "[1e999]", "null",
-           "[-1]", "[0, 0, 0, 0, 0, 0, 0, 0]", '["x"]', "[2, 3, 8]", "[100000000000]", "enc=mean,layer=-1,word=mean",
-           "out_layer=-1,out_word=mean", "decoder", "encoder", "acc", "", 0, 1, 2, 3, 7, 10**12, 3 * 10**8, -5,
-           2**63 - 1, -2**63, 0.5, -0.0, 1e300, float("nan"), float("inf"), b"", b"\x01", b"\xff" * 12, b"\x00" * 6]
+_TRICKY = [
+    "[]",
+    "[1, 2, 3]",
+    '["acc"]',
+    '["acc", "acc_norm"]',
+    '[""]',
+    "[" * 5000,
+    '{"a": 1}',
+    "[1e999]",
+    "null",
+    "[-1]",
+    "[0, 0, 0, 0, 0, 0, 0, 0]",
+    '["x"]',
+    "[2, 3, 8]",
+    "[100000000000]",
+    "enc=mean,layer=-1,word=mean",
+    "out_layer=-1,out_word=mean",
+    "decoder",
+    "encoder",
+    "acc",
+    "",
+    0,
+    1,
+    2,
+    3,
+    7,
+    10**12,
+    3 * 10**8,
+    -5,
+    2**63 - 1,
+    -(2**63),
+    0.5,
+    -0.0,
+    1e300,
+    float("nan"),
+    float("inf"),
+    b"",
+    b"\x01",
+    b"\xff" * 12,
+    b"\x00" * 6,
+]
 
 
 def _value_strategy() -> Any:
     from hypothesis import strategies as st
 
-    return st.one_of(st.sampled_from(_TRICKY), st.none(), st.integers(min_value=-2**63, max_value=2**63 - 1),
-                     st.floats(), st.text(max_size=24), st.binary(max_size=40))
+    return st.one_of(
+        st.sampled_from(_TRICKY),
+        st.none(),
+        st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        st.floats(),
+        st.text(max_size=24),
+        st.binary(max_size=40),
+    )
 
 
 def _changes() -> Any:
@@ -231,8 +322,9 @@ def _fuzz(examples: int) -> Any:
     """Bounded, reproducible hypothesis settings (a fixed derandomized run of ``examples`` cases)."""
     from hypothesis import HealthCheck, settings
 
-    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=examples, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    )
 
 
 def test_fuzz_database_contents_never_an_internal_error(template, tmp_path_factory, monkeypatch):
@@ -263,8 +355,10 @@ def test_fuzz_database_contents_never_an_internal_error(template, tmp_path_facto
     def check(changes: list[Any], table: str, ext: str) -> None:
         d = tmp_path_factory.mktemp("fuzz")
         db = _mutated(template, d / "f.sqlite", [(t, c, first, v) for (t, c), first, v in changes])
-        for argv in (["report", "--db", str(db), "--out", str(d / "out")],
-                     ["hellaswag", "export", str(d / f"x.{ext}"), "--db", str(db), "--table", table]):
+        for argv in (
+            ["report", "--db", str(db), "--out", str(d / "out")],
+            ["hellaswag", "export", str(d / f"x.{ext}"), "--db", str(db), "--table", table],
+        ):
             err = io.StringIO()
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
                 code = main(argv)
@@ -282,8 +376,9 @@ def test_fuzz_database_contents_never_a_500_in_the_explorer(template, tiny, tmp_
     @_fuzz(15)
     @given(_changes())
     def check(changes: list[Any]) -> None:
-        db = _mutated(template, tmp_path_factory.mktemp("fuzz") / "f.sqlite",
-                      [(t, c, first, v) for (t, c), first, v in changes])
+        db = _mutated(
+            template, tmp_path_factory.mktemp("fuzz") / "f.sqlite", [(t, c, first, v) for (t, c), first, v in changes]
+        )
         for status, body in _explorer_statuses(tiny, db):
             assert status < 500, (changes, status, body)
 

@@ -19,7 +19,7 @@ def test_parity_docs_match_their_result_files(tmp_path):
 def test_an_edited_number_is_caught(tmp_path):
     text = DOCS.read_text()
     i = text.index("| smollm2-135m@bfloat16 | bfloat16 |")
-    line = text[i:text.index("\n", i)]
+    line = text[i : text.index("\n", i)]
     edited = tmp_path / "parity.md"
     edited.write_text(text.replace(line, line.replace("| pass |", "| FAIL |")))
     assert render_docs(edited, RESULTS) != edited.read_text()

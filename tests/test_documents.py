@@ -18,6 +18,7 @@ import torch
 from starlette.testclient import TestClient
 
 import walklens
+from _explorer import TEST_TEXT
 from walklens.power import Alignment
 from walklens.reports import compaction as compaction_report
 from walklens.reports import generate as generate_report
@@ -35,8 +36,6 @@ from walklens.server.security import allowed_hosts
 from walklens.server.state import Explorer
 from walklens.testing import tiny_model
 from walklens.walks import EncodingWalk
-
-from _explorer import TEST_TEXT
 
 HOST = "127.0.0.1:8765"
 TOKEN = "test-token_0123456789"
@@ -65,8 +64,10 @@ def post(client: TestClient, path: str, **body: Any) -> dict[str, Any]:
 
 def embedded(page: str) -> dict[str, dict[str, Any]]:
     """The documents a report's page embeds for results.js: kind -> document."""
-    return {m[1]: json.loads(html.unescape(m[2]))
-            for m in re.finditer(r"<div class='wl-result' data-result='([^']*)' data-doc='([^']*)'>", page)}
+    return {
+        m[1]: json.loads(html.unescape(m[2]))
+        for m in re.finditer(r"<div class='wl-result' data-result='([^']*)' data-doc='([^']*)'>", page)
+    }
 
 
 def jsonify(x: Any) -> Any:
@@ -74,6 +75,7 @@ def jsonify(x: Any) -> Any:
 
 
 # ---- a field added to a result dataclass reaches every reader, with no other edit ---------------------------------
+
 
 @dataclasses.dataclass
 class PlantedWalk(EncodingWalk):
@@ -123,8 +125,10 @@ def test_a_field_added_to_a_walk_is_reduced_by_blocks_like_the_rank_maps(client,
 
 def test_a_field_added_to_alignment_reaches_json_the_report_page_and_the_explorer(client, llama, monkeypatch):
     def planted(al: Alignment) -> PlantedAlignment:
-        return PlantedAlignment(**{f.name: getattr(al, f.name) for f in dataclasses.fields(al)},
-                                planted=[0.5 + i for i in range(len(al.points))])
+        return PlantedAlignment(
+            **{f.name: getattr(al, f.name) for f in dataclasses.fields(al)},
+            planted=[0.5 + i for i in range(len(al.points))],
+        )
 
     real = api_power.alignment
     monkeypatch.setattr(api_power, "alignment", lambda *a, **k: planted(real(*a, **k)))
@@ -139,6 +143,7 @@ def test_a_field_added_to_alignment_reaches_json_the_report_page_and_the_explore
 
 # ---- each reply is its report's document: a field planted in the document function is in the reply -----------------
 
+
 def _plant(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
     real = getattr(module, name)
     monkeypatch.setattr(module, name, lambda *a, **k: {**real(*a, **k), "planted": f"{module.__name__}.{name}"})
@@ -147,8 +152,13 @@ def _plant(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
 REPLIES = [  # (report module, document function, API path, request, where the planted field is in the reply)
     (power_report, "alignment_document", "/api/power", {}, ("alignment",)),
     (power_report, "spectra_document", "/api/power", {}, ("spectra",)),
-    (steer_report, "document", "/api/steer", {"target": " paris", "layers": [1], "alpha": 4.0, "max_new_tokens": 2},
-     ()),
+    (
+        steer_report,
+        "document",
+        "/api/steer",
+        {"target": " paris", "layers": [1], "alpha": 4.0, "max_new_tokens": 2},
+        (),
+    ),
     (walk_report, "walk_document", "/api/walk", {}, ()),
     (walk_report, "cell_document", "/api/walk/cell", {"point": 1, "position": 2}, ()),
     (generate_report, "document", "/api/decode", {"max_new_tokens": 2}, ()),
@@ -160,8 +170,9 @@ REPLIES = [  # (report module, document function, API path, request, where the p
 ]
 
 
-@pytest.mark.parametrize("module, name, path, body, where", REPLIES,
-                         ids=[f"{m.__name__.rsplit('.', 1)[1]}.{n}" for m, n, *_ in REPLIES])
+@pytest.mark.parametrize(
+    "module, name, path, body, where", REPLIES, ids=[f"{m.__name__.rsplit('.', 1)[1]}.{n}" for m, n, *_ in REPLIES]
+)
 def test_each_explorer_reply_is_its_reports_document(client, monkeypatch, module, name, path, body, where):
     _plant(monkeypatch, module, name)
     d = post(client, path, model="llama", text=TEST_TEXT, **body)
@@ -179,8 +190,31 @@ def test_the_steering_json_and_page_are_the_document(llama, tmp_path, monkeypatc
     llama.model.save_pretrained(str(d), safe_serialization=True)
     llama.tokenizer.save_pretrained(str(d))
     js, out = tmp_path / "s.json", tmp_path / "rep"
-    assert main(["steer", "the dog and the", "--toward", " cat", "--layers", "1", "--alpha", "0,4", "--method", "add",
-                 "--max-new-tokens", "2", "--model", str(d), "--json", str(js), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "steer",
+                "the dog and the",
+                "--toward",
+                " cat",
+                "--layers",
+                "1",
+                "--alpha",
+                "0,4",
+                "--method",
+                "add",
+                "--max-new-tokens",
+                "2",
+                "--model",
+                str(d),
+                "--json",
+                str(js),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(js.read_text())
     assert doc["planted"] == "walklens.reports.steer.document" and len(doc["rows"]) == 2
     page = embedded((out / "index.html").read_text(encoding="utf-8"))
@@ -195,8 +229,9 @@ def test_a_curve_added_to_a_document_reaches_the_png_and_the_page(llama, monkeyp
     spectra = walklens.power_spectra(llama, heads=False, nearest=3)
     al = walklens.alignment(llama, TEST_TEXT, spectra=spectra, n_random=8, n_shuffles=4)
     doc = power_report.alignment_document(al)
-    assert [c["name"] for c in embedded(power_report.build(spectra, al).render())["alignment"]["curves"]][-1] == \
-        "planted curve"
+    assert [c["name"] for c in embedded(power_report.build(spectra, al).render())["alignment"]["curves"]][
+        -1
+    ] == "planted curve"
     fig = power_report.alignment_figure(doc)
     assert "planted curve" in [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
     line = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "planted curve"][0]
@@ -219,10 +254,26 @@ def test_every_report_has_a_document() -> None:
 def test_the_sweep_and_compaction_files_hold_their_documents(tmp_path) -> None:
     from walklens.compaction.curves import CurvePoint, CurveSet
 
-    point = CurvePoint(shots=0, what="examples", strategy="full", ratio=None, spec="", n=4, acc=0.5, acc_norm=0.5,
-                       acc_ci=(0.1, 0.9), acc_norm_ci=(0.1, 0.9), kept_acc=None, kept_acc_ci=(None, None),
-                       kept_acc_norm=None, kept_acc_norm_ci=(None, None), tokens_per_vector=None, inputs=10,
-                       inputs_full=10, seconds={})
+    point = CurvePoint(
+        shots=0,
+        what="examples",
+        strategy="full",
+        ratio=None,
+        spec="",
+        n=4,
+        acc=0.5,
+        acc_norm=0.5,
+        acc_ci=(0.1, 0.9),
+        acc_norm_ci=(0.1, 0.9),
+        kept_acc=None,
+        kept_acc_ci=(None, None),
+        kept_acc_norm=None,
+        kept_acc_norm_ci=(None, None),
+        tokens_per_vector=None,
+        inputs=10,
+        inputs_full=10,
+        seconds={},
+    )
     curves = CurveSet(model="m", n_items=4, n_tune=0, tuned={}, points=[point])
     doc = jsonify(compaction_report.document(curves))
     assert doc == jsonify(curves) and json.loads(compaction_report.build(curves).files["curves.json"]) == doc
@@ -230,9 +281,16 @@ def test_the_sweep_and_compaction_files_hold_their_documents(tmp_path) -> None:
     assert jsonify(sweep_report.document([], "r.sqlite")) == {"source": "r.sqlite", "runs": []} and not rep.files
 
 
-@pytest.mark.parametrize("fields, message", [("rank_of_input", "fields must be a list"), ([], "fields must be a list"),
-                                             ([3], "fields must be a list"), (["x" * 65], "fields must be a list"),
-                                             (["rank_of_input", "<b>nope</b>"], "not a field of this document")])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ("rank_of_input", "fields must be a list"),
+        ([], "fields must be a list"),
+        ([3], "fields must be a list"),
+        (["x" * 65], "fields must be a list"),
+        (["rank_of_input", "<b>nope</b>"], "not a field of this document"),
+    ],
+)
 def test_fields_are_checked_and_never_echoed(client, fields, message):
     r = client.post("/api/walk", json={"model": "llama", "text": TEST_TEXT, "fields": fields}, headers=H)
     assert r.status_code == 400 and message in r.json()["error"] and "<b>" not in r.json()["error"]
@@ -241,6 +299,7 @@ def test_fields_are_checked_and_never_echoed(client, fields, message):
 
 
 # ---- signatures: at most 8 positional parameters, at most 80 lines, in the reports and the explorer --------------
+
 
 def _functions(folder: Path) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
     out = []

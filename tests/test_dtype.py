@@ -26,20 +26,19 @@ import pytest
 import torch
 
 import walklens
+from oracles import reference_logliks
 from walklens import precision
 from walklens.capture import tokenize
+from walklens.errors import InputError, SlowDtypeWarning
 from walklens.hellaswag import packing
 from walklens.hellaswag.baseline import baseline_items, baseline_request, item_result
 from walklens.hellaswag.data import load_hellaswag
 from walklens.hellaswag.packing import packed_logliks
 from walklens.hellaswag.request import ScoreRequest
-from walklens.errors import InputError, SlowDtypeWarning
 from walklens.interventions import attention_kernel, sdpa_possible
 from walklens.loading import wrap
 from walklens.precision import UNIT_ROUNDOFF, check_device, model_label, parse_dtype, slow_reason, warn_if_slow
 from walklens.testing import TINY_FAMILIES, tiny_model
-
-from oracles import reference_logliks
 
 TEXT = "the king ran to the river and the queen walks to the city of paris"
 U = UNIT_ROUNDOFF[torch.bfloat16]
@@ -65,6 +64,7 @@ def _scores_close(got: float, ref: float, n_tokens: int) -> bool:
 
 
 # ---- parsing, devices, warnings (no GPU needed) -------------------------------------------------------------
+
 
 def test_dtype_names():
     assert parse_dtype("bfloat16") is torch.bfloat16 and parse_dtype(" Float16 ") is torch.float16
@@ -132,32 +132,45 @@ def test_load_model_dtype_and_device(tiny_dir, monkeypatch):
 
 
 def _cli(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
 
 
 def test_cli_cuda_without_gpu_is_one_line(tiny_dir, tmp_path):
     out = tmp_path / "w.json"
-    r = _cli("import sys; from walklens.cli import main; "
-             f"sys.exit(main(['walk', 'the king', '--model', {str(tiny_dir)!r}, '--device', 'cuda', "
-             f"'--json', {str(out)!r}]))")
+    r = _cli(
+        "import sys; from walklens.cli import main; "
+        f"sys.exit(main(['walk', 'the king', '--model', {str(tiny_dir)!r}, '--device', 'cuda', "
+        f"'--json', {str(out)!r}]))"
+    )
     assert r.returncode == 2, r.stderr
-    assert r.stderr.splitlines() == ["walklens: error: device 'cuda' asked for, but no CUDA GPU is available "
-                                     "(" + ("this torch build has no CUDA" if torch.version.cuda is None
-                                            else "no CUDA GPU was found") + "); use --device cpu"]
+    assert r.stderr.splitlines() == [
+        "walklens: error: device 'cuda' asked for, but no CUDA GPU is available "
+        "("
+        + ("this torch build has no CUDA" if torch.version.cuda is None else "no CUDA GPU was found")
+        + "); use --device cpu"
+    ]
     assert not out.exists()
 
 
 def test_cli_dtype_runs_and_warns_once(tiny_dir, tmp_path):
     out = tmp_path / "w.json"
-    r = _cli("import sys; import walklens.precision as p; p.cpu_flags = lambda: {'avx2'}; "
-             "from walklens.cli import main; "
-             f"sys.exit(main(['walk', 'the king ran', '--model', {str(tiny_dir)!r}, '--dtype', 'bfloat16', "
-             f"'--json', {str(out)!r}]))")
+    r = _cli(
+        "import sys; import walklens.precision as p; p.cpu_flags = lambda: {'avx2'}; "
+        "from walklens.cli import main; "
+        f"sys.exit(main(['walk', 'the king ran', '--model', {str(tiny_dir)!r}, '--dtype', 'bfloat16', "
+        f"'--json', {str(out)!r}]))"
+    )
     assert r.returncode == 0, r.stderr
     assert [l for l in r.stderr.splitlines() if l.strip()] == [
         "walklens: warning: bfloat16 on this CPU has no AMX-BF16/AVX512-BF16 instructions: its matrix products "
-        "are emulated and usually slower than float32"]
+        "are emulated and usually slower than float32"
+    ]
     assert json.loads(out.read_text())["model"] == f"{tiny_dir}@bfloat16"
 
 
@@ -165,15 +178,25 @@ def test_every_model_command_takes_dtype_and_device():
     from walklens.cli import build_parser
 
     parser = build_parser()
-    for argv in (["walk", "x"], ["generate", "x"], ["simmap", "x"], ["heads", "x"], ["kernels"], ["power", "x"],
-                 ["steer", "x", "--toward", "y", "--layers", "1"], ["hellaswag", "baseline"], ["hellaswag", "test1"],
-                 ["sweep", "--test", "1"]):
+    for argv in (
+        ["walk", "x"],
+        ["generate", "x"],
+        ["simmap", "x"],
+        ["heads", "x"],
+        ["kernels"],
+        ["power", "x"],
+        ["steer", "x", "--toward", "y", "--layers", "1"],
+        ["hellaswag", "baseline"],
+        ["hellaswag", "test1"],
+        ["sweep", "--test", "1"],
+    ):
         args = parser.parse_args(argv + ["--dtype", "bfloat16", "--device", "cuda"])
         assert (args.dtype, args.device) == ("bfloat16", "cuda"), argv
         assert parser.parse_args(argv).dtype == "float32"
 
 
 # ---- the record dtype ---------------------------------------------------------------------------------------
+
 
 def test_record_dtype_is_independent_of_the_model_dtype(tmp_path):
     lm = tiny_model("llama", dtype="bfloat16")
@@ -189,6 +212,7 @@ def test_record_dtype_is_independent_of_the_model_dtype(tmp_path):
 
 
 # ---- exact in its dtype ----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("family", TINY_FAMILIES)
@@ -261,14 +285,17 @@ def test_eigenvalues_in_float64_from_bfloat16_weights():
 
 # ---- scoring: SDPA and bfloat16 -------------------------------------------------------------------------------
 
+
 def _requests(lm, n: int) -> list[ScoreRequest]:
     g = torch.Generator().manual_seed(3)
     V = len(lm.tokenizer)
     out = []
     for _ in range(n):
         ctx = torch.randint(6, V, (int(torch.randint(1, 13, (1,), generator=g)),), generator=g).tolist()
-        conts = [torch.randint(6, V, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g).tolist()
-                 for _ in range(int(torch.randint(1, 5, (1,), generator=g)))]
+        conts = [
+            torch.randint(6, V, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(int(torch.randint(1, 5, (1,), generator=g)))
+        ]
         out.append(ScoreRequest(conts, context_ids=ctx))
     return out
 
@@ -279,8 +306,9 @@ def test_sdpa_equals_eager_in_float32(family, monkeypatch):
     reqs = _requests(lm, 10)  # rows up to 12 + 15 tokens: past Gemma's sliding window of 4
     seen: list[str] = []
     real = packing._packed_batch
-    monkeypatch.setattr(packing, "_packed_batch",
-                        lambda lm_, rs: (seen.append(lm_.model.config._attn_implementation), real(lm_, rs))[1])
+    monkeypatch.setattr(
+        packing, "_packed_batch", lambda lm_, rs: (seen.append(lm_.model.config._attn_implementation), real(lm_, rs))[1]
+    )
     sdpa = packed_logliks(lm, reqs, max_tokens=64)
     assert lm.model.config._attn_implementation == "eager"  # set back
     if packing.can_pack(lm) and family != "gpt_neo":  # GPT-Neo's rows past its local window fall back
@@ -323,6 +351,7 @@ def test_hellaswag_baseline_in_bfloat16():
 
 # ---- once on smollm2 ---------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def smollm2_bf16():
     return walklens.load_model("smollm2-135m", dtype="bfloat16")
@@ -342,6 +371,7 @@ def test_smollm2_in_bfloat16(smollm2_bf16, smollm2):
 
 
 # ---- the GPU path (skipped without a CUDA GPU; the tests above cover the dtype logic on the CPU) ----------------
+
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -373,8 +403,9 @@ def test_float32_embeddings_feed_a_bfloat16_model(family):
     want = continuation_logliks(lm, conts, context_ids=ids)
     assert continuation_logliks(lm, conts, context_embeds=e) == want
     if packing.can_pack(lm):
-        assert packed_logliks(lm, [ScoreRequest(conts, context_embeds=e)]) == \
-            packed_logliks(lm, [ScoreRequest(conts, context_ids=ids)])
+        assert packed_logliks(lm, [ScoreRequest(conts, context_embeds=e)]) == packed_logliks(
+            lm, [ScoreRequest(conts, context_ids=ids)]
+        )
 
 
 def test_logsumexp_rows_equals_torch():

@@ -42,6 +42,7 @@ def _one_line(e: pytest.ExceptionInfo) -> str:
 
 # ---- TransformerLens names ---------------------------------------------------------------------------------------
 
+
 def test_the_map_is_a_bijection_on_the_mapped_points(models):
     for fam, lm in models.items():
         points = [p for p in walklens.capture(lm, TEXT).points if p != "final"]
@@ -75,7 +76,7 @@ def test_points_take_transformerlens_patterns(gpt2):
 
 
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
 def _transformerlens_style_gpt2(lm, ids: torch.Tensor, center: bool = False) -> tuple[dict, torch.Tensor]:
@@ -101,8 +102,9 @@ def _transformerlens_style_gpt2(lm, ids: torch.Tensor, center: bool = False) -> 
         cache[f"blocks.{l}.hook_attn_out"] = attn_out
         resid = cache[f"blocks.{l}.hook_resid_mid"] = resid + attn_out
         x = F.layer_norm(resid, resid.shape[-1:], block.ln_2.weight, block.ln_2.bias, block.ln_2.eps)
-        mlp_out = _gelu_new(x @ block.mlp.c_fc.weight + block.mlp.c_fc.bias) @ c(block.mlp.c_proj.weight) \
-            + c(block.mlp.c_proj.bias)
+        mlp_out = _gelu_new(x @ block.mlp.c_fc.weight + block.mlp.c_fc.bias) @ c(block.mlp.c_proj.weight) + c(
+            block.mlp.c_proj.bias
+        )
         cache[f"blocks.{l}.hook_mlp_out"] = mlp_out
         resid = cache[f"blocks.{l}.hook_resid_post"] = resid + mlp_out
     final = F.layer_norm(resid, resid.shape[-1:], tr.ln_f.weight, tr.ln_f.bias, tr.ln_f.eps)
@@ -125,29 +127,36 @@ def test_tl_cache_matches_a_transformerlens_style_forward_pass(gpt2):
             assert err < 1e-5, (name, centered, float(err))
         pos = cache["blocks.0.hook_resid_pre"][0] - cache["hook_embed"][0]  # the documented hook_pos_embed
         assert torch.allclose(pos, ref["hook_pos_embed"], atol=1e-5)
-    assert not torch.allclose(tl_cache(trace)["blocks.1.hook_resid_post"],
-                              tl_cache(trace, centered=True)["blocks.1.hook_resid_post"], atol=1e-3)
+    assert not torch.allclose(
+        tl_cache(trace)["blocks.1.hook_resid_post"],
+        tl_cache(trace, centered=True)["blocks.1.hook_resid_post"],
+        atol=1e-3,
+    )
 
 
-@pytest.mark.parametrize("name,needle", [
-    ("ln_final.hook_normalized", "before them"),
-    ("blocks.0.attn.hook_pattern", "attentions=True"),
-    ("hook_pos_embed", "blocks.0.hook_resid_pre - hook_embed"),
-    ("blocks.1.hook_mlp_in", "blocks.1.hook_resid_mid"),
-    ("blocks.0.mlp.hook_post", "blocks.0.hook_mlp_out"),
-    ("blocks.0.hook_resid_prex", "nearest: blocks.0.hook_resid_pre"),
-    ("blocks.7.hook_resid_pre", "records no"),
-    ("blocks.*.hook_foo", "nearest"),
-    ("decoder.0.hook_resid_pre", "HookedEncoderDecoder"),
-])
+@pytest.mark.parametrize(
+    "name,needle",
+    [
+        ("ln_final.hook_normalized", "before them"),
+        ("blocks.0.attn.hook_pattern", "attentions=True"),
+        ("hook_pos_embed", "blocks.0.hook_resid_pre - hook_embed"),
+        ("blocks.1.hook_mlp_in", "blocks.1.hook_resid_mid"),
+        ("blocks.0.mlp.hook_post", "blocks.0.hook_mlp_out"),
+        ("blocks.0.hook_resid_prex", "nearest: blocks.0.hook_resid_pre"),
+        ("blocks.7.hook_resid_pre", "records no"),
+        ("blocks.*.hook_foo", "nearest"),
+        ("decoder.0.hook_resid_pre", "HookedEncoderDecoder"),
+    ],
+)
 def test_unmapped_transformerlens_names_are_refused_in_one_line(gpt2, name, needle):
     with pytest.raises(InputError) as e:
         walklens.capture(gpt2, TEXT, names=TL, points=[name])
     assert needle in _one_line(e)
 
 
-@pytest.mark.parametrize("point,needle", [("final", "hook_resid_post"), ("L0.cross_out", "T5"),
-                                          ("L0.resid_prx", "nearest: L0.resid_pre")])
+@pytest.mark.parametrize(
+    "point,needle", [("final", "hook_resid_post"), ("L0.cross_out", "T5"), ("L0.resid_prx", "nearest: L0.resid_pre")]
+)
 def test_walklens_points_without_a_hook_are_refused_in_one_line(point, needle):
     with pytest.raises(InputError) as e:
         tl_name(point)
@@ -173,6 +182,7 @@ def test_families_whose_hooks_mean_something_else_are_refused(gpt2, models):
 
 # ---- control vectors ---------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def deep():
     """A tiny Llama with 4 layers (llama.cpp steers layers 1 to n_layer - 1)."""
@@ -182,9 +192,16 @@ def deep():
     from walklens.testing import tiny_tokenizer
 
     tok = tiny_tokenizer()
-    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                   tie_word_embeddings=True)
+    cfg = transformers.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg)
     with torch.no_grad():
@@ -253,6 +270,7 @@ def test_control_vectors_refuse_what_llama_cpp_cannot_express(deep, tmp_path):
 
 # ---- files from elsewhere ----------------------------------------------------------------------------------------
 
+
 def _gguf_string(s: str) -> bytes:
     b = s.encode("utf-8")
     return struct.pack("<Q", len(b)) + b
@@ -286,8 +304,11 @@ def _row(values) -> bytes:
 
 def test_files_of_independent_writers_are_read(deep, tmp_path):
     rows = {k: np.random.default_rng(k).standard_normal(32).astype(np.float32) for k in (1, 3)}
-    raw = _raw_gguf(tmp_path / "raw.gguf", [ARCH, HINT, ("controlvector.layer_count", UINT32, struct.pack("<I", 2))],
-                    [(f"direction.{k}", [32], 0, _row(v)) for k, v in rows.items()])
+    raw = _raw_gguf(
+        tmp_path / "raw.gguf",
+        [ARCH, HINT, ("controlvector.layer_count", UINT32, struct.pack("<I", 2))],
+        [(f"direction.{k}", [32], 0, _row(v)) for k, v in rows.items()],
+    )
     import gguf  # as repeng's ControlVector.export_gguf writes it
 
     writer = gguf.GGUFWriter(str(tmp_path / "repeng.gguf"), "controlvector")
@@ -322,8 +343,12 @@ def _malformed(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     def raw(name, kv, tensors, needle):
         d[name] = (_raw_gguf(tmp_path / f"{name}.gguf", kv, tensors), needle)
 
-    raw("model", [("general.architecture", STRING, _gguf_string("llama"))], [("direction.1", [32], 0, ok)],
-        "'llama', not 'controlvector'")
+    raw(
+        "model",
+        [("general.architecture", STRING, _gguf_string("llama"))],
+        [("direction.1", [32], 0, ok)],
+        "'llama', not 'controlvector'",
+    )
     raw("no_arch", [HINT], [("direction.1", [32], 0, ok)], "no general.architecture")
     raw("other_tensor", [ARCH], [("output.weight", [32], 0, ok)], "not direction.N")
     raw("layer_zero", [ARCH], [("direction.0", [32], 0, ok)], "direction.0")
@@ -333,8 +358,12 @@ def _malformed(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     raw("nan", [ARCH], [("direction.1", [32], 0, _row([math.nan] * 32))], "NaN")
     raw("empty", [ARCH], [], "no direction tensors")
     raw("duplicate", [ARCH], [("direction.1", [32], 0, ok), ("direction.1", [32], 0, ok)], "not a readable GGUF")
-    raw("count", [ARCH, ("controlvector.layer_count", STRING, _gguf_string("two"))], [("direction.1", [32], 0, ok)],
-        "not an integer")
+    raw(
+        "count",
+        [ARCH, ("controlvector.layer_count", STRING, _gguf_string("two"))],
+        [("direction.1", [32], 0, ok)],
+        "not an integer",
+    )
     raw("wrong_d", [ARCH], [("direction.1", [16], 0, ok[:64])], "residual has 32")
     raw("too_deep", [ARCH], [("direction.4", [32], 0, ok)], "does not have")
     junk = tmp_path / "junk.gguf"
@@ -358,6 +387,7 @@ def test_malformed_files_are_refused_in_one_line(deep, tmp_path):
 
 # ---- command line ------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def deep_dir(tmp_path_factory, deep):
     d = tmp_path_factory.mktemp("deep")
@@ -370,14 +400,56 @@ def test_steer_exports_a_control_vector(deep, deep_dir, tmp_path, capsys):
     from walklens.cli import main
 
     out = tmp_path / "cat.gguf"
-    assert main(["steer", "the dog and the", "--toward", " cat", "--layers", "1-3", "--method", "add", "--alpha", "4",
-                 "--max-new-tokens", "1", "--model", str(deep_dir), "--export-control-vector", str(out)]) == 0
+    assert (
+        main(
+            [
+                "steer",
+                "the dog and the",
+                "--toward",
+                " cat",
+                "--layers",
+                "1-3",
+                "--method",
+                "add",
+                "--alpha",
+                "4",
+                "--max-new-tokens",
+                "1",
+                "--model",
+                str(deep_dir),
+                "--export-control-vector",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "control vector:" in capsys.readouterr().out
     cv, ref = read_control_vector(out, deep), control_vector(deep, " cat", [1, 2, 3], 4.0)
     assert cv.layers == [1, 2, 3] and all(torch.equal(cv.directions[k], ref.directions[k]) for k in ref.layers)
     eig = tmp_path / "eig.gguf"
-    assert main(["steer", "the dog and the", "--toward", " cat", "--layers", "2", "--method", "eigen", "--alpha", "30",
-                 "--max-new-tokens", "1", "--model", str(deep_dir), "--export-control-vector", str(eig)]) == 0
+    assert (
+        main(
+            [
+                "steer",
+                "the dog and the",
+                "--toward",
+                " cat",
+                "--layers",
+                "2",
+                "--method",
+                "eigen",
+                "--alpha",
+                "30",
+                "--max-new-tokens",
+                "1",
+                "--model",
+                str(deep_dir),
+                "--export-control-vector",
+                str(eig),
+            ]
+        )
+        == 0
+    )
     got = read_control_vector(eig, deep)
     want = control_vector(deep, " cat", [2], 30.0, method="eigen", texts=["the dog and the"])
     assert got.method == "eigen" and torch.allclose(got.directions[2], want.directions[2], atol=1e-6)
@@ -390,21 +462,27 @@ def test_steer_export_is_checked_before_the_model_loads(deep_dir, tmp_path, caps
     real = common.load_model
     monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     js = tmp_path / "s.json"
-    for extra, needle in ((["--layers", "1", "--alpha", "4", "--export-control-vector", "x.gguf"], "--method add"),
-                          (["--layers", "1", "--layers", "2", "--method", "add", "--export-control-vector", "x.gguf"],
-                           "one --layers set"),
-                          (["--layers", "1", "--method", "eigen", "--alpha", "1,2", "--export-control-vector",
-                            "x.gguf"], "one --layers set"),
-                          (["--layers", "1", "--method", "add", "--alpha", "1", "--export-control-vector",
-                            str(tmp_path)], "directory"),
-                          (["--layers", "1", "--method", "add", "--alpha", "1", "--json", str(js),
-                            "--export-control-vector", str(js)], "--json")):
+    for extra, needle in (
+        (["--layers", "1", "--alpha", "4", "--export-control-vector", "x.gguf"], "--method add"),
+        (
+            ["--layers", "1", "--layers", "2", "--method", "add", "--export-control-vector", "x.gguf"],
+            "one --layers set",
+        ),
+        (
+            ["--layers", "1", "--method", "eigen", "--alpha", "1,2", "--export-control-vector", "x.gguf"],
+            "one --layers set",
+        ),
+        (["--layers", "1", "--method", "add", "--alpha", "1", "--export-control-vector", str(tmp_path)], "directory"),
+        (
+            ["--layers", "1", "--method", "add", "--alpha", "1", "--json", str(js), "--export-control-vector", str(js)],
+            "--json",
+        ),
+    ):
         assert main([*base, *extra]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("walklens: error: ") and needle in lines[0], lines
     monkeypatch.setattr(common, "load_model", real)
     out = tmp_path / "zero.gguf"
-    assert main([*base, "--layers", "0-1", "--method", "add", "--alpha", "1", "--export-control-vector",
-                 str(out)]) == 2
+    assert main([*base, "--layers", "0-1", "--method", "add", "--alpha", "1", "--export-control-vector", str(out)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "layer 0" in lines[0] and not out.exists()

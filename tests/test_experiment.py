@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from walklens.experiments.experiment import Experiment, ModelEntry, read_experiment
 from walklens.errors import InputError
+from walklens.experiments.experiment import Experiment, ModelEntry, read_experiment
 
 GOOD = """
 name = "two models"
@@ -54,12 +54,23 @@ def test_a_good_file_and_its_runs(tmp_path: Path) -> None:
     assert exp.tests == (1, 2) and exp.shots == (0, 5) and exp.seeds == (1234, 7) and exp.items == (10, 30)
     assert exp.grids == {1: str(tmp_path / "g1.toml"), 2: "standard"}  # relative to the file's folder
     assert exp.layers == ("E", "middle", "-1") and exp.db is None and exp.cache is None
-    assert exp.backend == {"name": "ray", "workers": 2, "address": "ray://head:10001", "gpus_per_worker": 0.5,
-                           "runtime_env": {"env_vars": {"OMP_NUM_THREADS": "1"}}}
+    assert exp.backend == {
+        "name": "ray",
+        "workers": 2,
+        "address": "ray://head:10001",
+        "gpus_per_worker": 0.5,
+        "runtime_env": {"env_vars": {"OMP_NUM_THREADS": "1"}},
+    }
     runs = [(m.spec, seed, k, t) for m, seed, k, t in exp.runs()]
     # a model's runs together; zero-shot once (first seed), every seed for few-shot
-    assert runs[:6] == [("smollm2-135m", 1234, 0, 1), ("smollm2-135m", 1234, 0, 2), ("smollm2-135m", 1234, 5, 1),
-                        ("smollm2-135m", 1234, 5, 2), ("smollm2-135m", 7, 5, 1), ("smollm2-135m", 7, 5, 2)]
+    assert runs[:6] == [
+        ("smollm2-135m", 1234, 0, 1),
+        ("smollm2-135m", 1234, 0, 2),
+        ("smollm2-135m", 1234, 5, 1),
+        ("smollm2-135m", 1234, 5, 2),
+        ("smollm2-135m", 7, 5, 1),
+        ("smollm2-135m", 7, 5, 2),
+    ]
     assert len(runs) == 12 and {r[0] for r in runs[6:]} == {"gemma3-270m"}
     minimal = read_experiment(write(tmp_path, 'tests = [2]\ngrid = "full"\nmodels = ["smollm2-135m"]\n', "m.toml"))
     assert isinstance(minimal, Experiment) and minimal.shots == (0,) and minimal.items == (0, None)
@@ -113,10 +124,23 @@ _VALUES: dict[str, list[str]] = {
     "grid": ["'full'", "'standard'", "'x.toml'", "3", "''"],
     "grids": ["{ test1 = 'standard' }", "{ test2 = 'full' }", "{ test9 = 'full' }", "'full'"],
     "layers": ["['E', '-1']", "[]", "['x']", "[3, 'middle']"],
-    "models": ["['m']", "[{ name = 'm', dtype = 'float16' }]", "[]", "[{ name = 3 }]", "'m'",
-               "[{ name = 'm', device = 'cuda:x' }]", "[1]"],
-    "backend": ["{ name = 'ray', workers = 3 }", "{ workers = -1 }", "{ gpus_per_worker = -1 }",
-                "{ address = 'auto' }", "{ extra = 1 }", "[]"],
+    "models": [
+        "['m']",
+        "[{ name = 'm', dtype = 'float16' }]",
+        "[]",
+        "[{ name = 3 }]",
+        "'m'",
+        "[{ name = 'm', device = 'cuda:x' }]",
+        "[1]",
+    ],
+    "backend": [
+        "{ name = 'ray', workers = 3 }",
+        "{ workers = -1 }",
+        "{ gpus_per_worker = -1 }",
+        "{ address = 'auto' }",
+        "{ extra = 1 }",
+        "[]",
+    ],
     "cache": ["false", "'bank'", "true", "''"],
     "db": ["'r.sqlite'", "1"],
     "data": ["'missing.jsonl'", "7"],
@@ -125,7 +149,9 @@ _VALUES: dict[str, list[str]] = {
 }
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.dictionaries(st.sampled_from(sorted(_VALUES)), st.integers(0, 6), min_size=0, max_size=8))
 def test_fuzzed_files_are_read_or_refused_in_one_line(tmp_path: Path, picks: dict[str, int]) -> None:
     """Any combination of good and bad values: an :class:`Experiment`, or one ``InputError`` line naming the
@@ -149,9 +175,8 @@ def two_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Two tiny models saved as folders (Llama; Gemma 3: BOS and scaled embeddings) and six items."""
     import torch
 
-    from walklens.testing import tiny_model
-
     from test_ray import items_jsonl
+    from walklens.testing import tiny_model
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -167,26 +192,29 @@ def two_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_experiment_run_end_to_end_resume_and_report(two_models: dict[str, Any], tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from walklens.cli import main
-
+def test_experiment_run_end_to_end_resume_and_report(
+    two_models: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from test_ray import T1_GRID
+    from walklens.cli import main
 
     write(tmp_path, T1_GRID, "g1.toml")
     d = two_models["dirs"]
-    exp = write(tmp_path, f"""tests = [1, 2]
+    exp = write(
+        tmp_path,
+        f"""tests = [1, 2]
 shots = [0, 1]
 items = [1, 5]
 grid = "standard"
-data = "{two_models['data']}"
+data = "{two_models["data"]}"
 [grids]
 test1 = "g1.toml"
 [[models]]
-name = "{d['llama']}"
+name = "{d["llama"]}"
 [[models]]
-name = "{d['gemma3']}"
-""")
+name = "{d["gemma3"]}"
+""",
+    )
     db = tmp_path / "study.sqlite"
     args = ["experiment", "run", str(exp), "--db", str(db), "--no-progress"]
     assert main(args + ["--dry-run"]) == 0
@@ -220,4 +248,6 @@ def test_experiment_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.Captu
     assert main(["experiment", "run", str(exp), "--db", str(tmp_path / "dir.sqlite")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and all(e.startswith("walklens: error: ") for e in err), err
-    assert "no such experiment file" in err[0] and "no database" in err[1] and "--db" in err[2] and "directory" in err[2]
+    assert (
+        "no such experiment file" in err[0] and "no database" in err[1] and "--db" in err[2] and "directory" in err[2]
+    )

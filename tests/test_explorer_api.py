@@ -6,7 +6,8 @@ hypothesis fuzz of every endpoint with any JSON value of any size (bounded: fixe
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -14,23 +15,33 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from walklens.server import bounds
+from _explorer import TEST_TEXT, sweep_db
 from walklens.server.app import ASSETS, Running, create_app
 from walklens.server.security import allowed_hosts
 from walklens.server.state import Explorer
 from walklens.testing import tiny_model
 
-from _explorer import TEST_TEXT, sweep_db
-
 HOST = "127.0.0.1:8765"
 TOKEN = "test-token_0123456789"
 H = {"X-Walklens-Token": TOKEN}
-POSTS = ["/api/walk", "/api/walk/cell", "/api/decode", "/api/simmap", "/api/attention", "/api/kernels",
-         "/api/power", "/api/steer", "/api/sweeps/run"]
+POSTS = [
+    "/api/walk",
+    "/api/walk/cell",
+    "/api/decode",
+    "/api/simmap",
+    "/api/attention",
+    "/api/kernels",
+    "/api/power",
+    "/api/steer",
+    "/api/sweeps/run",
+]
 GETS = ["/api/info", "/api/status", "/api/sweeps"]
-FUZZ = dict(deadline=None, derandomize=True, database=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                   HealthCheck.data_too_large])
+FUZZ = dict(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +63,7 @@ def one_line_error(r: httpx.Response, status: int, words: str) -> None:
 
 
 # ---- the token stays out of asset URLs ------------------------------------------------------------------------------
+
 
 def test_assets_load_with_the_page_cookie_not_a_token_in_their_url(explorer: Explorer) -> None:
     """The page used to name ``/static/app.js?token=...``: the token showed in every console stack trace."""
@@ -84,16 +96,20 @@ def test_assets_without_token_or_cookie_are_refused(client: TestClient) -> None:
 
 # ---- hostile bodies -------------------------------------------------------------------------------------------
 
+
 def test_a_chunked_body_over_the_limit_is_413(explorer: Explorer) -> None:
     """A 300 KB body sent in chunks without Content-Length used to end in a 500 (BodyTooLarge)."""
+
     def chunks() -> Iterator[bytes]:
         yield b'{"model": "llama", "text": "'
         for _ in range(300):
             yield b"a" * 1024
         yield b'"}'
 
-    with Running(explorer) as srv, httpx.Client(base_url=f"http://127.0.0.1:{srv.port}",
-                                                headers={"X-Walklens-Token": srv.token}) as c:
+    with (
+        Running(explorer) as srv,
+        httpx.Client(base_url=f"http://127.0.0.1:{srv.port}", headers={"X-Walklens-Token": srv.token}) as c,
+    ):
         r = c.post("/api/walk", content=chunks())
         assert "content-length" not in r.request.headers
         one_line_error(r, 413, "KiB")
@@ -107,8 +123,15 @@ def test_deep_nesting_surrogates_and_huge_integers_are_400(client: TestClient, p
     one_line_error(client.post(path, content=b'{"a": ' + deep + b"}", headers=H), 400, "nested")
     body = {"model": "llama", "text": "the \ud800 capital", "target": "x", "layers": [0]}
     one_line_error(client.post(path, content=json.dumps(body).encode(), headers=H), 400, "lone surrogate")
-    huge = b'{"model": "llama", "text": "the capital", "target": " paris", "layers": [0], "alpha": ' + \
-        b"9" * 400 + b', "k": ' + b"9" * 400 + b', "run": ' + b"9" * 400 + b"}"
+    huge = (
+        b'{"model": "llama", "text": "the capital", "target": " paris", "layers": [0], "alpha": '
+        + b"9" * 400
+        + b', "k": '
+        + b"9" * 400
+        + b', "run": '
+        + b"9" * 400
+        + b"}"
+    )
     r = client.post(path, content=huge, headers=H)  # refused where the endpoint reads one of them
     assert r.status_code in (200, 400) and "\n" not in r.text, r.text
 
@@ -121,16 +144,63 @@ def test_the_steering_alpha_as_a_huge_integer_is_400(client: TestClient) -> None
 
 # ---- the fuzz: every endpoint, any JSON value, any size -------------------------------------------------------------
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-10 ** 30, 10 ** 30) | st.floats()
-                    | st.text(max_size=40), lambda kids: st.lists(kids, max_size=4)
-                    | st.dictionaries(st.text(max_size=8), kids, max_size=4), max_leaves=12)
-KEYS = ["model", "text", "target", "norm", "metric", "show", "k", "point", "position", "max_new_tokens", "layer",
-        "head", "query", "layers", "alpha", "method", "normed", "run", "filters"]
-VALUES = st.one_of(JSON, st.sampled_from(["llama", TEST_TEXT, " paris", "final", "cosine", "dot", "eigen", "add",
-                                          "embed", 0, 1, -1, 2, [0], [-1], 1e300, 10 ** 400, "\ud800", ""]),
-                   st.text(min_size=1000, max_size=3000), st.integers(-3, 70))
-BODIES = st.one_of(JSON, st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=8).map(
-    lambda d: {"model": "llama", **d}))
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**30), 10**30) | st.floats() | st.text(max_size=40),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+    max_leaves=12,
+)
+KEYS = [
+    "model",
+    "text",
+    "target",
+    "norm",
+    "metric",
+    "show",
+    "k",
+    "point",
+    "position",
+    "max_new_tokens",
+    "layer",
+    "head",
+    "query",
+    "layers",
+    "alpha",
+    "method",
+    "normed",
+    "run",
+    "filters",
+]
+VALUES = st.one_of(
+    JSON,
+    st.sampled_from(
+        [
+            "llama",
+            TEST_TEXT,
+            " paris",
+            "final",
+            "cosine",
+            "dot",
+            "eigen",
+            "add",
+            "embed",
+            0,
+            1,
+            -1,
+            2,
+            [0],
+            [-1],
+            1e300,
+            10**400,
+            "\ud800",
+            "",
+        ]
+    ),
+    st.text(min_size=1000, max_size=3000),
+    st.integers(-3, 70),
+)
+BODIES = st.one_of(
+    JSON, st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=8).map(lambda d: {"model": "llama", **d})
+)
 
 
 @pytest.mark.parametrize("path", POSTS + GETS)

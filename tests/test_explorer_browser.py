@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from _explorer import EVIL_MODEL, EVIL_TEXT, TEST_TEXT, sweep_db
 from walklens.server.app import Running
 from walklens.server.state import Explorer
 from walklens.testing import tiny_model
-
-from _explorer import EVIL_MODEL, EVIL_TEXT, TEST_TEXT, sweep_db
 
 SHOTS = os.environ.get("WALKLENS_SCREENSHOTS")  # a folder (relative to the repository) to keep screenshots in
 REPO = Path(__file__).resolve().parent.parent
@@ -36,8 +35,10 @@ def served(tmp_path_factory):
     if SHOTS:
         import walklens
 
-        models = {m.name: m for m in (walklens.load_model("smollm2-135m"),
-                                      walklens.load_model("smollm2-135m", dtype="bfloat16"))}
+        models = {
+            m.name: m
+            for m in (walklens.load_model("smollm2-135m"), walklens.load_model("smollm2-135m", dtype="bfloat16"))
+        }
         text = "The capital of France is Paris, and the capital of Italy is"
     else:
         models = {"llama": tiny_model("llama"), "gpt2": tiny_model("gpt2")}
@@ -69,8 +70,10 @@ class Page:
         self.failed: list[tuple[str, str]] = []
         self.ctx.route("**/*", self._route)
         # the page's Content-Security-Policy stops a request to another origin before it is made: record those too
-        self.ctx.add_init_script("window.__violations = []; document.addEventListener('securitypolicyviolation', "
-                                 "e => window.__violations.push(e.blockedURI + ' ' + e.violatedDirective));")
+        self.ctx.add_init_script(
+            "window.__violations = []; document.addEventListener('securitypolicyviolation', "
+            "e => window.__violations.push(e.blockedURI + ' ' + e.violatedDirective));"
+        )
         self.page = self.ctx.new_page()
         self.errors: list[str] = []
         self.dialogs: list[str] = []
@@ -114,12 +117,15 @@ class Page:
 
     def coloured(self, selector: str) -> int:
         """Pixels of clearly saturated colour in a canvas (heatmap cells; labels are grey)."""
-        return self.page.evaluate("""sel => { const c = document.querySelector(sel);
+        return self.page.evaluate(
+            """sel => { const c = document.querySelector(sel);
             const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
             for (let i = 0; i < d.length; i += 4) {
               const hi = Math.max(d[i], d[i + 1], d[i + 2]), lo = Math.min(d[i], d[i + 1], d[i + 2]);
               if (hi - lo > 64) n++; }
-            return n; }""", selector)
+            return n; }""",
+            selector,
+        )
 
     def close(self) -> None:
         self.ctx.close()
@@ -144,8 +150,10 @@ def test_every_view_in_the_browser(page, served):
     n_tokens = len(explorer.models[first].tokenizer(text)["input_ids"])
     n_rows = explorer.models[first].n_layers + 2
     assert page.coloured("#walk-map canvas") > 50 * n_tokens
-    geo = pg.eval_on_selector("#walk-map .wl-heatmap", "e => [e.dataset.left, e.dataset.top, e.dataset.cell, "
-                              "e.dataset.rows, e.dataset.cols].map(Number)")
+    geo = pg.eval_on_selector(
+        "#walk-map .wl-heatmap",
+        "e => [e.dataset.left, e.dataset.top, e.dataset.cell, e.dataset.rows, e.dataset.cols].map(Number)",
+    )
     left, top, cell, rows, cols = geo
     assert (rows, cols) == (n_rows, n_tokens)
     row, col = rows - 2, 2  # the last layer's output, position 2
@@ -158,8 +166,9 @@ def test_every_view_in_the_browser(page, served):
 
     page.view("decode", "#decode-strip button")
     pg.click("#decode-strip button:nth-of-type(3)")
-    pg.wait_for_function("() => ((document.querySelector('#decode-out h3') || {}).textContent || '')"
-                         ".startsWith('step 2:')")
+    pg.wait_for_function(
+        "() => ((document.querySelector('#decode-out h3') || {}).textContent || '').startsWith('step 2:')"
+    )
     assert pg.locator("#decode-out table tr").count() == 11
     page.shot("decode")
 
@@ -172,11 +181,13 @@ def test_every_view_in_the_browser(page, served):
     pg.wait_for_selector("#kernels-out canvas")
     maps = pg.locator("#attention-out .side-by-side canvas")
     assert maps.count() == 4
-    hm = pg.eval_on_selector("#attention-out .side-by-side .wl-heatmap", "e => [e.dataset.left, e.dataset.top, "
-                             "e.dataset.cell].map(Number)")
+    hm = pg.eval_on_selector(
+        "#attention-out .side-by-side .wl-heatmap", "e => [e.dataset.left, e.dataset.top, e.dataset.cell].map(Number)"
+    )
     maps.first.click(position={"x": hm[0] + 1.5 * hm[2], "y": hm[1] + 0.5 * hm[2]})  # layer 0, head 1
-    pg.wait_for_function("() => ((document.querySelector('#attention-out h3') || {}).textContent || '')"
-                         ".startsWith('layer 0, head 1')")
+    pg.wait_for_function(
+        "() => ((document.querySelector('#attention-out h3') || {}).textContent || '').startsWith('layer 0, head 1')"
+    )
     page.shot("attention")
 
     page.view("power", "#power-out svg")
@@ -193,8 +204,9 @@ def test_every_view_in_the_browser(page, served):
     assert EVIL_MODEL in pg.text_content("#sweeps-run option")
     assert "18 of 18 schemes match" in pg.text_content("#sweeps-out h3")
     pg.select_option("#sweeps-filters select[data-param=layer]", "E")
-    pg.wait_for_function("() => ((document.querySelector('#sweeps-out h3') || {}).textContent || '')"
-                         ".startsWith('6 of 18')")
+    pg.wait_for_function(
+        "() => ((document.querySelector('#sweeps-out h3') || {}).textContent || '').startsWith('6 of 18')"
+    )
     assert pg.locator("#sweeps-top tr").count() == 1 + 6
     assert all("layer=E," in t for t in pg.locator("#sweeps-top td:nth-child(2)").all_text_contents())
     page.shot("sweeps")
@@ -250,8 +262,11 @@ def test_a_superseded_request_is_aborted(page, served):
     pg = page.page
     pg.wait_for_selector("#walk-map canvas")  # the page's first walk is done
     a, b = "the city of london", "the king and the queen"
-    pg.evaluate("""([a, b]) => { const W = window.walklens;
-        W.$('text').value = a; W.run(); W.$('text').value = b; W.run(); }""", [a, b])
+    pg.evaluate(
+        """([a, b]) => { const W = window.walklens;
+        W.$('text').value = a; W.run(); W.$('text').value = b; W.run(); }""",
+        [a, b],
+    )
     pg.wait_for_function("t => document.getElementById('walk-echo').textContent.endsWith(t)", arg=b)
     aborted = [u for u, why in page.failed if u.endswith("/api/walk") and "ABORTED" in why]
     assert len(aborted) == 1, page.failed
@@ -274,8 +289,23 @@ def test_run_replaces_the_run_due_after_typing(page):
 
 # ---- one document, one script: the explorer draws a result as its report does ----------------------------------------
 
-LABELS = ["", " the", "\n", "a\tb\r", "it's", 'say "hi"', "it's \"x\"", "back\\slash", "\x00\x1b\x7f", "\x85\xa0",
-          "é ü", "\u200b\u2028\u00ad", "😀", "\U000e0001", "<img src=x>"]
+LABELS = [
+    "",
+    " the",
+    "\n",
+    "a\tb\r",
+    "it's",
+    'say "hi"',
+    'it\'s "x"',
+    "back\\slash",
+    "\x00\x1b\x7f",
+    "\x85\xa0",
+    "é ü",
+    "\u200b\u2028\u00ad",
+    "😀",
+    "\U000e0001",
+    "<img src=x>",
+]
 
 
 def test_the_page_labels_tokens_as_the_reports_do(page):
@@ -294,8 +324,9 @@ def test_the_power_view_and_the_report_draw_the_same_document(page, served, brow
     from walklens.reports import power as power_report
     from walklens.server.api_power import N_RANDOM, N_SHUFFLES
 
-    monkeypatch.setattr(power_report, "ALIGNMENT_CURVES",
-                        (*power_report.ALIGNMENT_CURVES, {"name": "planted curve", "y": "std"}))
+    monkeypatch.setattr(
+        power_report, "ALIGNMENT_CURVES", (*power_report.ALIGNMENT_CURVES, {"name": "planted curve", "y": "std"})
+    )
     srv, explorer, text = served
     pg = page.page
     page.type_and_run(text)

@@ -29,14 +29,22 @@ sys.exit(main(sys.argv[2:]))
 
 def run_without(modules: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
     """``walklens ARGV`` in a fresh process where ``modules`` (comma-separated) cannot be imported."""
-    return subprocess.run([sys.executable, "-c", RUN, modules, *argv], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(SRC)))
+    return subprocess.run(
+        [sys.executable, "-c", RUN, modules, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(SRC)),
+    )
 
 
 def one_line(r: subprocess.CompletedProcess[str], what: str, module: str, extra: str) -> None:
     assert r.returncode == 2, r.stderr
-    assert r.stderr.splitlines() == [f"walklens: error: {what} needs the '{extra}' extra ({module} is not "
-                                     f"installed): pip install 'walklens[{extra}]'"], r.stderr
+    assert r.stderr.splitlines() == [
+        f"walklens: error: {what} needs the '{extra}' extra ({module} is not "
+        f"installed): pip install 'walklens[{extra}]'"
+    ], r.stderr
 
 
 @pytest.mark.parametrize("module", ["starlette", "uvicorn"])
@@ -47,9 +55,24 @@ def test_serve_without_the_serve_extra(module: str, tmp_path: Path) -> None:
 
 
 def test_sweep_on_ray_without_the_ray_extra(tiny_llama_inputs: dict[str, str], tmp_path: Path) -> None:
-    r = run_without("ray", ["sweep", "--test", "2", "--grid", "standard", "--model", tiny_llama_inputs["model"],
-                            "--data", tiny_llama_inputs["data"], "--db", str(tmp_path / "r.sqlite"),
-                            "--backend", "ray"])
+    r = run_without(
+        "ray",
+        [
+            "sweep",
+            "--test",
+            "2",
+            "--grid",
+            "standard",
+            "--model",
+            tiny_llama_inputs["model"],
+            "--data",
+            tiny_llama_inputs["data"],
+            "--db",
+            str(tmp_path / "r.sqlite"),
+            "--backend",
+            "ray",
+        ],
+    )
     one_line(r, "the Ray backend", "ray", "ray")
     assert not (tmp_path / "r.sqlite").exists()
 
@@ -57,8 +80,11 @@ def test_sweep_on_ray_without_the_ray_extra(tiny_llama_inputs: dict[str, str], t
 def test_experiment_on_ray_without_the_ray_extra(tiny_llama_inputs: dict[str, str], tmp_path: Path) -> None:
     """An experiment file's ``[backend] name = "ray"`` asks for the extra as ``--backend ray`` does."""
     exp = tmp_path / "e.toml"
-    exp.write_text(f'tests = [2]\ngrid = "standard"\nitems = 2\ndata = "{tiny_llama_inputs["data"]}"\n'
-                   f'[[models]]\nname = "{tiny_llama_inputs["model"]}"\n[backend]\nname = "ray"\n', encoding="utf-8")
+    exp.write_text(
+        f'tests = [2]\ngrid = "standard"\nitems = 2\ndata = "{tiny_llama_inputs["data"]}"\n'
+        f'[[models]]\nname = "{tiny_llama_inputs["model"]}"\n[backend]\nname = "ray"\n',
+        encoding="utf-8",
+    )
     r = run_without("ray", ["experiment", "run", str(exp), "--db", str(tmp_path / "x.sqlite"), "--no-progress"])
     one_line(r, "the Ray backend", "ray", "ray")
 

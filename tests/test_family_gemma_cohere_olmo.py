@@ -11,8 +11,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
 import torch
@@ -22,7 +22,6 @@ from walklens.capture import tokenize
 from walklens.interventions import ablate_mlps, eigen_edit
 from walklens.models.base import lm_head_logits
 from walklens.testing import tiny_model
-
 
 FAMILIES = ("gemma", "gemma2", "gemma2_nocap", "gemma3", "cohere", "cohere_qknorm", "olmo2")
 TEXT = "the capital of france is paris and the king ran to the river"
@@ -37,6 +36,7 @@ def tiny(family: str):
 
 
 # ---- per-head W_q / W_k ------------------------------------------------------------------------------------
+
 
 @contextmanager
 def positions_at_zero(lm) -> Iterator[None]:
@@ -100,8 +100,7 @@ def _qk_errors(lm, matrices=None) -> tuple[list[float], set[str]]:
     errs, needed = [], set()
     for layer in range(lm.n_layers):
         A = tr.attentions[f"L{layer}.attn"]
-        got, terms = rebuilt_probs(lm, layer, tr.attn_inputs[f"L{layer}.attn"],
-                                   matrices(layer) if matrices else None)
+        got, terms = rebuilt_probs(lm, layer, tr.attn_inputs[f"L{layer}.attn"], matrices(layer) if matrices else None)
         errs.append((got - A).abs().max().item())
         needed |= terms
     return errs, needed
@@ -115,8 +114,10 @@ def test_per_head_qk_rebuilds_attention_at_position_zero(family):
     broken = lm.adapter.broken(lm.config)
     # a limit is declared exactly where the plain bilinear form (or full causal attention) is not the model
     assert {"qk_bilinear", "full_attention"} & set(broken) == needed, (broken, needed)
-    assert all(lm.adapter.head_weights(lm.model, l).qk_norm == hasattr(lm.adapter.attention_module(lm.model, l),
-                                                                          "q_norm") for l in range(lm.n_layers))
+    assert all(
+        lm.adapter.head_weights(lm.model, l).qk_norm == hasattr(lm.adapter.attention_module(lm.model, l), "q_norm")
+        for l in range(lm.n_layers)
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -144,6 +145,7 @@ def test_interventions_act_through_the_adapter_paths(family):
 
 
 # ---- planted errors are caught -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("family", ["cohere", "gemma2"])
 def test_missing_logit_scale_or_softcap_is_caught(family):
@@ -174,8 +176,12 @@ def test_forgotten_post_norm_is_caught():
     """OLMo 2 read as if attn/MLP outputs were added unnormed: the sublayer sum no longer rebuilds the layer."""
     lm = tiny("olmo2")
     spec = lm.adapter.stacks[0]
-    bad = dataclasses.replace(lm, adapter=dataclasses.replace(
-        lm.adapter, stacks=(dataclasses.replace(spec, attn_out="self_attn", mlp_out="mlp", attn_proj=None),)))
+    bad = dataclasses.replace(
+        lm,
+        adapter=dataclasses.replace(
+            lm.adapter, stacks=(dataclasses.replace(spec, attn_out="self_attn", mlp_out="mlp", attn_proj=None),)
+        ),
+    )
     for model, ok in ((lm, True), (bad, False)):
         tr = walklens.capture(model, TEXT)
         rebuilt = tr[("resid_pre", 0)] + tr[("attn_out", 0)] + tr[("mlp_out", 0)]

@@ -15,7 +15,6 @@ from walklens.errors import UnsupportedFamilyError
 from walklens.models.base import split_fused_qkv
 from walklens.testing import VARIANTS, tiny_model
 
-
 FAMILIES = ["opt", "opt_postnorm", "opt_proj", "bloom", "mpt", "gpt_bigcode", "gpt_bigcode_mha"]
 TEXT = "the capital of france is paris and the king ran to the river"
 
@@ -65,11 +64,14 @@ def test_mpt_clip_qkv_declares_the_broken_identity(monkeypatch):
     assert qk_error(lm) > 1e-2  # the clamp is active in this model: the bilinear form really fails
 
 
-@pytest.mark.parametrize("family,overrides,match", [
-    ("mpt", dict(max_seq_len=64, attn_config={"qk_ln": True}), "qk_ln"),
-    ("bloom", dict(apply_residual_connection_post_layernorm=True), "post_layernorm"),
-    ("bloom", dict(pretraining_tp=2, slow_but_exact=True), "slow_but_exact"),
-])
+@pytest.mark.parametrize(
+    "family,overrides,match",
+    [
+        ("mpt", dict(max_seq_len=64, attn_config={"qk_ln": True}), "qk_ln"),
+        ("bloom", dict(apply_residual_connection_post_layernorm=True), "post_layernorm"),
+        ("bloom", dict(pretraining_tp=2, slow_but_exact=True), "slow_but_exact"),
+    ],
+)
 def test_configs_transformers_does_not_compute_faithfully_are_refused(monkeypatch, family, overrides, match):
     monkeypatch.setitem(VARIANTS, "refused", (family, overrides))
     with pytest.raises(UnsupportedFamilyError, match=match):
@@ -99,8 +101,9 @@ def _blocks_instead_of_per_head(attn, config):
 
 def test_planted_errors_are_caught():
     bloom = tiny_model("bloom")
-    wrong = dataclasses.replace(bloom, adapter=dataclasses.replace(bloom.adapter,
-                                                                  head_weights_fn=_blocks_instead_of_per_head))
+    wrong = dataclasses.replace(
+        bloom, adapter=dataclasses.replace(bloom.adapter, head_weights_fn=_blocks_instead_of_per_head)
+    )
     assert qk_error(wrong) > 1e-2
     assert walklens.attention_identity(wrong, TEXT).max_error > 1e-2
     # ALiBi left out of the scores: the W_q/W_k check fails
@@ -109,8 +112,9 @@ def test_planted_errors_are_caught():
     assert qk_error(flat) > 1e-2
     # OPT's project_out left out of the logits: the lens no longer equals the model's logits
     opt = tiny_model("opt_proj")
-    head_only = dataclasses.replace(opt, adapter=dataclasses.replace(
-        opt.adapter, logits_fn=lambda model, final: model.lm_head(final[..., :16])))
+    head_only = dataclasses.replace(
+        opt, adapter=dataclasses.replace(opt.adapter, logits_fn=lambda model, final: model.lm_head(final[..., :16]))
+    )
     tr = walklens.capture(head_only, TEXT)
     with torch.no_grad():
         ref = opt.model(tokenize(opt, TEXT)).logits[0]

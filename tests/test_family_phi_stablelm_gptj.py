@@ -15,15 +15,25 @@ import pytest
 import torch
 
 import walklens
+from test_interventions import INTERVENTIONS
+from test_interventions import test_intervention_acts_then_restores_bit_for_bit as restores_bit_for_bit
 from walklens.capture import tokenize
 from walklens.models import ADAPTERS, HeadWeights, base
 from walklens.testing import tiny_model
 
-from test_interventions import INTERVENTIONS
-from test_interventions import test_intervention_acts_then_restores_bit_for_bit as restores_bit_for_bit
-
-VARIANTS = ("phi", "phi_qkln", "phi3", "phi3_sliding", "phi3_longrope", "stablelm", "stablelm_parallel",
-            "stablelm_qkln", "stablelm_yarn", "gptj", "codegen")
+VARIANTS = (
+    "phi",
+    "phi_qkln",
+    "phi3",
+    "phi3_sliding",
+    "phi3_longrope",
+    "stablelm",
+    "stablelm_parallel",
+    "stablelm_qkln",
+    "stablelm_yarn",
+    "gptj",
+    "codegen",
+)
 TEXT = "the capital of france is paris and the king ran to the river"
 
 _cache: dict[str, walklens.LoadedModel] = {}
@@ -46,8 +56,9 @@ def zero_position_trace(lm: walklens.LoadedModel) -> walklens.Trace:
     """A capture with every position id 0: rotary then rotates nothing.  The explicit all-ones attention mask
     keeps transformers from reading the repeated position 0 as a pack of one-token sequences."""
     ids = tokenize(lm, TEXT)
-    lm.model.forward = functools.partial(lm.model.forward, position_ids=torch.zeros_like(ids),
-                                         attention_mask=torch.ones_like(ids))
+    lm.model.forward = functools.partial(
+        lm.model.forward, position_ids=torch.zeros_like(ids), attention_mask=torch.ones_like(ids)
+    )
     try:
         return walklens.capture(lm, TEXT, attentions=True)
     finally:
@@ -95,8 +106,9 @@ def test_per_head_w_q_w_k_rebuild_attention_at_position_zero(family, monkeypatch
     assert ("full_attention" in broken) == (family == "phi3_sliding")
     if hw.qk_norm:  # the norm is a real term: the bilinear form alone does not rebuild the probabilities
         real = lm.adapter.head_weights_fn
-        plain = dataclasses.replace(lm.adapter, head_weights_fn=lambda a, c: dataclasses.replace(real(a, c),
-                                                                                                 qk_norm=False))
+        plain = dataclasses.replace(
+            lm.adapter, head_weights_fn=lambda a, c: dataclasses.replace(real(a, c), qk_norm=False)
+        )
         monkeypatch.setattr(lm, "adapter", plain)
         assert qk_error(lm) > 1e-2
 
@@ -130,9 +142,16 @@ def _no_rope_factor(attn, config) -> HeadWeights:
         base.rope_attention_factor = real
 
 
-@pytest.mark.parametrize("family,planted", [("codegen", _codegen_blocks), ("phi3", _phi3_swapped),
-                                            ("gptj", _no_scale), ("phi3_longrope", _no_rope_factor),
-                                            ("stablelm_yarn", _no_rope_factor)])
+@pytest.mark.parametrize(
+    "family,planted",
+    [
+        ("codegen", _codegen_blocks),
+        ("phi3", _phi3_swapped),
+        ("gptj", _no_scale),
+        ("phi3_longrope", _no_rope_factor),
+        ("stablelm_yarn", _no_rope_factor),
+    ],
+)
 def test_a_planted_split_or_scale_error_is_caught(family, planted, monkeypatch):
     lm = tiny(family)
     assert qk_error(lm) < 1e-5

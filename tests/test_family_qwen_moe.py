@@ -18,10 +18,9 @@ import pytest
 import torch
 
 import walklens
+from test_interventions import INTERVENTIONS, _assert_restored, _logits, _snapshot
 from walklens.errors import UnsupportedFamilyError
 from walklens.testing import VARIANTS, tiny_model
-
-from test_interventions import INTERVENTIONS, _assert_restored, _logits, _snapshot
 
 FAMILIES = ("qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "starcoder2")
 OURS = tuple(v for v, (mt, _) in VARIANTS.items() if mt in FAMILIES)

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 import walklens
 from walklens.errors import InputError, MissingDependencyError
@@ -31,6 +30,7 @@ def llama():
 
 
 # ---- comparing a frame's column with a JSON document's numbers ------------------------------------------------
+
 
 def _flat(x: Any) -> list[Any]:
     if isinstance(x, (list, tuple)):
@@ -98,14 +98,15 @@ def test_same_notices_a_shifted_or_changed_column() -> None:
 
 # ---- traces, walks, similarity maps ----------------------------------------------------------------------------
 
+
 def test_trace_tables_hold_every_vector_and_attention(llama) -> None:
     tr = walklens.capture(llama, TEXT, attentions=True)
     df = tr.to_pandas()
     documented("Trace", "hidden", df)
     same(df["value"], tr.hidden)
     P, T, D = tr.hidden.shape
-    assert df["point"].tolist()[::T * D] == tr.points
-    assert df["token"].tolist()[:T * D:D] == tr.tokens
+    assert df["point"].tolist()[:: T * D] == tr.points
+    assert df["token"].tolist()[: T * D : D] == tr.tokens
     assert df["layer"].isna().sum() == 2 * T * D  # embed and final have no layer
     att = tr.to_pandas("attentions")
     documented("Trace", "attentions", att)
@@ -136,8 +137,19 @@ def test_encoding_walk_frame_is_the_json_document(llama) -> None:
     df = walk.to_pandas()
     documented("EncodingWalk", "walk", df)
     assert len(df) == len(walk.points) * len(walk.tokens)
-    for name in ("rank_of_input", "rank_of_next", "prob_of_input", "prob_of_next", "dot_input", "dot_next",
-                 "cos_input", "cos_next", "vector_norm", "step_length", "step_angle"):
+    for name in (
+        "rank_of_input",
+        "rank_of_next",
+        "prob_of_input",
+        "prob_of_next",
+        "dot_input",
+        "dot_next",
+        "cos_input",
+        "cos_next",
+        "vector_norm",
+        "step_length",
+        "step_angle",
+    ):
         same(df[name], doc[name])
     for j in range(3):
         same(df[f"top_id_{j}"], [[row[j] for row in pt] for pt in doc["top_ids"]])
@@ -172,9 +184,16 @@ def test_decoding_walk_frame_is_the_json_document(llama) -> None:
     dw = walklens.decoding_walk(llama, "the king", max_new_tokens=5, k=4, progress=False)
     doc = jsonable(document(dw, llama.name))
     df = dw.to_pandas()
-    for col, key in (("rank", "ranks"), ("prob", "probs"), ("token_id", "token_ids"), ("greedy_id", "greedy_ids"),
-                     ("d_norm", "d_norm"), ("step_length", "step_length"), ("step_angle", "step_angle"),
-                     ("token", "tokens")):
+    for col, key in (
+        ("rank", "ranks"),
+        ("prob", "probs"),
+        ("token_id", "token_ids"),
+        ("greedy_id", "greedy_ids"),
+        ("d_norm", "d_norm"),
+        ("step_length", "step_length"),
+        ("step_angle", "step_angle"),
+        ("token", "tokens"),
+    ):
         same(df[col], doc[key])
     for j in range(4):
         same(df[f"top_id_{j}"], [r[j] for r in doc["top_ids"]])
@@ -193,6 +212,7 @@ def test_decoding_walk_frame_is_the_json_document(llama) -> None:
 
 
 # ---- attention -------------------------------------------------------------------------------------------------
+
 
 def test_attention_frames_are_the_json_document(llama) -> None:
     from walklens.reports.heads import document
@@ -241,6 +261,7 @@ def test_attention_frames_are_the_json_document(llama) -> None:
 
 # ---- kernels ---------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("family", ["t5", "bloom"])
 def test_kernel_frames_are_the_json_document(family: str) -> None:
     from walklens.reports.kernels import document
@@ -267,6 +288,7 @@ def test_kernel_frames_are_the_json_document(family: str) -> None:
 
 # ---- power method, idealised dynamics, steering ----------------------------------------------------------------
 
+
 def test_power_frames_are_the_json_document(llama) -> None:
     from walklens.idealised import dynamics, shared_weights
     from walklens.reports.power import document
@@ -279,9 +301,12 @@ def test_power_frames_are_the_json_document(llama) -> None:
     doc = jsonable(document(spectra, align, dyn, sw, texts))
 
     for name, result in (("PowerSpectra", spectra), ("Alignment", align), ("Dynamics", dyn), ("SharedWeights", sw)):
-        for table in {"PowerSpectra": ("layers", "heads", "eigenvalues", "vectors", "tokens"),
-                      "Alignment": ("points", "tokens"), "Dynamics": ("layers",),
-                      "SharedWeights": ("depths", "fit")}[name]:
+        for table in {
+            "PowerSpectra": ("layers", "heads", "eigenvalues", "vectors", "tokens"),
+            "Alignment": ("points", "tokens"),
+            "Dynamics": ("layers",),
+            "SharedWeights": ("depths", "fit"),
+        }[name]:
             documented(name, table, result.to_pandas(table))
     layers = spectra.to_pandas()
     sd = doc["spectra"]["layers"]
@@ -307,8 +332,19 @@ def test_power_frames_are_the_json_document(llama) -> None:
 
     ad = doc["alignment"]
     pts = align.to_pandas()
-    for key in ("mean", "std", "random_mean", "random_lo", "random_hi", "other_mean", "other_lo", "other_hi",
-                "shuffled_mean", "shuffled_lo", "shuffled_hi"):
+    for key in (
+        "mean",
+        "std",
+        "random_mean",
+        "random_lo",
+        "random_hi",
+        "other_mean",
+        "other_lo",
+        "other_hi",
+        "shuffled_mean",
+        "shuffled_lo",
+        "shuffled_hi",
+    ):
         same(pts[key], ad[key])
     same(pts["point"], ad["points"])
     same(pts["layer"], ad["layer_of"])
@@ -330,12 +366,30 @@ def test_power_frames_are_the_json_document(llama) -> None:
 
 
 def test_steering_sweep_frame_is_the_json_document(llama) -> None:
-    sw = walklens.steering_sweep(llama, ["the dog and the", "a big red"], " cat", [[1], [0, 1]], alphas=[0.0, 4.0],
-                                 add_alphas=[2.0], max_new_tokens=2)
+    sw = walklens.steering_sweep(
+        llama,
+        ["the dog and the", "a big red"],
+        " cat",
+        [[1], [0, 1]],
+        alphas=[0.0, 4.0],
+        add_alphas=[2.0],
+        max_new_tokens=2,
+    )
     doc = jsonable(sw)  # reports/steer.py: the sweep is its own --json document
     df = sw.to_pandas()
-    for key in ("method", "alpha", "prompt", "target_logit", "target_prob", "target_rank", "top_token", "text",
-                "perplexity", "push", "injection"):
+    for key in (
+        "method",
+        "alpha",
+        "prompt",
+        "target_logit",
+        "target_prob",
+        "target_rank",
+        "top_token",
+        "text",
+        "perplexity",
+        "push",
+        "injection",
+    ):
         same(df[key], [r[key] for r in doc["rows"]])
     same(df["layers"], [",".join(map(str, r["layers"])) for r in doc["rows"]])
     reach = sw.to_pandas("reach")
@@ -347,18 +401,19 @@ def test_steering_sweep_frame_is_the_json_document(llama) -> None:
 
 # ---- the parity card -------------------------------------------------------------------------------------------
 
-def test_parity_card_frame_is_the_json_document(llama) -> None:
-    from walklens.reports.parity import document
 
+def test_parity_card_frame_is_the_json_document(llama) -> None:
     from walklens.parity import verify
+    from walklens.reports.parity import document
 
     card = verify(llama, texts=("the cat sat on the mat",), quick=True)
     doc = jsonable(document(card))
     df = card.to_pandas()
     for key in ("name", "what", "error", "tolerance", "note"):
         same(df[key], [c[key] for c in doc["checks"]])
-    assert [{True: "pass", False: "FAIL"}.get(_cell(v), None) for v in df["passed"]] == \
-        [c["verdict"] if c["verdict"] in ("pass", "FAIL") else None for c in doc["checks"]]
+    assert [{True: "pass", False: "FAIL"}.get(_cell(v), None) for v in df["passed"]] == [
+        c["verdict"] if c["verdict"] in ("pass", "FAIL") else None for c in doc["checks"]
+    ]
     detail = card.to_pandas("detail")
     documented("ParityCard", "checks", df)
     documented("ParityCard", "detail", detail)
@@ -368,6 +423,7 @@ def test_parity_card_frame_is_the_json_document(llama) -> None:
 
 
 # ---- compaction ------------------------------------------------------------------------------------------------
+
 
 def test_compaction_frames_are_the_json_document(llama) -> None:
     from walklens.compaction import explain
@@ -395,17 +451,44 @@ def test_compaction_frames_are_the_json_document(llama) -> None:
 def test_curve_set_frame_is_the_json_document() -> None:
     from walklens.experiments.curves import CurvePoint, CurveSet
 
-    pts = [CurvePoint(shots=5, what="examples", strategy=s, ratio=r, spec=f"{s}:{r}", n=40, acc=0.3 + i / 10,
-                      acc_norm=0.31, acc_ci=(0.2, 0.4), acc_norm_ci=(0.21, 0.41), kept_acc=None if i else 0.9,
-                      kept_acc_ci=(None, None) if i else (0.8, 1.0), kept_acc_norm=0.95,
-                      kept_acc_norm_ci=(0.9, 1.0), tokens_per_vector=r, seconds={"compact": 1.5} if i else {})
-           for i, (s, r) in enumerate([("concept", 2.0), ("avgpool", None)])]
+    pts = [
+        CurvePoint(
+            shots=5,
+            what="examples",
+            strategy=s,
+            ratio=r,
+            spec=f"{s}:{r}",
+            n=40,
+            acc=0.3 + i / 10,
+            acc_norm=0.31,
+            acc_ci=(0.2, 0.4),
+            acc_norm_ci=(0.21, 0.41),
+            kept_acc=None if i else 0.9,
+            kept_acc_ci=(None, None) if i else (0.8, 1.0),
+            kept_acc_norm=0.95,
+            kept_acc_norm_ci=(0.9, 1.0),
+            tokens_per_vector=r,
+            seconds={"compact": 1.5} if i else {},
+        )
+        for i, (s, r) in enumerate([("concept", 2.0), ("avgpool", None)])
+    ]
     curves = CurveSet(model="m", n_items=40, n_tune=8, tuned={}, points=pts)
     doc = jsonable(curves)["points"]
     df = curves.to_pandas()
     documented("CurveSet", "points", df)
-    for key in ("shots", "what", "strategy", "ratio", "spec", "n", "acc", "acc_norm", "kept_acc", "kept_acc_norm",
-                "tokens_per_vector"):
+    for key in (
+        "shots",
+        "what",
+        "strategy",
+        "ratio",
+        "spec",
+        "n",
+        "acc",
+        "acc_norm",
+        "kept_acc",
+        "kept_acc_norm",
+        "tokens_per_vector",
+    ):
         same(df[key], [p[key] for p in doc])
     for key in ("acc", "acc_norm", "kept_acc", "kept_acc_norm"):
         same(df[[f"{key}_lo", f"{key}_hi"]].to_numpy(), [p[f"{key}_ci"] for p in doc])
@@ -414,13 +497,15 @@ def test_curve_set_frame_is_the_json_document() -> None:
 
 # ---- runs, sweeps and the results database ---------------------------------------------------------------------
 
+
 def _items(n: int = 4) -> list[Any]:
+    from _toy import ROWS
     from walklens.hellaswag.data import make_item
 
-    from _toy import ROWS
-
-    return [make_item({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l}, i)
-            for i, (a, ca, cb, e, l) in enumerate(ROWS[:n])]
+    return [
+        make_item({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l}, i)
+        for i, (a, ca, cb, e, l) in enumerate(ROWS[:n])
+    ]
 
 
 def test_run_summary_frame_is_the_json_document(llama) -> None:
@@ -449,15 +534,34 @@ def _database(path: Path) -> None:
     with ResultStore(path) as st:
         for test in ("baseline", "test1"):
             key = RunKey("m", "toy", "validation", 0, test, "baseline" if test == "baseline" else "enc=x")
-            rs = [ItemResult(i, int(rng.integers(4)), int(rng.integers(4)), int(rng.integers(4)),
-                             tuple(float(x) for x in rng.normal(size=4))) for i in range(5)]
+            rs = [
+                ItemResult(
+                    i,
+                    int(rng.integers(4)),
+                    int(rng.integers(4)),
+                    int(rng.integers(4)),
+                    tuple(float(x) for x in rng.normal(size=4)),
+                )
+                for i in range(5)
+            ]
             st.add_results(key, rs)
             st.record_run(key, 5, 0.4, 0.2)
     n = 30
     labels = rng.integers(0, 4, n).astype(np.uint8)
     with SweepStore(path) as sw:
-        rid = sw.run_id(SweepRun(model="m", data="toy", split="validation", shots=0, test=2, labels=labels,
-                                 item_index=range(n), arch="decoder", n_layers=4))
+        rid = sw.run_id(
+            SweepRun(
+                model="m",
+                data="toy",
+                split="validation",
+                shots=0,
+                test=2,
+                labels=labels,
+                item_index=range(n),
+                arch="decoder",
+                n_layers=4,
+            )
+        )
         sw.set_baseline(rid, 0.4, 0.35, rng.integers(0, 4, (2, n)).astype(np.uint8))
         groups = []
         for layer in range(5):
@@ -476,15 +580,24 @@ def test_summarise_db_frames_are_the_summary_document(tmp_path: Path) -> None:
     before = db.read_bytes()
     frames = walklens.summarise_db(db)
     assert db.read_bytes() == before  # read-only
-    assert set(frames) == {"runs", "results", "sweep_runs", "schemes", "estimates", "top10", "marginals", "folds",
-                           "distribution", "histogram"}
+    assert set(frames) == {
+        "runs",
+        "results",
+        "sweep_runs",
+        "schemes",
+        "estimates",
+        "top10",
+        "marginals",
+        "folds",
+        "distribution",
+        "histogram",
+    }
     with ResultStore(db, readonly=True) as st:
         runs, items = list(st.iter_rows("runs")), list(st.iter_rows("results"))
     same(frames["runs"]["acc"], [r["acc"] for r in runs])
     same(frames["runs"]["scheme"], [r["scheme"] for r in runs])
     same(frames["results"]["pred"], [r["pred"] for r in items])
-    same(frames["results"][[f"score_{j}" for j in range(4)]].to_numpy(),
-         [json.loads(r["scores"]) for r in items])
+    same(frames["results"][[f"score_{j}" for j in range(4)]].to_numpy(), [json.loads(r["scores"]) for r in items])
     with SweepStore(db, readonly=True) as sw:
         (run,) = sw.runs()
         res = sw.load(run["id"], with_preds=False)
@@ -498,12 +611,15 @@ def test_summarise_db_frames_are_the_summary_document(tmp_path: Path) -> None:
     (summary,) = summaries(db)
     doc = jsonable(summary)["metrics"]["acc"]  # reports/sweep.py: summary.json is jsonable of these
     est = frames["estimates"].set_index("estimate")
-    same(est.loc["in_sample", ["acc", "lo", "hi", "norm", "norm_lo", "norm_hi"]].to_numpy(),
-         [doc["in_sample"][k] for k in ("acc", "lo", "hi", "norm_score", "norm_lo", "norm_hi")])
+    same(
+        est.loc["in_sample", ["acc", "lo", "hi", "norm", "norm_lo", "norm_hi"]].to_numpy(),
+        [doc["in_sample"][k] for k in ("acc", "lo", "hi", "norm_score", "norm_lo", "norm_hi")],
+    )
     same(est.loc["in_sample", "scheme"], [doc["in_sample"]["scheme"]])
     same(est.loc["split", "acc"], [s["acc"] for s in doc["split"]])
-    same(est.loc["kfold", ["acc", "lo", "hi", "norm"]].to_numpy(),
-         [doc["kfold"][k] for k in ("acc", "lo", "hi", "norm")])
+    same(
+        est.loc["kfold", ["acc", "lo", "hi", "norm"]].to_numpy(), [doc["kfold"][k] for k in ("acc", "lo", "hi", "norm")]
+    )
     same(est.loc["baseline", "acc"], [doc["baseline"]])
     same(frames["top10"]["scheme"], [t["scheme"] for t in doc["top10"]])
     same(frames["top10"]["acc"], [t["acc"] for t in doc["top10"]])
@@ -514,8 +630,10 @@ def test_summarise_db_frames_are_the_summary_document(tmp_path: Path) -> None:
     same(frames["folds"]["acc"], doc["kfold"]["fold_acc"])
     same(frames["histogram"]["count"], doc["distribution"]["hist"])
     dist = frames["distribution"]
-    same(dist[["mean", "chance_upper95", "q50"]].to_numpy(),
-         [doc["distribution"]["mean"], doc["distribution"]["chance_upper95"], doc["distribution"]["quantiles"]["q50"]])
+    same(
+        dist[["mean", "chance_upper95", "q50"]].to_numpy(),
+        [doc["distribution"]["mean"], doc["distribution"]["chance_upper95"], doc["distribution"]["quantiles"]["q50"]],
+    )
     assert (frames["estimates"]["run_id"] == run["id"]).all() and (frames["estimates"]["metric"] == "acc").all()
     # the same tables straight from the run's summary; the columns docs/notebooks.md lists
     assert summary.to_pandas("top10")["scheme"].tolist() == frames["top10"]["scheme"].tolist()
@@ -550,14 +668,18 @@ def test_summarise_db_of_a_sweep_only_database(tmp_path: Path) -> None:
 
 # ---- pandas missing --------------------------------------------------------------------------------------------
 
-def test_missing_pandas_is_one_line_naming_the_extra(llama, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                     ) -> None:
+
+def test_missing_pandas_is_one_line_naming_the_extra(llama, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tr = walklens.capture(llama, TEXT)
     walk = walklens.encoding_walk(tr, k=1, progress=False)
     _database(tmp_path / "r.sqlite")
     monkeypatch.setitem(sys.modules, "pandas", None)
-    calls = [tr.to_pandas, walk.to_pandas, lambda: walklens.similarity_frame(walklens.similarity_map(tr)),
-             lambda: walklens.summarise_db(tmp_path / "r.sqlite")]
+    calls = [
+        tr.to_pandas,
+        walk.to_pandas,
+        lambda: walklens.similarity_frame(walklens.similarity_map(tr)),
+        lambda: walklens.summarise_db(tmp_path / "r.sqlite"),
+    ]
     for call in calls:
         with pytest.raises(MissingDependencyError) as info:
             call()

@@ -16,12 +16,46 @@ from walklens.errors import InputError
 
 FUZZ = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 
-VALUES = st.sampled_from(["examples", "context", "both", "concept", "avgpool", "drop", "even", "sentence", "scheme",
-                          "4", "2.5", "max", "0", "1", "-3", "nan", "inf", "1e400", "E", "middle", "-1", "w1mean",
-                          "last", "relu|mean", "None", "L2", "zNorm", "mean", "concat_each_example",
-                          "sentence_level_segmentation", "soft_cluster", "", " "]) | st.text(max_size=8)
-KEYS = st.sampled_from(["what", "method", "bounds", "ratio", "budget", "recent", "layer", "word", "norm", "enc", "seg",
-                        "ex"]) | st.text(max_size=6)
+VALUES = st.sampled_from(
+    [
+        "examples",
+        "context",
+        "both",
+        "concept",
+        "avgpool",
+        "drop",
+        "even",
+        "sentence",
+        "scheme",
+        "4",
+        "2.5",
+        "max",
+        "0",
+        "1",
+        "-3",
+        "nan",
+        "inf",
+        "1e400",
+        "E",
+        "middle",
+        "-1",
+        "w1mean",
+        "last",
+        "relu|mean",
+        "None",
+        "L2",
+        "zNorm",
+        "mean",
+        "concat_each_example",
+        "sentence_level_segmentation",
+        "soft_cluster",
+        "",
+        " ",
+    ]
+) | st.text(max_size=8)
+KEYS = st.sampled_from(
+    ["what", "method", "bounds", "ratio", "budget", "recent", "layer", "word", "norm", "enc", "seg", "ex"]
+) | st.text(max_size=6)
 
 
 @settings(max_examples=200, **FUZZ)
@@ -42,16 +76,25 @@ def specs(draw: st.DrawFn) -> CompactSpec:
     bounds = draw(st.sampled_from(["even", "sentence"] + (["scheme"] if method == "concept" else [])))
     kw: dict = dict(what=draw(st.sampled_from(WHATS)), method=method, bounds=bounds)
     if bounds == "scheme":
-        kw.update(ratio=None, enc=draw(st.sampled_from(["concat_each_example", "sentence_level_segmentation"])),
-                  seg=draw(st.sampled_from(["mean", None])), ex=draw(st.sampled_from(["mean", None])))
+        kw.update(
+            ratio=None,
+            enc=draw(st.sampled_from(["concat_each_example", "sentence_level_segmentation"])),
+            seg=draw(st.sampled_from(["mean", None])),
+            ex=draw(st.sampled_from(["mean", None])),
+        )
     else:
         size = draw(st.sampled_from(["ratio", "budget", "max"]))
-        kw.update(ratio=draw(st.floats(1, 1e6)) if size == "ratio" else (math.inf if size == "max" else None),
-                  budget=draw(st.integers(1, 10**6)) if size == "budget" else None, recent=draw(st.integers(0, 500)))
+        kw.update(
+            ratio=draw(st.floats(1, 1e6)) if size == "ratio" else (math.inf if size == "max" else None),
+            budget=draw(st.integers(1, 10**6)) if size == "budget" else None,
+            recent=draw(st.integers(0, 500)),
+        )
     if method == "concept":
-        kw.update(layer=draw(st.sampled_from(["E", "middle", "-1", "0", "+3"])),
-                  word=draw(st.sampled_from(["mean", "w1mean", "last", "-relu+|w1mean"])),
-                  norm=draw(st.sampled_from([None, "L2", "varNorm", "zNorm"])))
+        kw.update(
+            layer=draw(st.sampled_from(["E", "middle", "-1", "0", "+3"])),
+            word=draw(st.sampled_from(["mean", "w1mean", "last", "-relu+|w1mean"])),
+            norm=draw(st.sampled_from([None, "L2", "varNorm", "zNorm"])),
+        )
     return CompactSpec(**kw)
 
 
@@ -73,8 +116,9 @@ def test_the_command_line_answers_a_spec_in_one_line(pairs: list[tuple[str, str]
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:  # a model that does not exist: a good SPEC fails on it, a bad one before it
-            code = main(["hellaswag", "baseline", "--no-db", "--limit", "1", "--model", "/nonexistent/model",
-                         "--compact", text])
+            code = main(
+                ["hellaswag", "baseline", "--no-db", "--limit", "1", "--model", "/nonexistent/model", "--compact", text]
+            )
         except SystemExit as e:
             code = e.code
     lines = err.getvalue().strip().splitlines()

@@ -20,14 +20,23 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from walklens.hellaswag.data import HellaswagItem, bundled_path, load_hellaswag, preprocess
 from walklens.errors import DataFormatError, InputError
+from walklens.hellaswag.data import HellaswagItem, bundled_path, load_hellaswag, preprocess
 
 FUZZ = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 SUFFIXES = (".txt", ".txt.bz2", ".jsonl", ".jsonl.bz2")
-GOOD = {"activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he",
-        "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.",
-                    "is holding a rubik's cube.", "starts pulling up roofing on a roof."], "label": 3}
+GOOD = {
+    "activity_label": "Roof shingle removal",
+    "ctx_a": "A man is sitting on a roof.",
+    "ctx_b": "he",
+    "endings": [
+        "is using wrap to wrap a pair of skis.",
+        "is ripping level tiles off.",
+        "is holding a rubik's cube.",
+        "starts pulling up roofing on a roof.",
+    ],
+    "label": 3,
+}
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +80,34 @@ def _load_or_input_error(path: Path, **kw: Any) -> list[HellaswagItem] | InputEr
 # ---- raw bytes ---------------------------------------------------------------------------------------------
 
 # Bytes that are sometimes close to a real file: fragments of the text form and of jsonl, glued at random.
-FRAGMENTS = [b"A: b c", b"\n", b"\r\n", b"0", b"3", b"7", b"-1", b"", b" ", b"[step]", b"[title]", b"\xff", b"\xc3",
-             b"\xe2\x80\xa8", b"{", b"}", b"[", b"]", b'"label": ', b'"endings": ', b'"x"', b",", b"null", b"1e999",
-             json.dumps(GOOD).encode()]
-noisy_bytes = st.one_of(st.binary(max_size=400),
-                        st.lists(st.sampled_from(FRAGMENTS), max_size=60).map(b"".join))
+FRAGMENTS = [
+    b"A: b c",
+    b"\n",
+    b"\r\n",
+    b"0",
+    b"3",
+    b"7",
+    b"-1",
+    b"",
+    b" ",
+    b"[step]",
+    b"[title]",
+    b"\xff",
+    b"\xc3",
+    b"\xe2\x80\xa8",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b'"label": ',
+    b'"endings": ',
+    b'"x"',
+    b",",
+    b"null",
+    b"1e999",
+    json.dumps(GOOD).encode(),
+]
+noisy_bytes = st.one_of(st.binary(max_size=400), st.lists(st.sampled_from(FRAGMENTS), max_size=60).map(b"".join))
 
 
 @settings(max_examples=120, **FUZZ)
@@ -98,7 +130,7 @@ def test_random_bytes_as_the_compressed_stream(workdir, suffix, content):
 def test_truncated_bundled_file_is_refused(workdir, bundled_bytes, frac):
     """Any strict prefix of the bundled .bz2 is refused: never a silently shorter data set."""
     p = workdir / "cut.txt.bz2"
-    p.write_bytes(bundled_bytes[:int(frac * len(bundled_bytes))])
+    p.write_bytes(bundled_bytes[: int(frac * len(bundled_bytes))])
     with pytest.raises(DataFormatError):
         load_hellaswag(p, limit=2)
 
@@ -118,12 +150,18 @@ def test_corrupted_bundled_file_loads_or_raises(workdir, bundled_bytes, pos, byt
 
 # ---- structured jsonl and text ------------------------------------------------------------------------------
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers(-10, 10) | st.floats() | st.text(max_size=8),
-                           lambda c: st.lists(c, max_size=5) | st.dictionaries(st.text(max_size=5), c, max_size=4),
-                           max_leaves=8)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10, 10) | st.floats() | st.text(max_size=8),
+    lambda c: st.lists(c, max_size=5) | st.dictionaries(st.text(max_size=5), c, max_size=4),
+    max_leaves=8,
+)
 endings_text = st.text(alphabet=st.sampled_from(list("ab [step]\u2028\x85 ")), max_size=10)
-label_values = st.one_of(st.sampled_from(["", " ", "0", "1", "2", "3", " 2 ", "4", "1.0", "x", None, True]),
-                         st.integers(-5, 8), st.floats(allow_nan=True), st.text(max_size=3))
+label_values = st.one_of(
+    st.sampled_from(["", " ", "0", "1", "2", "3", " 2 ", "4", "1.0", "x", None, True]),
+    st.integers(-5, 8),
+    st.floats(allow_nan=True),
+    st.text(max_size=3),
+)
 
 
 def _field(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -131,11 +169,18 @@ def _field(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 docs = st.fixed_dictionaries(
-    {"activity_label": _field(st.text(max_size=8)), "ctx_a": _field(st.text(max_size=8)),
-     "ctx_b": _field(st.text(max_size=8)),
-     "endings": _field(st.lists(endings_text, min_size=3, max_size=5)), "label": label_values},
-).flatmap(lambda d: st.sets(st.sampled_from(sorted(d)), max_size=2).map(
-    lambda drop: {k: v for k, v in d.items() if k not in drop}))
+    {
+        "activity_label": _field(st.text(max_size=8)),
+        "ctx_a": _field(st.text(max_size=8)),
+        "ctx_b": _field(st.text(max_size=8)),
+        "endings": _field(st.lists(endings_text, min_size=3, max_size=5)),
+        "label": label_values,
+    },
+).flatmap(
+    lambda d: st.sets(st.sampled_from(sorted(d)), max_size=2).map(
+        lambda drop: {k: v for k, v in d.items() if k not in drop}
+    )
+)
 
 
 def _expected_label(doc: dict[str, Any]) -> int | None:
@@ -167,11 +212,14 @@ def test_jsonl_records_with_wrong_types(workdir, doc, suffix):
 
 
 any_line = st.text(max_size=10).filter(lambda t: "\n" not in t)
-valid_block = st.tuples(st.sampled_from(["A: b", "Act: ctx [header] more", "Roof: a [title] b"]),
-                        st.sampled_from(["0", "1", "3", " 2", "2\r"]),
-                        *[st.sampled_from(["e", "e [title] f", "[a] x", "\u2028 y", "f\x85"])] * 4)
-bad_line = st.one_of(st.sampled_from(["x", ": ", "A:b", "", " ", "4", "-1", "1.0", "\u0663", "[step]", "[a] [b]"]),
-                     any_line)
+valid_block = st.tuples(
+    st.sampled_from(["A: b", "Act: ctx [header] more", "Roof: a [title] b"]),
+    st.sampled_from(["0", "1", "3", " 2", "2\r"]),
+    *[st.sampled_from(["e", "e [title] f", "[a] x", "\u2028 y", "f\x85"])] * 4,
+)
+bad_line = st.one_of(
+    st.sampled_from(["x", ": ", "A:b", "", " ", "4", "-1", "1.0", "\u0663", "[step]", "[a] [b]"]), any_line
+)
 
 
 def _mutate(block: tuple[str, ...], change: tuple[int, str] | None) -> list[str]:
@@ -183,7 +231,8 @@ def _mutate(block: tuple[str, ...], change: tuple[int, str] | None) -> list[str]
 
 blocks = st.builds(_mutate, valid_block, st.one_of(st.none(), st.tuples(st.integers(0, 5), bad_line)))
 text_files = st.tuples(st.lists(blocks, max_size=3), st.lists(bad_line, max_size=1)).map(
-    lambda bl: [line for b in bl[0] for line in b] + bl[1])
+    lambda bl: [line for b in bl[0] for line in b] + bl[1]
+)
 
 
 @settings(max_examples=150, **FUZZ)
@@ -197,8 +246,9 @@ def test_text_form_with_random_lines(workdir, lines, suffix):
             lines.pop()
         assert len(lines) == 6 * len(out)
         assert [it.label for it in out] == [int(lines[6 * k + 1]) for k in range(len(out))]
-        assert [it.endings for it in out] == [tuple(map(preprocess, lines[6 * k + 2: 6 * k + 6]))
-                                              for k in range(len(out))]
+        assert [it.endings for it in out] == [
+            tuple(map(preprocess, lines[6 * k + 2 : 6 * k + 6])) for k in range(len(out))
+        ]
 
 
 @pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
@@ -225,6 +275,7 @@ def test_empty_files(workdir, suffix, content):
 
 
 # ---- the command line ---------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def no_model_load():
@@ -261,9 +312,25 @@ def test_cli_subprocess_truncated_bundled_file(tmp_path, bundled_bytes):
     """The installed entry point, in a fresh process: a truncated copy of the bundled file."""
     p = tmp_path / "cut.txt.bz2"
     p.write_bytes(bundled_bytes[: len(bundled_bytes) // 3])
-    r = subprocess.run([sys.executable, "-m", "walklens", "hellaswag", "baseline", "--data", str(p), "--limit", "2",
-                        "--no-db", "--model", str(tmp_path / "no-model-here")],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "walklens",
+            "hellaswag",
+            "baseline",
+            "--data",
+            str(p),
+            "--limit",
+            "2",
+            "--no-db",
+            "--model",
+            str(tmp_path / "no-model-here"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = r.stderr.splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert lines[0].startswith(f"walklens: error: {p}: cannot be read as text (EOFError")

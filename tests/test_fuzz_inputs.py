@@ -22,32 +22,51 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import walklens
-from walklens.experiments.grid import FIELDS, GridSpec
-from walklens.concepts.schemes import (ALL_ENCODING_SCHEMES, EXAMPLE_AGG_SCHEMES, LAYER_NAMES, NORMS,
-                                       SEGMENT_AGG_SCHEMES, SIMILARITY_FUNCS, WORD_AGG_SCHEMES, Scheme)
+from walklens.concepts.schemes import (
+    ALL_ENCODING_SCHEMES,
+    EXAMPLE_AGG_SCHEMES,
+    LAYER_NAMES,
+    NORMS,
+    SEGMENT_AGG_SCHEMES,
+    SIMILARITY_FUNCS,
+    WORD_AGG_SCHEMES,
+    Scheme,
+)
 from walklens.errors import InputError, UnsupportedFamilyError, WalklensError
+from walklens.experiments.grid import FIELDS, GridSpec
 from walklens.models import ADAPTERS
 
-FUZZ = dict(deadline=None, derandomize=True, database=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = dict(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 ARCHES = ("decoder", "encoder-decoder", "encoder")
 
 # ---- the scheme grammar --------------------------------------------------------------------------------------
 
-LAYERS = st.one_of(st.sampled_from(LAYER_NAMES), st.integers(-10**6, 10**6).map(str), st.integers(-40, 40))
+LAYERS = st.one_of(st.sampled_from(LAYER_NAMES), st.integers(-(10**6), 10**6).map(str), st.integers(-40, 40))
 
 
 @st.composite
 def schemes(draw: st.DrawFn, test: int | None = None) -> Scheme:
     """A valid :class:`Scheme` of Test 1 (no sim/out_*) or Test 2 (a similarity, optional out_*), A.6 values."""
     test = draw(st.sampled_from((1, 2))) if test is None else test
-    kw: dict[str, Any] = dict(enc=draw(st.sampled_from(ALL_ENCODING_SCHEMES)), layer=draw(LAYERS),
-                              word=draw(st.sampled_from(WORD_AGG_SCHEMES)), norm=draw(st.sampled_from(NORMS)),
-                              seg=draw(st.sampled_from(SEGMENT_AGG_SCHEMES)),
-                              ex=draw(st.sampled_from(EXAMPLE_AGG_SCHEMES)))
+    kw: dict[str, Any] = dict(
+        enc=draw(st.sampled_from(ALL_ENCODING_SCHEMES)),
+        layer=draw(LAYERS),
+        word=draw(st.sampled_from(WORD_AGG_SCHEMES)),
+        norm=draw(st.sampled_from(NORMS)),
+        seg=draw(st.sampled_from(SEGMENT_AGG_SCHEMES)),
+        ex=draw(st.sampled_from(EXAMPLE_AGG_SCHEMES)),
+    )
     if test == 2:
-        kw.update(sim=draw(st.sampled_from([s for s in SIMILARITY_FUNCS if s is not None])),
-                  out_layer=draw(st.none() | LAYERS), out_word=draw(st.none() | st.sampled_from(WORD_AGG_SCHEMES)))
+        kw.update(
+            sim=draw(st.sampled_from([s for s in SIMILARITY_FUNCS if s is not None])),
+            out_layer=draw(st.none() | LAYERS),
+            out_word=draw(st.none() | st.sampled_from(WORD_AGG_SCHEMES)),
+        )
     return Scheme(**kw)
 
 
@@ -96,8 +115,11 @@ def near_misses(draw: st.DrawFn) -> str:
     if how == "delete":
         return text[:i] + text[j:]
     if how == "insert":
-        return text[:i] + draw(st.sampled_from([",", "=", "|", " ", "\n", "None", "-", "+"]) | st.text(max_size=3)) \
+        return (
+            text[:i]
+            + draw(st.sampled_from([",", "=", "|", " ", "\n", "None", "-", "+"]) | st.text(max_size=3))
             + text[i:]
+        )
     if how == "value":
         parts[k] = parts[k].split("=", 1)[0] + "=" + draw(st.text(max_size=6) | st.sampled_from(["", "none", "E"]))
     elif how == "duplicate":
@@ -120,8 +142,7 @@ def test_near_miss_scheme_strings_parse_or_are_input_errors(text: str) -> None:
 
 
 @settings(max_examples=60, **FUZZ)
-@given(spec=st.one_of(st.text(max_size=40), near_misses()), test=st.sampled_from((1, 2)),
-       arch=st.sampled_from(ARCHES))
+@given(spec=st.one_of(st.text(max_size=40), near_misses()), test=st.sampled_from((1, 2)), arch=st.sampled_from(ARCHES))
 @example(spec="", test=1, arch="decoder")  # used to run the standard scheme
 def test_scheme_specs_give_a_scheme_or_an_input_error(spec: str, test: int, arch: str) -> None:
     try:
@@ -132,6 +153,7 @@ def test_scheme_specs_give_a_scheme_or_an_input_error(spec: str, test: int, arch
 
 
 # ---- grid TOML files -----------------------------------------------------------------------------------------
+
 
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
@@ -155,12 +177,18 @@ def to_toml(doc: dict[str, Any]) -> str:
 
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)
-SCALARS = st.one_of(TEXT, st.integers(-10**20, 10**20), st.floats(), st.booleans())
-GOOD_VALUES = {"enc": ALL_ENCODING_SCHEMES, "layer": ("E", "middle", "0", "-1", "3", "-2"),
-               "word": WORD_AGG_SCHEMES, "norm": tuple(str(n) for n in NORMS),
-               "seg": tuple(str(n) for n in SEGMENT_AGG_SCHEMES), "ex": tuple(str(n) for n in EXAMPLE_AGG_SCHEMES),
-               "sim": tuple(str(n) for n in SIMILARITY_FUNCS), "out_layer": ("E", "-1", "middle", "1"),
-               "out_word": WORD_AGG_SCHEMES}
+SCALARS = st.one_of(TEXT, st.integers(-(10**20), 10**20), st.floats(), st.booleans())
+GOOD_VALUES = {
+    "enc": ALL_ENCODING_SCHEMES,
+    "layer": ("E", "middle", "0", "-1", "3", "-2"),
+    "word": WORD_AGG_SCHEMES,
+    "norm": tuple(str(n) for n in NORMS),
+    "seg": tuple(str(n) for n in SEGMENT_AGG_SCHEMES),
+    "ex": tuple(str(n) for n in EXAMPLE_AGG_SCHEMES),
+    "sim": tuple(str(n) for n in SIMILARITY_FUNCS),
+    "out_layer": ("E", "-1", "middle", "1"),
+    "out_word": WORD_AGG_SCHEMES,
+}
 GOOD_VALUES["layers"] = GOOD_VALUES["layer"]
 
 
@@ -168,8 +196,8 @@ def _bad_values(key: str) -> st.SearchStrategy[Any]:
     good = GOOD_VALUES.get(key)
     items = st.sampled_from(good) if good else SCALARS
     return st.one_of(
-        st.lists(st.one_of(items, SCALARS), max_size=3),                  # wrong types, empty lists
-        SCALARS,                                                          # not a list
+        st.lists(st.one_of(items, SCALARS), max_size=3),  # wrong types, empty lists
+        SCALARS,  # not a list
         st.lists(st.lists(SCALARS, max_size=2), min_size=1, max_size=2),  # nested lists
         st.dictionaries(st.sampled_from(["a", "b"]), SCALARS, max_size=2),
         st.sampled_from(["full", "standard", "nope", ""]),
@@ -206,14 +234,19 @@ def _grid_or_input_error(path: Path, test: int, arch: str, layers: list[str] | N
 
 
 @settings(max_examples=100, **FUZZ)
-@given(data=st.data(), test=st.sampled_from((1, 2)), arch=st.sampled_from(ARCHES),
-       layers=st.none() | st.lists(st.sampled_from(["E", "-1", "2"]), min_size=1, max_size=2))
+@given(
+    data=st.data(),
+    test=st.sampled_from((1, 2)),
+    arch=st.sampled_from(ARCHES),
+    layers=st.none() | st.lists(st.sampled_from(["E", "-1", "2"]), min_size=1, max_size=2),
+)
 @example(data={"layer": [1.5]}, test=1, arch="decoder", layers=None)
 @example(data={"layers": ["E"]}, test=1, arch="decoder", layers=["-1"])  # --layers would be ignored
 @example(data={"base": "standard", "norm": ["None", "L2"]}, test=2, arch="decoder", layers=["-1", "E"])
 @example(data={"base": "standard"}, test=1, arch="decoder", layers=["E", "E"])  # product_size counted copies
-def test_random_grid_documents_load_or_are_input_errors(data: Any, test: int, arch: str,
-                                                         layers: list[str] | None) -> None:
+def test_random_grid_documents_load_or_are_input_errors(
+    data: Any, test: int, arch: str, layers: list[str] | None
+) -> None:
     doc = data if isinstance(data, dict) else data.draw(grid_docs(test))
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "grid.toml"
@@ -222,8 +255,10 @@ def test_random_grid_documents_load_or_are_input_errors(data: Any, test: int, ar
 
 
 @settings(max_examples=80, **FUZZ)
-@given(data=st.binary(max_size=200) | st.text(max_size=80).map(lambda t: t.encode("utf-8", "surrogatepass")),
-       test=st.sampled_from((1, 2)))
+@given(
+    data=st.binary(max_size=200) | st.text(max_size=80).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    test=st.sampled_from((1, 2)),
+)
 @example(data=b'layer = ["\xff\xfe"]\n', test=1)  # not UTF-8: used to be an internal error
 @example(data=b"", test=2)
 def test_random_grid_bytes_load_or_are_input_errors(data: bytes, test: int) -> None:
@@ -235,8 +270,10 @@ def test_random_grid_bytes_load_or_are_input_errors(data: bytes, test: int) -> N
 
 # ---- load_model specs ----------------------------------------------------------------------------------------
 
-def write_tiny_gguf(path: Path, seed: int = 0, D: int = 16, L: int = 1, H: int = 2, H_kv: int = 1,
-                    F: int = 32) -> dict[str, np.ndarray]:
+
+def write_tiny_gguf(
+    path: Path, seed: int = 0, D: int = 16, L: int = 1, H: int = 2, H_kv: int = 1, F: int = 32
+) -> dict[str, np.ndarray]:
     """A tiny random Llama as an F32 GGUF file (gguf's GGUFWriter), with a byte-level BPE tokenizer; returns
     the tensors written."""
     import gguf
@@ -265,13 +302,22 @@ def write_tiny_gguf(path: Path, seed: int = 0, D: int = 16, L: int = 1, H: int =
     d = D // H
     shapes = {"token_embd.weight": (len(tokens), D), "output_norm.weight": (D,)}
     for i in range(L):
-        shapes.update({f"blk.{i}.attn_norm.weight": (D,), f"blk.{i}.ffn_norm.weight": (D,),
-                       f"blk.{i}.attn_q.weight": (H * d, D), f"blk.{i}.attn_k.weight": (H_kv * d, D),
-                       f"blk.{i}.attn_v.weight": (H_kv * d, D), f"blk.{i}.attn_output.weight": (D, H * d),
-                       f"blk.{i}.ffn_gate.weight": (F, D), f"blk.{i}.ffn_up.weight": (F, D),
-                       f"blk.{i}.ffn_down.weight": (D, F)})
-    tensors = {n: (np.ones(s) if len(s) == 1 else rng.standard_normal(s) * 0.2).astype(np.float32)
-               for n, s in shapes.items()}
+        shapes.update(
+            {
+                f"blk.{i}.attn_norm.weight": (D,),
+                f"blk.{i}.ffn_norm.weight": (D,),
+                f"blk.{i}.attn_q.weight": (H * d, D),
+                f"blk.{i}.attn_k.weight": (H_kv * d, D),
+                f"blk.{i}.attn_v.weight": (H_kv * d, D),
+                f"blk.{i}.attn_output.weight": (D, H * d),
+                f"blk.{i}.ffn_gate.weight": (F, D),
+                f"blk.{i}.ffn_up.weight": (F, D),
+                f"blk.{i}.ffn_down.weight": (D, F),
+            }
+        )
+    tensors = {
+        n: (np.ones(s) if len(s) == 1 else rng.standard_normal(s) * 0.2).astype(np.float32) for n, s in shapes.items()
+    }
     for n, t in tensors.items():
         w.add_tensor(n, t)
     w.write_header_to_file()
@@ -354,17 +400,39 @@ def test_truncated_safetensors_is_refused(tiny_dir: Path, frac: float) -> None:
         assert "safetensors" in str(_refused(m))
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | TEXT,
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
-                    max_leaves=8)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=8,
+)
 MODEL_TYPES = st.sampled_from(sorted(ADAPTERS) + ["mamba", "nosuch", ""]) | TEXT | JSON
-CONFIG_KEYS = st.sampled_from(["n_layer", "num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads",
-                               "n_embd", "auto_map", "architectures", "tie_word_embeddings"]) | TEXT
+CONFIG_KEYS = (
+    st.sampled_from(
+        [
+            "n_layer",
+            "num_hidden_layers",
+            "hidden_size",
+            "vocab_size",
+            "num_attention_heads",
+            "n_embd",
+            "auto_map",
+            "architectures",
+            "tie_word_embeddings",
+        ]
+    )
+    | TEXT
+)
 
 
 @settings(max_examples=60, **FUZZ)
-@given(config=st.one_of(JSON, st.fixed_dictionaries(
-    {"model_type": MODEL_TYPES}, optional={"extra": st.dictionaries(CONFIG_KEYS, JSON, max_size=4)})))
+@given(
+    config=st.one_of(
+        JSON,
+        st.fixed_dictionaries(
+            {"model_type": MODEL_TYPES}, optional={"extra": st.dictionaries(CONFIG_KEYS, JSON, max_size=4)}
+        ),
+    )
+)
 @example(config={"model_type": ["gpt2"]})
 @example(config={"model_type": "gpt2", "extra": {"n_layer": "x"}})
 def test_config_json_with_random_json_is_refused(config: Any) -> None:
@@ -386,10 +454,20 @@ def test_unknown_model_type_is_an_unsupported_family(tiny_dir: Path, model_type:
             walklens.load_model(str(m))
 
 
-NAMES = st.sampled_from(["config.json", "model.safetensors", "tokenizer_config.json", "tokenizer.json",
-                         "model.safetensors.index.json", "pytorch_model.bin", "x.gguf", "vocab.txt"]) | \
-    st.text(st.characters(whitelist_categories=("Ll", "Lu", "Nd"), whitelist_characters="._-"), min_size=1,
-            max_size=12).filter(lambda n: n not in (".", ".."))
+NAMES = st.sampled_from(
+    [
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "tokenizer.json",
+        "model.safetensors.index.json",
+        "pytorch_model.bin",
+        "x.gguf",
+        "vocab.txt",
+    ]
+) | st.text(
+    st.characters(whitelist_categories=("Ll", "Lu", "Nd"), whitelist_characters="._-"), min_size=1, max_size=12
+).filter(lambda n: n not in (".", ".."))
 CONTENTS = st.binary(max_size=200) | JSON.map(lambda j: json.dumps(j).encode())
 
 
@@ -418,8 +496,10 @@ def test_any_spec_loads_or_is_refused_offline(spec: str) -> None:
 
 # ---- the same failures through the CLI: one line, exit code 2 ------------------------------------------------
 
-def test_cli_bad_models_one_line(tmp_path: Path, tiny_dir: Path, tiny_gguf: tuple[Path, Any],
-                                 capfd: pytest.CaptureFixture[str]) -> None:
+
+def test_cli_bad_models_one_line(
+    tmp_path: Path, tiny_dir: Path, tiny_gguf: tuple[Path, Any], capfd: pytest.CaptureFixture[str]
+) -> None:
     from walklens.cli import main
 
     data = tiny_gguf[0].read_bytes()
@@ -432,9 +512,14 @@ def test_cli_bad_models_one_line(tmp_path: Path, tiny_dir: Path, tiny_gguf: tupl
     (tmp_path / "unknown" / "config.json").write_text('{"model_type": "nosuch"}')
     (tmp_path / "garbage").mkdir()
     (tmp_path / "garbage" / "config.json").write_bytes(b"\xff\xfe\x00")
-    expect = {"cut.gguf": "not a valid GGUF file", "random.gguf": "not a valid GGUF file",
-              "empty.gguf": "not a valid GGUF file", "cut_st": "not a valid safetensors file",
-              "unknown": "model_type 'nosuch' is not supported", "garbage": "config.json is not valid JSON"}
+    expect = {
+        "cut.gguf": "not a valid GGUF file",
+        "random.gguf": "not a valid GGUF file",
+        "empty.gguf": "not a valid GGUF file",
+        "cut_st": "not a valid safetensors file",
+        "unknown": "model_type 'nosuch' is not supported",
+        "garbage": "config.json is not valid JSON",
+    }
     for name, msg in expect.items():
         capfd.readouterr()
         assert main(["walk", "hi", "--model", str(tmp_path / name)]) == 2, name

@@ -8,14 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from walklens.hellaswag.baseline import baseline_scores, item_tokens
-from walklens.hellaswag.data import fewshot_examples, load_hellaswag
-from walklens.concepts import generation as t1
-from walklens.concepts.schemes import Scheme
-
-from oracles import reference_logliks
 from _ties import assert_picks_match
 from _toy import cli_runner, write_toy
+from oracles import reference_logliks
+from walklens.concepts import generation as t1
+from walklens.concepts.schemes import Scheme
+from walklens.hellaswag.baseline import baseline_scores, item_tokens
+from walklens.hellaswag.data import fewshot_examples, load_hellaswag
 
 
 @pytest.fixture
@@ -48,16 +47,29 @@ def test_baseline_test1_test2_json(toy, run):
     assert b["acc"] == sum(p[0] == g for p, g in zip(got, gold)) / 4
     assert b["acc_norm"] == sum(p[1] == g for p, g in zip(got, gold)) / 4
 
-    r = run("hellaswag", "test1", *common, "--limit", "3", "--shots", "1", "--json", str(d / "t1.json"),
-            "--scheme", "enc=token_level,layer=E,word=last,norm=None,seg=None,ex=None")
+    r = run(
+        "hellaswag",
+        "test1",
+        *common,
+        "--limit",
+        "3",
+        "--shots",
+        "1",
+        "--json",
+        str(d / "t1.json"),
+        "--scheme",
+        "enc=token_level,layer=E,word=last,norm=None,seg=None,ex=None",
+    )
     assert r.returncode == 0, r.stderr
     t = json.loads((d / "t1.json").read_text())
     # token-level Test 1 is the baseline: its picks are the 1-shot baseline's (but for float near-ties), so
     # its accuracies are the baseline's and the normalised scores 1 (when the baseline is not 0)
-    ll1 = np.array([baseline_scores(lm, it, fewshot_examples(items, 1, it.index, query_split=it.split))
-                    for it in items[:3]])
-    ties = (assert_picks_match([p["acc"] for p in t["predictions"]], ll1, "token-level Test 1 acc")
-            + assert_picks_match([p["acc_norm"] for p in t["predictions"]], ll1 / chars[:3], "... acc_norm"))
+    ll1 = np.array(
+        [baseline_scores(lm, it, fewshot_examples(items, 1, it.index, query_split=it.split)) for it in items[:3]]
+    )
+    ties = assert_picks_match([p["acc"] for p in t["predictions"]], ll1, "token-level Test 1 acc") + assert_picks_match(
+        [p["acc_norm"] for p in t["predictions"]], ll1 / chars[:3], "... acc_norm"
+    )
     assert t["n"] == 3
     if not ties:
         assert t["acc"] == t["baseline"]["acc"] and t["acc_norm"] == t["baseline"]["acc_norm"]
@@ -73,12 +85,15 @@ def test_baseline_test1_test2_json(toy, run):
     assert r.returncode == 0 and len((d / "all.csv").read_text().splitlines()) == 1 + 4
 
 
-@pytest.mark.parametrize("extra,msg", [
-    (["test1", "--scheme", "enc=concat_each_example,layer=-1,word=mean,sim=dot"], "belong to Test 2"),
-    (["test2", "--scheme", "enc=nope,layer=1,word=mean"], "invalid enc"),
-    (["baseline", "--data", "BADFILE"], "bad.txt:2:"),
-    (["baseline", "--data", "/no/such.jsonl"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "extra,msg",
+    [
+        (["test1", "--scheme", "enc=concat_each_example,layer=-1,word=mean,sim=dot"], "belong to Test 2"),
+        (["test2", "--scheme", "enc=nope,layer=1,word=mean"], "invalid enc"),
+        (["baseline", "--data", "BADFILE"], "bad.txt:2:"),
+        (["baseline", "--data", "/no/such.jsonl"], "no such file"),
+    ],
+)
 def test_errors_are_one_line(toy, run, extra, msg):
     d, _, _ = toy
     (d / "bad.txt").write_text("a: b\nx\ne\ne\ne\ne\n")
@@ -111,8 +126,11 @@ def test_other_modules_can_add_hellaswag_subcommands(monkeypatch):
     fake.register_hellaswag = lambda hs: hs.add_parser("fake").set_defaults(func=lambda a: 7)
     monkeypatch.setitem(sys.modules, "walklens.cli.zz_fake", fake)
     real = pkgutil.iter_modules
-    monkeypatch.setattr(pkgutil, "iter_modules",
-                        lambda path=None, prefix="": list(real(path, prefix)) + [pkgutil.ModuleInfo(None, "zz_fake", False)])
+    monkeypatch.setattr(
+        pkgutil,
+        "iter_modules",
+        lambda path=None, prefix="": list(real(path, prefix)) + [pkgutil.ModuleInfo(None, "zz_fake", False)],
+    )
     command_modules.cache_clear()  # the command modules are found once per process: find them again
     try:
         args = build_parser().parse_args(["hellaswag", "fake"])

@@ -10,16 +10,37 @@ from pathlib import Path
 
 import pytest
 
-from walklens.hellaswag.data import (HellaswagItem, bundled_path, data_id, default_path, fewshot_context,
-                                    fewshot_examples, load_hellaswag, make_item, preprocess)
 from walklens.errors import DataFormatError, InputError, MissingDependencyError
+from walklens.hellaswag.data import (
+    HellaswagItem,
+    bundled_path,
+    data_id,
+    default_path,
+    fewshot_context,
+    fewshot_examples,
+    load_hellaswag,
+    make_item,
+    preprocess,
+)
 
 # The first item of rowanz's hellaswag_val.jsonl (ind 24), as stored in the dataset.
-ROOF = {"ind": 24, "activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he",
-        "ctx": "A man is sitting on a roof. he", "split": "val", "split_type": "indomain", "label": 3,
-        "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.",
-                    "is holding a rubik's cube.", "starts pulling up roofing on a roof."],
-        "source_id": "activitynet~v_-JhWjGDPHMY"}
+ROOF = {
+    "ind": 24,
+    "activity_label": "Roof shingle removal",
+    "ctx_a": "A man is sitting on a roof.",
+    "ctx_b": "he",
+    "ctx": "A man is sitting on a roof. he",
+    "split": "val",
+    "split_type": "indomain",
+    "label": 3,
+    "endings": [
+        "is using wrap to wrap a pair of skis.",
+        "is ripping level tiles off.",
+        "is holding a rubik's cube.",
+        "starts pulling up roofing on a roof.",
+    ],
+    "source_id": "activitynet~v_-JhWjGDPHMY",
+}
 
 
 def test_preprocess_follows_the_harness():
@@ -50,20 +71,26 @@ def test_jsonl_and_text_forms(tmp_path):
     items = load_hellaswag(j)
     assert len(items) == 2 and items[1].label == 1 and items[0].ctx_a == ROOF["ctx_a"]
     t = tmp_path / "v.txt.bz2"
-    t.write_bytes(bz2.compress(("Roof shingle removal: A man is sitting on a roof. he\n3\n" +
-                                "\n".join(ROOF["endings"]) + "\n").encode()))
+    t.write_bytes(
+        bz2.compress(
+            ("Roof shingle removal: A man is sitting on a roof. he\n3\n" + "\n".join(ROOF["endings"]) + "\n").encode()
+        )
+    )
     (it,) = load_hellaswag(t)
     assert it.ctx == "Roof shingle removal: A man is sitting on a roof. he"  # no ctx_b split in the text form
     assert it.activity_label == "Roof shingle removal" and it.endings == tuple(ROOF["endings"]) and it.label == 3
     assert load_hellaswag(j, limit=1)[0].index == 0 and len(load_hellaswag(j, limit=1)) == 1
 
 
-@pytest.mark.parametrize("content,where", [
-    ("ctx: a b\n7\ne0\ne1\ne2\ne3\n", ":2:"),           # label out of range
-    ("ctx: a b\n1\ne0\ne1\ne2\n", ":1:"),               # incomplete item
-    ("no colon here\n1\ne0\ne1\ne2\ne3\n", ":1:"),      # no activity label
-    ("ctx: a\n0\ne0\ne1\ne2\ne3\nctx: b\n0\ne0\n\ne2\ne3\n", ":10:"),  # empty ending
-])
+@pytest.mark.parametrize(
+    "content,where",
+    [
+        ("ctx: a b\n7\ne0\ne1\ne2\ne3\n", ":2:"),  # label out of range
+        ("ctx: a b\n1\ne0\ne1\ne2\n", ":1:"),  # incomplete item
+        ("no colon here\n1\ne0\ne1\ne2\ne3\n", ":1:"),  # no activity label
+        ("ctx: a\n0\ne0\ne1\ne2\ne3\nctx: b\n0\ne0\n\ne2\ne3\n", ":10:"),  # empty ending
+    ],
+)
 def test_malformed_text_names_file_and_line(tmp_path, content, where):
     p = tmp_path / "bad.txt"
     p.write_text(content)
@@ -72,9 +99,15 @@ def test_malformed_text_names_file_and_line(tmp_path, content, where):
     assert "bad.txt" in str(e.value) and where in str(e.value)
 
 
-@pytest.mark.parametrize("line,msg", [("{not json", "not valid JSON"), ('{"ctx_a": "x"}', "missing field"),
-                                      (json.dumps(dict(ROOF, endings=["a"])), "4 strings"),
-                                      (json.dumps(dict(ROOF, label=9)), "label")])
+@pytest.mark.parametrize(
+    "line,msg",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"ctx_a": "x"}', "missing field"),
+        (json.dumps(dict(ROOF, endings=["a"])), "4 strings"),
+        (json.dumps(dict(ROOF, label=9)), "label"),
+    ],
+)
 def test_malformed_jsonl_names_file_and_line(tmp_path, line, msg):
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps(ROOF) + "\n" + line + "\n")
@@ -125,33 +158,40 @@ def test_no_code_refers_to_a_shared_folder():
 
     pattern = re.compile(r"""\.\./shared|shared[/]data|["']shared["']\s*/|/\s*["']shared["']""")
     pkg = Path(walklens.__file__).resolve().parent
-    hits = [f"{f}:{n}" for f in sorted(pkg.rglob("*.py")) for n, line in enumerate(f.read_text().splitlines(), 1)
-            if pattern.search(line)]
+    hits = [
+        f"{f}:{n}"
+        for f in sorted(pkg.rglob("*.py"))
+        for n, line in enumerate(f.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert hits == []
 
 
-@pytest.mark.parametrize("doc,msg", [
-    (dict(ROOF, label=""), "unlabelled item"),                      # was label -1: acc 0, endings[-1] as gold
-    (dict(ROOF, label=None), "unlabelled item"),
-    (dict(ROOF, label=" "), "unlabelled item"),
-    (dict(ROOF, label=-1), "0-3, got -1"),
-    (dict(ROOF, label=4), "0-3, got 4"),
-    (dict(ROOF, label="1.0"), "0-3"),
-    (dict(ROOF, label=1.0), "0-3"),
-    (dict(ROOF, label=True), "0-3"),
-    (dict(ROOF, label=[1]), "0-3"),
-    (dict(ROOF, endings=[1, 2, 3, 4]), "4 strings"),                # was accepted as "1".."4"
-    (dict(ROOF, endings="abcd"), "4 strings"),
-    (dict(ROOF, endings=ROOF["endings"] + ["x"]), "4 strings"),
-    (dict(ROOF, endings=["a", "b", None, "d"]), "4 strings"),
-    (dict(ROOF, endings=["a", "b", "", "d"]), "ending 2 is empty"),  # was ZeroDivisionError in picks (acc_norm)
-    (dict(ROOF, endings=["a", "[step]", "c", "d"]), "ending 1 is empty after preprocessing"),
-    (dict(ROOF, endings=["a", "b", "c", "[a] [b]"]), "ending 3 is empty after preprocessing"),  # blank: " "
-    (dict(ROOF, ctx_a=None), "'ctx_a' must be a string"),
-    (dict(ROOF, ctx_b=3), "'ctx_b' must be a string"),
-    (dict(ROOF, activity_label=["x"]), "'activity_label' must be a string"),
-    ({k: v for k, v in ROOF.items() if k != "label"}, "missing field(s) label"),
-])
+@pytest.mark.parametrize(
+    "doc,msg",
+    [
+        (dict(ROOF, label=""), "unlabelled item"),  # was label -1: acc 0, endings[-1] as gold
+        (dict(ROOF, label=None), "unlabelled item"),
+        (dict(ROOF, label=" "), "unlabelled item"),
+        (dict(ROOF, label=-1), "0-3, got -1"),
+        (dict(ROOF, label=4), "0-3, got 4"),
+        (dict(ROOF, label="1.0"), "0-3"),
+        (dict(ROOF, label=1.0), "0-3"),
+        (dict(ROOF, label=True), "0-3"),
+        (dict(ROOF, label=[1]), "0-3"),
+        (dict(ROOF, endings=[1, 2, 3, 4]), "4 strings"),  # was accepted as "1".."4"
+        (dict(ROOF, endings="abcd"), "4 strings"),
+        (dict(ROOF, endings=ROOF["endings"] + ["x"]), "4 strings"),
+        (dict(ROOF, endings=["a", "b", None, "d"]), "4 strings"),
+        (dict(ROOF, endings=["a", "b", "", "d"]), "ending 2 is empty"),  # was ZeroDivisionError in picks (acc_norm)
+        (dict(ROOF, endings=["a", "[step]", "c", "d"]), "ending 1 is empty after preprocessing"),
+        (dict(ROOF, endings=["a", "b", "c", "[a] [b]"]), "ending 3 is empty after preprocessing"),  # blank: " "
+        (dict(ROOF, ctx_a=None), "'ctx_a' must be a string"),
+        (dict(ROOF, ctx_b=3), "'ctx_b' must be a string"),
+        (dict(ROOF, activity_label=["x"]), "'activity_label' must be a string"),
+        ({k: v for k, v in ROOF.items() if k != "label"}, "missing field(s) label"),
+    ],
+)
 def test_jsonl_items_are_checked(tmp_path, doc, msg):
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps(ROOF) + "\n" + json.dumps(doc) + "\n")
@@ -160,11 +200,14 @@ def test_jsonl_items_are_checked(tmp_path, doc, msg):
     assert str(e.value).startswith(f"{p}:2: ") and msg in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("lines,where,msg", [
-    (["A: b", "", "e0", "e1", "e2", "e3"], ":2:", "unlabelled item"),
-    (["A: b", "1", "e0", "[title]", "e2", "e3"], ":4:", "ending 1 is empty after preprocessing"),
-    (["A: b", "-1", "e0", "e1", "e2", "e3"], ":2:", "0-3"),
-])
+@pytest.mark.parametrize(
+    "lines,where,msg",
+    [
+        (["A: b", "", "e0", "e1", "e2", "e3"], ":2:", "unlabelled item"),
+        (["A: b", "1", "e0", "[title]", "e2", "e3"], ":4:", "ending 1 is empty after preprocessing"),
+        (["A: b", "-1", "e0", "e1", "e2", "e3"], ":2:", "0-3"),
+    ],
+)
 def test_text_items_are_checked(tmp_path, lines, where, msg):
     p = tmp_path / "bad.txt"
     p.write_text("\n".join(lines) + "\n")
@@ -181,17 +224,20 @@ def test_make_item_checks_records():
         make_item(dict(ROOF, label=""), 0)
 
 
-@pytest.mark.parametrize("name,content,msg", [
-    ("empty.txt", b"", "no items"),
-    ("blank.jsonl", b"\n \n\t\n", "no items"),
-    ("empty.txt.bz2", bz2.compress(b""), "no items"),
-    ("latin1.txt", "A: caf\xe9\n1\ne\ne\ne\ne\n".encode("latin-1"), "UnicodeDecodeError"),
-    ("plain.txt.bz2", b"A: b\n1\ne\ne\ne\ne\n", "cannot be read"),  # not bz2 at all
-    ("cut.txt.bz2", bz2.compress(b"A: b\n1\ne\ne\ne\ne\n" * 50)[:-10], "EOFError"),
-    ("deep.jsonl", b"[" * 100_000, "not valid JSON"),  # was RecursionError
-    ("bigint.jsonl", b"1" * 5000, "not valid JSON"),   # was ValueError (int digit limit)
-    ("list.jsonl", b"[1, 2]", "expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "name,content,msg",
+    [
+        ("empty.txt", b"", "no items"),
+        ("blank.jsonl", b"\n \n\t\n", "no items"),
+        ("empty.txt.bz2", bz2.compress(b""), "no items"),
+        ("latin1.txt", "A: caf\xe9\n1\ne\ne\ne\ne\n".encode("latin-1"), "UnicodeDecodeError"),
+        ("plain.txt.bz2", b"A: b\n1\ne\ne\ne\ne\n", "cannot be read"),  # not bz2 at all
+        ("cut.txt.bz2", bz2.compress(b"A: b\n1\ne\ne\ne\ne\n" * 50)[:-10], "EOFError"),
+        ("deep.jsonl", b"[" * 100_000, "not valid JSON"),  # was RecursionError
+        ("bigint.jsonl", b"1" * 5000, "not valid JSON"),  # was ValueError (int digit limit)
+        ("list.jsonl", b"[1, 2]", "expected a JSON object"),
+    ],
+)
 def test_unreadable_files_are_one_data_format_error(tmp_path, name, content, msg):
     p = tmp_path / name
     p.write_bytes(content)
@@ -216,8 +262,10 @@ def test_jsonl_lines_split_only_at_newline(tmp_path):
 
 
 def _pool(n: int) -> list[HellaswagItem]:
-    return [HellaswagItem(index=i, activity_label="A", ctx=f"A: item {i}.", endings=("e0", "e1", "e2", "e3"),
-                          label=i % 4) for i in range(n)]
+    return [
+        HellaswagItem(index=i, activity_label="A", ctx=f"A: item {i}.", endings=("e0", "e1", "e2", "e3"), label=i % 4)
+        for i in range(n)
+    ]
 
 
 def test_fewshot_never_the_query_and_deterministic():

@@ -7,26 +7,44 @@ from __future__ import annotations
 import pytest
 import torch
 
+from oracles import reference_logliks
 from walklens.concepts import generation as t1
 from walklens.concepts import similarity as t2
+from walklens.concepts.schemes import Scheme
+from walklens.concepts.segment import segment_context, split_sentences
 from walklens.hellaswag.baseline import baseline_scores, item_tokens
 from walklens.hellaswag.data import HellaswagItem
 from walklens.hellaswag.encode import continuation_logliks, hidden_states, input_embeddings
-from walklens.concepts.schemes import Scheme
-from walklens.concepts.segment import segment_context, split_sentences
 from walklens.testing import tiny_model
 
-from oracles import reference_logliks
-
-SCORING = ("gpt2", "gpt_neo", "gpt_neox", "gpt_neox_seq", "llama", "gemma3", "falcon", "falcon_alibi",
-           "falcon_seq", "t5")
+SCORING = (
+    "gpt2",
+    "gpt_neo",
+    "gpt_neox",
+    "gpt_neox_seq",
+    "llama",
+    "gemma3",
+    "falcon",
+    "falcon_alibi",
+    "falcon_seq",
+    "t5",
+)
 ARCH = {"t5": "encoder-decoder"}
 
-ITEM = HellaswagItem(index=0, activity_label="the city", ctx="the city: the man walks to the river. he",
-                     endings=("runs to the house.", "eats a red car.", "walks with the dog and the cat in london.",
-                              "was big"), label=0)
-SHOT = HellaswagItem(index=1, activity_label="a dog", ctx="a dog: the dog runs. it",
-                     endings=("eats.", "was good.", "ran to the queen.", "is red."), label=2)
+ITEM = HellaswagItem(
+    index=0,
+    activity_label="the city",
+    ctx="the city: the man walks to the river. he",
+    endings=("runs to the house.", "eats a red car.", "walks with the dog and the cat in london.", "was big"),
+    label=0,
+)
+SHOT = HellaswagItem(
+    index=1,
+    activity_label="a dog",
+    ctx="a dog: the dog runs. it",
+    endings=("eats.", "was good.", "ran to the queen.", "is red."),
+    label=2,
+)
 TOKEN_LEVEL = Scheme(enc="token_level", layer="E", word="last", norm=None, seg=None, ex=None)
 
 
@@ -79,7 +97,7 @@ def test_gemma_embedding_scale_matters(models):
     ids = torch.tensor(ctx)
     module_out = input_embeddings(lm, ids)
     raw = lm.embedding_matrix()[ids]
-    assert torch.allclose(module_out, raw * 32 ** 0.5, rtol=1e-3)  # hidden_size 32 (normaliser in bf16-free fp32)
+    assert torch.allclose(module_out, raw * 32**0.5, rtol=1e-3)  # hidden_size 32 (normaliser in bf16-free fp32)
     exact = continuation_logliks(lm, conts, context_embeds=module_out)
     wrong = continuation_logliks(lm, conts, context_embeds=raw)
     assert exact == pytest.approx(baseline_scores(lm, ITEM, []), abs=2e-5)
@@ -97,10 +115,10 @@ def test_layers_mean_what_a6_says(family):
         hf = lm.model.get_encoder()(input_ids=x, output_hidden_states=True)
     else:
         hf = lm.model.base_model(input_ids=x, output_hidden_states=True)
-    assert torch.allclose(states[None], input_embeddings(lm, x).float())                 # E
-    assert torch.allclose(states[0], hf.hidden_states[0].float(), atol=1e-5)             # input of layer 0
-    assert torch.allclose(states[1], hf.hidden_states[1].float(), atol=1e-5)             # input of layer 1
-    assert torch.allclose(states[N], hf.last_hidden_state.float(), atol=1e-5)            # top, after final norm
+    assert torch.allclose(states[None], input_embeddings(lm, x).float())  # E
+    assert torch.allclose(states[0], hf.hidden_states[0].float(), atol=1e-5)  # input of layer 0
+    assert torch.allclose(states[1], hf.hidden_states[1].float(), atol=1e-5)  # input of layer 1
+    assert torch.allclose(states[N], hf.last_hidden_state.float(), atol=1e-5)  # top, after final norm
     if family == "gpt2":  # layer 0 = E + position embeddings for learned absolute positions (A.6)
         pos = lm.model.transformer.wpe.weight[:5]
         assert torch.allclose(states[0], states[None] + pos, atol=1e-6)
@@ -129,16 +147,24 @@ def test_padding_does_not_change_states():
 def test_segmentations():
     assert split_sentences("A man sits. he runs! Does he? yes") == ["A man sits.", "he runs!", "Does he?", "yes"]
     ex = [SHOT]
-    assert segment_context(ITEM, ex, "concat_each_example") == [["a dog: the dog runs. it ran to the queen."],
-                                                                [ITEM.ctx]]
-    assert segment_context(ITEM, ex, "segment_each_example") == [["a dog: the dog runs. it", "ran to the queen."],
-                                                                 [ITEM.ctx]]
-    assert segment_context(ITEM, ex, "merge_all_segments") == [["a dog: the dog runs. it", "ran to the queen.",
-                                                                ITEM.ctx]]
-    assert segment_context(ITEM, ex, "concat_all_examples") == [["a dog: the dog runs. it ran to the queen.\n\n"
-                                                                 + ITEM.ctx]]
+    assert segment_context(ITEM, ex, "concat_each_example") == [
+        ["a dog: the dog runs. it ran to the queen."],
+        [ITEM.ctx],
+    ]
+    assert segment_context(ITEM, ex, "segment_each_example") == [
+        ["a dog: the dog runs. it", "ran to the queen."],
+        [ITEM.ctx],
+    ]
+    assert segment_context(ITEM, ex, "merge_all_segments") == [
+        ["a dog: the dog runs. it", "ran to the queen.", ITEM.ctx]
+    ]
+    assert segment_context(ITEM, ex, "concat_all_examples") == [
+        ["a dog: the dog runs. it ran to the queen.\n\n" + ITEM.ctx]
+    ]
     assert segment_context(ITEM, ex, "sentence_level_segmentation") == [
-        ["a dog: the dog runs.", "it", "ran to the queen."], ["the city: the man walks to the river.", "he"]]
+        ["a dog: the dog runs.", "it", "ran to the queen."],
+        ["the city: the man walks to the river.", "he"],
+    ]
     lm = tiny_model("gpt2")
     tok = segment_context(ITEM, ex, "token_level", lm)
     assert [t[0] for t in tok[0]] == item_tokens(lm, ITEM, ex)[0]
@@ -149,12 +175,26 @@ def test_test1_and_test2_run_every_encoding(models, family):
     lm = models[family]
     arch = ARCH.get(family, "decoder")
     word = "w1mean" if arch == "decoder" else "mean"
-    for enc in ("sentence_level_segmentation", "segment_each_example", "merge_all_segments",
-                "concat_each_example", "concat_all_examples"):
+    for enc in (
+        "sentence_level_segmentation",
+        "segment_each_example",
+        "merge_all_segments",
+        "concat_each_example",
+        "concat_all_examples",
+    ):
         s1 = Scheme(enc=enc, layer="middle", word=word, norm="L2", seg=None, ex=None).validate(1, arch)
         a = t1.test1_scores(lm, ITEM, [SHOT], s1)
-        s2 = Scheme(enc=enc, layer="-1", word="relu|" + word, norm="zNorm", seg="mean", ex="soft_cluster",
-                    sim="cosine", out_layer="E", out_word="mean").validate(2, arch)
+        s2 = Scheme(
+            enc=enc,
+            layer="-1",
+            word="relu|" + word,
+            norm="zNorm",
+            seg="mean",
+            ex="soft_cluster",
+            sim="cosine",
+            out_layer="E",
+            out_word="mean",
+        ).validate(2, arch)
         b = t2.test2_scores(lm, ITEM, [SHOT], s2)
         assert len(a) == len(b) == 4 and all(x < 0 for x in a) and all(-1.0001 <= x <= 1.0001 for x in b)
     # different concept sequences give different likelihoods (the composition really feeds the model)

@@ -9,27 +9,43 @@ import math
 import pytest
 import torch
 
-from walklens.hellaswag.baseline import accuracy, argmax_first, item_result, picks
-from walklens.concepts.compose import compose_context
-from walklens.hellaswag.data import HellaswagItem
-from walklens.experiments.grid import GridSpec
-from walklens.concepts.schemes import (ENCODING_SCHEMES, EXAMPLE_AGG_SCHEMES, NORMS, SEGMENT_AGG_SCHEMES,
-                                       WORD_AGG_SCHEMES, Scheme, canonical_layer, normalize, resolve_layer,
-                                       similarity, word_aggregate)
-from walklens.hellaswag.store import ItemResult
 from walklens.concepts import similarity as t2
+from walklens.concepts.compose import compose_context
+from walklens.concepts.schemes import (
+    ENCODING_SCHEMES,
+    EXAMPLE_AGG_SCHEMES,
+    NORMS,
+    SEGMENT_AGG_SCHEMES,
+    WORD_AGG_SCHEMES,
+    Scheme,
+    canonical_layer,
+    normalize,
+    resolve_layer,
+    similarity,
+    word_aggregate,
+)
 from walklens.errors import InputError
+from walklens.experiments.grid import GridSpec
+from walklens.hellaswag.baseline import accuracy, argmax_first, item_result, picks
+from walklens.hellaswag.data import HellaswagItem
+from walklens.hellaswag.store import ItemResult
 
 
 def test_round_trip_over_a_grid():
     n = 0
-    for enc, layer, word, norm, seg, ex in itertools.product(ENCODING_SCHEMES, ("E", "middle", "0", "-1", "+3"),
-                                                             WORD_AGG_SCHEMES, NORMS, SEGMENT_AGG_SCHEMES,
-                                                             EXAMPLE_AGG_SCHEMES):
+    for enc, layer, word, norm, seg, ex in itertools.product(
+        ENCODING_SCHEMES,
+        ("E", "middle", "0", "-1", "+3"),
+        WORD_AGG_SCHEMES,
+        NORMS,
+        SEGMENT_AGG_SCHEMES,
+        EXAMPLE_AGG_SCHEMES,
+    ):
         s = Scheme(enc=enc, layer=layer, word=word, norm=norm, seg=seg, ex=ex)
         assert Scheme.parse(str(s)) == s
-        t2 = Scheme(enc=enc, layer=layer, word=word, norm=norm, seg=seg, ex=ex, sim="cosine", out_layer="-2",
-                    out_word="last")
+        t2 = Scheme(
+            enc=enc, layer=layer, word=word, norm=norm, seg=seg, ex=ex, sim="cosine", out_layer="-2", out_word="last"
+        )
         assert Scheme.parse(str(t2)) == t2
         n += 1
     assert n == 6 * 5 * 11 * 4 * 2 * 3
@@ -38,36 +54,46 @@ def test_round_trip_over_a_grid():
     assert Scheme(enc="token_level", layer=3, word="last").layer == "3"  # ints become canonical strings
 
 
-@pytest.mark.parametrize("bad,msg", [
-    ("", "empty"), ("enc=concat_each_example,layer=-1", "lacks word"),
-    ("enc=concat_each_example,layer=-1,word=w1mean,foo=1", "unknown scheme key"),
-    ("enc=concat_each_example,layer=-1,word=w2mean", "invalid word"),
-    ("enc=nope,layer=-1,word=mean", "invalid enc"), ("enc=concat_each_example,layer=top,word=mean", "invalid layer"),
-    ("enc=concat_each_example,layer=1,word=mean,norm=L3", "invalid norm"),
-    ("enc=concat_each_example,layer=1,layer=2,word=mean", "twice"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ("", "empty"),
+        ("enc=concat_each_example,layer=-1", "lacks word"),
+        ("enc=concat_each_example,layer=-1,word=w1mean,foo=1", "unknown scheme key"),
+        ("enc=concat_each_example,layer=-1,word=w2mean", "invalid word"),
+        ("enc=nope,layer=-1,word=mean", "invalid enc"),
+        ("enc=concat_each_example,layer=top,word=mean", "invalid layer"),
+        ("enc=concat_each_example,layer=1,word=mean,norm=L3", "invalid norm"),
+        ("enc=concat_each_example,layer=1,layer=2,word=mean", "twice"),
+    ],
+)
 def test_parse_refuses(bad, msg):
     with pytest.raises(InputError, match=msg):
         Scheme.parse(bad)
 
 
-@pytest.mark.parametrize("spec,test,arch,msg", [
-    ("enc=concat_each_example,layer=-1,word=mean,sim=dot", 1, "decoder", "belong to Test 2"),
-    ("enc=concat_each_example,layer=-1,word=mean,ex=soft_cluster", 1, "decoder", "only Test 2"),
-    ("enc=cross_encoding,layer=-1,word=mean", 1, "decoder", "ordinary run"),
-    ("enc=concat_each_example,layer=-1,word=mean", 2, "decoder", "similarity function"),
-    ("enc=cross_encoding,layer=-1,word=mean,sim=dot", 2, "decoder", "no separate context"),
-    ("enc=concat_each_example,layer=-1,word=last", 1, "encoder-decoder", "causal masking"),
-    ("enc=concat_each_example,layer=-1,word=mean,sim=dot,out_word=last", 2, "seq2seq", "causal masking"),
-    ("enc=concat_each_example,layer=-1,word=mean", 1, "encoder", "causal or encoder-decoder"),
-])
+@pytest.mark.parametrize(
+    "spec,test,arch,msg",
+    [
+        ("enc=concat_each_example,layer=-1,word=mean,sim=dot", 1, "decoder", "belong to Test 2"),
+        ("enc=concat_each_example,layer=-1,word=mean,ex=soft_cluster", 1, "decoder", "only Test 2"),
+        ("enc=cross_encoding,layer=-1,word=mean", 1, "decoder", "ordinary run"),
+        ("enc=concat_each_example,layer=-1,word=mean", 2, "decoder", "similarity function"),
+        ("enc=cross_encoding,layer=-1,word=mean,sim=dot", 2, "decoder", "no separate context"),
+        ("enc=concat_each_example,layer=-1,word=last", 1, "encoder-decoder", "causal masking"),
+        ("enc=concat_each_example,layer=-1,word=mean,sim=dot,out_word=last", 2, "seq2seq", "causal masking"),
+        ("enc=concat_each_example,layer=-1,word=mean", 1, "encoder", "causal or encoder-decoder"),
+    ],
+)
 def test_validate_refuses_with_reason(spec, test, arch, msg):
     with pytest.raises(InputError, match=msg):
         Scheme.parse(spec).validate(test, arch)
 
 
 def test_standard_presets():
-    assert str(Scheme.standard(1, "decoder")) == "enc=concat_each_example,layer=-1,word=w1mean,norm=None,seg=mean,ex=mean"
+    assert (
+        str(Scheme.standard(1, "decoder")) == "enc=concat_each_example,layer=-1,word=w1mean,norm=None,seg=mean,ex=mean"
+    )
     assert Scheme.standard(1, "encoder-decoder").word == "mean"
     s2 = Scheme.standard(2, "decoder")
     assert (s2.sim, s2.out_layer, s2.out_word) == ("dot", "-1", "w1mean")
@@ -96,9 +122,9 @@ def test_word_aggregation_by_hand():
     assert torch.allclose(word_aggregate(x, "w1mean"), torch.tensor([7 / 3, -10 / 3]))
     assert torch.equal(word_aggregate(x, "last"), torch.tensor([3.0, -4.0]))
     assert torch.equal(word_aggregate(x, "relu|mean", relu), torch.tensor([2.0, 0.0]))
-    assert torch.equal(word_aggregate(x, "-relu|mean", relu), torch.tensor([0.0, -3.0]))      # -relu(-x) = min(x, 0)
-    assert torch.equal(word_aggregate(x, "relu+|mean", relu), torch.tensor([4.0, -3.0]))      # x + relu(x)
-    assert torch.equal(word_aggregate(x, "-relu+|mean", relu), torch.tensor([2.0, -6.0]))     # x + min(x, 0)
+    assert torch.equal(word_aggregate(x, "-relu|mean", relu), torch.tensor([0.0, -3.0]))  # -relu(-x) = min(x, 0)
+    assert torch.equal(word_aggregate(x, "relu+|mean", relu), torch.tensor([4.0, -3.0]))  # x + relu(x)
+    assert torch.equal(word_aggregate(x, "-relu+|mean", relu), torch.tensor([2.0, -6.0]))  # x + min(x, 0)
     assert torch.allclose(word_aggregate(x, "relu|w1mean", relu), torch.tensor([7 / 3, 0.0]))
     # the model's own activation, not a hard-coded relu
     gelu = torch.nn.functional.gelu
@@ -141,8 +167,8 @@ def test_similarity_and_test2_scoring_by_hand():
 
 
 def test_compose_context_by_hand():
-    e1 = torch.tensor([[1.0, 1.0], [3.0, 5.0]])   # example 1: two segment vectors
-    e2 = torch.tensor([[5.0, 3.0]])               # example 2: one
+    e1 = torch.tensor([[1.0, 1.0], [3.0, 5.0]])  # example 1: two segment vectors
+    e2 = torch.tensor([[5.0, 3.0]])  # example 2: one
     assert torch.equal(compose_context([e1, e2], "mean", None, None), torch.tensor([[2.0, 3.0], [5.0, 3.0]]))
     assert torch.equal(compose_context([e1, e2], "mean", "mean", None), torch.tensor([[3.5, 3.0]]))
     assert torch.equal(compose_context([e1, e2], None, None, None), torch.cat([e1, e2]))
@@ -155,8 +181,9 @@ def test_compose_context_by_hand():
 
 
 def test_metrics_by_hand():
-    item = HellaswagItem(index=7, activity_label="A", ctx="A: x", label=1,
-                         endings=("a" * 10, "b" * 30, "c" * 5, "d" * 10))
+    item = HellaswagItem(
+        index=7, activity_label="A", ctx="A: x", label=1, endings=("a" * 10, "b" * 30, "c" * 5, "d" * 10)
+    )
     lls = [-20.0, -30.0, -15.0, -25.0]
     # acc: largest log-likelihood (-15 -> 2); acc_norm: per character -2, -1, -3, -2.5 -> 1
     assert picks(lls, item.endings) == (2, 1)
@@ -164,23 +191,32 @@ def test_metrics_by_hand():
     assert argmax_first([1.0, 3.0, 3.0, 0.0]) == 1  # ties: the first, as numpy.argmax
     r = item_result(item, lls)
     assert (r.pred, r.pred_norm, r.gold, r.item) == (2, 1, 1, 7)
-    rs = [r, ItemResult(8, 2, 2, 0, (0.0,) * 4), ItemResult(9, 0, 1, 0, (0.0,) * 4), ItemResult(10, 3, 3, 3, (0.0,) * 4)]
+    rs = [
+        r,
+        ItemResult(8, 2, 2, 0, (0.0,) * 4),
+        ItemResult(9, 0, 1, 0, (0.0,) * 4),
+        ItemResult(10, 3, 3, 3, (0.0,) * 4),
+    ]
     assert accuracy(rs) == (0.5, 0.75)
     assert accuracy([]) == (None, None)
 
 
 # ---- bad input: one InputError, never another exception (issue 12, part D) ------------------------------------
 
+
 @pytest.mark.parametrize("spec", ["", " ", "\t"])
 def test_empty_scheme_spec_is_refused(spec):
     """``--scheme ""`` used to run the standard scheme."""
     with pytest.raises(InputError, match="empty scheme"):
         Scheme.from_spec(spec, 1, "decoder")
-    assert Scheme.from_spec(None, 1, "decoder") == Scheme.from_spec("standard", 1, "decoder") == Scheme.standard(
-        1, "decoder")
+    assert (
+        Scheme.from_spec(None, 1, "decoder")
+        == Scheme.from_spec("standard", 1, "decoder")
+        == Scheme.standard(1, "decoder")
+    )
 
 
-@pytest.mark.parametrize("layer", ["9" * 5000, 10 ** 5000, "-" + "1" * 4400], ids=["digits", "int", "negative"])
+@pytest.mark.parametrize("layer", ["9" * 5000, 10**5000, "-" + "1" * 4400], ids=["digits", "int", "negative"])
 def test_huge_layer_is_an_input_error(layer):
     """int() / str() refuse more than 4300 digits with a ValueError, which used to escape."""
     with pytest.raises(InputError, match="invalid layer"):
@@ -198,9 +234,13 @@ def test_grid_file_that_is_not_utf8_is_an_input_error(tmp_path):
 
 def test_grid_file_values_are_checked_when_loaded(tmp_path):
     f = tmp_path / "g.toml"
-    for doc, msg in (('norm = ["L3"]', "invalid norm"), ("layer = [1.5]", "invalid layer"),
-                     ('layers = ["top"]', "invalid layer"), ("word = [[]]", "invalid word"),
-                     ("seg = [{a = 1}]", "invalid seg")):
+    for doc, msg in (
+        ('norm = ["L3"]', "invalid norm"),
+        ("layer = [1.5]", "invalid layer"),
+        ('layers = ["top"]', "invalid layer"),
+        ("word = [[]]", "invalid word"),
+        ("seg = [{a = 1}]", "invalid seg"),
+    ):
         f.write_text(doc, encoding="utf-8")
         with pytest.raises(InputError, match=msg):
             GridSpec.from_toml(f, 1, "decoder")
@@ -240,9 +280,20 @@ def test_layers_given_twice_are_refused(tmp_path):
 def test_product_size_counts_distinct_values():
     """Found by fuzzing: ``--layers E,E`` (or ``-1,+-1``, ``None,none``) counted each copy in product_size while the
     product holds each scheme once, so the printed counts did not add up."""
-    for g in (GridSpec.resolve("standard", 1, "decoder", ["E", "E"]),
-              GridSpec.full(1, layers=("-1", "-1", "+3", "3")),
-              GridSpec(test=1, values={"enc": ("concat_each_example",), "layer": ("-1",), "word": ("mean",),
-                                       "norm": ("None", "none", ""), "seg": ("mean",), "ex": ("mean",)})):
+    for g in (
+        GridSpec.resolve("standard", 1, "decoder", ["E", "E"]),
+        GridSpec.full(1, layers=("-1", "-1", "+3", "3")),
+        GridSpec(
+            test=1,
+            values={
+                "enc": ("concat_each_example",),
+                "layer": ("-1",),
+                "word": ("mean",),
+                "norm": ("None", "none", ""),
+                "seg": ("mean",),
+                "ex": ("mean",),
+            },
+        ),
+    ):
         valid, refused = g.enumerate("decoder")
         assert g.product_size() == len(list(g.candidates())) == len(valid) + sum(refused.values())

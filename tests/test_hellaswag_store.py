@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from walklens.concepts.schemes import Scheme
 from walklens.experiments import runner
 from walklens.experiments.runsetup import RunSetup
 from walklens.hellaswag.data import HellaswagItem
-from walklens.concepts.schemes import Scheme
 from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, default_db_path
 from walklens.testing import tiny_model
 
@@ -23,8 +23,10 @@ def test_store_basics(tmp_path, monkeypatch):
     db = tmp_path / "r.sqlite"
     with ResultStore(db) as st:
         assert st._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert st.add_results(KEY, [ItemResult(0, 1, 1, 2, (-1.0, -2.0, -3.0, -4.0)),
-                                    ItemResult(1, 0, 3, 3, (0.5,) * 4)]) == 2
+        assert (
+            st.add_results(KEY, [ItemResult(0, 1, 1, 2, (-1.0, -2.0, -3.0, -4.0)), ItemResult(1, 0, 3, 3, (0.5,) * 4)])
+            == 2
+        )
         # INSERT OR IGNORE: a second write of item 0 neither duplicates nor overwrites it
         assert st.add_results(KEY, [ItemResult(0, 1, 0, 0, (9.0,) * 4)]) == 0
         assert st.done_items(KEY) == {0, 1}
@@ -57,9 +59,16 @@ def test_two_connections_do_not_corrupt(tmp_path):
 
 def _items(n: int) -> list[HellaswagItem]:
     words = ["the man runs.", "a dog eats.", "she walks to the city.", "they ran."]
-    return [HellaswagItem(index=i, activity_label="the city", ctx=f"the city: the {w} he",
-                          endings=tuple(words[(i + j) % 4] for j in range(4)), label=i % 4)
-            for i, w in enumerate(["boy", "girl", "king", "queen", "cat", "dog", "man"][:n])]
+    return [
+        HellaswagItem(
+            index=i,
+            activity_label="the city",
+            ctx=f"the city: the {w} he",
+            endings=tuple(words[(i + j) % 4] for j in range(4)),
+            label=i % 4,
+        )
+        for i, w in enumerate(["boy", "girl", "king", "queen", "cat", "dog", "man"][:n])
+    ]
 
 
 @pytest.mark.parametrize("test", ["baseline", "test1", "test2"])
@@ -116,14 +125,28 @@ def _finished_db(path: Path) -> None:
     labels = rng.integers(0, 4, n).astype(np.uint8)
     outs = [f"out_layer={o},out_word=mean" for o in range(55)]  # 55 x 301 predictions: 4,139 bytes per group
     with SweepStore(path) as st:
-        run = SweepRun(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(n),
-                       arch="decoder", n_layers=4)
+        run = SweepRun(
+            model="m",
+            data="d",
+            split="validation",
+            shots=0,
+            test=2,
+            labels=labels,
+            item_index=range(n),
+            arch="decoder",
+            n_layers=4,
+        )
         rid = st.run_id(run)
         st.set_baseline(rid, 0.3, 0.3, np.zeros((2, n), np.uint8))
         for g in range(30):
             preds = rng.integers(0, 4, (1, len(outs), n)).astype(np.uint8)
-            st.put_groups(rid, [(f"enc=concat_each_example,layer={g},word=mean,norm=None,seg=mean,ex=mean,sim=dot",
-                                 outs, preds)], ["acc"], labels, 0.0)
+            st.put_groups(
+                rid,
+                [(f"enc=concat_each_example,layer={g},word=mean,norm=None,seg=mean,ex=mean,sim=dot", outs, preds)],
+                ["acc"],
+                labels,
+                0.0,
+            )
 
 
 def _one_error_line(err: str) -> str:
@@ -138,8 +161,8 @@ def test_a_damaged_page_is_refused_by_every_command(tmp_path: Path, capsys: pyte
     import numpy as np
 
     from walklens.cli import main
-    from walklens.hellaswag.store import SweepStore
     from walklens.errors import InputError
+    from walklens.hellaswag.store import SweepStore
 
     good = tmp_path / "good.sqlite"
     _finished_db(good)
@@ -156,7 +179,7 @@ def test_a_damaged_page_is_refused_by_every_command(tmp_path: Path, capsys: pyte
     for page in chosen:  # page 1 holds the header and the schema; the rest tables, indexes and overflow blobs
         bad = tmp_path / f"bad{page}.sqlite"
         data = bytearray(good.read_bytes())
-        data[(page - 1) * PAGE: page * PAGE] = rng.integers(0, 256, PAGE, dtype=np.uint8).tobytes()
+        data[(page - 1) * PAGE : page * PAGE] = rng.integers(0, 256, PAGE, dtype=np.uint8).tobytes()
         bad.write_bytes(bytes(data))
         assert main(["report", "--db", str(bad), "--out", str(tmp_path / f"rep{page}")]) == 2, page
         line = _one_error_line(capsys.readouterr().err)
@@ -179,28 +202,57 @@ def test_sweep_command_refuses_a_damaged_database(tmp_path: Path, capsys: pytest
     db = tmp_path / "r.sqlite"
     _finished_db(db)
     data = bytearray(db.read_bytes())
-    data[5 * PAGE: 6 * PAGE] = np.random.default_rng(3).integers(0, 256, PAGE, dtype=np.uint8).tobytes()
+    data[5 * PAGE : 6 * PAGE] = np.random.default_rng(3).integers(0, 256, PAGE, dtype=np.uint8).tobytes()
     db.write_bytes(bytes(data))
     lm = tiny_model("llama")
     lm.model.save_pretrained(tmp_path / "tiny")
     lm.tokenizer.save_pretrained(tmp_path / "tiny")
     items = tmp_path / "items.jsonl"
-    items.write_text("".join(json.dumps({"activity_label": "x", "ctx_a": f"the {w} runs.", "ctx_b": "he",
-                                         "endings": ["eats.", "ran.", "is red.", "walks."], "label": 1}) + "\n"
-                             for w in ("man", "dog")), encoding="utf-8")
+    items.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "activity_label": "x",
+                    "ctx_a": f"the {w} runs.",
+                    "ctx_b": "he",
+                    "endings": ["eats.", "ran.", "is red.", "walks."],
+                    "label": 1,
+                }
+            )
+            + "\n"
+            for w in ("man", "dog")
+        ),
+        encoding="utf-8",
+    )
     capsys.readouterr()
-    code = main(["hellaswag", "sweep", "--test", "2", "--grid", "standard", "--model", str(tmp_path / "tiny"),
-                 "--data", str(items), "--db", str(db), "--no-progress"])
+    code = main(
+        [
+            "hellaswag",
+            "sweep",
+            "--test",
+            "2",
+            "--grid",
+            "standard",
+            "--model",
+            str(tmp_path / "tiny"),
+            "--data",
+            str(items),
+            "--db",
+            str(db),
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 2 and "done" not in out.out
     assert str(db) in _one_error_line(out.err) and "corrupted" in out.err
 
 
 def test_reading_commands_refuse_a_missing_database_and_never_create_it(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from walklens.cli import main
-    from walklens.hellaswag.store import SweepStore
     from walklens.errors import InputError
+    from walklens.hellaswag.store import SweepStore
 
     missing = tmp_path / "sub" / "missing.sqlite"
     csv_out = tmp_path / "out.csv"
@@ -244,8 +296,8 @@ def test_a_newer_schema_is_refused_with_one_line(tmp_path: Path, capsys: pytest.
     """Each store records its tables' schema version in ``meta``; a database written by a newer walklens (a
     higher version, for either store) is refused on open, by every command, and left as it is."""
     from walklens.cli import main
-    from walklens.hellaswag.store import SweepStore
     from walklens.errors import InputError
+    from walklens.hellaswag.store import SweepStore
 
     db = tmp_path / "r.sqlite"
     _finished_db(db)
@@ -258,8 +310,11 @@ def test_a_newer_schema_is_refused_with_one_line(tmp_path: Path, capsys: pytest.
     for readonly in (False, True):
         with pytest.raises(InputError, match=r"schema version 7, newer than this walklens reads \(1\)"):
             store(db, readonly=readonly)
-    cmd = (["report", "--db", str(db), "--out", str(tmp_path / "rep")] if key == "sweep_schema"
-           else ["hellaswag", "export", str(tmp_path / "x.csv"), "--db", str(db)])
+    cmd = (
+        ["report", "--db", str(db), "--out", str(tmp_path / "rep")]
+        if key == "sweep_schema"
+        else ["hellaswag", "export", str(tmp_path / "x.csv"), "--db", str(db)]
+    )
     assert main(cmd) == 2
     assert str(db) in _one_error_line(capsys.readouterr().err)
     assert db.read_bytes() == before and not list(tmp_path.glob("rep/*")) and not (tmp_path / "x.csv").exists()

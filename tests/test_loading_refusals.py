@@ -38,8 +38,9 @@ def _with_layers(src: Path, dst: Path, n: int) -> Path:
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
-@pytest.mark.parametrize("n,needle", [(0, "gives 0 layers"), (-3, "gives -3 layers"),
-                                      (1, "tensors the config does not use")])
+@pytest.mark.parametrize(
+    "n,needle", [(0, "gives 0 layers"), (-3, "gives -3 layers"), (1, "tensors the config does not use")]
+)
 def test_weights_the_config_does_not_use_are_refused(family, n, needle, two_layer_dirs, tmp_path, capsys):
     model = _with_layers(two_layer_dirs[family], tmp_path / "m", n)
     with pytest.raises(UnknownModelError, match=needle):

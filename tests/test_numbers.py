@@ -16,14 +16,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from walklens.cli import main
-from walklens.experiments.experiment import _Reader
 from walklens.errors import InputError, NonFiniteWarning
+from walklens.experiments.experiment import _Reader
 from walklens.numbers import ALPHA, POSITIVE, POSITIVE_INT, SEED, NumberError, Range
 from walklens.server.bounds import ApiError, float_arg, int_arg
 
 FUZZ = dict(max_examples=200, deadline=None, derandomize=True, database=None)
-VALUES = st.one_of(st.integers(-10 ** 500, 10 ** 500), st.floats(allow_nan=True, allow_infinity=True),
-                   st.booleans(), st.none(), st.text(max_size=5), st.lists(st.integers(), max_size=2))
+VALUES = st.one_of(
+    st.integers(-(10**500), 10**500),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +54,7 @@ def run(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]:
 
 
 # ---- one validator, three front doors ----------------------------------------------------------------------------
+
 
 @settings(**FUZZ)
 @given(value=VALUES)
@@ -74,14 +81,18 @@ def test_the_api_and_experiment_files_share_the_validator(value: Any) -> None:
             reader.integer(value, "workers", 1)
         assert str(e) in str(toml.value)
         with pytest.raises(ApiError):
-            int_arg({"k": value}, "k", None, 1, 10 ** 600)
+            int_arg({"k": value}, "k", None, 1, 10**600)
     else:
-        assert reader.integer(value, "workers", 1) == got == int_arg({"k": value}, "k", None, 1, 10 ** 600)
+        assert reader.integer(value, "workers", 1) == got == int_arg({"k": value}, "k", None, 1, 10**600)
 
 
 @settings(**FUZZ)
-@given(text=st.one_of(st.text(max_size=8), st.sampled_from(["inf", "-inf", "nan", "1e309", "", " ", "1e39", "3e38",
-                                                            "9" * 500, "0x10", "1_000"])))
+@given(
+    text=st.one_of(
+        st.text(max_size=8),
+        st.sampled_from(["inf", "-inf", "nan", "1e309", "", " ", "1e39", "3e38", "9" * 500, "0x10", "1_000"]),
+    )
+)
 def test_command_line_numbers_are_finite_and_in_range(text: str) -> None:
     """An argparse type built from a range returns a finite value in it, or refuses in one line."""
     for rng in (POSITIVE, ALPHA, SEED, POSITIVE_INT):
@@ -97,27 +108,39 @@ def test_command_line_numbers_are_finite_and_in_range(text: str) -> None:
 def test_huge_integers_are_refused_exactly() -> None:
     """A 400-digit integer (JSON has no limit) is refused by the range, never converted to a float."""
     with pytest.raises(NumberError, match="alpha must be within ±1e\\+06 \\(a finite number\\), not an integer "):
-        ALPHA.check(10 ** 399, "alpha")
+        ALPHA.check(10**399, "alpha")
     with pytest.raises(ApiError, match="alpha must be"):
-        float_arg({"alpha": -(10 ** 399)}, "alpha", 0.0, 1e6)
+        float_arg({"alpha": -(10**399)}, "alpha", 0.0, 1e6)
 
 
 # ---- the commands ----------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", ["inf", "1e309", "nan", "0", "-1"])
 def test_generate_temperature_must_be_finite_and_positive(capfd: pytest.CaptureFixture[str], value: str) -> None:
     """``generate --sample --temperature inf`` used to sample uniformly and record ``"temperature": null``."""
     rc, err = run(capfd, "generate", "the king", "--model", "tiny-none", "--sample", f"--temperature={value}")
-    assert rc == 2 and err == [f"walklens: error: argument --temperature: must be a positive number (finite), "
-                               f"not {value!r}"]
+    assert rc == 2 and err == [
+        f"walklens: error: argument --temperature: must be a positive number (finite), not {value!r}"
+    ]
 
 
 @pytest.mark.parametrize("alpha", ["--alpha=0,1e39", "--alpha=0,3e38", "--add-alpha=1e20", "--alpha=1,,2"])
 def test_steer_refuses_overflowing_alphas_before_loading(capfd: pytest.CaptureFixture[str], alpha: str) -> None:
     """``steer --alpha 0,1e39`` used to overflow float32 and report the target at rank 0; the CLI shares the
     explorer's bound (±1e6) and refuses before any model loads (the model named here does not exist)."""
-    rc, err = run(capfd, "steer", "My favourite city is", "--toward", " Paris", "--layers", "1", alpha,
-                  "--model", "/nonexistent/model")
+    rc, err = run(
+        capfd,
+        "steer",
+        "My favourite city is",
+        "--toward",
+        " Paris",
+        "--layers",
+        "1",
+        alpha,
+        "--model",
+        "/nonexistent/model",
+    )
     assert rc == 2 and len(err) == 1 and err[0].startswith("walklens: error: --") and "within ±1e+06" in err[0], err
 
 
@@ -130,8 +153,7 @@ def test_an_overflowing_steer_is_reported_as_nan_never_ranked() -> None:
     lm = tiny_model("llama")
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        sw = steering_sweep(lm, ["the king"], " river", [[1]], alphas=[0.0, 1e39], add_alphas=[1e20],
-                            max_new_tokens=2)
+        sw = steering_sweep(lm, ["the king"], " river", [[1]], alphas=[0.0, 1e39], add_alphas=[1e20], max_new_tokens=2)
     base, *blown = sw.rows
     assert base.target_rank is not None and math.isfinite(base.target_prob)
     for r in blown:
@@ -140,9 +162,9 @@ def test_an_overflowing_steer_is_reported_as_nan_never_ranked() -> None:
     assert math.isnan(sw.curve("eigen", [1], "target_rank")[1][1])
 
 
-def test_layer_ranges_are_checked_against_the_depth_before_expanding(capfd: pytest.CaptureFixture[str],
-                                                                    tiny_dir: str,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_layer_ranges_are_checked_against_the_depth_before_expanding(
+    capfd: pytest.CaptureFixture[str], tiny_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``steer --layers 0-999999999`` used to expand the range first (MemoryError, or 20 s for 10**8)."""
     import builtins
 
@@ -151,7 +173,7 @@ def test_layer_ranges_are_checked_against_the_depth_before_expanding(capfd: pyte
     real_range = builtins.range
 
     def small_range(*a: int) -> Any:
-        assert len(real_range(*a)) < 10 ** 6, f"range{a} expanded"
+        assert len(real_range(*a)) < 10**6, f"range{a} expanded"
         return real_range(*a)
 
     monkeypatch.setattr(walklens.steering, "steering_sweep", lambda *a, **k: pytest.fail("steered"))
@@ -161,11 +183,16 @@ def test_layer_ranges_are_checked_against_the_depth_before_expanding(capfd: pyte
         assert rc == 2 and len(err) == 1 and "out of range: the model has 2 layers" in err[0], err
 
 
-@pytest.mark.parametrize("argv", [
-    ["walk", "the king", "--json", ""], ["walk", "the king", "--points="], ["walk", "the king", "--out", " "],
-    ["steer", "the king", "--toward", " river", "--layers="], ["steer", "the king", "--toward", "x", "--layers", "1",
-                                                              "--alpha="],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["walk", "the king", "--json", ""],
+        ["walk", "the king", "--points="],
+        ["walk", "the king", "--out", " "],
+        ["steer", "the king", "--toward", " river", "--layers="],
+        ["steer", "the king", "--toward", "x", "--layers", "1", "--alpha="],
+    ],
+)
 def test_empty_option_values_are_refused(capfd: pytest.CaptureFixture[str], argv: list[str]) -> None:
     """``--json ""``, ``--points ""``, ``--layers=`` used to mean the default silently."""
     rc, err = run(capfd, *argv, "--model", "/nonexistent/model")

@@ -10,14 +10,13 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 from starlette.testclient import TestClient
 
 import walklens.costs as C
+from test_limits import long_llama, words
 from walklens.server.app import create_app
 from walklens.server.security import allowed_hosts
 from walklens.server.state import Explorer
-from test_limits import long_llama, words
 
 TOKEN = "test-token_0123456789"
 HOST = "127.0.0.1:8765"
@@ -39,8 +38,20 @@ def cli_simmap(capsys, model_dir: str, n: int) -> tuple[int, str]:
     """``walklens simmap`` of an n-token text at ``final`` (cosine), one map, under --max-memory MEMORY_GB."""
     from walklens.cli import main
 
-    code = main(["simmap", words(n), "--model", model_dir, "--point", "final", "--metric", "cosine",
-                 "--max-memory", f"{MEMORY_GB}"])
+    code = main(
+        [
+            "simmap",
+            words(n),
+            "--model",
+            model_dir,
+            "--point",
+            "final",
+            "--metric",
+            "cosine",
+            "--max-memory",
+            f"{MEMORY_GB}",
+        ]
+    )
     err = capsys.readouterr().err
     return code, err
 
@@ -52,8 +63,11 @@ def server_simmap(long_lm, n: int) -> tuple[int, str]:
     args = build_parser().parse_args(["serve", "--max-memory", f"{MEMORY_GB}"])
     explorer = Explorer({"long": long_lm}, limits=C.Limits(max_memory=args.max_memory, max_work=args.max_work))
     with TestClient(create_app(explorer, TOKEN, allowed_hosts("127.0.0.1", 8765)), base_url=f"http://{HOST}") as c:
-        r = c.post("/api/simmap", json={"model": "long", "text": words(n), "point": "final", "metric": "cosine"},
-                   headers={"X-Walklens-Token": TOKEN})
+        r = c.post(
+            "/api/simmap",
+            json={"model": "long", "text": words(n), "point": "final", "metric": "cosine"},
+            headers={"X-Walklens-Token": TOKEN},
+        )
     return r.status_code, r.json().get("error", "")
 
 
@@ -96,8 +110,11 @@ def test_every_view_that_runs_the_model_has_an_estimate(long_lm):
     folder = Path(server.__file__).parent
     named = {v for f in folder.glob("api_*.py") for v in re.findall(r'MAX_TOKENS, "([^"]+)"\)', f.read_text())}
     named |= set(re.findall(r'limit, "([^"]+)"\)', (folder / "traces.py").read_text()))  # the attention view
-    assert named - {"steering target"} == set(VIEW_COSTS) == {"walk", "similarity map", "attention", "decoding",
-                                                              "power", "steering"}, named
+    assert (
+        named - {"steering target"}
+        == set(VIEW_COSTS)
+        == {"walk", "similarity map", "attention", "decoding", "power", "steering"}
+    ), named
     sh = C.model_shape(long_lm)
     for view, cost in VIEW_COSTS.items():
         assert cost(sh, 200).memory > cost(sh, 100).memory > 0 and cost(sh, 200).work > cost(sh, 100).work, view

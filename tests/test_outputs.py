@@ -11,9 +11,10 @@ import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,7 @@ EVIL = ["<img src=x onerror=\"document.title='pwned'\">", "</script><b>x</b>", "
 
 
 # ---- the writing rule ------------------------------------------------------------------------------------------------
+
 
 def test_regular_file_replaced_atomically_keeping_its_mode(tmp_path):
     p = tmp_path / "r.json"
@@ -121,6 +123,7 @@ def test_export_follows_the_rule(tmp_path):
 
 # ---- output paths are checked before any model loads -----------------------------------------------------------------
 
+
 @pytest.fixture
 def no_model(monkeypatch) -> list[str]:
     """Loading a model records the call and fails loudly: a check that comes too late shows up."""
@@ -153,27 +156,52 @@ def paths(tmp_path) -> dict[str, str]:
     (tmp_path / "file.txt").write_text("keep")
     (tmp_path / "dir").mkdir()
     os.mkfifo(tmp_path / "fifo")
-    return {"file": str(tmp_path / "file.txt"), "dir": str(tmp_path / "dir"), "fifo": str(tmp_path / "fifo"),
-            "under": str(tmp_path / "file.txt/x.json"), "dev": str(_device(tmp_path))}
+    return {
+        "file": str(tmp_path / "file.txt"),
+        "dir": str(tmp_path / "dir"),
+        "fifo": str(tmp_path / "fifo"),
+        "under": str(tmp_path / "file.txt/x.json"),
+        "dev": str(_device(tmp_path)),
+    }
 
 
-@pytest.mark.parametrize("cmd", [["walk", "hi"], ["generate", "hi"], ["simmap", "hi"], ["heads", "hi"], ["kernels"],
-                                 ["power", "hi"], ["steer", "hi", "--toward", " x", "--layers", "0"]])
-@pytest.mark.parametrize("opt,where,needle", [("--out", "file", "not a directory"), ("--json", "dir", "directory"),
-                                              ("--json", "under", "file.txt is not a directory"),
-                                              ("--json", "fifo", "FIFO"), ("--json", "dev", "character device"),
-                                              ("--out", "-", "standard output")])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["walk", "hi"],
+        ["generate", "hi"],
+        ["simmap", "hi"],
+        ["heads", "hi"],
+        ["kernels"],
+        ["power", "hi"],
+        ["steer", "hi", "--toward", " x", "--layers", "0"],
+    ],
+)
+@pytest.mark.parametrize(
+    "opt,where,needle",
+    [
+        ("--out", "file", "not a directory"),
+        ("--json", "dir", "directory"),
+        ("--json", "under", "file.txt is not a directory"),
+        ("--json", "fifo", "FIFO"),
+        ("--json", "dev", "character device"),
+        ("--out", "-", "standard output"),
+    ],
+)
 def test_bad_output_paths_refused_before_loading(cmd, opt, where, needle, paths, no_model, capsys):
     _one_error(capsys, [*cmd, opt, paths.get(where, where)], no_model, f"{opt} ", needle)
     assert Path(paths["file"]).read_text() == "keep" and stat.S_ISCHR(os.stat(paths["dev"]).st_mode)
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["sweep", "--test", "2", "--cache", "{file}"], "--cache"),
-    (["sweep", "--test", "2", "--json", "{dir}"], "--json"),
-    (["hellaswag", "baseline", "--json", "{under}"], "file.txt is not a directory"),
-    (["report", "--db", "{file}", "--out", "{file}"], "--out"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["sweep", "--test", "2", "--cache", "{file}"], "--cache"),
+        (["sweep", "--test", "2", "--json", "{dir}"], "--json"),
+        (["hellaswag", "baseline", "--json", "{under}"], "file.txt is not a directory"),
+        (["report", "--db", "{file}", "--out", "{file}"], "--out"),
+    ],
+)
 def test_other_commands_check_outputs_first(argv, needle, paths, no_model, capsys):
     _one_error(capsys, [a.format(**paths) for a in argv], no_model, needle)
 
@@ -192,11 +220,12 @@ def _unprivileged() -> Iterator[None]:
 
 
 def test_read_only_folder_refused_before_loading(no_model, capsys):
-    import walklens.capture  # noqa: F401  (imported before dropping privileges: walk imports them lazily)
+    import walklens.capture
     import walklens.walks  # noqa: F401
     from walklens.cli import command_modules
 
-    command_modules()  # found while privileged: a clone in a private folder (mktemp -d, mode 0700) is unreadable to nobody
+    # found while privileged: a clone in a private folder (mktemp -d, mode 0700) is unreadable to nobody
+    command_modules()
 
     base = Path(tempfile.mkdtemp())
     try:
@@ -220,6 +249,7 @@ def test_undecodable_text_file_one_line(tmp_path, no_model, capsys):
 
 
 # ---- every field of every report is text, not markup -----------------------------------------------------------------
+
 
 class _Page(HTMLParser):
     def __init__(self) -> None:
@@ -250,8 +280,29 @@ class _Page(HTMLParser):
             self.text.append(data)
 
 
-SAFE_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "table", "tr", "th", "td", "div",
-             "script", "figure", "figcaption", "img", "a", "code"}
+SAFE_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "h1",
+    "h2",
+    "h3",
+    "p",
+    "table",
+    "tr",
+    "th",
+    "td",
+    "div",
+    "script",
+    "figure",
+    "figcaption",
+    "img",
+    "a",
+    "code",
+}
 
 
 def _strings(x: Any) -> Iterator[str]:
@@ -310,8 +361,8 @@ def test_walk_and_simmap_reports_escape_every_field(llama):
 
 def test_power_and_heads_reports_escape_every_field(llama):
     from walklens.power import alignment, power_spectra
-    from walklens.reports.heads import add_attention_maps
     from walklens.reports import power as power_report
+    from walklens.reports.heads import add_attention_maps
 
     spectra = power_spectra(llama, nearest=4)
     spectra.model_name = EVIL[0]
@@ -338,6 +389,7 @@ def test_power_and_heads_reports_escape_every_field(llama):
 
 
 # ---- each view once: PNGs of interactive views are linked, not shown again -------------------------------------------
+
 
 def test_each_view_shown_once_pngs_linked(llama, tmp_path):
     from walklens.reports import simmap as simmap_report

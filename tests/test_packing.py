@@ -8,16 +8,15 @@ import random
 import pytest
 import torch
 
+from oracles import reference_logliks
+from walklens.errors import ContextTooLongError, EmptyTextError
 from walklens.hellaswag import packing
 from walklens.hellaswag.baseline import baseline_items, baseline_scores
 from walklens.hellaswag.data import HellaswagItem
 from walklens.hellaswag.encode import continuation_logliks, input_embeddings
 from walklens.hellaswag.packing import can_pack, packed_logliks, plan_batches
 from walklens.hellaswag.request import ScoreRequest
-from walklens.errors import ContextTooLongError, EmptyTextError
 from walklens.testing import TINY_FAMILIES, tiny_model
-
-from oracles import reference_logliks
 
 CAUSAL = tuple(f for f in TINY_FAMILIES if f not in ("t5", "bert", "albert"))
 
@@ -59,8 +58,7 @@ def test_packed_embeddings_equal_one_request_at_a_time(models, family):
         reqs.append(ScoreRequest(r.continuations, context_embeds=e + 0.3 * torch.randn(e.shape, generator=g)))
     got = packed_logliks(lm, reqs)
     for r, g_ in zip(reqs, got):
-        assert g_ == pytest.approx(continuation_logliks(lm, r.continuations, context_embeds=r.context_embeds),
-                                   abs=1e-4)
+        assert g_ == pytest.approx(continuation_logliks(lm, r.continuations, context_embeds=r.context_embeds), abs=1e-4)
 
 
 def test_which_models_pack(models):
@@ -96,8 +94,10 @@ def test_gpt_neo_local_window_falls_back_for_long_rows(models, monkeypatch):
 
 def test_plan_batches_respects_budgets():
     rng = random.Random(5)
-    reqs = [ScoreRequest([[1] * rng.randint(1, 9) for _ in range(4)], context_ids=[1] * rng.randint(1, 40))
-            for _ in range(50)]
+    reqs = [
+        ScoreRequest([[1] * rng.randint(1, 9) for _ in range(4)], context_ids=[1] * rng.randint(1, 40))
+        for _ in range(50)
+    ]
     batches = plan_batches(reqs, vocab=100, max_tokens=300, max_logits=100 * 60)
     assert sorted(i for b in batches for i in b) == list(range(50))
     for b in batches:
@@ -122,11 +122,19 @@ def test_bad_requests(models):
 
 def test_baseline_items_equal_baseline_scores(models):
     lm = models["llama"]
-    items = [HellaswagItem(index=i, activity_label="a dog", ctx=c, endings=e, label=i % 4) for i, (c, e) in
-             enumerate([("a dog: the dog runs. it", ("eats.", "was good.", "ran to the queen.", "is red.")),
-                        ("the city: the man walks to the river. he",
-                         ("runs to the house.", "eats a red car.", "walks with the dog.", "was big")),
-                        ("the man: he", ("eats the red car and the dog.", "runs.", "is.", "walks to london."))])]
+    items = [
+        HellaswagItem(index=i, activity_label="a dog", ctx=c, endings=e, label=i % 4)
+        for i, (c, e) in enumerate(
+            [
+                ("a dog: the dog runs. it", ("eats.", "was good.", "ran to the queen.", "is red.")),
+                (
+                    "the city: the man walks to the river. he",
+                    ("runs to the house.", "eats a red car.", "walks with the dog.", "was big"),
+                ),
+                ("the man: he", ("eats the red car and the dog.", "runs.", "is.", "walks to london.")),
+            ]
+        )
+    ]
     got = baseline_items(lm, items)
     for it, r in zip(items, got):
         assert r.item == it.index and r.gold == it.label
@@ -142,5 +150,5 @@ def test_shared_ending_prefixes_are_one_set_of_positions(models, family):
     tokens, parents, depths = r.tree  # the inputs: each continuation minus its last token
     assert tokens == [5, 6, 7, 10] and parents == [-1, 0, 1, 0] and depths == [0, 1, 2, 1]
     assert r.row_len == 3 + 4 < 3 + sum(len(c) - 1 for c in conts)
-    got, = packed_logliks(lm, [r, ScoreRequest([[7, 8]], context_ids=[9] * 11)])[:1]
+    (got,) = packed_logliks(lm, [r, ScoreRequest([[7, 8]], context_ids=[9] * 11)])[:1]
     assert got == pytest.approx(reference_logliks(lm, r.context_ids, conts), abs=1e-4)

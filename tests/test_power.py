@@ -10,6 +10,8 @@ import pytest
 import torch
 
 import walklens
+from _ties import assert_picks_match, assert_ranks_match
+from oracles import eigen_dense
 from walklens.errors import InputError
 from walklens.idealised import dynamics, shared_weights
 from walklens.interventions import ablate_mlps, tied_layers
@@ -17,9 +19,6 @@ from walklens.ov import eigen_factored, ov_factors, ov_matrix, residual_gap
 from walklens.power import alignment_from_states, fitted_rate, power_iterate, power_spectra, predicted_alignment
 from walklens.steering import direction, steering_sweep
 from walklens.testing import tiny_model
-
-from oracles import eigen_dense
-from _ties import assert_picks_match, assert_ranks_match
 
 TEXTS = ["the cat and the dog walk to the house", "paris is the capital of france"]
 
@@ -50,6 +49,7 @@ def _planted(D: int = 12, r: int = 5, seed: int = 0, top: float = 5.0) -> tuple[
 
 
 # ---- spectra -------------------------------------------------------------------------------------------------
+
 
 def test_factored_v1_equals_dense_eigenvector_planted():
     A, B = _planted()
@@ -84,8 +84,10 @@ def test_power_spectra_matches_dense_per_layer_and_head(family):
         for h in s.heads:
             dh = eigen_dense(ov_matrix(lm, s.layer, h.head))
             assert abs(abs(complex(h.eigenvalues[0])) - abs(dh.lambda1)) < 1e-8
-            assert torch.allclose(h.v1.double().abs(), dh.v1.abs(), atol=1e-6) or _same_subspace(
-                eigen_factored(*ov_factors(lm, s.layer, h.head)).basis, dh.basis) > 1 - 1e-8
+            assert (
+                torch.allclose(h.v1.double().abs(), dh.v1.abs(), atol=1e-6)
+                or _same_subspace(eigen_factored(*ov_factors(lm, s.layer, h.head)).basis, dh.basis) > 1 - 1e-8
+            )
     if family == "albert":  # one shared layer: the same spectrum at every depth
         assert sp.shared and torch.equal(sp.layers[0].v1, sp.layers[-1].v1)
 
@@ -97,7 +99,9 @@ def test_gqa_factor_uses_kv_head_of_each_query_head(llama):
     # and F acts like the attention module's value/output path on a token attending only to itself
     attn = llama.adapter.attention_module(llama.model, 0)
     x = torch.randn(3, hw.d_model, dtype=torch.float64)
-    via_modules = attn.o_proj.double()(attn.v_proj.double()(x).view(3, -1, hw.d_head)[:, list(hw.kv_head)].reshape(3, -1))
+    via_modules = attn.o_proj.double()(
+        attn.v_proj.double()(x).view(3, -1, hw.d_head)[:, list(hw.kv_head)].reshape(3, -1)
+    )
     attn.float()
     assert torch.allclose(via_modules, x @ F, atol=1e-9)
 
@@ -116,10 +120,11 @@ def test_nearest_tokens_are_nearest(llama):
 
 # ---- alignment and the analytic rate ---------------------------------------------------------------------------
 
+
 def _linear_model(D: int = 16, seed: int = 0) -> tuple[torch.Tensor, float]:
     g = torch.Generator().manual_seed(seed)
     S = torch.randn(D, D, generator=g, dtype=torch.float64)
-    lam = torch.tensor([2.0, 1.0] + [0.5 * 0.9 ** i for i in range(D - 2)], dtype=torch.float64)
+    lam = torch.tensor([2.0, 1.0] + [0.5 * 0.9**i for i in range(D - 2)], dtype=torch.float64)
     F = torch.linalg.solve(S, torch.diag(lam) @ S)  # F = S^-1 diag S (left eigenvectors are S's rows)
     return F, 0.5
 
@@ -157,12 +162,12 @@ def test_alignment_baselines_and_per_point_values():
         sp.layers.append(walklens.power.LayerSpectrum(**e.__dict__, layer=l, residual_gap=float("nan")))
     x0 = torch.randn(30, D, dtype=torch.float64)
     traj = power_iterate(F, x0, L)[1:]  # [L, N, D]: states "after" each layer
-    al = alignment_from_states([traj.float()], [f"L{l}.resid_post" for l in range(L)], list(range(L)), sp,
-                               n_random=400)
+    al = alignment_from_states([traj.float()], [f"L{l}.resid_post" for l in range(L)], list(range(L)), sp, n_random=400)
     manual = (traj / traj.norm(dim=-1, keepdim=True) @ sp.layers[0].v1).abs().mean(1)
     assert torch.allclose(torch.tensor(al.mean, dtype=torch.float64), manual, atol=1e-5)
     assert al.mean[0] < al.mean[1] < al.mean[2]  # grows with depth
-    # random baseline: |cos| of a fixed set of vectors with isotropic directions ~ E|cos| = Gamma(D/2)/(sqrt(pi) Gamma((D+1)/2))
+    # random baseline: |cos| of a fixed set of vectors with isotropic directions ~ E|cos| = Gamma(D/2)/(sqrt(pi)
+    # Gamma((D+1)/2))
     expected = math.exp(math.lgamma(D / 2) - math.lgamma((D + 1) / 2)) / math.sqrt(math.pi)
     assert al.random_mean[0] == pytest.approx(expected, rel=0.15)
     assert all(m > hi for m, hi in zip(al.mean, al.random_hi))
@@ -176,7 +181,7 @@ def test_alignment_on_tiny_model(llama):
     tr = walklens.capture(llama, TEXTS[0])
     x = tr["L1.resid_mid"].double()
     b = sp.layers[1].basis
-    manual = ((x @ b.T).norm(dim=1) / x.norm(dim=1))
+    manual = (x @ b.T).norm(dim=1) / x.norm(dim=1)
     i = al.points.index("L1.resid_mid")
     assert torch.allclose(al.per_token[0][i].double(), manual, atol=1e-5)
     for lo, m, hi in zip(al.random_lo, al.random_mean, al.random_hi):
@@ -184,6 +189,7 @@ def test_alignment_on_tiny_model(llama):
 
 
 # ---- dynamics ---------------------------------------------------------------------------------------------------
+
 
 def test_ablate_mlps_zeroes_feed_forward(llama):
     with ablate_mlps(llama):
@@ -217,6 +223,7 @@ def test_tied_layers_first_application_equals_real_and_restores(llama):
 
 
 # ---- steering ----------------------------------------------------------------------------------------------------
+
 
 def _logits(lm, text):
     ids = lm.tokenizer(text, return_tensors="pt")["input_ids"]
@@ -282,8 +289,9 @@ def test_target_logit_rises_monotonically_with_alpha(llama, method):
 
 
 def test_steering_sweep_rows(llama):
-    sw = steering_sweep(llama, ["the dog and the", "a big red"], " cat", [[1], [0, 1]], alphas=[0.0, 4.0],
-                        max_new_tokens=3)
+    sw = steering_sweep(
+        llama, ["the dog and the", "a big red"], " cat", [[1], [0, 1]], alphas=[0.0, 4.0], max_new_tokens=3
+    )
     assert len(sw.rows) == 2 * 2 * 2 * 2
     zero = [r for r in sw.rows if r.alpha == 0.0]
     for r in zero:  # alpha 0: identical to the unsteered model in both methods
@@ -313,6 +321,7 @@ def test_bad_input(llama):
 
 # ---- command line and report ---------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory, llama):
     d = tmp_path_factory.mktemp("tiny_llama")
@@ -325,16 +334,55 @@ def test_cli_power_and_steer(tiny_dir, tmp_path, capsys):
     from walklens.cli import main
 
     js, out = tmp_path / "p.json", tmp_path / "rep"
-    assert main(["power", "the cat and the dog", "paris is the capital", "--model", str(tiny_dir), "--json", str(js),
-                 "--out", str(out), "--shared-layer", "1", "--shared-depth", "6"]) == 0
+    assert (
+        main(
+            [
+                "power",
+                "the cat and the dog",
+                "paris is the capital",
+                "--model",
+                str(tiny_dir),
+                "--json",
+                str(js),
+                "--out",
+                str(out),
+                "--shared-layer",
+                "1",
+                "--shared-depth",
+                "6",
+            ]
+        )
+        == 0
+    )
     data = json.loads(js.read_text())
     assert len(data["spectra"]["layers"]) == 2 and len(data["alignment"]["mean"]) == 6
     assert len(data["shared_weights"]["measured"]) == 7
     html = (out / "index.html").read_text()
     assert "Alignment through depth" in html and "Shared weights" in html
     js2, out2 = tmp_path / "s.json", tmp_path / "rep2"
-    assert main(["steer", "the dog and the", "--toward", " cat", "--layers", "0-1", "--alpha", "0,4",
-                 "--max-new-tokens", "2", "--model", str(tiny_dir), "--json", str(js2), "--out", str(out2)]) == 0
+    assert (
+        main(
+            [
+                "steer",
+                "the dog and the",
+                "--toward",
+                " cat",
+                "--layers",
+                "0-1",
+                "--alpha",
+                "0,4",
+                "--max-new-tokens",
+                "2",
+                "--model",
+                str(tiny_dir),
+                "--json",
+                str(js2),
+                "--out",
+                str(out2),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(js2.read_text())["rows"]
     assert len(rows) == 4 and {r["method"] for r in rows} == {"eigen", "add"}
     assert "Eigen-steering" in (out2 / "index.html").read_text()
@@ -342,7 +390,8 @@ def test_cli_power_and_steer(tiny_dir, tmp_path, capsys):
     assert "walklens: error:" in capsys.readouterr().err
 
 
-# ---- the real model ---------------------------------------------------------------------------------------------------
+# ---- the real model --------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.real
 def test_real_smollm2_factored_equals_dense_and_steer_restores(smollm2):

@@ -3,8 +3,9 @@ in a notebook, a line on stderr in a terminal) and draws nothing with ``progress
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import tqdm.auto
@@ -40,12 +41,13 @@ def bars(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 
 def _items() -> list[Any]:
+    from _toy import ROWS
     from walklens.hellaswag.data import make_item
 
-    from _toy import ROWS
-
-    return [make_item({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l}, i)
-            for i, (a, ca, cb, e, l) in enumerate(ROWS)]
+    return [
+        make_item({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l}, i)
+        for i, (a, ca, cb, e, l) in enumerate(ROWS)
+    ]
 
 
 #: The long calls (name, call(lm, progress)); each is small here but runs the same code path as a long one.
@@ -54,22 +56,30 @@ CALLS: list[tuple[str, Callable[[Any, bool], Any]]] = [
     ("alignment", lambda lm, p: walklens.alignment(lm, [TEXT], n_random=4, n_shuffles=2, progress=p)),
     ("dynamics", lambda lm, p: walklens.dynamics(lm, [TEXT], progress=p)),
     ("shared_weights", lambda lm, p: walklens.shared_weights(lm, [TEXT], n_layers=3, progress=p)),
-    ("steering_sweep", lambda lm, p: walklens.steering_sweep(lm, ["the dog"], " cat", [[1]], alphas=[0.0, 1.0],
-                                                             max_new_tokens=2, progress=p)),
+    (
+        "steering_sweep",
+        lambda lm, p: walklens.steering_sweep(
+            lm, ["the dog"], " cat", [[1]], alphas=[0.0, 1.0], max_new_tokens=2, progress=p
+        ),
+    ),
     ("position_kernels", lambda lm, p: walklens.position_kernels(lm, samples=4, length=16, progress=p)),
-    ("encoding_walk", lambda lm, p: walklens.encoding_walk(walklens.capture(lm, TEXT), k=2, chunk_rows=4,
-                                                           progress=p)),
-    ("decoding_walk", lambda lm, p: walklens.decoding_walk(lm, "the king", max_new_tokens=16, stop_at_eos=False,
-                                                           progress=p)),
-    ("verify", lambda lm, p: walklens.verify(
-        lm, texts=("the cat sat", "a dog ran"), quick=True, progress=p)),
-    ("run_test (baseline)", lambda lm, p: runner.run_test(lm, _items(), runner.baseline_scorer(), RunSetup(progress=p))),
+    ("encoding_walk", lambda lm, p: walklens.encoding_walk(walklens.capture(lm, TEXT), k=2, chunk_rows=4, progress=p)),
+    (
+        "decoding_walk",
+        lambda lm, p: walklens.decoding_walk(lm, "the king", max_new_tokens=16, stop_at_eos=False, progress=p),
+    ),
+    ("verify", lambda lm, p: walklens.verify(lm, texts=("the cat sat", "a dog ran"), quick=True, progress=p)),
+    (
+        "run_test (baseline)",
+        lambda lm, p: runner.run_test(lm, _items(), runner.baseline_scorer(), RunSetup(progress=p)),
+    ),
 ]
 
 
 @pytest.mark.parametrize("name, call", CALLS, ids=[c[0] for c in CALLS])
-def test_long_calls_draw_a_bar_only_when_asked(name: str, call: Callable[[Any, bool], Any], llama: Any,
-                                               bars: list[Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_long_calls_draw_a_bar_only_when_asked(
+    name: str, call: Callable[[Any, bool], Any], llama: Any, bars: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     capsys.readouterr()
     call(llama, False)
     assert capsys.readouterr().err == "", name
@@ -84,8 +94,9 @@ def test_long_calls_draw_a_bar_only_when_asked(name: str, call: Callable[[Any, b
     assert err.strip(), name
 
 
-def test_gguf_conversion_draws_a_bar_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     bars: list[Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_gguf_conversion_draws_a_bar_only_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bars: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     from test_fuzz_inputs import write_tiny_gguf
 
     gguf = tmp_path / "tiny.gguf"

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 import walklens
+from _ties import assert_ranks_match, assert_topk_match
 from walklens.ranking import TILE, Dense, Linear, read_rows, scratch
 from walklens.server.app import create_app
 from walklens.server.security import allowed_hosts
 from walklens.server.state import Explorer
 from walklens.testing import tiny_model
 from walklens.walks import final_norm_fn
-
-from _ties import assert_ranks_match, assert_topk_match
 
 
 def ranks_by_definition(S: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -38,8 +38,17 @@ def problem(seed: int, n: int, V: int, D: int, bias: bool):
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 40), V=st.integers(2, 700), tile=st.integers(1, 300),
-       cosine=st.booleans(), bias=st.booleans(), k=st.integers(0, 12), lse=st.booleans(), reuse=st.booleans())
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 40),
+    V=st.integers(2, 700),
+    tile=st.integers(1, 300),
+    cosine=st.booleans(),
+    bias=st.booleans(),
+    k=st.integers(0, 12),
+    lse=st.booleans(),
+    reuse=st.booleans(),
+)
 def test_read_rows_by_definition(seed, n, V, tile, cosine, bias, k, lse, reuse):
     x, M, b, ids = problem(seed, n, V, 16, bias)
     inv_m = 1.0 / M.norm(dim=-1) if cosine else None
@@ -105,8 +114,11 @@ def test_default_tiles():
 
 # ---- encoding_walk(k=0, probs=False): the rank maps of the explorer ---------------------------------------------
 
-@pytest.mark.parametrize("family,metric,norm", [("llama", "dot", "none"), ("gpt2", "cosine", "none"),
-                                                ("gpt_neox", "cosine", "final"), ("t5", "dot", "final")])
+
+@pytest.mark.parametrize(
+    "family,metric,norm",
+    [("llama", "dot", "none"), ("gpt2", "cosine", "none"), ("gpt_neox", "cosine", "final"), ("t5", "dot", "final")],
+)
 def test_ranks_only_walk_is_the_full_walks_ranks(family, metric, norm):
     lm = tiny_model(family)
     tr = walklens.capture(lm, "the capital of france is paris and the city is big")
@@ -122,6 +134,7 @@ def test_ranks_only_walk_is_the_full_walks_ranks(family, metric, norm):
 
 # ---- on smollm2-135m: the tiled walk against the whole-matrix float32 reading ----------------------------------
 
+
 def whole_matrix_reading(lm, tr, metric: str, norm: str):
     """The walk as computed before tiling: every point's whole [T, |V|] float32 score matrix, ranks counted on it
     (tied model: the lens reads through W_U = V, with no bias)."""
@@ -136,11 +149,9 @@ def whole_matrix_reading(lm, tr, metric: str, norm: str):
     return dot, S
 
 
-@pytest.mark.parametrize("metric,norm", [("dot", "none"), ("cosine", "none"), ("dot", "final"),
-                                         ("cosine", "final")])
+@pytest.mark.parametrize("metric,norm", [("dot", "none"), ("cosine", "none"), ("dot", "final"), ("cosine", "final")])
 def test_smollm2_walk_equals_the_whole_matrix_reading(smollm2, metric, norm):
-    tr = walklens.capture(smollm2, "The capital of France is Paris",
-                          points=["embed", "L*.resid_post", "final"])
+    tr = walklens.capture(smollm2, "The capital of France is Paris", points=["embed", "L*.resid_post", "final"])
     w = walklens.encoding_walk(tr, k=10, metric=metric, norm=norm, progress=False)
     r = walklens.encoding_walk(tr, k=0, metric=metric, norm=norm, probs=False, progress=False)
     assert torch.equal(w.rank_of_input, r.rank_of_input) and torch.equal(w.rank_of_next, r.rank_of_next)
@@ -157,6 +168,7 @@ def test_smollm2_walk_equals_the_whole_matrix_reading(smollm2, metric, norm):
 
 # ---- the server reads a point in full only when it is shown -------------------------------------------------------
 
+
 def test_server_reads_points_in_full_on_demand():
     ex = Explorer({"llama": tiny_model("llama")})
     token = "t" * 24
@@ -172,6 +184,9 @@ def test_server_reads_points_in_full_on_demand():
         fin = walks[("walk point", text, "none", "dot", "final")]
         sent = r.json()["final"]["prob_of_next"][:-1]  # the JSON rounds to 5 decimals
         assert sent == pytest.approx(fin.prob_of_next[0, :-1].tolist(), rel=1e-2)
-        c.post("/api/walk/cell", json={"model": "llama", "text": text, "point": 1, "position": 2, "k": 3},
-               headers={"X-Walklens-Token": token}).raise_for_status()
+        c.post(
+            "/api/walk/cell",
+            json={"model": "llama", "text": text, "point": 1, "position": 2, "k": 3},
+            headers={"X-Walklens-Token": token},
+        ).raise_for_status()
         assert ("llama", "walk point", text, "none", "dot", "L0.resid_post") in ex.results._d

@@ -21,19 +21,23 @@ import ray
 
 from walklens.backends.ray_backend import ActorOptions, RayBackend
 from walklens.experiments.grid import GridSpec
-from walklens.hellaswag.store import SweepStore
 from walklens.experiments.sweep import SweepSpec
+from walklens.hellaswag.store import SweepStore
 from walklens.testing import tiny_model
 from walklens.testing.faults import CrashOnce
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-_W = ("the a of to and in is was it that he she they on for with as at by from this his her their capital "
-      "france paris city river london england king queen man woman boy girl dog cat house car red blue green "
-      "one two three four five big small run runs ran walk walks eat eats good bad").split()
-T1_GRID = ('layers = ["E", "-1"]\nword = ["last", "relu|w1mean"]\nnorm = ["None", "zNorm"]\n'
-           'enc = ["concat_each_example", "sentence_level_segmentation", "cross_encoding"]\n')
+_W = (
+    "the a of to and in is was it that he she they on for with as at by from this his her their capital "
+    "france paris city river london england king queen man woman boy girl dog cat house car red blue green "
+    "one two three four five big small run runs ran walk walks eat eats good bad"
+).split()
+T1_GRID = (
+    'layers = ["E", "-1"]\nword = ["last", "relu|w1mean"]\nnorm = ["None", "zNorm"]\n'
+    'enc = ["concat_each_example", "sentence_level_segmentation", "cross_encoding"]\n'
+)
 T2_GRID = 'layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None", "L2"]\nout_word = ["w1mean", "last"]\n'
 SHARD_ITEMS = 2  # 6 items: three Test 1 ranges per block
 TINY_MB = 1e-6  # a Test 2 item range's bank rows fit in 1 byte: every 8-item chunk a range of its own
@@ -50,8 +54,18 @@ def items_jsonl(path: Path, n: int = 6, seed: int = 3) -> Path:
         for _ in range(n):
             ctx = f"{sent(int(rng.integers(3, 7)))}. {sent(int(rng.integers(2, 6)))}"
             ends = [sent(int(rng.integers(1, 5))) + ("." if rng.random() < 0.5 else "") for _ in range(4)]
-            f.write(json.dumps({"activity_label": "x", "ctx_a": ctx, "ctx_b": "", "endings": ends,
-                                "label": int(rng.integers(0, 4))}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "activity_label": "x",
+                        "ctx_a": ctx,
+                        "ctx_b": "",
+                        "endings": ends,
+                        "label": int(rng.integers(0, 4)),
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -62,8 +76,14 @@ def snapshot(db: Path) -> dict[tuple[Any, ...], tuple[Any, ...]]:
         for run in st.runs():
             r = st.load(run["id"])
             key = (run["model"], run["data"], run["shots"], run["test"])
-            out[key] = (run["baseline_acc"], run["baseline_acc_norm"], run["baseline_preds"].tobytes(),
-                        tuple(r.schemes), r.acc.tobytes(), r.preds.tobytes())
+            out[key] = (
+                run["baseline_acc"],
+                run["baseline_acc_norm"],
+                run["baseline_preds"].tobytes(),
+                tuple(r.schemes),
+                r.acc.tobytes(),
+                r.preds.tobytes(),
+            )
     return out
 
 
@@ -73,8 +93,10 @@ def no_duplicates(db: Path, n_groups: int) -> None:
         assert con.execute("SELECT count(*) FROM sweep_groups").fetchone()[0] == n_groups
         assert con.execute("SELECT count(DISTINCT run_id || context) FROM sweep_groups").fetchone()[0] == n_groups
         assert con.execute("SELECT count(*) FROM sweep_shards").fetchone()[0] == 0
-        assert con.execute("SELECT count(*) FROM results").fetchone()[0] == \
-            con.execute("SELECT count(DISTINCT model || data || shots || item) FROM results").fetchone()[0]
+        assert (
+            con.execute("SELECT count(*) FROM results").fetchone()[0]
+            == con.execute("SELECT count(DISTINCT model || data || shots || item) FROM results").fetchone()[0]
+        )
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
@@ -89,10 +111,11 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("ray")
     for attempt in (1, 2):  # ray gives a new node 30 s to register; a heavily loaded machine can miss that once
         try:
-            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
-                     logging_level=logging.WARNING)
+            ray.init(
+                num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, logging_level=logging.WARNING
+            )
             break
-        except Exception:  # noqa: BLE001 - "The current node timed out during startup"
+        except Exception:
             ray.shutdown()
             if attempt == 2:
                 raise
@@ -122,8 +145,14 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def sweep(env: dict[str, Any], db: Path, test: int, items: Any = None, **kw: Any) -> Any:
     from test_sweep import sweep_db
 
-    return sweep_db(env["lm"], env["items"] if items is None else items, db,
-                    SweepSpec(test, env["schemes"][test], test1_shard_items=SHARD_ITEMS), shots=1, **kw)
+    return sweep_db(
+        env["lm"],
+        env["items"] if items is None else items,
+        db,
+        SweepSpec(test, env["schemes"][test], test1_shard_items=SHARD_ITEMS),
+        shots=1,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("n", [1, 2])
@@ -190,7 +219,7 @@ with RayBackend(workers=1).workers(env["lm"]) as w:
 def setup_for_driver(tmp: str, mdir: str, address: str) -> dict[str, Any]:
     """What the killed driver of :func:`test_a_killed_driver_resumes_without_recomputing` needs (a separate
     process connected to this test's Ray instance)."""
-    from walklens.backends.ray_backend import ActorOptions, RayBackend
+    from walklens.backends.ray_backend import RayBackend
     from walklens.hellaswag.data import load_hellaswag
 
     ray.init(address=address, logging_level=logging.WARNING)
@@ -206,8 +235,16 @@ def test_a_killed_driver_resumes_without_recomputing(setup: dict[str, Any]) -> N
     tmp = setup["tmp"]
     db, cache = tmp / "killed.sqlite", tmp / "killed.bank"
     address = ray.get_runtime_context().gcs_address
-    code = DRIVER.format(tests=str(ROOT / "tests"), tmp=str(tmp), mdir=str(setup["mdir"]), address=address,
-                         kill_at=2, db=str(db), items=SHARD_ITEMS, cache=str(cache))
+    code = DRIVER.format(
+        tests=str(ROOT / "tests"),
+        tmp=str(tmp),
+        mdir=str(setup["mdir"]),
+        address=address,
+        kill_at=2,
+        db=str(db),
+        items=SHARD_ITEMS,
+        cache=str(cache),
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
@@ -221,8 +258,9 @@ def test_a_killed_driver_resumes_without_recomputing(setup: dict[str, Any]) -> N
     no_duplicates(db, again.n_groups)
 
 
-def test_ray_errors_are_one_line(setup: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_ray_errors_are_one_line(
+    setup: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from walklens.cli import main
     from walklens.errors import InputError
 
@@ -232,8 +270,11 @@ def test_ray_errors_are_one_line(setup: dict[str, Any], tmp_path: Path, monkeypa
         with pytest.raises(InputError, match="context_mb must be a positive number of MB"):
             RayBackend(context_mb=bad)  # type: ignore[arg-type]
     exp = tmp_path / "e.toml"
-    exp.write_text(f'tests = [2]\ngrid = "standard"\nitems = 2\ndata = "{setup["tmp"] / "items.jsonl"}"\n'
-                   f'[[models]]\nname = "{setup["mdir"]}"\ndevice = "cuda"\n', encoding="utf-8")
+    exp.write_text(
+        f'tests = [2]\ngrid = "standard"\nitems = 2\ndata = "{setup["tmp"] / "items.jsonl"}"\n'
+        f'[[models]]\nname = "{setup["mdir"]}"\ndevice = "cuda"\n',
+        encoding="utf-8",
+    )
     args = ["experiment", "run", str(exp), "--db", str(tmp_path / "x.sqlite"), "--no-progress"]
     assert main(args + ["--backend", "ray"]) == 2  # no GPU on this machine: refused before anything loads
     assert main(args + ["--workers", "2"]) == 2  # a Ray option without the ray backend
@@ -258,9 +299,27 @@ def test_the_sweep_command_on_ray(setup: dict[str, Any], tmp_path: Path, capsys:
 
     db = tmp_path / "cli.sqlite"
     address = ray.get_runtime_context().gcs_address
-    args = ["hellaswag", "sweep", "--test", "2", "--grid", str(setup["tmp"] / "g2.toml"), "--model",
-            str(setup["mdir"]), "--data", str(setup["tmp"] / "items.jsonl"), "--shots", "1", "--db", str(db),
-            "--no-progress", "--backend", "ray", "--address", address]
+    args = [
+        "hellaswag",
+        "sweep",
+        "--test",
+        "2",
+        "--grid",
+        str(setup["tmp"] / "g2.toml"),
+        "--model",
+        str(setup["mdir"]),
+        "--data",
+        str(setup["tmp"] / "items.jsonl"),
+        "--shots",
+        "1",
+        "--db",
+        str(db),
+        "--no-progress",
+        "--backend",
+        "ray",
+        "--address",
+        address,
+    ]
     assert main(args + ["--workers", "1"]) == 0
     (run,) = snapshot(db).values()
     assert run == next(v for k, v in snapshot(setup["local_db"]).items() if k[3] == 2)

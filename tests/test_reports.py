@@ -35,10 +35,26 @@ class _Result:
 
 def test_jsonable_covers_every_value_the_commands_write() -> None:
     c = torch.tensor([1 + 2j, -0.5 + 0j], dtype=torch.complex64)
-    got = jsonable({"t": torch.tensor([1.0, math.nan, math.inf]), "c": c, "n": np.arange(3), "i": np.int64(7),
-                    "f": np.float32(0.5), 3: (1, 2), "d": _Result(torch.tensor([[1, 2]]), 1j, "a")})
-    assert got == {"t": [1.0, None, None], "c": [[1.0, 2.0], [-0.5, 0.0]], "n": [0, 1, 2], "i": 7, "f": 0.5,
-                   "3": [1, 2], "d": {"x": [[1, 2]], "z": [0.0, 1.0], "name": "a"}}  # private fields left out
+    got = jsonable(
+        {
+            "t": torch.tensor([1.0, math.nan, math.inf]),
+            "c": c,
+            "n": np.arange(3),
+            "i": np.int64(7),
+            "f": np.float32(0.5),
+            3: (1, 2),
+            "d": _Result(torch.tensor([[1, 2]]), 1j, "a"),
+        }
+    )
+    assert got == {
+        "t": [1.0, None, None],
+        "c": [[1.0, 2.0], [-0.5, 0.0]],
+        "n": [0, 1, 2],
+        "i": 7,
+        "f": 0.5,
+        "3": [1, 2],
+        "d": {"x": [[1, 2]], "z": [0.0, 1.0], "name": "a"},
+    }  # private fields left out
     assert got["c"] == torch.stack([c.real, c.imag], dim=-1).tolist()  # as the power command wrote them
     json.dumps(got, allow_nan=False)  # valid JSON: no NaN, no Infinity
     assert jsonable([1 / 3, torch.tensor(2 / 3), 5], digits=6) == [0.333333, 0.666667, 5]  # chart specs
@@ -63,19 +79,34 @@ def _db(path: Path, n: int = 24) -> None:
     labels = rng.integers(0, 4, n).astype(np.uint8)
     with SweepStore(path) as st:
         for test, metrics in ((2, ["acc"]), (1, ["acc", "acc_norm"])):
-            run = SweepRun(model="org/tiny-model", data="d", split="validation", shots=0, test=test, labels=labels,
-                           item_index=range(n), arch="decoder", n_layers=4)
+            run = SweepRun(
+                model="org/tiny-model",
+                data="d",
+                split="validation",
+                shots=0,
+                test=test,
+                labels=labels,
+                item_index=range(n),
+                arch="decoder",
+                n_layers=4,
+            )
             rid = st.run_id(run)
             st.set_baseline(rid, 0.3, 0.35, np.zeros((2, n), np.uint8))
             for g in range(3):
                 ctx = f"enc=concat_each_example,layer={g},word=mean,norm=None,seg=mean,ex=mean"
                 if test == 2:
                     names = [f"out_layer={o},out_word=mean" for o in range(4)]
-                    st.put_groups(rid, [(ctx + ",sim=dot", names, rng.integers(0, 4, (1, 4, n)).astype(np.uint8))],
-                                  metrics, labels, 0.0)
+                    st.put_groups(
+                        rid,
+                        [(ctx + ",sim=dot", names, rng.integers(0, 4, (1, 4, n)).astype(np.uint8))],
+                        metrics,
+                        labels,
+                        0.0,
+                    )
                 else:
-                    st.put_groups(rid, [(ctx, [""], rng.integers(0, 4, (2, 1, n)).astype(np.uint8))], metrics,
-                                  labels, 0.0)
+                    st.put_groups(
+                        rid, [(ctx, [""], rng.integers(0, 4, (2, 1, n)).astype(np.uint8))], metrics, labels, 0.0
+                    )
 
 
 def test_summary_of_a_database_is_dataclasses_and_the_report_draws_them(tmp_path: Path) -> None:
@@ -86,8 +117,10 @@ def test_summary_of_a_database_is_dataclasses_and_the_report_draws_them(tmp_path
     _db(db)
     summaries = summarise_db(db, k=4, seed=1)
     assert [type(s) for s in summaries] == [RunSummary, RunSummary]
-    assert [(s.test, s.n_schemes, list(s.metrics)) for s in summaries] == [(2, 12, ["acc"]),
-                                                                          (1, 3, ["acc", "acc_norm"])]
+    assert [(s.test, s.n_schemes, list(s.metrics)) for s in summaries] == [
+        (2, 12, ["acc"]),
+        (1, 3, ["acc", "acc_norm"]),
+    ]
     for s in summaries:
         assert s.k == 4
         for m in s.metrics.values():
@@ -114,8 +147,10 @@ def test_summary_of_a_database_is_dataclasses_and_the_report_draws_them(tmp_path
     bf16 = dataclasses.replace(summaries[1], model="models/m@bfloat16")
     fig = sweep.bar_chart([summaries[1], bf16], test=1)
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
-    assert sorted(labels) == [f"m\nbfloat16\n0-shot, {summaries[1].n_items} items",
-                              f"{Path(summaries[1].model).name}\n0-shot, {summaries[1].n_items} items"]
+    assert sorted(labels) == [
+        f"m\nbfloat16\n0-shot, {summaries[1].n_items} items",
+        f"{Path(summaries[1].model).name}\n0-shot, {summaries[1].n_items} items",
+    ]
 
 
 def test_empty_report_and_attachment_names(tmp_path: Path) -> None:
@@ -159,17 +194,31 @@ def test_fewshot_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import walklens.hellaswag.data as data
 
     p = tmp_path / "items.jsonl"
-    p.write_text("".join(json.dumps({"activity_label": "x", "ctx_a": f"item {i} runs", "ctx_b": "",
-                                     "endings": ["a.", "b.", "c.", "d."], "label": i % 4}) + "\n" for i in range(6)),
-                 encoding="utf-8")
+    p.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "activity_label": "x",
+                    "ctx_a": f"item {i} runs",
+                    "ctx_b": "",
+                    "endings": ["a.", "b.", "c.", "d."],
+                    "label": i % 4,
+                }
+            )
+            + "\n"
+            for i in range(6)
+        ),
+        encoding="utf-8",
+    )
     first = data.load_hellaswag(p, limit=2)
     assert [it.index for it in data.fewshot_pool(p, first, shots=1, limit=2)] == list(range(6))
     assert data.fewshot_pool(p, first, shots=0, limit=2) == first
     every = data.load_hellaswag(p)
     assert data.fewshot_pool(p, every, shots=3) == every
     calls = []
-    monkeypatch.setattr(data, "load_hellaswag", lambda path, limit=None, split="validation": calls.append(
-        (path, limit, split)) or first)
+    monkeypatch.setattr(
+        data, "load_hellaswag", lambda path, limit=None, split="validation": calls.append((path, limit, split)) or first
+    )
     assert data.fewshot_pool("hf:Rowan/hellaswag", every, shots=2, limit=4) == first
     assert calls == [("hf:Rowan/hellaswag", None, "train")]
     assert data.fewshot_pool("hf:Rowan/hellaswag", every, shots=0) == every and len(calls) == 1

@@ -17,13 +17,12 @@ import torch
 from starlette.testclient import TestClient
 
 import walklens
+from _explorer import EVIL_MODEL, EVIL_TEXT, OUTS, TEST_TEXT, sweep_db
 from walklens.server import bounds
 from walklens.server.app import ASSETS, Running, create_app
 from walklens.server.security import allowed_hosts
 from walklens.server.state import Explorer
 from walklens.testing import tiny_model
-
-from _explorer import EVIL_MODEL, EVIL_TEXT, OUTS, TEST_TEXT, sweep_db
 
 HOST = "127.0.0.1:8765"
 TOKEN = "test-token_0123456789"
@@ -58,6 +57,7 @@ def post(client, path, **body):
 
 # ---- the guard -------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("path", ["/", "/static/app.js", "/api/info", "/api/sweeps", "/api/nothing"])
 def test_every_request_needs_the_token(client, path):
     client.cookies.clear()  # the asset cookie the page sets is the token too (tests/test_explorer_api.py)
@@ -77,8 +77,9 @@ def test_host_and_origin_are_checked(client):
         r = client.get("/api/info", headers={**H, "Host": host})
         assert r.status_code == 403 and "Host" in r.json()["error"], host
     assert client.get("/api/info", headers={**H, "Host": "localhost:8765"}).status_code == 200
-    r = client.post("/api/walk", json={"model": "llama", "text": TEST_TEXT},
-                    headers={**H, "Origin": "http://evil.example:8765"})
+    r = client.post(
+        "/api/walk", json={"model": "llama", "text": TEST_TEXT}, headers={**H, "Origin": "http://evil.example:8765"}
+    )
     assert r.status_code == 403 and "origin" in r.json()["error"]
     assert client.get("/api/info", headers={**H, "Origin": f"http://{HOST}"}).status_code == 200
 
@@ -118,23 +119,28 @@ def test_body_size_and_json_are_checked(client):
     assert client.post("/api/walk", content=b"[1]", headers=H).status_code == 400
 
 
-@pytest.mark.parametrize("body, status, message", [
-    ({"text": TEST_TEXT}, 400, "unknown model"),
-    ({"model": "nope", "text": TEST_TEXT}, 400, "unknown model"),
-    ({"model": "llama"}, 400, "text must be a string"),
-    ({"model": "llama", "text": "   "}, 400, "text is empty"),
-    ({"model": "llama", "text": "a" * (bounds.MAX_TEXT_CHARS + 1)}, 413, "at most 20,000"),
-    ({"model": "llama", "text": TEST_TEXT, "norm": "both"}, 400, "norm must be one of none, final"),
-    ({"model": "llama", "text": TEST_TEXT, "metric": 3}, 400, "metric must be one of"),
-    ({"model": "llama", "text": " the" * 80}, 400, "context of 64"),
-])
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        ({"text": TEST_TEXT}, 400, "unknown model"),
+        ({"model": "nope", "text": TEST_TEXT}, 400, "unknown model"),
+        ({"model": "llama"}, 400, "text must be a string"),
+        ({"model": "llama", "text": "   "}, 400, "text is empty"),
+        ({"model": "llama", "text": "a" * (bounds.MAX_TEXT_CHARS + 1)}, 413, "at most 20,000"),
+        ({"model": "llama", "text": TEST_TEXT, "norm": "both"}, 400, "norm must be one of none, final"),
+        ({"model": "llama", "text": TEST_TEXT, "metric": 3}, 400, "metric must be one of"),
+        ({"model": "llama", "text": " the" * 80}, 400, "context of 64"),
+    ],
+)
 def test_walk_arguments_are_bounded(client, body, status, message):
     r = client.post("/api/walk", json=body, headers=H)
     assert r.status_code == status and message in r.json()["error"], r.text
 
 
-@pytest.mark.parametrize("k, ok", [(0, False), (1, True), (bounds.MAX_K, True), (bounds.MAX_K + 1, False),
-                                   (2.5, False), ("3", False), (True, False)])
+@pytest.mark.parametrize(
+    "k, ok",
+    [(0, False), (1, True), (bounds.MAX_K, True), (bounds.MAX_K + 1, False), (2.5, False), ("3", False), (True, False)],
+)
 def test_top_k_is_bounded(client, k, ok):
     r = post(client, "/api/walk/cell", model="llama", text=TEST_TEXT, point=1, position=0, k=k)
     assert (r.status_code == 200) == ok, r.text
@@ -152,12 +158,19 @@ def test_token_limit_is_a_413(client, monkeypatch):
 
 # ---- each view's payload, checked against the analysis it calls ------------------------------------------------
 
+
 def test_walk_payload_is_the_encoding_walk(client, models):
     r = post(client, "/api/walk", model="llama", text=TEST_TEXT, norm="final", metric="cosine")
     assert r.status_code == 200
     d = r.json()
-    w = walklens.encoding_walk(walklens.capture(models["llama"], TEST_TEXT), k=3, norm="final", metric="cosine",
-                               points=["embed", "L*.resid_post", "final"], progress=False)
+    w = walklens.encoding_walk(
+        walklens.capture(models["llama"], TEST_TEXT),
+        k=3,
+        norm="final",
+        metric="cosine",
+        points=["embed", "L*.resid_post", "final"],
+        progress=False,
+    )
     assert d["points"] == w.points == ["embed", "L0.resid_post", "L1.resid_post", "final"]
     assert d["tokens"] == w.tokens and d["block"] == 1 and d["columns"] == w.tokens
     assert d["rank_of_input"] == w.rank_of_input.tolist() and d["rank_of_next"] == w.rank_of_next.tolist()
@@ -166,8 +179,9 @@ def test_walk_payload_is_the_encoding_walk(client, models):
     assert torch.allclose(torch.tensor(d["final"]["prob_of_next"][:-1]), w.prob_of_next[-1, :-1], atol=1e-5)
     assert d["n_vocab"] == models["llama"].embedding_matrix().shape[0]
 
-    c = post(client, "/api/walk/cell", model="llama", text=TEST_TEXT, norm="final", metric="cosine", point=2,
-             position=3, k=3).json()
+    c = post(
+        client, "/api/walk/cell", model="llama", text=TEST_TEXT, norm="final", metric="cosine", point=2, position=3, k=3
+    ).json()
     assert c["point"] == "L1.resid_post" and c["token"] == " france" and c["next"] == " is"
     assert c["top_ids"] == w.top_ids[2, 3].tolist()
     assert c["top_scores"] == pytest.approx(w.top_scores[2, 3].tolist(), abs=1e-5)
@@ -183,11 +197,12 @@ def test_long_walks_are_reduced_by_blocks(client, models, monkeypatch):
     token) only where a whole block has none."""
     monkeypatch.setattr(bounds, "MAX_CELLS", 8)
     d = post(client, "/api/walk", model="llama", text=TEST_TEXT).json()
-    w = walklens.encoding_walk(walklens.capture(models["llama"], TEST_TEXT), k=1,
-                               points=["embed", "L*.resid_post", "final"], progress=False)
+    w = walklens.encoding_walk(
+        walklens.capture(models["llama"], TEST_TEXT), k=1, points=["embed", "L*.resid_post", "final"], progress=False
+    )
     assert d["block"] == 3 and len(d["columns"]) == 2 and d["columns"][1] == "3-5  france"
     for name, full in (("rank_of_input", w.rank_of_input), ("rank_of_next", w.rank_of_next)):
-        ref = [[min((v for v in row[j:j + 3] if v >= 0), default=-1) for j in (0, 3)] for row in full.tolist()]
+        ref = [[min((v for v in row[j : j + 3] if v >= 0), default=-1) for j in (0, 3)] for row in full.tolist()]
         assert d[name] == ref, name
     assert len(d["rank_of_input"]) * len(d["rank_of_input"][0]) <= 8
 
@@ -213,8 +228,10 @@ def test_simmap_payload(client, models, monkeypatch):
     d = post(client, "/api/simmap", model="gpt2", text=TEST_TEXT, point="V", metric="cosine").json()
     z = d["maps"]["V/cosine"]
     assert d["block"] == 2 and len(z) == 3 and len(z[0]) == 3  # 2 x 2 blocks of positions
-    assert z[0][0] == pytest.approx(float(
-        walklens.similarity_map(walklens.capture(models["gpt2"], TEST_TEXT), "V", "cosine")[:2, :2].mean()), abs=1e-4)
+    assert z[0][0] == pytest.approx(
+        float(walklens.similarity_map(walklens.capture(models["gpt2"], TEST_TEXT), "V", "cosine")[:2, :2].mean()),
+        abs=1e-4,
+    )
     r = post(client, "/api/simmap", model="gpt2", text=TEST_TEXT, point="../etc")
     assert r.status_code == 400 and "captured point" in r.json()["error"]
 
@@ -250,28 +267,44 @@ def test_kernels_and_power_payloads(client, models):
 
 
 def test_steer_payload_is_the_steering_sweep(client, models):
-    d = post(client, "/api/steer", model="llama", text=TEST_TEXT, target=" paris", layers=[-1], alpha=50.0,
-             method="add", max_new_tokens=4).json()
-    sw = walklens.steering_sweep(models["llama"], TEST_TEXT, " paris", [[1]], [0.0, 50.0], methods=["add"],
-                                 max_new_tokens=4)
+    d = post(
+        client,
+        "/api/steer",
+        model="llama",
+        text=TEST_TEXT,
+        target=" paris",
+        layers=[-1],
+        alpha=50.0,
+        method="add",
+        max_new_tokens=4,
+    ).json()
+    sw = walklens.steering_sweep(
+        models["llama"], TEST_TEXT, " paris", [[1]], [0.0, 50.0], methods=["add"], max_new_tokens=4
+    )
     unsteered, steered = d["rows"]
     assert d["layer_sets"] == [[1]] and unsteered["text"] == sw.rows[0].text and steered["text"] == sw.rows[1].text
     assert steered["target_rank"] == sw.rows[1].target_rank and steered["alpha"] == 50.0
     assert steered["push"] == pytest.approx(50.0, rel=1e-3)  # activation addition pushes exactly alpha
-    for body, msg in (({"alpha": float("1e7")}, "alpha must be within"), ({"layers": [2]}, "every layer"),
-                      ({"layers": []}, "list of 1 to 2"), ({"method": "rm"}, "method must be one of"),
-                      ({"max_new_tokens": 33}, "max_new_tokens must be from 1 to 32")):
+    for body, msg in (
+        ({"alpha": float("1e7")}, "alpha must be within"),
+        ({"layers": [2]}, "every layer"),
+        ({"layers": []}, "list of 1 to 2"),
+        ({"method": "rm"}, "method must be one of"),
+        ({"max_new_tokens": 33}, "max_new_tokens must be from 1 to 32"),
+    ):
         args = {"model": "llama", "text": TEST_TEXT, "target": " paris", "layers": [1], "alpha": 1.0, **body}
         r = client.post("/api/steer", json=args, headers=H)
         assert r.status_code == 400 and msg in r.json()["error"], (body, r.text)
     # the model is restored after steering: the walk is the one computed before
-    assert post(client, "/api/decode", model="llama", text=TEST_TEXT, max_new_tokens=3).json()["tokens"] == \
-        walklens.decoding_walk(models["llama"], TEST_TEXT, max_new_tokens=3, progress=False).tokens
+    assert (
+        post(client, "/api/decode", model="llama", text=TEST_TEXT, max_new_tokens=3).json()["tokens"]
+        == walklens.decoding_walk(models["llama"], TEST_TEXT, max_new_tokens=3, progress=False).tokens
+    )
 
 
 def test_sweeps_browse_filter_and_held_out_best(client, db):
-    from walklens.hellaswag.store import SweepStore
     from walklens.experiments.summary import summarise_run
+    from walklens.hellaswag.store import SweepStore
 
     runs = client.get("/api/sweeps", headers=H).json()
     assert runs["db"] and runs["name"] == "r.sqlite" and runs["runs"][0]["model"] == EVIL_MODEL
@@ -284,13 +317,17 @@ def test_sweeps_browse_filter_and_held_out_best(client, db):
     assert d["summary"]["kfold"]["acc"] == pytest.approx(ref.kfold.acc, abs=1e-5)
     assert d["summary"]["distribution"]["hist"] == list(ref.distribution.hist)
     f = post(client, "/api/sweeps/run", run=rid, filters={"layer": "E", "out_layer": "-1"}).json()
-    assert f["n_matching"] == 2 and all("layer=E," in t["scheme"] and OUTS[0] in t["scheme"]
-                                        for t in f["summary"]["top10"])
+    assert f["n_matching"] == 2 and all(
+        "layer=E," in t["scheme"] and OUTS[0] in t["scheme"] for t in f["summary"]["top10"]
+    )
     assert sum(f["summary"]["distribution"]["hist"]) == 2
-    for body, status, msg in (({"run": rid + 7}, 400, "no sweep run"), ({"run": rid, "filters": {"bogus": "1"}}, 400,
-                              "unknown scheme parameter"), ({"run": rid, "filters": {"layer": "7"}}, 400, "no scheme"),
-                              ({"run": rid, "metric": "f1"}, 400, "metric must be one of acc"),
-                              ({"run": rid, "filters": ["layer"]}, 400, "filters must be")):
+    for body, status, msg in (
+        ({"run": rid + 7}, 400, "no sweep run"),
+        ({"run": rid, "filters": {"bogus": "1"}}, 400, "unknown scheme parameter"),
+        ({"run": rid, "filters": {"layer": "7"}}, 400, "no scheme"),
+        ({"run": rid, "metric": "f1"}, 400, "metric must be one of acc"),
+        ({"run": rid, "filters": ["layer"]}, 400, "filters must be"),
+    ):
         r = client.post("/api/sweeps/run", json=body, headers=H)
         assert r.status_code == status and msg in r.json()["error"], (body, r.text)
 
@@ -309,14 +346,18 @@ def test_strings_are_json_data_and_errors_do_not_echo(client):
     see the browser test), and an error never echoes what the request sent."""
     r = client.get("/api/sweeps", headers=H)
     assert r.headers["content-type"] == "application/json" and r.json()["runs"][0]["model"] == EVIL_MODEL
-    for body in ({"model": EVIL_TEXT, "text": "x"}, {"model": "llama", "text": TEST_TEXT, "norm": EVIL_TEXT},
-                 {"model": "llama", "text": TEST_TEXT, "point": EVIL_TEXT}):
+    for body in (
+        {"model": EVIL_TEXT, "text": "x"},
+        {"model": "llama", "text": TEST_TEXT, "norm": EVIL_TEXT},
+        {"model": "llama", "text": TEST_TEXT, "point": EVIL_TEXT},
+    ):
         e = client.post("/api/walk/cell" if "point" in body else "/api/walk", json=body, headers=H)
         assert e.status_code == 400 and e.headers["content-type"] == "application/json"
         assert "<" not in e.json()["error"], e.text
 
 
 # ---- a real server: a superseded request whose client left is never computed -----------------------------------
+
 
 def test_disconnected_client_is_not_computed(models):
     ex = Explorer({"llama": models["llama"]})
@@ -344,19 +385,22 @@ def test_disconnected_client_is_not_computed(models):
 
 # ---- the command line ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args, message", [
-    (("--host", "0.0.0.0"), "--host 0.0.0.0 is not a loopback address"),
-    (("--host", "192.168.1.5", "--port", "1"), "not a loopback address"),
-    (("--port", "70000"), "--port must be from 0 to 65535"),
-    (("--db", "/nonexistent/r.sqlite"), "--db /nonexistent/r.sqlite: no such database file"),
-    (("--db", "DAMAGED"), "not a usable SQLite database"),
-])
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--host", "0.0.0.0"), "--host 0.0.0.0 is not a loopback address"),
+        (("--host", "192.168.1.5", "--port", "1"), "not a loopback address"),
+        (("--port", "70000"), "--port must be from 0 to 65535"),
+        (("--db", "/nonexistent/r.sqlite"), "--db /nonexistent/r.sqlite: no such database file"),
+        (("--db", "DAMAGED"), "not a usable SQLite database"),
+    ],
+)
 def test_cli_refuses_in_one_line(args, message, capsys, tmp_path, monkeypatch):
     from walklens.cli import main
 
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"not a database" * 100)
-    import walklens.cli.common  # imported unpatched: a name it binds never keeps the stand-in after this test
 
     for where in ("walklens.loading.load_model", "walklens.cli.common.load_model"):
         monkeypatch.setattr(where, lambda *a, **k: pytest.fail("a model was loaded"))
@@ -367,9 +411,13 @@ def test_cli_refuses_in_one_line(args, message, capsys, tmp_path, monkeypatch):
 
 def test_cli_serves_and_prints_one_url(saved_model, db):
     folder = saved_model(tiny_model("llama"))
-    proc = subprocess.Popen([sys.executable, "-m", "walklens", "serve", "--model", str(folder), "--db", str(db)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "walklens", "serve", "--model", str(folder), "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     try:
         line = proc.stdout.readline().strip()
         m = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]{40,})", line)
@@ -380,8 +428,12 @@ def test_cli_serves_and_prints_one_url(saved_model, db):
         assert httpx.get(f"{base}/api/info").status_code == 403
         page = httpx.get(line)
         assert token not in page.text and "HttpOnly" in page.headers["set-cookie"]  # assets open with the cookie
-        r = httpx.post(f"{base}/api/walk", json={"model": info["models"][0]["name"], "text": TEST_TEXT},
-                       headers={"X-Walklens-Token": token}, timeout=60)
+        r = httpx.post(
+            f"{base}/api/walk",
+            json={"model": info["models"][0]["name"], "text": TEST_TEXT},
+            headers={"X-Walklens-Token": token},
+            timeout=60,
+        )
         assert r.status_code == 200 and len(r.json()["points"]) == 4
     finally:
         proc.terminate()

@@ -12,8 +12,17 @@ from pathlib import Path
 import pytest
 
 from walklens.errors import InputError
-from walklens.sqlite import (closed_on_error, connect, create_tables, meta_value, quick_check, schema_version,
-                             set_mode, tables, transaction)
+from walklens.sqlite import (
+    closed_on_error,
+    connect,
+    create_tables,
+    meta_value,
+    quick_check,
+    schema_version,
+    set_mode,
+    tables,
+    transaction,
+)
 
 DDL = ("CREATE TABLE IF NOT EXISTS t (x INTEGER)",)
 
@@ -72,8 +81,7 @@ def test_a_transaction_the_database_ended_itself_is_not_rolled_back_twice(db: Pa
     assert rows(db) == []
 
 
-def _hold_the_write_lock(path: Path, locked: threading.Event, waiter_started: threading.Event,
-                         done: list[str]) -> None:
+def _hold_the_write_lock(path: Path, locked: threading.Event, waiter_started: threading.Event, done: list[str]) -> None:
     conn = connect(path, timeout=5.0)
     with transaction(conn) as c:
         c.execute("INSERT INTO t VALUES (1)")

@@ -24,7 +24,7 @@ N_HELLASWAG = 10_042
 
 def _chance_max_exact(S: int, n: int, p: float) -> float:
     """The previous closed form with exact binomial coefficients (overflows a float past n ~ 1,100)."""
-    pmf = [math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(n + 1)]
+    pmf = [math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(n + 1)]
     cdf, e = 0.0, 0.0
     for kk in range(1, n + 1):
         cdf += pmf[kk - 1]
@@ -44,9 +44,9 @@ def test_chance_max_at_full_hellaswag_scale() -> None:
     with pytest.raises(OverflowError):  # what `walklens report` died of
         _chance_max_exact(10, n, p)
     assert stats.chance_max(1, n, p) == pytest.approx(p, abs=1e-12)  # one scheme: E[X/n] = p exactly
-    values = [stats.chance_max(S, n, p) for S in (10, 1000, 726_000, 10 ** 9)]
+    values = [stats.chance_max(S, n, p) for S in (10, 1000, 726_000, 10**9)]
     assert all(p < v < 1 for v in values) and values == sorted(values)  # between p and 1, growing with S
-    assert stats.chance_max(726_000, 10 ** 7, p) == pytest.approx(p, abs=0.002)  # far beyond: still finite
+    assert stats.chance_max(726_000, 10**7, p) == pytest.approx(p, abs=0.002)  # far beyond: still finite
     rng = np.random.default_rng(0)
     for S, R in ((2000, 300), (726_000, 12)):
         # Monte Carlo: R draws of the best of S independent Binomial(n, p) accuracies; tolerance 5 standard
@@ -56,7 +56,7 @@ def test_chance_max_at_full_hellaswag_scale() -> None:
         assert abs(stats.chance_max(S, n, p) - best.mean()) < tol, (S, best.mean(), tol)
 
 
-@pytest.mark.parametrize("n", [N_HELLASWAG, 726_000 * 10, 10 ** 12])
+@pytest.mark.parametrize("n", [N_HELLASWAG, 726_000 * 10, 10**12])
 def test_wilson_at_large_n_equals_scipy(n: int) -> None:
     for k in (0, 1, n // 4, n // 2, n - 1, n):
         ci = binomtest(k, n).proportion_ci(method="wilson")
@@ -82,37 +82,52 @@ def _oracle(correct: np.ndarray, names: list[str], k: int, seed: int) -> dict:
         j = int(np.argmax(sums - correct[:, f].sum(1)))
         hits += int(correct[j, f].sum())
         chosen.append(names[j])
-    return {"in_sample": (names[i], sums[i] / n), "split": split, "kfold": (hits / n, chosen),
-            "acc": sums / n}
+    return {"in_sample": (names[i], sums[i] / n), "split": split, "kfold": (hits / n, chosen), "acc": sums / n}
 
 
-def _store(path: Path, n: int, groups: int, outs: int, metrics: list[str], seed: int = 0,
-           plant: bool = True) -> tuple[int, np.ndarray]:
+def _store(
+    path: Path, n: int, groups: int, outs: int, metrics: list[str], seed: int = 0, plant: bool = True
+) -> tuple[int, np.ndarray]:
     """A synthetic sweep database: random predictions (one scheme perfect when ``plant``)."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 4, n).astype(np.uint8)
     test = 1 if len(metrics) == 2 else 2
     with SweepStore(path) as st:
-        run = SweepRun(model="m", data="d", split="validation", shots=0, test=test, labels=labels,
-                       item_index=range(n), arch="decoder", n_layers=4)
+        run = SweepRun(
+            model="m",
+            data="d",
+            split="validation",
+            shots=0,
+            test=test,
+            labels=labels,
+            item_index=range(n),
+            arch="decoder",
+            n_layers=4,
+        )
         rid = st.run_id(run)
         st.set_baseline(rid, 0.3, 0.3, np.zeros((2, n), np.uint8))
         for g in range(groups):
             preds = rng.integers(0, 4, (len(metrics), outs, n)).astype(np.uint8)
             if plant and g == groups // 2:
                 preds[:, 0] = labels  # the first scheme of the middle group
-            ctx = (f"enc=cross_encoding,layer=E,word=last,norm=None,seg=None,ex=None" if test == 1 and g == 0 else
-                   f"enc=concat_each_example,layer={g},word=mean,norm=None,seg=mean,ex=mean"
-                   + (",sim=dot" if test == 2 else ""))
+            ctx = (
+                "enc=cross_encoding,layer=E,word=last,norm=None,seg=None,ex=None"
+                if test == 1 and g == 0
+                else f"enc=concat_each_example,layer={g},word=mean,norm=None,seg=mean,ex=mean"
+                + (",sim=dot" if test == 2 else "")
+            )
             names = [f"out_layer={o},out_word=mean" for o in range(outs)] if test == 2 else [""]
             st.put_groups(rid, [(ctx, names, preds)], metrics, labels, 0.0)
     return rid, labels
 
 
-@pytest.mark.parametrize("n,k,seed,metrics,outs", [(103, 5, 0, ["acc"], 7), (37, 3, 4, ["acc", "acc_norm"], 1),
-                                                   (10, 10, 1, ["acc"], 3), (4, 5, 2, ["acc"], 2)])
-def test_streamed_statistics_equal_the_dense_ones(tmp_path: Path, n: int, k: int, seed: int, metrics: list[str],
-                                                  outs: int) -> None:
+@pytest.mark.parametrize(
+    "n,k,seed,metrics,outs",
+    [(103, 5, 0, ["acc"], 7), (37, 3, 4, ["acc", "acc_norm"], 1), (10, 10, 1, ["acc"], 3), (4, 5, 2, ["acc"], 2)],
+)
+def test_streamed_statistics_equal_the_dense_ones(
+    tmp_path: Path, n: int, k: int, seed: int, metrics: list[str], outs: int
+) -> None:
     from walklens.experiments.summary import summarise_run
     from walklens.outputs import jsonable
 
@@ -141,10 +156,12 @@ def test_streamed_statistics_equal_the_dense_ones(tmp_path: Path, n: int, k: int
             for part in nm.split(","):
                 key, v = part.split("=", 1)
                 groups.setdefault(key, {}).setdefault(v, []).append(i)
-        assert {key: [(r["value"], r["n"], r["mean"], r["best"]) for r in rows]
-                for key, rows in m["marginals"].items()} == \
-            {key: [(v, len(ix), float(acc[ix].mean()), float(acc[ix].max())) for v, ix in vals.items()]
-             for key, vals in groups.items()}
+        assert {
+            key: [(r["value"], r["n"], r["mean"], r["best"]) for r in rows] for key, rows in m["marginals"].items()
+        } == {
+            key: [(v, len(ix), float(acc[ix].mean()), float(acc[ix].max())) for v, ix in vals.items()]
+            for key, vals in groups.items()
+        }
 
 
 def test_report_on_full_width_store_has_bounded_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,7 +192,9 @@ def test_report_on_full_width_store_has_bounded_memory(tmp_path: Path, monkeypat
     assert np.array_equal((totals / n).astype(np.float32), res.acc[0])  # exact counts for all 20,000 schemes
     m = summ["metrics"]["acc"]
     g = groups // 2
-    planted = f"enc=concat_each_example,layer={g},word=mean,norm=None,seg=mean,ex=mean,sim=dot,out_layer=0,out_word=mean"
+    planted = (
+        f"enc=concat_each_example,layer={g},word=mean,norm=None,seg=mean,ex=mean,sim=dot,out_layer=0,out_word=mean"
+    )
     assert m["in_sample"]["scheme"] == planted and m["in_sample"]["acc"] == 1.0
     assert set(m["kfold"]["fold_schemes"]) == {planted} and m["kfold"]["acc"] == 1.0
     assert all(s["scheme"] == planted and s["acc"] == 1.0 for s in m["split"])

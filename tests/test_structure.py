@@ -30,8 +30,11 @@ def violations(source: str, where: str = "") -> list[str]:
     out = []
     tree = ast.parse(source)
     methods = {id(f) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body}
-    public_verbs = {id(f) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    and not f.name.startswith("_")}
+    public_verbs = {
+        id(f)
+        for f in ast.walk(tree)
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and not f.name.startswith("_")
+    }
     for fn in ast.walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
@@ -50,8 +53,11 @@ def _lines(path: Path) -> int:
 
 
 def test_functions_are_short_and_take_few_parameters() -> None:
-    found = [v for p in sorted(PACKAGE.rglob("*.py"))
-             for v in violations(p.read_text(encoding="utf-8"), str(p.relative_to(ROOT)))]
+    found = [
+        v
+        for p in sorted(PACKAGE.rglob("*.py"))
+        for v in violations(p.read_text(encoding="utf-8"), str(p.relative_to(ROOT)))
+    ]
     assert found == []
 
 
@@ -74,8 +80,11 @@ def test_the_rules_can_fail() -> None:
     assert violations(f"def verb(a, *, {nine}):\n    pass\n") == []
     assert violations(f"class C:\n    def m(self, a, *, {nine}):\n        pass\n") == []
     assert violations(f"class C:\n    def _m(self, a, *, {nine}):\n        pass\n") == [
-        f":2 _m takes {MAX_PARAMS + 2} parameters"]
+        f":2 _m takes {MAX_PARAMS + 2} parameters"
+    ]
     assert violations(f"class C:\n    def __init__(self, a, *, {nine}):\n        pass\n") == [
-        f":2 __init__ takes {MAX_PARAMS + 2} parameters"]
-    assert violations(f"class C:\n    def m(self, {', '.join(f'a{i}' for i in range(MAX_PARAMS))}):\n"
-                      "        pass\n") == []
+        f":2 __init__ takes {MAX_PARAMS + 2} parameters"
+    ]
+    assert (
+        violations(f"class C:\n    def m(self, {', '.join(f'a{i}' for i in range(MAX_PARAMS))}):\n        pass\n") == []
+    )

@@ -5,23 +5,24 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from walklens.experiments import stats
-from walklens.experiments.grid import DEFAULT_LAYERS, GridSpec, group_by_context
-from walklens.concepts.schemes import Scheme
-from walklens.hellaswag.store import SweepRun, SweepStore, pack_predictions, unpack_predictions
-from walklens.errors import InputError
-
 from _ties import assert_picks_match, assert_same_picks
 from oracles import reference_test2_bundle, score_batch
+from walklens.concepts.schemes import Scheme
+from walklens.errors import InputError
+from walklens.experiments import stats
+from walklens.experiments.grid import DEFAULT_LAYERS, GridSpec, group_by_context
+from walklens.hellaswag.store import SweepRun, SweepStore, pack_predictions, unpack_predictions
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -33,6 +34,7 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
 
 # ---- grid ---------------------------------------------------------------------------------------------------
 
@@ -68,9 +70,20 @@ def test_standard_and_toml_grids(tmp_path: Path) -> None:
 
 
 def test_group_by_context_shares_everything_but_the_choice_side() -> None:
-    f = GridSpec(test=2, values={"enc": ("concat_each_example",), "layer": ("-1", "E"), "word": ("mean",),
-                                 "norm": ("None",), "seg": ("mean",), "ex": ("mean",), "sim": ("dot", "cosine"),
-                                 "out_layer": DEFAULT_LAYERS, "out_word": ("mean", "last")})
+    f = GridSpec(
+        test=2,
+        values={
+            "enc": ("concat_each_example",),
+            "layer": ("-1", "E"),
+            "word": ("mean",),
+            "norm": ("None",),
+            "seg": ("mean",),
+            "ex": ("mean",),
+            "sim": ("dot", "cosine"),
+            "out_layer": DEFAULT_LAYERS,
+            "out_word": ("mean", "last"),
+        },
+    )
     schemes, _ = f.enumerate("decoder")
     groups = group_by_context(schemes)
     assert len(groups) == 4 and all(len(g) == len(DEFAULT_LAYERS) * 2 for g in groups.values())
@@ -96,15 +109,31 @@ def _fill(store: SweepStore, rid: int, labels: np.ndarray, groups: list[str], st
             return
         if g in store.done(rid):
             continue
-        store.put_group(rid, g, ["out_layer=-1,out_word=mean", "out_layer=E,out_word=mean",
-                                 "out_layer=0,out_word=mean"], ["acc"], preds, labels, 0.0)
+        store.put_group(
+            rid,
+            g,
+            ["out_layer=-1,out_word=mean", "out_layer=E,out_word=mean", "out_layer=0,out_word=mean"],
+            ["acc"],
+            preds,
+            labels,
+            0.0,
+        )
 
 
 def test_store_resume_gives_identical_table(tmp_path: Path) -> None:
     labels = np.array([0, 1, 2, 3, 1, 2], np.uint8)
     groups = [f"enc=concat_each_example,layer={l},word=mean,norm=None,seg=mean,ex=mean,sim=dot" for l in range(5)]
-    run = SweepRun(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(6),
-                   arch="decoder", n_layers=4)
+    run = SweepRun(
+        model="m",
+        data="d",
+        split="validation",
+        shots=0,
+        test=2,
+        labels=labels,
+        item_index=range(6),
+        arch="decoder",
+        n_layers=4,
+    )
     with SweepStore(tmp_path / "a.sqlite") as a:
         rid = a.run_id(run)
         _fill(a, rid, labels, groups)
@@ -128,8 +157,17 @@ def test_two_writers_at_once_do_not_corrupt_the_store(tmp_path: Path) -> None:
     import threading
 
     labels = np.array([0, 1, 2, 3], np.uint8)
-    run = SweepRun(model="m", data="d", split="validation", shots=0, test=2, labels=labels, item_index=range(4),
-                   arch="decoder", n_layers=4)
+    run = SweepRun(
+        model="m",
+        data="d",
+        split="validation",
+        shots=0,
+        test=2,
+        labels=labels,
+        item_index=range(4),
+        arch="decoder",
+        n_layers=4,
+    )
     db = tmp_path / "c.sqlite"
     with SweepStore(db) as st:
         rid = st.run_id(run)
@@ -198,8 +236,10 @@ def test_distribution_and_marginals() -> None:
     acc = np.array([0.2, 0.3, 0.5, 0.25])
     d = stats.distribution(acc, n_items=100)
     assert d["n_schemes"] == 4 and d["quantiles"]["q100"] == 0.5 and d["frac_above_chance"] == 0.5
-    names = [f"enc=concat_each_example,layer={l},word={w},norm=None,seg=mean,ex=mean"
-             for l, w in (("1", "mean"), ("1", "last"), ("2", "mean"), ("2", "last"))]
+    names = [
+        f"enc=concat_each_example,layer={l},word={w},norm=None,seg=mean,ex=mean"
+        for l, w in (("1", "mean"), ("1", "last"), ("2", "mean"), ("2", "last"))
+    ]
     m = stats.marginal_effects(names, acc, baseline=0.5)
     row = {r["value"]: r for r in m["layer"]}
     assert row["1"]["mean"] == pytest.approx(0.25) and row["2"]["best"] == 0.5 and row["2"]["best_norm"] == 1.0
@@ -226,9 +266,11 @@ def test_scheme_parts_are_the_string_form_cut_in_two() -> None:
 
 # ---- the vectorised sweep equals the single-scheme runner ------------------------------------------------------
 
-_W = ("the a of to and in is was it that he she they on for with as at by from this his her their capital "
-      "france paris city river london england king queen man woman boy girl dog cat house car red blue green "
-      "one two three four five big small run runs ran walk walks eat eats good bad").split()
+_W = (
+    "the a of to and in is was it that he she they on for with as at by from this his her their capital "
+    "france paris city river london england king queen man woman boy girl dog cat house car red blue green "
+    "one two three four five big small run runs ran walk walks eat eats good bad"
+).split()
 
 
 def _items(n: int = 8, seed: int = 0) -> list:
@@ -247,8 +289,17 @@ def _items(n: int = 8, seed: int = 0) -> list:
     return out
 
 
-def sweep_db(lm: Any, items: Any, db: Path, spec: Any, *, cache: Any = None, on_shard: Any = None,
-             stop_after: int | None = None, **setup: Any) -> Any:
+def sweep_db(
+    lm: Any,
+    items: Any,
+    db: Path,
+    spec: Any,
+    *,
+    cache: Any = None,
+    on_shard: Any = None,
+    stop_after: int | None = None,
+    **setup: Any,
+) -> Any:
     """:func:`~walklens.experiments.sweep.run_sweep` of ``spec`` into the database ``db`` (and the concept cache
     folder ``cache``), opened for the call; ``setup``: the other :class:`RunSetup` fields (data ``toy``, no
     progress bars unless given)."""
@@ -261,8 +312,14 @@ def sweep_db(lm: Any, items: Any, db: Path, spec: Any, *, cache: Any = None, on_
     concepts = open_cache(cache)
     try:
         with ResultStore(db) as store:
-            return run_sweep(lm, items, spec, RunSetup(store=store, cache=concepts, **setup), on_shard=on_shard,
-                             stop_after=stop_after)
+            return run_sweep(
+                lm,
+                items,
+                spec,
+                RunSetup(store=store, cache=concepts, **setup),
+                on_shard=on_shard,
+                stop_after=stop_after,
+            )
     finally:
         if concepts is not None:
             concepts.close()
@@ -274,13 +331,14 @@ def _sample(schemes: list, k: int, seed: int = 0) -> list:
 
 
 @pytest.mark.parametrize("family,shots,layers", [("llama", 2, ("E", "-1")), ("gemma3", 0, ("E", "0", "-1"))])
-def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, shots: int,
-                                                  layers: tuple[str, ...]) -> None:
+def test_test2_sweep_matches_single_scheme_runner(
+    tmp_path: Path, family: str, shots: int, layers: tuple[str, ...]
+) -> None:
     """Zero-shot, the example-level encodings cut each item identically and E equals hidden state 0 (both
     are computed once and shared); 2-shot, every encoding differs."""
-    from walklens.hellaswag.data import fewshot_examples
-    from walklens.experiments.sweep import SweepSpec
     from walklens.concepts.similarity import test2_item
+    from walklens.experiments.sweep import SweepSpec
+    from walklens.hellaswag.data import fewshot_examples
     from walklens.testing import tiny_model
 
     lm = tiny_model(family)
@@ -297,12 +355,20 @@ def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, s
     pos = {n: i for i, n in enumerate(res.schemes)}
     preds = res.preds[0]
     # every value of every parameter appears in the sample; standard scheme included
-    sample = _sample(schemes, 40) + [Scheme.standard(2, "decoder"), Scheme.parse(  # exact ties: E/last of "x."
-        "enc=sentence_level_segmentation,layer=E,word=-relu+|w1mean,norm=None,seg=None,ex=soft_cluster,sim=cosine,"
-        "out_layer=E,out_word=last")]
+    sample = _sample(schemes, 40) + [
+        Scheme.standard(2, "decoder"),
+        Scheme.parse(  # exact ties: E/last of "x."
+            "enc=sentence_level_segmentation,layer=E,word=-relu+|w1mean,norm=None,seg=None,ex=soft_cluster,sim=cosine,"
+            "out_layer=E,out_word=last"
+        ),
+    ]
     # the sweep's picks against the single-scheme runner's scores: equal but for near-ties (tests/_ties.py)
-    ref = np.array([[test2_item(lm, it, fewshot_examples(items, shots, it.index) if shots else [], s).scores
-                     for it in items] for s in sample])  # [schemes, items, 4]
+    ref = np.array(
+        [
+            [test2_item(lm, it, fewshot_examples(items, shots, it.index) if shots else [], s).scores for it in items]
+            for s in sample
+        ]
+    )  # [schemes, items, 4]
     assert_picks_match(np.stack([preds[pos[str(s)]] for s in sample]), ref, "Test 2 sweep vs single runner")
     acc = (preds == res.labels[None]).mean(1)
     assert np.allclose(res.acc[0], acc)
@@ -310,16 +376,19 @@ def test_test2_sweep_matches_single_scheme_runner(tmp_path: Path, family: str, s
 
 
 def test_test1_sweep_matches_single_scheme_runner(tmp_path: Path) -> None:
-    from walklens.hellaswag.data import fewshot_examples
-    from walklens.experiments.sweep import SweepSpec
     from walklens.concepts.generation import test1_item
+    from walklens.experiments.sweep import SweepSpec
+    from walklens.hellaswag.data import fewshot_examples
     from walklens.testing import tiny_model
 
     lm = tiny_model("gemma3")  # scales its input embeddings and prefixes a BOS: the harder case
     items = _items(4, seed=3)
     f = tmp_path / "g.toml"
-    f.write_text('layers = ["E", "-1"]\nword = ["last", "relu|w1mean"]\nnorm = ["None", "zNorm"]\n'
-                 'enc = ["concat_each_example", "sentence_level_segmentation", "cross_encoding"]\n', encoding="utf-8")
+    f.write_text(
+        'layers = ["E", "-1"]\nword = ["last", "relu|w1mean"]\nnorm = ["None", "zNorm"]\n'
+        'enc = ["concat_each_example", "sentence_level_segmentation", "cross_encoding"]\n',
+        encoding="utf-8",
+    )
     schemes, _ = GridSpec.from_toml(f, 1, "decoder").enumerate("decoder")
     db = tmp_path / "r.sqlite"
     out = sweep_db(lm, items, db, SweepSpec(1, schemes), shots=1)
@@ -383,14 +452,37 @@ def test_cli_sweep_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     data = tmp_path / "items.jsonl"
     with open(data, "w", encoding="utf-8") as f:
         for it in _items(6, seed=5):
-            f.write(json.dumps({"activity_label": "x", "ctx_a": it.ctx, "ctx_b": "", "endings": list(it.endings),
-                                "label": it.label}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "activity_label": "x",
+                        "ctx_a": it.ctx,
+                        "ctx_b": "",
+                        "endings": list(it.endings),
+                        "label": it.label,
+                    }
+                )
+                + "\n"
+            )
     grid = tmp_path / "g.toml"
-    grid.write_text('layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None"]\nout_word = ["mean"]\n',
-                    encoding="utf-8")
+    grid.write_text(
+        'layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None"]\nout_word = ["mean"]\n', encoding="utf-8"
+    )
     db = tmp_path / "r.sqlite"
-    args = ["sweep", "--test", "2", "--grid", str(grid), "--model", str(mdir), "--data", str(data), "--db", str(db),
-            "--no-progress"]
+    args = [
+        "sweep",
+        "--test",
+        "2",
+        "--grid",
+        str(grid),
+        "--model",
+        str(mdir),
+        "--data",
+        str(data),
+        "--db",
+        str(db),
+        "--no-progress",
+    ]
     assert main(args + ["--dry-run"]) == 0
     assert "schemes to run" in capsys.readouterr().out
     assert main(args + ["--json", str(tmp_path / "s.json")]) == 0
@@ -419,21 +511,35 @@ def test_cli_sweep_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_batched_evaluation_equals_the_per_item_reference() -> None:
     """test2_bundle_batched (items in chunks, masked padding, soft_cluster via the Gram matrix, tie handling)
     gives the per-item reference's predictions for every scheme of a grid covering every enc/norm/seg/ex/sim."""
-    from walklens.hellaswag.data import fewshot_examples
     from walklens.concepts.schemes import WORD_AGG_SCHEMES
-    from walklens.experiments.sweep import EncLayout, NormedBank, build_bank, layer_keys, plan_item, test2_bundle_batched
+    from walklens.experiments.sweep import (
+        EncLayout,
+        NormedBank,
+        build_bank,
+        layer_keys,
+        plan_item,
+        test2_bundle_batched,
+    )
+    from walklens.hellaswag.data import fewshot_examples
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
     items = _items(6, seed=7)
-    g = GridSpec(test=2, values={**GridSpec.full(2, layers=("E", "-1")).values, "word": ("mean", "last", "relu|w1mean"),
-                                 "out_word": ("w1mean", "last")})
+    g = GridSpec(
+        test=2,
+        values={
+            **GridSpec.full(2, layers=("E", "-1")).values,
+            "word": ("mean", "last", "relu|w1mean"),
+            "out_word": ("w1mean", "last"),
+        },
+    )
     schemes, _ = g.enumerate("decoder")
     encs = list(dict.fromkeys(s.enc for s in schemes))
     plans = [plan_item(lm, it, fewshot_examples(items, 2, it.index), encs) for it in items]
     lk = layer_keys(lm, ["E", "-1"])
-    bank = build_bank(lm, [t for p in plans for t in p.texts()], sorted(set(lk.values())), list(WORD_AGG_SCHEMES),
-                      progress=False)
+    bank = build_bank(
+        lm, [t for p in plans for t in p.texts()], sorted(set(lk.values())), list(WORD_AGG_SCHEMES), progress=False
+    )
     bundles: dict = {}
     for members in group_by_context(schemes).values():
         s = members[0]
@@ -447,7 +553,7 @@ def test_batched_evaluation_equals_the_per_item_reference() -> None:
         assert_picks_match(fast, ref_scores, f"batched vs per-item {(norm, enc, *_)}")
 
 
-def _score_scale(ctx: "torch.Tensor", ends: "torch.Tensor", sim: str, soft: bool) -> "torch.Tensor":
+def _score_scale(ctx: torch.Tensor, ends: torch.Tensor, sim: str, soft: bool) -> torch.Tensor:
     """The size of float32 rounding in each Test 2 score ``[C]``: the sum of the magnitudes of the terms a score
     adds up, over its normaliser (for soft_cluster cosine, ``sum_j w_j |k_j| / |k̄_c|``: large where the
     weighted average cancels)."""
@@ -463,10 +569,18 @@ def _score_scale(ctx: "torch.Tensor", ends: "torch.Tensor", sim: str, soft: bool
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(m=hst.integers(1, 5), pad=hst.integers(0, 3), c=hst.integers(1, 4), d=hst.integers(1, 9),
-       sim=hst.sampled_from(["dot", "cosine"]), soft=hst.booleans(), seed=hst.integers(0, 2**16))
-def test_one_scorer_for_the_runner_and_the_sweep(m: int, pad: int, c: int, d: int, sim: str, soft: bool,
-                                                 seed: int) -> None:
+@given(
+    m=hst.integers(1, 5),
+    pad=hst.integers(0, 3),
+    c=hst.integers(1, 4),
+    d=hst.integers(1, 9),
+    sim=hst.sampled_from(["dot", "cosine"]),
+    soft=hst.booleans(),
+    seed=hst.integers(0, 2**16),
+)
+def test_one_scorer_for_the_runner_and_the_sweep(
+    m: int, pad: int, c: int, d: int, sim: str, soft: bool, seed: int
+) -> None:
     """The runner's Test 2 (test2_from_vectors) is the batched scorer on one item.  Against the plain per-item
     oracle (explicit soft-cluster vectors) in float64, it is as accurate as that oracle in float32 (the previous
     runner): both within 1e-6 of the scale of float32 rounding in the score (:func:`_score_scale`; 2,000 random
@@ -548,8 +662,8 @@ def test_bank_cache_is_reused_and_serves_subsets(tmp_path, monkeypatch) -> None:
 def test_report_keeps_the_baseline_scheme_out_of_the_best() -> None:
     """Test 1's enc=cross_encoding scheme is the baseline itself; a best chosen among schemes that include it
     would be the baseline, trivially.  The summary leaves it out of selection and of the scheme count."""
-    from walklens.hellaswag.store import SweepResults
     from walklens.experiments.summary import summarise_run
+    from walklens.hellaswag.store import SweepResults
     from walklens.outputs import jsonable
 
     rng = np.random.default_rng(0)
@@ -560,8 +674,16 @@ def test_report_keeps_the_baseline_scheme_out_of_the_best() -> None:
     preds = rng.integers(0, 4, (2, len(names), n)).astype(np.uint8)
     preds[:, 0] = labels  # the baseline scheme is perfect here
     correct = preds == labels[None, None]
-    run = {"model": "m", "shots": 0, "test": 1, "n_items": n, "data": "d", "labels": labels,
-           "baseline_acc": 1.0, "baseline_acc_norm": 1.0}
+    run = {
+        "model": "m",
+        "shots": 0,
+        "test": 1,
+        "n_items": n,
+        "data": "d",
+        "labels": labels,
+        "baseline_acc": 1.0,
+        "baseline_acc_norm": 1.0,
+    }
     res = SweepResults(run=run, schemes=names, metrics=["acc", "acc_norm"], acc=correct.mean(axis=2), preds=preds)
     s = jsonable(summarise_run(res))
     assert s["n_schemes"] == 5
@@ -595,8 +717,8 @@ def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) ->
     one-range table bit for bit."""
     from walklens.backends import LocalWorkers
     from walklens.experiments.sweep import SweepSpec
-    from walklens.experiments.sweep.similarity import TEST2_WAVE
     from walklens.experiments.sweep.shards import TEST2_CHUNK
+    from walklens.experiments.sweep.similarity import TEST2_WAVE
     from walklens.testing import tiny_model
 
     class Recording(LocalWorkers):
@@ -609,6 +731,7 @@ def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) ->
                 for ctx, ps in parts:
                     self.ctxs.append(ctx)
                     yield ctx, ps
+
             self.ctxs = []
             return super().map_parts(fn, seen())
 
@@ -653,8 +776,9 @@ def _grid_sweeper(tmp_path: Path, grid: str, *, n: int, seed: int, shots: int) -
     schemes, _ = GridSpec.from_toml(tmp_path / "g.toml", 2, "decoder").enumerate("decoder")
 
     def sweep(db: str, test2_context_mb: float | None = None, **kw: Any) -> Any:
-        return sweep_db(lm, items, tmp_path / db, SweepSpec(2, schemes, test2_context_mb=test2_context_mb),
-                        shots=shots, **kw)
+        return sweep_db(
+            lm, items, tmp_path / db, SweepSpec(2, schemes, test2_context_mb=test2_context_mb), shots=shots, **kw
+        )
 
     return sweep
 
@@ -687,9 +811,9 @@ def test_a_range_context_holds_its_rows_and_pads_as_the_whole_bank() -> None:
     every entry, padded ones included, reads the whole bank's vector; ranges are cut at 8-item chunks to fit."""
     import torch
 
+    from walklens.concepts.vectors import VectorBank
     from walklens.experiments.sweep.batched import EncLayout
     from walklens.experiments.sweep.shards import Test2Ctx, item_ranges, range_rows
-    from walklens.concepts.vectors import VectorBank
 
     g = torch.Generator().manual_seed(0)
     vectors = torch.randn(30, 2, 2, 4, generator=g)

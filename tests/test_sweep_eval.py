@@ -15,11 +15,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from walklens.concepts.schemes import NORMS, WORD_AGG_SCHEMES, Scheme
-from walklens.experiments.sweep import EncLayout, NormedBank, VectorBank
-from walklens.experiments.sweep import batched
-
 import oracles
+from walklens.concepts.schemes import NORMS, WORD_AGG_SCHEMES, Scheme
+from walklens.experiments.sweep import EncLayout, NormedBank, VectorBank, batched
 
 ENCS = ("sentence_level_segmentation", "concat_each_example")
 LK = {"E": "E", "0": "0", "-1": "2"}  # scheme layer -> bank layer; E and 0 bit-identical (aliased)
@@ -59,15 +57,31 @@ def _layout(g: torch.Generator, n: int, E: int, S: int, texts: int, ties: bool) 
     return EncLayout(seg=seg, smask=smask, emask=smask.any(-1), end=end)
 
 
-def _groups(enc: str, norm: str | None, seg: str | None, ex: str, sim: str, pairs: list[tuple[str, str]],
-            outs: list[tuple[str, str]]) -> list[list[Scheme]]:
-    return [[Scheme(enc=enc, layer=l, word=w, norm=norm, seg=seg, ex=ex, sim=sim, out_layer=ol, out_word=ow)
-             for ol, ow in outs] for l, w in pairs]
+def _groups(
+    enc: str,
+    norm: str | None,
+    seg: str | None,
+    ex: str,
+    sim: str,
+    pairs: list[tuple[str, str]],
+    outs: list[tuple[str, str]],
+) -> list[list[Scheme]]:
+    return [
+        [
+            Scheme(enc=enc, layer=l, word=w, norm=norm, seg=seg, ex=ex, sim=sim, out_layer=ol, out_word=ow)
+            for ol, ow in outs
+        ]
+        for l, w in pairs
+    ]
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)
-@given(norm=hst.sampled_from(NORMS), seed=hst.integers(0, 2**16), rows=hst.integers(1, 40),
-       d=hst.sampled_from([3, 16, 576]))
+@given(
+    norm=hst.sampled_from(NORMS),
+    seed=hst.integers(0, 2**16),
+    rows=hst.integers(1, 40),
+    d=hst.sampled_from([3, 16, 576]),
+)
 def test_normed_pairs_are_the_bits_of_whole_normed_rows(norm: str | None, seed: int, rows: int, d: int) -> None:
     """NormedBank.pairs (just some rows' chosen (layer, word) vectors, normalised) reads every vector with the
     bits of the whole rows normalised together (NORM acts on each vector by itself; not after ``last``)."""
@@ -84,35 +98,42 @@ def test_normed_pairs_are_the_bits_of_whole_normed_rows(norm: str | None, seed: 
     assert np.array_equal(_bits(got), _bits(nb[idx][:, pl, pw]))
 
 
-def _case(seed: int, norm: str | None, n: int, d: int, chunk: int, combos: list[tuple[int, str | None, str, str]]
-          ) -> None:
+def _case(
+    seed: int, norm: str | None, n: int, d: int, chunk: int, combos: list[tuple[int, str | None, str, str]]
+) -> None:
     """Bundles ``combos`` (enc index, seg, ex, sim) of one NORM over ``n`` random items: all at once, and in
     random sub-batches, equal the v1 picks of each bundle alone, bit for bit."""
     g = torch.Generator().manual_seed(seed)
     words = tuple(w for w in WORD_AGG_SCHEMES if w in ("mean", "last", "relu|w1mean", "w1mean"))
     texts = 30
     bank = _bank(g, texts, words, d)
-    layouts = {ENCS[0]: _layout(g, n, 2, 4, texts, ties=seed % 2 == 0),
-               ENCS[1]: _layout(g, n, 1, 1, texts, ties=True)}
+    layouts = {ENCS[0]: _layout(g, n, 2, 4, texts, ties=seed % 2 == 0), ENCS[1]: _layout(g, n, 1, 1, texts, ties=True)}
     pairs = [(l, w) for l in LK for w in words]
     outs = [(l, w) for l in LK for w in words]
-    keep_p = torch.randperm(len(pairs), generator=g)[:max(2, len(pairs) // 2)].tolist()
-    bundles = [(ENCS[e], _groups(ENCS[e], norm, seg, ex, sim, [pairs[i] for i in keep_p] if j % 2 else pairs, outs))
-               for j, (e, seg, ex, sim) in enumerate(combos)]
+    keep_p = torch.randperm(len(pairs), generator=g)[: max(2, len(pairs) // 2)].tolist()
+    bundles = [
+        (ENCS[e], _groups(ENCS[e], norm, seg, ex, sim, [pairs[i] for i in keep_p] if j % 2 else pairs, outs))
+        for j, (e, seg, ex, sim) in enumerate(combos)
+    ]
     ref = [oracles.test2_bundle_v1(bank, norm, layouts[e], grp, LK, chunk=chunk) for e, grp in bundles]
     together = batched.test2_bundles_batched(bank, norm, layouts, bundles, LK, chunk=chunk)
     assert len(together) == len(ref)
     for r, t, (e, grp) in zip(ref, together, bundles):
         assert t.shape == r.shape == (len(grp), len(outs), n) and t.dtype == np.uint8
         assert np.array_equal(t, r), (e, grp[0][0])
-    order = torch.randperm(len(bundles), generator=g).tolist()[:max(1, len(bundles) // 2)]
+    order = torch.randperm(len(bundles), generator=g).tolist()[: max(1, len(bundles) // 2)]
     alone = batched.test2_bundles_batched(bank, norm, layouts, [bundles[i] for i in order], LK, chunk=chunk)
     for i, t in zip(order, alone):
         assert np.array_equal(t, ref[i])
 
 
-COMBOS = [(e, seg, ex, sim) for e in range(2) for seg in ("mean", None) for ex in ("mean", None, "soft_cluster")
-          for sim in ("dot", "cosine")]
+COMBOS = [
+    (e, seg, ex, sim)
+    for e in range(2)
+    for seg in ("mean", None)
+    for ex in ("mean", None, "soft_cluster")
+    for sim in ("dot", "cosine")
+]
 
 
 @pytest.mark.parametrize("norm", NORMS)
@@ -123,11 +144,17 @@ def test_every_bundle_of_a_norm_at_once_gives_the_v1_bits(norm: str | None) -> N
 
 
 @settings(max_examples=20, deadline=None, derandomize=True)
-@given(norm=hst.sampled_from(NORMS), seed=hst.integers(0, 2**16), n=hst.integers(1, 19),
-       d=hst.sampled_from([4, 33, 64]), chunk=hst.sampled_from([1, 3, 8]),
-       combos=hst.lists(hst.sampled_from(COMBOS), min_size=1, max_size=6))
-def test_random_batches_give_the_v1_bits(norm: str | None, seed: int, n: int, d: int, chunk: int,
-                                         combos: list[tuple[int, str | None, str, str]]) -> None:
+@given(
+    norm=hst.sampled_from(NORMS),
+    seed=hst.integers(0, 2**16),
+    n=hst.integers(1, 19),
+    d=hst.sampled_from([4, 33, 64]),
+    chunk=hst.sampled_from([1, 3, 8]),
+    combos=hst.lists(hst.sampled_from(COMBOS), min_size=1, max_size=6),
+)
+def test_random_batches_give_the_v1_bits(
+    norm: str | None, seed: int, n: int, d: int, chunk: int, combos: list[tuple[int, str | None, str, str]]
+) -> None:
     """Random banks, item counts, chunk sizes and batches of bundles (repeats included)."""
     _case(seed=seed, norm=norm, n=n, d=d, chunk=chunk, combos=combos)
 
@@ -143,17 +170,18 @@ def test_a_batch_has_one_norm() -> None:
 
 # ---- the sweep: batches change no stored bit; a killed run resumes per batch ------------------------------------
 
-GRID = ('layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None", "varNorm"]\nout_word = ["w1mean", "last"]\n'
-        'enc = ["sentence_level_segmentation", "concat_each_example", "merge_all_segments"]\n')
+GRID = (
+    'layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None", "varNorm"]\nout_word = ["w1mean", "last"]\n'
+    'enc = ["sentence_level_segmentation", "concat_each_example", "merge_all_segments"]\n'
+)
 
 
 def test_sweep_tables_do_not_depend_on_the_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The stored table is the same bits with batches of one bundle, of the default size, and cut in item
     ranges; a sweep killed after its 3rd bundle has stored those bundles' groups, and resumed computes only the
     others and ends with the same table, no kept shard left over."""
-    from walklens.experiments.sweep import similarity as run_mod
-
     from test_sweep import _grid_sweeper, _table
+    from walklens.experiments.sweep import similarity as run_mod
 
     sweep = _grid_sweeper(tmp_path, GRID, n=11, seed=4, shots=1)
 

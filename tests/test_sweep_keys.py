@@ -5,24 +5,30 @@ them again; the planners skip what is stored; one default few-shot seed."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
+from test_sweep import T2_RANGE_GRID, _items, _table, sweep_db
 from walklens.experiments.grid import GridSpec
 from walklens.experiments.sweep import SweepSpec, keys
-
-from test_sweep import T2_RANGE_GRID, _items, _table, sweep_db
 
 #: The shard names an interrupted sweep stored before the keys were typed (recorded from that code): Test 2's
 #: grid T2_RANGE_GRID over 21 items in 8-item ranges, 2-shot, stopped after its 4th shard; Test 1's grid T1_GRID
 #: over 7 items in 3-item shards, stopped after its 2nd.  A word aggregation may hold ``|``.
-OLD_TEST2 = ["test2|5effa6d9f138dafe|0:8", "test2|b91318f63a06296c|0:8", "test2|d6fa319be389f2c8|0:8",
-             "test2|dc9e49928b5d218c|0:8"]
+OLD_TEST2 = [
+    "test2|5effa6d9f138dafe|0:8",
+    "test2|b91318f63a06296c|0:8",
+    "test2|d6fa319be389f2c8|0:8",
+    "test2|dc9e49928b5d218c|0:8",
+]
 OLD_TEST1 = ["test1|E|relu|w1mean|0:3|432d18b00c8b45f8", "test1|E|relu|w1mean|3:6|432d18b00c8b45f8"]
-T1_GRID = ('layers = ["E", "-1"]\nword = ["last", "relu|w1mean"]\nnorm = ["None", "zNorm"]\n'
-           'enc = ["concat_each_example", "cross_encoding"]\n')
+T1_GRID = (
+    'layers = ["E", "-1"]\nword = ["last", "relu|w1mean"]\nnorm = ["None", "zNorm"]\n'
+    'enc = ["concat_each_example", "cross_encoding"]\n'
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -42,18 +48,39 @@ def test_shard_names_parse_back_to_their_keys() -> None:
     k1 = keys.Test1ShardKey.parse(OLD_TEST1[1])
     assert k1 == keys.Test1ShardKey("E", "relu|w1mean", 3, 6, "432d18b00c8b45f8") and k1.name == OLD_TEST1[1]
     assert k1.block == keys.BlockKey("E", "relu|w1mean") and keys.Test2ShardKey.parse(OLD_TEST1[0]) is None
-    for bad in ("", "test2|5effa6d9f138dafe|0:8|x", "test2|5EFFA6D9F138DAFE|0:8", "test2|5effa6d9f138dafe|00:8",
-                "test1|E||0:3|432d18b00c8b45f8", "test1|E|last|0-3|432d18b00c8b45f8", "test3|x|0:1"):
+    for bad in (
+        "",
+        "test2|5effa6d9f138dafe|0:8|x",
+        "test2|5EFFA6D9F138DAFE|0:8",
+        "test2|5effa6d9f138dafe|00:8",
+        "test1|E||0:3|432d18b00c8b45f8",
+        "test1|E|last|0-3|432d18b00c8b45f8",
+        "test3|x|0:1",
+    ):
         assert keys.Test2ShardKey.parse(bad) is None and keys.Test1ShardKey.parse(bad) is None, bad
 
 
 def test_a_bundle_digest_is_the_sha256_of_its_tuple() -> None:
     import hashlib
 
-    key = keys.BundleKey(norm="None", enc="concat_each_example", seg="mean", ex="mean", sim="dot",
-                    outs=("out_layer=E,out_word=last",), pairs=(("E", "mean"), ("-1", "last")))
-    old = ("None", "concat_each_example", "mean", "mean", "dot", ("out_layer=E,out_word=last",),
-           (("E", "mean"), ("-1", "last")))
+    key = keys.BundleKey(
+        norm="None",
+        enc="concat_each_example",
+        seg="mean",
+        ex="mean",
+        sim="dot",
+        outs=("out_layer=E,out_word=last",),
+        pairs=(("E", "mean"), ("-1", "last")),
+    )
+    old = (
+        "None",
+        "concat_each_example",
+        "mean",
+        "mean",
+        "dot",
+        ("out_layer=E,out_word=last",),
+        (("E", "mean"), ("-1", "last")),
+    )
     assert key.digest == hashlib.sha256(repr(old).encode()).hexdigest()[:16]
 
 
@@ -61,6 +88,7 @@ def _crash(kind: str, at: int) -> Callable[[str, int], None]:
     def on_shard(k: str, n: int) -> None:
         if k == kind and n == at:
             raise KeyboardInterrupt
+
     return on_shard
 
 
@@ -70,8 +98,7 @@ def _kept(db: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("test", [2, 1])
-def test_a_database_with_shards_under_the_stored_names_resumes_without_recomputing(tmp_path: Path,
-                                                                                    test: int) -> None:
+def test_a_database_with_shards_under_the_stored_names_resumes_without_recomputing(tmp_path: Path, test: int) -> None:
     """An interrupted sweep keeps its shards under the names recorded from the code before the keys were typed;
     rerun, it reads them back by name (computing exactly the other shards) and ends with the uninterrupted table,
     no kept shard left over."""
@@ -125,8 +152,19 @@ def test_the_planners_skip_what_is_stored(tmp_path: Path) -> None:
     bank = build_bank(lm, [t for p in plans for t in p.texts()], sorted(set(lk.values())), words, progress=False)
     labels = np.array([it.label for it in items], np.uint8)
     with SweepStore(tmp_path / "s.sqlite") as st:
-        rid = st.run_id(SweepRun(model="m", data="d", split="validation", shots=0, test=2, labels=labels,
-                                 item_index=[it.index for it in items], arch="decoder", n_layers=lm.n_layers))
+        rid = st.run_id(
+            SweepRun(
+                model="m",
+                data="d",
+                split="validation",
+                shots=0,
+                test=2,
+                labels=labels,
+                item_index=[it.index for it in items],
+                arch="decoder",
+                n_layers=lm.n_layers,
+            )
+        )
         sink = Sink(st, rid, labels)
         plan = plan_test2(sink, bank, plans, schemes, LocalWorkers(lm), context_mb=1e-9)
         assert plan is not None and len(plan.ranges) == 3
@@ -141,8 +179,11 @@ def test_the_planners_skip_what_is_stored(tmp_path: Path) -> None:
         assert left == every - set(kept)
         assert sum(len(b.got) for b in again.bundles) == 5
         # Test 1: the same for a block's item ranges
-        t1 = [s for s in GridSpec.from_toml(_t1(tmp_path), 1, "decoder").enumerate("decoder")[0]
-              if s.enc != "cross_encoding"]
+        t1 = [
+            s
+            for s in GridSpec.from_toml(_t1(tmp_path), 1, "decoder").enumerate("decoder")[0]
+            if s.enc != "cross_encoding"
+        ]
         lk1 = layer_keys(lm, {s.layer for s in t1})
         p1 = plan_test1(sink, bank, t1, lk1, len(items), shard_items=8)
         assert len(p1.work) == len(p1.blocks) * 3 and p1.n_ranges == 3
@@ -153,8 +194,10 @@ def test_the_planners_skip_what_is_stored(tmp_path: Path) -> None:
 
 def _t1(tmp_path: Path) -> Path:
     f = tmp_path / "g1.toml"
-    f.write_text('layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None"]\nenc = ["concat_each_example"]\n',
-                 encoding="utf-8")
+    f.write_text(
+        'layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None"]\nenc = ["concat_each_example"]\n',
+        encoding="utf-8",
+    )
     return f
 
 

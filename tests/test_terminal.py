@@ -19,16 +19,48 @@ from walklens.cli.terminal import Col, print_table, split_columns
 from walklens.testing import tiny_model
 
 HEADERS = {
-    "walk": ["point", "t", "w_t", "w_t+1", "rank", "P", "first (raw)", "stays (raw)", "first (lens)", "stays (lens)",
-             "0:the", "1: cat", "2: and", "3: the", "4: dog"],
+    "walk": [
+        "point",
+        "t",
+        "w_t",
+        "w_t+1",
+        "rank",
+        "P",
+        "first (raw)",
+        "stays (raw)",
+        "first (lens)",
+        "stays (lens)",
+        "0:the",
+        "1: cat",
+        "2: and",
+        "3: the",
+        "4: dog",
+    ],
     "generate": ["step", "token", "P", "rank", "greedy", "|d_t|", "|Δd|", "angle°", "nearest tokens (P)"],
     "simmap": ["map", "min", "max", "mean off-diagonal", "V/dot", "final/cosine"],
-    "heads": ["module", "max |error|", "max |output|", "head", "self mass", "foreign mass", "|centroid - x_t|",
-              "cos(x_t, centroid)", "top members"],
+    "heads": [
+        "module",
+        "max |error|",
+        "max |output|",
+        "head",
+        "self mass",
+        "foreign mass",
+        "|centroid - x_t|",
+        "cos(x_t, centroid)",
+        "top members",
+    ],
     "kernels": ["stack", "kernels", "negative_self", "far_amplifying", "local", "flat"],
     "power": ["layer", "|λ1|", "λ1", "gap |λ2/λ1|", "align out", "random (95%)", "other layers", "v1 ≈ tokens"],
-    "steer": ["method", "layers", "alpha", "p(target)", "rank (0 = top)", "ppl (unsteered)", "push along u",
-              "first prompt →"],
+    "steer": [
+        "method",
+        "layers",
+        "alpha",
+        "p(target)",
+        "rank (0 = top)",
+        "ppl (unsteered)",
+        "push along u",
+        "first prompt →",
+    ],
 }
 ARGS = {
     "walk": ("the cat and the dog",),
@@ -89,21 +121,40 @@ def hellaswag_files(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("hs")
     data = root / "items.jsonl"
-    data.write_text("".join(json.dumps({"activity_label": "x", "ctx_a": f"the {w} ran to the", "ctx_b": "",
-                                        "endings": ["river.", "city.", "house.", "dog."], "label": i % 4}) + "\n"
-                            for i, w in enumerate(("king", "dog", "man", "cat"))), encoding="utf-8")
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "activity_label": "x",
+                    "ctx_a": f"the {w} ran to the",
+                    "ctx_b": "",
+                    "endings": ["river.", "city.", "house.", "dog."],
+                    "label": i % 4,
+                }
+            )
+            + "\n"
+            for i, w in enumerate(("king", "dog", "man", "cat"))
+        ),
+        encoding="utf-8",
+    )
     return {"data": str(data), "db": str(root / "r.sqlite"), "root": root}
 
 
 HELLASWAG = {  # command line (after --model) and what the output must show
     "baseline": (["hellaswag", "baseline"], ["score", "acc", "acc_norm", "baseline"]),
-    "test1": (["hellaswag", "test1", "--scheme", "enc=concat_each_example,layer=-1,word=w1mean,norm=None,seg=mean,"
-               "ex=mean"], ["score", "acc_norm", "baseline", "normalised", "scheme:"]),
+    "test1": (
+        ["hellaswag", "test1", "--scheme", "enc=concat_each_example,layer=-1,word=w1mean,norm=None,seg=mean,ex=mean"],
+        ["score", "acc_norm", "baseline", "normalised", "scheme:"],
+    ),
     "test2": (["hellaswag", "test2"], ["score", "acc_norm", "baseline", "normalised", "scheme:"]),
-    "sweep2": (["hellaswag", "sweep", "--test", "2", "--grid", "standard", "--layers", "E,-1"],
-               ["grid standard", "schemes to run", "groups computed now", "forward passes", "acc_norm", "report:"]),
-    "sweep1": (["hellaswag", "sweep", "--test", "1", "--grid", "standard", "--layers", "E,-1"],
-               ["grid standard", "schemes to run", "groups computed now", "forward passes", "acc_norm", "report:"]),
+    "sweep2": (
+        ["hellaswag", "sweep", "--test", "2", "--grid", "standard", "--layers", "E,-1"],
+        ["grid standard", "schemes to run", "groups computed now", "forward passes", "acc_norm", "report:"],
+    ),
+    "sweep1": (
+        ["hellaswag", "sweep", "--test", "1", "--grid", "standard", "--layers", "E,-1"],
+        ["grid standard", "schemes to run", "groups computed now", "forward passes", "acc_norm", "report:"],
+    ),
 }
 
 
@@ -123,8 +174,22 @@ def test_hellaswag_sweep_and_report_tables_fit_the_terminal(tiny, hellaswag_file
     out_dir = hs["root"] / f"report{width}"
     assert main(["report", "--db", hs["db"], "--out", str(out_dir), "--folds", "3"]) == 0
     out = capsys.readouterr().out
-    check_fits(out, width, ["model", "run", "items", "schemes", "baseline", "standard", "best in-sample",
-                            "3-fold held-out", "95% CI", "report:"])
+    check_fits(
+        out,
+        width,
+        [
+            "model",
+            "run",
+            "items",
+            "schemes",
+            "baseline",
+            "standard",
+            "best in-sample",
+            "3-fold held-out",
+            "95% CI",
+            "report:",
+        ],
+    )
     assert "5-fold" not in out
     tables = len(re.findall(r"\(\d+/\d+\)", out)) or 1  # "sweeps (2/3)": the table wrapped into several
     assert width == 120 or tables > 1
@@ -137,14 +202,19 @@ def test_hellaswag_sweep_and_report_tables_fit_the_terminal(tiny, hellaswag_file
 def test_demo_walk_fits_the_terminal(smollm2, width):
     """`make demo`: `walklens walk "The capital of France is"` on the real SmolLM2."""
     env = dict(os.environ, COLUMNS=str(width), OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-m", "walklens", "walk", "The capital of France is"], capture_output=True,
-                       text=True, timeout=600, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "walklens", "walk", "The capital of France is"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
-    check_fits(r.stdout, width, HEADERS["walk"][:10] + ["0:The", "1: capital", "2: of", "3: France", "4: is",
-                                                        " Paris"])
+    check_fits(r.stdout, width, HEADERS["walk"][:10] + ["0:The", "1: capital", "2: of", "3: France", "4: is", " Paris"])
 
 
 # ---- the table wrapper itself ----------------------------------------------------------------------------------
+
 
 def render(width: int, cols: list[Col], rows: list[list[str]], keys: int) -> tuple[str, int]:
     buf = io.StringIO()
@@ -167,8 +237,10 @@ def test_print_table_fits_any_width(width, keys, data):
     fixed = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789|()-.", min_size=1, max_size=min(budget, 20))
     wrap = [data.draw(st.booleans()) and i >= keys for i in range(n_cols)]
     cols = [Col(data.draw(fixed), wrap=w) for w in wrap]
-    rows = [[" ".join(data.draw(st.lists(WORD, min_size=1, max_size=8))) if w else data.draw(fixed)
-             for w in wrap] for _ in range(n_rows)]
+    rows = [
+        [" ".join(data.draw(st.lists(WORD, min_size=1, max_size=8))) if w else data.draw(fixed) for w in wrap]
+        for _ in range(n_rows)
+    ]
     out, n = render(width, cols, rows, keys)
     lines = out.splitlines()
     assert all(cell_len(l) <= width for l in lines) and "…" not in out
@@ -182,8 +254,7 @@ def test_print_table_fits_any_width(width, keys, data):
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
-@given(widths=st.lists(st.integers(1, 60), min_size=2, max_size=12), keys=st.integers(1, 2),
-       width=st.integers(60, 200))
+@given(widths=st.lists(st.integers(1, 60), min_size=2, max_size=12), keys=st.integers(1, 2), width=st.integers(60, 200))
 def test_split_columns_partitions_in_order(widths, keys, width):
     keys = min(keys, len(widths) - 1)
     groups = split_columns(widths, keys, width)

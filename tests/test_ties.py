@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from _ties import (TIE_ATOL, TIE_RTOL, assert_picks_match, assert_ranks_match, assert_same_picks,
-                   assert_topk_match, near)
+from _ties import TIE_ATOL, TIE_RTOL, assert_picks_match, assert_ranks_match, assert_same_picks, assert_topk_match, near
 
 
 def test_near_is_relative_with_a_small_absolute_floor() -> None:

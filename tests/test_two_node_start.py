@@ -41,9 +41,11 @@ def test_the_two_node_cluster_starts_and_stops(tmp_path: Path) -> None:
     every process of its own (bounded: each ``ray start`` has 300 s)."""
     pytest.importorskip("ray", reason="ray is not installed: pip install -e '.[ray]'")
     if importlib.util.find_spec("grpc") is None:
-        pytest.skip("ray[client] is not installed in this environment (no grpcio): `ray start "
-                    "--ray-client-server-port` would fail with 'Ray Client requires pip package ray[client]'; "
-                    "pip install -e '.[test]' installs it")
+        pytest.skip(
+            "ray[client] is not installed in this environment (no grpcio): `ray start "
+            "--ray-client-server-port` would fail with 'Ray Client requires pip package ray[client]'; "
+            "pip install -e '.[test]' installs it"
+        )
     two_node = _two_node()
     if not (Path(two_node.BIN) / "ray").exists() and shutil.which("ray") is None:
         pytest.skip("no `ray` command next to this Python")

@@ -55,8 +55,7 @@ MYPY_FILES: list[str] = [
 
 def mypy(*args: str, cwd: Path = ROOT) -> tuple[int, str]:
     """Run mypy (this interpreter's) in ``cwd``: (exit code, output)."""
-    done = subprocess.run([sys.executable, "-m", "mypy", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=1200)
+    done = subprocess.run([sys.executable, "-m", "mypy", *args], cwd=cwd, capture_output=True, text=True, timeout=1200)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -76,11 +75,14 @@ def test_mypy_finds_no_error() -> None:
 def test_the_configuration_is_in_force(tmp_path: Path) -> None:
     """pyproject.toml's [tool.mypy] flags what the house rule forbids: a def without hints, an ignore without an
     error code, one that silences nothing."""
-    (tmp_path / "bad.py").write_text("def f(x):\n    return x\n\n\n"
-                                     "y: int = 'one'  # type: ignore\n"
-                                     "z: int = 1  # type: ignore[assignment]  # silences nothing\n")
-    code, out = mypy("--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),
-                     "bad.py", cwd=tmp_path)
+    (tmp_path / "bad.py").write_text(
+        "def f(x):\n    return x\n\n\n"
+        "y: int = 'one'  # type: ignore\n"
+        "z: int = 1  # type: ignore[assignment]  # silences nothing\n"
+    )
+    code, out = mypy(
+        "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"), "bad.py", cwd=tmp_path
+    )
     assert code == 1, out
     for error_code in ("no-untyped-def", "ignore-without-code", "unused-ignore"):
         assert f"[{error_code}]" in out, out
@@ -91,7 +93,7 @@ def test_the_configuration_is_in_force(tmp_path: Path) -> None:
 #: A directive in a comment: mypy's ``type: ignore`` or ruff's ``noqa``.
 DIRECTIVE = re.compile(r"#\s*(?P<what>type:\s*ignore|noqa)(?P<rest>.*)", re.IGNORECASE)
 #: What must follow it: the codes silenced, then the reason as a comment of its own
-#: (``# type: ignore[arg-type]  # why``, ``# noqa: E731  # why``).
+#: (``# type: ignore[arg-type]  # why``, ``# why``).
 WITH_REASON = {
     "type": re.compile(r"\[[a-z][a-z0-9-]*(?:,\s*[a-z][a-z0-9-]*)*\]\s+#\s*\S"),
     "noqa": re.compile(r":\s*[A-Z]+[0-9]+(?:,\s*[A-Z]+[0-9]+)*\s+#\s*\S"),
@@ -124,31 +126,37 @@ def test_every_ignore_says_why() -> None:
     assert bad == [], "a type: ignore / noqa without its codes and '  # why' after them:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("line", [
-    "x = f()  # type: ignore\n",
-    "x = f()  # type: ignore[arg-type]\n",
-    "x = f()  # type:ignore[arg-type] because\n",
-    "x = f()  # TYPE: IGNORE[arg-type]\n",
-    "x = f()  # type: ignore[]  # why\n",
-    "import os  # noqa\n",
-    "import os  # noqa: F401\n",
-    "import os  # noqa: F401 - unused\n",
-    "import os  # NOQA: F401  #\n",
-    "x = f()  # a note  # type: ignore[arg-type]\n",
-    "def f(): pass  # a note  # noqa: E704\n",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "x = f()  # type: ignore\n",
+        "x = f()  # type: ignore[arg-type]\n",
+        "x = f()  # type:ignore[arg-type] because\n",
+        "x = f()  # TYPE: IGNORE[arg-type]\n",
+        "x = f()  # type: ignore[]  # why\n",
+        "import os  # noqa\n",
+        "import os  # noqa: F401\n",
+        "import os  # noqa: F401 - unused\n",
+        "import os  # NOQA: F401  #\n",
+        "x = f()  # a note  # type: ignore[arg-type]\n",
+        "def f(): pass  # a note  # noqa: E704\n",
+    ],
+)
 def test_an_unexplained_ignore_is_found(line: str) -> None:
-    assert unexplained(line) == [(1, line.rstrip("\n")[line.index("#"):])]
+    assert unexplained(line) == [(1, line.rstrip("\n")[line.index("#") :])]
 
 
-@pytest.mark.parametrize("line", [
-    "x = f()  # type: ignore[arg-type]  # transformers types it str\n",
-    "x = f()  # type: ignore[arg-type, call-arg]  # both: see above\n",
-    "import os  # noqa: F401  # imported for its side effect\n",
-    "import os  # noqa: F401, E402  # after the path set-up\n",
-    "s = '# type: ignore'  # a string, not a directive\n",
-    "s = '''\n# noqa\n'''\n",
-    "x = 1  # nothing to see\n",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "x = f()  # type: ignore[arg-type]  # transformers types it str\n",
+        "x = f()  # type: ignore[arg-type, call-arg]  # both: see above\n",
+        "import os  # noqa: F401  # imported for its side effect\n",
+        "import os  # noqa: F401, E402  # after the path set-up\n",
+        "s = '# type: ignore'  # a string, not a directive\n",
+        "s = '''\n# noqa\n'''\n",
+        "x = 1  # nothing to see\n",
+    ],
+)
 def test_an_explained_ignore_passes(line: str) -> None:
     assert unexplained(line) == []

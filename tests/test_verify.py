@@ -14,8 +14,8 @@ from walklens.cli import main
 from walklens.errors import UnsupportedFamilyError
 from walklens.models import derive
 from walklens.models.base import lm_head_logits
-from walklens.testing import TINY_FAMILIES, tiny_model
 from walklens.parity import verify
+from walklens.testing import TINY_FAMILIES, tiny_model
 
 TEXT = ("the capital of france is paris and the king ran to the river",)
 CAUSAL = tuple(f for f in TINY_FAMILIES if f not in ("t5", "bert", "albert"))
@@ -30,8 +30,17 @@ def test_quick_card_passes_on_every_family(family):
     assert {c.name for c in card.checks} == {"logits", "residual", "attention_identity", "attention_scores"}
 
 
-@pytest.mark.parametrize("family,dtype", [("llama", "float32"), ("gemma2", "float32"), ("qwen3_moe", "bfloat16"),
-                                          ("phi3", "bfloat16"), ("bloom", "float32"), ("opt_postnorm", "float32")])
+@pytest.mark.parametrize(
+    "family,dtype",
+    [
+        ("llama", "float32"),
+        ("gemma2", "float32"),
+        ("qwen3_moe", "bfloat16"),
+        ("phi3", "bfloat16"),
+        ("bloom", "float32"),
+        ("opt_postnorm", "float32"),
+    ],
+)
 def test_full_card_passes(family, dtype):
     card = verify(tiny_model(family, dtype=dtype), texts=TEXT)
     assert card.passed, card
@@ -72,8 +81,13 @@ def test_derive_refuses_a_skipped_norm(monkeypatch):
     model = _model("olmo2")  # norms after attention and after the MLP
     assert derive.derive_roles(model).attn_out == "post_attention_layernorm"
     real = derive._is_norm
-    monkeypatch.setattr(derive, "_is_norm", lambda m: real(m) and "post" not in str(m.__class__) and
-                        m is not model.model.layers[0].post_attention_layernorm)
+    monkeypatch.setattr(
+        derive,
+        "_is_norm",
+        lambda m: (
+            real(m) and "post" not in str(m.__class__) and m is not model.model.layers[0].post_attention_layernorm
+        ),
+    )
     with pytest.raises(UnsupportedFamilyError, match="contributions do not add up"):
         derive.derive_roles(model)
 
@@ -147,10 +161,13 @@ def test_head_stats_say_when_w_qk_is_only_a_summary():
     assert "summarises the raw projections" in note and "normalised" in note
 
 
-@pytest.mark.parametrize("model_type,why", [
-    ("gpt_oss", "attention rows do not sum to 1: attention sinks"),  # the A.3 identity's bias term needs rows of 1
-    ("gpt_neox_japanese", "layer 1's contributions do not add up"),  # layer 0's roles do not hold on layer 1
-])
+@pytest.mark.parametrize(
+    "model_type,why",
+    [
+        ("gpt_oss", "attention rows do not sum to 1: attention sinks"),  # the A.3 identity's bias term needs rows of 1
+        ("gpt_neox_japanese", "layer 1's contributions do not add up"),  # layer 0's roles do not hold on layer 1
+    ],
+)
 def test_what_the_layer_0_probe_would_miss_is_refused(model_type, why):
     with pytest.raises(UnsupportedFamilyError, match=why):
         tiny_model(model_type)

@@ -10,13 +10,12 @@ import pytest
 import torch
 
 import walklens
+from _ties import assert_picks_match, assert_ranks_match, assert_topk_match, near
 from walklens.capture import tokenize
 from walklens.errors import InputError
-from walklens.testing import TINY_FAMILIES, tiny_model
 from walklens.models import get_module
+from walklens.testing import TINY_FAMILIES, tiny_model
 from walklens.walks import final_norm_fn
-
-from _ties import assert_picks_match, assert_ranks_match, assert_topk_match, near
 
 TEXT = "the capital of france is paris and the city is big"
 
@@ -65,6 +64,7 @@ def brute_scores(lm, trace, metric: str, norm: str) -> torch.Tensor:
 
 # ---- encoding walk -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("family", [f for f in TINY_FAMILIES])
 def test_lens_top1_is_model_argmax(family):
     """norm='final', metric='dot': the last point's top-1 equals the model's argmax logits (every family)."""
@@ -86,9 +86,17 @@ def test_lens_top1_is_model_argmax(family):
         assert w.encoder is None
 
 
-@pytest.mark.parametrize("family,metric,norm", [("llama", "dot", "none"), ("llama", "cosine", "none"),
-                                                ("gpt2", "dot", "none"), ("gpt_neox", "dot", "final"),
-                                                ("gemma3", "dot", "final"), ("t5", "dot", "final")])
+@pytest.mark.parametrize(
+    "family,metric,norm",
+    [
+        ("llama", "dot", "none"),
+        ("llama", "cosine", "none"),
+        ("gpt2", "dot", "none"),
+        ("gpt_neox", "dot", "final"),
+        ("gemma3", "dot", "final"),
+        ("t5", "dot", "final"),
+    ],
+)
 def test_ranks_match_brute_force_sort(family, metric, norm):
     lm, tr = tiny(family)
     k = 5
@@ -133,8 +141,9 @@ def test_dot_cos_probs_steps_by_definition():
     T = len(ids)
     Wt = V[ids]  # [T, D]
     torch.testing.assert_close(w.dot_input, (X * Wt).sum(-1), rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(w.cos_input, torch.nn.functional.cosine_similarity(X, Wt[None], dim=-1),
-                               rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        w.cos_input, torch.nn.functional.cosine_similarity(X, Wt[None], dim=-1), rtol=1e-4, atol=1e-5
+    )
     P = (X @ V.T).softmax(-1)
     torch.testing.assert_close(w.prob_of_next[:, :-1], P[:, torch.arange(T - 1), ids[1:]], rtol=1e-4, atol=1e-7)
     assert torch.isnan(w.prob_of_next[:, -1]).all() and torch.isnan(w.cos_next[:, -1]).all()
@@ -202,8 +211,9 @@ def test_albert_e_space_is_a_clear_error_and_lens_works():
     assert w.top_ids.shape[-1] == 2 and (w.top_scores <= 1 + 1e-5).all()
 
 
-@pytest.mark.parametrize("bad", [dict(metric="l2"), dict(norm="layer"), dict(k=-1), dict(k=True), dict(against="x"),
-                                 dict(points=["nope*"])])
+@pytest.mark.parametrize(
+    "bad", [dict(metric="l2"), dict(norm="layer"), dict(k=-1), dict(k=True), dict(against="x"), dict(points=["nope*"])]
+)
 def test_bad_options(bad):
     _, tr = tiny("llama")
     with pytest.raises(InputError):
@@ -211,6 +221,7 @@ def test_bad_options(bad):
 
 
 # ---- similarity maps -------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("point", ["embed", "L1.resid_post", "final", "V"])
 def test_similarity_map(point):
@@ -238,6 +249,7 @@ def test_grading_prompt_is_bundled():
 
 # ---- decoding walk ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("family", [f for f in TINY_FAMILIES if f not in ("bert", "albert")])
 def test_greedy_decoding_walk_reproduces_generate(family):
     """Every family that generates: the walk is greedy decoding, d_t through the head gives its tokens and top
@@ -248,7 +260,7 @@ def test_greedy_decoding_walk_reproduces_generate(family):
     ids = tokenize(lm, prompt)
     with torch.no_grad():
         g = lm.model.generate(ids, max_new_tokens=6, do_sample=False)[0]
-    g = g[ids.shape[1]:] if lm.adapter.auto_class == "causal" else g[1:]
+    g = g[ids.shape[1] :] if lm.adapter.auto_class == "causal" else g[1:]
     assert (dw.ranks == 0).all() and torch.equal(dw.token_ids, dw.greedy_ids)
     # d_t through the model's own head gives the recorded top tokens (but for float near-ties)
     with torch.no_grad():
@@ -270,17 +282,15 @@ def test_sampled_walk_ranks_match_a_full_forward():
     """Sampling with a seed: reproducible, and every recorded rank/prob matches a cache-free forward pass."""
     lm, _ = tiny("llama")
     prompt = "the king"
-    a = walklens.decoding_walk(lm, prompt, max_new_tokens=8, sample=True, seed=1, temperature=1.5,
-                               stop_at_eos=False)
-    b = walklens.decoding_walk(lm, prompt, max_new_tokens=8, sample=True, seed=1, temperature=1.5,
-                               stop_at_eos=False)
+    a = walklens.decoding_walk(lm, prompt, max_new_tokens=8, sample=True, seed=1, temperature=1.5, stop_at_eos=False)
+    b = walklens.decoding_walk(lm, prompt, max_new_tokens=8, sample=True, seed=1, temperature=1.5, stop_at_eos=False)
     assert torch.equal(a.token_ids, b.token_ids)
     ids = tokenize(lm, prompt)
     full = torch.cat([ids[0], a.token_ids])
     with torch.no_grad():
         lg = lm.model(input_ids=full[None]).logits[0].float()
     n0 = ids.shape[1] - 1
-    steps = lg[n0:n0 + len(a.token_ids)]
+    steps = lg[n0 : n0 + len(a.token_ids)]
     assert_ranks_match(a.ranks, steps, a.token_ids, "sampled ranks")  # equal but for float near-ties
     torch.testing.assert_close(steps.softmax(-1).gather(1, a.token_ids[:, None])[:, 0], a.probs, rtol=1e-4, atol=1e-6)
     assert (a.ranks > 0).any()  # temperature 1.5 on a random model leaves the greedy path somewhere
@@ -367,6 +377,7 @@ def test_stop_at_eos():
 
 # ---- real model (SmolLM2-135M) -------------------------------------------------------------------------------
 
+
 @pytest.mark.real
 def test_real_paris_is_rank_0_next_at_final(smollm2):
     tr = walklens.capture(smollm2, "The capital of France is Paris")
@@ -386,12 +397,13 @@ def test_real_greedy_walk_reproduces_generate(smollm2):
     dw = walklens.decoding_walk(smollm2, prompt, max_new_tokens=5)
     ids = tokenize(smollm2, prompt)
     with torch.no_grad():
-        g = smollm2.model.generate(ids, max_new_tokens=5, do_sample=False)[0, ids.shape[1]:]
+        g = smollm2.model.generate(ids, max_new_tokens=5, do_sample=False)[0, ids.shape[1] :]
     assert dw.token_ids.tolist() == g.tolist()
     assert dw.tokens[0] == " Paris"
 
 
 # ---- command line ------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
@@ -422,8 +434,19 @@ def cli(capsys, *args: str) -> Result:
 
 def test_cli_walk_generate_simmap(tiny_dir, tmp_path, capsys):
     out = tmp_path / "walk"
-    r = cli(capsys, "walk", "the capital of france is paris", "--model", str(tiny_dir), "--json", str(tmp_path / "w.json"),
-            "--out", str(out), "--k", "4")
+    r = cli(
+        capsys,
+        "walk",
+        "the capital of france is paris",
+        "--model",
+        str(tiny_dir),
+        "--json",
+        str(tmp_path / "w.json"),
+        "--out",
+        str(out),
+        "--k",
+        "4",
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads((tmp_path / "w.json").read_text())
     assert data["tokens"][-1] == " paris" and data["walks"]["final"]["rank_of_next"][-1][-1] == -1
@@ -435,25 +458,52 @@ def test_cli_walk_generate_simmap(tiny_dir, tmp_path, capsys):
     assert (out / "rank_next_final.png").stat().st_size > 1000
     assert "capital" in r.stdout  # the terminal table
 
-    r = cli(capsys, "generate", "the capital of", "--model", str(tiny_dir), "--max-new-tokens", "3", "--json",
-            str(tmp_path / "g.json"), "--out", str(tmp_path / "gen"))
+    r = cli(
+        capsys,
+        "generate",
+        "the capital of",
+        "--model",
+        str(tiny_dir),
+        "--max-new-tokens",
+        "3",
+        "--json",
+        str(tmp_path / "g.json"),
+        "--out",
+        str(tmp_path / "gen"),
+    )
     assert r.returncode == 0, r.stderr
     g = json.loads((tmp_path / "g.json").read_text())
     assert len(g["tokens"]) == len(g["ranks"]) <= 3 and (tmp_path / "gen" / "index.html").is_file()
 
-    r = cli(capsys, "simmap", "the capital of france", "--model", str(tiny_dir), "--point", "embed", "--point", "final",
-            "--json", str(tmp_path / "s.json"), "--out", str(tmp_path / "sim"))
+    r = cli(
+        capsys,
+        "simmap",
+        "the capital of france",
+        "--model",
+        str(tiny_dir),
+        "--point",
+        "embed",
+        "--point",
+        "final",
+        "--json",
+        str(tmp_path / "s.json"),
+        "--out",
+        str(tmp_path / "sim"),
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads((tmp_path / "s.json").read_text())
     m = s["maps"]["final/cosine"]
     assert len(m) == 4 and abs(m[1][1] - 1) < 1e-5 and (tmp_path / "sim" / "index.html").is_file()
 
 
-@pytest.mark.parametrize("args,msg", [
-    (("simmap", "the king", "--point", "L99.resid_post"), "no captured point"),
-    (("walk", "the king", "--k", "0"), "k must be"),
-    (("generate", "the king", "--max-new-tokens", "0"), "max_new_tokens"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (("simmap", "the king", "--point", "L99.resid_post"), "no captured point"),
+        (("walk", "the king", "--k", "0"), "k must be"),
+        (("generate", "the king", "--max-new-tokens", "0"), "max_new_tokens"),
+    ],
+)
 def test_cli_errors_one_line(tiny_dir, args, msg, capsys):
     r = cli(capsys, *args, "--model", str(tiny_dir))
     assert r.returncode == 2, r.stderr
@@ -470,8 +520,19 @@ def test_cli_walk_encoder_decoder_and_e_space(family, tmp_path, capsys):
     d = tmp_path / family
     lm.model.save_pretrained(str(d), safe_serialization=True)
     lm.tokenizer.save_pretrained(str(d))
-    r = cli(capsys, "walk", "the capital of france", "--model", str(d), "--json", str(tmp_path / "w.json"),
-            "--out", str(tmp_path / "out"), "--k", "3")
+    r = cli(
+        capsys,
+        "walk",
+        "the capital of france",
+        "--model",
+        str(d),
+        "--json",
+        str(tmp_path / "w.json"),
+        "--out",
+        str(tmp_path / "out"),
+        "--k",
+        "3",
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads((tmp_path / "w.json").read_text())
     html = (tmp_path / "out" / "index.html").read_text()

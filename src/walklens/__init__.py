@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 
 # Imported eagerly: the function ``capture`` shares its name with the module ``walklens.capture``, and a lazy
 # export would be shadowed by the submodule as soon as anything imports ``walklens.capture``.
-from .capture import capture  # noqa: E402
+from .capture import capture
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
     # foundation
@@ -35,37 +35,95 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "capture": ("capture_batch", "record_steps", "Batch", "Step"),
     "trace": ("Trace",),
     "models": ("get_adapter", "supported_model_types"),
-    "errors": ("WalklensError", "InputError", "UnknownModelError", "UnsupportedFamilyError",
-               "MissingDependencyError", "EmptyTextError", "ContextTooLongError", "DataFormatError"),
+    "errors": (
+        "WalklensError",
+        "InputError",
+        "UnknownModelError",
+        "UnsupportedFamilyError",
+        "MissingDependencyError",
+        "EmptyTextError",
+        "ContextTooLongError",
+        "DataFormatError",
+    ),
     # walks (seed 000 sec. 2.1, 2.2.2)
     "walks": ("encoding_walk", "similarity_map", "EncodingWalk"),
     "decoding": ("decoding_walk", "DecodingWalk"),
     # the parity card: every recomputation against the model itself
     "parity": ("verify", "ParityCard", "ParityCheck"),
     # attention and kernels (sec. 2.2.1, A.2, A.3)
-    "attention": ("head_matrices", "attention_identity", "cluster_view", "self_mass", "head_stats", "HeadMatrices",
-                  "IdentityResult", "IdentityCheck", "ClusterView", "SelfMass", "HeadStats"),
-    "kernels": ("position_kernels", "empirical_kernels", "position_only_attention", "classify_kernel",
-                "t5_kernel_values", "PositionKernels", "StackKernels", "KernelClass", "DEFAULT_CORPUS"),
+    "attention": (
+        "head_matrices",
+        "attention_identity",
+        "cluster_view",
+        "self_mass",
+        "head_stats",
+        "HeadMatrices",
+        "IdentityResult",
+        "IdentityCheck",
+        "ClusterView",
+        "SelfMass",
+        "HeadStats",
+    ),
+    "kernels": (
+        "position_kernels",
+        "empirical_kernels",
+        "position_only_attention",
+        "classify_kernel",
+        "t5_kernel_values",
+        "PositionKernels",
+        "StackKernels",
+        "KernelClass",
+        "DEFAULT_CORPUS",
+    ),
     # F = W_V W_O and the power method (seed 002)
-    "ov": ("ov_factors", "ov_matrix", "value_projection", "eigen_factored", "residual_gap", "FactoredMatrix",
-           "Eigen"),
-    "power": ("power_spectra", "alignment", "alignment_from_states", "power_iterate", "predicted_alignment",
-              "fitted_rate", "PowerSpectra", "LayerSpectrum", "HeadSpectrum", "Alignment"),
+    "ov": ("ov_factors", "ov_matrix", "value_projection", "eigen_factored", "residual_gap", "FactoredMatrix", "Eigen"),
+    "power": (
+        "power_spectra",
+        "alignment",
+        "alignment_from_states",
+        "power_iterate",
+        "predicted_alignment",
+        "fitted_rate",
+        "PowerSpectra",
+        "LayerSpectrum",
+        "HeadSpectrum",
+        "Alignment",
+    ),
     "idealised": ("dynamics", "shared_weights", "Dynamics", "SharedWeights"),
-    "steering": ("steer", "activation_addition", "steering_sweep", "direction", "SteerResult", "SteerRow",
-                 "SteeringSweep"),
+    "steering": (
+        "steer",
+        "activation_addition",
+        "steering_sweep",
+        "direction",
+        "SteerResult",
+        "SteerRow",
+        "SteeringSweep",
+    ),
     # context compaction and the concept cache (seed 000, footnote 11)
     "compaction": ("compact", "Compacted", "CompactSpec", "CompactionReport"),
     "concepts.cache": ("ConceptCache",),
     # ecosystem: TransformerLens hook names, llama.cpp control vectors (docs/ecosystem.md)
     "tlnames": ("tl_name", "walklens_point", "to_transformerlens", "to_walklens", "tl_cache"),
-    "controlvectors": ("ControlVector", "control_vector", "write_control_vector", "read_control_vector",
-                       "apply_control_vector"),
+    "controlvectors": (
+        "ControlVector",
+        "control_vector",
+        "write_control_vector",
+        "read_control_vector",
+        "apply_control_vector",
+    ),
     # hooks and interventions
     "hooks": ("Hooks",),
-    "interventions": ("ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers",
-                      "SteerEdit", "upcast", "outside_layers", "attention_kernel"),
+    "interventions": (
+        "ablate_mlps",
+        "add_to_residual",
+        "edit_weights",
+        "eigen_edit",
+        "tied_layers",
+        "SteerEdit",
+        "upcast",
+        "outside_layers",
+        "attention_kernel",
+    ),
     # tables as data frames (pandas, an optional extra): every result's to_pandas(), a results database
     "frames": ("similarity_frame",),
     "database": ("summarise_db",),

@@ -28,9 +28,9 @@ normalises q and k per head, so W_qk is only a direction-level summary there (``
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 
 # ---- per-head matrices ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class HeadMatrices:
@@ -169,25 +170,41 @@ class HeadMatrices:
 
         def heads() -> Columns:
             vo, qk = self.vo(), self.qk()
-            return long_table([("head", range(self.n_heads))], {
-                "vo_norm": vo.norm().float(), "qk_norm": qk.norm().float(),
-                "vo_sigma1": vo.singular_values()[..., 0].float(), "vo_copying": vo.copying_score().float()},
+            return long_table(
+                [("head", range(self.n_heads))],
+                {
+                    "vo_norm": vo.norm().float(),
+                    "qk_norm": qk.norm().float(),
+                    "vo_sigma1": vo.singular_values()[..., 0].float(),
+                    "vo_copying": vo.copying_score().float(),
+                },
                 by_axis={"head": {"kv_head": list(self.kv_head)}},
-                constants={"stack": self.stack, "layer": self.layer, "cross": self.cross})
+                constants={"stack": self.stack, "layer": self.layer, "cross": self.cross},
+            )
 
         def weights() -> Columns:
             w, parts = self.weights, []
             for name in ("w_q", "w_k", "w_v", "w_o"):
                 t = getattr(w, name)
-                parts.append(long_table([("head", range(t.shape[0])), ("row", range(t.shape[1])),
-                                         ("col", range(t.shape[2]))], {"value": t.float()},
-                                        constants={"matrix": name}))
+                parts.append(
+                    long_table(
+                        [("head", range(t.shape[0])), ("row", range(t.shape[1])), ("col", range(t.shape[2]))],
+                        {"value": t.float()},
+                        constants={"matrix": name},
+                    )
+                )
             for name in ("b_q", "b_k", "b_v"):
                 t = getattr(w, name)
-                parts.append(long_table([("head", range(t.shape[0])), ("col", range(t.shape[1]))],
-                                        {"value": t.float()}, constants={"matrix": name}))
-            parts.append(long_table([("col", range(w.b_o.shape[0]))], {"value": w.b_o.float()},
-                                    constants={"matrix": "b_o"}))
+                parts.append(
+                    long_table(
+                        [("head", range(t.shape[0])), ("col", range(t.shape[1]))],
+                        {"value": t.float()},
+                        constants={"matrix": name},
+                    )
+                )
+            parts.append(
+                long_table([("col", range(w.b_o.shape[0]))], {"value": w.b_o.float()}, constants={"matrix": "b_o"})
+            )
             return concat_columns(parts)
 
         return pick(table, {"heads": heads, "weights": weights}, "HeadMatrices")
@@ -197,8 +214,10 @@ class HeadMatrices:
         (W_vo,h and W_qk,h norms, sigma_1 and copying score of W_vo,h, from the factors); ``weights`` every weight
         in row convention, one row per (matrix, head, row, col) (``head`` of ``w_k``/``w_v``/``b_k``/``b_v`` is
         the key/value head; biases have no ``row``, ``b_o`` no ``head``)."""
-        return frame(self._columns(table), {"family": self.family, "scale": self.scale,
-                                            "qk_norm": self.weights.qk_norm, "notes": self.weights.notes})
+        return frame(
+            self._columns(table),
+            {"family": self.family, "scale": self.scale, "qk_norm": self.weights.qk_norm, "notes": self.weights.notes},
+        )
 
 
 def _stack_name(lm: LoadedModel, stack: str | None) -> str:
@@ -231,11 +250,21 @@ def head_matrices(lm: LoadedModel, layer: int, stack: str | None = None, cross: 
 
 def _map_tensors(hw: HeadWeights, fn: Callable[[torch.Tensor], torch.Tensor]) -> HeadWeights:
     """``hw`` with ``fn`` applied to each of its eight weights and biases (the other fields as they are)."""
-    return dataclasses.replace(hw, w_q=fn(hw.w_q), w_k=fn(hw.w_k), w_v=fn(hw.w_v), w_o=fn(hw.w_o), b_q=fn(hw.b_q),
-                               b_k=fn(hw.b_k), b_v=fn(hw.b_v), b_o=fn(hw.b_o))
+    return dataclasses.replace(
+        hw,
+        w_q=fn(hw.w_q),
+        w_k=fn(hw.w_k),
+        w_v=fn(hw.w_v),
+        w_o=fn(hw.w_o),
+        b_q=fn(hw.b_q),
+        b_k=fn(hw.b_k),
+        b_v=fn(hw.b_v),
+        b_o=fn(hw.b_o),
+    )
 
 
 # ---- the A.3 identity --------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class IdentityCheck:
@@ -304,10 +333,26 @@ class IdentityResult(Mapping[str, float]):
 
     def _columns(self, table: str = "checks") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
-        return pick(table, {"checks": lambda: record_table(
-            [{"name": c.name, "stack": c.stack, "layer": c.layer, "kind": c.kind, "max_abs_error": c.max_abs_error,
-              "max_abs_output": c.max_abs_output, "rel_error": c.rel_error} for c in self.checks])},
-            "an IdentityResult")
+        return pick(
+            table,
+            {
+                "checks": lambda: record_table(
+                    [
+                        {
+                            "name": c.name,
+                            "stack": c.stack,
+                            "layer": c.layer,
+                            "kind": c.kind,
+                            "max_abs_error": c.max_abs_error,
+                            "max_abs_output": c.max_abs_output,
+                            "rel_error": c.rel_error,
+                        }
+                        for c in self.checks
+                    ]
+                )
+            },
+            "an IdentityResult",
+        )
 
     def to_pandas(self, table: str = "checks") -> DataFrame:
         """The A.3 identity's errors, one row per attention module (pandas; docs/notebooks.md, "Tables")."""
@@ -322,8 +367,14 @@ def _identity_key(lm: LoadedModel, stack: str, layer: int, kind: str) -> str:
 
 
 @torch.no_grad()
-def attention_identity(lm: LoadedModel, text: str, *, decoder_text: str | None = None, truncate: bool = False,
-                       matrices: MatricesFn | None = None) -> IdentityResult:
+def attention_identity(
+    lm: LoadedModel,
+    text: str,
+    *,
+    decoder_text: str | None = None,
+    truncate: bool = False,
+    matrices: MatricesFn | None = None,
+) -> IdentityResult:
     """Check the A.3 identity ``O = sum_h A_h X W_vo,h + sum_h b_v,h W_o,h + b_o`` on every attention module.
 
     One forward pass captures, per module, its input X (already normed), its attention probabilities A_h and
@@ -342,6 +393,7 @@ def attention_identity(lm: LoadedModel, text: str, *, decoder_text: str | None =
     def keep(key: tuple[str, str]) -> Callable[[torch.nn.Module, object, object], None]:
         def hook(_m: torch.nn.Module, _inp: object, out: object) -> None:
             raw.setdefault(key, []).append(first_output(out).detach()[0].float().cpu())
+
         return hook
 
     with Hooks() as hooks:
@@ -353,8 +405,10 @@ def attention_identity(lm: LoadedModel, text: str, *, decoder_text: str | None =
         trace = capture(lm, text, attentions=True, truncate=truncate, decoder_text=decoder_text)
 
     checks: list[IdentityCheck] = []
-    traces = {spec.name: (trace.encoder if (trace.encoder is not None and spec is not lm.adapter.stacks[-1])
-                          else trace) for spec in lm.adapter.stacks}
+    traces = {
+        spec.name: (trace.encoder if (trace.encoder is not None and spec is not lm.adapter.stacks[-1]) else trace)
+        for spec in lm.adapter.stacks
+    }
     for spec in lm.adapter.stacks:
         tr = traces[spec.name]
         for kind in ("attn", "cross"):
@@ -366,14 +420,18 @@ def attention_identity(lm: LoadedModel, text: str, *, decoder_text: str | None =
                 hm = get(spec.name, l, kind == "cross")
                 rec = hm.to(torch.float64).output(A.double(), X_kv.double())  # float64: only the model rounds
                 err = (rec - real.double()).abs().max().item()
-                checks.append(IdentityCheck(_identity_key(lm, spec.name, l, kind), spec.name, l, kind, err,
-                                            real.abs().max().item()))
+                checks.append(
+                    IdentityCheck(
+                        _identity_key(lm, spec.name, l, kind), spec.name, l, kind, err, real.abs().max().item()
+                    )
+                )
     if not checks:
         raise InputError(f"{lm.name}: no attention module outputs were captured")
     return IdentityResult(tuple(checks), lm.name, tuple(trace.tokens), trace, model_dtype=dtype_name(lm.dtype))
 
 
 # ---- cluster & aggregate view ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ClusterView:
@@ -409,19 +467,33 @@ class ClusterView:
     def _columns(self, table: str = "members") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
         ident = {"layer": self.layer, "head": self.head, "position": self.position, "kind": self.kind}
-        scalars = {k: getattr(self, k) for k in ("self_mass", "foreign_mass", "move_fraction", "move_distance",
-                                                 "foreign_distance", "cos_query_centroid")}
+        scalars = {
+            k: getattr(self, k)
+            for k in (
+                "self_mass",
+                "foreign_mass",
+                "move_fraction",
+                "move_distance",
+                "foreign_distance",
+                "cos_query_centroid",
+            )
+        }
         S = len(self.memberships)
 
         def members() -> Columns:
-            return long_table([("key_position", range(S))], {"membership": self.memberships.float()},
-                              by_axis={"key_position": {"key_token": list(self.tokens)[:S]}},
-                              constants={**ident, **scalars})
+            return long_table(
+                [("key_position", range(S))],
+                {"membership": self.memberships.float()},
+                by_axis={"key_position": {"key_token": list(self.tokens)[:S]}},
+                constants={**ident, **scalars},
+            )
 
         def vectors() -> Columns:
-            return long_table([("dim", range(len(self.centroid)))],
-                              {"centroid": self.centroid.float(), "filtered_centroid": self.filtered_centroid.float()},
-                              constants=ident)
+            return long_table(
+                [("dim", range(len(self.centroid)))],
+                {"centroid": self.centroid.float(), "filtered_centroid": self.filtered_centroid.float()},
+                constants=ident,
+            )
 
         return pick(table, {"members": members, "vectors": vectors}, "a ClusterView")
 
@@ -467,10 +539,23 @@ def cluster_view(trace: Trace, hm: HeadMatrices, head: int, position: int = -1, 
     cos = torch.nn.functional.cosine_similarity(x, centroid, dim=0).item()
     order = torch.argsort(row, descending=True)[:top]
     members = tuple((int(j), key_tokens[int(j)], float(row[j])) for j in order)
-    return ClusterView(layer=hm.layer, head=h, position=t, kind=kind, tokens=key_tokens, memberships=row,
-                       centroid=centroid, filtered_centroid=filtered, self_mass=self_mass, foreign_mass=foreign,
-                       move_fraction=foreign, move_distance=float((centroid - x).norm()),
-                       foreign_distance=float((fc - x).norm()), cos_query_centroid=cos, top_members=members)
+    return ClusterView(
+        layer=hm.layer,
+        head=h,
+        position=t,
+        kind=kind,
+        tokens=key_tokens,
+        memberships=row,
+        centroid=centroid,
+        filtered_centroid=filtered,
+        self_mass=self_mass,
+        foreign_mass=foreign,
+        move_fraction=foreign,
+        move_distance=float((centroid - x).norm()),
+        foreign_distance=float((fc - x).norm()),
+        cos_query_centroid=cos,
+        top_members=members,
+    )
 
 
 @dataclass(frozen=True)
@@ -494,10 +579,17 @@ class SelfMass:
     def _columns(self, table: str = "heads") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
         L, H = self.mass.shape
-        return pick(table, {"heads": lambda: long_table(
-            [("layer", range(L)), ("head", range(H))],
-            {"mass": self.mass.float(), "uniform": self.uniform.float(), "ratio": self.ratio.float()},
-            constants={"stack": self.stack})}, "a SelfMass")
+        return pick(
+            table,
+            {
+                "heads": lambda: long_table(
+                    [("layer", range(L)), ("head", range(H))],
+                    {"mass": self.mass.float(), "uniform": self.uniform.float(), "ratio": self.ratio.float()},
+                    constants={"stack": self.stack},
+                )
+            },
+            "a SelfMass",
+        )
 
     def to_pandas(self, table: str = "heads") -> DataFrame:
         """Self mass per (layer, head), next to uniform attention (pandas; docs/notebooks.md, "Tables")."""
@@ -520,8 +612,7 @@ def self_mass(trace: Trace, causal: bool | None = None) -> SelfMass:
         u = (1.0 / torch.arange(1, T + 1, dtype=torch.float32)) if causal else torch.full((T,), 1.0 / T)
         masses.append(diag[:, start:].mean(-1))
         unif.append(u[start:].mean().expand(A.shape[0]))
-    return SelfMass(stack=trace.stack, mass=torch.stack(masses), uniform=torch.stack(unif),
-                    positions=len(trace.tokens))
+    return SelfMass(stack=trace.stack, mass=torch.stack(masses), uniform=torch.stack(unif), positions=len(trace.tokens))
 
 
 @dataclass(frozen=True)
@@ -543,18 +634,26 @@ class HeadStats:
 
     def _columns(self, table: str = "heads") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
-        return pick(table, {"heads": lambda: long_table(
-            [("layer", list(self.layers)), ("head", range(self.vo_norm.shape[1]))],
-            {k: getattr(self, k).float() for k in ("vo_norm", "qk_norm", "vo_sigma1", "vo_copying")},
-            constants={"stack": self.stack, "cross": self.cross})}, "HeadStats")
+        return pick(
+            table,
+            {
+                "heads": lambda: long_table(
+                    [("layer", list(self.layers)), ("head", range(self.vo_norm.shape[1]))],
+                    {k: getattr(self, k).float() for k in ("vo_norm", "qk_norm", "vo_sigma1", "vo_copying")},
+                    constants={"stack": self.stack, "cross": self.cross},
+                )
+            },
+            "HeadStats",
+        )
 
     def to_pandas(self, table: str = "heads") -> DataFrame:
         """Per (layer, head) filter statistics (pandas; docs/notebooks.md, "Tables")."""
         return frame(self._columns(table), {"qk_note": self.qk_note})
 
 
-def head_stats(lm: LoadedModel, stack: str | None = None, cross: bool = False,
-               layers: list[int] | None = None) -> HeadStats:
+def head_stats(
+    lm: LoadedModel, stack: str | None = None, cross: bool = False, layers: list[int] | None = None
+) -> HeadStats:
     """:class:`HeadStats` of every (or the given) layer of one stack."""
     name = _stack_name(lm, stack)
     layers = list(range(lm.n_layers)) if layers is None else layers
@@ -568,9 +667,21 @@ def head_stats(lm: LoadedModel, stack: str | None = None, cross: bool = False,
         cp.append(vo.copying_score())
     why = lm.adapter.broken(lm.model.config).get("qk_bilinear", "")
     note = f"||W_qk,h|| summarises the raw projections, not the scores: {why}" if why else ""
-    return HeadStats(name, cross, layers, torch.stack(vo_n), torch.stack(qk_n), torch.stack(s1), torch.stack(cp),
-                     qk_note=note)
+    return HeadStats(
+        name, cross, layers, torch.stack(vo_n), torch.stack(qk_n), torch.stack(s1), torch.stack(cp), qk_note=note
+    )
 
 
-__all__ = ["HeadStats", "head_stats", "HeadMatrices", "head_matrices", "attention_identity", "IdentityResult",
-           "IdentityCheck", "ClusterView", "cluster_view", "SelfMass", "self_mass"]
+__all__ = [
+    "HeadStats",
+    "head_stats",
+    "HeadMatrices",
+    "head_matrices",
+    "attention_identity",
+    "IdentityResult",
+    "IdentityCheck",
+    "ClusterView",
+    "cluster_view",
+    "SelfMass",
+    "self_mass",
+]

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import fnmatch
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -74,7 +75,8 @@ def tokenize(lm: LoadedModel, text: str, truncate: bool = False, add_special_tok
         if not truncate:
             raise ContextTooLongError(
                 f"the text has {ids.shape[1]} tokens, more than the model's context of {limit} "
-                f"(pass truncate=True / --truncate to keep the first {limit})")
+                f"(pass truncate=True / --truncate to keep the first {limit})"
+            )
         ids = ids[:, :limit]
     return ids
 
@@ -92,8 +94,9 @@ class _Recorder:
     last missing point raises :class:`_Stop`, so nothing after it runs.
     """
 
-    def __init__(self, dtype: torch.dtype, residual: str, device: torch.device | str = "cpu",
-                 stop_early: bool = False) -> None:
+    def __init__(
+        self, dtype: torch.dtype, residual: str, device: torch.device | str = "cpu", stop_early: bool = False
+    ) -> None:
         self.dtype = dtype
         self.residual = residual
         self.device = device
@@ -128,11 +131,13 @@ class _Recorder:
         if self.stop_early and not self.missing:
             raise _Stop
 
-    def register(self, hooks: Hooks, model: nn.Module, adapter: Adapter, spec: StackSpec, attentions: bool,
-                 n_layers: int) -> None:
+    def register(
+        self, hooks: Hooks, model: nn.Module, adapter: Adapter, spec: StackSpec, attentions: bool, n_layers: int
+    ) -> None:
         s = spec.name
         need_mid = self.residual == "pre_norm" and (
-            self.wants_kind(s, "resid_mid") or (spec.cross_out is not None and self.wants_kind(s, "resid_cross")))
+            self.wants_kind(s, "resid_mid") or (spec.cross_out is not None and self.wants_kind(s, "resid_cross"))
+        )
 
         def layer_in(_m: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
             x = args[0] if args else kwargs["hidden_states"]
@@ -232,8 +237,9 @@ def _select(names: list[str], patterns: Sequence[str] | None) -> list[str]:
     return keep
 
 
-def _register(rec: _Recorder, hooks: Hooks, lm: LoadedModel, specs: Sequence[StackSpec], attentions: bool,
-              n_layers: int) -> None:
+def _register(
+    rec: _Recorder, hooks: Hooks, lm: LoadedModel, specs: Sequence[StackSpec], attentions: bool, n_layers: int
+) -> None:
     """The recorder's hooks on every module of ``specs`` and on the token embeddings (a module shared by
     several stacks, T5's, feeds them in call order)."""
     model, adapter = lm.model, lm.adapter
@@ -261,14 +267,23 @@ def _record_dtype(lm: LoadedModel, dtype: torch.dtype | None) -> torch.dtype:
 
 
 @torch.no_grad()
-def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
-            dtype: torch.dtype | None = torch.float32, attentions: bool = False, truncate: bool = False,
-            decoder_text: str | None = None, names: str = "walklens") -> Trace:
+def capture(
+    lm: LoadedModel,
+    text: str,
+    *,
+    points: Sequence[str] | None = None,
+    dtype: torch.dtype | None = torch.float32,
+    attentions: bool = False,
+    truncate: bool = False,
+    decoder_text: str | None = None,
+    names: str = "walklens",
+) -> Trace:
     """Run ``text`` through the model once and capture every embedding-space vector (seed 000, Fig. 1).
 
     ``points``: glob patterns of point names to keep (e.g. ``["embed", "L*.resid_post"]``); ``final`` is always
     kept.  ``dtype``: the dtype the vectors are recorded in, whatever the model's (default float32: exact for a
-    bfloat16 or float16 model too; ``torch.float16`` halves memory; None: the model's dtype).  ``attentions``: also keep each
+    bfloat16 or float16 model too; ``torch.float16`` halves memory; None: the model's dtype).  ``attentions``: also
+    keep each
     attention module's probabilities [H, T, S] and its normed input X (for the A.3 identity).
     For T5, ``decoder_text`` is the decoder's input (default: the text itself, shifted right as in training).
     ``names="transformerlens"``: ``points`` are TransformerLens hook names (``"blocks.*.hook_resid_post"``) and the
@@ -288,8 +303,11 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
     kwargs: dict[str, Any] = {"input_ids": ids}
     dec_ids = None
     if lm.is_encoder_decoder:
-        dec_ids = tokenize(lm, decoder_text, truncate=truncate).to(lm.device) if decoder_text is not None \
+        dec_ids = (
+            tokenize(lm, decoder_text, truncate=truncate).to(lm.device)
+            if decoder_text is not None
             else model._shift_right(ids)
+        )
         kwargs["decoder_input_ids"] = dec_ids
     if not lm.is_masked:
         kwargs["use_cache"] = False
@@ -307,10 +325,22 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
         att = {f"L{l}.{k}": w for k in ("attn", "cross") for l, w in enumerate(st.get((s, k), []))}
         ain = {f"L{l}.{k}": x for k in ("attn", "cross") for l, x in enumerate(st.get((s, k + ".in"), []))}
         stack_ids = (dec_ids if s == "dec" else ids)[0].cpu()
-        traces.append(Trace(tokens=lm.token_strings(stack_ids.tolist()), token_ids=stack_ids, points=names,
-                            hidden=rec.hidden[s][:, 0], model_name=lm.name, family=adapter.family, stack=s,
-                            n_layers=n_layers, attentions=att, attn_inputs=ain, lm=lm,
-                            model_dtype=dtype_name(model_dtype)))
+        traces.append(
+            Trace(
+                tokens=lm.token_strings(stack_ids.tolist()),
+                token_ids=stack_ids,
+                points=names,
+                hidden=rec.hidden[s][:, 0],
+                model_name=lm.name,
+                family=adapter.family,
+                stack=s,
+                n_layers=n_layers,
+                attentions=att,
+                attn_inputs=ain,
+                lm=lm,
+                model_dtype=dtype_name(model_dtype),
+            )
+        )
     main = traces[-1]
     if len(traces) > 1:
         main.encoder = traces[0]
@@ -318,6 +348,7 @@ def capture(lm: LoadedModel, text: str, *, points: Sequence[str] | None = None,
 
 
 # ---- batches, stopped early ------------------------------------------------------------------------------------
+
 
 @dataclass
 class Batch:
@@ -344,8 +375,8 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor,
     ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), T), dtype=torch.long)
     for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(list(s), dtype=torch.long)
-        mask[i, :len(s)] = 1
+        ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+        mask[i, : len(s)] = 1
     return ids, mask
 
 
@@ -360,9 +391,15 @@ def _stack_body(lm: LoadedModel, spec: StackSpec) -> nn.Module:
 
 
 @torch.no_grad()
-def capture_batch(lm: LoadedModel, seqs: Sequence[Sequence[int]], points: Sequence[str], *,
-                  stack: str | None = None, dtype: torch.dtype | None = torch.float32,
-                  stop_early: bool = True) -> Batch:
+def capture_batch(
+    lm: LoadedModel,
+    seqs: Sequence[Sequence[int]],
+    points: Sequence[str],
+    *,
+    stack: str | None = None,
+    dtype: torch.dtype | None = torch.float32,
+    stop_early: bool = True,
+) -> Batch:
     """Token-id sequences as one right-padded batch (with its attention mask) through one stack, keeping the
     points matching ``points`` (glob patterns; nothing is added).  With ``stop_early`` (default) the forward
     pass ends right after the last needed point is written: asking for ``L3.resid_pre`` runs the embeddings
@@ -399,6 +436,7 @@ def capture_batch(lm: LoadedModel, seqs: Sequence[Sequence[int]], points: Sequen
 
 # ---- one record per call (generation) ----------------------------------------------------------------------------
 
+
 @dataclass
 class Step:
     """One call of the model: ``final`` [T, D], the final normed output (d) at every position the call
@@ -415,8 +453,9 @@ def record_steps(lm: LoadedModel) -> Iterator[list[Step]]:
     last stack (the decoder), or, for a model with no final norm (post-norm OPT), on its last layer (as the
     ``final`` point is captured), the logits by a hook on the model's output, before any logits processor."""
     spec = lm.adapter.stack()
-    d_module = (get_module(lm.model, spec.final_norm) if spec.final_norm
-                else lm.adapter.layer_modules(lm.model, spec.name)[-1])
+    d_module = (
+        get_module(lm.model, spec.final_norm) if spec.final_norm else lm.adapter.layer_modules(lm.model, spec.name)[-1]
+    )
     steps: list[Step] = []
     finals: list[torch.Tensor] = []
 

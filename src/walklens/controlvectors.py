@@ -34,10 +34,11 @@ from __future__ import annotations
 import math
 import re
 import tempfile
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -60,7 +61,8 @@ class ControlVector:
     """One residual vector per layer, as a llama.cpp control vector holds them: ``directions[k]`` (float32 [D]) is
     added to the output of layer k (0-based, k >= 1; module docstring).  ``model_hint``: the model type it was made
     for; ``method``/``alpha``/``label``: how walklens made it (empty for a file from elsewhere); ``along_u``:
-    eigen-steering's cosine of each exported vector with u; ``layer_count``: the file's ``controlvector.layer_count``."""
+    eigen-steering's cosine of each exported vector with u; ``layer_count``: the file's
+    ``controlvector.layer_count``."""
 
     directions: dict[int, torch.Tensor]
     model_hint: str = ""
@@ -89,14 +91,23 @@ def control_layers(lm: LoadedModel, layers: int | Sequence[int]) -> list[int]:
     steers its output."""
     ls = resolve_layers(lm, layers)
     if 0 in ls:
-        raise InputError(f"layer 0 cannot be a control vector's layer: llama.cpp never steers layer 0's output (its "
-                         f"loader refuses direction.0); choose layers 1 to {lm.n_layers - 1}")
+        raise InputError(
+            f"layer 0 cannot be a control vector's layer: llama.cpp never steers layer 0's output (its "
+            f"loader refuses direction.0); choose layers 1 to {lm.n_layers - 1}"
+        )
     return sorted(ls)
 
 
 @torch.no_grad()
-def control_vector(lm: LoadedModel, toward: str | torch.Tensor, layers: int | Sequence[int], alpha: float, *,
-                   method: str = "add", texts: Sequence[str] | None = None) -> ControlVector:
+def control_vector(
+    lm: LoadedModel,
+    toward: str | torch.Tensor,
+    layers: int | Sequence[int],
+    alpha: float,
+    *,
+    method: str = "add",
+    texts: Sequence[str] | None = None,
+) -> ControlVector:
     """The steering of ``steer(lm, toward, layers, alpha, method)`` as a control vector (module docstring):
     ``alpha u`` per layer for activation addition; for eigen-steering the mean change of each layer's attention
     output over the tokens of ``texts`` (needed), with its cosine with u."""
@@ -106,8 +117,13 @@ def control_vector(lm: LoadedModel, toward: str | torch.Tensor, layers: int | Se
         raise InputError(f"alpha must be a finite number, got {alpha!r}")
     ls = control_layers(lm, layers)
     u, _, label = direction(lm, toward)
-    cv = ControlVector(directions={}, model_hint=str(getattr(lm.model.config, "model_type", "") or lm.adapter.family),
-                       method=method, alpha=float(alpha), label=label)
+    cv = ControlVector(
+        directions={},
+        model_hint=str(getattr(lm.model.config, "model_type", "") or lm.adapter.family),
+        method=method,
+        alpha=float(alpha),
+        label=label,
+    )
     if method == "add":
         cv.directions = {k: (float(alpha) * u).float() for k in ls}
         return cv
@@ -134,7 +150,9 @@ def _check_rows(cv: ControlVector, where: str) -> None:
     n = None
     for k, v in cv.directions.items():
         if not isinstance(k, int) or k < 1:
-            raise InputError(f"{where}: layer {k!r} cannot be a control vector's layer (llama.cpp's indices start at 1)")
+            raise InputError(
+                f"{where}: layer {k!r} cannot be a control vector's layer (llama.cpp's indices start at 1)"
+            )
         if v.dim() != 1 or not v.is_floating_point():
             raise InputError(f"{where}: direction.{k} is not one row of numbers (shape {tuple(v.shape)})")
         if n is not None and v.shape[0] != n:
@@ -153,8 +171,10 @@ def check_for_model(cv: ControlVector, lm: LoadedModel, where: str = "control ve
         raise InputError(f"{where}: its directions have {cv.n_embd} entries; {lm.name}'s residual has {d}")
     bad = [k for k in cv.layers if k >= L]
     if bad:
-        raise InputError(f"{where}: direction.{bad[0]} names a layer {lm.name} does not have ({L} layers: "
-                         f"direction.1 to direction.{L - 1})")
+        raise InputError(
+            f"{where}: direction.{bad[0]} names a layer {lm.name} does not have ({L} layers: "
+            f"direction.1 to direction.{L - 1})"
+        )
 
 
 def write_control_vector(cv: ControlVector, path: str | Path, label: str | None = None) -> Path:
@@ -225,8 +245,11 @@ def read_control_vector(path: str | Path, lm: LoadedModel | None = None) -> Cont
         raise InputError(f"{where}: not a readable GGUF file ({type(e).__name__}: {e})") from None
     arch = _field(reader, "general.architecture", where)
     if arch != ARCHITECTURE:
-        raise InputError(f"{where}: general.architecture is {arch!r}, not {ARCHITECTURE!r}: not a control vector"
-                         if arch is not None else f"{where}: no general.architecture: not a control vector")
+        raise InputError(
+            f"{where}: general.architecture is {arch!r}, not {ARCHITECTURE!r}: not a control vector"
+            if arch is not None
+            else f"{where}: no general.architecture: not a control vector"
+        )
     hint = _field(reader, f"{ARCHITECTURE}.model_hint", where)
     if hint is not None and not isinstance(hint, str):
         raise InputError(f"{where}: {ARCHITECTURE}.model_hint is not a string")
@@ -251,10 +274,14 @@ def read_control_vector(path: str | Path, lm: LoadedModel | None = None) -> Cont
         if not len(t.shape) or any(int(d) != 1 for d in t.shape[1:]):
             raise InputError(f"{where}: {t.name} has shape {[int(d) for d in t.shape]}, not one row")
         directions[k] = torch.from_numpy(t.data.reshape(-1).astype("<f4", copy=True))
-    cv = ControlVector(directions=dict(sorted(directions.items())), model_hint=hint or "",
-                       method=method if method in METHODS else "",
-                       alpha=float(alpha) if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) else None,
-                       label=label if isinstance(label, str) else "", layer_count=count)
+    cv = ControlVector(
+        directions=dict(sorted(directions.items())),
+        model_hint=hint or "",
+        method=method if method in METHODS else "",
+        alpha=float(alpha) if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) else None,
+        label=label if isinstance(label, str) else "",
+        layer_count=count,
+    )
     if lm is not None:
         check_for_model(cv, lm, where)
     else:

@@ -19,8 +19,9 @@ measured sizes (within a factor 2).  1 GB = 10^9 bytes, 1 MB = 10^6.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from .reports.walk import MAX_COLS as WALK_COLS  # positions the walk report shows
 from .walks import _CHUNK_BYTES as WALK_CHUNK  # the encoding walk's block of scores against the vocabulary
@@ -54,6 +55,7 @@ def fmt_bytes(n: float) -> str:
 
 
 # ---- limits, needs, the one rule ---------------------------------------------------------------------------------
+
 
 class LimitValues(Protocol):
     """What a request may use, in the options' units: a :class:`Limits` or a command's parsed options."""
@@ -127,6 +129,7 @@ def fit_hint(need_at: Callable[[int], Need], limits: LimitValues, T: int, noun: 
 
 # ---- the model's shape and one forward pass ------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Shape:
     """What the estimates need of a model: depth, heads, widths, vocabulary, parameters, captured points."""
@@ -160,10 +163,18 @@ def model_shape(lm: LoadedModel) -> Shape:
     spec = lm.adapter.stacks[-1]
     names = _point_names(spec, lm.adapter.residual_kind(cfg), lm.n_layers)
     heads = get("num_attention_heads", "n_head", "num_heads", default=1)
-    return Shape(layers=lm.n_layers, heads=heads, kv_heads=get("num_key_value_heads", "num_kv_heads", default=heads),
-                 d_model=d, d_ff=get("intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * d),
-                 vocab=int(lm.embedding_matrix().shape[0]), params=sum(p.numel() for p in lm.model.parameters()),
-                 stacks=len(lm.adapter.stacks), points=len(names), causal=bool(spec.causal))
+    return Shape(
+        layers=lm.n_layers,
+        heads=heads,
+        kv_heads=get("num_key_value_heads", "num_kv_heads", default=heads),
+        d_model=d,
+        d_ff=get("intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * d),
+        vocab=int(lm.embedding_matrix().shape[0]),
+        params=sum(p.numel() for p in lm.model.parameters()),
+        stacks=len(lm.adapter.stacks),
+        points=len(names),
+        causal=bool(spec.causal),
+    )
 
 
 def _attention_sets(sh: Shape) -> int:
@@ -190,11 +201,15 @@ def attention_trace_memory(sh: Shape, T: int) -> float:
     """A trace that keeps every attention module's probabilities [H, T, T] (``capture(attentions=True)``), with
     every point's vectors and each layer's queries and keys."""
     sets = _attention_sets(sh)
-    return sh.layers * sets * sh.heads * T * T * 4 + sh.points * T * sh.d_model * 4 * sh.stacks \
+    return (
+        sh.layers * sets * sh.heads * T * T * 4
+        + sh.points * T * sh.d_model * 4 * sh.stacks
         + 2 * sh.layers * sets * T * sh.d_model * 4
+    )
 
 
 # ---- what each command and view needs ------------------------------------------------------------------------------
+
 
 def _need(memory: float, work: float, json: bool, out: bool, js: float, html: float) -> Need:
     """A :class:`Need` with the files written (``--json`` when ``json``, the page when ``out``) and the work
@@ -225,15 +240,17 @@ def walk_need(sh: Shape, T: int, plan: WalkPlan, *, json: bool = False, out: boo
     outs = readings * rows * (12 * k + 60)
     js = readings * rows * (k * (JSON_INT + JSON_FLOAT) + 2 * JSON_INT + 9 * JSON_FLOAT) + T * 60
     js_mem = readings * rows * (2 * k + 13) * PY_NUMBER + js if json else 0.0
-    memory = trace + max(forward_memory(sh, T), 4 * chunk * sh.vocab * 4 + outs,
-                         outs + js_mem + (FIGURE_MEMORY if out else 0.0))
+    memory = trace + max(
+        forward_memory(sh, T), 4 * chunk * sh.vocab * 4 + outs, outs + js_mem + (FIGURE_MEMORY if out else 0.0)
+    )
     work = forward_work(sh, T) + readings * rows * sh.vocab * sh.d_model * 2
     html = HTML_FIXED + readings * sh.stacks * min(T, WALK_COLS) * plan.shown * WALK_HTML_CELL
     return _need(memory, work, json, out, js, html)
 
 
-def simmap_need(sh: Shape, T: int, *, maps: int, captured: int, block: int = 1, json: bool = False,
-                out: bool = False) -> Need:
+def simmap_need(
+    sh: Shape, T: int, *, maps: int, captured: int, block: int = 1, json: bool = False, out: bool = False
+) -> Need:
     """``walklens simmap`` and the explorer's similarity map: ``maps`` [T, T] maps from ``captured`` points;
     the report averages ``block`` x ``block`` positions."""
     side = math.ceil(T / block)
@@ -262,12 +279,14 @@ def heads_need(sh: Shape, T: int, *, json_layers: int, map_layers: int, block: i
     js_mem = json_layers * sets * sh.heads * T * T * PY_NUMBER + js if json else 0.0
     side = math.ceil(T / block)
     cells = side * sh.heads * (side + 1)
-    html = HTML_FIXED + map_layers * sets * (cells * HTML_ATTN_CELL + sh.heads * side * 40) \
-        + 3 * sh.layers * sh.heads * 60
+    html = (
+        HTML_FIXED + map_layers * sets * (cells * HTML_ATTN_CELL + sh.heads * side * 40) + 3 * sh.layers * sh.heads * 60
+    )
     html_mem = cells * (2 * PY_NUMBER + HTML_ATTN_CELL) + (layer_attn if block > 1 else 0) if out else 0.0
     memory = attention_trace_memory(sh, T) + max(forward_memory(sh, T), check_mem, js_mem, html_mem)
-    work = forward_work(sh, T) \
-        + sh.layers * sets * (2 * sh.heads * T * T * sh.d_model + 4 * sh.heads * T * sh.d_model ** 2)
+    work = forward_work(sh, T) + sh.layers * sets * (
+        2 * sh.heads * T * T * sh.d_model + 4 * sh.heads * T * sh.d_model**2
+    )
     return _need(memory, work, json, out, js, html)
 
 
@@ -282,8 +301,9 @@ def generate_need(sh: Shape, T: int, *, steps: int, k: int, json: bool = False, 
     return _need(memory, work, json, out, js, html)
 
 
-def kernels_need(sh: Shape, *, samples: int, length: int, window: int, json: bool, out: bool,
-                 empirical: bool = True) -> Need:
+def kernels_need(
+    sh: Shape, *, samples: int, length: int, window: int, json: bool, out: bool, empirical: bool = True
+) -> Need:
     """``walklens kernels``: forward passes of 4 shuffled samples at a time (empirical), or the weights."""
     n = window + 1 if sh.causal else 2 * window + 1  # distances -W..0 (causal) or -W..W
     kernels = sh.layers * sh.heads * n
@@ -297,8 +317,17 @@ def kernels_need(sh: Shape, *, samples: int, length: int, window: int, json: boo
     return _need(memory, math.ceil(samples / batch) * forward_work(sh, length, batch), json, out, js, html)
 
 
-def power_need(sh: Shape, lengths: Sequence[int], *, heads: bool, dynamics: bool, shared: bool,
-               json: bool = False, out: bool = False, shared_depth: int | None = None) -> Need:
+def power_need(
+    sh: Shape,
+    lengths: Sequence[int],
+    *,
+    heads: bool,
+    dynamics: bool,
+    shared: bool,
+    json: bool = False,
+    out: bool = False,
+    shared_depth: int | None = None,
+) -> Need:
     """``walklens power`` and the explorer's power view: spectra from the weights, then the alignment of every
     token of every text with 200 random directions per point (seed 002), the idealised dynamics and the
     shared-weight run."""
@@ -311,15 +340,19 @@ def power_need(sh: Shape, lengths: Sequence[int], *, heads: bool, dynamics: bool
     shr = N * (Ls + 1) * D * 8 * 4 if shared else 0.0
     memory = max(forward_memory(sh, Tm) + Tm * P * D * 4, align, dyn, shr, D * D * 8 * 6)
     passes = 1 + (2 if dynamics else 0) + (Ls / L if shared else 0)
-    work = sum(passes * forward_work(sh, t) for t in lengths) + 30 * L * D ** 3 * (1 + (sh.heads if heads else 0)) \
+    work = (
+        sum(passes * forward_work(sh, t) for t in lengths)
+        + 30 * L * D**3 * (1 + (sh.heads if heads else 0))
         + N * P * (L + 400) * D * 2
+    )
     js = N * (P + 1) * JSON_FLOAT + N * 30 + L * (D * 4 + 200) * JSON_FLOAT * (1 + (sh.heads if heads else 0))
     html = HTML_FIXED + lengths[0] * L * 3 * 10
     return _need(memory, work, json, out, js, html)
 
 
-def steer_need(sh: Shape, lengths: Sequence[int], *, runs: int, steps: int, json: bool = False,
-               out: bool = False) -> Need:
+def steer_need(
+    sh: Shape, lengths: Sequence[int], *, runs: int, steps: int, json: bool = False, out: bool = False
+) -> Need:
     """``walklens steer`` and the explorer's steering playground: per prompt and (method, layers, alpha) run,
     ``steps`` uncached forward passes, a capture and a perplexity pass over prompt + continuation."""
     Tm = max(lengths) + steps
@@ -330,7 +363,32 @@ def steer_need(sh: Shape, lengths: Sequence[int], *, runs: int, steps: int, json
     return _need(memory, work, json, out, js, html)
 
 
-__all__ = ["MAX_MEMORY_GB", "MAX_OUTPUT_MB", "MAX_WORK_TFLOP", "GB", "MB", "TFLOP", "fmt_bytes", "LimitValues",
-           "Limits", "Need", "refusal", "tokens_that_fit", "fit_hint", "Shape", "model_shape", "forward_memory",
-           "forward_work", "attention_trace_memory", "WalkPlan", "walk_need", "simmap_need", "attention_need",
-           "heads_need", "generate_need", "kernels_need", "power_need", "steer_need"]
+__all__ = [
+    "MAX_MEMORY_GB",
+    "MAX_OUTPUT_MB",
+    "MAX_WORK_TFLOP",
+    "GB",
+    "MB",
+    "TFLOP",
+    "fmt_bytes",
+    "LimitValues",
+    "Limits",
+    "Need",
+    "refusal",
+    "tokens_that_fit",
+    "fit_hint",
+    "Shape",
+    "model_shape",
+    "forward_memory",
+    "forward_work",
+    "attention_trace_memory",
+    "WalkPlan",
+    "walk_need",
+    "simmap_need",
+    "attention_need",
+    "heads_need",
+    "generate_need",
+    "kernels_need",
+    "power_need",
+    "steer_need",
+]

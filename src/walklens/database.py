@@ -23,8 +23,20 @@ SUMMARY_TABLES = ("estimates", "top10", "marginals", "folds", "distribution", "h
 
 _RUN_COLUMNS = [*KEY_COLUMNS, "n", "acc", "acc_norm", "created", "updated"]
 _ITEM_COLUMNS = [*KEY_COLUMNS, "item", "gold", "pred", "pred_norm", "correct", "correct_norm"]
-_SWEEP_RUN_COLUMNS = ["run_id", "model", "data", "split", "shots", "test", "n_items", "items_hash", "arch", "n_layers",
-                      "baseline_acc", "baseline_acc_norm"]
+_SWEEP_RUN_COLUMNS = [
+    "run_id",
+    "model",
+    "data",
+    "split",
+    "shots",
+    "test",
+    "n_items",
+    "items_hash",
+    "arch",
+    "n_layers",
+    "baseline_acc",
+    "baseline_acc_norm",
+]
 
 
 def _single_runs(store: ResultStore) -> tuple[Columns, Columns]:
@@ -33,14 +45,23 @@ def _single_runs(store: ResultStore) -> tuple[Columns, Columns]:
     items = [(r, [float(x) for x in json.loads(r["scores"])]) for r in store.iter_rows("results")]
     width = max((len(scores) for _, scores in items), default=0)
     names = [*_ITEM_COLUMNS, *(f"score_{j}" for j in range(width))]
-    return runs, record_table([{**{k: r[k] for k in _ITEM_COLUMNS[:-2]}, "correct": r["pred"] == r["gold"],
-                                "correct_norm": r["pred_norm"] == r["gold"],
-                                **{f"score_{j}": scores[j] if j < len(scores) else None for j in range(width)}}
-                               for r, scores in items], names)
+    return runs, record_table(
+        [
+            {
+                **{k: r[k] for k in _ITEM_COLUMNS[:-2]},
+                "correct": r["pred"] == r["gold"],
+                "correct_norm": r["pred_norm"] == r["gold"],
+                **{f"score_{j}": scores[j] if j < len(scores) else None for j in range(width)},
+            }
+            for r, scores in items
+        ],
+        names,
+    )
 
 
-def _schemes(run_id: int, schemes: list[str], metrics: list[str], acc: Any, baselines: dict[str, float | None]
-             ) -> Columns:
+def _schemes(
+    run_id: int, schemes: list[str], metrics: list[str], acc: Any, baselines: dict[str, float | None]
+) -> Columns:
     """One row per (scheme, metric) of a sweep run, the scheme's parameters as columns."""
     params = [dict(Scheme.parse(s).pairs()) for s in schemes]
     keys = list(dict.fromkeys(k for p in params for k in p))
@@ -49,8 +70,16 @@ def _schemes(run_id: int, schemes: list[str], metrics: list[str], acc: Any, base
         base = baselines.get(m)
         for si, (s, p) in enumerate(zip(schemes, params)):
             a = float(acc[mi, si])
-            rows.append({"run_id": run_id, "scheme": s, "metric": m, "acc": a,
-                         "normalised": a / base if base else None, **{k: p.get(k) for k in keys}})
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "scheme": s,
+                    "metric": m,
+                    "acc": a,
+                    "normalised": a / base if base else None,
+                    **{k: p.get(k) for k in keys},
+                }
+            )
     return record_table(rows, ["run_id", "scheme", "metric", "acc", "normalised", *keys])
 
 
@@ -79,15 +108,19 @@ def summarise_db(path: str | Path, k: int = 5, seed: int = 0, chunk: int | None 
         for run in sweeps.runs():
             sweep_rows.append({"run_id": run["id"], **{c: run.get(c) for c in _SWEEP_RUN_COLUMNS[1:]}})
             res = sweeps.load_counts(run["id"], k=k, seed=seed, chunk=chunk)
-            scheme_parts.append(_schemes(run["id"], res.schemes, res.metrics, res.acc,
-                                         {m: res.baseline(m) for m in res.metrics}))
+            scheme_parts.append(
+                _schemes(run["id"], res.schemes, res.metrics, res.acc, {m: res.baseline(m) for m in res.metrics})
+            )
             if res.schemes:
                 rs = summarise_run(res, k=k, seed=seed)
                 for t in SUMMARY_TABLES:
                     summary[t].append(with_constants({"run_id": run["id"]}, rs._columns(t)))
     out["sweep_runs"] = record_table(sweep_rows, _SWEEP_RUN_COLUMNS)
-    out["schemes"] = concat_columns(scheme_parts) if scheme_parts else record_table(
-        [], ["run_id", "scheme", "metric", "acc", "normalised"])
+    out["schemes"] = (
+        concat_columns(scheme_parts)
+        if scheme_parts
+        else record_table([], ["run_id", "scheme", "metric", "acc", "normalised"])
+    )
     for t in SUMMARY_TABLES:
         out[t] = concat_columns(summary[t])
     return {name: frame(cols, {"database": str(path)}) for name, cols in out.items()}

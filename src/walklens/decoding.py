@@ -15,8 +15,9 @@ Ranks are 0-based: rank 0 is the nearest token, the one greedy decoding picks.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -82,16 +83,29 @@ class DecodingWalk:
         def steps() -> Columns:
             ids = [int(i) for i in self.token_ids.reshape(-1).tolist()]
             greedy = [int(i) for i in self.greedy_ids.reshape(-1).tolist()]
-            per_step: dict[str, list] = {"token": list(self.tokens), "token_id": ids, "greedy_id": greedy,
-                                         "greedy": [a == b for a, b in zip(ids, greedy)]}
+            per_step: dict[str, list] = {
+                "token": list(self.tokens),
+                "token_id": ids,
+                "greedy_id": greedy,
+                "greedy": [a == b for a, b in zip(ids, greedy)],
+            }
             if self.target_ids is not None and len(self.target_ids.reshape(-1)) == n:
                 per_step["target_id"] = [int(i) for i in self.target_ids.reshape(-1).tolist()]
-            per_step["in_neighbourhood"] = ([bool(b) for b in self.in_neighbourhood.tolist()]
-                                            if self.in_neighbourhood is not None else [None] * n)
-            cols = long_table([("step", range(n))], {"rank": self.ranks, "prob": self.probs, "d_norm": self.d_norm,
-                                                     "step_length": self.step_length,
-                                                     "step_angle": self.step_angle},
-                              by_axis={"step": per_step}, wide={"top_id": self.top_ids, "top_prob": self.top_probs})
+            per_step["in_neighbourhood"] = (
+                [bool(b) for b in self.in_neighbourhood.tolist()] if self.in_neighbourhood is not None else [None] * n
+            )
+            cols = long_table(
+                [("step", range(n))],
+                {
+                    "rank": self.ranks,
+                    "prob": self.probs,
+                    "d_norm": self.d_norm,
+                    "step_length": self.step_length,
+                    "step_angle": self.step_angle,
+                },
+                by_axis={"step": per_step},
+                wide={"top_id": self.top_ids, "top_prob": self.top_probs},
+            )
             k = self.top_ids.shape[-1]
             if len(self.top_tokens) == n and all(len(t) >= k for t in self.top_tokens):
                 for j in range(k):
@@ -99,9 +113,10 @@ class DecodingWalk:
             return cols
 
         def prompt() -> Columns:
-            return long_table([("position", range(len(self.prompt_tokens)))],
-                              by_axis={"position": {"token": self.prompt_tokens,
-                                                    "token_id": self.prompt_ids.reshape(-1)}})
+            return long_table(
+                [("position", range(len(self.prompt_tokens)))],
+                by_axis={"position": {"token": self.prompt_tokens, "token_id": self.prompt_ids.reshape(-1)}},
+            )
 
         def vectors() -> Columns:
             return long_table([("step", range(n)), ("dim", range(self.d.shape[-1]))], {"value": self.d.float()})
@@ -112,10 +127,22 @@ class DecodingWalk:
         """The walk as a table (pandas; docs/notebooks.md, "Tables"): ``steps`` one row per generated token
         (``rank`` 0-based, ``prob`` = P_t(w_{t+1}), the top-k as ``top_id_i``/``top_prob_i``/``top_token_i``);
         ``d`` the decoding vectors d_t, one row per (step, dim); ``prompt`` the prompt's tokens."""
-        return frame(self._columns(table), {
-            "model": self.model_name, "prompt": self.prompt, "text": self.text, "sample": self.sample,
-            "seed": self.seed, "temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
-            "stopped_at_eos": self.stopped_at_eos, "target": self.target, "left_path_at": self.left_path_at})
+        return frame(
+            self._columns(table),
+            {
+                "model": self.model_name,
+                "prompt": self.prompt,
+                "text": self.text,
+                "sample": self.sample,
+                "seed": self.seed,
+                "temperature": self.temperature,
+                "top_k": self.top_k,
+                "top_p": self.top_p,
+                "stopped_at_eos": self.stopped_at_eos,
+                "target": self.target,
+                "left_path_at": self.left_path_at,
+            },
+        )
 
 
 @dataclass
@@ -134,8 +161,15 @@ class _Record:
 def _read(logits: torch.Tensor, choice: int, d: torch.Tensor, k: int) -> _Record:
     logp = logits.log_softmax(-1)
     _, ti = logits.topk(min(k, logits.shape[-1]))
-    return _Record(choice=choice, greedy=int(logits.argmax()), rank=int((logits > logits[choice]).sum()),
-                   prob=float(logp[choice].exp()), top_ids=ti, top_probs=logp[ti].exp(), d=d)
+    return _Record(
+        choice=choice,
+        greedy=int(logits.argmax()),
+        rank=int((logits > logits[choice]).sum()),
+        prob=float(logp[choice].exp()),
+        top_ids=ti,
+        top_probs=logp[ti].exp(),
+        d=d,
+    )
 
 
 def _eos_ids(lm: LoadedModel) -> set[int]:
@@ -174,16 +208,29 @@ def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: i
     return pick
 
 
-def _generated(lm: LoadedModel, ids: torch.Tensor, n_steps: int, pick: Callable[[torch.Tensor], int] | None,
-               eos: set[int], k: int, progress: bool) -> tuple[list[_Record], torch.Tensor | None]:
+def _generated(
+    lm: LoadedModel,
+    ids: torch.Tensor,
+    n_steps: int,
+    pick: Callable[[torch.Tensor], int] | None,
+    eos: set[int],
+    k: int,
+    progress: bool,
+) -> tuple[list[_Record], torch.Tensor | None]:
     """Free generation through ``model.generate``: the step records and the prompt's second-to-last d."""
     from tqdm.auto import tqdm
     from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
     records: list[_Record] = []
     prev: list[torch.Tensor] = []
-    bar = tqdm(total=n_steps, desc="decoding walk", unit="tok", disable=not progress or n_steps < 16,
-               file=sys.stderr, leave=False)
+    bar = tqdm(
+        total=n_steps,
+        desc="decoding walk",
+        unit="tok",
+        disable=not progress or n_steps < 16,
+        file=sys.stderr,
+        leave=False,
+    )
 
     class Walker(LogitsProcessor):
         """Chooses each step's token from the raw logits recorded for it, records the step, and leaves
@@ -204,22 +251,33 @@ def _generated(lm: LoadedModel, ids: torch.Tensor, n_steps: int, pick: Callable[
             return forced
 
     pad = lm.tokenizer.pad_token_id
-    cfg: dict[str, Any] = dict(max_new_tokens=n_steps, do_sample=False, num_beams=1, use_cache=True,
-                               eos_token_id=sorted(eos), pad_token_id=pad if pad is not None else 0)
+    cfg: dict[str, Any] = dict(
+        max_new_tokens=n_steps,
+        do_sample=False,
+        num_beams=1,
+        use_cache=True,
+        eos_token_id=sorted(eos),
+        pad_token_id=pad if pad is not None else 0,
+    )
     if lm.is_encoder_decoder:
         cfg["decoder_start_token_id"] = _decoder_start(lm)
     try:
         with record_steps(lm) as steps:
-            out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=GenerationConfig(**cfg),
-                                    logits_processor=LogitsProcessorList([Walker(steps)]))
+            out = lm.model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                generation_config=GenerationConfig(**cfg),
+                logits_processor=LogitsProcessorList([Walker(steps)]),
+            )
     finally:
         bar.close()
     n_new = out.shape[1] - (ids.shape[1] if lm.is_causal else 1)
     return records[:n_new], (prev[0] if prev else None)
 
 
-def _teacher_forced(lm: LoadedModel, ids: torch.Tensor, target_ids: torch.Tensor, k: int
-                    ) -> tuple[list[_Record], torch.Tensor | None]:
+def _teacher_forced(
+    lm: LoadedModel, ids: torch.Tensor, target_ids: torch.Tensor, k: int
+) -> tuple[list[_Record], torch.Tensor | None]:
     """One forward pass over the prompt and the target minus its last token (A.1)."""
     P, n = ids.shape[1], len(target_ids)
     tail = target_ids[:-1].view(1, -1).to(ids.device)
@@ -237,10 +295,21 @@ def _teacher_forced(lm: LoadedModel, ids: torch.Tensor, target_ids: torch.Tensor
 
 
 @torch.no_grad()
-def decoding_walk(lm: LoadedModel, prompt: str, max_new_tokens: int = 20, sample: bool = False, seed: int = 0,
-                  target: str | Sequence[int] | None = None, *, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None, k: int = 10, stop_at_eos: bool = True,
-                  progress: bool = True) -> DecodingWalk:
+def decoding_walk(
+    lm: LoadedModel,
+    prompt: str,
+    max_new_tokens: int = 20,
+    sample: bool = False,
+    seed: int = 0,
+    target: str | Sequence[int] | None = None,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    k: int = 10,
+    stop_at_eos: bool = True,
+    progress: bool = True,
+) -> DecodingWalk:
     """Generate from ``prompt`` and record the decoding walk ⟨d_t⟩ (seed 000, sec. 2.1, eqs. 8-15).
 
     Generation is the model's own ``generate`` with its key/value cache; d_t is the final normed output, read
@@ -251,8 +320,9 @@ def decoding_walk(lm: LoadedModel, prompt: str, max_new_tokens: int = 20, sample
     """
     tok = lm.tokenizer
     if lm.is_masked:
-        raise InputError(f"{lm.name} is a masked LM ({lm.adapter.family}); a decoding walk needs a causal or "
-                         f"encoder-decoder model")
+        raise InputError(
+            f"{lm.name} is a masked LM ({lm.adapter.family}); a decoding walk needs a causal or encoder-decoder model"
+        )
     if sample:
         POSITIVE.check(temperature, "temperature")
     if top_k is not None:
@@ -278,8 +348,9 @@ def decoding_walk(lm: LoadedModel, prompt: str, max_new_tokens: int = 20, sample
         n_steps = max_new_tokens
     limit = context_limit(lm)
     if limit is not None and not lm.is_encoder_decoder and ids.shape[1] + n_steps > limit:
-        raise ContextTooLongError(f"prompt ({ids.shape[1]} tokens) + {n_steps} new tokens exceed the model's "
-                                  f"context of {limit}")
+        raise ContextTooLongError(
+            f"prompt ({ids.shape[1]} tokens) + {n_steps} new tokens exceed the model's context of {limit}"
+        )
     if target_ids is not None:
         records, prompt_prev = _teacher_forced(lm, ids, target_ids, k)
         eos: set[int] = set()
@@ -287,13 +358,35 @@ def decoding_walk(lm: LoadedModel, prompt: str, max_new_tokens: int = 20, sample
         eos = _eos_ids(lm) if stop_at_eos else set()
         pick = _sampler(temperature, top_k, top_p, seed) if sample else None
         records, prompt_prev = _generated(lm, ids, n_steps, pick, eos, k, progress)
-    return _assemble(lm, prompt, ids, records, prompt_prev, eos, sample=sample and target is None, seed=seed,
-                     temperature=temperature, top_k=top_k, top_p=top_p, target=target, target_ids=target_ids)
+    return _assemble(
+        lm,
+        prompt,
+        ids,
+        records,
+        prompt_prev,
+        eos,
+        sample=sample and target is None,
+        seed=seed,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        target=target,
+        target_ids=target_ids,
+    )
 
 
-def _assemble(lm: LoadedModel, prompt: str, ids: torch.Tensor, records: list[_Record],
-              prompt_prev: torch.Tensor | None, eos: set[int], *, target: str | None,
-              target_ids: torch.Tensor | None, **settings: Any) -> DecodingWalk:
+def _assemble(
+    lm: LoadedModel,
+    prompt: str,
+    ids: torch.Tensor,
+    records: list[_Record],
+    prompt_prev: torch.Tensor | None,
+    eos: set[int],
+    *,
+    target: str | None,
+    target_ids: torch.Tensor | None,
+    **settings: Any,
+) -> DecodingWalk:
     tok = lm.tokenizer
     out_ids = [r.choice for r in records]
     d = torch.stack([r.d for r in records])
@@ -306,15 +399,29 @@ def _assemble(lm: LoadedModel, prompt: str, ids: torch.Tensor, records: list[_Re
     top_ids = torch.stack([r.top_ids for r in records])
     labels = labels_for(tok, sorted(set(top_ids.reshape(-1).tolist())))
     return DecodingWalk(
-        prompt=prompt, prompt_tokens=lm.token_strings(ids[0].tolist()), prompt_ids=ids[0].cpu(),
-        tokens=lm.token_strings(out_ids), token_ids=torch.tensor(out_ids, dtype=torch.long), ranks=ranks,
-        probs=torch.tensor([r.prob for r in records]), top_ids=top_ids,
+        prompt=prompt,
+        prompt_tokens=lm.token_strings(ids[0].tolist()),
+        prompt_ids=ids[0].cpu(),
+        tokens=lm.token_strings(out_ids),
+        token_ids=torch.tensor(out_ids, dtype=torch.long),
+        ranks=ranks,
+        probs=torch.tensor([r.prob for r in records]),
+        top_ids=top_ids,
         top_probs=torch.stack([r.top_probs for r in records]),
-        greedy_ids=torch.tensor([r.greedy for r in records], dtype=torch.long), d=d, d_norm=d.norm(dim=-1),
-        step_length=step_len, step_angle=torch.rad2deg(torch.arccos(cos)),
-        stopped_at_eos=bool(out_ids) and out_ids[-1] in eos, target=target, target_ids=target_ids,
-        in_neighbourhood=in_nb, left_path_at=left, model_name=lm.name,
-        top_tokens=[[labels[int(i)] for i in row] for row in top_ids.tolist()], **settings)
+        greedy_ids=torch.tensor([r.greedy for r in records], dtype=torch.long),
+        d=d,
+        d_norm=d.norm(dim=-1),
+        step_length=step_len,
+        step_angle=torch.rad2deg(torch.arccos(cos)),
+        stopped_at_eos=bool(out_ids) and out_ids[-1] in eos,
+        target=target,
+        target_ids=target_ids,
+        in_neighbourhood=in_nb,
+        left_path_at=left,
+        model_name=lm.name,
+        top_tokens=[[labels[int(i)] for i in row] for row in top_ids.tolist()],
+        **settings,
+    )
 
 
 __all__ = ["DecodingWalk", "decoding_walk"]

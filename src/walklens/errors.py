@@ -54,6 +54,17 @@ class ReducedWarning(WalklensWarning):
     """An option's value was reduced to what the model allows (``kernels --length`` cut to its context)."""
 
 
-__all__ = ["WalklensError", "UnknownModelError", "UnsupportedFamilyError", "MissingDependencyError", "InputError",
-           "EmptyTextError", "ContextTooLongError", "DataFormatError", "WalklensWarning", "SlowDtypeWarning",
-           "NonFiniteWarning", "ReducedWarning"]
+__all__ = [
+    "WalklensError",
+    "UnknownModelError",
+    "UnsupportedFamilyError",
+    "MissingDependencyError",
+    "InputError",
+    "EmptyTextError",
+    "ContextTooLongError",
+    "DataFormatError",
+    "WalklensWarning",
+    "SlowDtypeWarning",
+    "NonFiniteWarning",
+    "ReducedWarning",
+]

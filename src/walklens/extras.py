@@ -20,8 +20,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 
 def missing_extra(extra: str, what: str, module: str) -> MissingDependencyError:
     """The one-line error: ``what`` needs ``extra``, whose ``module`` is not installed, and how to install it."""
-    return MissingDependencyError(f"{what} needs the '{extra}' extra ({module} is not installed): "
-                                  f"pip install 'walklens[{extra}]'")
+    return MissingDependencyError(
+        f"{what} needs the '{extra}' extra ({module} is not installed): pip install 'walklens[{extra}]'"
+    )
 
 
 def require(extra: str, what: str) -> list[ModuleType]:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +47,7 @@ def pandas() -> ModuleType:
 
 # ---- plain columns ---------------------------------------------------------------------------------------------
 
+
 def values(x: Any) -> np.ndarray:
     """``x`` (a tensor, an array, a list) as a NumPy array; a list holding None or text stays an object array."""
     if hasattr(x, "detach"):  # torch.Tensor
@@ -56,8 +58,9 @@ def values(x: Any) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
     items = list(x)
-    if all(isinstance(v, (bool, np.bool_)) for v in items) or \
-            all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in items):
+    if all(isinstance(v, (bool, np.bool_)) for v in items) or all(
+        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in items
+    ):
         return np.asarray(items) if items else np.asarray(items, dtype=object)
     out = np.empty(len(items), dtype=object)
     out[:] = items
@@ -76,9 +79,14 @@ def point_kind(point: str) -> str:
     return m.group(2) if m else point
 
 
-def long_table(axes: Sequence[tuple[str, Sequence[Any]]], cells: Mapping[str, Any] | None = None, *,
-               by_axis: Mapping[str, Mapping[str, Any]] | None = None,
-               wide: Mapping[str, Any] | None = None, constants: Mapping[str, Any] | None = None) -> Columns:
+def long_table(
+    axes: Sequence[tuple[str, Sequence[Any]]],
+    cells: Mapping[str, Any] | None = None,
+    *,
+    by_axis: Mapping[str, Mapping[str, Any]] | None = None,
+    wide: Mapping[str, Any] | None = None,
+    constants: Mapping[str, Any] | None = None,
+) -> Columns:
     """One row per combination of ``axes`` (C order: the last axis varies fastest).
 
     ``axes``: ``(name, labels)`` pairs; the labels (one per index) are the axis's own column.  ``by_axis``:
@@ -92,7 +100,7 @@ def long_table(axes: Sequence[tuple[str, Sequence[Any]]], cells: Mapping[str, An
     for name, value in (constants or {}).items():
         out[name] = values([value] * n)
     for i, (name, labels) in enumerate(axes):
-        inner, outer = math.prod(shape[i + 1:]), math.prod(shape[:i])
+        inner, outer = math.prod(shape[i + 1 :]), math.prod(shape[:i])
         out[name] = np.tile(np.repeat(values(labels), inner), outer)
         for extra, col in (by_axis or {}).get(name, {}).items():
             arr = values(col)
@@ -161,6 +169,7 @@ def _length(columns: Columns) -> int:
 
 # ---- data frames -----------------------------------------------------------------------------------------------
 
+
 def _series(pd: ModuleType, col: Any) -> Any:
     """A column for pandas: object columns of integers or booleans with gaps become its nullable ``Int64`` /
     ``boolean`` types, of numbers with gaps float (NaN); others are kept as they are."""
@@ -193,6 +202,7 @@ def frame(columns: Columns, attrs: Mapping[str, Any] | None = None) -> DataFrame
 
 # ---- similarity maps -------------------------------------------------------------------------------------------
 
+
 def similarity_columns(maps: Any, tokens: Sequence[str] | None = None) -> Columns:
     """Columns of :func:`similarity_frame`."""
     keyed = dict(maps) if isinstance(maps, Mapping) else {None: maps}
@@ -205,9 +215,14 @@ def similarity_columns(maps: Any, tokens: Sequence[str] | None = None) -> Column
         if tokens is not None and len(tokens) != T:
             raise InputError(f"{len(tokens)} tokens for a map of {T} positions")
         toks = list(tokens) if tokens is not None else [None] * T
-        parts.append(long_table([("i", range(T)), ("j", range(T))], {"similarity": arr},
-                                by_axis={"i": {"token_i": toks}, "j": {"token_j": toks}},
-                                constants={"map": key} if key is not None else None))
+        parts.append(
+            long_table(
+                [("i", range(T)), ("j", range(T))],
+                {"similarity": arr},
+                by_axis={"i": {"token_i": toks}, "j": {"token_j": toks}},
+                constants={"map": key} if key is not None else None,
+            )
+        )
     return concat_columns(parts)
 
 
@@ -219,6 +234,20 @@ def similarity_frame(maps: Any, tokens: Sequence[str] | None = None) -> DataFram
     return frame(similarity_columns(maps, tokens))
 
 
-__all__ = ["Columns", "DataFrame", "INSTALL", "concat_columns", "frame", "long_table", "pandas", "pick",
-           "point_kind", "point_layer", "record_table", "similarity_columns", "similarity_frame", "values",
-           "with_constants"]
+__all__ = [
+    "Columns",
+    "DataFrame",
+    "INSTALL",
+    "concat_columns",
+    "frame",
+    "long_table",
+    "pandas",
+    "pick",
+    "point_kind",
+    "point_layer",
+    "record_table",
+    "similarity_columns",
+    "similarity_frame",
+    "values",
+    "with_constants",
+]

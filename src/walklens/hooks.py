@@ -8,8 +8,9 @@ models, so it sits at the bottom of the layers.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,8 +49,9 @@ class Hooks:
     def __enter__(self) -> Hooks:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.remove()
 
 

@@ -12,8 +12,9 @@ Definitions (F, v1, alignment, rates) are those of :mod:`walklens.power`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,14 +23,24 @@ from .errors import InputError, UnsupportedFamilyError
 from .frames import Columns, DataFrame, frame, long_table, pick, record_table
 from .interventions import ablate_mlps, tied_layers
 from .ov import ov_factors, ov_matrix, residual_gap
-from .power import (PowerSpectra, alignment_from_states, as_texts, cos_to_bases, fitted_rate, power_iterate,
-                    power_spectra, predicted_alignment, random_bases)
+from .power import (
+    PowerSpectra,
+    alignment_from_states,
+    as_texts,
+    cos_to_bases,
+    fitted_rate,
+    power_iterate,
+    power_spectra,
+    predicted_alignment,
+    random_bases,
+)
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
 
 
 # ---- idealised dynamics ----------------------------------------------------------------------------------------
+
 
 def _linear_layer_fn(lm: LoadedModel, layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """The seed's simplified layer, position-wise: attention replaced by each token attending to itself, so
@@ -41,8 +52,10 @@ def _linear_layer_fn(lm: LoadedModel, layer: int) -> Callable[[torch.Tensor], to
     hw = lm.adapter.head_weights(lm.model, layer)
     A, B = ov_factors(lm, layer, hw=hw, grouped=True)
     F = (A @ B).float()
-    b = (sum(hw.b_v[hw.kv_head[h]].double().cpu() @ hw.w_o[h].double().cpu() for h in range(hw.n_heads))
-         + hw.b_o.double().cpu()).float()
+    b = (
+        sum(hw.b_v[hw.kv_head[h]].double().cpu() @ hw.w_o[h].double().cpu() for h in range(hw.n_heads))
+        + hw.b_o.double().cpu()
+    ).float()
     norm = spec.norm_module(mod, "attn")
     if norm is None:
         raise UnsupportedFamilyError(f"{lm.adapter.family}: no attention norm found; the linear dynamics need it")
@@ -88,22 +101,46 @@ class Dynamics:
             v = d.get(m, [])
             return v[i] if i < len(v) else None
 
-        return pick(table, {"layers": lambda: record_table(
-            [{"mode": m, "layer": layer, "alignment": at(self.alignment, m, i), "agreement": at(self.agreement, m, i),
-              "random_mean": self.random_mean} for m in self.modes for i, layer in enumerate(self.layers)],
-            ["mode", "layer", "alignment", "agreement", "random_mean"])}, "Dynamics")
+        return pick(
+            table,
+            {
+                "layers": lambda: record_table(
+                    [
+                        {
+                            "mode": m,
+                            "layer": layer,
+                            "alignment": at(self.alignment, m, i),
+                            "agreement": at(self.agreement, m, i),
+                            "random_mean": self.random_mean,
+                        }
+                        for m in self.modes
+                        for i, layer in enumerate(self.layers)
+                    ],
+                    ["mode", "layer", "alignment", "agreement", "random_mean"],
+                )
+            },
+            "Dynamics",
+        )
 
     def to_pandas(self, table: str = "layers") -> DataFrame:
         """One row per (mode, layer): alignment with v1(F_l) and agreement with the real model at layer l's
         output, next to the random-direction baseline (pandas; docs/notebooks.md, "Tables")."""
-        return frame(self._columns(table), {"model": self.model_name, "n_tokens": self.n_tokens,
-                                            "notes": list(self.notes)})
+        return frame(
+            self._columns(table), {"model": self.model_name, "n_tokens": self.n_tokens, "notes": list(self.notes)}
+        )
 
 
 @torch.no_grad()
-def dynamics(lm: LoadedModel, texts: str | Sequence[str], *, spectra: PowerSpectra | None = None,
-             modes: Sequence[str] = ("real", "mlp_ablated", "linear", "power"), skip_first: bool = False,
-             seed: int = 0, progress: bool = False) -> Dynamics:
+def dynamics(
+    lm: LoadedModel,
+    texts: str | Sequence[str],
+    *,
+    spectra: PowerSpectra | None = None,
+    modes: Sequence[str] = ("real", "mlp_ablated", "linear", "power"),
+    skip_first: bool = False,
+    seed: int = 0,
+    progress: bool = False,
+) -> Dynamics:
     """Compare the real model's trajectory and alignment with the seed's idealised layer (seed 002: "projections
     and layer normalizations, disregarding the feedforward neural network"), the pure power step, and the
     real model with its MLPs ablated."""
@@ -160,17 +197,27 @@ def dynamics(lm: LoadedModel, texts: str | Sequence[str], *, spectra: PowerSpect
     ag: dict[str, list[float]] = {}
     rnd = float("nan")
     for m in modes:
-        a = alignment_from_states(states[m], pts, layer_of, spectra, n_random=50, n_shuffles=2, seed=seed,
-                                  model_name=lm.name)
+        a = alignment_from_states(
+            states[m], pts, layer_of, spectra, n_random=50, n_shuffles=2, seed=seed, model_name=lm.name
+        )
         al[m] = a.mean
         rnd = float(sum(a.random_mean) / len(a.random_mean))
         cs = [torch.nn.functional.cosine_similarity(s.double(), r.double(), dim=-1) for s, r in zip(states[m], reals)]
         ag[m] = torch.cat(cs, dim=1).mean(1).tolist()
-    return Dynamics(model_name=lm.name, layers=layer_of, modes=list(modes), alignment=al, agreement=ag,
-                    random_mean=rnd, n_tokens=sum(int(r.shape[1]) for r in reals), notes=notes)
+    return Dynamics(
+        model_name=lm.name,
+        layers=layer_of,
+        modes=list(modes),
+        alignment=al,
+        agreement=ag,
+        random_mean=rnd,
+        n_tokens=sum(int(r.shape[1]) for r in reals),
+        notes=notes,
+    )
 
 
 # ---- shared weights ----------------------------------------------------------------------------------------------
+
 
 @dataclass
 class SharedWeights:
@@ -209,16 +256,36 @@ class SharedWeights:
         curves = ("measured", "measured_lo", "measured_hi", "power", "residual", "predicted", "predicted_residual")
 
         def fit() -> Columns:
-            return record_table([{
-                "layer": self.layer, "n_layers": self.n_layers, "lambda1_re": self.lambda1.real,
-                "lambda1_im": self.lambda1.imag, "lambda2_re": self.lambda2.real, "lambda2_im": self.lambda2.imag,
-                "complex_pair": self.complex_pair, "rate": self.rate, "rate_residual": self.rate_residual,
-                "fitted_measured": self.fitted_measured, "fitted_power": self.fitted_power,
-                "random_mean": self.random_mean, "n_tokens": self.n_tokens}])
+            return record_table(
+                [
+                    {
+                        "layer": self.layer,
+                        "n_layers": self.n_layers,
+                        "lambda1_re": self.lambda1.real,
+                        "lambda1_im": self.lambda1.imag,
+                        "lambda2_re": self.lambda2.real,
+                        "lambda2_im": self.lambda2.imag,
+                        "complex_pair": self.complex_pair,
+                        "rate": self.rate,
+                        "rate_residual": self.rate_residual,
+                        "fitted_measured": self.fitted_measured,
+                        "fitted_power": self.fitted_power,
+                        "random_mean": self.random_mean,
+                        "n_tokens": self.n_tokens,
+                    }
+                ]
+            )
 
-        return pick(table, {"depths": lambda: long_table([("depth", range(len(self.measured)))],
-                                                         {k: list(getattr(self, k)) for k in curves}),
-                            "fit": fit}, "SharedWeights")
+        return pick(
+            table,
+            {
+                "depths": lambda: long_table(
+                    [("depth", range(len(self.measured)))], {k: list(getattr(self, k)) for k in curves}
+                ),
+                "fit": fit,
+            },
+            "SharedWeights",
+        )
 
     def to_pandas(self, table: str = "depths") -> DataFrame:
         """Layer k applied L times as tables (pandas; docs/notebooks.md, "Tables"): ``depths`` one row per depth
@@ -228,8 +295,16 @@ class SharedWeights:
 
 
 @torch.no_grad()
-def shared_weights(lm: LoadedModel, texts: str | Sequence[str], *, layer: int = 0, n_layers: int | None = None,
-                   skip_first: bool = False, seed: int = 0, progress: bool = False) -> SharedWeights:
+def shared_weights(
+    lm: LoadedModel,
+    texts: str | Sequence[str],
+    *,
+    layer: int = 0,
+    n_layers: int | None = None,
+    skip_first: bool = False,
+    seed: int = 0,
+    progress: bool = False,
+) -> SharedWeights:
     """The shared-weight experiment: layer ``layer`` of ``lm`` repeated ``n_layers`` times (default: the
     model's depth), its measured alignment with v1(F_k) per depth next to the power method's analytic
     prediction (convergence at rate |lambda2/lambda1|).  Works on ALBERT (truly shared) and on any
@@ -270,15 +345,28 @@ def shared_weights(lm: LoadedModel, texts: str | Sequence[str], *, layer: int = 
     rnd = cos_to_bases(x0, random_bases(50, F.shape[0], gen), torch.full((50,), basis.shape[0])).mean().item()
     q = torch.quantile(m, torch.tensor([0.05, 0.95], dtype=m.dtype), dim=1)
     ev = spec_k.eigenvalues
-    return SharedWeights(model_name=lm.name, layer=k, n_layers=L, lambda1=complex(ev[0]),
-                         lambda2=complex(ev[2 if spec_k.complex_pair else 1]) if len(ev) > 2 else 0j,
-                         complex_pair=spec_k.complex_pair, rate=spec_k.gap, rate_residual=rate_res,
-                         measured=m.mean(1).tolist(), measured_lo=q[0].tolist(), measured_hi=q[1].tolist(),
-                         power=pw.mean(1).tolist(), residual=rs.mean(1).tolist(),
-                         predicted=[float(m[0].mean())] + predicted_alignment(pw[1], spec_k.gap, L - 1).tolist(),
-                         predicted_residual=[float(m[0].mean())] + predicted_alignment(rs[1], rate_res, L - 1).tolist(),
-                         fitted_measured=fitted_rate(m.mean(1)), fitted_power=fitted_rate(pw.mean(1), start=1),
-                         random_mean=rnd, n_tokens=int(X.shape[1]), nearest=spec_k.nearest)
+    return SharedWeights(
+        model_name=lm.name,
+        layer=k,
+        n_layers=L,
+        lambda1=complex(ev[0]),
+        lambda2=complex(ev[2 if spec_k.complex_pair else 1]) if len(ev) > 2 else 0j,
+        complex_pair=spec_k.complex_pair,
+        rate=spec_k.gap,
+        rate_residual=rate_res,
+        measured=m.mean(1).tolist(),
+        measured_lo=q[0].tolist(),
+        measured_hi=q[1].tolist(),
+        power=pw.mean(1).tolist(),
+        residual=rs.mean(1).tolist(),
+        predicted=[float(m[0].mean())] + predicted_alignment(pw[1], spec_k.gap, L - 1).tolist(),
+        predicted_residual=[float(m[0].mean())] + predicted_alignment(rs[1], rate_res, L - 1).tolist(),
+        fitted_measured=fitted_rate(m.mean(1)),
+        fitted_power=fitted_rate(pw.mean(1), start=1),
+        random_mean=rnd,
+        n_tokens=int(X.shape[1]),
+        nearest=spec_k.nearest,
+    )
 
 
 __all__ = ["dynamics", "shared_weights", "Dynamics", "SharedWeights"]

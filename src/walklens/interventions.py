@@ -23,9 +23,10 @@ every depth, which is hooked or edited once.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -57,6 +58,7 @@ def resolve_layers(lm: LoadedModel, layers: int | Sequence[int]) -> list[int]:
 
 # ---- hook interventions ----------------------------------------------------------------------------------------
 
+
 @contextmanager
 def ablate_mlps(lm: LoadedModel) -> Iterator[None]:
     """Zero every layer's feed-forward contribution (the ``mlp_out`` module's output) inside the block."""
@@ -72,8 +74,9 @@ def ablate_mlps(lm: LoadedModel) -> Iterator[None]:
 
 
 @contextmanager
-def add_to_residual(lm: LoadedModel, layers: int | Sequence[int], vector: torch.Tensor,
-                    alpha: float = 1.0) -> Iterator[None]:
+def add_to_residual(
+    lm: LoadedModel, layers: int | Sequence[int], vector: torch.Tensor, alpha: float = 1.0
+) -> Iterator[None]:
     """Activation addition: ``alpha * vector`` ([D]) added to the residual stream at the output of ``layers``
     (every position), inside the block."""
     mods = lm.adapter.layer_modules(lm.model)
@@ -91,6 +94,7 @@ def add_to_residual(lm: LoadedModel, layers: int | Sequence[int], vector: torch.
 
 
 # ---- weight edits ----------------------------------------------------------------------------------------------
+
 
 @contextmanager
 def edit_weights(deltas: Sequence[tuple[nn.Parameter, torch.Tensor]]) -> Iterator[None]:
@@ -139,8 +143,9 @@ def _out_param(attn: nn.Module, B: torch.Tensor) -> tuple[str, nn.Parameter, boo
 
 
 @contextmanager
-def eigen_edit(lm: LoadedModel, layers: int | Sequence[int], u: torch.Tensor,
-               alpha: float) -> Iterator[list[SteerEdit]]:
+def eigen_edit(
+    lm: LoadedModel, layers: int | Sequence[int], u: torch.Tensor, alpha: float
+) -> Iterator[list[SteerEdit]]:
     """Eigen-steering's weight edit (seed 002): W_O of each layer gets ``dB = alpha A^+ w u^T`` (minimum norm)
     so that ``F' = F + alpha w u^T`` with ``w = P u`` (:func:`~walklens.ov.value_projection`); ``u`` is a unit
     direction [D] (float64).  Yields one :class:`SteerEdit` per edited module, its error measured on the
@@ -169,12 +174,14 @@ def eigen_edit(lm: LoadedModel, layers: int | Sequence[int], u: torch.Tensor,
             realised = A2 @ B2 - A @ B
             scale = target.abs().max().item()
             err = (realised - target).abs().max().item() / scale if scale > 0 else realised.abs().max().item()
-            edits.append(SteerEdit(layer=l, param=name, reach=float(w.norm()), error=err,
-                                   shared_with=by_module[id(mods[l])]))
+            edits.append(
+                SteerEdit(layer=l, param=name, reach=float(w.norm()), error=err, shared_with=by_module[id(mods[l])])
+            )
         yield edits
 
 
 # ---- layer tying -----------------------------------------------------------------------------------------------
+
 
 @contextmanager
 def tied_layers(lm: LoadedModel, layer: int, n_layers: int) -> Iterator[LoadedModel]:
@@ -215,6 +222,7 @@ def tied_layers(lm: LoadedModel, layer: int, n_layers: int) -> Iterator[LoadedMo
 
 
 # ---- precision and attention kernels ------------------------------------------------------------------------------
+
 
 def outside_layers(lm: LoadedModel) -> list[torch.Tensor]:
     """Every parameter and buffer of the model outside its layer stacks: the embeddings, the final norms and
@@ -278,5 +286,14 @@ def attention_kernel(lm: LoadedModel, kernel: str = "sdpa") -> Iterator[bool]:
             hf_logging.set_verbosity(level)
 
 
-__all__ = ["ablate_mlps", "add_to_residual", "edit_weights", "eigen_edit", "tied_layers", "SteerEdit",
-           "upcast", "outside_layers", "attention_kernel"]
+__all__ = [
+    "ablate_mlps",
+    "add_to_residual",
+    "edit_weights",
+    "eigen_edit",
+    "tied_layers",
+    "SteerEdit",
+    "upcast",
+    "outside_layers",
+    "attention_kernel",
+]

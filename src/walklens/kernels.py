@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -64,8 +65,13 @@ if TYPE_CHECKING:
     from .loading import LoadedModel
 
 CLASSES = ("negative_self", "far_amplifying", "local", "flat")
-LABELS = {"flat": "flat", "negative_self": "negative self-bias", "far_amplifying": "far-amplifying",
-          "local": "local", "other": "other"}
+LABELS = {
+    "flat": "flat",
+    "negative_self": "negative self-bias",
+    "far_amplifying": "far-amplifying",
+    "local": "local",
+    "other": "other",
+}
 MARGIN_SWEEP = (0.0, 0.1, 0.25, 0.5, 1.0)
 
 #: Default corpus for empirical kernels: plain prose (its words are shuffled, so only its vocabulary matters).
@@ -84,6 +90,7 @@ DEFAULT_CORPUS = (
 
 
 # ---- classification --------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class KernelClass:
@@ -133,6 +140,7 @@ def classify_kernel(values: torch.Tensor, distances: Sequence[int], margin: floa
 
 # ---- results -----------------------------------------------------------------------------------------------
 
+
 @dataclass
 class StackKernels:
     """Kernels of one stack: ``values`` [K, H, n] at ``distances`` (key - query), one row per entry of
@@ -164,8 +172,10 @@ class StackKernels:
         return out
 
     def _classify(self, margin: float) -> list[list[KernelClass]]:
-        return [[classify_kernel(self.log_values[r, h], self.distances, margin) for h in range(self.n_heads)]
-                for r in range(self.values.shape[0])]
+        return [
+            [classify_kernel(self.log_values[r, h], self.distances, margin) for h in range(self.n_heads)]
+            for r in range(self.values.shape[0])
+        ]
 
     def classify(self, margin: float) -> None:
         self.classes = self._classify(margin)
@@ -206,7 +216,8 @@ class PositionKernels:
         for s in self.stacks:
             out[s.stack or "model"] = {
                 f"{m:g}": {k: v for k, v in s.fractions(m).items() if k in ("negative_self", "far_amplifying")}
-                for m in margins}
+                for m in margins
+            }
         return out
 
     def _columns(self, table: str = "kernels") -> Columns:
@@ -219,44 +230,88 @@ class PositionKernels:
                 for name in ("spread", "ci95"):
                     t = getattr(s, name)
                     cells[name] = t.float() if t is not None else torch.full(tuple(s.values.shape), math.nan)
-                parts.append(long_table([("layer", list(s.layers)), ("head", range(s.n_heads)),
-                                         ("distance", list(s.distances))], cells,
-                                        constants={"stack": s.stack, "causal": s.causal}))
+                parts.append(
+                    long_table(
+                        [("layer", list(s.layers)), ("head", range(s.n_heads)), ("distance", list(s.distances))],
+                        cells,
+                        constants={"stack": s.stack, "causal": s.causal},
+                    )
+                )
             return concat_columns(parts)
 
         def classes() -> Columns:
-            return record_table([{"stack": s.stack, "layer": layer, "head": h,
-                                  **{k: getattr(c, k) for k in CLASSES}, "label": c.label}
-                                 for s in self.stacks for layer, row in zip(s.layers, s.classes)
-                                 for h, c in enumerate(row)])
+            return record_table(
+                [
+                    {
+                        "stack": s.stack,
+                        "layer": layer,
+                        "head": h,
+                        **{k: getattr(c, k) for k in CLASSES},
+                        "label": c.label,
+                    }
+                    for s in self.stacks
+                    for layer, row in zip(s.layers, s.classes)
+                    for h, c in enumerate(row)
+                ]
+            )
 
         def fractions() -> Columns:
-            return record_table([{"stack": s.stack, "margin": self.margin, "name": k, "fraction": v}
-                                 for s in self.stacks for k, v in s.fractions().items()])
+            return record_table(
+                [
+                    {"stack": s.stack, "margin": self.margin, "name": k, "fraction": v}
+                    for s in self.stacks
+                    for k, v in s.fractions().items()
+                ]
+            )
 
         def margin_sweep() -> Columns:
-            return record_table([{"stack": s.stack, "margin": float(m), "name": k, "fraction": v}
-                                 for s in self.stacks for m in MARGIN_SWEEP for k, v in s.fractions(m).items()
-                                 if k in ("negative_self", "far_amplifying")])
+            return record_table(
+                [
+                    {"stack": s.stack, "margin": float(m), "name": k, "fraction": v}
+                    for s in self.stacks
+                    for m in MARGIN_SWEEP
+                    for k, v in s.fractions(m).items()
+                    if k in ("negative_self", "far_amplifying")
+                ]
+            )
 
         def alibi() -> Columns:
             slopes = self.alibi_slopes if self.alibi_slopes is not None else torch.zeros(0)
             return long_table([("head", range(len(slopes)))], {"slope": slopes.float()})
 
-        return pick(table, {"kernels": kernels, "classes": classes, "fractions": fractions,
-                            "margin_sweep": margin_sweep, "alibi": alibi}, "PositionKernels")
+        return pick(
+            table,
+            {
+                "kernels": kernels,
+                "classes": classes,
+                "fractions": fractions,
+                "margin_sweep": margin_sweep,
+                "alibi": alibi,
+            },
+            "PositionKernels",
+        )
 
     def to_pandas(self, table: str = "kernels") -> DataFrame:
         """The kernels as tables (pandas; docs/notebooks.md, "Tables"): ``kernels`` one row per (stack, layer,
         head, distance) (``layer`` missing for a kernel every layer shares); ``classes`` the self-bias classes
         per (stack, layer, head); ``fractions`` (at this margin) and ``margin_sweep`` the fractions per class;
         ``alibi`` the ALiBi slopes per head."""
-        return frame(self._columns(table), {"model": self.model_name, "scheme": self.scheme, "units": self.units,
-                                            "estimator": self.estimator, "margin": self.margin,
-                                            "notes": self.notes, "alibi_scale": self.alibi_scale})
+        return frame(
+            self._columns(table),
+            {
+                "model": self.model_name,
+                "scheme": self.scheme,
+                "units": self.units,
+                "estimator": self.estimator,
+                "margin": self.margin,
+                "notes": self.notes,
+                "alibi_scale": self.alibi_scale,
+            },
+        )
 
 
 # ---- T5 ----------------------------------------------------------------------------------------------------
+
 
 def _t5_bias_modules(lm: LoadedModel, stack: str) -> list[tuple[int, torch.nn.Module]]:
     mods = []
@@ -270,9 +325,12 @@ def _t5_bias_modules(lm: LoadedModel, stack: str) -> list[tuple[int, torch.nn.Mo
 def t5_kernel_values(attn: torch.nn.Module, distances: Sequence[int]) -> torch.Tensor:
     """[H, n]: ``relative_attention_bias.weight[bucket(delta), h]`` via the module's own bucket function."""
     rel = torch.tensor(list(distances), dtype=torch.long)
-    buckets = attn._relative_position_bucket(rel, bidirectional=not attn.is_decoder,
-                                             num_buckets=attn.relative_attention_num_buckets,
-                                             max_distance=attn.relative_attention_max_distance)
+    buckets = attn._relative_position_bucket(
+        rel,
+        bidirectional=not attn.is_decoder,
+        num_buckets=attn.relative_attention_num_buckets,
+        max_distance=attn.relative_attention_max_distance,
+    )
     return attn.relative_attention_bias.weight.detach().float().cpu()[buckets].T.contiguous()
 
 
@@ -288,11 +346,14 @@ def _t5_kernels(lm: LoadedModel, max_distance: int | None) -> tuple[list[StackKe
         vals = torch.stack([t5_kernel_values(m, dist) for _, m in mods])
         layers: list[int | None] = [None] if [l for l, _ in mods] == [0] else [l for l, _ in mods]
         out.append(StackKernels(spec.name, causal, dist, layers, vals, vals.clone()))
-    return out, ("read from relative_attention_bias through the model's _relative_position_bucket; layer 0's "
-                 "bias is reused by every layer of its stack")
+    return out, (
+        "read from relative_attention_bias through the model's _relative_position_bucket; layer 0's "
+        "bias is reused by every layer of its stack"
+    )
 
 
 # ---- position-only probe and ALiBi -------------------------------------------------------------------------
+
 
 def _attention_modules(lm: LoadedModel, stack: str) -> list[torch.nn.Module]:
     spec = lm.adapter.stack(stack)
@@ -357,7 +418,7 @@ def _alibi_kernels(lm: LoadedModel, window: int | None) -> tuple[list[StackKerne
     probs = position_only_attention(lm, T)  # [L, H, T, T]
     i = T - 1
     rel = torch.arange(-i, 1, dtype=torch.float32)
-    logr = probs[:, :, i, :].clamp_min(1e-30).log() - probs[:, :, i, i:i + 1].clamp_min(1e-30).log()  # [L,H,T]
+    logr = probs[:, :, i, :].clamp_min(1e-30).log() - probs[:, :, i, i : i + 1].clamp_min(1e-30).log()  # [L,H,T]
     per_layer = (logr * rel).sum(-1) / (rel * rel).sum()  # [L, H] logit bias per position
     eff = per_layer.mean(0)
     declared = _declared_alibi_slopes(lm, H)
@@ -371,14 +432,20 @@ def _alibi_kernels(lm: LoadedModel, window: int | None) -> tuple[list[StackKerne
     dist = list(range(-W, 1))
     vals = (eff[:, None] * torch.tensor(dist, dtype=torch.float32)[None, :])[None]
     misfit = float((per_layer[:, :, None] * rel - logr).abs().max())
-    note = (f"k_h(delta) = slope_h * delta * scale, {how}; q.k is scaled by {hw.scale:.6g}"
-            + (" (the model adds ALiBi twice: measured scale = 2/sqrt(d))"
-               if abs(scale - 2 * hw.scale) < 1e-3 * hw.scale else "")
-            + (f"; the position-only logits deviate from linear by up to {misfit:.3g}" if misfit > 1e-3 else ""))
+    note = (
+        f"k_h(delta) = slope_h * delta * scale, {how}; q.k is scaled by {hw.scale:.6g}"
+        + (
+            " (the model adds ALiBi twice: measured scale = 2/sqrt(d))"
+            if abs(scale - 2 * hw.scale) < 1e-3 * hw.scale
+            else ""
+        )
+        + (f"; the position-only logits deviate from linear by up to {misfit:.3g}" if misfit > 1e-3 else "")
+    )
     return [StackKernels(lm.adapter.stacks[-1].name, True, dist, [None], vals, vals.clone())], note, slopes, scale
 
 
 # ---- empirical kernels -------------------------------------------------------------------------------------
+
 
 def _token_pool(lm: LoadedModel, corpus: str) -> torch.Tensor:
     ids = lm.tokenizer(corpus, add_special_tokens=False, return_tensors="pt")["input_ids"][0]
@@ -388,16 +455,25 @@ def _token_pool(lm: LoadedModel, corpus: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def empirical_kernels(lm: LoadedModel, *, corpus: str | None = None, samples: int = 16, length: int = 64,
-                      window: int | None = None, seed: int = 0, batch: int = 4,
-                      progress: bool = True) -> tuple[list[StackKernels], str]:
+def empirical_kernels(
+    lm: LoadedModel,
+    *,
+    corpus: str | None = None,
+    samples: int = 16,
+    length: int = 64,
+    window: int | None = None,
+    seed: int = 0,
+    batch: int = 4,
+    progress: bool = True,
+) -> tuple[list[StackKernels], str]:
     """Mean attention weight by relative distance over shuffled-token inputs (module docstring), per layer
     and head, with the std over samples and a 95% CI half-width."""
     from tqdm.auto import tqdm
 
     if lm.is_encoder_decoder:
-        raise InputError("empirical kernels support decoder-only and encoder-only models (T5 kernels are read "
-                         "from the weights)")
+        raise InputError(
+            "empirical kernels support decoder-only and encoder-only models (T5 kernels are read from the weights)"
+        )
     spec = lm.adapter.stacks[-1]
     causal = spec.causal
     limit = context_limit(lm)
@@ -420,7 +496,7 @@ def empirical_kernels(lm: LoadedModel, *, corpus: str | None = None, samples: in
     for _ in range(samples):
         if pool.numel() >= length:
             start = int(torch.randint(0, pool.numel() - length + 1, (1,), generator=g))
-            window_ids = pool[start:start + length]
+            window_ids = pool[start : start + length]
         else:
             window_ids = pool[torch.randint(0, pool.numel(), (length,), generator=g)]
         seqs.append(window_ids[torch.randperm(length, generator=g)])
@@ -444,7 +520,7 @@ def empirical_kernels(lm: LoadedModel, *, corpus: str | None = None, samples: in
             hooks.post(m, keep)
         for start in tqdm(range(0, samples, batch), desc="empirical kernels", disable=not progress, leave=False):
             per_layer.clear()
-            lm.model(input_ids=ids[start:start + batch].to(lm.device))
+            lm.model(input_ids=ids[start : start + batch].to(lm.device))
             if len(per_layer) != L:
                 raise InputError(f"{lm.name}: captured {len(per_layer)} attention maps for {L} layers")
             chunks.append(torch.stack(per_layer, 1))  # [B, L, H, n]
@@ -453,17 +529,29 @@ def empirical_kernels(lm: LoadedModel, *, corpus: str | None = None, samples: in
     std = ks.std(0)
     ci = 1.96 * std / math.sqrt(samples)
     sk = StackKernels(spec.name, causal, dist, list(range(L)), mean, mean.clamp_min(1e-12).log(), std, ci)
-    est = (f"mean attention weight A_h[i, i+delta] over {samples} shuffled-token samples of {length} tokens "
-           f"(corpus: {'user' if corpus else 'built-in'}, seed {seed}); query rows {int(rows[0])}..{int(rows[-1])} "
-           f"for every delta in [{dist[0]}, {dist[-1]}]; spread = std over samples, ci95 = 1.96 std/sqrt(n)")
+    est = (
+        f"mean attention weight A_h[i, i+delta] over {samples} shuffled-token samples of {length} tokens "
+        f"(corpus: {'user' if corpus else 'built-in'}, seed {seed}); query rows {int(rows[0])}..{int(rows[-1])} "
+        f"for every delta in [{dist[0]}, {dist[-1]}]; spread = std over samples, ci95 = 1.96 std/sqrt(n)"
+    )
     return [sk], est
 
 
 # ---- entry point -------------------------------------------------------------------------------------------
 
-def position_kernels(lm: LoadedModel, *, method: str = "auto", margin: float = 0.1,
-                     max_distance: int | None = None, corpus: str | None = None, samples: int = 16,
-                     length: int = 64, seed: int = 0, progress: bool = True) -> PositionKernels:
+
+def position_kernels(
+    lm: LoadedModel,
+    *,
+    method: str = "auto",
+    margin: float = 0.1,
+    max_distance: int | None = None,
+    corpus: str | None = None,
+    samples: int = 16,
+    length: int = 64,
+    seed: int = 0,
+    progress: bool = True,
+) -> PositionKernels:
     """Every head's position kernel and its self-bias class (seed 000, A.2; Figs. 6 and 8).
 
     ``method``: ``"auto"`` (weights for T5 and ALiBi, else empirical), ``"weights"`` or ``"empirical"``.
@@ -484,19 +572,39 @@ def position_kernels(lm: LoadedModel, *, method: str = "auto", margin: float = 0
         stacks, est, slopes, scale = _alibi_kernels(lm, max_distance)
         kind, units, notes = "alibi", "logit bias", est
     elif method == "weights":
-        raise InputError(f"{lm.name}: position scheme {scheme!r} has no position bias in its weights; "
-                         f"use the empirical method")
+        raise InputError(
+            f"{lm.name}: position scheme {scheme!r} has no position bias in its weights; use the empirical method"
+        )
     else:
-        stacks, est = empirical_kernels(lm, corpus=corpus, samples=samples, length=length, window=max_distance,
-                                        seed=seed, progress=progress)
+        stacks, est = empirical_kernels(
+            lm, corpus=corpus, samples=samples, length=length, window=max_distance, seed=seed, progress=progress
+        )
         kind, units = "empirical", "mean attention weight"
     if not stacks:
         raise InputError(f"{lm.name}: no position kernels found")
     for s in stacks:
         s.classify(margin)
-    return PositionKernels(model_name=lm.name, scheme=kind, units=units, estimator=est, margin=margin,
-                           stacks=stacks, notes=notes, alibi_slopes=slopes, alibi_scale=scale)
+    return PositionKernels(
+        model_name=lm.name,
+        scheme=kind,
+        units=units,
+        estimator=est,
+        margin=margin,
+        stacks=stacks,
+        notes=notes,
+        alibi_slopes=slopes,
+        alibi_scale=scale,
+    )
 
 
-__all__ = ["position_kernels", "PositionKernels", "StackKernels", "KernelClass", "classify_kernel",
-           "empirical_kernels", "position_only_attention", "t5_kernel_values", "DEFAULT_CORPUS"]
+__all__ = [
+    "position_kernels",
+    "PositionKernels",
+    "StackKernels",
+    "KernelClass",
+    "classify_kernel",
+    "empirical_kernels",
+    "position_only_attention",
+    "t5_kernel_values",
+    "DEFAULT_CORPUS",
+]

@@ -19,10 +19,11 @@ import shutil
 import socket
 import sys
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -177,8 +178,11 @@ def auto_model_class(adapter: Adapter | None) -> Any:
     adapter file, whose adapter is derived from the built model): a causal LM."""
     import transformers
 
-    return {"causal": transformers.AutoModelForCausalLM, "seq2seq": transformers.AutoModelForSeq2SeqLM,
-            "masked": transformers.AutoModelForMaskedLM}["causal" if adapter is None else adapter.auto_class]
+    return {
+        "causal": transformers.AutoModelForCausalLM,
+        "seq2seq": transformers.AutoModelForSeq2SeqLM,
+        "masked": transformers.AutoModelForMaskedLM,
+    }["causal" if adapter is None else adapter.auto_class]
 
 
 def wrap(model: PreTrainedModel, tokenizer: Any, name: str = "", adapter: Adapter | None = None) -> LoadedModel:
@@ -243,7 +247,7 @@ def _gguf_cache_path(gguf: Path) -> Path:
 def _first_line(e: BaseException, limit: int = 240) -> str:
     """An exception's message on one line (its lines joined), cut to ``limit`` characters."""
     text = " ".join(str(e).split()) or e.__class__.__name__
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _check_gguf(gguf: Path) -> None:
@@ -319,8 +323,14 @@ def _dequantize_gguf(gguf: Path, target: Path, progress: bool = True) -> None:
         try:
             # an unsupported family is refused before de-quantizing (and before a bar is drawn: one line)
             check_family(transformers.AutoConfig.from_pretrained(**where).model_type)
-            bar = tqdm(total=2, desc=f"de-quantizing {gguf.name} (once)", unit="tensor", file=sys.stderr,
-                       leave=False, disable=not progress)
+            bar = tqdm(
+                total=2,
+                desc=f"de-quantizing {gguf.name} (once)",
+                unit="tensor",
+                file=sys.stderr,
+                leave=False,
+                disable=not progress,
+            )
             tok = transformers.AutoTokenizer.from_pretrained(**where)
             q = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32)
             config = q.config
@@ -389,8 +399,10 @@ def _check_model_files(folder: Path, label: str) -> None:
     if tok_config.is_file():
         auto_map = _read_json_object(tok_config, label).get("auto_map")
         if auto_map and not (isinstance(auto_map, dict) and "AutoTokenizer" not in auto_map):
-            raise UnknownModelError(f"{label}: the tokenizer needs the repository's own code (auto_map in "
-                                    f"tokenizer_config.json), and {_REMOTE_CODE}")
+            raise UnknownModelError(
+                f"{label}: the tokenizer needs the repository's own code (auto_map in "
+                f"tokenizer_config.json), and {_REMOTE_CODE}"
+            )
     for weights in sorted(folder.glob("*.safetensors")):
         _check_safetensors(weights)
 
@@ -414,8 +426,10 @@ def _is_hub_id(spec: str) -> bool:
 
 def _hub_offline_env() -> bool:
     """The user's offline switch, as huggingface_hub reads it (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE)."""
-    return any(os.environ.get(k, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(k, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+        for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def _hub_reachable() -> bool:
@@ -453,13 +467,16 @@ def _hub_folder(spec: str) -> tuple[Path, bool]:
     if isinstance(cached, str):
         return Path(cached).parent, True
     if _hub_offline_env():
-        raise UnknownModelError(f"{spec!r} is not in the local hub cache, and hub offline mode is set "
-                                f"(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)")
+        raise UnknownModelError(
+            f"{spec!r} is not in the local hub cache, and hub offline mode is set "
+            f"(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)"
+        )
     if not _hub_reachable():
         from huggingface_hub import constants
 
-        raise UnknownModelError(f"{spec!r} is not in the local hub cache, and the hub ({constants.ENDPOINT}) "
-                                f"cannot be reached (offline?)")
+        raise UnknownModelError(
+            f"{spec!r} is not in the local hub cache, and the hub ({constants.ENDPOINT}) cannot be reached (offline?)"
+        )
     with _quiet_transformers():
         try:
             config = hf_hub_download(spec, "config.json")
@@ -472,8 +489,13 @@ def _hub_folder(spec: str) -> tuple[Path, bool]:
     return Path(config).parent, False
 
 
-def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.float32,
-               device: str | torch.device = "cpu", progress: bool = True) -> LoadedModel:
+def load_model(
+    spec: str = DEFAULT_MODEL,
+    *,
+    dtype: str | torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+) -> LoadedModel:
     """Load a model by short name (``smollm2-135m``, ``gemma3-270m``), ``.gguf`` path, local dir or hub id.
 
     Hub ids load offline when cached; nothing is executed from the repository (``trust_remote_code=False``).
@@ -516,7 +538,8 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.fl
     else:
         raise UnknownModelError(
             f"unknown model {spec!r}: give a hub id (org/name), a local model directory, a .gguf file, or one "
-            f"of: {', '.join(NAMED_MODELS)}")
+            f"of: {', '.join(NAMED_MODELS)}"
+        )
     _check_model_files(folder, spec)
     with warnings.catch_warnings(), _quiet_transformers():
         warnings.simplefilter("ignore")
@@ -527,21 +550,27 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str | torch.dtype = torch.fl
         check_family(config.model_type)
         if has_adapter(config):
             _check_depth(get_adapter(config), config, spec)
-        load_kw: dict[str, Any] = dict(kw, dtype=dtype, attn_implementation="eager", use_safetensors=True,
-                                       output_loading_info=True)
+        load_kw: dict[str, Any] = dict(
+            kw, dtype=dtype, attn_implementation="eager", use_safetensors=True, output_loading_info=True
+        )
         try:
-            model, info = auto_model_class(get_adapter(config) if has_adapter(config) else None
-                                           ).from_pretrained(source, **load_kw)
+            model, info = auto_model_class(get_adapter(config) if has_adapter(config) else None).from_pretrained(
+                source, **load_kw
+            )
         except Exception as e:
             raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({_first_line(e)})") from None
         bad = sorted(info.get("missing_keys") or ()) + sorted(str(k) for k in info.get("mismatched_keys") or ())
         if bad:
-            raise UnknownModelError(f"{spec!r}: the safetensors weights do not fit the config ({len(bad)} tensors "
-                                    f"missing or of the wrong shape, e.g. {bad[0]})")
+            raise UnknownModelError(
+                f"{spec!r}: the safetensors weights do not fit the config ({len(bad)} tensors "
+                f"missing or of the wrong shape, e.g. {bad[0]})"
+            )
         unused = sorted(str(k) for k in info.get("unexpected_keys") or ())
         if unused:
-            raise UnknownModelError(f"{spec!r}: the safetensors weights do not fit the config ({len(unused)} tensors "
-                                    f"the config does not use, e.g. {unused[0]})")
+            raise UnknownModelError(
+                f"{spec!r}: the safetensors weights do not fit the config ({len(unused)} tensors "
+                f"the config does not use, e.g. {unused[0]})"
+            )
         try:
             tok = transformers.AutoTokenizer.from_pretrained(source, **kw)
         except Exception as e:
@@ -559,8 +588,11 @@ def _quiet_transformers() -> Iterator[None]:
     from huggingface_hub.utils import logging as hub_logging
     from transformers.utils import logging as hf_logging
 
-    bars, level, hub_level = (hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity(),
-                              hub_logging.get_verbosity())
+    bars, level, hub_level = (
+        hf_logging.is_progress_bar_enabled(),
+        hf_logging.get_verbosity(),
+        hub_logging.get_verbosity(),
+    )
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     hub_logging.set_verbosity_error()
@@ -573,5 +605,14 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-__all__ = ["DEFAULT_MODEL", "NAMED_MODELS", "LoadedModel", "auto_model_class", "cache_dir", "check_family", "load_model",
-           "token_strings", "wrap"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "NAMED_MODELS",
+    "LoadedModel",
+    "auto_model_class",
+    "cache_dir",
+    "check_family",
+    "load_model",
+    "token_strings",
+    "wrap",
+]

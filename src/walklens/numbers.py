@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .errors import InputError
 
@@ -27,10 +28,10 @@ class NumberError(InputError):
 def show(value: Any, limit: int = SHOWN) -> str:
     """A refused value as a message quotes it: ``repr``, cut to ``limit`` characters (a 400-digit integer is
     not printed whole)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** limit:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**limit:
         return f"an integer of {len(str(abs(value))) if value.bit_length() < 14_000 else 'over 4,000'} digits"
     r = repr(value)
-    return r if len(r) <= limit else r[:limit - 3] + "..."
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 def kind(value: Any) -> str:
@@ -58,7 +59,8 @@ class Range:
     what: str | None = None
 
     def describe(self) -> str:
-        """``"from 1 to 64 (an integer)"``, ``"a positive integer"``, ``"an integer from 0 up"``, ``"within ±1e+06 (a finite number)"``,
+        """``"from 1 to 64 (an integer)"``, ``"a positive integer"``, ``"an integer from 0 up"``, ``"within ±1e+06 (a
+        finite number)"``,
         ``"a finite number > 0"``."""
         if self.what:
             return self.what
@@ -95,7 +97,7 @@ class Range:
             if not math.isfinite(value) or (self.integer and not value.is_integer()):
                 raise self.refuse(name, show(value))
             value = int(value) if self.integer else value
-        elif self.integer is False and abs(value) > 2 ** 1023:
+        elif self.integer is False and abs(value) > 2**1023:
             raise self.refuse(name, show(value))  # beyond any float: refused before float() overflows
         if not self._within(value):
             raise self.refuse(name, show(value))
@@ -136,14 +138,14 @@ class Range:
 
 def _num(v: float) -> str:
     """A bound as a message shows it: ``64``, ``1e+06``; a huge integer bound by its digit count."""
-    if isinstance(v, int) and abs(v) >= 10 ** 30:
+    if isinstance(v, int) and abs(v) >= 10**30:
         return f"a {len(str(abs(v)))}-digit {'-' if v < 0 else ''}integer"
     return str(v) if isinstance(v, int) else (str(int(v)) if v.is_integer() and abs(v) < 1e16 else f"{v:g}")
 
 
 # ---- the ranges the commands, the explorer and the experiment files share ----------------------------------------
 
-SEED = Range(0, 2 ** 63 - 1, integer=True, what="an integer from 0 to 2**63-1")  # torch and numpy both take these
+SEED = Range(0, 2**63 - 1, integer=True, what="an integer from 0 to 2**63-1")  # torch and numpy both take these
 COUNT = Range(0, integer=True)  # a count that may be 0 (--shots, --recent)
 POSITIVE_INT = Range(1, integer=True)  # a count of at least 1 (--limit, --k, --max-new-tokens)
 FINITE = Range()  # any finite number (--margin)
@@ -164,5 +166,19 @@ def numbers_list(text: str, rng: Range, name: str) -> list[Any]:
     return [rng.parse(p, name) for p in parts]
 
 
-__all__ = ["Range", "NumberError", "show", "numbers_list", "SEED", "COUNT", "POSITIVE_INT", "FINITE", "POSITIVE",
-           "NON_NEGATIVE", "PROBABILITY", "ALPHA", "MAX_ALPHA", "PORT"]
+__all__ = [
+    "Range",
+    "NumberError",
+    "show",
+    "numbers_list",
+    "SEED",
+    "COUNT",
+    "POSITIVE_INT",
+    "FINITE",
+    "POSITIVE",
+    "NON_NEGATIVE",
+    "PROBABILITY",
+    "ALPHA",
+    "MAX_ALPHA",
+    "PORT",
+]

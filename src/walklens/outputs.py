@@ -22,9 +22,10 @@ import math
 import os
 import stat
 import tempfile
-from pathlib import Path
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
 
 from .errors import InputError
 
@@ -32,8 +33,13 @@ STDOUT = "-"
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -156,11 +162,15 @@ def check_not_inputs(path: str | os.PathLike[str], label: str | None, inputs: It
     for inp in inputs:
         if inp.folder and _inside(Path(path), inp.path):
             what = "is" if same_file(path, inp.path) else "is inside"
-            raise InputError(f"{where}: {what} the {inp.label} folder {inp.path}, an input of this command; "
-                             "an output may never replace an input")
+            raise InputError(
+                f"{where}: {what} the {inp.label} folder {inp.path}, an input of this command; "
+                "an output may never replace an input"
+            )
         if not inp.folder and same_file(path, inp.path):
-            raise InputError(f"{where}: is the {inp.label} file {inp.path}, an input of this command; an output "
-                             "may never replace an input")
+            raise InputError(
+                f"{where}: is the {inp.label} file {inp.path}, an input of this command; an output "
+                "may never replace an input"
+            )
 
 
 def _umask() -> int:
@@ -170,8 +180,9 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike[str], mode: str = "w", label: str | None = None,
-                **kwargs: Any) -> Iterator[IO[Any]]:
+def atomic_open(
+    path: str | os.PathLike[str], mode: str = "w", label: str | None = None, **kwargs: Any
+) -> Iterator[IO[Any]]:
     """Open a temp file beside the real target of ``path``; on success it replaces the target atomically.
 
     ``mode`` is ``"w"`` (text, UTF-8 unless ``encoding`` is given) or ``"wb"``.  On an exception the temp file
@@ -250,5 +261,18 @@ def jsonable(x: Any, digits: int | None = None) -> Any:
     return x
 
 
-__all__ = ["STDOUT", "FORMULA_START", "Input", "atomic_open", "check_dir", "check_file", "check_not_inputs", "csv_cell",
-           "csv_row", "jsonable", "make_dir", "same_file", "write_atomic"]
+__all__ = [
+    "STDOUT",
+    "FORMULA_START",
+    "Input",
+    "atomic_open",
+    "check_dir",
+    "check_file",
+    "check_not_inputs",
+    "csv_cell",
+    "csv_row",
+    "jsonable",
+    "make_dir",
+    "same_file",
+    "write_atomic",
+]

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -41,6 +42,7 @@ REL_IMAG = 1e-9
 
 
 # ---- factored matrices ---------------------------------------------------------------------------------------
+
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
     """``t`` in float32 when it is a 16-bit float (LAPACK has no bfloat16/float16 kernels), else unchanged."""
@@ -140,8 +142,10 @@ class FactoredMatrix:
 
 # ---- F of one layer ------------------------------------------------------------------------------------------
 
-def ov_factors(lm: LoadedModel, layer: int, head: int | None = None, hw: HeadWeights | None = None,
-               grouped: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+
+def ov_factors(
+    lm: LoadedModel, layer: int, head: int | None = None, hw: HeadWeights | None = None, grouped: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The thin factors (A [D, n d], B [n d, D]) of F = A B for one layer (``head=None``: all heads), float64.
 
     Row convention (seed 000, A.3): ``x F = sum_h (x W_v,kv(h)) W_o,h``.  ``grouped``: with grouped-query
@@ -154,8 +158,13 @@ def ov_factors(lm: LoadedModel, layer: int, head: int | None = None, hw: HeadWei
     if grouped and head is None:
         groups = sorted(set(hw.kv_head))
         A = torch.cat([hw.w_v[g] for g in groups], dim=1).detach().double().cpu()
-        B = torch.cat([functools.reduce(operator.add, [hw.w_o[h].detach().double() for h in heads
-                                                       if hw.kv_head[h] == g]) for g in groups], dim=0).cpu()
+        B = torch.cat(
+            [
+                functools.reduce(operator.add, [hw.w_o[h].detach().double() for h in heads if hw.kv_head[h] == g])
+                for g in groups
+            ],
+            dim=0,
+        ).cpu()
         return A, B
     A = torch.cat([hw.w_v[hw.kv_head[h]] for h in heads], dim=1).detach().double().cpu()
     B = torch.cat([hw.w_o[h] for h in heads], dim=0).detach().double().cpu()
@@ -176,6 +185,7 @@ def value_projection(A: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 # ---- eigen-structure -----------------------------------------------------------------------------------------
+
 
 @dataclass
 class Eigen:
@@ -278,5 +288,4 @@ def residual_gap(eigenvalues: torch.Tensor, d_model: int) -> float:
     return float(mu[nxt].abs() / mu[0].abs()) if len(mu) > nxt else float("nan")
 
 
-__all__ = ["FactoredMatrix", "Eigen", "ov_factors", "ov_matrix", "value_projection", "eigen_factored",
-           "residual_gap"]
+__all__ = ["FactoredMatrix", "Eigen", "ov_factors", "ov_matrix", "value_projection", "eigen_factored", "residual_gap"]

@@ -23,8 +23,9 @@ accepted on, :mod:`walklens.models.derive`).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -43,11 +44,20 @@ if TYPE_CHECKING:
     from .loading import LoadedModel
     from .trace import Trace
 
-TEXTS = ("the capital of france is paris and the king ran to the river",
-         "The quick brown fox jumps over the lazy dog. 1, 2, 3, 4!")
+TEXTS = (
+    "the capital of france is paris and the king ran to the river",
+    "The quick brown fox jumps over the lazy dog. 1, 2, 3, 4!",
+)
 #: Relative tolerance per check in float32 (16-bit dtypes: :func:`tolerance`).
-FLOAT32_TOL = {"logits": 1e-5, "hidden_states": 1e-6, "residual": 1e-5, "attention_identity": 1e-5,
-               "attention_scores": 1e-5, "decoding_walk": 1e-4, "mlp_activation": 1e-6}
+FLOAT32_TOL = {
+    "logits": 1e-5,
+    "hidden_states": 1e-6,
+    "residual": 1e-5,
+    "attention_identity": 1e-5,
+    "attention_scores": 1e-5,
+    "decoding_walk": 1e-4,
+    "mlp_activation": 1e-6,
+}
 QUICK = ("logits", "residual", "attention_identity", "attention_scores")
 
 
@@ -99,28 +109,52 @@ class ParityCard:
         return [c.name for c in self.checks if c.passed is False]
 
     def __repr__(self) -> str:
-        marks = " ".join(f"{c.name}:{'ok' if c.passed else 'n/a' if c.passed is None else 'FAIL'}"
-                         for c in self.checks)
+        marks = " ".join(f"{c.name}:{'ok' if c.passed else 'n/a' if c.passed is None else 'FAIL'}" for c in self.checks)
         return f"ParityCard({self.model_name}, {self.dtype}, {'pass' if self.passed else 'FAIL'}: {marks})"
 
     def _columns(self, table: str = "checks") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
-        return pick(table, {
-            "checks": lambda: record_table([{"name": c.name, "what": c.what, "error": c.error,
-                                             "tolerance": c.tolerance, "passed": c.passed, "note": c.note}
-                                            for c in self.checks],
-                                           ["name", "what", "error", "tolerance", "passed", "note"]),
-            "detail": lambda: record_table([{"check": c.name, "key": k, "value": v}
-                                            for c in self.checks for k, v in c.detail.items()],
-                                           ["check", "key", "value"])}, "a ParityCard")
+        return pick(
+            table,
+            {
+                "checks": lambda: record_table(
+                    [
+                        {
+                            "name": c.name,
+                            "what": c.what,
+                            "error": c.error,
+                            "tolerance": c.tolerance,
+                            "passed": c.passed,
+                            "note": c.note,
+                        }
+                        for c in self.checks
+                    ],
+                    ["name", "what", "error", "tolerance", "passed", "note"],
+                ),
+                "detail": lambda: record_table(
+                    [{"check": c.name, "key": k, "value": v} for c in self.checks for k, v in c.detail.items()],
+                    ["check", "key", "value"],
+                ),
+            },
+            "a ParityCard",
+        )
 
     def to_pandas(self, table: str = "checks") -> DataFrame:
         """The card as tables (pandas; docs/notebooks.md, "Tables"): ``checks`` one row per check (``passed``
         missing: not measurable here, ``note`` says why); ``detail`` each check's further numbers, one row per
         (check, key)."""
-        return frame(self._columns(table), {"model": self.model_name, "family": self.family,
-                                            "derived": self.derived, "dtype": self.dtype, "passed": self.passed,
-                                            "texts": list(self.texts), "limits": dict(self.limits)})
+        return frame(
+            self._columns(table),
+            {
+                "model": self.model_name,
+                "family": self.family,
+                "derived": self.derived,
+                "dtype": self.dtype,
+                "passed": self.passed,
+                "texts": list(self.texts),
+                "limits": dict(self.limits),
+            },
+        )
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -135,8 +169,11 @@ def _reference(lm: LoadedModel, tr: Trace) -> Any:
 
 def _logits(lm: LoadedModel, tr: Trace, out: Any) -> tuple[float, dict[str, float]]:
     lens, ref = tr.logits().double(), out.logits[0].double().cpu()
-    kl = torch.nn.functional.kl_div(lens.log_softmax(-1), ref.log_softmax(-1), log_target=True,
-                                    reduction="none").sum(-1).max()
+    kl = (
+        torch.nn.functional.kl_div(lens.log_softmax(-1), ref.log_softmax(-1), log_target=True, reduction="none")
+        .sum(-1)
+        .max()
+    )
     return _rel(lens, ref), {"max_abs_dlogit": float((lens - ref).abs().max()), "max_kl": float(kl)}
 
 
@@ -187,16 +224,22 @@ def _scores(lm: LoadedModel, text: str) -> tuple[float | None, str]:
     probe = Probe(attns, 0.0)
     ids = lm.tokenizer(text, return_tensors="pt")["input_ids"].to(lm.device)
     try:
-        probe.run(lm.model, input_ids=ids, position_ids=torch.zeros_like(ids), attention_mask=torch.ones_like(ids),
-                  use_cache=False)
+        probe.run(
+            lm.model,
+            input_ids=ids,
+            position_ids=torch.zeros_like(ids),
+            attention_mask=torch.ones_like(ids),
+            use_cache=False,
+        )
     except TypeError:
         return None, "the model takes no position ids"
     errs = []
     for l, name in enumerate(attns):
         if name in probe.extra and name in probe.ins:
             hw = head_matrices(lm, l).weights
-            errs.append(scores_error(hw, probe.ins[name][0], probe.extra[name][0], *qk_norms(attns[name]),
-                                     softcap=softcap))
+            errs.append(
+                scores_error(hw, probe.ins[name][0], probe.extra[name][0], *qk_norms(attns[name]), softcap=softcap)
+            )
     if not errs:
         return None, "the attention modules return no probabilities"
     return max(errs), ""
@@ -211,10 +254,15 @@ def _decoding(lm: LoadedModel, text: str) -> tuple[float | None, str, dict[str, 
     pad = lm.tokenizer.pad_token_id
     with torch.no_grad():
         out = cast("GenerationMixin", lm.model).generate(  # a causal LM (checked above): it has generate()
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False, num_beams=1,
-            pad_token_id=pad if pad is not None else 0)
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=n,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=pad if pad is not None else 0,
+        )
     assert isinstance(out, torch.Tensor)  # the token ids (return_dict_in_generate is off)
-    gen = out[0, ids.shape[1]:].cpu()
+    gen = out[0, ids.shape[1] :].cpu()
     m = min(len(gen), len(dw.token_ids))  # generate stops at an end-of-sequence token; the walk goes on
     same = int((gen[:m] == dw.token_ids[:m]).sum())
     with torch.no_grad():
@@ -242,8 +290,13 @@ def _mlp_activation(lm: LoadedModel) -> tuple[float | None, str]:
         return _rel(lm.adapter.mlp_activation(lm.model, 0)(x).float(), own(x).float()), ""
 
 
-def verify(lm: LoadedModel, *, texts: tuple[str, ...] = TEXTS, quick: bool = False,
-           progress: bool | Callable[[str], None] | None = None) -> ParityCard:
+def verify(
+    lm: LoadedModel,
+    *,
+    texts: tuple[str, ...] = TEXTS,
+    quick: bool = False,
+    progress: bool | Callable[[str], None] | None = None,
+) -> ParityCard:
     """The parity card of ``lm`` in its own dtype (see the module docstring).  ``progress``: True draws a
     ``tqdm.auto`` bar over the texts; a callable is called with each text before it is checked."""
     from tqdm.auto import tqdm
@@ -254,8 +307,9 @@ def verify(lm: LoadedModel, *, texts: tuple[str, ...] = TEXTS, quick: bool = Fal
     def add(name: str, err: float | None, note: str = "", detail: dict[str, float] | None = None) -> None:
         found.setdefault(name, []).append((err, note, detail or {}))
 
-    for text in tqdm(texts, desc="parity card", unit="text", file=sys.stderr, leave=False,
-                     disable=progress is not True):
+    for text in tqdm(
+        texts, desc="parity card", unit="text", file=sys.stderr, leave=False, disable=progress is not True
+    ):
         if callable(progress):
             progress(text)
         tr = capture(lm, text, truncate=True)
@@ -284,18 +338,36 @@ def verify(lm: LoadedModel, *, texts: tuple[str, ...] = TEXTS, quick: bool = Fal
         for _, _, d in runs:
             for k, v in d.items():
                 detail[k] = max(detail.get(k, v), v)
-        checks.append(ParityCheck(name, _WHAT[name], err, tol, None if err is None else err <= tol,
-                                  next((n for _, n, _ in runs if n), ""), detail))
-    return ParityCard(lm.name, lm.adapter.family, lm.adapter.family.startswith("derived:"), dtype_name(dt),
-                      tuple(texts), tuple(checks), lm.adapter.broken(lm.model.config))
+        checks.append(
+            ParityCheck(
+                name,
+                _WHAT[name],
+                err,
+                tol,
+                None if err is None else err <= tol,
+                next((n for _, n, _ in runs if n), ""),
+                detail,
+            )
+        )
+    return ParityCard(
+        lm.name,
+        lm.adapter.family,
+        lm.adapter.family.startswith("derived:"),
+        dtype_name(dt),
+        tuple(texts),
+        tuple(checks),
+        lm.adapter.broken(lm.model.config),
+    )
 
 
-_WHAT = {"logits": "logits from `final` through the head = the model's logits (max |Δ| / max |logit|)",
-         "hidden_states": "captured layer inputs and `final` = output_hidden_states",
-         "residual": "resid_pre + attn_out + mlp_out = resid_post; resid_post = next resid_pre",
-         "attention_identity": "A.3: sum_h A_h X W_vo,h + b = the attention output (relative)",
-         "attention_scores": "softmax(scale X W_qk X^T + mask) at position 0 = the model's attention",
-         "decoding_walk": "greedy decoding walk = model.generate; P(token) from d_t through the head",
-         "mlp_activation": "the adapter's MLP activation = the model's activation module"}
+_WHAT = {
+    "logits": "logits from `final` through the head = the model's logits (max |Δ| / max |logit|)",
+    "hidden_states": "captured layer inputs and `final` = output_hidden_states",
+    "residual": "resid_pre + attn_out + mlp_out = resid_post; resid_post = next resid_pre",
+    "attention_identity": "A.3: sum_h A_h X W_vo,h + b = the attention output (relative)",
+    "attention_scores": "softmax(scale X W_qk X^T + mask) at position 0 = the model's attention",
+    "decoding_walk": "greedy decoding walk = model.generate; P(token) from d_t through the head",
+    "mlp_activation": "the adapter's MLP activation = the model's activation module",
+}
 
 __all__ = ["verify", "ParityCard", "ParityCheck", "TEXTS", "tolerance"]

@@ -31,8 +31,9 @@ Analyses return plain dataclasses and never draw (:mod:`walklens.reports.power` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 
 # ---- spectra --------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class HeadSpectrum:
@@ -104,52 +106,86 @@ class PowerSpectra:
 
         def lead(s: HeadSpectrum | LayerSpectrum) -> dict[str, object]:
             lam = complex(s.eigenvalues[0]) if len(s.eigenvalues) else 0j
-            return {"lambda1_re": lam.real, "lambda1_im": lam.imag, "lambda1_abs": abs(lam),
-                    "complex_pair": s.complex_pair, "gap": s.gap}
+            return {
+                "lambda1_re": lam.real,
+                "lambda1_im": lam.imag,
+                "lambda1_abs": abs(lam),
+                "complex_pair": s.complex_pair,
+                "gap": s.gap,
+            }
 
         def eigenvalues() -> Columns:
             parts = []
             for s in self.layers:
                 for head, ev in [(None, s.eigenvalues), *((h.head, h.eigenvalues) for h in s.heads)]:
-                    parts.append(long_table([("index", range(len(ev)))],
-                                            {"re": ev.real.double(), "im": ev.imag.double(), "abs": ev.abs().double()},
-                                            constants={"layer": s.layer, "head": head}))
+                    parts.append(
+                        long_table(
+                            [("index", range(len(ev)))],
+                            {"re": ev.real.double(), "im": ev.imag.double(), "abs": ev.abs().double()},
+                            constants={"layer": s.layer, "head": head},
+                        )
+                    )
             return concat_columns(parts)
 
         def vectors() -> Columns:
             parts = []
             for s in self.layers:
-                named = [(None, "v1", s.v1), *((None, f"basis_{i}", b) for i, b in enumerate(s.basis)),
-                         (None, "v1_right", s.v1_right), *((h.head, "v1", h.v1) for h in s.heads)]
+                named = [
+                    (None, "v1", s.v1),
+                    *((None, f"basis_{i}", b) for i, b in enumerate(s.basis)),
+                    (None, "v1_right", s.v1_right),
+                    *((h.head, "v1", h.v1) for h in s.heads),
+                ]
                 for head, name, v in named:
-                    parts.append(long_table([("dim", range(len(v)))], {"value": v.double()},
-                                            constants={"layer": s.layer, "head": head, "vector": name}))
+                    parts.append(
+                        long_table(
+                            [("dim", range(len(v)))],
+                            {"value": v.double()},
+                            constants={"layer": s.layer, "head": head, "vector": name},
+                        )
+                    )
             return concat_columns(parts)
 
         def tokens() -> Columns:
-            return record_table([{"layer": s.layer, "side": side, "rank": r, "token": t, "cos": c}
-                                 for s in self.layers
-                                 for side, toks, cos in (("nearest", s.nearest, s.nearest_cos),
-                                                         ("opposite", s.opposite, s.opposite_cos))
-                                 for r, (t, c) in enumerate(zip(toks, cos))],
-                                ["layer", "side", "rank", "token", "cos"])
+            return record_table(
+                [
+                    {"layer": s.layer, "side": side, "rank": r, "token": t, "cos": c}
+                    for s in self.layers
+                    for side, toks, cos in (
+                        ("nearest", s.nearest, s.nearest_cos),
+                        ("opposite", s.opposite, s.opposite_cos),
+                    )
+                    for r, (t, c) in enumerate(zip(toks, cos))
+                ],
+                ["layer", "side", "rank", "token", "cos"],
+            )
 
-        return pick(table, {
-            "layers": lambda: record_table([{"layer": s.layer, **lead(s), "residual_gap": s.residual_gap}
-                                            for s in self.layers]),
-            "heads": lambda: record_table([{"layer": s.layer, "head": h.head, **lead(h)}
-                                           for s in self.layers for h in s.heads],
-                                          ["layer", "head", "lambda1_re", "lambda1_im", "lambda1_abs",
-                                           "complex_pair", "gap"]),
-            "eigenvalues": eigenvalues, "vectors": vectors, "tokens": tokens}, "PowerSpectra")
+        return pick(
+            table,
+            {
+                "layers": lambda: record_table(
+                    [{"layer": s.layer, **lead(s), "residual_gap": s.residual_gap} for s in self.layers]
+                ),
+                "heads": lambda: record_table(
+                    [{"layer": s.layer, "head": h.head, **lead(h)} for s in self.layers for h in s.heads],
+                    ["layer", "head", "lambda1_re", "lambda1_im", "lambda1_abs", "complex_pair", "gap"],
+                ),
+                "eigenvalues": eigenvalues,
+                "vectors": vectors,
+                "tokens": tokens,
+            },
+            "PowerSpectra",
+        )
 
     def to_pandas(self, table: str = "layers") -> DataFrame:
         """The spectra as tables (pandas; docs/notebooks.md, "Tables"): ``layers`` one row per layer (lambda1 of
         F = W_V W_O, gaps); ``heads`` the same per (layer, head); ``eigenvalues`` every eigenvalue per (layer,
         head, index) (``head`` missing: the layer's F); ``vectors`` v1, the basis rows and v1_right per (layer,
         head, vector, dim); ``tokens`` v1's nearest and opposite tokens per (layer, side, rank)."""
-        return frame(self._columns(table), {"model": self.model_name, "d_model": self.d_model,
-                                            "shared": self.shared, "model_dtype": self.model_dtype})
+        return frame(
+            self._columns(table),
+            {"model": self.model_name, "d_model": self.d_model, "shared": self.shared, "model_dtype": self.model_dtype},
+        )
 
 
 def _unit_rows(lm: LoadedModel) -> torch.Tensor:
@@ -157,8 +193,9 @@ def _unit_rows(lm: LoadedModel) -> torch.Tensor:
     return V / V.norm(dim=1, keepdim=True).clamp_min(1e-12)
 
 
-def _nearest_tokens(lm: LoadedModel, basis: torch.Tensor, k: int, Vn: torch.Tensor | None
-                    ) -> tuple[torch.Tensor, list[str], list[float], list[str], list[float]]:
+def _nearest_tokens(
+    lm: LoadedModel, basis: torch.Tensor, k: int, Vn: torch.Tensor | None
+) -> tuple[torch.Tensor, list[str], list[float], list[str], list[float]]:
     if Vn is None or Vn.shape[1] != basis.shape[1] or k <= 0:
         return basis, [], [], [], []  # e.g. ALBERT: V lives in E-space, not D-space
     basis_f = basis.float()
@@ -168,8 +205,13 @@ def _nearest_tokens(lm: LoadedModel, basis: torch.Tensor, k: int, Vn: torch.Tens
             basis, cos = -basis, -cos
         top = torch.topk(cos, k)
         bot = torch.topk(-cos, k)
-        return (basis, lm.token_strings(top.indices.tolist()), top.values.tolist(),
-                lm.token_strings(bot.indices.tolist()), (-bot.values).tolist())
+        return (
+            basis,
+            lm.token_strings(top.indices.tolist()),
+            top.values.tolist(),
+            lm.token_strings(bot.indices.tolist()),
+            (-bot.values).tolist(),
+        )
     proj = (Vn @ basis_f.T).norm(dim=1)
     top = torch.topk(proj, k)
     return basis, lm.token_strings(top.indices.tolist()), top.values.tolist(), [], []
@@ -186,9 +228,21 @@ def _layer_spectrum(lm: LoadedModel, layer: int, heads: bool, nearest: int, Vn: 
         for h in range(hw.n_heads):
             eh = eigen_factored(*ov_factors(lm, layer, h, hw=hw))
             hs.append(HeadSpectrum(h, eh.eigenvalues, eh.v1, eh.complex_pair, eh.gap))
-    return LayerSpectrum(layer=layer, eigenvalues=e.eigenvalues, v1=v1, basis=basis, v1_right=e.v1_right,
-                         complex_pair=e.complex_pair, gap=e.gap, residual_gap=residual_gap(e.eigenvalues, A.shape[0]),
-                         nearest=near, nearest_cos=near_c, opposite=opp, opposite_cos=opp_c, heads=hs)
+    return LayerSpectrum(
+        layer=layer,
+        eigenvalues=e.eigenvalues,
+        v1=v1,
+        basis=basis,
+        v1_right=e.v1_right,
+        complex_pair=e.complex_pair,
+        gap=e.gap,
+        residual_gap=residual_gap(e.eigenvalues, A.shape[0]),
+        nearest=near,
+        nearest_cos=near_c,
+        opposite=opp,
+        opposite_cos=opp_c,
+        heads=hs,
+    )
 
 
 def _is_shared(lm: LoadedModel) -> bool:
@@ -197,8 +251,14 @@ def _is_shared(lm: LoadedModel) -> bool:
 
 
 @torch.no_grad()
-def power_spectra(lm: LoadedModel, *, layers: Sequence[int] | None = None, heads: bool = True,
-                  nearest: int = 8, progress: bool = False) -> PowerSpectra:
+def power_spectra(
+    lm: LoadedModel,
+    *,
+    layers: Sequence[int] | None = None,
+    heads: bool = True,
+    nearest: int = 8,
+    progress: bool = False,
+) -> PowerSpectra:
     """Eigenvalues, principal eigenvector v1, spectral gap and v1's nearest tokens of F = W_V W_O for every
     layer (and head) of ``lm`` (seed 002; F from seed 000, sec. 2.2.1).  Computed through the small factored
     product; a shared-weight stack (ALBERT) is decomposed once and reported at every depth."""
@@ -222,12 +282,17 @@ def power_spectra(lm: LoadedModel, *, layers: Sequence[int] | None = None, heads
         s = _layer_spectrum(lm, l, heads, nearest, Vn)
         done[key] = s
         out.append(s)
-    return PowerSpectra(model_name=lm.name, d_model=lm.d_model if out and out[0].v1.shape[0] == lm.d_model
-                        else (out[0].v1.shape[0] if out else 0), layers=out, shared=_is_shared(lm),
-                        model_dtype=dtype_name(lm.dtype))
+    return PowerSpectra(
+        model_name=lm.name,
+        d_model=lm.d_model if out and out[0].v1.shape[0] == lm.d_model else (out[0].v1.shape[0] if out else 0),
+        layers=out,
+        shared=_is_shared(lm),
+        model_dtype=dtype_name(lm.dtype),
+    )
 
 
 # ---- alignment through depth ------------------------------------------------------------------------------------
+
 
 @dataclass
 class Alignment:
@@ -266,29 +331,55 @@ class Alignment:
 
     def _columns(self, table: str = "points") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
-        stats = ("mean", "std", "random_mean", "random_lo", "random_hi", "other_mean", "other_lo", "other_hi",
-                 "shuffled_mean", "shuffled_lo", "shuffled_hi")
+        stats = (
+            "mean",
+            "std",
+            "random_mean",
+            "random_lo",
+            "random_hi",
+            "other_mean",
+            "other_lo",
+            "other_hi",
+            "shuffled_mean",
+            "shuffled_lo",
+            "shuffled_hi",
+        )
 
         def points() -> Columns:
-            return long_table([("point", list(self.points))], {k: list(getattr(self, k)) for k in stats},
-                              by_axis={"point": {"layer": list(self.layer_of),
-                                                 "kind": [point_kind(p) for p in self.points]}})
+            return long_table(
+                [("point", list(self.points))],
+                {k: list(getattr(self, k)) for k in stats},
+                by_axis={"point": {"layer": list(self.layer_of), "kind": [point_kind(p) for p in self.points]}},
+            )
 
         def tokens() -> Columns:
             first = 1 if self.skip_first else 0
-            return concat_columns([long_table(
-                [("point", list(self.points)), ("position", range(first, first + v.shape[1]))],
-                {"alignment": v.double()}, constants={"text": j},
-                by_axis={"point": {"layer": list(self.layer_of)}, "position": {"token": list(toks)}})
-                for j, (v, toks) in enumerate(zip(self.per_token, self.tokens))])
+            return concat_columns(
+                [
+                    long_table(
+                        [("point", list(self.points)), ("position", range(first, first + v.shape[1]))],
+                        {"alignment": v.double()},
+                        constants={"text": j},
+                        by_axis={"point": {"layer": list(self.layer_of)}, "position": {"token": list(toks)}},
+                    )
+                    for j, (v, toks) in enumerate(zip(self.per_token, self.tokens))
+                ]
+            )
 
         return pick(table, {"points": points, "tokens": tokens}, "an Alignment")
 
     def to_pandas(self, table: str = "points") -> DataFrame:
         """The alignment as tables (pandas; docs/notebooks.md, "Tables"): ``points`` one row per point (mean
         |cos(x, v1(F_l))| and the chance baselines); ``tokens`` one row per (text, point, position)."""
-        return frame(self._columns(table), {"model": self.model_name, "n_tokens": self.n_tokens,
-                                            "skip_first": self.skip_first, "model_dtype": self.model_dtype})
+        return frame(
+            self._columns(table),
+            {
+                "model": self.model_name,
+                "n_tokens": self.n_tokens,
+                "skip_first": self.skip_first,
+                "model_dtype": self.model_dtype,
+            },
+        )
 
 
 def cos_to_bases(X: torch.Tensor, bases: torch.Tensor, kdim: torch.Tensor) -> torch.Tensor:
@@ -338,10 +429,20 @@ def as_texts(texts: str | Sequence[str]) -> list[str]:
 
 
 @torch.no_grad()
-def alignment_from_states(states: Sequence[torch.Tensor], points: Sequence[str], layer_of: Sequence[int],
-                          spectra: PowerSpectra, *, tokens: Sequence[list[str]] | None = None,
-                          n_random: int = 200, n_shuffles: int = 50, seed: int = 0, model_name: str = "",
-                          skip_first: bool = False, model_dtype: str = "float32") -> Alignment:
+def alignment_from_states(
+    states: Sequence[torch.Tensor],
+    points: Sequence[str],
+    layer_of: Sequence[int],
+    spectra: PowerSpectra,
+    *,
+    tokens: Sequence[list[str]] | None = None,
+    n_random: int = 200,
+    n_shuffles: int = 50,
+    seed: int = 0,
+    model_name: str = "",
+    skip_first: bool = False,
+    model_dtype: str = "float32",
+) -> Alignment:
     """:func:`alignment` on given states: ``states[j]`` is [points, tokens, D] for text j."""
     if not states:
         raise EmptyTextError("no states given")
@@ -387,20 +488,45 @@ def alignment_from_states(states: Sequence[torch.Tensor], points: Sequence[str],
         o_mean.append(m), o_lo.append(lo), o_hi.append(hi)
     sh = torch.stack([other_means[torch.tensor([perm[int(i)] for i in li]), torch.arange(P)] for perm in perms])
     s_mean, s_lo, s_hi = _band(sh, dim=0)
-    return Alignment(model_name=model_name, points=list(points), layer_of=list(layer_of), mean=own.mean(1).tolist(),
-                     std=own.std(1, unbiased=False).tolist(), random_mean=r_mean, random_lo=r_lo, random_hi=r_hi,
-                     other_mean=o_mean, other_lo=o_lo, other_hi=o_hi, shuffled_mean=s_mean, shuffled_lo=s_lo,
-                     shuffled_hi=s_hi, per_token=per_token, tokens=[list(t) for t in (tokens or [])],
-                     n_tokens=int(own.shape[1]), skip_first=skip_first, model_dtype=model_dtype)
+    return Alignment(
+        model_name=model_name,
+        points=list(points),
+        layer_of=list(layer_of),
+        mean=own.mean(1).tolist(),
+        std=own.std(1, unbiased=False).tolist(),
+        random_mean=r_mean,
+        random_lo=r_lo,
+        random_hi=r_hi,
+        other_mean=o_mean,
+        other_lo=o_lo,
+        other_hi=o_hi,
+        shuffled_mean=s_mean,
+        shuffled_lo=s_lo,
+        shuffled_hi=s_hi,
+        per_token=per_token,
+        tokens=[list(t) for t in (tokens or [])],
+        n_tokens=int(own.shape[1]),
+        skip_first=skip_first,
+        model_dtype=model_dtype,
+    )
 
 
 _KINDS = ("resid_pre", "resid_mid", "resid_post")
 
 
 @torch.no_grad()
-def alignment(lm: LoadedModel, texts: str | Sequence[str], *, spectra: PowerSpectra | None = None,
-              kinds: Sequence[str] = _KINDS, n_random: int = 200, n_shuffles: int = 50, seed: int = 0,
-              skip_first: bool = False, progress: bool = False) -> Alignment:
+def alignment(
+    lm: LoadedModel,
+    texts: str | Sequence[str],
+    *,
+    spectra: PowerSpectra | None = None,
+    kinds: Sequence[str] = _KINDS,
+    n_random: int = 200,
+    n_shuffles: int = 50,
+    seed: int = 0,
+    skip_first: bool = False,
+    progress: bool = False,
+) -> Alignment:
     """|cos(x, v1(F_l))| of every token of ``texts`` at layer l's input, mid-residual and output, averaged
     over the corpus, next to random-direction, other-layer and shuffled-layer baselines (seed 002: "passing
     through a layer the tokens tend to be tilted towards the principal eigenvector" of F_l).
@@ -418,12 +544,23 @@ def alignment(lm: LoadedModel, texts: str | Sequence[str], *, spectra: PowerSpec
         states.append(torch.stack([tr[p] for p in points]))
         toks.append(tr.tokens[1:] if skip_first else tr.tokens)
     layer_of = [int(p[1:].split(".")[0]) for p in points]
-    return alignment_from_states(states, points, layer_of, spectra, tokens=toks, n_random=n_random,
-                                 n_shuffles=n_shuffles, seed=seed, model_name=lm.name, skip_first=skip_first,
-                                 model_dtype=dtype_name(lm.dtype))
+    return alignment_from_states(
+        states,
+        points,
+        layer_of,
+        spectra,
+        tokens=toks,
+        n_random=n_random,
+        n_shuffles=n_shuffles,
+        seed=seed,
+        model_name=lm.name,
+        skip_first=skip_first,
+        model_dtype=dtype_name(lm.dtype),
+    )
 
 
 # ---- analytic power method -----------------------------------------------------------------------------------
+
 
 def power_iterate(F: torch.Tensor, x0: torch.Tensor, steps: int, residual: bool = False) -> torch.Tensor:
     """The power method in the row convention: ``x_{l+1} = x_l M / |x_l M| * |x_0|`` with M = F (or I + F when
@@ -443,17 +580,17 @@ def predicted_alignment(cos0: torch.Tensor, rho: float, steps: int) -> torch.Ten
     """Analytic power-method prediction: from |cos theta_0| per token and rate rho, the mean over tokens of
     |cos theta_l| with ``tan theta_l = tan theta_0 * rho^l``, for l = 0..steps ([steps + 1])."""
     c0 = cos0.double().clamp(1e-12, 1.0)
-    tan0 = (1 - c0 ** 2).clamp_min(0).sqrt() / c0
+    tan0 = (1 - c0**2).clamp_min(0).sqrt() / c0
     l = torch.arange(steps + 1, dtype=torch.float64).view(-1, 1)
-    tan_l = tan0.view(1, -1) * (rho ** l)
-    return (1 / (1 + tan_l ** 2).sqrt()).mean(1)
+    tan_l = tan0.view(1, -1) * (rho**l)
+    return (1 / (1 + tan_l**2).sqrt()).mean(1)
 
 
 def fitted_rate(cos: Sequence[float] | torch.Tensor, start: int = 0, floor: float = 1e-6) -> float:
     """Rate rho fitted to an alignment curve: slope of log tan(theta_l) against l (least squares) from
     ``start``, using only points where tan theta >= ``floor`` (below it, tan from cos loses float64 precision)."""
     c = torch.as_tensor(cos, dtype=torch.float64).clamp(1e-12, 1.0)
-    tan = (1 - c ** 2).clamp_min(0).sqrt() / c
+    tan = (1 - c**2).clamp_min(0).sqrt() / c
     l = torch.arange(len(c), dtype=torch.float64)
     keep = (l >= start) & (tan > floor)
     if int(keep.sum()) < 2:
@@ -463,5 +600,15 @@ def fitted_rate(cos: Sequence[float] | torch.Tensor, start: int = 0, floor: floa
     return float(slope.exp())
 
 
-__all__ = ["power_spectra", "alignment", "alignment_from_states", "PowerSpectra", "LayerSpectrum", "HeadSpectrum",
-           "Alignment", "power_iterate", "predicted_alignment", "fitted_rate"]
+__all__ = [
+    "power_spectra",
+    "alignment",
+    "alignment_from_states",
+    "PowerSpectra",
+    "LayerSpectrum",
+    "HeadSpectrum",
+    "Alignment",
+    "power_iterate",
+    "predicted_alignment",
+    "fitted_rate",
+]

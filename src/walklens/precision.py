@@ -81,7 +81,9 @@ def check_device(device: str | torch.device) -> torch.device:
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA GPU was found"
-            raise InputError(f"device {str(device)!r} asked for, but no CUDA GPU is available ({why}); use --device cpu")
+            raise InputError(
+                f"device {str(device)!r} asked for, but no CUDA GPU is available ({why}); use --device cpu"
+            )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise InputError(f"device {str(device)!r}: only {torch.cuda.device_count()} CUDA GPU(s) are visible")
     return dev
@@ -116,8 +118,10 @@ def slow_reason(dtype: torch.dtype, device: str | torch.device, flags: set[str] 
         return None
     arm = platform.machine().lower() in ("aarch64", "arm64") or "asimd" in flags
     if dtype == torch.bfloat16 and not ({"amx_bf16", "avx512_bf16"} & flags or (arm and "bf16" in flags)):
-        return ("bfloat16 on this CPU has no AMX-BF16/AVX512-BF16 instructions: its matrix products are emulated "
-                "and usually slower than float32")
+        return (
+            "bfloat16 on this CPU has no AMX-BF16/AVX512-BF16 instructions: its matrix products are emulated "
+            "and usually slower than float32"
+        )
     if dtype == torch.float16 and not ("amx_fp16" in flags or (arm and "fphp" in flags)):
         fast = " (bfloat16 is the fast half precision here)" if {"amx_bf16", "avx512_bf16"} & flags else ""
         return f"float16 on this CPU has no AMX-FP16 kernels: it runs no faster than float32{fast}"
@@ -138,5 +142,18 @@ def warn_if_slow(dtype: torch.dtype, device: str | torch.device, flags: set[str]
     return why
 
 
-__all__ = ["DTYPES", "DEFAULT_DTYPE", "DEVICES", "IDENTITY_REL_TOL", "UNIT_ROUNDOFF", "parse_dtype", "dtype_name",
-           "is_low_precision", "model_label", "check_device", "cpu_flags", "slow_reason", "warn_if_slow"]
+__all__ = [
+    "DTYPES",
+    "DEFAULT_DTYPE",
+    "DEVICES",
+    "IDENTITY_REL_TOL",
+    "UNIT_ROUNDOFF",
+    "parse_dtype",
+    "dtype_name",
+    "is_low_precision",
+    "model_label",
+    "check_device",
+    "cpu_flags",
+    "slow_reason",
+    "warn_if_slow",
+]

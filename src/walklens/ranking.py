@@ -21,7 +21,8 @@ Why float32 and not a bfloat16 (AMX) screen with float32 verification, measured 
 bound of a bfloat16 product's error, (2 * 2**-8 + 576 * 2**-24) |x| |m_i| from rounding x and m_i plus the
 float32 sum (Cauchy-Schwarz; the largest error seen was a sixth of it), leaves a median of 1,500-3,900 tokens
 per target and row within reach of the target's score at the layers of the raw reading (mean 3,100-4,200; read
-normed: median 50-230, mean 1,100-1,500; 64 tokens of the grading prompt): the scores there are dense, so most of each row would need float32 re-scoring by gathers, costlier
+normed: median 50-230, mean 1,100-1,500; 64 tokens of the grading prompt): the scores there are dense, so most of each
+row would need float32 re-scoring by gathers, costlier
 than the product it replaces.  A split precise enough (x and M as sums of bfloat16 parts: three products)
 needs a float32 output, which torch's CPU kernels give only in oneDNN's bf16 "fpmath" mode, at ~130 G
 multiply-adds/s against float32's ~60-75: no faster than float32 once tripled.
@@ -73,14 +74,21 @@ class Linear:
     cosine x·m_i / (|x| |m_i|) (without the bias) when ``inv_m`` is given.  ``buf``: a :func:`scratch` buffer
     that tiles are written into (each tile's tensors are valid until the next tile)."""
 
-    def __init__(self, x: torch.Tensor, M: torch.Tensor, bias: torch.Tensor | None = None,
-                 inv_m: torch.Tensor | None = None, buf: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        x: torch.Tensor,
+        M: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        inv_m: torch.Tensor | None = None,
+        buf: torch.Tensor | None = None,
+    ) -> None:
         self.x, self.M, self.bias, self.inv_m, self.buf = x, M, bias, inv_m, buf
         self.inv_x = 1.0 / x.norm(dim=-1, keepdim=True).clamp_min(1e-12) if inv_m is not None else None
         self.n_rows, self.n_vocab = x.shape[0], M.shape[0]
 
-    def _finish(self, raw: torch.Tensor, bias: torch.Tensor | None, inv_m: torch.Tensor | None,
-                out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _finish(
+        self, raw: torch.Tensor, bias: torch.Tensor | None, inv_m: torch.Tensor | None, out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(dot, score) from the products ``raw`` (overwritten; ``out``: where the score goes)."""
         score = None
         if inv_m is not None:
@@ -92,10 +100,13 @@ class Linear:
     def tile(self, v0: int, v1: int) -> tuple[torch.Tensor, torch.Tensor]:
         n, b = self.n_rows, v1 - v0
         buf = self.buf if self.buf is not None and self.buf.numel() >= 2 * n * b else None  # None: it does not fit
-        raw = torch.mm(self.x, self.M[v0:v1].t(), out=buf[:n * b].view(n, b) if buf is not None else None)
-        return self._finish(raw, None if self.bias is None else self.bias[v0:v1],
-                            None if self.inv_m is None else self.inv_m[v0:v1],
-                            buf[n * b:2 * n * b].view(n, b) if buf is not None else None)
+        raw = torch.mm(self.x, self.M[v0:v1].t(), out=buf[: n * b].view(n, b) if buf is not None else None)
+        return self._finish(
+            raw,
+            None if self.bias is None else self.bias[v0:v1],
+            None if self.inv_m is None else self.inv_m[v0:v1],
+            buf[n * b : 2 * n * b].view(n, b) if buf is not None else None,
+        )
 
     def at(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n, j = ids.shape
@@ -103,8 +114,9 @@ class Linear:
         # one product with the gathered rows (the same kernel as a tile's), of which row r keeps its own columns
         diag = torch.arange(n, device=ids.device)
         raw = torch.mm(self.x, self.M[flat].t()).view(n, n, j)[diag, diag]
-        return self._finish(raw, None if self.bias is None else self.bias[ids],
-                            None if self.inv_m is None else self.inv_m[ids])
+        return self._finish(
+            raw, None if self.bias is None else self.bias[ids], None if self.inv_m is None else self.inv_m[ids]
+        )
 
     def whole(self, rows: torch.Tensor) -> Dense:
         sub = Linear(self.x[rows], self.M, self.bias, self.inv_m)
@@ -184,9 +196,9 @@ def read_rows(scorer: Scorer, ids: torch.Tensor, k: int = 0, lse: bool = False, 
         for c0 in range(0, v1 - v0, step):  # comparisons and exponentials, a cache-sized slice at a time
             c1 = min(c0 + step, v1 - v0)
             s = score[:, c0:c1]
-            counts += torch.gt(s[:, None, :], s_t[:, :, None], out=cmp[:, :, :c1 - c0]).sum(-1).long()
+            counts += torch.gt(s[:, None, :], s_t[:, :, None], out=cmp[:, :, : c1 - c0]).sum(-1).long()
             if lse:
-                e = torch.sub(dot[:, c0:c1], m_run[:, None], out=work[:, :c1 - c0])
+                e = torch.sub(dot[:, c0:c1], m_run[:, None], out=work[:, : c1 - c0])
                 acc += e.clamp_(min=EXP_FLOOR).exp_().sum(-1)
     if k_eff:
         cand_v, cand_i = torch.cat(tops_v, 1), torch.cat(tops_i, 1)

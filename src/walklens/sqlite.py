@@ -19,9 +19,9 @@ into their own one-line :class:`~walklens.errors.InputError`.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 from .errors import InputError
 
@@ -136,5 +136,16 @@ def create_tables(conn: sqlite3.Connection, ddl: Sequence[str], *, key: str, ver
         conn.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, str(version)))
 
 
-__all__ = ["META", "closed_on_error", "connect", "create_tables", "foreign", "meta_value", "quick_check",
-           "schema_version", "set_mode", "tables", "transaction"]
+__all__ = [
+    "META",
+    "closed_on_error",
+    "connect",
+    "create_tables",
+    "foreign",
+    "meta_value",
+    "quick_check",
+    "schema_version",
+    "set_mode",
+    "tables",
+    "transaction",
+]

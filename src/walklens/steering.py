@@ -28,9 +28,10 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -76,8 +77,10 @@ def direction(lm: LoadedModel, toward: str | torch.Tensor) -> tuple[torch.Tensor
         raise InputError(f"{toward!r} tokenises to nothing")
     V = lm.embedding_matrix().detach().double().cpu()
     if V.shape[1] != _resid_dim(lm):
-        raise UnsupportedFamilyError(f"{lm.adapter.family}: token embeddings live in a {V.shape[1]}-dim space, the "
-                                     f"residual in {_resid_dim(lm)}; pass a vector instead of a token")
+        raise UnsupportedFamilyError(
+            f"{lm.adapter.family}: token embeddings live in a {V.shape[1]}-dim space, the "
+            f"residual in {_resid_dim(lm)}; pass a vector instead of a token"
+        )
     u = V[ids].mean(0)
     return u / u.norm(), int(ids[0]), toward
 
@@ -88,8 +91,9 @@ def _resid_dim(lm: LoadedModel) -> int:
 
 
 @contextmanager
-def steer(lm: LoadedModel, toward: str | torch.Tensor, layers: int | Sequence[int], alpha: float,
-          method: str = "eigen") -> Iterator[SteerResult]:
+def steer(
+    lm: LoadedModel, toward: str | torch.Tensor, layers: int | Sequence[int], alpha: float, method: str = "eigen"
+) -> Iterator[SteerResult]:
     """Steer ``lm`` toward ``toward`` (a token, a text or a [D] vector) at ``layers`` with strength
     ``alpha`` inside a ``with`` block (seed 002).  ``method="eigen"``: rank-one W_O edit F' = F + alpha w u^T
     (module docstring); ``"add"``: activation addition of alpha u at the layers' outputs.  Everything is
@@ -111,13 +115,15 @@ def steer(lm: LoadedModel, toward: str | torch.Tensor, layers: int | Sequence[in
             yield res
 
 
-def activation_addition(lm: LoadedModel, toward: str | torch.Tensor, layers: int | Sequence[int],
-                        alpha: float) -> contextlib.AbstractContextManager[SteerResult]:
+def activation_addition(
+    lm: LoadedModel, toward: str | torch.Tensor, layers: int | Sequence[int], alpha: float
+) -> contextlib.AbstractContextManager[SteerResult]:
     """:func:`steer` with ``method="add"`` (alpha u added to the residual at the layers' outputs)."""
     return steer(lm, toward, layers, alpha, method="add")
 
 
 # ---- sweeps ----------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class SteerRow:
@@ -156,8 +162,9 @@ class SteeringSweep:
     methods: list[str]
     rows: list[SteerRow]
 
-    def curve(self, method: str, layers: Sequence[int], metric: str = "target_prob",
-              stat: str = "mean") -> tuple[list[float], list[float]]:
+    def curve(
+        self, method: str, layers: Sequence[int], metric: str = "target_prob", stat: str = "mean"
+    ) -> tuple[list[float], list[float]]:
         """(alphas, mean or median over prompts of ``metric``) for one method and layer set."""
         sel = [r for r in self.rows if r.method == method and list(r.layers) == list(layers)]
         al = sorted({r.alpha for r in sel})
@@ -169,25 +176,44 @@ class SteeringSweep:
 
     def _columns(self, table: str = "rows") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
-        names = ("method", "layers", "alpha", "prompt", "target_logit", "target_prob", "target_rank", "top_token",
-                 "text", "perplexity", "push", "injection")
+        names = (
+            "method",
+            "layers",
+            "alpha",
+            "prompt",
+            "target_logit",
+            "target_prob",
+            "target_rank",
+            "top_token",
+            "text",
+            "perplexity",
+            "push",
+            "injection",
+        )
 
         def row(r: SteerRow) -> dict[str, Any]:
             d = {k: getattr(r, k) for k in names}
             d["layers"] = ",".join(str(int(layer)) for layer in r.layers)
             return d
 
-        return pick(table, {
-            "rows": lambda: record_table([row(r) for r in self.rows], names),
-            "reach": lambda: record_table([{"layer": int(k), "reach": v} for k, v in self.reach.items()],
-                                          ["layer", "reach"])}, "a SteeringSweep")
+        return pick(
+            table,
+            {
+                "rows": lambda: record_table([row(r) for r in self.rows], names),
+                "reach": lambda: record_table(
+                    [{"layer": int(k), "reach": v} for k, v in self.reach.items()], ["layer", "reach"]
+                ),
+            },
+            "a SteeringSweep",
+        )
 
     def to_pandas(self, table: str = "rows") -> DataFrame:
         """The sweep as tables (pandas; docs/notebooks.md, "Tables"): ``rows`` one row per (method, layers,
         alpha, prompt) run (``layers`` as text, ``"10,11"``; ``target_rank`` 0-based, missing where the logits
         were not finite); ``reach`` one row per layer."""
-        return frame(self._columns(table), {"model": self.model_name, "toward": self.toward,
-                                            "target_token": self.target_token})
+        return frame(
+            self._columns(table), {"model": self.model_name, "toward": self.toward, "target_token": self.target_token}
+        )
 
 
 def _value(v: float | int | None) -> float:
@@ -218,7 +244,7 @@ def _greedy(lm: LoadedModel, ids: torch.Tensor, n: int) -> tuple[torch.Tensor, t
         if lm.tokenizer.eos_token_id is not None and nxt == lm.tokenizer.eos_token_id:
             break
     assert first is not None
-    return x[0, ids.shape[1]:].cpu(), first, finite
+    return x[0, ids.shape[1] :].cpu(), first, finite
 
 
 def _next_logits(lm: LoadedModel, x: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -246,7 +272,7 @@ def _perplexity(lm: LoadedModel, ids: torch.Tensor, new: torch.Tensor) -> float:
     full = torch.cat([ids[0].cpu(), new]).unsqueeze(0).to(lm.device)
     logp = torch.log_softmax(lm.model(input_ids=full, use_cache=False).logits[0].float().cpu(), -1)
     P = ids.shape[1]
-    nll = -logp[P - 1:-1].gather(1, new.view(-1, 1)).mean()
+    nll = -logp[P - 1 : -1].gather(1, new.view(-1, 1)).mean()
     return float(nll.exp())
 
 
@@ -261,10 +287,18 @@ def readout(logits: torch.Tensor, tid: int) -> tuple[float, float, int | None, i
 
 
 @torch.no_grad()
-def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | torch.Tensor,
-                   layer_sets: Sequence[Sequence[int]] | Sequence[int], alphas: Sequence[float], *,
-                   add_alphas: Sequence[float] | None = None, methods: Sequence[str] = ("eigen", "add"),
-                   max_new_tokens: int = 12, progress: bool = False) -> SteeringSweep:
+def steering_sweep(
+    lm: LoadedModel,
+    prompts: str | Sequence[str],
+    toward: str | torch.Tensor,
+    layer_sets: Sequence[Sequence[int]] | Sequence[int],
+    alphas: Sequence[float],
+    *,
+    add_alphas: Sequence[float] | None = None,
+    methods: Sequence[str] = ("eigen", "add"),
+    max_new_tokens: int = 12,
+    progress: bool = False,
+) -> SteeringSweep:
     """Eigen-steering next to activation addition (seed 002's steering method vs the usual steering vector):
     for each method, layer set, alpha and prompt the target's next-token probability and rank, a greedy
     continuation and its perplexity under the unsteered model.  ``add_alphas`` (default ``alphas``) is the
@@ -276,8 +310,11 @@ def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | 
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
         raise InputError("give at least one non-empty prompt")
-    sets = [[int(layer_sets)]] if isinstance(layer_sets, int) else [
-        [int(s)] if isinstance(s, int) else [int(v) for v in s] for s in layer_sets]
+    sets = (
+        [[int(layer_sets)]]
+        if isinstance(layer_sets, int)
+        else [[int(s)] if isinstance(s, int) else [int(v) for v in s] for s in layer_sets]
+    )
     sets = [resolve_layers(lm, s) for s in sets]
     add_alphas = list(alphas if add_alphas is None else add_alphas)
     alphas = list(alphas)
@@ -290,8 +327,9 @@ def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | 
             A, _ = ov_factors(lm, l, grouped=True)
             reach[l] = float(value_projection(A, u)[1].norm())
     rows: list[SteerRow] = []
-    jobs = [(m, s, a, p) for m in methods for s in sets for a in (alphas if m == "eigen" else add_alphas)
-            for p in prompts]
+    jobs = [
+        (m, s, a, p) for m in methods for s in sets for a in (alphas if m == "eigen" else add_alphas) for p in prompts
+    ]
     base_state: dict[tuple[str, int], torch.Tensor] = {}
     for m, s, a, p in tqdm(jobs, desc="steering", disable=not progress, leave=False):
         ids = tokenize(lm, p)
@@ -305,17 +343,40 @@ def steering_sweep(lm: LoadedModel, prompts: str | Sequence[str], toward: str | 
         d = st - base_state[key]
         logit, prob, rank, top = readout(logits if finite else logits.fill_(math.nan), tid)
         if rank is None:
-            warnings.warn(f"{m} steering at layers {s} with alpha {a:g}: the logits are not finite (NaN or inf: "
-                          f"the dose overflows the model's dtype); p(target) and its rank are reported as NaN",
-                          NonFiniteWarning, stacklevel=2)
-        rows.append(SteerRow(method=m, layers=s, alpha=float(a), prompt=p, target_logit=logit, target_prob=prob,
-                             target_rank=rank, top_token="" if top is None else lm.token_strings([top])[0],
-                             text=lm.tokenizer.decode(new.tolist()), perplexity=_perplexity(lm, ids, new),
-                             push=float(d @ u), injection=float(d.norm())))
-    return SteeringSweep(model_name=lm.name, toward=label, target_token=lm.token_strings([tid])[0], reach=reach,
-                         prompts=prompts, alphas=alphas, add_alphas=add_alphas, layer_sets=sets,
-                         methods=list(methods), rows=rows)
+            warnings.warn(
+                f"{m} steering at layers {s} with alpha {a:g}: the logits are not finite (NaN or inf: "
+                f"the dose overflows the model's dtype); p(target) and its rank are reported as NaN",
+                NonFiniteWarning,
+                stacklevel=2,
+            )
+        rows.append(
+            SteerRow(
+                method=m,
+                layers=s,
+                alpha=float(a),
+                prompt=p,
+                target_logit=logit,
+                target_prob=prob,
+                target_rank=rank,
+                top_token="" if top is None else lm.token_strings([top])[0],
+                text=lm.tokenizer.decode(new.tolist()),
+                perplexity=_perplexity(lm, ids, new),
+                push=float(d @ u),
+                injection=float(d.norm()),
+            )
+        )
+    return SteeringSweep(
+        model_name=lm.name,
+        toward=label,
+        target_token=lm.token_strings([tid])[0],
+        reach=reach,
+        prompts=prompts,
+        alphas=alphas,
+        add_alphas=add_alphas,
+        layer_sets=sets,
+        methods=list(methods),
+        rows=rows,
+    )
 
 
-__all__ = ["steer", "activation_addition", "steering_sweep", "direction", "SteerResult", "SteerRow",
-           "SteeringSweep"]
+__all__ = ["steer", "activation_addition", "steering_sweep", "direction", "SteerResult", "SteerRow", "SteeringSweep"]

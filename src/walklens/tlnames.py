@@ -39,8 +39,9 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import re
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -58,8 +59,13 @@ TRANSFORMERLENS = "transformerlens"
 NAMINGS = (WALKLENS, TRANSFORMERLENS)
 
 #: walklens point kind of layer l -> TransformerLens hook of ``blocks.{l}``.
-BLOCK_HOOKS = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "resid_mid": "hook_resid_mid",
-               "mlp_out": "hook_mlp_out", "resid_post": "hook_resid_post"}
+BLOCK_HOOKS = {
+    "resid_pre": "hook_resid_pre",
+    "attn_out": "hook_attn_out",
+    "resid_mid": "hook_resid_mid",
+    "mlp_out": "hook_mlp_out",
+    "resid_post": "hook_resid_post",
+}
 _KIND_OF_HOOK = {hook: kind for kind, hook in BLOCK_HOOKS.items()}
 _POINT = re.compile(r"^L(\d+)\.(\w+)$")
 _BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
@@ -67,38 +73,61 @@ _BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)$")
 #: Why a walklens point has no TransformerLens counterpart.
 _NO_HOOK = {
     "final": "TransformerLens hooks no output of its final norm (ln_final.hook_normalized is x / scale, before the "
-             "norm's weight and bias); the norm's input is the last block's hook_resid_post",
+    "norm's weight and bias); the norm's input is the last block's hook_resid_post",
     "cross_out": "T5's cross-attention is HookedEncoderDecoder's decoder.{l}.hook_cross_attn_out, which walklens "
-                 "does not map",
+    "does not map",
     "resid_cross": "T5's residual after cross-attention is HookedEncoderDecoder's decoder.{l}.hook_resid_mid_cross, "
-                   "which walklens does not map",
+    "which walklens does not map",
 }
 
 #: Why a TransformerLens hook has no walklens point: (pattern, reason); ``{l}`` is the name's block.
-_NO_POINT: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), why) for p, why in (
-    (r"^hook_pos_embed$", "walklens records no position embedding; with learned absolute positions it is "
-                          "blocks.0.hook_resid_pre - hook_embed"),
-    (r"^hook_tokens$", "the token ids are trace.token_ids"),
-    (r"^blocks\.\d+\.attn\.hook_pattern$", "attention probabilities are no point: capture(..., attentions=True) "
-                                           "keeps trace.attentions['L{l}.attn'] as [heads, query, key]"),
-    (r"^blocks\.\d+\.hook_mlp_in$", "it is a copy of blocks.{l}.hook_resid_mid (recorded with use_hook_mlp_in)"),
-    (r"^blocks\.\d+\.hook_(attn_in|q_input|k_input|v_input)$",
-     "it is a copy of blocks.{l}.hook_resid_pre with a head axis"),
-    (r"^ln_final\.hook_\w+$", "walklens' final is the final norm's output after its weight and bias, which "
-                               "TransformerLens does not hook (hook_normalized is x / scale, before them); the "
-                               "norm's input is the last block's hook_resid_post"),
-    (r"^(blocks\.\d+\.)?ln\w*\.hook_(normalized|scale)$",
-     "norm internals are not recorded (hook_normalized is x / scale, before the norm's weight and bias)"),
-    (r"^blocks\.\d+\.attn\.hook_\w+$", "per-head attention internals are not recorded; what attention adds is "
-                                       "blocks.{l}.hook_attn_out"),
-    (r"^blocks\.\d+\.mlp\.hook_\w+$", "MLP internals are not recorded; what the MLP adds is blocks.{l}.hook_mlp_out"),
-    (r"^(encoder|decoder)\.\d+\.", "HookedEncoderDecoder (T5) names are not mapped"),
-))
+_NO_POINT: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p), why)
+    for p, why in (
+        (
+            r"^hook_pos_embed$",
+            "walklens records no position embedding; with learned absolute positions it is "
+            "blocks.0.hook_resid_pre - hook_embed",
+        ),
+        (r"^hook_tokens$", "the token ids are trace.token_ids"),
+        (
+            r"^blocks\.\d+\.attn\.hook_pattern$",
+            "attention probabilities are no point: capture(..., attentions=True) "
+            "keeps trace.attentions['L{l}.attn'] as [heads, query, key]",
+        ),
+        (r"^blocks\.\d+\.hook_mlp_in$", "it is a copy of blocks.{l}.hook_resid_mid (recorded with use_hook_mlp_in)"),
+        (
+            r"^blocks\.\d+\.hook_(attn_in|q_input|k_input|v_input)$",
+            "it is a copy of blocks.{l}.hook_resid_pre with a head axis",
+        ),
+        (
+            r"^ln_final\.hook_\w+$",
+            "walklens' final is the final norm's output after its weight and bias, which "
+            "TransformerLens does not hook (hook_normalized is x / scale, before them); the "
+            "norm's input is the last block's hook_resid_post",
+        ),
+        (
+            r"^(blocks\.\d+\.)?ln\w*\.hook_(normalized|scale)$",
+            "norm internals are not recorded (hook_normalized is x / scale, before the norm's weight and bias)",
+        ),
+        (
+            r"^blocks\.\d+\.attn\.hook_\w+$",
+            "per-head attention internals are not recorded; what attention adds is blocks.{l}.hook_attn_out",
+        ),
+        (
+            r"^blocks\.\d+\.mlp\.hook_\w+$",
+            "MLP internals are not recorded; what the MLP adds is blocks.{l}.hook_mlp_out",
+        ),
+        (r"^(encoder|decoder)\.\d+\.", "HookedEncoderDecoder (T5) names are not mapped"),
+    )
+)
 
 #: Families whose walklens point differs from TransformerLens' hook of the same name: point -> reason.
 _DIFFERENT = {
-    "bloom": {"embed": "BLOOM's hook_embed includes word_embeddings_layernorm, which is walklens' L0.resid_pre "
-                       "(blocks.0.hook_resid_pre); walklens' embed is the raw token row"},
+    "bloom": {
+        "embed": "BLOOM's hook_embed includes word_embeddings_layernorm, which is walklens' L0.resid_pre "
+        "(blocks.0.hook_resid_pre); walklens' embed is the raw token row"
+    },
 }
 
 
@@ -131,8 +160,10 @@ def tl_name(point: str) -> str:
     kind = m.group(2) if m else point
     layer = m.group(1) if m else "0"
     if kind in _NO_HOOK:
-        raise InputError(f"walklens point {point!r} has no TransformerLens hook: {_NO_HOOK[kind]}; mapped points "
-                         f"are {', '.join(_generic_points('{l}'))}")
+        raise InputError(
+            f"walklens point {point!r} has no TransformerLens hook: {_NO_HOOK[kind]}; mapped points "
+            f"are {', '.join(_generic_points('{l}'))}"
+        )
     raise InputError(f"{point!r} is not a walklens point; nearest: {_nearest(point, _generic_points(layer))}")
 
 
@@ -148,10 +179,14 @@ def walklens_point(name: str) -> str:
     for pattern, why in _NO_POINT:
         if pattern.match(name):
             why = why.replace("{l}", layer)
-            raise InputError(f"TransformerLens hook {name!r} has no walklens point: {why}; mapped hooks near it: "
-                             f"{_nearest(name, _generic_hooks(layer))}")
-    raise InputError(f"{name!r} is not a TransformerLens hook name walklens maps; nearest: "
-                     f"{_nearest(name, _generic_hooks('0' if layer == '{l}' else layer))}")
+            raise InputError(
+                f"TransformerLens hook {name!r} has no walklens point: {why}; mapped hooks near it: "
+                f"{_nearest(name, _generic_hooks(layer))}"
+            )
+    raise InputError(
+        f"{name!r} is not a TransformerLens hook name walklens maps; nearest: "
+        f"{_nearest(name, _generic_hooks('0' if layer == '{l}' else layer))}"
+    )
 
 
 def naming(names: str) -> str:
@@ -164,8 +199,10 @@ def naming(names: str) -> str:
 def _model(trace: Trace, lm: LoadedModel | None) -> LoadedModel:
     lm = lm if lm is not None else trace.lm
     if lm is None:
-        raise InputError("this trace is not attached to a model, which says whether its family is mapped; pass lm= "
-                         "(or Trace.load(path, lm=lm))")
+        raise InputError(
+            "this trace is not attached to a model, which says whether its family is mapped; pass lm= "
+            "(or Trace.load(path, lm=lm))"
+        )
     return lm
 
 
@@ -173,12 +210,16 @@ def require_mapped(lm: LoadedModel) -> None:
     """Refuse, in one line, a model whose points TransformerLens' hooks do not mean (module docstring)."""
     residual = lm.adapter.residual_kind(lm.model.config)
     if lm.is_encoder_decoder:
-        raise InputError(f"{lm.adapter.family}: TransformerLens names are mapped for decoder-only models only "
-                         "(T5 is HookedEncoderDecoder's encoder.{l} / decoder.{l}, which walklens does not map)")
+        raise InputError(
+            f"{lm.adapter.family}: TransformerLens names are mapped for decoder-only models only "
+            "(T5 is HookedEncoderDecoder's encoder.{l} / decoder.{l}, which walklens does not map)"
+        )
     if residual == "post_norm":
-        raise InputError(f"{lm.adapter.family} is post-norm: TransformerLens' blocks.{{l}}.hook_resid_mid and "
-                         "hook_resid_post are the sums before the norms, walklens' are after them; use "
-                         "names='walklens'")
+        raise InputError(
+            f"{lm.adapter.family} is post-norm: TransformerLens' blocks.{{l}}.hook_resid_mid and "
+            "hook_resid_post are the sums before the norms, walklens' are after them; use "
+            "names='walklens'"
+        )
 
 
 def mapped(lm: LoadedModel, point: str) -> str | None:
@@ -215,10 +256,13 @@ def select(lm: LoadedModel, every: Sequence[str], patterns: Sequence[str] | str 
             point = walklens_point(pat)  # refuses a hook with no point, with its reason
             if point in every:
                 model_tl_name(lm, point)  # refuses a point whose value differs in this family
-            raise InputError(f"{lm.name} records no {pat!r} ({point}; {len(every)} points in {lm.n_layers} "
-                             f"layers); nearest: {_nearest(pat, list(names.values()))}")
-        raise InputError(f"no TransformerLens hook name of {lm.name} matches {pat!r}; nearest: "
-                         f"{_nearest(pat, list(names.values()))}")
+            raise InputError(
+                f"{lm.name} records no {pat!r} ({point}; {len(every)} points in {lm.n_layers} "
+                f"layers); nearest: {_nearest(pat, list(names.values()))}"
+            )
+        raise InputError(
+            f"no TransformerLens hook name of {lm.name} matches {pat!r}; nearest: {_nearest(pat, list(names.values()))}"
+        )
     return [p for p, n in names.items() if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
 
 
@@ -275,8 +319,10 @@ def tl_cache(trace: Trace, *, centered: bool = False, lm: LoadedModel | None = N
     if centered:
         model = _model(trace, lm)
         if not _layer_norm_model(model):
-            raise InputError(f"{model.adapter.family} has no LayerNorm: TransformerLens centres writing weights only "
-                             "for LayerNorm models, so its default values are the uncentred ones; leave centered=False")
+            raise InputError(
+                f"{model.adapter.family} has no LayerNorm: TransformerLens centres writing weights only "
+                "for LayerNorm models, so its default values are the uncentred ones; leave centered=False"
+            )
     out = {}
     for i, name in enumerate(tl.points):
         x = tl.hidden[i]

@@ -77,8 +77,10 @@ class Trace:
         try:
             return self.points.index(name)
         except ValueError:
-            raise InputError(f"no captured point {name!r}; captured: {', '.join(self.points[:8])}"
-                             f"{' ...' if len(self.points) > 8 else ''}") from None
+            raise InputError(
+                f"no captured point {name!r}; captured: {', '.join(self.points[:8])}"
+                f"{' ...' if len(self.points) > 8 else ''}"
+            ) from None
 
     def __getitem__(self, name: str | tuple[str, int]) -> torch.Tensor:
         """The [tokens, D] vectors of one point."""
@@ -124,9 +126,17 @@ class Trace:
                 tensors[f"{prefix}attn/{k}"] = v.contiguous()
             for k, v in tr.attn_inputs.items():
                 tensors[f"{prefix}attn_in/{k}"] = v.contiguous()
-            meta[prefix or "main"] = json.dumps({
-                "tokens": tr.tokens, "points": tr.points, "model_name": tr.model_name, "family": tr.family,
-                "stack": tr.stack, "n_layers": tr.n_layers, "model_dtype": tr.model_dtype})
+            meta[prefix or "main"] = json.dumps(
+                {
+                    "tokens": tr.tokens,
+                    "points": tr.points,
+                    "model_name": tr.model_name,
+                    "family": tr.family,
+                    "stack": tr.stack,
+                    "n_layers": tr.n_layers,
+                    "model_dtype": tr.model_dtype,
+                }
+            )
 
         put("", self)
         if self.encoder is not None:
@@ -150,12 +160,22 @@ class Trace:
 
         def get(prefix: str) -> Trace:
             m = json.loads(meta[prefix or "main"])
-            att = {k[len(prefix) + 5:]: v for k, v in tensors.items() if k.startswith(prefix + "attn/")}
-            ain = {k[len(prefix) + 8:]: v for k, v in tensors.items() if k.startswith(prefix + "attn_in/")}
-            return cls(tokens=m["tokens"], token_ids=tensors[prefix + "token_ids"], points=m["points"],
-                       hidden=tensors[prefix + "hidden"], model_name=m["model_name"], family=m["family"],
-                       stack=m["stack"], n_layers=m["n_layers"], attentions=att, attn_inputs=ain, lm=lm,
-                       model_dtype=m.get("model_dtype", "float32"))
+            att = {k[len(prefix) + 5 :]: v for k, v in tensors.items() if k.startswith(prefix + "attn/")}
+            ain = {k[len(prefix) + 8 :]: v for k, v in tensors.items() if k.startswith(prefix + "attn_in/")}
+            return cls(
+                tokens=m["tokens"],
+                token_ids=tensors[prefix + "token_ids"],
+                points=m["points"],
+                hidden=tensors[prefix + "hidden"],
+                model_name=m["model_name"],
+                family=m["family"],
+                stack=m["stack"],
+                n_layers=m["n_layers"],
+                attentions=att,
+                attn_inputs=ain,
+                lm=lm,
+                model_dtype=m.get("model_dtype", "float32"),
+            )
 
         tr = get("")
         if "encoder/" in meta:
@@ -168,29 +188,42 @@ class Trace:
         parts = ([self.encoder] if self.encoder is not None else []) + [self]
 
         def hidden(tr: Trace) -> Columns:
-            return long_table([("point", tr.points), ("position", range(len(tr.tokens))), ("dim", range(tr.d_model))],
-                              {"value": tr.hidden.float()}, constants={"stack": tr.stack},
-                              by_axis={"point": {"layer": [tr.layer_of(p) for p in tr.points],
-                                                 "kind": [tr.kind_of(p) for p in tr.points]},
-                                       "position": {"token": tr.tokens, "token_id": tr.token_ids.reshape(-1)}})
+            return long_table(
+                [("point", tr.points), ("position", range(len(tr.tokens))), ("dim", range(tr.d_model))],
+                {"value": tr.hidden.float()},
+                constants={"stack": tr.stack},
+                by_axis={
+                    "point": {"layer": [tr.layer_of(p) for p in tr.points], "kind": [tr.kind_of(p) for p in tr.points]},
+                    "position": {"token": tr.tokens, "token_id": tr.token_ids.reshape(-1)},
+                },
+            )
 
         def attentions(tr: Trace) -> list[Columns]:
-            return [long_table([("head", range(a.shape[0])), ("position", range(a.shape[1])),
-                                ("key_position", range(a.shape[2]))], {"prob": a.float()},
-                               constants={"stack": tr.stack, "module": name, "layer": tr.layer_of(name),
-                                          "kind": tr.kind_of(name)})
-                    for name, a in tr.attentions.items()]
+            return [
+                long_table(
+                    [("head", range(a.shape[0])), ("position", range(a.shape[1])), ("key_position", range(a.shape[2]))],
+                    {"prob": a.float()},
+                    constants={"stack": tr.stack, "module": name, "layer": tr.layer_of(name), "kind": tr.kind_of(name)},
+                )
+                for name, a in tr.attentions.items()
+            ]
 
-        return pick(table, {"hidden": lambda: concat_columns([hidden(tr) for tr in parts]),
-                            "attentions": lambda: concat_columns([c for tr in parts for c in attentions(tr)])},
-                    "a Trace")
+        return pick(
+            table,
+            {
+                "hidden": lambda: concat_columns([hidden(tr) for tr in parts]),
+                "attentions": lambda: concat_columns([c for tr in parts for c in attentions(tr)]),
+            },
+            "a Trace",
+        )
 
     def to_pandas(self, table: str = "hidden") -> DataFrame:
         """The trace as a long table (pandas; docs/notebooks.md, "Tables"): ``hidden`` one row per (stack, point,
         position, dim) with the vector's ``value``; ``attentions`` one row per (stack, module, head, position,
         key_position) with ``prob`` (captured with ``attentions=True``)."""
-        return frame(self._columns(table), {"model": self.model_name, "family": self.family,
-                                            "model_dtype": self.model_dtype})
+        return frame(
+            self._columns(table), {"model": self.model_name, "family": self.family, "model_dtype": self.model_dtype}
+        )
 
 
 __all__ = ["Trace"]

@@ -48,9 +48,10 @@ from __future__ import annotations
 
 import fnmatch
 import sys
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
@@ -80,6 +81,7 @@ _MAX_CHUNK_ROWS = 512  # rows read at once (walklens.ranking: a chunk's target s
 # ------------------------------------------------------------------------------------------------------------
 # result types
 # ------------------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class EncodingWalk:
@@ -132,8 +134,19 @@ class EncodingWalk:
         P, T = len(self.points), len(self.tokens)
         if len(self.residual) != P:
             raise ValueError(f"residual flags: {len(self.residual)} for {P} points")
-        for name in ("rank_of_input", "rank_of_next", "prob_of_input", "prob_of_next", "dot_input", "dot_next",
-                     "cos_input", "cos_next", "vector_norm", "step_length", "step_angle"):
+        for name in (
+            "rank_of_input",
+            "rank_of_next",
+            "prob_of_input",
+            "prob_of_next",
+            "dot_input",
+            "dot_next",
+            "cos_input",
+            "cos_next",
+            "vector_norm",
+            "step_length",
+            "step_angle",
+        ):
             shape = tuple(getattr(self, name).shape)
             if shape != (P, T):
                 raise ValueError(f"{name} has shape {shape}, expected {(P, T)}")
@@ -175,19 +188,42 @@ class EncodingWalk:
 
     def _columns(self, table: str = "walk") -> Columns:
         """The plain columns of :meth:`to_pandas` (encoder rows first on an encoder-decoder model)."""
-        cells = ("rank_of_input", "rank_of_next", "prob_of_input", "prob_of_next", "dot_input", "dot_next",
-                 "cos_input", "cos_next", "vector_norm", "step_length", "step_angle")
+        cells = (
+            "rank_of_input",
+            "rank_of_next",
+            "prob_of_input",
+            "prob_of_next",
+            "dot_input",
+            "dot_next",
+            "cos_input",
+            "cos_next",
+            "vector_norm",
+            "step_length",
+            "step_angle",
+        )
 
         def walk(w: EncodingWalk) -> Columns:
             ids = [int(i) for i in w.token_ids.reshape(-1).tolist()]
             return long_table(
                 [("point", w.points), ("position", range(len(w.tokens)))],
-                {name: getattr(w, name) for name in cells}, constants={"stack": w.stack},
-                by_axis={"point": {"layer": [point_layer(p) for p in w.points],
-                                   "kind": [point_kind(p) for p in w.points], "residual": w.residual},
-                         "position": {"token": w.tokens, "token_id": ids, "next_token_id": ids[1:] + [None],
-                                      "escape_point": w.escape_names, "escape_stable": w.escape_stable_names}},
-                wide={"top_id": w.top_ids, "top_score": w.top_scores})
+                {name: getattr(w, name) for name in cells},
+                constants={"stack": w.stack},
+                by_axis={
+                    "point": {
+                        "layer": [point_layer(p) for p in w.points],
+                        "kind": [point_kind(p) for p in w.points],
+                        "residual": w.residual,
+                    },
+                    "position": {
+                        "token": w.tokens,
+                        "token_id": ids,
+                        "next_token_id": ids[1:] + [None],
+                        "escape_point": w.escape_names,
+                        "escape_stable": w.escape_stable_names,
+                    },
+                },
+                wide={"top_id": w.top_ids, "top_score": w.top_scores},
+            )
 
         parts = ([self.encoder] if self.encoder is not None else []) + [self]
         return pick(table, {"walk": lambda: concat_columns([walk(w) for w in parts])}, "an EncodingWalk")
@@ -196,13 +232,23 @@ class EncodingWalk:
         """The walk as a long table (pandas; docs/notebooks.md, "Tables"): one row per (stack, point, position)
         with the fields above under their own names, the escape points by name and the top-k as ``top_id_i``,
         ``top_score_i`` (i = rank, 0 = nearest)."""
-        return frame(self._columns(table), {"model": self.model_name, "metric": self.metric, "norm": self.norm,
-                                            "matrix": self.matrix, "k": self.k, "model_dtype": self.model_dtype})
+        return frame(
+            self._columns(table),
+            {
+                "model": self.model_name,
+                "metric": self.metric,
+                "norm": self.norm,
+                "matrix": self.matrix,
+                "k": self.k,
+                "model_dtype": self.model_dtype,
+            },
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------------------------
+
 
 def _need_lm(trace: Trace, lm: LoadedModel | None) -> LoadedModel:
     lm = lm if lm is not None else trace.lm
@@ -258,10 +304,20 @@ def labels_for(tokenizer: Any, ids: Sequence[int]) -> dict[int, str]:
 # encoding walk
 # ------------------------------------------------------------------------------------------------------------
 
-def encoding_walk(trace: Trace, k: int = 10, metric: Metric = "dot", norm: Norm = "none", *,
-                  against: Against = "auto", points: Sequence[str] | str | None = None,
-                  lm: LoadedModel | None = None, chunk_rows: int | None = None, probs: bool = True,
-                  progress: bool = True) -> EncodingWalk:
+
+def encoding_walk(
+    trace: Trace,
+    k: int = 10,
+    metric: Metric = "dot",
+    norm: Norm = "none",
+    *,
+    against: Against = "auto",
+    points: Sequence[str] | str | None = None,
+    lm: LoadedModel | None = None,
+    chunk_rows: int | None = None,
+    probs: bool = True,
+    progress: bool = True,
+) -> EncodingWalk:
     """The encoding walk of every position (seed 000, sec. 2.2.2, Fig. 9; A.2) read against the token vectors.
 
     ``metric``: ``"dot"`` (the inner product of eq. 13) or ``"cosine"``.  ``norm``: ``"none"`` compares the raw
@@ -279,8 +335,16 @@ def encoding_walk(trace: Trace, k: int = 10, metric: Metric = "dot", norm: Norm 
     if not isinstance(k, int) or isinstance(k, bool) or k < 0:
         raise InputError(f"k must be a non-negative integer, not {k!r}")
     lm = _need_lm(trace, lm)
-    opts = _Reading(k=k, metric=metric, norm=norm, against=against, points=points, chunk_rows=chunk_rows,
-                    probs=probs, progress=progress)
+    opts = _Reading(
+        k=k,
+        metric=metric,
+        norm=norm,
+        against=against,
+        points=points,
+        chunk_rows=chunk_rows,
+        probs=probs,
+        progress=progress,
+    )
     walk = _walk_stack(trace, lm, opts)
     if trace.encoder is not None:
         enc = trace.encoder
@@ -339,8 +403,8 @@ class _Columns:
         cosines ``cos`` [rows, 2]; the last position has no next token (``has_nx`` False): NaN, rank -1."""
         nan = torch.tensor(float("nan"), device=cos.device)
         d_in, d_nx = got.dot[:, 0], got.dot[:, 1]
-        self.top_v[r0:r1, :self.k_eff] = got.top_v.cpu()
-        self.top_i[r0:r1, :self.k_eff] = got.top_i.cpu()
+        self.top_v[r0:r1, : self.k_eff] = got.top_v.cpu()
+        self.top_i[r0:r1, : self.k_eff] = got.top_i.cpu()
         self.ranks[0, r0:r1] = got.rank[:, 0].cpu()
         self.ranks[1, r0:r1] = torch.where(has_nx, got.rank[:, 1], -1).cpu()
         if got.lse is not None:  # softmax of the inner products (eq. 12)
@@ -351,8 +415,8 @@ class _Columns:
 
     def finish(self) -> None:
         """Columns of the top k beyond the vocabulary: id -1, score NaN."""
-        self.top_i[:, self.k_eff:] = -1
-        self.top_v[:, self.k_eff:] = float("nan")
+        self.top_i[:, self.k_eff :] = -1
+        self.top_v[:, self.k_eff :] = float("nan")
 
 
 def _walk_stack(trace: Trace, lm: LoadedModel, opts: _Reading) -> EncodingWalk:
@@ -372,15 +436,34 @@ def _walk_stack(trace: Trace, lm: LoadedModel, opts: _Reading) -> EncodingWalk:
     rank_in, rank_nx = cols.ranks[0].reshape(P, T), cols.ranks[1].reshape(P, T)
     k = opts.k
     return EncodingWalk(
-        tokens=list(trace.tokens), token_ids=token_ids, points=names, residual=residual, k=k, metric=opts.metric,
-        norm=opts.norm, matrix=mat.label, top_ids=cols.top_i.reshape(P, T, k), top_scores=cols.top_v.reshape(P, T, k),
-        rank_of_input=rank_in, rank_of_next=rank_nx, prob_of_input=cols.probs[0].reshape(P, T),
-        prob_of_next=cols.probs[1].reshape(P, T), dot_input=cols.dots[0].reshape(P, T),
-        dot_next=cols.dots[1].reshape(P, T), cos_input=cols.coss[0].reshape(P, T),
-        cos_next=cols.coss[1].reshape(P, T), vector_norm=cols.norms.reshape(P, T),
-        step_length=step_len, step_angle=step_ang, escape_point=_escape(rank_in, rank_nx, residual),
+        tokens=list(trace.tokens),
+        token_ids=token_ids,
+        points=names,
+        residual=residual,
+        k=k,
+        metric=opts.metric,
+        norm=opts.norm,
+        matrix=mat.label,
+        top_ids=cols.top_i.reshape(P, T, k),
+        top_scores=cols.top_v.reshape(P, T, k),
+        rank_of_input=rank_in,
+        rank_of_next=rank_nx,
+        prob_of_input=cols.probs[0].reshape(P, T),
+        prob_of_next=cols.probs[1].reshape(P, T),
+        dot_input=cols.dots[0].reshape(P, T),
+        dot_next=cols.dots[1].reshape(P, T),
+        cos_input=cols.coss[0].reshape(P, T),
+        cos_next=cols.coss[1].reshape(P, T),
+        vector_norm=cols.norms.reshape(P, T),
+        step_length=step_len,
+        step_angle=step_ang,
+        escape_point=_escape(rank_in, rank_nx, residual),
         escape_stable=_escape(rank_in, rank_nx, residual, stable=True),
-        stack=trace.stack, model_name=trace.model_name, n_layers=trace.n_layers, model_dtype=dtype_name(lm.dtype))
+        stack=trace.stack,
+        model_name=trace.model_name,
+        n_layers=trace.n_layers,
+        model_dtype=dtype_name(lm.dtype),
+    )
 
 
 def _token_matrix(lm: LoadedModel, norm: str, against: str, D: int) -> _Matrix:
@@ -396,21 +479,30 @@ def _token_matrix(lm: LoadedModel, norm: str, against: str, D: int) -> _Matrix:
         M = head.weight.detach()
         label = f"W_U ({adapter.unembed}) through the model's head"
     else:
-        M = (adapter.embedding_matrix(model) if which == "embed" else get_module(model, adapter.unembed).weight).detach()
+        M = (
+            adapter.embedding_matrix(model) if which == "embed" else get_module(model, adapter.unembed).weight
+        ).detach()
         label = "V" if which == "embed" else f"W_U ({adapter.unembed})"
         if M.shape[1] != D:
             raise InputError(
                 f"{lm.name}: the {'token embedding matrix V' if which == 'embed' else 'unembedding'} has width "
                 f"{M.shape[1]} but the captured vectors have D={D} (ALBERT keeps V in E-space); "
-                f"use norm='final', which reads through the model's head")
+                f"use norm='final', which reads through the model's head"
+            )
     M = M.float().to(lm.device)
     bias = getattr(head, "bias", None) if head is not None else None
-    return _Matrix(M=M, inv_m=1.0 / M.norm(dim=-1).clamp_min(1e-12), head=head,
-                   bias=bias.detach().float().to(lm.device) if bias is not None else None, label=label)
+    return _Matrix(
+        M=M,
+        inv_m=1.0 / M.norm(dim=-1).clamp_min(1e-12),
+        head=head,
+        bias=bias.detach().float().to(lm.device) if bias is not None else None,
+        label=label,
+    )
 
 
-def _read_all(lm: LoadedModel, trace: Trace, mat: _Matrix, opts: _Reading, flat: torch.Tensor,
-              final_rows: list[int]) -> _Columns:
+def _read_all(
+    lm: LoadedModel, trace: Trace, mat: _Matrix, opts: _Reading, flat: torch.Tensor, final_rows: list[int]
+) -> _Columns:
     """Read the rows ``flat`` [points x tokens, D] chunk by chunk (at most :data:`_MAX_CHUNK_ROWS`; by default
     as many as a :data:`_CHUNK_BYTES` score block holds); ``final_rows``: the points already final-normed."""
     from tqdm.auto import tqdm
@@ -425,8 +517,14 @@ def _read_all(lm: LoadedModel, trace: Trace, mat: _Matrix, opts: _Reading, flat:
     cols = _Columns(rows_total, opts.k, min(opts.k, n_vocab))
     buf = scratch(min(chunk, rows_total), n_vocab, cols.k_eff, lm.device)  # the tiles' products, chunk after chunk
     starts = range(0, rows_total, chunk)
-    bar = tqdm(starts, desc=f"encoding walk{' ' + trace.stack if trace.stack else ''}", unit="chunk",
-               disable=not opts.progress or len(starts) < 8, file=sys.stderr, leave=False)
+    bar = tqdm(
+        starts,
+        desc=f"encoding walk{' ' + trace.stack if trace.stack else ''}",
+        unit="chunk",
+        disable=not opts.progress or len(starts) < 8,
+        file=sys.stderr,
+        leave=False,
+    )
     plain_head: bool | None = None  # lens: decided on the first chunk
     wide = upcast(outside_layers(lm)) if is_low_precision(lm.dtype) else nullcontext()  # head in float32
     with torch.no_grad(), wide:
@@ -449,8 +547,9 @@ def _read_all(lm: LoadedModel, trace: Trace, mat: _Matrix, opts: _Reading, flat:
     return cols
 
 
-def _scorer(lm: LoadedModel, mat: _Matrix, x: torch.Tensor, metric: str, buf: torch.Tensor,
-            plain_head: bool | None) -> tuple[Linear | Dense, torch.Tensor, bool | None]:
+def _scorer(
+    lm: LoadedModel, mat: _Matrix, x: torch.Tensor, metric: str, buf: torch.Tensor, plain_head: bool | None
+) -> tuple[Linear | Dense, torch.Tensor, bool | None]:
     """The scorer of one chunk ``x``, the vectors u its cosines are measured on, and whether the model's head is a
     plain linear map of x (decided on the first chunk of a lens reading; then scored tile by tile like x·m_i)."""
     if mat.lens and not plain_head:
@@ -461,8 +560,11 @@ def _scorer(lm: LoadedModel, mat: _Matrix, x: torch.Tensor, metric: str, buf: to
             dot = lm.adapter.logits(lm.model, x).float()
         u = store["u"].float()
         if plain_head is None:  # first chunk: is the model's head a plain linear map of x?
-            plain_head = bool(u.shape == x.shape and torch.equal(u, x)
-                              and torch.equal(dot, torch.nn.functional.linear(x, mat.M, mat.bias)))
+            plain_head = bool(
+                u.shape == x.shape
+                and torch.equal(u, x)
+                and torch.equal(dot, torch.nn.functional.linear(x, mat.M, mat.bias))
+            )
         scores = dot
         if metric == "cosine":
             y = store["y"].float()  # may be the very tensor returned as logits: never modify in place
@@ -471,7 +573,11 @@ def _scorer(lm: LoadedModel, mat: _Matrix, x: torch.Tensor, metric: str, buf: to
             scores = (y * mat.inv_m).mul_(1.0 / u.norm(dim=-1, keepdim=True).clamp_min(1e-12))
         return Dense(dot, scores), u, plain_head
     # scores are x·m_i (+ the head's bias): computed tile by tile (walklens.ranking)
-    return Linear(x, mat.M, mat.bias if mat.lens else None, mat.inv_m if metric == "cosine" else None, buf), x, plain_head
+    return (
+        Linear(x, mat.M, mat.bias if mat.lens else None, mat.inv_m if metric == "cosine" else None, buf),
+        x,
+        plain_head,
+    )
 
 
 def _cosines(mat: _Matrix, u: torch.Tensor, dot: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -524,8 +630,10 @@ def _escape(rank_in: torch.Tensor, rank_nx: torch.Tensor, residual: list[bool], 
 # similarity maps
 # ------------------------------------------------------------------------------------------------------------
 
-def similarity_map(trace: Trace, point: str = "embed", metric: Metric = "dot", normed: bool = False, *,
-                   lm: LoadedModel | None = None) -> torch.Tensor:
+
+def similarity_map(
+    trace: Trace, point: str = "embed", metric: Metric = "dot", normed: bool = False, *, lm: LoadedModel | None = None
+) -> torch.Tensor:
     """The [tokens, tokens] similarity of the vectors at one point (seed 000, Figs. 3, 11, 12).
 
     ``point``: a captured point name, or ``"V"`` for the token embedding rows V[w_t] themselves.

@@ -20,8 +20,10 @@ def make_backend(name: str = "local", **options: Any) -> Backend:
     if name == "local":
         extra = sorted(k for k, v in options.items() if v is not None)
         if extra:
-            raise InputError(f"{', '.join(extra)}: only the ray backend takes {'these' if len(extra) > 1 else 'this'}"
-                             f" (use --backend ray)")
+            raise InputError(
+                f"{', '.join(extra)}: only the ray backend takes {'these' if len(extra) > 1 else 'this'}"
+                f" (use --backend ray)"
+            )
         return LocalBackend()
     if name == "ray":
         from .ray_backend import RayBackend

@@ -16,8 +16,9 @@ own payload, so its result is the same wherever it runs; the driver stores resul
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -77,7 +78,7 @@ class Workers(ABC):
         the payloads before it are handed out, so only the contexts of the shards in flight are held at once
         (each copied once where a backend copies them: Ray's object store)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  # not abstract: workers that hold nothing need no close of their own
         """Release the workers (the local ones hold nothing)."""
 
     def __enter__(self) -> Workers:

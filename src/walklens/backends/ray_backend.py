@@ -21,8 +21,9 @@ import logging
 import os
 import re
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -113,8 +114,17 @@ class RayWorkers(Workers):
 
     kind = "ray"
 
-    def __init__(self, ray: Any, spec: ModelSpec, n: int, *, cpus: float, gpus: float,
-                 context_mb: float = CONTEXT_MB, options: ActorOptions = ActorOptions()) -> None:
+    def __init__(
+        self,
+        ray: Any,
+        spec: ModelSpec,
+        n: int,
+        *,
+        cpus: float,
+        gpus: float,
+        context_mb: float = CONTEXT_MB,
+        options: ActorOptions = ActorOptions(),
+    ) -> None:
         retries, start_timeout = options.retries, options.start_timeout
         self.ray, self.n, self.retries, self.depth = ray, n, retries, max(1, options.depth)
         self.context_bytes = int(context_mb * 2**20)
@@ -122,17 +132,20 @@ class RayWorkers(Workers):
         for what, each in (("CPU", cpus), ("GPU", gpus)):
             have = float(total.get(what, 0.0))
             if each and n * each > have:
-                raise InputError(f"{n} Ray worker(s) with {each:g} {what}(s) each need {n * each:g} {what}s; the "
-                                 f"cluster has {have:g} (use fewer --workers)")
-        actor = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=retries,
-                           max_task_retries=retries)(ShardWorker)
+                raise InputError(
+                    f"{n} Ray worker(s) with {each:g} {what}(s) each need {n * each:g} {what}s; the "
+                    f"cluster has {have:g} (use fewer --workers)"
+                )
+        actor = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=retries, max_task_retries=retries)(ShardWorker)
         self.actors = [actor.remote(spec, int(max(1, cpus)), options.hook) for _ in range(n)]
         ready = [a.ready.remote() for a in self.actors]
         try:
             done, pending = ray.wait(ready, num_returns=n, timeout=start_timeout)
             if pending:
-                raise WalklensError(f"{len(pending)} of {n} Ray worker(s) did not start within {start_timeout:g} s "
-                                    f"(busy cluster? resources: {dict(total)})")
+                raise WalklensError(
+                    f"{len(pending)} of {n} Ray worker(s) did not start within {start_timeout:g} s "
+                    f"(busy cluster? resources: {dict(total)})"
+                )
             for r in done:
                 self._get(r, "could not load the model")
         except BaseException:
@@ -190,14 +203,14 @@ class RayWorkers(Workers):
             for ref in running:  # the caller stopped early: queued shards need not run
                 try:
                     self.ray.cancel(ref)
-                except Exception:  # noqa: BLE001 - best effort; a running shard just finishes
+                except Exception:
                     pass
 
     def close(self) -> None:
         for a in getattr(self, "actors", []):
             try:
                 self.ray.kill(a)
-            except Exception:  # noqa: BLE001 - already gone
+            except Exception:
                 pass
         self.actors = []
 
@@ -211,9 +224,17 @@ class RayBackend(Backend):
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, workers: int | None = None, *, cpus_per_worker: float = 1,
-                 gpus_per_worker: float | None = None, runtime_env: dict[str, Any] | None = None,
-                 context_mb: float | None = None, actors: ActorOptions = ActorOptions()) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        workers: int | None = None,
+        *,
+        cpus_per_worker: float = 1,
+        gpus_per_worker: float | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        context_mb: float | None = None,
+        actors: ActorOptions = ActorOptions(),
+    ) -> None:
         self.ray = require_ray()
         self.address = check_address(address)
         if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
@@ -240,8 +261,7 @@ class RayBackend(Backend):
             return
         # workers' own output stays in Ray's session logs (/tmp/ray/session_latest/logs): their errors reach the
         # driver as one line each (RayWorkers._get), never as a stream of tracebacks
-        kw: dict[str, Any] = {"logging_level": logging.WARNING, "runtime_env": self.runtime_env,
-                              "log_to_driver": False}
+        kw: dict[str, Any] = {"logging_level": logging.WARNING, "runtime_env": self.runtime_env, "log_to_driver": False}
         if self.address is None:
             kw.update(num_cpus=int(round((self.n_workers or 1) * self.cpus)), include_dashboard=False)
         else:
@@ -250,12 +270,13 @@ class RayBackend(Backend):
             try:
                 ray.init(**kw)
                 return
-            except Exception as e:  # noqa: BLE001 - ray raises bare Exception too ("node timed out during startup")
+            except Exception as e:
                 ray.shutdown()
                 if attempt == 1 and self.address is None:
                     continue
-                raise WalklensError(f"cannot start or reach the Ray cluster at {self.address or 'a local instance'}: "
-                                     f"{_first_line(e)}") from None
+                raise WalklensError(
+                    f"cannot start or reach the Ray cluster at {self.address or 'a local instance'}: {_first_line(e)}"
+                ) from None
 
     def _gpus(self, device: str) -> float:
         gpus = (1.0 if device.startswith("cuda") else 0.0) if self.gpus is None else float(self.gpus)
@@ -280,8 +301,10 @@ class RayBackend(Backend):
                 self.start()
                 have = float(self.ray.cluster_resources().get("GPU", 0.0))
                 if have < need:
-                    raise InputError(f"device cuda asked for, but the Ray cluster at {self.address} has {have:g} "
-                                     f"GPU(s); use --device cpu")
+                    raise InputError(
+                        f"device cuda asked for, but the Ray cluster at {self.address} has {have:g} "
+                        f"GPU(s); use --device cpu"
+                    )
         return dev
 
     def driver_model(self, spec: str, *, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
@@ -306,5 +329,6 @@ class RayBackend(Backend):
             else:
                 res = self.ray.cluster_resources()
                 n = max(1, int(res.get("GPU", 0) // gpus) if gpus else int(res.get("CPU", 1) // self.cpus))
-        return RayWorkers(self.ray, spec, n, cpus=self.cpus, gpus=gpus, context_mb=self.context_mb,
-                          options=self.actor_options)
+        return RayWorkers(
+            self.ray, spec, n, cpus=self.cpus, gpus=gpus, context_mb=self.context_mb, options=self.actor_options
+        )

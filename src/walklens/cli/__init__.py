@@ -20,8 +20,9 @@ import os
 import pkgutil
 import sys
 import warnings
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any
 
 from .. import __version__
 from ..errors import WalklensError, WalklensWarning
@@ -36,8 +37,10 @@ class _Parser(argparse.ArgumentParser):
         """Every option's value goes through here: an empty or blank one (``--json ""``, ``--layers=``) is
         refused in one line instead of silently meaning the option's default."""
         if action.option_strings and isinstance(arg_string, str) and not arg_string.strip():
-            self.error(f"argument {'/'.join(action.option_strings)}: an empty value ({arg_string!r}); "
-                       "leave the option out for its default")
+            self.error(
+                f"argument {'/'.join(action.option_strings)}: an empty value ({arg_string!r}); "
+                "leave the option out for its default"
+            )
         return super()._get_value(action, arg_string)
 
 
@@ -111,8 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # last resort: still one line, never a traceback
         if os.environ.get("WALKLENS_DEBUG"):
             raise
-        sys.stderr.write(f"walklens: internal error: {e.__class__.__name__}: {one_line(str(e))} "
-                         "(WALKLENS_DEBUG=1 for details)\n")
+        sys.stderr.write(
+            f"walklens: internal error: {e.__class__.__name__}: {one_line(str(e))} (WALKLENS_DEBUG=1 for details)\n"
+        )
         return 1
 
 

@@ -16,14 +16,27 @@ if TYPE_CHECKING:
 
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     """``--backend``, ``--address``, ``--workers`` (read back by :func:`backend_from_args`)."""
-    p.add_argument("--backend", choices=BACKENDS, default=None,
-                   help="where the shards run: local (this process; the default) or ray (Ray actors, each holding "
-                        "the model once; pip install 'walklens[ray]')")
-    p.add_argument("--address", default=None, metavar="auto|HOST:PORT|ray://HOST:PORT",
-                   help="the Ray cluster to use (default: start a local Ray instance with --workers workers)")
-    p.add_argument("--workers", type=POSITIVE_INT.arg(), default=None, metavar="N",
-                   help="Ray workers per model (default: 1 on a local instance; on a cluster, one per GPU with "
-                        "--device cuda, else one per CPU)")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="where the shards run: local (this process; the default) or ray (Ray actors, each holding "
+        "the model once; pip install 'walklens[ray]')",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        metavar="auto|HOST:PORT|ray://HOST:PORT",
+        help="the Ray cluster to use (default: start a local Ray instance with --workers workers)",
+    )
+    p.add_argument(
+        "--workers",
+        type=POSITIVE_INT.arg(),
+        default=None,
+        metavar="N",
+        help="Ray workers per model (default: 1 on a local instance; on a cluster, one per GPU with "
+        "--device cuda, else one per CPU)",
+    )
 
 
 def backend_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> Backend:

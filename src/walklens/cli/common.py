@@ -6,8 +6,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from ..errors import InputError
 from ..loading import DEFAULT_MODEL, LoadedModel, load_model
@@ -17,10 +18,17 @@ from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"short name, .gguf path, local directory or hub id (default: {DEFAULT_MODEL})")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default=DEFAULT_DTYPE,
-                   help=f"the dtype the model runs in (default: {DEFAULT_DTYPE}; see docs/dtype.md)")
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"short name, .gguf path, local directory or hub id (default: {DEFAULT_MODEL})",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=tuple(DTYPES),
+        default=DEFAULT_DTYPE,
+        help=f"the dtype the model runs in (default: {DEFAULT_DTYPE}; see docs/dtype.md)",
+    )
     p.add_argument("--device", choices=DEVICES, default="cpu", help="where the model runs (default: cpu)")
 
 
@@ -35,7 +43,7 @@ def add_text_args(p: argparse.ArgumentParser, name: str = "text") -> None:
     p.add_argument("--truncate", action="store_true", help="cut a text longer than the model's context")
 
 
-SEED_LIMIT = 2 ** 63  # torch.manual_seed and numpy accept 0 <= seed < 2**63 (and more, but not for both)
+SEED_LIMIT = 2**63  # torch.manual_seed and numpy accept 0 <= seed < 2**63 (and more, but not for both)
 
 # argparse ``type=`` of the numeric options: the shared ranges of :mod:`walklens.numbers` (one line on refusal)
 seed_arg = SEED.arg("a seed")  # an integer 0 <= seed < 2**63
@@ -49,22 +57,35 @@ def add_fewshot_seed_arg(p: argparse.ArgumentParser) -> None:
     """``--seed``: the few-shot sampling seed (default :data:`~walklens.hellaswag.data.FEWSHOT_SEED`)."""
     from ..hellaswag.data import FEWSHOT_SEED
 
-    p.add_argument("--seed", type=seed_arg, default=FEWSHOT_SEED, metavar="S",
-                   help=f"few-shot sampling seed (default {FEWSHOT_SEED})")
+    p.add_argument(
+        "--seed",
+        type=seed_arg,
+        default=FEWSHOT_SEED,
+        metavar="S",
+        help=f"few-shot sampling seed (default {FEWSHOT_SEED})",
+    )
 
 
 def add_hellaswag_args(p: argparse.ArgumentParser, json_help: str) -> None:
     """The options of every HellaSwag command (``walklens hellaswag baseline|test1|test2|sweep``): the model,
     the data, the items, the few-shot examples, the results database, ``--json`` and the progress bar."""
     add_model_args(p)
-    p.add_argument("--data", metavar="PATH", default=None,
-                   help="HellaSwag .jsonl (rowanz), .txt/.txt.bz2 (6 lines per item) or hf:Rowan/hellaswag "
-                        "(default: $WALKLENS_HELLASWAG, else the bundled validation set)")
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        default=None,
+        help="HellaSwag .jsonl (rowanz), .txt/.txt.bz2 (6 lines per item) or hf:Rowan/hellaswag "
+        "(default: $WALKLENS_HELLASWAG, else the bundled validation set)",
+    )
     p.add_argument("--limit", type=positive_arg, default=None, metavar="N", help="only the first N items")
     p.add_argument("--shots", type=count_arg, default=0, metavar="K", help="few-shot examples per item (default 0)")
     add_fewshot_seed_arg(p)
-    p.add_argument("--db", metavar="PATH", default=None,
-                   help="results database (default: $WALKLENS_DB or the user data dir's walklens/results.sqlite)")
+    p.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help="results database (default: $WALKLENS_DB or the user data dir's walklens/results.sqlite)",
+    )
     p.add_argument("--json", metavar="FILE", help=json_help)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

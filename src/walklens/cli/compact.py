@@ -15,8 +15,17 @@ from rich.markup import escape
 
 from ..errors import InputError
 from ..reports.html import show
-from .common import (add_fewshot_seed_arg, add_model_args, check_db, check_outputs, count_arg, load, positive_arg,
-                     read_text, write_json)
+from .common import (
+    add_fewshot_seed_arg,
+    add_model_args,
+    check_db,
+    check_outputs,
+    count_arg,
+    load,
+    positive_arg,
+    read_text,
+    write_json,
+)
 from .terminal import Col, ParagraphHelp, console, print_table, say
 
 DESCRIPTION = """\
@@ -45,25 +54,55 @@ _count = count_arg  # a count that may be 0 (the shared range of walklens.number
 def register(sub: argparse._SubParsersAction) -> None:
     from ..compaction.core import BOUNDS, METHODS
 
-    p = sub.add_parser("compact", help="compact a text into K concept vectors and see what they keep",
-                       description=DESCRIPTION, formatter_class=ParagraphHelp)
+    p = sub.add_parser(
+        "compact",
+        help="compact a text into K concept vectors and see what they keep",
+        description=DESCRIPTION,
+        formatter_class=ParagraphHelp,
+    )
     p.add_argument("text", help="the text (use @FILE to read it from a file)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--budget", type=positive_arg, default=None, metavar="K", help="at most K vectors")
-    size.add_argument("--ratio", type=_ratio, default=None, metavar="R",
-                      help="compacted tokens per vector, or max for one vector (default 4 when --budget is not given)")
-    p.add_argument("--scheme", default="standard", metavar="S",
-                   help="the A.6 scheme making each vector: 'standard' (layer=-1, word=w1mean) or key=value,... e.g. "
-                        "enc=sentence_level_segmentation,layer=middle,word=mean,norm=L2")
-    p.add_argument("--bounds", choices=BOUNDS, default="sentence",
-                   help="even token runs, sentence starts near even cuts (default), or the scheme's own cut")
-    p.add_argument("--method", choices=METHODS, default="concept",
-                   help="concept (default); avgpool: mean input embedding; drop: keep only the last K tokens")
+    size.add_argument(
+        "--ratio",
+        type=_ratio,
+        default=None,
+        metavar="R",
+        help="compacted tokens per vector, or max for one vector (default 4 when --budget is not given)",
+    )
+    p.add_argument(
+        "--scheme",
+        default="standard",
+        metavar="S",
+        help="the A.6 scheme making each vector: 'standard' (layer=-1, word=w1mean) or key=value,... e.g. "
+        "enc=sentence_level_segmentation,layer=middle,word=mean,norm=L2",
+    )
+    p.add_argument(
+        "--bounds",
+        choices=BOUNDS,
+        default="sentence",
+        help="even token runs, sentence starts near even cuts (default), or the scheme's own cut",
+    )
+    p.add_argument(
+        "--method",
+        choices=METHODS,
+        default="concept",
+        help="concept (default); avgpool: mean input embedding; drop: keep only the last K tokens",
+    )
     p.add_argument("--recent", type=_count, default=0, metavar="R", help="keep the last R tokens verbatim (default 0)")
-    p.add_argument("--continuation", default=None, metavar="TEXT",
-                   help="held-out continuation scored after the text (default: the last --holdout tokens of TEXT)")
-    p.add_argument("--holdout", type=positive_arg, default=None, metavar="N",
-                   help="tokens of TEXT held out as the continuation (default: a fifth)")
+    p.add_argument(
+        "--continuation",
+        default=None,
+        metavar="TEXT",
+        help="held-out continuation scored after the text (default: the last --holdout tokens of TEXT)",
+    )
+    p.add_argument(
+        "--holdout",
+        type=positive_arg,
+        default=None,
+        metavar="N",
+        help="tokens of TEXT held out as the continuation (default: a fifth)",
+    )
     p.add_argument("--top", type=positive_arg, default=5, metavar="K", help="nearest tokens per vector (default 5)")
     p.add_argument("--metric", choices=("cosine", "dot"), default="cosine", help="similarity to V (default cosine)")
     p.add_argument("--cache", metavar="DIR", default=None, help="concept cache folder (shared with sweep and Test 1)")
@@ -94,47 +133,102 @@ def run(args: argparse.Namespace) -> int:
     lm = load(args)
     cache = ConceptCache(args.cache) if args.cache else None
     try:
-        rep = explain(lm, text, continuation=args.continuation, holdout=args.holdout, top=args.top,
-                      metric=args.metric, scheme=scheme, budget=args.budget, ratio=ratio, bounds=args.bounds,
-                      method=args.method, recent=args.recent, cache=cache)
+        rep = explain(
+            lm,
+            text,
+            continuation=args.continuation,
+            holdout=args.holdout,
+            top=args.top,
+            metric=args.metric,
+            scheme=scheme,
+            budget=args.budget,
+            ratio=ratio,
+            bounds=args.bounds,
+            method=args.method,
+            recent=args.recent,
+            cache=cache,
+        )
     finally:
         if cache is not None:
             cache.close()
     _print(rep, args)
     if args.json:
         c = rep.compacted
-        write_json(args.json, {
-            "model": lm.name, "method": c.method, "bounds": c.bounds, "scheme": c.scheme, "k": c.k,
-            "tokens": len(c.token_ids), "compacted_tokens": c.n_compacted, "recent": len(c.tail_ids),
-            "ratio": c.ratio, "vectors": [{"span": list(s), "segment": t, "nearest": [list(n) for n in nb]}
-                                          for s, t, nb in zip(c.spans, c.segments, rep.neighbours)],
-            "continuation": rep.continuation, "continuation_tokens": len(rep.continuation_ids),
-            "full": rep.full, "compacted": rep.compact, "delta_per_token": rep.delta_per_token,
-            "metric": rep.metric, "vector_values": c.vectors})
+        write_json(
+            args.json,
+            {
+                "model": lm.name,
+                "method": c.method,
+                "bounds": c.bounds,
+                "scheme": c.scheme,
+                "k": c.k,
+                "tokens": len(c.token_ids),
+                "compacted_tokens": c.n_compacted,
+                "recent": len(c.tail_ids),
+                "ratio": c.ratio,
+                "vectors": [
+                    {"span": list(s), "segment": t, "nearest": [list(n) for n in nb]}
+                    for s, t, nb in zip(c.spans, c.segments, rep.neighbours)
+                ],
+                "continuation": rep.continuation,
+                "continuation_tokens": len(rep.continuation_ids),
+                "full": rep.full,
+                "compacted": rep.compact,
+                "delta_per_token": rep.delta_per_token,
+                "metric": rep.metric,
+                "vector_values": c.vectors,
+            },
+        )
     return 0
 
 
 def _print(rep: Any, args: argparse.Namespace) -> None:
     c = rep.compacted
     con = console(args)
-    say(con, f"{c.model}: a context of {len(c.token_ids)} tokens (the next {len(rep.continuation_ids)} held out); "
-             f"{c.n_compacted} compacted into {c.k} vectors ({c.ratio:.1f} tokens per vector), {len(c.tail_ids)} kept "
-             f"verbatim; method {c.method}, bounds {c.bounds}" + (f"; {c.scheme}" if c.scheme else ""))
-    rows = [[str(i), f"{a}-{b}", escape(seg.replace("\n", " ").strip()),
-             escape(" ".join(show(t).replace(" ", "\u2423") for t, _ in nb))]  # ␣: a space inside a token
-            for i, ((a, b), seg, nb) in enumerate(zip(c.spans, c.segments, rep.neighbours))]
-    print_table(con, f"what each vector stands for (nearest tokens by {rep.metric}; \u2423 = space)",
-                ["#", "tokens", Col("segment", wrap=True), Col("nearest tokens", wrap=True)], rows, keys=1)
+    say(
+        con,
+        f"{c.model}: a context of {len(c.token_ids)} tokens (the next {len(rep.continuation_ids)} held out); "
+        f"{c.n_compacted} compacted into {c.k} vectors ({c.ratio:.1f} tokens per vector), {len(c.tail_ids)} kept "
+        f"verbatim; method {c.method}, bounds {c.bounds}" + (f"; {c.scheme}" if c.scheme else ""),
+    )
+    rows = [
+        [
+            str(i),
+            f"{a}-{b}",
+            escape(seg.replace("\n", " ").strip()),
+            escape(" ".join(show(t).replace(" ", "\u2423") for t, _ in nb)),
+        ]  # ␣: a space inside a token
+        for i, ((a, b), seg, nb) in enumerate(zip(c.spans, c.segments, rep.neighbours))
+    ]
+    print_table(
+        con,
+        f"what each vector stands for (nearest tokens by {rep.metric}; \u2423 = space)",
+        ["#", "tokens", Col("segment", wrap=True), Col("nearest tokens", wrap=True)],
+        rows,
+        keys=1,
+    )
     fmt = "{:.4f}"
-    rows = [[name, str(s.inputs), fmt.format(s.loglik), fmt.format(s.per_token), f"{math.exp(-s.per_token):.2f}"]
-            for name, s in (("full", rep.full), ("compacted", rep.compact))]
-    print_table(con, f"held-out continuation ({len(rep.continuation_ids)} tokens)",
-                ["context", Col("inputs", justify="right"), Col("log-lik", justify="right"),
-                 Col("per token", justify="right"), Col("ppl", justify="right")], rows)
+    rows = [
+        [name, str(s.inputs), fmt.format(s.loglik), fmt.format(s.per_token), f"{math.exp(-s.per_token):.2f}"]
+        for name, s in (("full", rep.full), ("compacted", rep.compact))
+    ]
+    print_table(
+        con,
+        f"held-out continuation ({len(rep.continuation_ids)} tokens)",
+        [
+            "context",
+            Col("inputs", justify="right"),
+            Col("log-lik", justify="right"),
+            Col("per token", justify="right"),
+            Col("ppl", justify="right"),
+        ],
+        rows,
+    )
     say(con, f"per-token log-likelihood, compacted - full: {rep.delta_per_token:+.4f}")
 
 
 # ---- walklens hellaswag compaction ---------------------------------------------------------------------------------
+
 
 def register_hellaswag(sub: argparse._SubParsersAction) -> None:
     """``walklens hellaswag compaction``: the compression-retention curves."""
@@ -142,22 +236,48 @@ def register_hellaswag(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("compaction", help="compression-retention curves of context compaction (resumable)")
     add_model_args(p)
-    p.add_argument("--data", metavar="PATH", default=None,
-                   help="HellaSwag data (default: $WALKLENS_HELLASWAG, else the bundled validation set)")
-    p.add_argument("--limit", type=positive_arg, default=1000, metavar="N", help="reported items: the first N "
-                   "(default 1000)")
-    p.add_argument("--tune", type=_count, default=200, metavar="T", help="tuning items: the last T of the data, "
-                   "disjoint from the reported ones (default 200; 0: no tuning)")
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        default=None,
+        help="HellaSwag data (default: $WALKLENS_HELLASWAG, else the bundled validation set)",
+    )
+    p.add_argument(
+        "--limit", type=positive_arg, default=1000, metavar="N", help="reported items: the first N (default 1000)"
+    )
+    p.add_argument(
+        "--tune",
+        type=_count,
+        default=200,
+        metavar="T",
+        help="tuning items: the last T of the data, disjoint from the reported ones (default 200; 0: no tuning)",
+    )
     p.add_argument("--shots", default="5,10", metavar="K,K", help="shot counts (default 5,10)")
-    p.add_argument("--what", default="examples,context", metavar="W,W",
-                   help="parts compacted: examples, context, both (default examples,context)")
-    p.add_argument("--strategies", default=";".join(DEFAULT_STRATEGIES), metavar="S;S",
-                   help=f"compact-spec fragments, ';'-separated (default {';'.join(DEFAULT_STRATEGIES)}); the "
-                        f"avgpool and drop baselines always run")
-    p.add_argument("--ratios", default=",".join("max" if math.isinf(r) else f"{r:g}" for r in DEFAULT_RATIOS),
-                   metavar="R,R", help="tokens per vector (default 2,4,8,16,32,max)")
-    p.add_argument("--candidates", default=";".join(DEFAULT_CANDIDATES), metavar="C;C",
-                   help="layer=..,word=..[,norm=..] candidates tuned on the tuning items")
+    p.add_argument(
+        "--what",
+        default="examples,context",
+        metavar="W,W",
+        help="parts compacted: examples, context, both (default examples,context)",
+    )
+    p.add_argument(
+        "--strategies",
+        default=";".join(DEFAULT_STRATEGIES),
+        metavar="S;S",
+        help=f"compact-spec fragments, ';'-separated (default {';'.join(DEFAULT_STRATEGIES)}); the "
+        f"avgpool and drop baselines always run",
+    )
+    p.add_argument(
+        "--ratios",
+        default=",".join("max" if math.isinf(r) else f"{r:g}" for r in DEFAULT_RATIOS),
+        metavar="R,R",
+        help="tokens per vector (default 2,4,8,16,32,max)",
+    )
+    p.add_argument(
+        "--candidates",
+        default=";".join(DEFAULT_CANDIDATES),
+        metavar="C;C",
+        help="layer=..,word=..[,norm=..] candidates tuned on the tuning items",
+    )
     p.add_argument("--timing-items", type=_count, default=16, metavar="N", help="items timed per point (default 16)")
     add_fewshot_seed_arg(p)
     p.add_argument("--db", metavar="PATH", default=None, help="results database (resumes from it)")
@@ -176,10 +296,11 @@ def _list(text: str, sep: str, what: str) -> list[str]:
 
 
 def run_curves(args: argparse.Namespace) -> int:
-    from ..experiments.curves import CurveGrid, run_curves as curves
-    from ..experiments.runsetup import RunSetup
     from ..compaction.spec import WHATS, CompactSpec
     from ..concepts.cache import ConceptCache
+    from ..experiments.curves import CurveGrid
+    from ..experiments.curves import run_curves as curves
+    from ..experiments.runsetup import RunSetup
     from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
     from ..hellaswag.store import ResultStore
     from ..outputs import make_dir, write_atomic
@@ -208,37 +329,74 @@ def run_curves(args: argparse.Namespace) -> int:
     everything = load_hellaswag(args.data)
     if args.limit + args.tune > len(everything):
         raise InputError(f"--limit {args.limit} + --tune {args.tune} exceeds the {len(everything)} items")
-    items = everything[:args.limit]
-    tune_items = everything[len(everything) - args.tune:] if args.tune else []
+    items = everything[: args.limit]
+    tune_items = everything[len(everything) - args.tune :] if args.tune else []
     pool = fewshot_pool(args.data, everything, max(shots), None)
     lm = load(args)
     timings_path = out_dir / "timings.json"
     try:
         timings = json.loads(timings_path.read_text(encoding="utf-8")) if timings_path.is_file() else {}
     except (OSError, ValueError) as e:
-        raise InputError(f"{timings_path}: not the timings this command writes ({e}); remove it to measure again"
-                         ) from None
+        raise InputError(
+            f"{timings_path}: not the timings this command writes ({e}); remove it to measure again"
+        ) from None
     cache = ConceptCache(args.cache) if args.cache else None
     con = console(args, stderr=True)
     try:
         with ResultStore(db) as store:
-            setup = RunSetup(pool=pool, fewshot_seed=args.seed, data=data_id(args.data), store=store, cache=cache,
-                             progress=not args.no_progress)
-            grid = CurveGrid(shots=shots, whats=whats, strategies=strategies, ratios=ratios, candidates=candidates,
-                             timing_items=args.timing_items)
-            result = curves(lm, items, tune_items, setup, grid, timings=timings,
-                            on_timing=lambda t: write_atomic(timings_path, json.dumps(t, indent=1)),
-                            log=lambda m: say(con, m))
+            setup = RunSetup(
+                pool=pool,
+                fewshot_seed=args.seed,
+                data=data_id(args.data),
+                store=store,
+                cache=cache,
+                progress=not args.no_progress,
+            )
+            grid = CurveGrid(
+                shots=shots,
+                whats=whats,
+                strategies=strategies,
+                ratios=ratios,
+                candidates=candidates,
+                timing_items=args.timing_items,
+            )
+            result = curves(
+                lm,
+                items,
+                tune_items,
+                setup,
+                grid,
+                timings=timings,
+                on_timing=lambda t: write_atomic(timings_path, json.dumps(t, indent=1)),
+                log=lambda m: say(con, m),
+            )
     finally:
         if cache is not None:
             cache.close()
     path = build(result).save(out_dir)
-    rows = [[f"{p.shots}/{p.what}", escape(p.strategy), "-" if p.ratio is None else ("max" if math.isinf(p.ratio)
-             else f"{p.ratio:g}"), "-" if p.kept_acc_norm is None else f"{p.kept_acc_norm:.3f}",
-             "-" if p.kept_acc is None else f"{p.kept_acc:.3f}"] for p in result.points]
-    print_table(console(args), f"{lm.name}, {len(items)} items: kept = acc(compacted) / acc(full)",
-                ["shots/part", Col("strategy", wrap=True), "ratio", Col("acc_norm kept", justify="right"),
-                 Col("acc kept", justify="right")], rows, keys=3)
+    rows = [
+        [
+            f"{p.shots}/{p.what}",
+            escape(p.strategy),
+            "-" if p.ratio is None else ("max" if math.isinf(p.ratio) else f"{p.ratio:g}"),
+            "-" if p.kept_acc_norm is None else f"{p.kept_acc_norm:.3f}",
+            "-" if p.kept_acc is None else f"{p.kept_acc:.3f}",
+        ]
+        for p in result.points
+    ]
+    print_table(
+        console(args),
+        f"{lm.name}, {len(items)} items: kept = acc(compacted) / acc(full)",
+        [
+            "shots/part",
+            Col("strategy", wrap=True),
+            "ratio",
+            Col("acc_norm kept", justify="right"),
+            Col("acc kept", justify="right"),
+        ],
+        rows,
+        keys=3,
+    )
     say(console(args), f"report: {path}")
     if args.json:
         write_json(args.json, result)

@@ -37,16 +37,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _inputs(exp: Any, db: str) -> list[Input]:
     """What a study reads besides FILE and its database: its data, model folders, grid files and the vector
     bank's cache."""
-    from ..hellaswag.data import default_path
     from ..experiments.sweep.study import default_cache
+    from ..hellaswag.data import default_path
 
     found = [Input("experiment data", Path(exp.data).expanduser() if exp.data else default_path())]
     for m in exp.models:
         p = Path(m.spec).expanduser()
         if p.exists():
             found.append(Input("experiment model", p, folder=p.is_dir()))
-    found += [Input(f"experiment grid (Test {t})", Path(g).expanduser()) for t, g in exp.grids.items()
-              if os.path.isfile(os.path.expanduser(g))]
+    found += [
+        Input(f"experiment grid (Test {t})", Path(g).expanduser())
+        for t, g in exp.grids.items()
+        if os.path.isfile(os.path.expanduser(g))
+    ]
     if exp.cache is not False:
         cache = exp.cache if isinstance(exp.cache, str) else default_cache(db)
         found.append(Input("experiment cache", Path(cache).expanduser(), folder=True))
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     exp = read_experiment(args.file)
     args.db = args.db or exp.db
     if not args.db:
-        raise InputError(f"no database: give --db PATH or db = \"...\" in {exp.path}")
+        raise InputError(f'no database: give --db PATH or db = "..." in {exp.path}')
     check_outputs(args, inputs=_inputs(exp, args.db))
     db = check_db(args.db)
     runs = exp.runs()
@@ -67,8 +70,11 @@ def run(args: argparse.Namespace) -> int:
     say(con, f"{exp.path}: {len(exp.models)} model(s), {len(runs)} run(s) into {db}")
     if args.dry_run:
         for m, seed, shots, test in runs:
-            say(con, f"  {m.spec} ({m.dtype}, {m.device}) Test {test}, {shots}-shot"
-                     f"{f', seed {seed}' if shots else ''}, grid {exp.grids[test]}")
+            say(
+                con,
+                f"  {m.spec} ({m.dtype}, {m.device}) Test {test}, {shots}-shot"
+                f"{f', seed {seed}' if shots else ''}, grid {exp.grids[test]}",
+            )
         return 0
     backend = backend_from_args(args, exp.backend)
     from ..experiments.sweep.study import StudyRun, run_experiment
@@ -77,15 +83,31 @@ def run(args: argparse.Namespace) -> int:
 
     def done(r: StudyRun) -> None:
         o = r.outcome
-        say(con, f"{r.model} Test {r.test} {r.shots}-shot seed {r.seed}: {o.n_schemes} schemes, "
-                 f"{o.groups_computed} groups computed now, {o.groups_stored_before} were stored; shards "
-                 f"{o.shards_computed or 'none'}; {r.seconds:.1f} s")
-        rows.append({"model": r.model, "test": r.test, "shots": r.shots, "seed": r.seed, "grid": r.grid,
-                     "n_items": r.n_items, "run_id": o.run_id, "n_schemes": o.n_schemes,
-                     "groups_computed": o.groups_computed, "groups_stored_before": o.groups_stored_before,
-                     "shards_computed": o.shards_computed, "baseline": {"acc": o.baseline_acc,
-                                                                        "acc_norm": o.baseline_acc_norm},
-                     "backend": o.backend, "workers": o.workers, "seconds": r.seconds})
+        say(
+            con,
+            f"{r.model} Test {r.test} {r.shots}-shot seed {r.seed}: {o.n_schemes} schemes, "
+            f"{o.groups_computed} groups computed now, {o.groups_stored_before} were stored; shards "
+            f"{o.shards_computed or 'none'}; {r.seconds:.1f} s",
+        )
+        rows.append(
+            {
+                "model": r.model,
+                "test": r.test,
+                "shots": r.shots,
+                "seed": r.seed,
+                "grid": r.grid,
+                "n_items": r.n_items,
+                "run_id": o.run_id,
+                "n_schemes": o.n_schemes,
+                "groups_computed": o.groups_computed,
+                "groups_stored_before": o.groups_stored_before,
+                "shards_computed": o.shards_computed,
+                "baseline": {"acc": o.baseline_acc, "acc_norm": o.baseline_acc_norm},
+                "backend": o.backend,
+                "workers": o.workers,
+                "seconds": r.seconds,
+            }
+        )
 
     run_experiment(exp, backend, db=db, progress=not args.no_progress, log=lambda m: say(err, m), on_run=done)
     say(con, f"report: walklens report --db {db} --out DIR")

@@ -25,8 +25,12 @@ attention grows with the square of the prompt) is checked against --max-memory /
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="the decoding walk: generate and record d_t, its neighbours, P and rank",
-                       description=DESCRIPTION, formatter_class=ParagraphHelp)
+    p = sub.add_parser(
+        "generate",
+        help="the decoding walk: generate and record d_t, its neighbours, P and rank",
+        description=DESCRIPTION,
+        formatter_class=ParagraphHelp,
+    )
     add_text_args(p, "prompt")
     add_model_args(p)
     add_output_args(p)
@@ -35,10 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=seed_arg, default=0, help="random seed for --sample (default 0)")
     p.add_argument("--temperature", type=POSITIVE.arg(), default=1.0, help="sampling temperature (default 1)")
     p.add_argument("--top-k", type=POSITIVE_INT.arg(), default=None, help="sample among the k most probable tokens")
-    p.add_argument("--top-p", type=PROBABILITY.arg(), default=None,
-                   help="nucleus sampling: smallest set with mass >= p")
-    p.add_argument("--target", default=None,
-                   help="teacher-force this continuation and report where the walk leaves its path (A.1)")
+    p.add_argument(
+        "--top-p", type=PROBABILITY.arg(), default=None, help="nucleus sampling: smallest set with mass >= p"
+    )
+    p.add_argument(
+        "--target", default=None, help="teacher-force this continuation and report where the walk leaves its path (A.1)"
+    )
     p.add_argument("--k", type=POSITIVE_INT.arg(), default=10, help="nearest tokens recorded per step (default 10)")
     add_limit_args(p)
     p.set_defaults(func=run)
@@ -57,8 +63,9 @@ def _plan(lm: Any, prompt: str, target: str | None, args: argparse.Namespace) ->
     def need(t: int) -> Any:
         return generate_need(sh, t, steps=steps, k=args.k, json=bool(args.json), out=bool(args.out))
 
-    check(need(T), args, f"a decoding walk from a prompt of {T} tokens ({steps} steps)",
-          fit_hint(need, args, T, "prompt"))
+    check(
+        need(T), args, f"a decoding walk from a prompt of {T} tokens ({steps} steps)", fit_hint(need, args, T, "prompt")
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,15 +79,33 @@ def run(args: argparse.Namespace) -> int:
     target = read_text(args.target) if args.target is not None else None
     lm = load(args)
     _plan(lm, prompt, target, args)
-    dw = decoding_walk(lm, prompt, max_new_tokens=args.max_new_tokens, sample=args.sample, seed=args.seed,
-                       target=target, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, k=args.k)
+    dw = decoding_walk(
+        lm,
+        prompt,
+        max_new_tokens=args.max_new_tokens,
+        sample=args.sample,
+        seed=args.seed,
+        target=target,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        k=args.k,
+    )
     if args.json:
         write_json(args.json, generate_report.document(dw, lm.name))
     con = console(args)
     title = f"{lm.name}: decoding walk of {prompt[-60:]!r}" + (" (teacher-forced target)" if target else "")
-    cols = [Col("step", justify="right"), Col("token"), Col("P", justify="right"), Col("rank", justify="right"),
-            Col("in N(target)" if target else "greedy"), Col("|d_t|", justify="right"),
-            Col("|Δd|", justify="right"), Col("angle°", justify="right"), Col("nearest tokens (P)", wrap=True)]
+    cols = [
+        Col("step", justify="right"),
+        Col("token"),
+        Col("P", justify="right"),
+        Col("rank", justify="right"),
+        Col("in N(target)" if target else "greedy"),
+        Col("|d_t|", justify="right"),
+        Col("|Δd|", justify="right"),
+        Col("angle°", justify="right"),
+        Col("nearest tokens (P)", wrap=True),
+    ]
     rows = []
     for i, tok in enumerate(dw.tokens):
         near = ", ".join(f"{show(s)} {float(p):.2f}" for s, p in zip(dw.top_tokens[i][:4], dw.top_probs[i][:4]))
@@ -88,14 +113,28 @@ def run(args: argparse.Namespace) -> int:
             flag = "[green]yes[/green]" if bool(dw.in_neighbourhood[i]) else "[red]no[/red]"
         else:
             flag = escape("=" if int(dw.greedy_ids[i]) == int(dw.token_ids[i]) else show(dw.top_tokens[i][0]))
-        rows.append([str(i), escape(show(tok)), f"{float(dw.probs[i]):.3f}", str(int(dw.ranks[i])), flag,
-                     f"{float(dw.d_norm[i]):.1f}", f"{float(dw.step_length[i]):.1f}", f"{float(dw.step_angle[i]):.1f}",
-                     escape(near)])
+        rows.append(
+            [
+                str(i),
+                escape(show(tok)),
+                f"{float(dw.probs[i]):.3f}",
+                str(int(dw.ranks[i])),
+                flag,
+                f"{float(dw.d_norm[i]):.1f}",
+                f"{float(dw.step_length[i]):.1f}",
+                f"{float(dw.step_angle[i]):.1f}",
+                escape(near),
+            ]
+        )
     print_table(con, title, cols, rows, keys=2, short="decoding walk")
     say(con, f"output: {dw.text!r}")
     if target is not None:
-        say(con, "the walk stays on the target path" if dw.left_path_at < 0 else
-            f"the walk leaves the target path at step {dw.left_path_at}")
+        say(
+            con,
+            "the walk stays on the target path"
+            if dw.left_path_at < 0
+            else f"the walk leaves the target path at step {dw.left_path_at}",
+        )
     if args.out:
         path = generate_report.build(dw, title=f"Decoding walk — {lm.name}").save(args.out)
         written(path)

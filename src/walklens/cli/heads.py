@@ -12,8 +12,7 @@ from rich.markup import escape
 from ..errors import InputError, ReducedWarning
 from ..reports import heads as heads_report
 from ..reports import kernels as kernels_report
-from .common import add_model_args, add_output_args, add_text_args, finite_arg, load, read_text, seed_arg, \
-    write_json
+from .common import add_model_args, add_output_args, add_text_args, finite_arg, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
 from .terminal import Col, ParagraphHelp, console, print_table, say
 
@@ -39,8 +38,12 @@ tokens (--samples, --length), 4 samples per forward pass, every layer and head. 
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("heads", help="attention heads: A.3 identity, attention maps, cluster & aggregate, W_vo/W_qk",
-                       description=HEADS_DESCRIPTION, formatter_class=ParagraphHelp)
+    p = sub.add_parser(
+        "heads",
+        help="attention heads: A.3 identity, attention maps, cluster & aggregate, W_vo/W_qk",
+        description=HEADS_DESCRIPTION,
+        formatter_class=ParagraphHelp,
+    )
     add_text_args(p)
     add_model_args(p)
     add_output_args(p)
@@ -48,20 +51,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--position", type=int, default=-1, help="query position of the cluster view (default: last)")
     p.add_argument("--stack", default=None, help="T5: enc or dec for the cluster view (default: dec)")
     p.add_argument("--cross", action="store_true", help="T5: cluster view of the decoder's cross-attention")
-    p.add_argument("--maps", metavar="LAYERS", default=None,
-                   help="comma-separated layers whose attention maps go into the report and the JSON "
-                        "(default: all; the report keeps as many as fit --max-output)")
-    p.add_argument("--kernels", action="store_true",
-                   help="also add position kernels to the report (empirical for rotary/learned models: slower)")
+    p.add_argument(
+        "--maps",
+        metavar="LAYERS",
+        default=None,
+        help="comma-separated layers whose attention maps go into the report and the JSON "
+        "(default: all; the report keeps as many as fit --max-output)",
+    )
+    p.add_argument(
+        "--kernels",
+        action="store_true",
+        help="also add position kernels to the report (empirical for rotary/learned models: slower)",
+    )
     add_limit_args(p)
     p.set_defaults(func=run_heads)
 
-    k = sub.add_parser("kernels", help="position kernels of every head and self-bias fractions per stack (A.2)",
-                       description=KERNELS_DESCRIPTION, formatter_class=ParagraphHelp)
+    k = sub.add_parser(
+        "kernels",
+        help="position kernels of every head and self-bias fractions per stack (A.2)",
+        description=KERNELS_DESCRIPTION,
+        formatter_class=ParagraphHelp,
+    )
     add_model_args(k)
     add_output_args(k)
-    k.add_argument("--method", choices=("auto", "weights", "empirical"), default="auto",
-                   help="auto: from the weights for T5/ALiBi, else empirical")
+    k.add_argument(
+        "--method",
+        choices=("auto", "weights", "empirical"),
+        default="auto",
+        help="auto: from the weights for T5/ALiBi, else empirical",
+    )
     k.add_argument("--margin", type=finite_arg, default=0.1, help="classification margin in nats (default 0.1)")
     k.add_argument("--max-distance", type=int, default=None, help="largest |key - query| distance shown")
     k.add_argument("--samples", type=int, default=16, help="empirical: shuffled-token samples (default 16)")
@@ -95,14 +113,25 @@ def _print_kernels(pk: Any, args: argparse.Namespace) -> None:
     for s in pk.stacks:
         f = s.fractions()
         rows.append([escape(s.stack or "model"), str(sum(len(r) for r in s.classes)), *[f"{f[c]:.1%}" for c in cols]])
-    print_table(con, f"{pk.model_name}: position kernels ({pk.scheme}); self-bias fractions at margin {pk.margin:g}",
-                ["stack", "kernels", *cols], rows)
+    print_table(
+        con,
+        f"{pk.model_name}: position kernels ({pk.scheme}); self-bias fractions at margin {pk.margin:g}",
+        ["stack", "kernels", *cols],
+        rows,
+    )
     sweep = pk.margin_sweep()
     margins = list(next(iter(sweep.values())).keys())
-    rows = [[escape(st), *[f"{per[m]['negative_self']:.0%} / {per[m]['far_amplifying']:.0%}" for m in margins]]
-            for st, per in sweep.items()]
-    print_table(con, "negative self-bias / far-amplifying fractions by margin (nats)",
-                ["stack", *[escape(str(m)) for m in margins]], rows, short="by margin")
+    rows = [
+        [escape(st), *[f"{per[m]['negative_self']:.0%} / {per[m]['far_amplifying']:.0%}" for m in margins]]
+        for st, per in sweep.items()
+    ]
+    print_table(
+        con,
+        "negative self-bias / far-amplifying fractions by margin (nats)",
+        ["stack", *[escape(str(m)) for m in margins]],
+        rows,
+        short="by margin",
+    )
     con.print(pk.estimator, style="dim", markup=False)
     if pk.notes and pk.notes != pk.estimator:
         con.print(pk.notes, style="dim", markup=False)
@@ -120,21 +149,37 @@ def _plan_kernels(lm: Any, args: argparse.Namespace) -> None:
     limit = context_limit(lm)
     length = min(args.length, limit) if limit else args.length
     if empirical and length < args.length:
-        warnings.warn(f"--length {args.length} is cut to the model's context: samples of {length} tokens",
-                      ReducedWarning, stacklevel=2)
-    window = args.max_distance or (max((length - 2) // 2 if sh.causal else (length - 1) // 4, 2) if empirical
-                                   else 128)  # the analysis' defaults (kernels.empirical_kernels)
+        warnings.warn(
+            f"--length {args.length} is cut to the model's context: samples of {length} tokens",
+            ReducedWarning,
+            stacklevel=2,
+        )
+    window = args.max_distance or (
+        max((length - 2) // 2 if sh.causal else (length - 1) // 4, 2) if empirical else 128
+    )  # the analysis' defaults (kernels.empirical_kernels)
     widest = (length - 2 if sh.causal else (length - 1) // 2) if empirical else (limit or MAX_DISTANCE)
     if args.max_distance is None:
         window = min(window, widest)  # the default never exceeds what the model or the samples allow
     elif window > widest:
-        raise InputError(f"--max-distance {window} is too large: at most {widest} "
-                         + (f"for samples of {length} tokens (a larger --length allows more)" if empirical
-                            else "for this model"))
-    need = kernels_need(sh, samples=args.samples, length=length, window=window, json=bool(args.json),
-                        out=bool(args.out), empirical=empirical)
-    check(need, args, f"kernels over {args.samples} samples of {length} tokens",
-          "a smaller --length (memory and work grow with its square) or fewer --samples (work)")
+        raise InputError(
+            f"--max-distance {window} is too large: at most {widest} "
+            + (f"for samples of {length} tokens (a larger --length allows more)" if empirical else "for this model")
+        )
+    need = kernels_need(
+        sh,
+        samples=args.samples,
+        length=length,
+        window=window,
+        json=bool(args.json),
+        out=bool(args.out),
+        empirical=empirical,
+    )
+    check(
+        need,
+        args,
+        f"kernels over {args.samples} samples of {length} tokens",
+        "a smaller --length (memory and work grow with its square) or fewer --samples (work)",
+    )
 
 
 def run_kernels(args: argparse.Namespace) -> int:
@@ -148,9 +193,16 @@ def run_kernels(args: argparse.Namespace) -> int:
         raise InputError(f"--max-distance must be from 1 to {MAX_DISTANCE}, not {args.max_distance}")
     lm = load(args)
     _plan_kernels(lm, args)
-    pk = position_kernels(lm, method=args.method, margin=args.margin, max_distance=args.max_distance,
-                          corpus=read_text(args.corpus) if args.corpus else None, samples=args.samples,
-                          length=args.length, seed=args.seed)
+    pk = position_kernels(
+        lm,
+        method=args.method,
+        margin=args.margin,
+        max_distance=args.max_distance,
+        corpus=read_text(args.corpus) if args.corpus else None,
+        samples=args.samples,
+        length=args.length,
+        seed=args.seed,
+    )
     _print_kernels(pk, args)
     if args.json:
         write_json(args.json, kernels_report.document(pk))
@@ -160,8 +212,7 @@ def run_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_heads(lm: Any, text: str, args: argparse.Namespace,
-                maps: list[int] | None) -> tuple[int, list[int], int]:
+def _plan_heads(lm: Any, text: str, args: argparse.Namespace, maps: list[int] | None) -> tuple[int, list[int], int]:
     """Check the limits before the forward pass; returns the report's block size b (b x b positions
     averaged per cell), the layers whose maps it draws and the number of tokens."""
     from ..costs import MB, fit_hint, heads_need, model_shape
@@ -175,8 +226,9 @@ def _plan_heads(lm: Any, text: str, args: argparse.Namespace,
 
     def need(t: int, layers: int) -> Any:
         b = block_size(t, t, HEATMAP_CELLS, per_col=sh.heads) if args.out else 1
-        return heads_need(sh, t, json_layers=json_layers, map_layers=layers, block=b, json=bool(args.json),
-                          out=bool(args.out))
+        return heads_need(
+            sh, t, json_layers=json_layers, map_layers=layers, block=b, json=bool(args.json), out=bool(args.out)
+        )
 
     layers = maps if maps is not None else list(range(n))
     if args.out and maps is None:
@@ -187,15 +239,20 @@ def _plan_heads(lm: Any, text: str, args: argparse.Namespace,
     hint = [fit_hint(lambda t: need(t, len(layers)), args, T)]
     if args.json or maps is not None:
         hint.insert(0, "--maps LAYERS keeps fewer layers' attention in the JSON and the report")
-    check(need(T, len(layers)), args,
-          f"heads over {T} tokens (the A.3 check keeps {n} layers x {sh.heads} heads x {T}x{T} attention "
-          f"probabilities)", "; ".join(hint))
+    check(
+        need(T, len(layers)),
+        args,
+        f"heads over {T} tokens (the A.3 check keeps {n} layers x {sh.heads} heads x {T}x{T} attention probabilities)",
+        "; ".join(hint),
+    )
     b = block_size(T, T, HEATMAP_CELLS, per_col=sh.heads) if args.out else 1
     if args.out and (b > 1 or len(layers) < n):
         which = f"{len(layers)} of {n} layers ({', '.join(map(str, layers))})" if len(layers) < n else "every layer"
-        note(f"heads: the report draws the attention maps of {which}"
-             + (f" as means over blocks of {b} x {b} positions" if b > 1 else "")
-             + ("; --maps LAYERS chooses the layers" if maps is None else ""))
+        note(
+            f"heads: the report draws the attention maps of {which}"
+            + (f" as means over blocks of {b} x {b} positions" if b > 1 else "")
+            + ("; --maps LAYERS chooses the layers" if maps is None else "")
+        )
     return b, layers, T
 
 
@@ -220,14 +277,19 @@ def run_heads(args: argparse.Namespace) -> int:
     trace = ident.trace
     if trace is None:  # pragma: no cover - attention_identity always attaches its trace
         raise InputError("no trace was captured")
-    tr = trace.encoder if (trace.encoder is not None and stack == lm.adapter.stacks[0].name
-                           and len(lm.adapter.stacks) > 1) else trace
+    tr = (
+        trace.encoder
+        if (trace.encoder is not None and stack == lm.adapter.stacks[0].name and len(lm.adapter.stacks) > 1)
+        else trace
+    )
     hm = head_matrices(lm, args.layer, stack, args.cross)
     if not -len(tr.tokens) <= args.position < len(tr.tokens):
         raise InputError(f"--position {args.position} out of range for {len(tr.tokens)} tokens")
     views = [cluster_view(tr, hm, h, args.position) for h in range(hm.n_heads)]
-    masses = {s.name or "model": self_mass(trace.encoder if (s is not lm.adapter.stacks[-1]) else trace,
-                                           causal=s.causal) for s in lm.adapter.stacks}
+    masses = {
+        s.name or "model": self_mass(trace.encoder if (s is not lm.adapter.stacks[-1]) else trace, causal=s.causal)
+        for s in lm.adapter.stacks
+    }
     stats = {s.name or "model": head_stats(lm, s.name) for s in lm.adapter.stacks}
     _print_heads(lm.name, ident, views, tr.tokens, hm.layer, masses, args)
     if args.json:
@@ -238,27 +300,62 @@ def run_heads(args: argparse.Namespace) -> int:
             from ..kernels import position_kernels
 
             pk = position_kernels(lm)
-        rep = heads_report.build(ident, views, masses, stats, f"walklens heads: {lm.name}", f"text: {text[:200]!r}",
-                                 block=b, layers=map_layers, kernels=pk)
+        rep = heads_report.build(
+            ident,
+            views,
+            masses,
+            stats,
+            f"walklens heads: {lm.name}",
+            f"text: {text[:200]!r}",
+            block=b,
+            layers=map_layers,
+            kernels=pk,
+        )
         say(console(args), f"report: {rep.save(args.out)}")
     return 0
 
 
-def _print_heads(model: str, ident: Any, views: Any, tokens: Any, layer: int, masses: Any,
-                 args: argparse.Namespace) -> None:
+def _print_heads(
+    model: str, ident: Any, views: Any, tokens: Any, layer: int, masses: Any, args: argparse.Namespace
+) -> None:
     """The A.3 errors, the cluster view of every head and the share of heads below uniform self mass."""
     con = console(args)
-    print_table(con, f"{model}: A.3 identity, max |error| per module (max {ident.max_error:.2g})",
-                ["module", "max |error|", "max |output|"],
-                [[escape(c.name), f"{c.max_abs_error:.2g}", f"{c.max_abs_output:.3g}"] for c in ident.checks])
+    print_table(
+        con,
+        f"{model}: A.3 identity, max |error| per module (max {ident.max_error:.2g})",
+        ["module", "max |error|", "max |output|"],
+        [[escape(c.name), f"{c.max_abs_error:.2g}", f"{c.max_abs_output:.3g}"] for c in ident.checks],
+    )
     v0 = views[0]
-    rows = [[str(v.head), f"{v.self_mass:.3f}", f"{v.foreign_mass:.3f}", f"{v.move_distance:.3g}",
-             f"{v.cos_query_centroid:.3f}", escape(", ".join(f"{t!r} {w:.2f}" for _, t, w in v.top_members[:3]))]
-            for v in views]
-    print_table(con, f"cluster & aggregate: layer {layer} {v0.kind}, query {v0.position} {tokens[v0.position]!r}",
-                [Col("head", justify="right"), "self mass", "foreign mass", "|centroid - x_t|", "cos(x_t, centroid)",
-                 Col("top members", wrap=True)], rows, short="cluster & aggregate")
+    rows = [
+        [
+            str(v.head),
+            f"{v.self_mass:.3f}",
+            f"{v.foreign_mass:.3f}",
+            f"{v.move_distance:.3g}",
+            f"{v.cos_query_centroid:.3f}",
+            escape(", ".join(f"{t!r} {w:.2f}" for _, t, w in v.top_members[:3])),
+        ]
+        for v in views
+    ]
+    print_table(
+        con,
+        f"cluster & aggregate: layer {layer} {v0.kind}, query {v0.position} {tokens[v0.position]!r}",
+        [
+            Col("head", justify="right"),
+            "self mass",
+            "foreign mass",
+            "|centroid - x_t|",
+            "cos(x_t, centroid)",
+            Col("top members", wrap=True),
+        ],
+        rows,
+        short="cluster & aggregate",
+    )
     for name, sm in masses.items():
         below = float((sm.ratio < 1).float().mean())
-        say(con, f"{name}: heads whose mean self mass is below uniform attention: {below:.1%} of {sm.mass.numel()} "
-                 f"(mean self mass {float(sm.mass.mean()):.3f}, uniform {float(sm.uniform.mean()):.3f})")
+        say(
+            con,
+            f"{name}: heads whose mean self mass is below uniform attention: {below:.1%} of {sm.mass.numel()} "
+            f"(mean self mass {float(sm.mass.mean()):.3f}, uniform {float(sm.uniform.mean()):.3f})",
+        )

@@ -21,9 +21,13 @@ from .terminal import Col, console, print_table, say
 def _add_common(p: argparse.ArgumentParser, scheme: bool) -> None:
     add_hellaswag_args(p, "write n, acc, acc_norm, baseline, normalised, predictions here")
     if scheme:
-        p.add_argument("--scheme", default="standard", metavar="S",
-                       help="'standard' (sec. 5.1) or key=value,... e.g. "
-                            "enc=concat_each_example,layer=-1,word=w1mean,norm=None,seg=mean,ex=mean")
+        p.add_argument(
+            "--scheme",
+            default="standard",
+            metavar="S",
+            help="'standard' (sec. 5.1) or key=value,... e.g. "
+            "enc=concat_each_example,layer=-1,word=w1mean,norm=None,seg=mean,ex=mean",
+        )
     p.add_argument("--no-db", action="store_true", help="do not read or write the results database")
 
 
@@ -33,15 +37,23 @@ def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     hs = p.add_subparsers(dest="hellaswag_command", metavar="COMMAND", parser_class=type(p))
     b = hs.add_parser("baseline", help="the ordinary score, as lm-evaluation-harness computes it")
     _add_common(b, scheme=False)
-    b.add_argument("--compact", metavar="SPEC", default=None,
-                   help="score the endings after a compacted context, e.g. what=examples,ratio=4 (docs/compaction.md)")
+    b.add_argument(
+        "--compact",
+        metavar="SPEC",
+        default=None,
+        help="score the endings after a compacted context, e.g. what=examples,ratio=4 (docs/compaction.md)",
+    )
     b.set_defaults(func=run, test="baseline")
     t1 = hs.add_parser("test1", help="Test 1, pyramidal generation: endings scored after concept vectors")
     _add_common(t1, scheme=True)
     t1.set_defaults(func=run, test="test1")
     for q in (b, t1):
-        q.add_argument("--cache", metavar="DIR", default=None,
-                       help="concept cache folder: segment vectors shared with the sweep and compaction")
+        q.add_argument(
+            "--cache",
+            metavar="DIR",
+            default=None,
+            help="concept cache folder: segment vectors shared with the sweep and compaction",
+        )
     t2 = hs.add_parser("test2", help="Test 2, concept similarity: context vector(s) vs each ending's vector")
     _add_common(t2, scheme=True)
     t2.set_defaults(func=run, test="test2")
@@ -58,11 +70,11 @@ def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
-    from ..hellaswag.encode import arch_of
+    from ..concepts.schemes import Scheme
     from ..experiments.runner import baseline_scorer, normalised, run_test, scorer
     from ..experiments.runsetup import RunSetup
-    from ..concepts.schemes import Scheme
+    from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
+    from ..hellaswag.encode import arch_of
     from ..hellaswag.store import ResultStore
 
     if args.test != "baseline" and args.scheme != "standard":
@@ -89,8 +101,15 @@ def run(args: argparse.Namespace) -> int:
         scheme = Scheme.from_spec(args.scheme, 1 if args.test == "test1" else 2, arch_of(lm))
     store = None if db is None else ResultStore(db)
     try:
-        setup = RunSetup(shots=args.shots, pool=pool, fewshot_seed=args.seed, data=did, store=store, cache=cache,
-                         progress=not args.no_progress)
+        setup = RunSetup(
+            shots=args.shots,
+            pool=pool,
+            fewshot_seed=args.seed,
+            data=did,
+            store=store,
+            cache=cache,
+            progress=not args.no_progress,
+        )
         if arch_of(lm) == "encoder" and args.test != "baseline":
             base = None  # a masked LM has no HellaSwag likelihood baseline: Test 2 is reported unnormalised
         else:
@@ -100,21 +119,34 @@ def run(args: argparse.Namespace) -> int:
 
             summ = compact_run(lm, items, spec, setup)
         else:
-            summ = base if args.test == "baseline" else run_test(lm, items, scorer(lm, args.test, scheme), setup,
-                                                                 desc=f"{lm.name} {args.test}")
+            summ = (
+                base
+                if args.test == "baseline"
+                else run_test(lm, items, scorer(lm, args.test, scheme), setup, desc=f"{lm.name} {args.test}")
+            )
     finally:
         if store is not None:
             store.close()
         if cache is not None:
             cache.close()
     out = {
-        "model": lm.name, "data": did, "split": summ.key.split, "shots": args.shots,
-        "test": "compact" if spec is not None else args.test, "compact": None if spec is None else str(spec),
-        "scheme": None if scheme is None else str(scheme), "n": summ.n, "acc": summ.acc, "acc_norm": summ.acc_norm,
+        "model": lm.name,
+        "data": did,
+        "split": summ.key.split,
+        "shots": args.shots,
+        "test": "compact" if spec is not None else args.test,
+        "compact": None if spec is None else str(spec),
+        "scheme": None if scheme is None else str(scheme),
+        "n": summ.n,
+        "acc": summ.acc,
+        "acc_norm": summ.acc_norm,
         "baseline": {"acc": base.acc if base else None, "acc_norm": base.acc_norm if base else None},
-        "normalised": {"acc": normalised(summ.acc, base.acc) if base else None,
-                       "acc_norm": normalised(summ.acc_norm, base.acc_norm) if base else None},
-        "computed": summ.computed, "db": None if store is None else str(store.path),
+        "normalised": {
+            "acc": normalised(summ.acc, base.acc) if base else None,
+            "acc_norm": normalised(summ.acc_norm, base.acc_norm) if base else None,
+        },
+        "computed": summ.computed,
+        "db": None if store is None else str(store.path),
         "command": "walklens " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("walklens") else None,
         "predictions": summ.predictions,
     }
@@ -134,8 +166,10 @@ def _print(out: dict[str, Any], args: argparse.Namespace) -> None:
     say(con, f"{out['model']}: HellaSwag {out['test']}, {out['n']} items, {out['shots']}-shot")
     rows = [[escape(out["test"]), _fmt(out["acc"]), _fmt(out["acc_norm"])]]
     if out["test"] != "baseline":
-        rows += [["baseline", _fmt(out["baseline"]["acc"]), _fmt(out["baseline"]["acc_norm"])],
-                 ["normalised", _fmt(out["normalised"]["acc"]), _fmt(out["normalised"]["acc_norm"])]]
+        rows += [
+            ["baseline", _fmt(out["baseline"]["acc"]), _fmt(out["baseline"]["acc_norm"])],
+            ["normalised", _fmt(out["normalised"]["acc"]), _fmt(out["normalised"]["acc_norm"])],
+        ]
     print_table(con, "", ["score", Col("acc", justify="right"), Col("acc_norm", justify="right")], rows)
     if out["scheme"] is not None:
         say(con, f"scheme: {out['scheme']}")

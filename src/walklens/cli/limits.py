@@ -36,14 +36,28 @@ def add_limit_args(p: argparse.ArgumentParser, files: bool = True) -> None:
     """``--max-memory GB``, ``--max-work TFLOP`` and, for a command that writes files (``files``),
     ``--max-output MB`` (checked before computing)."""
     g = p.add_argument_group("size limits (estimated before anything is computed)")
-    g.add_argument("--max-memory", type=_positive, default=MAX_MEMORY_GB, metavar="GB",
-                   help=f"working memory beyond the model's weights (default {MAX_MEMORY_GB:g})")
+    g.add_argument(
+        "--max-memory",
+        type=_positive,
+        default=MAX_MEMORY_GB,
+        metavar="GB",
+        help=f"working memory beyond the model's weights (default {MAX_MEMORY_GB:g})",
+    )
     if files:
-        g.add_argument("--max-output", type=_positive, default=MAX_OUTPUT_MB, metavar="MB",
-                       help=f"size of each file written, the --json file and the report's index.html "
-                            f"(default {MAX_OUTPUT_MB:g})")
-    g.add_argument("--max-work", type=_positive, default=MAX_WORK_TFLOP, metavar="TFLOP",
-                   help=f"floating-point work; one CPU core does 0.03-0.1 TFLOP/s (default {MAX_WORK_TFLOP:g})")
+        g.add_argument(
+            "--max-output",
+            type=_positive,
+            default=MAX_OUTPUT_MB,
+            metavar="MB",
+            help=f"size of each file written, the --json file and the report's index.html (default {MAX_OUTPUT_MB:g})",
+        )
+    g.add_argument(
+        "--max-work",
+        type=_positive,
+        default=MAX_WORK_TFLOP,
+        metavar="TFLOP",
+        help=f"floating-point work; one CPU core does 0.03-0.1 TFLOP/s (default {MAX_WORK_TFLOP:g})",
+    )
 
 
 def note(message: str) -> None:
@@ -73,11 +87,14 @@ def check_context(lm: LoadedModel, prompt: int, steps: int, option: str) -> None
 
     limit = context_limit(lm)
     if limit is not None and prompt + steps > limit:
-        raise InputError(f"{option}: a prompt of {prompt} tokens and {steps} new tokens exceed the model's context "
-                         f"of {limit} positions (at most {max(limit - prompt, 0)} new tokens fit)")
+        raise InputError(
+            f"{option}: a prompt of {prompt} tokens and {steps} new tokens exceed the model's context "
+            f"of {limit} positions (at most {max(limit - prompt, 0)} new tokens fit)"
+        )
 
 
 # ---- heatmaps: block means ---------------------------------------------------------------------------------------
+
 
 def block_size(rows: int, cols: int, cells: int = HEATMAP_CELLS, per_col: int = 1) -> int:
     """The smallest block b such that a [rows, cols] map averaged over b x b blocks has at most ``cells``
@@ -97,5 +114,14 @@ def spread(n: int, k: int) -> list[int]:
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
-__all__ = ["HEATMAP_CELLS", "LimitError", "add_limit_args", "note", "check", "text_tokens", "check_context",
-           "block_size", "spread"]
+__all__ = [
+    "HEATMAP_CELLS",
+    "LimitError",
+    "add_limit_args",
+    "note",
+    "check",
+    "text_tokens",
+    "check_context",
+    "block_size",
+    "spread",
+]

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from rich.markup import escape
 
@@ -36,16 +37,26 @@ perplexity. Work grows with runs x --max-new-tokens x the prompt's length and is
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("power", help="power-method view: spectra of W_V W_O, alignment through depth, shared weights",
-                       description=POWER_DESCRIPTION, formatter_class=ParagraphHelp)
+    p = sub.add_parser(
+        "power",
+        help="power-method view: spectra of W_V W_O, alignment through depth, shared weights",
+        description=POWER_DESCRIPTION,
+        formatter_class=ParagraphHelp,
+    )
     p.add_argument("texts", nargs="*", help="texts (use @FILE to read one from a file)")
     p.add_argument("--corpus", metavar="FILE", help="more texts, one per line")
     p.add_argument("--heads", action="store_true", help="also decompose every head's W_v,h W_o,h")
     p.add_argument("--skip-first", action="store_true", help="leave out each text's first position (attention sink)")
-    p.add_argument("--shared-layer", type=Range(integer=True).arg(), default=None, metavar="K",
-                   help="shared-weight experiment: apply layer K (default: the middle layer) ...")
-    p.add_argument("--shared-depth", type=POSITIVE_INT.arg(), default=None, metavar="L",
-                   help="... L times (default: model depth)")
+    p.add_argument(
+        "--shared-layer",
+        type=Range(integer=True).arg(),
+        default=None,
+        metavar="K",
+        help="shared-weight experiment: apply layer K (default: the middle layer) ...",
+    )
+    p.add_argument(
+        "--shared-depth", type=POSITIVE_INT.arg(), default=None, metavar="L", help="... L times (default: model depth)"
+    )
     p.add_argument("--no-shared", action="store_true", help="skip the shared-weight experiment")
     p.add_argument("--no-dynamics", action="store_true", help="skip the idealised dynamics")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the random baselines")
@@ -54,23 +65,43 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_limit_args(p)
     p.set_defaults(func=run_power)
 
-    s = sub.add_parser("steer", help="eigen-steering (rank-one W_O edit) next to activation addition",
-                       description=STEER_DESCRIPTION, formatter_class=ParagraphHelp)
+    s = sub.add_parser(
+        "steer",
+        help="eigen-steering (rank-one W_O edit) next to activation addition",
+        description=STEER_DESCRIPTION,
+        formatter_class=ParagraphHelp,
+    )
     s.add_argument("prompts", nargs="+", help="prompts (use @FILE to read one from a file)")
-    s.add_argument("--toward", required=True, help="target token or text (its first token is scored); "
-                                                   "mind the leading space, e.g. ' Paris'")
-    s.add_argument("--layers", action="append", required=True, metavar="L",
-                   help="layers to steer: 12, 10,12 or 8-12; repeat the option to compare layer sets")
-    s.add_argument("--alpha", default="0,2,4,8,16",
-                   help=f"comma-separated strengths for eigen-steering (each within ±{MAX_ALPHA:g})")
-    s.add_argument("--add-alpha", default=None,
-                   help="comma-separated strengths for activation addition (default: --alpha)")
+    s.add_argument(
+        "--toward",
+        required=True,
+        help="target token or text (its first token is scored); mind the leading space, e.g. ' Paris'",
+    )
+    s.add_argument(
+        "--layers",
+        action="append",
+        required=True,
+        metavar="L",
+        help="layers to steer: 12, 10,12 or 8-12; repeat the option to compare layer sets",
+    )
+    s.add_argument(
+        "--alpha",
+        default="0,2,4,8,16",
+        help=f"comma-separated strengths for eigen-steering (each within ±{MAX_ALPHA:g})",
+    )
+    s.add_argument(
+        "--add-alpha", default=None, help="comma-separated strengths for activation addition (default: --alpha)"
+    )
     s.add_argument("--method", choices=("both", "eigen", "add"), default="both")
     s.add_argument("--max-new-tokens", type=POSITIVE_INT.arg(), default=12)
-    s.add_argument("--export-control-vector", metavar="FILE", default=None,
-                   help="also write the steering as a llama.cpp control vector (GGUF; docs/ecosystem.md): needs one "
-                        "--layers set (no layer 0), --method add or eigen and one strength; eigen exports the mean "
-                        "change of each layer's attention output over the prompts' tokens")
+    s.add_argument(
+        "--export-control-vector",
+        metavar="FILE",
+        default=None,
+        help="also write the steering as a llama.cpp control vector (GGUF; docs/ecosystem.md): needs one "
+        "--layers set (no layer 0), --method add or eigen and one strength; eigen exports the mean "
+        "change of each layer's attention output over the prompts' tokens",
+    )
     add_model_args(s)
     add_output_args(s)
     add_limit_args(s)
@@ -93,7 +124,7 @@ def parse_layers(text: str) -> list[Span]:
         try:
             if "-" in part[1:]:
                 cut = part.index("-", 1)
-                out.append((int(part[:cut]), int(part[cut + 1:])))
+                out.append((int(part[:cut]), int(part[cut + 1 :])))
             else:
                 out.append((int(part), int(part)))
         except ValueError:
@@ -106,8 +137,10 @@ def expand_layers(spans: list[Span], n_layers: int, text: str) -> list[int]:
     ``n_layers - 1``), so an expansion never exceeds the model's depth per span."""
     for end in (x for span in spans for x in span):
         if not -n_layers <= end < n_layers:
-            raise InputError(f"--layers {show(text)}: layer {end} out of range: the model has {n_layers} layers "
-                             f"(0 to {n_layers - 1}, or -{n_layers} to -1 from the top)")
+            raise InputError(
+                f"--layers {show(text)}: layer {end} out of range: the model has {n_layers} layers "
+                f"(0 to {n_layers - 1}, or -{n_layers} to -1 from the top)"
+            )
     out: list[int] = []
     for lo, hi in spans:
         a, b = lo % n_layers, hi % n_layers
@@ -135,11 +168,19 @@ def _plan_power(lm: Any, texts: list[str], args: argparse.Namespace) -> None:
 
     lengths = [text_tokens(lm, t, False) for t in texts]
     seq2seq = lm.is_encoder_decoder
-    need = power_need(model_shape(lm), lengths, heads=args.heads, dynamics=not (args.no_dynamics or seq2seq),
-                      shared=not (args.no_shared or seq2seq), json=bool(args.json), out=bool(args.out),
-                      shared_depth=args.shared_depth)
+    need = power_need(
+        model_shape(lm),
+        lengths,
+        heads=args.heads,
+        dynamics=not (args.no_dynamics or seq2seq),
+        shared=not (args.no_shared or seq2seq),
+        json=bool(args.json),
+        out=bool(args.out),
+        shared_depth=args.shared_depth,
+    )
     hint = "fewer or shorter texts, a smaller --shared-depth; --no-dynamics and --no-shared skip those runs" + (
-        "; without --heads only whole layers are decomposed" if args.heads else "")
+        "; without --heads only whole layers are decomposed" if args.heads else ""
+    )
     check(need, args, f"power over {len(texts)} text(s) of {sum(lengths)} tokens (the longest {max(lengths)})", hint)
 
 
@@ -150,11 +191,16 @@ def _plan_steer(lm: Any, prompts: list[str], runs: int, args: argparse.Namespace
 
     lengths = [text_tokens(lm, p, False) for p in prompts]
     check_context(lm, max(lengths), args.max_new_tokens, "--max-new-tokens")
-    need = steer_need(model_shape(lm), lengths, runs=runs, steps=args.max_new_tokens, json=bool(args.json),
-                      out=bool(args.out))
-    check(need, args, f"steering {len(prompts)} prompt(s) of up to {max(lengths)} tokens in {runs} runs of "
-                      f"{args.max_new_tokens} tokens each",
-          "fewer --alpha / --add-alpha values, --layers sets or prompts, a smaller --max-new-tokens, or shorter prompts")
+    need = steer_need(
+        model_shape(lm), lengths, runs=runs, steps=args.max_new_tokens, json=bool(args.json), out=bool(args.out)
+    )
+    check(
+        need,
+        args,
+        f"steering {len(prompts)} prompt(s) of up to {max(lengths)} tokens in {runs} runs of "
+        f"{args.max_new_tokens} tokens each",
+        "fewer --alpha / --add-alpha values, --layers sets or prompts, a smaller --max-new-tokens, or shorter prompts",
+    )
 
 
 def run_power(args: argparse.Namespace) -> int:
@@ -168,30 +214,58 @@ def run_power(args: argparse.Namespace) -> int:
     _plan_power(lm, texts, args)
     spectra = power_spectra(lm, heads=args.heads, progress=True)
     al = alignment(lm, texts, spectra=spectra, skip_first=args.skip_first, seed=args.seed, progress=True)
-    dyn = None if args.no_dynamics or lm.is_encoder_decoder else dynamics(
-        lm, texts, spectra=spectra, skip_first=args.skip_first, seed=args.seed, progress=True)
+    dyn = (
+        None
+        if args.no_dynamics or lm.is_encoder_decoder
+        else dynamics(lm, texts, spectra=spectra, skip_first=args.skip_first, seed=args.seed, progress=True)
+    )
     sw = None
     if not args.no_shared and not lm.is_encoder_decoder:
         k = lm.n_layers // 2 if args.shared_layer is None else args.shared_layer
-        sw = shared_weights(lm, texts, layer=k, n_layers=args.shared_depth, skip_first=args.skip_first,
-                            seed=args.seed, progress=True)
+        sw = shared_weights(
+            lm, texts, layer=k, n_layers=args.shared_depth, skip_first=args.skip_first, seed=args.seed, progress=True
+        )
 
     rows = []
     for s in spectra.layers:
         i = al.points.index(f"L{s.layer}.resid_post")
         lam = s.lambda1
-        rows.append([str(s.layer), f"{abs(lam):.3g}",
-                     f"{lam.real:.3g}{lam.imag:+.3g}i" if s.complex_pair else f"{lam.real:.3g}",
-                     f"{s.gap:.3f}", f"{al.mean[i]:.3f}", f"{al.random_hi[i]:.3f}", f"{al.other_mean[i]:.3f}",
-                     escape(" ".join(repr(t) for t in s.nearest[:4]))])
+        rows.append(
+            [
+                str(s.layer),
+                f"{abs(lam):.3g}",
+                f"{lam.real:.3g}{lam.imag:+.3g}i" if s.complex_pair else f"{lam.real:.3g}",
+                f"{s.gap:.3f}",
+                f"{al.mean[i]:.3f}",
+                f"{al.random_hi[i]:.3f}",
+                f"{al.other_mean[i]:.3f}",
+                escape(" ".join(repr(t) for t in s.nearest[:4])),
+            ]
+        )
     con = console(args)
-    print_table(con, f"{lm.name}: F = W_V W_O per layer (seed 002); alignment = mean |cos(x, v1)| at the layer output",
-                [Col("layer", justify="right"), "|λ1|", "λ1", "gap |λ2/λ1|", "align out", "random (95%)",
-                 "other layers", Col("v1 ≈ tokens", wrap=True)], rows, short="F per layer")
+    print_table(
+        con,
+        f"{lm.name}: F = W_V W_O per layer (seed 002); alignment = mean |cos(x, v1)| at the layer output",
+        [
+            Col("layer", justify="right"),
+            "|λ1|",
+            "λ1",
+            "gap |λ2/λ1|",
+            "align out",
+            "random (95%)",
+            "other layers",
+            Col("v1 ≈ tokens", wrap=True),
+        ],
+        rows,
+        short="F per layer",
+    )
     if sw is not None:
-        say(con, f"shared weights: layer {sw.layer} x {sw.n_layers}: rate |λ2/λ1| = {sw.rate:.3f} "
-                 f"(I+F: {sw.rate_residual:.4f}); alignment {sw.measured[0]:.3f} -> {sw.measured[-1]:.3f} "
-                 f"(power method {sw.power[-1]:.3f}, analytic {sw.predicted[-1]:.3f}, random {sw.random_mean:.3f})")
+        say(
+            con,
+            f"shared weights: layer {sw.layer} x {sw.n_layers}: rate |λ2/λ1| = {sw.rate:.3f} "
+            f"(I+F: {sw.rate_residual:.4f}); alignment {sw.measured[0]:.3f} -> {sw.measured[-1]:.3f} "
+            f"(power method {sw.power[-1]:.3f}, analytic {sw.predicted[-1]:.3f}, random {sw.random_mean:.3f})",
+        )
     if args.json:
         write_json(args.json, power_report.document(spectra, al, dyn, sw, texts))
     if args.out:
@@ -214,8 +288,10 @@ def _check_export(args: argparse.Namespace, alphas: list[float], add_alphas: lis
     path, label = args.export_control_vector, "--export-control-vector"
     grid = alphas if args.method == "eigen" else add_alphas
     if args.method == "both" or len(args.layers) != 1 or len(grid) != 1:
-        raise InputError(f"{label} exports one steering: give --method add or eigen, one --layers set and one "
-                         f"strength ({'--alpha' if args.method == 'eigen' else '--add-alpha or --alpha'})")
+        raise InputError(
+            f"{label} exports one steering: give --method add or eigen, one --layers set and one "
+            f"strength ({'--alpha' if args.method == 'eigen' else '--add-alpha or --alpha'})"
+        )
     check_file(path, label)
     check_not_inputs(path, label, command_inputs(args))
     if args.json and args.json != "-" and same_file(path, args.json):
@@ -230,8 +306,11 @@ def _export(lm: Any, args: argparse.Namespace, prompts: list[str], layers: list[
     cv = control_vector(lm, args.toward, layers, alpha, method=args.method, texts=prompts)
     path = write_control_vector(cv, args.export_control_vector, "--export-control-vector")
     along = f"; cosine with u {', '.join(f'{c:.4f}' for c in cv.along_u.values())}" if cv.along_u else ""
-    say(console(args), f"control vector: {escape(str(path))} ({cv.method}, alpha {alpha:g}, direction."
-                       f"{','.join(map(str, cv.layers))}{along})")
+    say(
+        console(args),
+        f"control vector: {escape(str(path))} ({cv.method}, alpha {alpha:g}, direction."
+        f"{','.join(map(str, cv.layers))}{along})",
+    )
 
 
 def run_steer(args: argparse.Namespace) -> int:
@@ -253,21 +332,52 @@ def run_steer(args: argparse.Namespace) -> int:
     _plan_steer(lm, prompts, sum(len(sets) * len(alphas if m == "eigen" else add_alphas) for m in methods), args)
     if args.export_control_vector:
         _export(lm, args, prompts, sets[0], (alphas if args.method == "eigen" else add_alphas)[0])
-    sw = steering_sweep(lm, prompts, args.toward, sets, alphas, add_alphas=add_alphas, methods=methods,
-                        max_new_tokens=args.max_new_tokens, progress=True)
+    sw = steering_sweep(
+        lm,
+        prompts,
+        args.toward,
+        sets,
+        alphas,
+        add_alphas=add_alphas,
+        methods=methods,
+        max_new_tokens=args.max_new_tokens,
+        progress=True,
+    )
     rows = []
     for m in sw.methods:
         for s in sw.layer_sets:
-            for a in (sw.alphas if m == "eigen" else sw.add_alphas):
+            for a in sw.alphas if m == "eigen" else sw.add_alphas:
                 rs = [r for r in sw.rows if r.method == m and r.layers == s and r.alpha == a]
-                n = len(rs)
-                rows.append([m, ",".join(map(str, s)), f"{a:g}", f"{_mean(r.target_prob for r in rs):.4f}",
-                             f"{_mean(r.target_rank for r in rs):.1f}", f"{_mean(r.perplexity for r in rs):.1f}",
-                             f"{_mean(r.push for r in rs):.2f}", escape(repr(rs[0].text))])
+                rows.append(
+                    [
+                        m,
+                        ",".join(map(str, s)),
+                        f"{a:g}",
+                        f"{_mean(r.target_prob for r in rs):.4f}",
+                        f"{_mean(r.target_rank for r in rs):.1f}",
+                        f"{_mean(r.perplexity for r in rs):.1f}",
+                        f"{_mean(r.push for r in rs):.2f}",
+                        escape(repr(rs[0].text)),
+                    ]
+                )
     con = console(args)
-    print_table(con, f"{lm.name}: steering toward {sw.target_token!r} (mean over {len(prompts)} prompts)",
-                ["method", "layers", Col("alpha", justify="right"), "p(target)", "rank (0 = top)", "ppl (unsteered)",
-                 "push along u", Col("first prompt →", wrap=True)], rows, keys=3, short="steering")
+    print_table(
+        con,
+        f"{lm.name}: steering toward {sw.target_token!r} (mean over {len(prompts)} prompts)",
+        [
+            "method",
+            "layers",
+            Col("alpha", justify="right"),
+            "p(target)",
+            "rank (0 = top)",
+            "ppl (unsteered)",
+            "push along u",
+            Col("first prompt →", wrap=True),
+        ],
+        rows,
+        keys=3,
+        short="steering",
+    )
     if args.json:
         write_json(args.json, steer_report.document(sw))
     if args.out:

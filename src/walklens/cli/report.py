@@ -35,16 +35,39 @@ def _print(summaries: Any, path: Any) -> None:
 
     con = console()
     if summaries:
-        rows = [[escape(Path(s.model).name or s.model), f"T{s.test} {s.shots}-shot {metric}", str(s.n_items),
-                 f"{s.n_schemes:,}", _fmt(m.baseline),
-                 f"{_fmt(m.standard and m.standard.acc)} ({_fmt(m.standard and m.standard.norm, 2)})",
-                 f"{_fmt(m.in_sample.acc)} ({_fmt(m.in_sample.norm_score, 2)})",
-                 f"{_fmt(m.kfold.acc)} ({_fmt(m.kfold.norm, 2)})", f"[{_fmt(m.kfold.lo)}, {_fmt(m.kfold.hi)}]"]
-                for s in summaries for metric, m in s.metrics.items()]
-        print_table(con, "sweeps: accuracy (normalised: / baseline)",
-                    [Col("model", wrap=True), "run", Col("items", justify="right"), Col("schemes", justify="right"),
-                     "baseline", "standard", "best in-sample", f"{kfold_label(summaries)} held-out", "95% CI"],
-                    rows, keys=2, short="sweeps")
+        rows = [
+            [
+                escape(Path(s.model).name or s.model),
+                f"T{s.test} {s.shots}-shot {metric}",
+                str(s.n_items),
+                f"{s.n_schemes:,}",
+                _fmt(m.baseline),
+                f"{_fmt(m.standard and m.standard.acc)} ({_fmt(m.standard and m.standard.norm, 2)})",
+                f"{_fmt(m.in_sample.acc)} ({_fmt(m.in_sample.norm_score, 2)})",
+                f"{_fmt(m.kfold.acc)} ({_fmt(m.kfold.norm, 2)})",
+                f"[{_fmt(m.kfold.lo)}, {_fmt(m.kfold.hi)}]",
+            ]
+            for s in summaries
+            for metric, m in s.metrics.items()
+        ]
+        print_table(
+            con,
+            "sweeps: accuracy (normalised: / baseline)",
+            [
+                Col("model", wrap=True),
+                "run",
+                Col("items", justify="right"),
+                Col("schemes", justify="right"),
+                "baseline",
+                "standard",
+                "best in-sample",
+                f"{kfold_label(summaries)} held-out",
+                "95% CI",
+            ],
+            rows,
+            keys=2,
+            short="sweeps",
+        )
     else:
         say(con, "no sweep results in this database")
     say(con, f"report: {path}")

@@ -26,18 +26,33 @@ that dtype, e.g. --model smollm2-135m --model smollm2-135m@bfloat16 to compare t
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="the explorer in the browser: every view of a text, offline, on localhost",
-                       description=DESCRIPTION, formatter_class=ParagraphHelp)
-    p.add_argument("--model", action="append", metavar="M",
-                   help="a model to load (repeat for several; NAME@DTYPE for a dtype; default smollm2-135m)")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default=DEFAULT_DTYPE,
-                   help=f"dtype of the models without @DTYPE (default {DEFAULT_DTYPE})")
+    p = sub.add_parser(
+        "serve",
+        help="the explorer in the browser: every view of a text, offline, on localhost",
+        description=DESCRIPTION,
+        formatter_class=ParagraphHelp,
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        metavar="M",
+        help="a model to load (repeat for several; NAME@DTYPE for a dtype; default smollm2-135m)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=tuple(DTYPES),
+        default=DEFAULT_DTYPE,
+        help=f"dtype of the models without @DTYPE (default {DEFAULT_DTYPE})",
+    )
     p.add_argument("--device", choices=DEVICES, default="cpu", help="where the models run (default: cpu)")
     p.add_argument("--db", metavar="PATH", help="a results database to browse in the sweeps view (read-only)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow a --host that is not a loopback address (reachable from other machines)")
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --host that is not a loopback address (reachable from other machines)",
+    )
     add_limit_args(p, files=False)
     p.set_defaults(func=run)
 

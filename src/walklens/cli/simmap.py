@@ -31,19 +31,30 @@ over --max-memory / --max-work, is refused before anything is computed."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simmap", help="similarity maps of token vectors at any captured point (Figs. 3, 11, 12)",
-                       description=DESCRIPTION, formatter_class=ParagraphHelp)
+    p = sub.add_parser(
+        "simmap",
+        help="similarity maps of token vectors at any captured point (Figs. 3, 11, 12)",
+        description=DESCRIPTION,
+        formatter_class=ParagraphHelp,
+    )
     p.add_argument("text", nargs="?", help="the text (use @FILE to read it from a file)")
     p.add_argument("--example", choices=sorted(EXAMPLES), help="use a bundled text (grading: the A.4 prompt)")
     p.add_argument("--truncate", action="store_true", help="cut a text longer than the model's context")
     add_model_args(p)
     add_output_args(p)
-    p.add_argument("--point", action="append", default=None,
-                   help="captured point, or V for the embedding rows (repeatable; default: V, the middle "
-                        "layer's resid_post and final)")
+    p.add_argument(
+        "--point",
+        action="append",
+        default=None,
+        help="captured point, or V for the embedding rows (repeatable; default: V, the middle "
+        "layer's resid_post and final)",
+    )
     p.add_argument("--metric", choices=("dot", "cosine", "both"), default="both", help="default both")
-    p.add_argument("--normed", action="store_true",
-                   help="also show maps of vectors passed through the model's final norm (the paper's layer-normed maps)")
+    p.add_argument(
+        "--normed",
+        action="store_true",
+        help="also show maps of vectors passed through the model's final norm (the paper's layer-normed maps)",
+    )
     add_limit_args(p)
     p.set_defaults(func=run)
 
@@ -72,19 +83,24 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: list[str], n_map
     captured = len({p for p in points if p != "V"} | {"final"})
 
     def need(t: int, b: int) -> Any:
-        return simmap_need(sh, t, maps=n_maps, captured=captured, block=b, json=bool(args.json),
-                           out=bool(args.out))
+        return simmap_need(sh, t, maps=n_maps, captured=captured, block=b, json=bool(args.json), out=bool(args.out))
 
     b = block_size(T, T, per_col=1) if args.out else 1
     while args.out and -(-T // b) > 16 and need(T, b).files["--out index.html"] > args.max_output * MB:
         b += 1
     hint = "fewer --point / --metric maps" + ("; --json holds T x T numbers per map" if args.json else "")
-    check(need(T, b), args, f"simmap over {T} tokens x {n_maps} maps",
-          f"{hint}; {fit_hint(lambda t: need(t, block_size(t, t, per_col=1) if args.out else 1), args, T)}")
+    check(
+        need(T, b),
+        args,
+        f"simmap over {T} tokens x {n_maps} maps",
+        f"{hint}; {fit_hint(lambda t: need(t, block_size(t, t, per_col=1) if args.out else 1), args, T)}",
+    )
     if b > 1:
         side = -(-T // b)
-        note(f"simmap: the report's {T} x {T} maps show means over blocks of {b} x {b} positions "
-             f"({side} x {side} cells){'; --json holds every value' if args.json else ''}")
+        note(
+            f"simmap: the report's {T} x {T} maps show means over blocks of {b} x {b} positions "
+            f"({side} x {side} cells){'; --json holds every value' if args.json else ''}"
+        )
     return b
 
 
@@ -113,8 +129,12 @@ def run(args: argparse.Namespace) -> int:
         T = m.shape[0]
         off = (m.sum() - m.diagonal().sum()) / max(1, T * T - T)
         rows.append([escape(key), f"{float(m.min()):.4g}", f"{float(m.max()):.4g}", f"{float(off):.4g}"])
-    print_table(console(args), f"{lm.name}: similarity maps over {len(trace.tokens)} tokens",
-                ["map", "min", "max", "mean off-diagonal"], rows)
+    print_table(
+        console(args),
+        f"{lm.name}: similarity maps over {len(trace.tokens)} tokens",
+        ["map", "min", "max", "mean off-diagonal"],
+        rows,
+    )
     if args.out:
         sub = f"{len(trace.tokens)} tokens" + (f"; example: {args.example}" if args.example else "")
         rep = simmap_report.build(maps, trace.tokens, title=f"Similarity maps — {lm.name}", subtitle=sub, block=b)

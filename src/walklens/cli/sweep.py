@@ -31,17 +31,34 @@ def register_hellaswag(sub: argparse._SubParsersAction) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--test", type=int, required=True, choices=(1, 2), help="1: pyramidal generation, 2: concept "
-                   "similarity (sec. 5.1.1, 5.1.2)")
-    p.add_argument("--grid", default="full", metavar="full|standard|FILE",
-                   help="full: the cartesian product of the A.6 values; standard: the paper's standard scheme; "
-                        "FILE: a TOML grid (see docs/sweep.md)")
-    p.add_argument("--layers", default=None, metavar="L,L,...",
-                   help="layer set for ENCODING_LAYER and OUT_ENCODING_LAYER (default E,0,middle,-2,-1); with "
-                        "--grid standard, the standard scheme at each of these layers")
+    p.add_argument(
+        "--test",
+        type=int,
+        required=True,
+        choices=(1, 2),
+        help="1: pyramidal generation, 2: concept similarity (sec. 5.1.1, 5.1.2)",
+    )
+    p.add_argument(
+        "--grid",
+        default="full",
+        metavar="full|standard|FILE",
+        help="full: the cartesian product of the A.6 values; standard: the paper's standard scheme; "
+        "FILE: a TOML grid (see docs/sweep.md)",
+    )
+    p.add_argument(
+        "--layers",
+        default=None,
+        metavar="L,L,...",
+        help="layer set for ENCODING_LAYER and OUT_ENCODING_LAYER (default E,0,middle,-2,-1); with "
+        "--grid standard, the standard scheme at each of these layers",
+    )
     add_hellaswag_args(p, "write counts, timings and the baseline here")
-    p.add_argument("--cache", metavar="DIR", default=None,
-                   help="also keep the word-aggregated segment vectors here (safetensors), reused by later runs")
+    p.add_argument(
+        "--cache",
+        metavar="DIR",
+        default=None,
+        help="also keep the word-aggregated segment vectors here (safetensors), reused by later runs",
+    )
     p.add_argument("--dry-run", action="store_true", help="only print how many schemes the grid holds")
     add_backend_args(p)
 
@@ -49,13 +66,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check every input (options, grid, output paths, database, data) before the model loads; then the grid's
     layers against the model, then the sweep."""
-    from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
-    from ..hellaswag.encode import arch_of
-    from ..experiments.grid import DEFAULT_LAYERS, GridSpec
-    from ..concepts.schemes import canonical_layer, resolve_layer
     from ..concepts.cache import open_cache
+    from ..concepts.schemes import canonical_layer, resolve_layer
+    from ..experiments.grid import DEFAULT_LAYERS, GridSpec
     from ..experiments.runsetup import RunSetup
     from ..experiments.sweep import SweepSpec, run_sweep
+    from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
+    from ..hellaswag.encode import arch_of
     from ..hellaswag.store import ResultStore
 
     check_outputs(args)
@@ -72,16 +89,22 @@ def run(args: argparse.Namespace) -> int:
         db = check_db(args.db)
         items = load_hellaswag(args.data, limit=args.limit)
         pool = fewshot_pool(args.data, items, args.shots, args.limit)
-    lm = load(args) if backend.name == "local" else backend.driver_model(args.model, dtype=args.dtype,
-                                                                         device=args.device)
+    lm = (
+        load(args)
+        if backend.name == "local"
+        else backend.driver_model(args.model, dtype=args.dtype, device=args.device)
+    )
     arch = arch_of(lm)
     grid = GridSpec.resolve(args.grid, args.test, arch, chosen)
     for l in grid.layers():
         resolve_layer(l, lm.n_layers)  # refuses a layer the model does not have, before any work
     schemes, refused = grid.enumerate(arch)
     con = console(args)
-    say(con, f"grid {grid.name}: {grid.product_size()} combinations, {sum(refused.values())} refused, "
-             f"{len(schemes)} schemes to run (Test {args.test}, {lm.name}, {args.shots}-shot)")
+    say(
+        con,
+        f"grid {grid.name}: {grid.product_size()} combinations, {sum(refused.values())} refused, "
+        f"{len(schemes)} schemes to run (Test {args.test}, {lm.name}, {args.shots}-shot)",
+    )
     for reason, n in refused.items():
         say(con, f"  refused {n}: {reason}")
     if args.dry_run:
@@ -92,28 +115,71 @@ def run(args: argparse.Namespace) -> int:
     cache = open_cache(args.cache)
     try:
         with ResultStore(db) as store, backend.workers(lm) as workers:
-            setup = RunSetup(shots=args.shots, pool=pool, fewshot_seed=args.seed, data=data_id(args.data),
-                             store=store, cache=cache, workers=workers, progress=not args.no_progress)
-            out = run_sweep(lm, items, SweepSpec(test=args.test, schemes=schemes), setup,
-                            log=lambda m: say(console(args, stderr=True), m))
+            setup = RunSetup(
+                shots=args.shots,
+                pool=pool,
+                fewshot_seed=args.seed,
+                data=data_id(args.data),
+                store=store,
+                cache=cache,
+                workers=workers,
+                progress=not args.no_progress,
+            )
+            out = run_sweep(
+                lm,
+                items,
+                SweepSpec(test=args.test, schemes=schemes),
+                setup,
+                log=lambda m: say(console(args, stderr=True), m),
+            )
     finally:
         if cache is not None:
             cache.close()
     wall = time.perf_counter() - t0
-    say(con, f"done: {out.groups_computed} groups computed now, {out.groups_stored_before} were stored; "
-             f"{out.n_texts} distinct texts (run {out.run_id} in {db})")
-    print_table(con, "seconds", [Col(h, justify="right") for h in ("baseline", "forward passes", "schemes", "wall")],
-                [[f"{x:.1f}" for x in (out.seconds_baseline, out.seconds_forward, out.seconds_eval, wall)]], keys=0)
-    print_table(con, "baseline", [Col("acc", justify="right"), Col("acc_norm", justify="right")],
-                [["-" if x is None else f"{x:.4f}" for x in (out.baseline_acc, out.baseline_acc_norm)]], keys=0)
+    say(
+        con,
+        f"done: {out.groups_computed} groups computed now, {out.groups_stored_before} were stored; "
+        f"{out.n_texts} distinct texts (run {out.run_id} in {db})",
+    )
+    print_table(
+        con,
+        "seconds",
+        [Col(h, justify="right") for h in ("baseline", "forward passes", "schemes", "wall")],
+        [[f"{x:.1f}" for x in (out.seconds_baseline, out.seconds_forward, out.seconds_eval, wall)]],
+        keys=0,
+    )
+    print_table(
+        con,
+        "baseline",
+        [Col("acc", justify="right"), Col("acc_norm", justify="right")],
+        [["-" if x is None else f"{x:.4f}" for x in (out.baseline_acc, out.baseline_acc_norm)]],
+        keys=0,
+    )
     say(con, f"report: walklens report --db {db} --out DIR")
     if args.json:
-        write_json(args.json, {"model": lm.name, "test": args.test, "shots": args.shots, "grid": args.grid,
-                               "n_items": len(items), "n_schemes": out.n_schemes, "n_groups": out.n_groups,
-                               "refused": refused, "groups_computed": out.groups_computed,
-                               "groups_stored_before": out.groups_stored_before, "n_texts": out.n_texts,
-                               "seconds": {"baseline": out.seconds_baseline, "forward": out.seconds_forward,
-                                           "schemes": out.seconds_eval, "wall": wall},
-                               "baseline": {"acc": out.baseline_acc, "acc_norm": out.baseline_acc_norm},
-                               "db": str(db), "run_id": out.run_id})
+        write_json(
+            args.json,
+            {
+                "model": lm.name,
+                "test": args.test,
+                "shots": args.shots,
+                "grid": args.grid,
+                "n_items": len(items),
+                "n_schemes": out.n_schemes,
+                "n_groups": out.n_groups,
+                "refused": refused,
+                "groups_computed": out.groups_computed,
+                "groups_stored_before": out.groups_stored_before,
+                "n_texts": out.n_texts,
+                "seconds": {
+                    "baseline": out.seconds_baseline,
+                    "forward": out.seconds_forward,
+                    "schemes": out.seconds_eval,
+                    "wall": wall,
+                },
+                "baseline": {"acc": out.baseline_acc, "acc_norm": out.baseline_acc_norm},
+                "db": str(db),
+                "run_id": out.run_id,
+            },
+        )
     return 0

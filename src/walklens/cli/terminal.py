@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -40,7 +41,7 @@ class Col:
     style: str | None = None
 
 
-ColSpec = Union[Col, str]
+ColSpec = Col | str
 
 
 def console(args: argparse.Namespace | None = None, stderr: bool = False) -> Console:
@@ -50,7 +51,7 @@ def console(args: argparse.Namespace | None = None, stderr: bool = False) -> Con
 
 
 #: control characters -> a visible escape (``\n``, ``\x00``): a path or a text with a newline stays on its line
-_FLAT = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7f, 0xa0))}
+_FLAT = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 
 def flat(text: str) -> str:
@@ -103,8 +104,15 @@ def split_columns(widths: Sequence[int], keys: int, width: int) -> list[list[int
     return groups
 
 
-def print_table(con: Console, title: str, cols: Sequence[ColSpec], rows: Sequence[Sequence[str]], *,
-                keys: int = 1, short: str | None = None) -> int:
+def print_table(
+    con: Console,
+    title: str,
+    cols: Sequence[ColSpec],
+    rows: Sequence[Sequence[str]],
+    *,
+    keys: int = 1,
+    short: str | None = None,
+) -> int:
     """Print ``rows`` under ``cols`` as one table, or as several that each fit the console's width, each
     repeating the first ``keys`` columns; tables after the first are titled ``short`` (default: the title).
     Headers and cells are rich markup (escape text from a model or a user); titles are plain text.  Returns the
@@ -121,9 +129,14 @@ def print_table(con: Console, title: str, cols: Sequence[ColSpec], rows: Sequenc
         fits = 1 + sum(widths[i] + _BORDER for i in idx) <= con.width
         for i in idx:
             c = spec[i]
-            table.add_column(c.header, justify=c.justify,  # type: ignore[arg-type]
-                             style=c.style, no_wrap=not c.wrap, overflow="fold",
-                             min_width=widths[i] if fits else None)
+            table.add_column(
+                c.header,
+                justify=c.justify,  # type: ignore[arg-type]
+                style=c.style,
+                no_wrap=not c.wrap,
+                overflow="fold",
+                min_width=widths[i] if fits else None,
+            )
         for r in rows:
             table.add_row(*[r[i] for i in idx])
         con.print(table)
@@ -135,8 +148,7 @@ class ParagraphHelp(argparse.HelpFormatter):
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
-        return "\n\n".join(textwrap.fill(p, width, initial_indent=indent, subsequent_indent=indent)
-                           for p in paragraphs)
+        return "\n\n".join(textwrap.fill(p, width, initial_indent=indent, subsequent_indent=indent) for p in paragraphs)
 
 
 __all__ = ["ParagraphHelp", "Col", "console", "say", "cell_width", "split_columns", "print_table", "WRAP_MIN"]

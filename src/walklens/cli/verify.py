@@ -19,16 +19,23 @@ with a tolerance per dtype. Exit 0 when every check passes, 1 when one fails."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("verify", help="the parity card: every recomputation checked against the model itself",
-                       description=DESCRIPTION, formatter_class=ParagraphHelp)
+    p = sub.add_parser(
+        "verify",
+        help="the parity card: every recomputation checked against the model itself",
+        description=DESCRIPTION,
+        formatter_class=ParagraphHelp,
+    )
     _model_args(p)
     p.add_argument("--quick", action="store_true", help="only the checks a derived adapter is accepted on")
     add_output_args(p)
     p.set_defaults(func=run)
-    a = sub.add_parser("adapter", help="the adapter walklens uses for a model (derived ones can be written out)",
-                       formatter_class=ParagraphHelp,
-                       description="Show the adapter of a model; --write FILE writes a derived adapter as a "
-                                   "reviewable file for src/walklens/models/.")
+    a = sub.add_parser(
+        "adapter",
+        help="the adapter walklens uses for a model (derived ones can be written out)",
+        formatter_class=ParagraphHelp,
+        description="Show the adapter of a model; --write FILE writes a derived adapter as a "
+        "reviewable file for src/walklens/models/.",
+    )
     _model_args(a)
     a.add_argument("--write", metavar="FILE", help="write the derived adapter's roles as a Python file")
     a.set_defaults(func=run_adapter)
@@ -49,12 +56,23 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, parity_report.document(card))
     con = console(args)
-    cols = [Col("check"), Col("error", justify="right"), Col("tolerance", justify="right"), Col("verdict"),
-            Col("what is compared", wrap=True)]
+    cols = [
+        Col("check"),
+        Col("error", justify="right"),
+        Col("tolerance", justify="right"),
+        Col("verdict"),
+        Col("what is compared", wrap=True),
+    ]
     from rich.markup import escape
 
-    print_table(con, f"{card.model_name}: parity card ({card.family}, {card.dtype})", cols,
-                [[escape(str(x)) for x in r] for r in parity_report.rows(card)], keys=1, short="parity card")
+    print_table(
+        con,
+        f"{card.model_name}: parity card ({card.family}, {card.dtype})",
+        cols,
+        [[escape(str(x)) for x in r] for r in parity_report.rows(card)],
+        keys=1,
+        short="parity card",
+    )
     for k, v in card.limits.items():
         say(con, f"breaks {escape(k)}: {escape(v)}")
     say(con, "every check passes" if card.passed else f"FAILED: {', '.join(card.failed())}")
@@ -76,8 +94,10 @@ def run_adapter(args: argparse.Namespace) -> int:
     con = console(args)
     if not lm.adapter.family.startswith("derived:"):
         if args.write:
-            raise InputError(f"{lm.config.model_type!r} has an adapter file already "
-                             f"(src/walklens/models/, family {lm.adapter.family}); nothing to write")
+            raise InputError(
+                f"{lm.config.model_type!r} has an adapter file already "
+                f"(src/walklens/models/, family {lm.adapter.family}); nothing to write"
+            )
         say(con, f"{lm.name}: adapter file of family {lm.adapter.family}")
         return 0
     text = render(derive_roles(lm.model))

@@ -39,18 +39,27 @@ resid_post and final (tables wrapped to the terminal's width) and the first 64 p
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("walk", help="the encoding walk of a text: nearest tokens, ranks and escape layers",
-                       description=DESCRIPTION, formatter_class=ParagraphHelp)
+    p = sub.add_parser(
+        "walk",
+        help="the encoding walk of a text: nearest tokens, ranks and escape layers",
+        description=DESCRIPTION,
+        formatter_class=ParagraphHelp,
+    )
     add_text_args(p)
     add_model_args(p)
     add_output_args(p)
     p.add_argument("--k", type=int, default=10, help="nearest tokens kept per point and position (default 10)")
     p.add_argument("--metric", choices=("dot", "cosine"), default="dot", help="similarity (default dot, eq. 13)")
-    p.add_argument("--norm", choices=("none", "final", "both"), default="both",
-                   help="none: raw vectors against V (the papers' reading); final: final norm + the model's head "
-                        "(logit lens); both (default)")
-    p.add_argument("--points", default=None,
-                   help="'all' captured points (default), 'residual', or comma-separated glob patterns")
+    p.add_argument(
+        "--norm",
+        choices=("none", "final", "both"),
+        default="both",
+        help="none: raw vectors against V (the papers' reading); final: final norm + the model's head "
+        "(logit lens); both (default)",
+    )
+    p.add_argument(
+        "--points", default=None, help="'all' captured points (default), 'residual', or comma-separated glob patterns"
+    )
     add_limit_args(p)
     p.set_defaults(func=run)
 
@@ -96,8 +105,10 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: Any) -> tuple[An
         chosen = "residual" if need("residual").fits(args) else list(POST)
         if need(chosen).fits(args):
             what = "the residual points" if chosen == "residual" else "embed, L*.resid_post and final"
-            note(f"walk: all {len(names)} points of {T} tokens would need {' and '.join(need('all').over(args))}; "
-                 f"reading {what} ({len(_selected(names, chosen))} points) instead")
+            note(
+                f"walk: all {len(names)} points of {T} tokens would need {' and '.join(need('all').over(args))}; "
+                f"reading {what} ({len(_selected(names, chosen))} points) instead"
+            )
     sel = _selected(names, chosen)
     hints = []
     if chosen not in ("residual", list(POST)) and len(_selected(names, list(POST))) < len(sel):
@@ -108,7 +119,8 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: Any) -> tuple[An
         hints.append("a smaller --k shrinks the JSON")
     hints.append(fit_hint(lambda t: need(chosen, t), args, T))
     what = f"walk over {T} tokens x {len(sel)} points" + (
-        f" (the default narrowed from all {len(names)})" if default and chosen != "all" else "")
+        f" (the default narrowed from all {len(names)})" if default and chosen != "all" else ""
+    )
     check(need(chosen), args, what, "; ".join(hints))
     capture_points = None if chosen == "all" or not sel else sorted(set(sel) | {"final"}, key=names.index)
     return chosen, capture_points
@@ -127,8 +139,10 @@ def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str, args: a
     if len(rows) > 40:
         step = -(-len(rows) // 40)
         rows = rows[:1] + rows[1:-1:step] + rows[-1:]
-    title = (f"{model}: nearest token at each layer ({'logit lens' if main_key == 'final' else 'raw, against V'}; "
-             f"green = w_t+1, dim = w_t)")
+    title = (
+        f"{model}: nearest token at each layer ({'logit lens' if main_key == 'final' else 'raw, against V'}; "
+        f"green = w_t+1, dim = w_t)"
+    )
     cols = [Col("point", style="bold")] + [Col(escape(f"{t}:{show(w.tokens[t])}")) for t in range(n)]
     grid = []
     for i in rows:
@@ -143,8 +157,13 @@ def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str, args: a
             cells.append(s)
         grid.append(cells)
     print_table(con, title, cols, grid, short="nearest token")
-    cols = [Col("t", justify="right"), Col("w_t"), Col("w_t+1"), Col("rank", justify="right"),
-            Col("P", justify="right")]
+    cols = [
+        Col("t", justify="right"),
+        Col("w_t"),
+        Col("w_t+1"),
+        Col("rank", justify="right"),
+        Col("P", justify="right"),
+    ]
     for k in walks:
         cols += [Col(f"first ({READING.get(k, k)})"), Col(f"stays ({READING.get(k, k)})")]
     summary = []
@@ -153,14 +172,31 @@ def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str, args: a
         esc = []
         for v in walks.values():
             esc += [_short(v.escape_names[t]), _short(v.escape_stable_names[t])]
-        summary.append([str(t), escape(show(w.tokens[t])), escape(show(w.tokens[t + 1])) if t + 1 < T else "",
-                        str(rn) if rn >= 0 else "", f"{float(w.prob_of_next[fi, t]):.3f}" if rn >= 0 else "", *esc])
-    print_table(con, f"per position: rank and P of w_t+1 at {w.points[fi]} ({READING.get(main_key, main_key)}); "
-                     f"first: where w_t+1 first outranks w_t; stays: from where it stays ahead (raw: against V; "
-                     f"lens: final norm + head)", cols, summary, keys=2, short="per position")
+        summary.append(
+            [
+                str(t),
+                escape(show(w.tokens[t])),
+                escape(show(w.tokens[t + 1])) if t + 1 < T else "",
+                str(rn) if rn >= 0 else "",
+                f"{float(w.prob_of_next[fi, t]):.3f}" if rn >= 0 else "",
+                *esc,
+            ]
+        )
+    print_table(
+        con,
+        f"per position: rank and P of w_t+1 at {w.points[fi]} ({READING.get(main_key, main_key)}); "
+        f"first: where w_t+1 first outranks w_t; stays: from where it stays ahead (raw: against V; "
+        f"lens: final norm + head)",
+        cols,
+        summary,
+        keys=2,
+        short="per position",
+    )
     if n < T:
-        con.print(f"[dim](the nearest tokens of {n} of {T} positions, the escape points of "
-                  f"{min(T, MAX_TERMINAL_ROWS)}; --json / --out hold all of them)[/dim]")
+        con.print(
+            f"[dim](the nearest tokens of {n} of {T} positions, the escape points of "
+            f"{min(T, MAX_TERMINAL_ROWS)}; --json / --out hold all of them)[/dim]"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,8 +227,12 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.json, walk_report.document(walks, labels, lm.name, text))
     _terminal(walks, labels, lm.name, args)
     if args.out:
-        rep = walk_report.build(walks, labels, title=f"Encoding walk — {lm.name}",
-                                subtitle=f"text: {text[:300]!r} ({len(trace.tokens)} tokens)")
+        rep = walk_report.build(
+            walks,
+            labels,
+            title=f"Encoding walk — {lm.name}",
+            subtitle=f"text: {text[:300]!r} ({len(trace.tokens)} tokens)",
+        )
         path = rep.save(args.out)
         written(path)
     return 0

@@ -19,5 +19,13 @@ from .core import Compacted, compact, compact_ids, compacted_embeds, prefix_embe
 from .explain import CompactionReport, explain
 from .spec import CompactSpec
 
-__all__ = ["CompactSpec", "Compacted", "CompactionReport", "compact", "compact_ids", "compacted_embeds", "explain",
-           "prefix_embeds"]
+__all__ = [
+    "CompactSpec",
+    "Compacted",
+    "CompactionReport",
+    "compact",
+    "compact_ids",
+    "compacted_embeds",
+    "explain",
+    "prefix_embeds",
+]

@@ -34,16 +34,17 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence, Union
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..hellaswag.encode import input_embeddings, n_prefix_tokens
 from ..concepts.schemes import Scheme
 from ..concepts.vectors import VectorBank, layer_key, segment_vectors_of, text_vectors
 from ..errors import EmptyTextError, InputError, UnsupportedFamilyError
 from ..frames import Columns, DataFrame, frame, long_table, pick
+from ..hellaswag.encode import input_embeddings, n_prefix_tokens
 from ..walks import labels_for
 
 if TYPE_CHECKING:
@@ -54,9 +55,9 @@ METHODS: tuple[str, ...] = ("concept", "avgpool", "drop")
 BOUNDS: tuple[str, ...] = ("even", "sentence", "scheme")
 #: Encoding schemes that cut a plain text (the others need HellaSwag's examples and sections).
 TEXT_ENCODINGS: tuple[str, ...] = ("sentence_level_segmentation", "concat_each_example", "concat_all_examples")
-_SENT_END = (".", "!", "?", '."', "!\"", '?"', ".'", ".)")
+_SENT_END = (".", "!", "?", '."', '!"', '?"', ".'", ".)")
 
-Part = Union[torch.Tensor, Sequence[int]]
+Part = torch.Tensor | Sequence[int]
 
 
 @dataclass
@@ -102,20 +103,30 @@ class Compacted:
 
     @property
     def tail_ids(self) -> list[int]:
-        return self.token_ids[self.keep_from:]
+        return self.token_ids[self.keep_from :]
 
     def _columns(self, table: str = "segments") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
         k = len(self.spans)
 
         def segments() -> Columns:
-            return long_table([("vector", range(k))], by_axis={"vector": {
-                "start": [a for a, _ in self.spans], "end": [b for _, b in self.spans],
-                "n_tokens": [b - a for a, b in self.spans], "segment": list(self.segments)}})
+            return long_table(
+                [("vector", range(k))],
+                by_axis={
+                    "vector": {
+                        "start": [a for a, _ in self.spans],
+                        "end": [b for _, b in self.spans],
+                        "n_tokens": [b - a for a, b in self.spans],
+                        "segment": list(self.segments),
+                    }
+                },
+            )
 
         def vectors() -> Columns:
-            return long_table([("vector", range(self.vectors.shape[0])), ("dim", range(self.vectors.shape[1]))],
-                              {"value": self.vectors.float()})
+            return long_table(
+                [("vector", range(self.vectors.shape[0])), ("dim", range(self.vectors.shape[1]))],
+                {"value": self.vectors.float()},
+            )
 
         return pick(table, {"segments": segments, "vectors": vectors}, "a Compacted")
 
@@ -123,14 +134,25 @@ class Compacted:
         """The compaction as tables (pandas; docs/notebooks.md, "Tables"): ``segments`` one row per concept
         vector with the token span ``[start, end)`` it stands for and its text; ``vectors`` the vectors, one row
         per (vector, dim)."""
-        return frame(self._columns(table), {"model": self.model, "method": self.method, "bounds": self.bounds,
-                                            "scheme": self.scheme, "k": self.k, "tokens": len(self.token_ids),
-                                            "keep_from": self.keep_from, "ratio": self.ratio})
+        return frame(
+            self._columns(table),
+            {
+                "model": self.model,
+                "method": self.method,
+                "bounds": self.bounds,
+                "scheme": self.scheme,
+                "k": self.k,
+                "tokens": len(self.token_ids),
+                "keep_from": self.keep_from,
+                "ratio": self.ratio,
+            },
+        )
 
 
 # ---- where segments end ---------------------------------------------------------------------------------------
 
-def token_pieces(lm: "LoadedModel", ids: Sequence[int]) -> list[str]:
+
+def token_pieces(lm: LoadedModel, ids: Sequence[int]) -> list[str]:
     """Each token decoded on its own (:func:`walklens.walks.labels_for`)."""
     labels = labels_for(lm.tokenizer, ids)
     return [labels[int(i)] for i in ids]
@@ -199,7 +221,7 @@ def choose_cuts(n: int, k: int, preferred: Sequence[int] = (), fallback: Sequenc
     return cuts
 
 
-def cut_region(lm: "LoadedModel", ids: Sequence[int], bounds: str, k: int | None, enc: str | None = None) -> Cut:
+def cut_region(lm: LoadedModel, ids: Sequence[int], bounds: str, k: int | None, enc: str | None = None) -> Cut:
     """Cut token ids into segments by ``bounds`` (module docstring); ``k`` for ``even``/``sentence``, ``enc`` (an
     encoding of :data:`TEXT_ENCODINGS`) for ``scheme``.  White-space-only segments are merged into a neighbour."""
     ids = [int(i) for i in ids]
@@ -213,10 +235,15 @@ def cut_region(lm: "LoadedModel", ids: Sequence[int], bounds: str, k: int | None
         cuts = choose_cuts(n, k or 1, sentence_starts(pieces), word_starts(pieces))
     elif bounds == "scheme":
         if enc not in TEXT_ENCODINGS:
-            raise InputError(f"bounds=scheme cuts a plain text with enc={' or '.join(TEXT_ENCODINGS)}, not "
-                             f"enc={enc} (which needs HellaSwag's examples)")
-        starts = {"sentence_level_segmentation": sentence_starts, "concat_each_example": paragraph_starts,
-                  "concat_all_examples": lambda p: [0]}[enc](pieces)
+            raise InputError(
+                f"bounds=scheme cuts a plain text with enc={' or '.join(TEXT_ENCODINGS)}, not "
+                f"enc={enc} (which needs HellaSwag's examples)"
+            )
+        starts = {
+            "sentence_level_segmentation": sentence_starts,
+            "concat_each_example": paragraph_starts,
+            "concat_all_examples": lambda p: [0],
+        }[enc](pieces)
         cuts = [c for c in starts if c > 0]
     else:
         raise InputError(f"unknown bounds {bounds!r}; use one of {', '.join(BOUNDS)}")
@@ -225,17 +252,17 @@ def cut_region(lm: "LoadedModel", ids: Sequence[int], bounds: str, k: int | None
     merged: list[tuple[int, int]] = []
     for a, b in spans:
         blank = not "".join(pieces[a:b]).strip()
-        if merged and (blank or not "".join(pieces[merged[-1][0]:merged[-1][1]]).strip()):
+        if merged and (blank or not "".join(pieces[merged[-1][0] : merged[-1][1]]).strip()):
             merged[-1] = (merged[-1][0], b)
         else:
             merged.append((a, b))
-    if len(merged) > 1 and not "".join(pieces[merged[-1][0]:merged[-1][1]]).strip():
+    if len(merged) > 1 and not "".join(pieces[merged[-1][0] : merged[-1][1]]).strip():
         last = merged.pop()
         merged[-1] = (merged[-1][0], last[1])
     return Cut(ids=ids, spans=merged, texts=[lm.tokenizer.decode(ids[a:b]) for a, b in merged])
 
 
-def compactable_end(lm: "LoadedModel", ids: Sequence[int], a: int, b: int) -> int:
+def compactable_end(lm: LoadedModel, ids: Sequence[int], a: int, b: int) -> int:
     """``b``, or ``a`` when the part ``ids[a:b]`` to compact decodes to white space only (module docstring):
     then it is kept verbatim, for every method alike."""
     return a if b > a and not lm.tokenizer.decode([int(i) for i in ids[a:b]]).strip() else b
@@ -255,22 +282,30 @@ def budget_of(n: int, budget: int | None, ratio: float | None) -> int:
 
 # ---- the vectors ------------------------------------------------------------------------------------------------
 
-def check_causal(lm: "LoadedModel") -> None:
+
+def check_causal(lm: LoadedModel) -> None:
     if not lm.is_causal:
-        raise UnsupportedFamilyError(f"{lm.adapter.family}: compaction feeds a causal LM's prefix; this model is "
-                                     f"{'encoder-decoder' if lm.is_encoder_decoder else 'a masked LM'}")
+        raise UnsupportedFamilyError(
+            f"{lm.adapter.family}: compaction feeds a causal LM's prefix; this model is "
+            f"{'encoder-decoder' if lm.is_encoder_decoder else 'a masked LM'}"
+        )
 
 
-def region_bank(lm: "LoadedModel", cuts: Sequence[Cut], scheme: Scheme, cache: "ConceptCache | None" = None
-                ) -> VectorBank:
+def region_bank(lm: LoadedModel, cuts: Sequence[Cut], scheme: Scheme, cache: ConceptCache | None = None) -> VectorBank:
     """The segment vectors (before NORM) of every segment text of ``cuts``, one :func:`text_vectors` call."""
     texts = [t for c in cuts for t in c.texts]
     return text_vectors(lm, texts, [layer_key(lm, scheme.layer)], [scheme.word], cache=cache)
 
 
 @torch.inference_mode()
-def region_vectors(lm: "LoadedModel", cut: Cut, method: str, scheme: Scheme | None = None,
-                   bank: VectorBank | None = None, k: int | None = None) -> tuple[torch.Tensor, Cut]:
+def region_vectors(
+    lm: LoadedModel,
+    cut: Cut,
+    method: str,
+    scheme: Scheme | None = None,
+    bank: VectorBank | None = None,
+    k: int | None = None,
+) -> tuple[torch.Tensor, Cut]:
     """The vectors ``[k, D]`` (float32, CPU) standing for ``cut`` and the cut they stand for (for ``drop``: the
     last ``k`` tokens, one span each)."""
     dev = lm.device
@@ -285,14 +320,13 @@ def region_vectors(lm: "LoadedModel", cut: Cut, method: str, scheme: Scheme | No
     if method == "drop":
         n = len(cut.ids)
         kk = n if k is None else max(0, min(k, n))
-        kept = Cut(ids=cut.ids, spans=[(i, i + 1) for i in range(n - kk, n)],
-                   texts=lm.token_strings(cut.ids[n - kk:]))
-        v = input_embeddings(lm, torch.tensor(cut.ids[n - kk:], device=dev, dtype=torch.long)).float().cpu()
+        kept = Cut(ids=cut.ids, spans=[(i, i + 1) for i in range(n - kk, n)], texts=lm.token_strings(cut.ids[n - kk :]))
+        v = input_embeddings(lm, torch.tensor(cut.ids[n - kk :], device=dev, dtype=torch.long)).float().cpu()
         return v.reshape(kk, -1), kept
     raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
 
 
-def prefix_embeds(lm: "LoadedModel", parts: Sequence[Part], bos: bool = True) -> torch.Tensor:
+def prefix_embeds(lm: LoadedModel, parts: Sequence[Part], bos: bool = True) -> torch.Tensor:
     """The model input ``[m, D]`` in the embedding dtype: Gemma's BOS embedding first when ``bos`` (and the
     harness adds one), then each part in order: a tensor of vectors as it is, token ids as their input
     embeddings (the input-embedding module's output, so feeding ids and feeding these is the same)."""
@@ -313,24 +347,33 @@ def prefix_embeds(lm: "LoadedModel", parts: Sequence[Part], bos: bool = True) ->
     return torch.cat([o.to(dtype) for o in out], dim=0)
 
 
-def text_ids(lm: "LoadedModel", text: str) -> list[int]:
+def text_ids(lm: LoadedModel, text: str) -> list[int]:
     """The text's tokens without special tokens (the BOS is added by :func:`prefix_embeds`)."""
     if not isinstance(text, str) or not text.strip():
         raise EmptyTextError("the text to compact is empty")
     return [int(i) for i in lm.tokenizer.encode(text, add_special_tokens=False)]
 
 
-def resolve_scheme(lm: "LoadedModel", scheme: Scheme | str | None) -> Scheme:
+def resolve_scheme(lm: LoadedModel, scheme: Scheme | str | None) -> Scheme:
     """``None``/``"standard"``: sec. 5.1's standard Test 1 scheme; a string: :meth:`Scheme.parse`; validated for
     Test 1 on this model (compaction scores what follows the vectors, as Test 1 does)."""
     s = scheme if isinstance(scheme, Scheme) else Scheme.from_spec(scheme, 1, "decoder")
     return s.validate(1, "decoder")
 
 
-def compact_ids(lm: "LoadedModel", ids: Sequence[int], *, scheme: Scheme | str | None = None,
-                budget: int | None = None, ratio: float | None = None, bounds: str = "sentence",
-                method: str = "concept", recent: int = 0, cache: "ConceptCache | None" = None,
-                text: str | None = None) -> Compacted:
+def compact_ids(
+    lm: LoadedModel,
+    ids: Sequence[int],
+    *,
+    scheme: Scheme | str | None = None,
+    budget: int | None = None,
+    ratio: float | None = None,
+    bounds: str = "sentence",
+    method: str = "concept",
+    recent: int = 0,
+    cache: ConceptCache | None = None,
+    text: str | None = None,
+) -> Compacted:
     """:func:`compact` of token ids (no special tokens)."""
     check_causal(lm)
     if method not in METHODS:
@@ -349,9 +392,18 @@ def compact_ids(lm: "LoadedModel", ids: Sequence[int], *, scheme: Scheme | str |
     cut = cut_region(lm, ids[:keep], "even" if method == "drop" else bounds, k, s.enc)
     bank = region_bank(lm, [cut], s, cache) if method == "concept" else None
     vectors, shown = region_vectors(lm, cut, method, s, bank, k)
-    return Compacted(text=text if text is not None else lm.tokenizer.decode(ids), token_ids=ids, keep_from=keep,
-                     spans=shown.spans, segments=shown.texts, vectors=vectors, method=method, bounds=bounds,
-                     scheme=_scheme_label(s, bounds) if method == "concept" else None, model=lm.name)
+    return Compacted(
+        text=text if text is not None else lm.tokenizer.decode(ids),
+        token_ids=ids,
+        keep_from=keep,
+        spans=shown.spans,
+        segments=shown.texts,
+        vectors=vectors,
+        method=method,
+        bounds=bounds,
+        scheme=_scheme_label(s, bounds) if method == "concept" else None,
+        model=lm.name,
+    )
 
 
 def _scheme_label(s: Scheme, bounds: str) -> str:
@@ -360,23 +412,56 @@ def _scheme_label(s: Scheme, bounds: str) -> str:
     return str(s) if bounds == "scheme" else f"layer={s.layer},word={s.word},norm={s.norm}"
 
 
-def compact(lm: "LoadedModel", text: str, scheme: Scheme | str | None = None, budget: int | None = None, *,
-            ratio: float | None = None, bounds: str = "sentence", method: str = "concept", recent: int = 0,
-            cache: "ConceptCache | None" = None) -> Compacted:
+def compact(
+    lm: LoadedModel,
+    text: str,
+    scheme: Scheme | str | None = None,
+    budget: int | None = None,
+    *,
+    ratio: float | None = None,
+    bounds: str = "sentence",
+    method: str = "concept",
+    recent: int = 0,
+    cache: ConceptCache | None = None,
+) -> Compacted:
     """Compact ``text`` into at most ``budget`` concept vectors (module docstring).
 
     ``scheme``: the A.6 scheme whose layer, word aggregation and NORM make each vector (a :class:`Scheme`, its
     string form or ``"standard"``/None; its ``enc`` matters only for ``bounds="scheme"``).  ``budget`` or
     ``ratio`` (compacted tokens per vector; ``math.inf``: one vector) sets ``k``; ``recent``: tokens kept
     verbatim at the end; ``cache``: the concept cache the segment vectors are read from and stored in."""
-    return compact_ids(lm, text_ids(lm, text), scheme=scheme, budget=budget, ratio=ratio, bounds=bounds,
-                       method=method, recent=recent, cache=cache, text=text)
+    return compact_ids(
+        lm,
+        text_ids(lm, text),
+        scheme=scheme,
+        budget=budget,
+        ratio=ratio,
+        bounds=bounds,
+        method=method,
+        recent=recent,
+        cache=cache,
+        text=text,
+    )
 
 
-def compacted_embeds(lm: "LoadedModel", c: Compacted) -> torch.Tensor:
+def compacted_embeds(lm: LoadedModel, c: Compacted) -> torch.Tensor:
     """The model input standing for the whole text: ``[BOS] vectors tail`` (:func:`prefix_embeds`)."""
     return prefix_embeds(lm, [c.vectors, c.tail_ids])
 
 
-__all__ = ["BOUNDS", "METHODS", "Compacted", "Cut", "budget_of", "choose_cuts", "compact", "compact_ids",
-           "compactable_end", "compacted_embeds", "cut_region", "prefix_embeds", "region_bank", "region_vectors"]
+__all__ = [
+    "BOUNDS",
+    "METHODS",
+    "Compacted",
+    "Cut",
+    "budget_of",
+    "choose_cuts",
+    "compact",
+    "compact_ids",
+    "compactable_end",
+    "compacted_embeds",
+    "cut_region",
+    "prefix_embeds",
+    "region_bank",
+    "region_vectors",
+]

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..hellaswag.encode import continuation_logliks, encode_pair, n_prefix_tokens
 from ..errors import EmptyTextError, InputError
 from ..frames import Columns, DataFrame, frame, pick, record_table
+from ..hellaswag.encode import continuation_logliks, encode_pair, n_prefix_tokens
 from ..trace import Trace
 from ..walks import Metric, encoding_walk, labels_for
 from .core import Compacted, compact_ids, compacted_embeds, text_ids
@@ -61,45 +61,79 @@ class CompactionReport:
 
     def _columns(self, table: str = "segments") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
-        return pick(table, {
-            "segments": lambda: self.compacted._columns("segments"),
-            "vectors": lambda: self.compacted._columns("vectors"),
-            "neighbours": lambda: record_table([{"vector": i, "rank": r, "token": t, "score": float(v)}
-                                                for i, nb in enumerate(self.neighbours)
-                                                for r, (t, v) in enumerate(nb)],
-                                               ["vector", "rank", "token", "score"]),
-            "continuation": lambda: record_table([{"context": name, "inputs": c.inputs, "loglik": c.loglik,
-                                                   "per_token": c.per_token, "seconds": c.seconds}
-                                                  for name, c in (("full", self.full), ("compacted", self.compact))])},
-            "a CompactionReport")
+        return pick(
+            table,
+            {
+                "segments": lambda: self.compacted._columns("segments"),
+                "vectors": lambda: self.compacted._columns("vectors"),
+                "neighbours": lambda: record_table(
+                    [
+                        {"vector": i, "rank": r, "token": t, "score": float(v)}
+                        for i, nb in enumerate(self.neighbours)
+                        for r, (t, v) in enumerate(nb)
+                    ],
+                    ["vector", "rank", "token", "score"],
+                ),
+                "continuation": lambda: record_table(
+                    [
+                        {
+                            "context": name,
+                            "inputs": c.inputs,
+                            "loglik": c.loglik,
+                            "per_token": c.per_token,
+                            "seconds": c.seconds,
+                        }
+                        for name, c in (("full", self.full), ("compacted", self.compact))
+                    ]
+                ),
+            },
+            "a CompactionReport",
+        )
 
     def to_pandas(self, table: str = "segments") -> DataFrame:
         """The report as tables (pandas; docs/notebooks.md, "Tables"): ``segments`` and ``vectors`` as
         :meth:`Compacted.to_pandas`; ``neighbours`` each vector's nearest tokens per (vector, rank);
         ``continuation`` the held-out continuation's log-likelihood after the full and the compacted context."""
         c = self.compacted
-        return frame(self._columns(table), {"model": c.model, "method": c.method, "bounds": c.bounds,
-                                            "scheme": c.scheme, "metric": self.metric,
-                                            "continuation": self.continuation,
-                                            "delta_per_token": self.delta_per_token})
+        return frame(
+            self._columns(table),
+            {
+                "model": c.model,
+                "method": c.method,
+                "bounds": c.bounds,
+                "scheme": c.scheme,
+                "metric": self.metric,
+                "continuation": self.continuation,
+                "delta_per_token": self.delta_per_token,
+            },
+        )
 
 
-def nearest_tokens(lm: "LoadedModel", c: Compacted, k: int = 5, metric: Metric = "cosine"
-                   ) -> list[list[tuple[str, float]]]:
+def nearest_tokens(
+    lm: LoadedModel, c: Compacted, k: int = 5, metric: Metric = "cosine"
+) -> list[list[tuple[str, float]]]:
     """Each vector's ``k`` nearest tokens: the vectors as one captured point of a :class:`~walklens.trace.Trace`
     read by :func:`~walklens.walks.encoding_walk` against V (the papers' reading, ``norm="none"``)."""
     if not c.k:
         return []
     first = torch.tensor([c.token_ids[a] for a, _ in c.spans], dtype=torch.long)
-    tr = Trace(tokens=[s[:20] for s in c.segments], token_ids=first, points=["embed"], hidden=c.vectors[None].float(),
-               model_name=lm.name, family=lm.adapter.family, n_layers=lm.n_layers, lm=lm)
+    tr = Trace(
+        tokens=[s[:20] for s in c.segments],
+        token_ids=first,
+        points=["embed"],
+        hidden=c.vectors[None].float(),
+        model_name=lm.name,
+        family=lm.adapter.family,
+        n_layers=lm.n_layers,
+        lm=lm,
+    )
     walk = encoding_walk(tr, k=k, metric=metric, norm="none", against="embed", lm=lm, progress=False)
     ids, scores = walk.top_ids[0], walk.top_scores[0]
     labels = labels_for(lm.tokenizer, [int(i) for i in ids.reshape(-1) if int(i) >= 0])
     return [[(labels[int(i)], float(s)) for i, s in zip(ids[r], scores[r]) if int(i) >= 0] for r in range(c.k)]
 
 
-def _score(lm: "LoadedModel", cont: list[int], **ctx: Any) -> Continuation:
+def _score(lm: LoadedModel, cont: list[int], **ctx: Any) -> Continuation:
     t0 = time.perf_counter()
     (ll,) = continuation_logliks(lm, [cont], **ctx)
     dt = time.perf_counter() - t0
@@ -107,8 +141,16 @@ def _score(lm: "LoadedModel", cont: list[int], **ctx: Any) -> Continuation:
     return Continuation(loglik=ll, per_token=ll / len(cont), inputs=n_in, seconds=dt)
 
 
-def explain(lm: "LoadedModel", text: str, *, continuation: str | None = None, holdout: int | None = None,
-            top: int = 5, metric: Metric = "cosine", **compact_kw: Any) -> CompactionReport:
+def explain(
+    lm: LoadedModel,
+    text: str,
+    *,
+    continuation: str | None = None,
+    holdout: int | None = None,
+    top: int = 5,
+    metric: Metric = "cosine",
+    **compact_kw: Any,
+) -> CompactionReport:
     """Compact ``text`` (``compact_kw``: the options of :func:`~.core.compact`) and report what each vector
     stands for and how the held-out continuation scores after it and after the full text (module docstring).
     ``holdout``: tokens held out when no ``continuation`` is given (default: a fifth of the text, at least 1)."""
@@ -136,8 +178,15 @@ def explain(lm: "LoadedModel", text: str, *, continuation: str | None = None, ho
         comp = _score(lm, cont_ids, context_embeds=compacted_embeds(lm, c))
     if not math.isfinite(full.loglik):
         raise InputError("the full context gives the continuation no finite log-likelihood")
-    return CompactionReport(compacted=c, neighbours=nearest_tokens(lm, c, top, metric), metric=metric,
-                            continuation=continuation, continuation_ids=list(cont_ids), full=full, compact=comp)
+    return CompactionReport(
+        compacted=c,
+        neighbours=nearest_tokens(lm, c, top, metric),
+        metric=metric,
+        continuation=continuation,
+        continuation_ids=list(cont_ids),
+        full=full,
+        compact=comp,
+    )
 
 
 __all__ = ["CompactionReport", "Continuation", "explain", "nearest_tokens"]

@@ -70,8 +70,7 @@ class CompactSpec:
 
         for name, allowed in (("what", WHATS), ("method", METHODS), ("bounds", BOUNDS)):
             if getattr(self, name) not in allowed:
-                raise InputError(f"invalid {name}={show(getattr(self, name), 60)}; use one of "
-                                 f"{', '.join(allowed)}")
+                raise InputError(f"invalid {name}={show(getattr(self, name), 60)}; use one of {', '.join(allowed)}")
         if self.bounds == "scheme":
             if self.method != "concept":
                 raise bad("bounds=scheme cuts where the A.6 encoding does, so it needs method=concept")
@@ -83,10 +82,10 @@ class CompactSpec:
                 raise bad(f"enc={self.enc} makes no text segments to compact")
         elif (self.ratio is None) == (self.budget is None):
             raise bad("give exactly one of ratio=R (or ratio=max) and budget=K")
-        if self.ratio is not None and not (isinstance(self.ratio, (int, float)) and self.ratio >= 1
-                                           and not math.isnan(self.ratio)):
-            raise InputError(f"invalid ratio={show(self.ratio, 60)}: compacted tokens per vector, a number >= 1 "
-                             f"or max")
+        if self.ratio is not None and not (
+            isinstance(self.ratio, (int, float)) and self.ratio >= 1 and not math.isnan(self.ratio)
+        ):
+            raise InputError(f"invalid ratio={show(self.ratio, 60)}: compacted tokens per vector, a number >= 1 or max")
         if self.budget is not None and not (isinstance(self.budget, int) and self.budget >= 1):
             raise InputError(f"invalid budget={show(self.budget, 60)}: a number of vectors >= 1")
         if not (isinstance(self.recent, int) and self.recent >= 0):
@@ -129,7 +128,7 @@ class CompactSpec:
         return ",".join(f"{k}={v}" for k, v in self.pairs())
 
     @classmethod
-    def parse(cls, spec: str) -> "CompactSpec":
+    def parse(cls, spec: str) -> CompactSpec:
         """A SPEC string (module docstring) → :class:`CompactSpec`; one :class:`InputError` line if malformed."""
         kv = parse_pairs(spec, _KEYS, what="compact spec", example="what=examples,ratio=4")
         shown = show(spec, 80)
@@ -138,8 +137,10 @@ class CompactSpec:
         if method != "concept":
             given = [k for k in _SCHEME_KEYS + _ENC_KEYS if k in kv]
             if given:
-                raise InputError(f"method={show(method, 20)} takes no {', '.join(given)} (only method=concept "
-                                 f"makes vectors with an A.6 scheme) in {shown}")
+                raise InputError(
+                    f"method={show(method, 20)} takes no {', '.join(given)} (only method=concept "
+                    f"makes vectors with an A.6 scheme) in {shown}"
+                )
         if bounds != "scheme":
             given = [k for k in _ENC_KEYS if k in kv]
             if given:
@@ -158,7 +159,7 @@ class CompactSpec:
             args["ratio"] = DEFAULT_RATIO
         return cls(**args)
 
-    def with_ratio(self, ratio: float) -> "CompactSpec":
+    def with_ratio(self, ratio: float) -> CompactSpec:
         """The same compaction at another ratio (``math.inf``: one vector)."""
         return replace(self, ratio=float(ratio), budget=None)
 

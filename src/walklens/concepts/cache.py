@@ -34,8 +34,9 @@ import sqlite3
 import time
 import uuid
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -72,6 +73,7 @@ _SCHEMA = (  # and meta (walklens.sqlite.create_tables)
 
 # ---- what a vector's numbers depend on -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Space:
     """The model side of a key: name, weights hash, the dtype it ran in, device kind and D."""
@@ -83,18 +85,19 @@ class Space:
     d_model: int
 
 
-_HASHES: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[object, ...], str]]" = weakref.WeakKeyDictionary()
+_HASHES: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[object, ...], str]] = weakref.WeakKeyDictionary()
 
 
-def _signature(lm: "LoadedModel") -> tuple[object, ...]:
+def _signature(lm: LoadedModel) -> tuple[object, ...]:
     """What :func:`weights_hash` is memoised on: every tensor's storage, version counter (bumped by any in-place
     edit, e.g. an intervention) and layout, and the tokenizer object."""
     tensors = list(lm.model.named_parameters()) + list(lm.model.named_buffers())
-    return (id(lm.tokenizer),) + tuple((n, t.data_ptr(), t._version, tuple(t.shape), t.dtype, t.device)
-                                       for n, t in tensors)
+    return (id(lm.tokenizer),) + tuple(
+        (n, t.data_ptr(), t._version, tuple(t.shape), t.dtype, t.device) for n, t in tensors
+    )
 
 
-def weights_hash(lm: "LoadedModel") -> str:
+def weights_hash(lm: LoadedModel) -> str:
     """SHA-256 (hex) of the model's parameters and buffers (names, shapes, dtypes, bytes), its config (without
     paths and versions), its attention implementation and its tokenizer.  Memoised per model object until a
     tensor of it changes (a weight edit bumps the tensor's version counter)."""
@@ -103,8 +106,11 @@ def weights_hash(lm: "LoadedModel") -> str:
     if memo is not None and memo[0] == sig:
         return memo[1]
     h = hashlib.sha256()
-    cfg = {k: v for k, v in lm.config.to_dict().items()
-           if k not in ("_name_or_path", "transformers_version", "name_or_path")}
+    cfg = {
+        k: v
+        for k, v in lm.config.to_dict().items()
+        if k not in ("_name_or_path", "transformers_version", "name_or_path")
+    }
     h.update(json.dumps(cfg, sort_keys=True, default=str).encode())
     h.update(str(getattr(lm.config, "_attn_implementation", "")).encode())
     tok = lm.tokenizer
@@ -122,12 +128,17 @@ def weights_hash(lm: "LoadedModel") -> str:
     return digest
 
 
-def model_space(lm: "LoadedModel") -> Space:
+def model_space(lm: LoadedModel) -> Space:
     """The :class:`Space` of ``lm`` as it is now (weights, dtype and device)."""
     dev = lm.device
     kind = dev.type if dev.type != "cuda" else f"cuda:{torch.cuda.get_device_name(dev)}"
-    return Space(model=lm.name or type(lm.model).__name__, weights=weights_hash(lm), dtype=dtype_name(lm.dtype),
-                 device=kind, d_model=int(lm.d_model))
+    return Space(
+        model=lm.name or type(lm.model).__name__,
+        weights=weights_hash(lm),
+        dtype=dtype_name(lm.dtype),
+        device=kind,
+        d_model=int(lm.d_model),
+    )
 
 
 def text_hash(text: str) -> bytes:
@@ -140,6 +151,7 @@ def _norm_key(norm: str | None) -> str:
 
 
 # ---- the cache ---------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class CacheStats:
@@ -188,23 +200,26 @@ class ConceptCache:
             self._conn = connect(index, timeout=timeout)
         except (OSError, sqlite3.Error) as e:
             raise InputError(f"concept cache {root}: cannot open it ({e})") from None
-        with closed_on_error(self._conn, lambda e: f"concept cache {root}: {index.name} is not a usable SQLite "
-                                                   f"index ({e})"):
+        with closed_on_error(
+            self._conn, lambda e: f"concept cache {root}: {index.name} is not a usable SQLite index ({e})"
+        ):
             other = foreign(self._conn, ("concept_cache",))  # before set_mode: a foreign file stays untouched
             if other:
                 raise InputError(f"concept cache {root}: {index.name} is not a concept-cache index: {other}")
             set_mode(self._conn, readonly=False)
             found = meta_value(self._conn, "concept_cache")
             if found is not None and found != str(SCHEMA_VERSION):
-                raise InputError(f"concept cache {root}: index schema {found} is not the one this walklens "
-                                 f"reads ({SCHEMA_VERSION}); use another folder")
+                raise InputError(
+                    f"concept cache {root}: index schema {found} is not the one this walklens "
+                    f"reads ({SCHEMA_VERSION}); use another folder"
+                )
             create_tables(self._conn, _SCHEMA, key="concept_cache", version=SCHEMA_VERSION)
 
     # ---- plumbing ------------------------------------------------------------------------------------------
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "ConceptCache":
+    def __enter__(self) -> ConceptCache:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -216,17 +231,19 @@ class ConceptCache:
         row = self._conn.execute(q, key).fetchone()
         if row is None and create:
             with transaction(self._conn) as c:
-                c.execute("INSERT OR IGNORE INTO spaces (model, weights, dtype, device, d_model) VALUES (?,?,?,?,?)",
-                          key + (space.d_model,))
+                c.execute(
+                    "INSERT OR IGNORE INTO spaces (model, weights, dtype, device, d_model) VALUES (?,?,?,?,?)",
+                    key + (space.d_model,),
+                )
             row = self._conn.execute(q, key).fetchone()
         if row is not None and int(row[1]) != space.d_model:
-            raise InputError(f"concept cache {self.root}: {space.model} is stored with D={row[1]}, not "
-                             f"{space.d_model}")
+            raise InputError(f"concept cache {self.root}: {space.model} is stored with D={row[1]}, not {space.d_model}")
         return None if row is None else int(row[0])
 
     # ---- reading -------------------------------------------------------------------------------------------
-    def get(self, space: Space, texts: Sequence[str], layers: Sequence[str], words: Sequence[str],
-            norm: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def get(
+        self, space: Space, texts: Sequence[str], layers: Sequence[str], words: Sequence[str], norm: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The stored vectors of ``texts`` at every (layer, word): ``(vectors [n, L, W, D] float32, found [n])``.
         A text counts as found (a hit) only when all its ``L x W`` vectors are stored and readable; its rows
         of ``vectors`` are unspecified otherwise."""
@@ -246,11 +263,13 @@ class ConceptCache:
             c.execute("CREATE TEMP TABLE IF NOT EXISTS want (text BLOB PRIMARY KEY)")
             for a in range(0, len(hashes), _LOOKUP_CHUNK):
                 c.execute("DELETE FROM want")
-                c.executemany("INSERT OR IGNORE INTO want VALUES (?)", [(h,) for h in hashes[a:a + _LOOKUP_CHUNK]])
+                c.executemany("INSERT OR IGNORE INTO want VALUES (?)", [(h,) for h in hashes[a : a + _LOOKUP_CHUNK]])
                 rows = c.execute(
                     "SELECT v.text, v.layer, v.word, v.shard, v.row, s.file FROM want "
                     "JOIN vectors v ON v.space=? AND v.text=want.text AND v.norm=? "
-                    "JOIN shards s ON s.id=v.shard", (sid, _norm_key(norm))).fetchall()
+                    "JOIN shards s ON s.id=v.shard",
+                    (sid, _norm_key(norm)),
+                ).fetchall()
                 for h, layer, word, shard, row, file in rows:
                     if layer in lpos and word in wpos:
                         for i in pos[bytes(h)]:
@@ -288,8 +307,15 @@ class ConceptCache:
             c.executemany("UPDATE shards SET last_used=? WHERE id=?", [(clock, s) for s in sorted(set(shards))])
 
     # ---- writing -------------------------------------------------------------------------------------------
-    def put(self, space: Space, texts: Sequence[str], layers: Sequence[str], words: Sequence[str],
-            vectors: torch.Tensor, norm: str | None = None) -> None:
+    def put(
+        self,
+        space: Space,
+        texts: Sequence[str],
+        layers: Sequence[str],
+        words: Sequence[str],
+        vectors: torch.Tensor,
+        norm: str | None = None,
+    ) -> None:
         """Store ``vectors [n, L, W, D]`` of ``texts`` at every (layer, word); keys already stored keep their
         first vector.  Then evict least recently used shards while the cache exceeds its bound."""
         n, L, W = len(texts), len(layers), len(words)
@@ -304,7 +330,7 @@ class ConceptCache:
         from safetensors.torch import save_file
 
         for a in range(0, len(keys), SHARD_ROWS):
-            part = flat[a:a + SHARD_ROWS].contiguous()
+            part = flat[a : a + SHARD_ROWS].contiguous()
             name = f"{uuid.uuid4().hex}.safetensors"
             tmp = self.shard_dir / f".{name}.tmp"
             try:
@@ -316,12 +342,16 @@ class ConceptCache:
             size = (self.shard_dir / name).stat().st_size
             with transaction(self._conn) as c:
                 clock = int(c.execute("SELECT COALESCE(MAX(last_used), 0) + 1 FROM shards").fetchone()[0])
-                cur = c.execute("INSERT INTO shards (file, rows, bytes, last_used) VALUES (?,?,?,?)",
-                                (name, part.shape[0], size, clock))
+                cur = c.execute(
+                    "INSERT INTO shards (file, rows, bytes, last_used) VALUES (?,?,?,?)",
+                    (name, part.shape[0], size, clock),
+                )
                 assert cur.lastrowid is not None  # set by the INSERT just run
                 shard = int(cur.lastrowid)
-                c.executemany("INSERT OR IGNORE INTO vectors VALUES (?,?,?,?,?,?,?)",
-                              [(sid, h, l, w, nk, shard, j) for j, (h, l, w) in enumerate(keys[a:a + SHARD_ROWS])])
+                c.executemany(
+                    "INSERT OR IGNORE INTO vectors VALUES (?,?,?,?,?,?,?)",
+                    [(sid, h, l, w, nk, shard, j) for j, (h, l, w) in enumerate(keys[a : a + SHARD_ROWS])],
+                )
             self.stats.stored += part.shape[0]
             self.stats.shards_written += 1
         if self.size_bytes() > self.max_bytes:
@@ -365,7 +395,7 @@ class ConceptCache:
         return len(gone)
 
 
-def open_cache(cache: "ConceptCache | str | os.PathLike[str] | None") -> "ConceptCache | None":
+def open_cache(cache: ConceptCache | str | os.PathLike[str] | None) -> ConceptCache | None:
     """A :class:`ConceptCache` from a folder path (None stays None; an open cache is returned as it is)."""
     if cache is None or isinstance(cache, ConceptCache):
         return cache

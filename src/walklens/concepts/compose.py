@@ -11,7 +11,8 @@ seed's code does.  ``soft_cluster`` needs the choice vectors and is applied by T
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,12 +24,14 @@ if TYPE_CHECKING:
     from ..loading import LoadedModel
 
 
-def segment_vectors(lm: "LoadedModel", segments: Sequence[Segment], layers: Sequence[str], words: Sequence[str],
-                    norm: str | None) -> list[torch.Tensor]:
+def segment_vectors(
+    lm: LoadedModel, segments: Sequence[Segment], layers: Sequence[str], words: Sequence[str], norm: str | None
+) -> list[torch.Tensor]:
     """Encode every segment on its own (one batched pass; duplicate segments run once) and reduce its token
     vectors: for each (layer, word) pair in ``zip(layers, words)``, a tensor ``[len(segments), D]``.
 
-    A text segment is tokenised by :func:`~walklens.hellaswag.encode.segment_token_ids` (Gemma's BOS conditions the segment but
+    A text segment is tokenised by :func:`~walklens.hellaswag.encode.segment_token_ids` (Gemma's BOS conditions the
+    segment but
     is left out of the aggregation); a token-id tuple is fed as it is.
     """
     uniq: dict[Segment, int] = {}
@@ -58,8 +61,9 @@ def segment_vectors(lm: "LoadedModel", segments: Sequence[Segment], layers: Sequ
     return out
 
 
-def compose_context(example_vectors: Sequence[torch.Tensor], seg: str | None, ex: str | None,
-                    norm: str | None) -> torch.Tensor:
+def compose_context(
+    example_vectors: Sequence[torch.Tensor], seg: str | None, ex: str | None, norm: str | None
+) -> torch.Tensor:
     """Segment and example aggregation: ``example_vectors`` holds one ``[..., n_segments, D]`` tensor per
     example; returns the context's vector sequence ``[..., m, D]`` (``m = 1`` when everything is averaged).
     Leading dimensions are independent contexts (the sweep composes every (layer, word) pair at once)."""
@@ -70,8 +74,9 @@ def compose_context(example_vectors: Sequence[torch.Tensor], seg: str | None, ex
     return seq
 
 
-def context_vectors(lm: "LoadedModel", examples: Sequence[Sequence[Segment]], scheme: Scheme,
-                    extra: Sequence[Segment] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+def context_vectors(
+    lm: LoadedModel, examples: Sequence[Sequence[Segment]], scheme: Scheme, extra: Sequence[Segment] = ()
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The context's concept vectors ``[m, D]`` from its segmented examples under ``scheme`` (ENCODING_LAYER,
     WORD_AGG_SCHEME, NORM, SEGMENT_AGG_SCHEME, EXAMPLE_AGG_SCHEME); with ``extra`` segments (Test 2's endings),
     also their vectors at the scheme's OUT_ENCODING_LAYER and choice word aggregation, from the same forward pass
@@ -83,15 +88,15 @@ def context_vectors(lm: "LoadedModel", examples: Sequence[Sequence[Segment]], sc
         extra_layer, extra_word = scheme.out_layer_eff, scheme.out_word_eff
         if (extra_layer, extra_word) == (layer, word):
             (v,) = segment_vectors(lm, segs, [layer], [word], norm)
-            ctx_v, extra_v = v[:len(flat)], v[len(flat):]
+            ctx_v, extra_v = v[: len(flat)], v[len(flat) :]
         else:
             a, b = segment_vectors(lm, segs, [layer, extra_layer], [word, extra_word], norm)
-            ctx_v, extra_v = a[:len(flat)], b[len(flat):]
+            ctx_v, extra_v = a[: len(flat)], b[len(flat) :]
     else:
         (ctx_v,) = segment_vectors(lm, flat, [layer], [word], norm)
         extra_v = None
     per_ex, k = [], 0
     for e in examples:
-        per_ex.append(ctx_v[k:k + len(e)])
+        per_ex.append(ctx_v[k : k + len(e)])
         k += len(e)
     return compose_context(per_ex, scheme.seg, scheme.ex, norm), extra_v

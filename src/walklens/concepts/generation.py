@@ -26,28 +26,30 @@ embeddings, so Test 1 reproduces the baseline's log-likelihoods (the test-suite 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from ..hellaswag.baseline import baseline_request, item_result, item_tokens
-from .compose import compose_context, context_vectors
 from ..hellaswag.data import HellaswagItem
 from ..hellaswag.encode import continuation_logliks, input_embeddings, n_prefix_tokens
 from ..hellaswag.packing import packed_logliks
 from ..hellaswag.request import ScoreRequest
+from ..hellaswag.store import ItemResult
+from .compose import compose_context, context_vectors
 from .schemes import Scheme
 from .segment import Segment, segment_context
-from ..hellaswag.store import ItemResult
 from .vectors import VectorBank, layer_key, segment_vectors_of, text_vectors
 
 if TYPE_CHECKING:
-    from .cache import ConceptCache
     from ..loading import LoadedModel
+    from .cache import ConceptCache
 
 
-def scheme_bank(lm: "LoadedModel", contexts: Sequence[Sequence[Sequence[Segment]]], scheme: Scheme,
-                cache: "ConceptCache | None" = None) -> VectorBank:
+def scheme_bank(
+    lm: LoadedModel, contexts: Sequence[Sequence[Sequence[Segment]]], scheme: Scheme, cache: ConceptCache | None = None
+) -> VectorBank:
     """The segment vectors (before NORM) of every text segment of ``contexts`` (each a list of examples of
     segments) at the scheme's layer and word aggregation, computed once (:func:`~.vectors.text_vectors`) or
     read from the concept ``cache``."""
@@ -55,8 +57,13 @@ def scheme_bank(lm: "LoadedModel", contexts: Sequence[Sequence[Sequence[Segment]
     return text_vectors(lm, texts, [layer_key(lm, scheme.layer)], [scheme.word], cache=cache)
 
 
-def compose_segments(lm: "LoadedModel", segs: Sequence[Sequence[Segment]], scheme: Scheme,
-                     bank: VectorBank | None = None, cache: "ConceptCache | None" = None) -> torch.Tensor:
+def compose_segments(
+    lm: LoadedModel,
+    segs: Sequence[Sequence[Segment]],
+    scheme: Scheme,
+    bank: VectorBank | None = None,
+    cache: ConceptCache | None = None,
+) -> torch.Tensor:
     """The concept vectors ``[m, D]`` of a context cut into examples of segments: segment vectors (text
     segments from ``bank`` / the concept cache, token-id segments from one pass), then NORM, segment and example
     aggregation (:func:`~.compose.compose_context`)."""
@@ -66,12 +73,13 @@ def compose_segments(lm: "LoadedModel", segs: Sequence[Sequence[Segment]], schem
     bank = scheme_bank(lm, [segs], scheme, cache) if bank is None else bank
     key = layer_key(lm, scheme.layer)
     # every segment is a text here (token-id segments were composed above, in one pass)
-    per_ex = [segment_vectors_of(bank, cast(Sequence[str], e), key, scheme.word, scheme.norm).to(lm.device)
-              for e in segs]
+    per_ex = [
+        segment_vectors_of(bank, cast(Sequence[str], e), key, scheme.word, scheme.norm).to(lm.device) for e in segs
+    ]
     return compose_context(per_ex, scheme.seg, scheme.ex, scheme.norm)
 
 
-def special_around(lm: "LoadedModel", ctx: torch.Tensor) -> torch.Tensor:
+def special_around(lm: LoadedModel, ctx: torch.Tensor) -> torch.Tensor:
     """``ctx`` with the baseline's special tokens around it: Gemma's BOS embedding before, T5's ``</s>``
     after."""
     dev = ctx.device
@@ -87,9 +95,15 @@ def special_around(lm: "LoadedModel", ctx: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=0)
 
 
-def concept_sequence(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
-                     scheme: Scheme, *, bank: VectorBank | None = None, cache: "ConceptCache | None" = None
-                     ) -> torch.Tensor:
+def concept_sequence(
+    lm: LoadedModel,
+    item: HellaswagItem,
+    examples: Sequence[HellaswagItem],
+    scheme: Scheme,
+    *,
+    bank: VectorBank | None = None,
+    cache: ConceptCache | None = None,
+) -> torch.Tensor:
     """The model input that replaces the context: ``[m', D]`` (concept vectors, with the baseline's special
     tokens around them: Gemma's BOS before, T5's ``</s>`` after; token_level keeps the baseline's own tokens).
     Text segments' vectors come from ``bank`` when given, else from :func:`scheme_bank` (with the concept
@@ -101,9 +115,15 @@ def concept_sequence(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[
     return special_around(lm, ctx)
 
 
-def test1_request(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
-                  scheme: Scheme, *, bank: VectorBank | None = None, cache: "ConceptCache | None" = None
-                  ) -> ScoreRequest:
+def test1_request(
+    lm: LoadedModel,
+    item: HellaswagItem,
+    examples: Sequence[HellaswagItem],
+    scheme: Scheme,
+    *,
+    bank: VectorBank | None = None,
+    cache: ConceptCache | None = None,
+) -> ScoreRequest:
     """The concept sequence of the item's context and the baseline's four continuations after it."""
     if scheme.enc == "cross_encoding":
         return baseline_request(lm, item, examples)
@@ -112,25 +132,41 @@ def test1_request(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[Hel
     return ScoreRequest(conts, context_embeds=seq.to(lm.dtype))  # the dtype of the input embeddings
 
 
-def test1_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
-                 scheme: Scheme, cache: "ConceptCache | None" = None) -> list[float]:
+def test1_scores(
+    lm: LoadedModel,
+    item: HellaswagItem,
+    examples: Sequence[HellaswagItem],
+    scheme: Scheme,
+    cache: ConceptCache | None = None,
+) -> list[float]:
     """The four endings' log-likelihoods after the concept sequence of the item's context."""
     r = test1_request(lm, item, examples, scheme, cache=cache)
     return continuation_logliks(lm, r.continuations, context_ids=r.context_ids, context_embeds=r.context_embeds)
 
 
-def test1_item(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
-               scheme: Scheme, cache: "ConceptCache | None" = None) -> ItemResult:
+def test1_item(
+    lm: LoadedModel,
+    item: HellaswagItem,
+    examples: Sequence[HellaswagItem],
+    scheme: Scheme,
+    cache: ConceptCache | None = None,
+) -> ItemResult:
     return item_result(item, test1_scores(lm, item, examples, scheme, cache))
 
 
-def test1_items(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
-                scheme: Scheme, cache: "ConceptCache | None" = None) -> list[ItemResult]:
+def test1_items(
+    lm: LoadedModel,
+    items: Sequence[HellaswagItem],
+    examples: Sequence[Sequence[HellaswagItem]],
+    scheme: Scheme,
+    cache: ConceptCache | None = None,
+) -> list[ItemResult]:
     """:func:`test1_item` for many items: the segment vectors of all of them computed (or read from the
     concept ``cache``) together, their requests packed into shared forward passes (:func:`~.packing.packed_logliks`)."""
     bank = None
     if scheme.enc not in ("cross_encoding", "token_level"):
-        bank = scheme_bank(lm, [segment_context(it, ex, scheme.enc, lm) for it, ex in zip(items, examples)],
-                           scheme, cache)
+        bank = scheme_bank(
+            lm, [segment_context(it, ex, scheme.enc, lm) for it, ex in zip(items, examples)], scheme, cache
+        )
     reqs = [test1_request(lm, it, ex, scheme, bank=bank) for it, ex in zip(items, examples)]
     return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]

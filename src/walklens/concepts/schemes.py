@@ -27,8 +27,9 @@ refuses a combination that does not make sense for a test and an architecture, w
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -37,8 +38,14 @@ from ..errors import InputError
 from ..numbers import show
 
 #: A.6 encoding schemes (``cross_encoding`` is the ordinary, unaggregated run).
-ENCODING_SCHEMES: tuple[str, ...] = ("sentence_level_segmentation", "segment_each_example", "merge_all_segments",
-                                     "concat_each_example", "concat_all_examples", "cross_encoding")
+ENCODING_SCHEMES: tuple[str, ...] = (
+    "sentence_level_segmentation",
+    "segment_each_example",
+    "merge_all_segments",
+    "concat_each_example",
+    "concat_all_examples",
+    "cross_encoding",
+)
 #: Not part of A.6: every context token is its own segment (Test 1 with layer=E, word=last is then the baseline).
 TEST_ENCODING_SCHEMES: tuple[str, ...] = ("token_level",)
 ALL_ENCODING_SCHEMES: tuple[str, ...] = ENCODING_SCHEMES + TEST_ENCODING_SCHEMES
@@ -47,9 +54,7 @@ LAYER_NAMES: tuple[str, ...] = ("E", "middle")
 #: The activation filters of A.6: ``relu`` = the model's MLP activation f, ``-relu`` = -f(-x), ``+`` adds x back.
 ACTIVATION_FILTERS: tuple[str, ...] = ("relu", "-relu", "relu+", "-relu+")
 WORD_AGG_SCHEMES: tuple[str, ...] = (
-    ("mean", "w1mean")
-    + tuple(f"{f}|{a}" for a in ("mean", "w1mean") for f in ACTIVATION_FILTERS)
-    + ("last",)
+    ("mean", "w1mean") + tuple(f"{f}|{a}" for a in ("mean", "w1mean") for f in ACTIVATION_FILTERS) + ("last",)
 )
 NORMS: tuple[str | None, ...] = (None, "L2", "varNorm", "zNorm")
 SEGMENT_AGG_SCHEMES: tuple[str | None, ...] = ("mean", None)
@@ -57,9 +62,15 @@ EXAMPLE_AGG_SCHEMES: tuple[str | None, ...] = ("mean", None, "soft_cluster")
 SIMILARITY_FUNCS: tuple[str | None, ...] = ("dot", "cosine", None)
 
 #: Architectures as :meth:`Scheme.validate` names them, with accepted aliases.
-ARCHES: dict[str, str] = {"decoder": "decoder", "decoder-only": "decoder", "causal": "decoder",
-                          "encoder-decoder": "encoder-decoder", "seq2seq": "encoder-decoder",
-                          "encoder": "encoder", "masked": "encoder"}
+ARCHES: dict[str, str] = {
+    "decoder": "decoder",
+    "decoder-only": "decoder",
+    "causal": "decoder",
+    "encoder-decoder": "encoder-decoder",
+    "seq2seq": "encoder-decoder",
+    "encoder": "encoder",
+    "masked": "encoder",
+}
 
 _KEYS = ("enc", "layer", "word", "norm", "seg", "ex", "sim", "out_layer", "out_word")
 _OPTIONAL_KEYS = ("sim", "out_layer", "out_word")
@@ -69,7 +80,6 @@ _INT = re.compile(r"[+-]?\d+")
 
 def _none(v: str) -> str | None:
     return None if v in ("None", "none", "") else v
-
 
 
 def parse_pairs(text: str, keys: Sequence[str], *, what: str, example: str = "") -> dict[str, str]:
@@ -86,8 +96,9 @@ def parse_pairs(text: str, keys: Sequence[str], *, what: str, example: str = "")
     kv: dict[str, str] = {}
     for part in text.strip().split(","):
         if "=" not in part:
-            raise InputError(f"bad {what} part {show(part.strip(), 40)} in {shown}: expected key=value "
-                             f"with a key of {allowed}")
+            raise InputError(
+                f"bad {what} part {show(part.strip(), 40)} in {shown}: expected key=value with a key of {allowed}"
+            )
         k, v = (x.strip() for x in part.split("=", 1))
         if k not in keys:
             raise InputError(f"unknown {what} key {show(k, 40)} in {shown}; keys: {allowed}")
@@ -107,8 +118,9 @@ def canonical_layer(layer: Any) -> str:
             return str(int(s))
     except ValueError:  # an integer too long for int() / str() (sys.int_info.str_digits_check_threshold)
         pass
-    raise InputError(f"invalid layer {show(layer, 60)}: use E, middle, a layer index 0..N or a negative index "
-                     f"(-1 = top)")
+    raise InputError(
+        f"invalid layer {show(layer, 60)}: use E, middle, a layer index 0..N or a negative index (-1 = top)"
+    )
 
 
 def resolve_layer(layer: str, n_layers: int) -> int | None:
@@ -122,8 +134,9 @@ def resolve_layer(layer: str, n_layers: int) -> int | None:
     i = int(layer)
     j = i if i >= 0 else n_layers + 1 + i
     if not 0 <= j <= n_layers:
-        raise InputError(f"layer {layer} is out of range for a {n_layers}-layer stack "
-                         f"(use 0..{n_layers} or -1..-{n_layers + 1})")
+        raise InputError(
+            f"layer {layer} is out of range for a {n_layers}-layer stack (use 0..{n_layers} or -1..-{n_layers + 1})"
+        )
     return j
 
 
@@ -159,8 +172,14 @@ class Scheme:
         object.__setattr__(self, "layer", canonical_layer(self.layer))
         if self.out_layer is not None:
             object.__setattr__(self, "out_layer", canonical_layer(self.out_layer))
-        checks = (("enc", ALL_ENCODING_SCHEMES), ("word", WORD_AGG_SCHEMES), ("norm", NORMS),
-                  ("seg", SEGMENT_AGG_SCHEMES), ("ex", EXAMPLE_AGG_SCHEMES), ("sim", SIMILARITY_FUNCS))
+        checks = (
+            ("enc", ALL_ENCODING_SCHEMES),
+            ("word", WORD_AGG_SCHEMES),
+            ("norm", NORMS),
+            ("seg", SEGMENT_AGG_SCHEMES),
+            ("ex", EXAMPLE_AGG_SCHEMES),
+            ("sim", SIMILARITY_FUNCS),
+        )
         for name, allowed in checks:
             v = getattr(self, name)
             if v not in allowed:
@@ -173,18 +192,19 @@ class Scheme:
         return ",".join(f"{k}={v}" for k, v in self.pairs())
 
     @classmethod
-    def parse(cls, s: str) -> "Scheme":
+    def parse(cls, s: str) -> Scheme:
         """Inverse of ``str(scheme)``; unknown keys, repeated keys and missing ``enc``/``layer``/``word`` are
         refused.  Omitted ``norm``/``seg``/``ex``/``sim``/``out_*`` take the dataclass defaults."""
-        kv: dict[str, Any] = {k: v if k in ("enc", "layer", "word") else _none(v)
-                              for k, v in parse_pairs(s, _KEYS, what="scheme").items()}
+        kv: dict[str, Any] = {
+            k: v if k in ("enc", "layer", "word") else _none(v) for k, v in parse_pairs(s, _KEYS, what="scheme").items()
+        }
         missing = [k for k in ("enc", "layer", "word") if k not in kv]
         if missing:
             raise InputError(f"scheme {show(s, 80)} lacks {', '.join(missing)}")
         return cls(**kv)
 
     @classmethod
-    def standard(cls, test: int, arch: str) -> "Scheme":
+    def standard(cls, test: int, arch: str) -> Scheme:
         """Sec. 5.1's standard concept composition scheme: top layer, w1mean words (decoder-only) or mean
         (encoder-decoder), segments and examples by mean; each example one segment; Test 2 compares by dot
         product and embeds each ending the same way."""
@@ -198,7 +218,7 @@ class Scheme:
         return s
 
     @classmethod
-    def from_spec(cls, spec: str | None, test: int, arch: str) -> "Scheme":
+    def from_spec(cls, spec: str | None, test: int, arch: str) -> Scheme:
         """``None``/``"standard"`` → :meth:`standard`, else :meth:`parse` (which refuses ``""``); then
         :meth:`validate`."""
         s = cls.standard(test, arch) if spec in (None, "standard") else cls.parse(spec)
@@ -219,7 +239,7 @@ class Scheme:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     # ---- validation ---------------------------------------------------------------------------------------
-    def validate(self, test: int, arch: str) -> "Scheme":
+    def validate(self, test: int, arch: str) -> Scheme:
         """Refuse a combination that makes no sense for Test ``test`` (1 or 2) on ``arch`` (``decoder``,
         ``encoder-decoder``, ``encoder`` or their aliases), with the reason; returns self."""
         arch = normalize_arch(arch)
@@ -233,26 +253,41 @@ class Scheme:
             if self.sim is not None or self.out_layer is not None or self.out_word is not None:
                 raise bad("sim, out_layer and out_word belong to Test 2 (concept similarity)")
             if self.ex == "soft_cluster":
-                raise bad("soft_cluster weighs example vectors by their similarity to a choice vector, which only "
-                          "Test 2 computes")
+                raise bad(
+                    "soft_cluster weighs example vectors by their similarity to a choice vector, which only "
+                    "Test 2 computes"
+                )
             if self.enc == "cross_encoding" and (self.layer, self.word, self.norm, self.seg, self.ex) != (
-                    "E", "last", None, None, None):
-                raise bad("cross_encoding is the ordinary run (the baseline), without composition: write it as "
-                          "enc=cross_encoding,layer=E,word=last,norm=None,seg=None,ex=None")
+                "E",
+                "last",
+                None,
+                None,
+                None,
+            ):
+                raise bad(
+                    "cross_encoding is the ordinary run (the baseline), without composition: write it as "
+                    "enc=cross_encoding,layer=E,word=last,norm=None,seg=None,ex=None"
+                )
         elif test == 2:
             if self.sim is None:
                 raise bad("Test 2 needs a similarity function: sim=dot or sim=cosine")
             if self.enc == "cross_encoding":
-                raise bad("cross_encoding runs context and ending as one sequence, so there is no separate context "
-                          "vector to compare (the seed's code refuses it too)")
+                raise bad(
+                    "cross_encoding runs context and ending as one sequence, so there is no separate context "
+                    "vector to compare (the seed's code refuses it too)"
+                )
         else:
             raise InputError(f"test must be 1 or 2, got {test}")
         if arch != "decoder":
-            for name, layer, word in (("word", self.layer, self.word),
-                                      ("out_word", self.out_layer_eff, self.out_word_eff)):
+            for name, layer, word in (
+                ("word", self.layer, self.word),
+                ("out_word", self.out_layer_eff, self.out_word_eff),
+            ):
                 if word.endswith("last") and layer != "E" and (name == "word" or test == 2):
-                    raise bad(f"{name}=last takes the last vector as a summary of the sequence, which only holds "
-                              f"under causal masking (decoder-only models); use it with layer=E only")
+                    raise bad(
+                        f"{name}=last takes the last vector as a summary of the sequence, which only holds "
+                        f"under causal masking (decoder-only models); use it with layer=E only"
+                    )
         return self
 
     # ---- parts of the string form ---------------------------------------------------------------------------
@@ -273,8 +308,10 @@ class Scheme:
 
 # ---- pure composition functions (A.6), on batched tensors ------------------------------------------------------
 
-def apply_filter(x: "torch.Tensor", filt: str | None, act_fn: Callable[["torch.Tensor"], "torch.Tensor"] | None
-                 ) -> "torch.Tensor":
+
+def apply_filter(
+    x: torch.Tensor, filt: str | None, act_fn: Callable[[torch.Tensor], torch.Tensor] | None
+) -> torch.Tensor:
     """A.6's activation filters with the model's own MLP activation f: ``relu`` → f(x); ``-relu`` → -f(-x)
     (lets the negative part through); ``relu+`` → x + f(x); ``-relu+`` → x - f(-x); None → x."""
     if filt is None:
@@ -292,9 +329,12 @@ def apply_filter(x: "torch.Tensor", filt: str | None, act_fn: Callable[["torch.T
     raise InputError(f"unknown activation filter {filt!r}; use one of {ACTIVATION_FILTERS}")
 
 
-def word_aggregate(vectors: "torch.Tensor", scheme_word: str,
-                   act_fn: Callable[["torch.Tensor"], "torch.Tensor"] | None = None,
-                   mask: "torch.Tensor | None" = None) -> "torch.Tensor":
+def word_aggregate(
+    vectors: torch.Tensor,
+    scheme_word: str,
+    act_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """WORD_AGG_SCHEME (A.6): reduce token vectors ``[..., T, D]`` to ``[..., D]``.
 
     ``mean``: element-wise mean; ``w1mean``: weighted mean with weight t/N for the t-th of N vectors (1-based),
@@ -311,8 +351,11 @@ def word_aggregate(vectors: "torch.Tensor", scheme_word: str,
     T = vectors.shape[-2]
     if T == 0:
         raise InputError("cannot aggregate an empty sequence of vectors")
-    m = (torch.ones(vectors.shape[:-1], dtype=vectors.dtype, device=vectors.device) if mask is None
-         else mask.to(vectors.dtype).expand(vectors.shape[:-1]))
+    m = (
+        torch.ones(vectors.shape[:-1], dtype=vectors.dtype, device=vectors.device)
+        if mask is None
+        else mask.to(vectors.dtype).expand(vectors.shape[:-1])
+    )
     if agg == "last":
         idx = (m * torch.arange(1, T + 1, dtype=m.dtype, device=m.device)).argmax(dim=-1)  # last real position
         x = apply_filter(vectors, filt, act_fn)
@@ -322,7 +365,7 @@ def word_aggregate(vectors: "torch.Tensor", scheme_word: str,
     return (x * w[..., None]).sum(dim=-2) / w.sum(dim=-1, keepdim=True)
 
 
-def normalize(v: "torch.Tensor", norm: str | None) -> "torch.Tensor":
+def normalize(v: torch.Tensor, norm: str | None) -> torch.Tensor:
     """NORM (A.6), over the last dimension: None → v; ``L2`` → v/||v||; ``varNorm`` → v/std(v) (unit variance,
     the mean kept; unbiased std as in the seed's code); ``zNorm`` → (v - mean)/sqrt(var + 1e-5) (layer norm
     without affine parameters, as in the seed's code)."""
@@ -339,7 +382,7 @@ def normalize(v: "torch.Tensor", norm: str | None) -> "torch.Tensor":
     raise InputError(f"invalid norm {norm!r}; allowed: {', '.join(str(n) for n in NORMS)}")
 
 
-def similarity(a: "torch.Tensor", b: "torch.Tensor", sim: str) -> "torch.Tensor":
+def similarity(a: torch.Tensor, b: torch.Tensor, sim: str) -> torch.Tensor:
     """SIMILARITY_FUNC (A.6) between every row of ``a`` ``[..., M, D]`` and every row of ``b`` ``[..., C, D]``:
     ``[..., C, M]`` (choices by context vectors).  ``dot``: inner product; ``cosine``: inner product of the
     L2-normalised vectors."""

@@ -22,7 +22,8 @@ of token ids:
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Sequence, Union
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..hellaswag.data import HellaswagItem, fewshot_context
@@ -30,7 +31,7 @@ from ..hellaswag.data import HellaswagItem, fewshot_context
 if TYPE_CHECKING:
     from ..loading import LoadedModel
 
-Segment = Union[str, tuple[int, ...]]
+Segment = str | tuple[int, ...]
 _SENT_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -39,13 +40,15 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in (p.strip() for p in _SENT_END.split(text.strip())) if s]
 
 
-def segment_context(item: HellaswagItem, examples: Sequence[HellaswagItem], enc: str,
-                    lm: "LoadedModel | None" = None) -> list[list[Segment]]:
+def segment_context(
+    item: HellaswagItem, examples: Sequence[HellaswagItem], enc: str, lm: LoadedModel | None = None
+) -> list[list[Segment]]:
     """The context of ``item`` (after few-shot ``examples``) as examples of segments under encoding scheme
     ``enc`` (see the module docstring).  ``token_level`` needs ``lm`` (the baseline's tokenisation)."""
     if enc == "sentence_level_segmentation":
-        out: list[list[Segment]] = [[*split_sentences(ex.ctx), *split_sentences(ex.endings[ex.label])]
-                                    for ex in examples]
+        out: list[list[Segment]] = [
+            [*split_sentences(ex.ctx), *split_sentences(ex.endings[ex.label])] for ex in examples
+        ]
         return out + [[*split_sentences(item.ctx)]]
     if enc == "segment_each_example":
         each: list[list[Segment]] = [[ex.ctx, ex.endings[ex.label]] for ex in examples]

@@ -18,17 +18,18 @@ one-item, one-scheme case of it.  Two endings with bit-identical vectors get bit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..errors import InputError
 from ..hellaswag.baseline import item_result
-from .compose import context_vectors
 from ..hellaswag.data import HellaswagItem
+from ..hellaswag.store import ItemResult
+from .compose import context_vectors
 from .schemes import Scheme
 from .segment import segment_context
-from ..hellaswag.store import ItemResult
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
@@ -48,8 +49,13 @@ def identical_choices(choices: torch.Tensor, cv_dim: int) -> list[tuple[int, int
     return ties
 
 
-def tie_identical(score: torch.Tensor, choices: torch.Tensor, c_dim: int, cv_dim: int,
-                  ties: list[tuple[int, int, torch.Tensor]] | None = None) -> torch.Tensor:
+def tie_identical(
+    score: torch.Tensor,
+    choices: torch.Tensor,
+    c_dim: int,
+    cv_dim: int,
+    ties: list[tuple[int, int, torch.Tensor]] | None = None,
+) -> torch.Tensor:
     """Give bitwise-identical choice vectors bitwise-identical scores (the first one's).
 
     Two endings can have the very same vector (e.g. ``out_layer=E, out_word=last`` and both end in ``.``); a
@@ -90,14 +96,20 @@ def _cluster_norms(seq: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     reach = torch.einsum("nmpcq,nmp->npcq", w, seq.norm(dim=-1))  # sum_j w_j |k_j| >= |k̄_c|
     bad = (sq * CANCEL**2 < reach.square()).nonzero()  # [B, 4]: (n, p, c, q)
     for a in range(0, len(bad), _REFORM):
-        i, p, c, q = bad[a:a + _REFORM].unbind(1)
+        i, p, c, q = bad[a : a + _REFORM].unbind(1)
         kbar = (w[i, :, p, c, q][..., None] * seq[i, :, p]).sum(1)  # [b, D]
         sq[i, p, c, q] = kbar.square().sum(-1)
     return sq.sqrt().clamp_min(1e-12)
 
 
-def batched_scores(seq: torch.Tensor, mask: torch.Tensor, choices: torch.Tensor, sim: str | None,
-                   soft_cluster: bool, ties: list[tuple[int, int, torch.Tensor]] | None = None) -> torch.Tensor:
+def batched_scores(
+    seq: torch.Tensor,
+    mask: torch.Tensor,
+    choices: torch.Tensor,
+    sim: str | None,
+    soft_cluster: bool,
+    ties: list[tuple[int, int, torch.Tensor]] | None = None,
+) -> torch.Tensor:
     """Test 2 scores ``[n, P, C, Q]`` of ``n`` items: context sequences ``seq`` ``[n, m, P, D]`` (``P``
     compositions of each item's context; ``mask`` ``[n, m]`` marks the real positions) against choice vectors
     ``choices`` ``[n, C, Q, D]`` (``C`` endings, ``Q`` choice encodings).
@@ -136,18 +148,19 @@ def test2_from_vectors(ctx: torch.Tensor, endings: torch.Tensor, scheme: Scheme)
     if scheme.sim is None:
         raise ValueError("Test 2 needs sim")
     mask = torch.ones(1, ctx.shape[0], dtype=torch.bool, device=ctx.device)
-    return batched_scores(ctx[None, :, None, :], mask, endings[None, :, None, :], scheme.sim,
-                          scheme.ex == "soft_cluster")[0, 0, :, 0]
+    return batched_scores(
+        ctx[None, :, None, :], mask, endings[None, :, None, :], scheme.sim, scheme.ex == "soft_cluster"
+    )[0, 0, :, 0]
 
 
-def test2_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
-                 scheme: Scheme) -> list[float]:
+def test2_scores(
+    lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem], scheme: Scheme
+) -> list[float]:
     segs = segment_context(item, examples, scheme.enc, lm)
     ctx, ends = context_vectors(lm, segs, scheme, extra=list(item.endings))
     assert ends is not None
     return [float(x) for x in test2_from_vectors(ctx, ends, scheme)]
 
 
-def test2_item(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem],
-               scheme: Scheme) -> ItemResult:
+def test2_item(lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem], scheme: Scheme) -> ItemResult:
     return item_result(item, test2_scores(lm, item, examples, scheme), per_char=False)

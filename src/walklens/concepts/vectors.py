@@ -1,7 +1,8 @@
 """Word-aggregated vectors of segment texts (seed 000, A.6: ENCODING_LAYER, WORD_AGG_SCHEME), computed one way
 for every command and kept in the concept cache (:mod:`walklens.concepts.cache`, footnote 11).
 
-Each distinct text is tokenised on its own (:func:`~walklens.hellaswag.encode.segment_token_ids`; a BOS prefix conditions the
+Each distinct text is tokenised on its own (:func:`~walklens.hellaswag.encode.segment_token_ids`; a BOS prefix
+conditions the
 segment but is left out of the aggregation) and run through the model in a batch of texts of the same token
 length, so no padding enters any number; its ``[T, D]`` hidden states at each layer are reduced right away by
 each word aggregation (before NORM) into a :class:`VectorBank` ``[texts, layers, words, D]``.
@@ -17,14 +18,15 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm.auto import tqdm
 
-from .cache import ConceptCache, model_space
 from ..hellaswag.encode import hidden_states, n_prefix_tokens, segment_token_ids
+from .cache import ConceptCache, model_space
 from .schemes import normalize, resolve_layer, word_aggregate
 
 if TYPE_CHECKING:
@@ -71,7 +73,7 @@ class VectorBank:
         return self.words.index(word)
 
 
-def layer_key(lm: "LoadedModel", layer: str) -> str:
+def layer_key(lm: LoadedModel, layer: str) -> str:
     """A scheme layer value (``E``, ``middle``, ``-1``, ...) as a bank key: ``"E"`` or the hidden-state index."""
     r = resolve_layer(str(layer), lm.n_layers)
     return "E" if r is None else str(r)
@@ -85,12 +87,11 @@ def _length_batches(ids: dict[int, list[int]], batch_tokens: int) -> list[list[i
     batches: list[list[int]] = []
     for n, members in sorted(by_len.items()):
         per = max(1, batch_tokens // n)
-        batches += [members[j:j + per] for j in range(0, len(members), per)]
+        batches += [members[j : j + per] for j in range(0, len(members), per)]
     return batches
 
 
-def forward_batch(lm: "LoadedModel", ctx: tuple[Sequence[str], Sequence[str]], seqs: Sequence[Sequence[int]]
-                  ) -> Tensor:
+def forward_batch(lm: LoadedModel, ctx: tuple[Sequence[str], Sequence[str]], seqs: Sequence[Sequence[int]]) -> Tensor:
     """One batch of token-id sequences of equal length through the model: ``[B, L, W, D]`` float32 on the CPU,
     the hidden states at the bank-key layers ``ctx[0]`` reduced by each word aggregation ``ctx[1]`` (the BOS
     prefix left out).  A pure function of the model and its arguments (a shard a sweep's workers run)."""
@@ -103,9 +104,17 @@ def forward_batch(lm: "LoadedModel", ctx: tuple[Sequence[str], Sequence[str]], s
     return torch.stack([word_aggregate(stack, w, act).float().cpu() for w in words], dim=2)
 
 
-def text_vectors(lm: "LoadedModel", texts: Iterable[str], layers: Sequence[str], words: Sequence[str], *,
-                 cache: ConceptCache | None = None, progress: bool = False, workers: Workers | None = None,
-                 on_batch: Callable[[int], None] | None = None) -> VectorBank:
+def text_vectors(
+    lm: LoadedModel,
+    texts: Iterable[str],
+    layers: Sequence[str],
+    words: Sequence[str],
+    *,
+    cache: ConceptCache | None = None,
+    progress: bool = False,
+    workers: Workers | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> VectorBank:
     """The :class:`VectorBank` of the distinct ``texts`` at bank-key ``layers`` (:func:`layer_key`) and word
     aggregations ``words`` (module docstring), read from / written to ``cache`` when given.
 
@@ -127,8 +136,13 @@ def text_vectors(lm: "LoadedModel", texts: Iterable[str], layers: Sequence[str],
         results = workers.map(forward_batch, (layers, words), payloads)
     else:
         results = ((j, forward_batch(lm, (layers, words), p)) for j, p in enumerate(payloads))
-    bar = tqdm(file=sys.stderr, dynamic_ncols=True, total=len(todo), desc="forward passes (distinct texts)",
-               disable=not progress or not todo)
+    bar = tqdm(
+        file=sys.stderr,
+        dynamic_ncols=True,
+        total=len(todo),
+        desc="forward passes (distinct texts)",
+        disable=not progress or not todo,
+    )
     try:
         for n, (j, v) in enumerate(results, 1):
             b = batches[j]
@@ -140,12 +154,12 @@ def text_vectors(lm: "LoadedModel", texts: Iterable[str], layers: Sequence[str],
                 on_batch(n)
     finally:
         bar.close()
-    return VectorBank(layers=layers, words=words, index={t: i for i, t in enumerate(uniq)}, vectors=out,
-                      computed=len(todo))
+    return VectorBank(
+        layers=layers, words=words, index={t: i for i, t in enumerate(uniq)}, vectors=out, computed=len(todo)
+    )
 
 
-def segment_vectors_of(bank: VectorBank, texts: Sequence[str], layer: str, word: str, norm: str | None
-                       ) -> Tensor:
+def segment_vectors_of(bank: VectorBank, texts: Sequence[str], layer: str, word: str, norm: str | None) -> Tensor:
     """``[len(texts), D]``: the bank's vectors at (bank key ``layer``, ``word``) with NORM applied after word
     aggregation, except after ``word=last`` (a selection, not an aggregation), as
     :func:`~.compose.segment_vectors` does."""

@@ -24,17 +24,18 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..precision import dtype_name, model_label, parse_dtype
 from ..concepts.schemes import Scheme
-from .stats import Z95, wilson
+from ..errors import InputError
 from ..hellaswag.store import KEY_COLUMNS, ResultStore, RunKey, SweepStore
+from ..precision import dtype_name, model_label, parse_dtype
+from .stats import Z95, wilson
 
 #: What :func:`agreement_study` compares (all by default).
 PARTS = ("baseline", "test1", "test2-grid", "test1-grid")
@@ -67,8 +68,9 @@ class PairedDifference:
     method: str = NEWCOMBE
 
 
-def paired_difference(both: int, only_reference: int, only_other: int, neither: int,
-                      z: float = Z95) -> PairedDifference:
+def paired_difference(
+    both: int, only_reference: int, only_other: int, neither: int, z: float = Z95
+) -> PairedDifference:
     """The 95% interval (``z``) of a difference of paired proportions by Newcombe's method 10 (Stat. Med. 17,
     2635-2650, 1998): each accuracy gets a Wilson interval (:func:`~.stats.wilson`) and the two are combined
     with the correlation phi of the 2x2 table, its numerator corrected by n/2 towards 0 (as in Newcombe and
@@ -84,7 +86,7 @@ def paired_difference(both: int, only_reference: int, only_other: int, neither: 
     p1, p2 = (both + only_other) / n, (both + only_reference) / n  # other, reference
     l1, u1 = wilson(both + only_other, n, z)
     l2, u2 = wilson(both + only_reference, n, z)
-    margins = ((both + only_other) * (only_reference + neither) * (both + only_reference) * (only_other + neither))
+    margins = (both + only_other) * (only_reference + neither) * (both + only_reference) * (only_other + neither)
     a = both * neither - only_other * only_reference
     if margins == 0 or 0 <= a <= n / 2:
         phi = 0.0
@@ -94,14 +96,14 @@ def paired_difference(both: int, only_reference: int, only_other: int, neither: 
     hi = p1 - p2 + math.sqrt(max((p2 - l2) ** 2 + (u1 - p1) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1), 0.0))
     m = only_reference + only_other
     p = 1.0 if m == 0 else float(binomtest(only_other, m, 0.5).pvalue)
-    return PairedDifference(n, both, only_reference, only_other, neither, p2, p1, (only_other - only_reference) / n,
-                            lo, hi, p)
+    return PairedDifference(
+        n, both, only_reference, only_other, neither, p2, p1, (only_other - only_reference) / n, lo, hi, p
+    )
 
 
 def _paired(gold: np.ndarray, ref: np.ndarray, other: np.ndarray) -> PairedDifference:
     cr, co = ref == gold, other == gold
-    return paired_difference(int((cr & co).sum()), int((cr & ~co).sum()), int((~cr & co).sum()),
-                             int((~cr & ~co).sum()))
+    return paired_difference(int((cr & co).sum()), int((cr & ~co).sum()), int((~cr & co).sum()), int((~cr & ~co).sum()))
 
 
 # ---- one run in both dtypes ----------------------------------------------------------------------------------
@@ -166,11 +168,17 @@ def score_differences(items: Sequence[int], ref: np.ndarray, other: np.ndarray) 
     flips = np.flatnonzero(pr != po)
     gaps = ref[flips, pr[flips]] - ref[flips, po[flips]]
     return ScoreDifferences(
-        n_items=int(d.shape[0]), n_endings=int(d.size), mean=float(flat.mean()), mean_abs=float(a.mean()),
-        max_abs=float(a[i]), max_abs_item=int(items[i // d.shape[1]]),
+        n_items=int(d.shape[0]),
+        n_endings=int(d.size),
+        mean=float(flat.mean()),
+        mean_abs=float(a.mean()),
+        max_abs=float(a[i]),
+        max_abs_item=int(items[i // d.shape[1]]),
         quantiles={_qname(q): float(v) for q, v in zip(SCORE_QUANTILES, np.quantile(flat, SCORE_QUANTILES))},
         abs_quantiles={_qname(q): float(v) for q, v in zip(ABS_QUANTILES, np.quantile(a, ABS_QUANTILES))},
-        n_flips=int(flips.size), flip_gap_max=float(gaps.max()) if flips.size else None)
+        n_flips=int(flips.size),
+        flip_gap_max=float(gaps.max()) if flips.size else None,
+    )
 
 
 def pick_agreement(metric: str, gold: np.ndarray, ref: np.ndarray, other: np.ndarray) -> PickAgreement:
@@ -186,8 +194,9 @@ def _what(key: RunKey) -> str:
     return f"{key.test} run of {key.model} ({key.shots}-shot{scheme}, data {key.data})"
 
 
-def compare_runs(store: ResultStore, reference: RunKey, other: RunKey, items: int | None = None,
-                 hints: Sequence[str] = ("", "")) -> RunAgreement:
+def compare_runs(
+    store: ResultStore, reference: RunKey, other: RunKey, items: int | None = None, hints: Sequence[str] = ("", "")
+) -> RunAgreement:
     """:class:`RunAgreement` of two stored runs.  ``items``: compare the first ``items`` items (both runs must
     hold every one), else every item both hold.  ``hints``: what produces each run (added to the error)."""
     got = []
@@ -210,13 +219,30 @@ def compare_runs(store: ResultStore, reference: RunKey, other: RunKey, items: in
     picks = []
     for metric in metrics:
         attr = "pred" if metric == "acc" else "pred_norm"
-        picks.append(pick_agreement(metric, gold, np.array([getattr(ref[i], attr) for i in common]),
-                                    np.array([getattr(oth[i], attr) for i in common])))
-    scores = score_differences(common, np.array([ref[i].scores for i in common], np.float64),
-                               np.array([oth[i].scores for i in common], np.float64))
-    return RunAgreement(test=reference.test, scheme=reference.scheme, reference=reference.model, other=other.model,
-                        n=len(common), only_reference=len(set(ref) - set(common)),
-                        only_other=len(set(oth) - set(common)), picks=tuple(picks), scores=scores)
+        picks.append(
+            pick_agreement(
+                metric,
+                gold,
+                np.array([getattr(ref[i], attr) for i in common]),
+                np.array([getattr(oth[i], attr) for i in common]),
+            )
+        )
+    scores = score_differences(
+        common,
+        np.array([ref[i].scores for i in common], np.float64),
+        np.array([oth[i].scores for i in common], np.float64),
+    )
+    return RunAgreement(
+        test=reference.test,
+        scheme=reference.scheme,
+        reference=reference.model,
+        other=other.model,
+        n=len(common),
+        only_reference=len(set(ref) - set(common)),
+        only_other=len(set(oth) - set(common)),
+        picks=tuple(picks),
+        scores=scores,
+    )
 
 
 # ---- a sweep in both dtypes ----------------------------------------------------------------------------------
@@ -284,10 +310,18 @@ class GridAgreement:
     metrics: tuple[GridMetricAgreement, ...]
 
 
-def _sweep_run(store: SweepStore, model: str, test: int, shots: int, data: str, items: int | None,
-               hint: str) -> list[dict[str, Any]]:
-    runs = [r for r in store.runs() if r["model"] == model and int(r["test"]) == test and int(r["shots"]) == shots
-            and r["data"] == data and (items is None or int(r["n_items"]) == items)]
+def _sweep_run(
+    store: SweepStore, model: str, test: int, shots: int, data: str, items: int | None, hint: str
+) -> list[dict[str, Any]]:
+    runs = [
+        r
+        for r in store.runs()
+        if r["model"] == model
+        and int(r["test"]) == test
+        and int(r["shots"]) == shots
+        and r["data"] == data
+        and (items is None or int(r["n_items"]) == items)
+    ]
     if not runs:
         size = "" if items is None else f" over {items} items"
         raise InputError(f"{store.path}: no Test {test} sweep of {model} ({shots}-shot, data {data}){size}{hint}")
@@ -299,7 +333,8 @@ def _context(names: Sequence[str]) -> str:
 
 
 def _in_order(store: SweepStore, run_id: int) -> Iterator[tuple[str, tuple[list[str], list[str], np.ndarray]]]:
-    """:meth:`~walklens.hellaswag.store.SweepStore.iter_groups` with each group's context, checked to come in ascending order."""
+    """:meth:`~walklens.hellaswag.store.SweepStore.iter_groups` with each group's context, checked to come in
+    ascending order."""
     last = ""
     for g in store.iter_groups(run_id):
         ctx = _context(g[0])
@@ -309,8 +344,9 @@ def _in_order(store: SweepStore, run_id: int) -> Iterator[tuple[str, tuple[list[
         yield ctx, g
 
 
-def _joined(store: SweepStore, rid_r: int, rid_o: int, counts: list[int]
-            ) -> Iterator[tuple[list[str], list[str], np.ndarray, np.ndarray]]:
+def _joined(
+    store: SweepStore, rid_r: int, rid_o: int, counts: list[int]
+) -> Iterator[tuple[list[str], list[str], np.ndarray, np.ndarray]]:
     """The groups of two runs walked side by side (both read in context order): per context both hold,
     (scheme names both hold, metrics, predictions ``[metrics, schemes, items]`` of each).  ``counts``
     receives the schemes stored for one run only."""
@@ -378,9 +414,15 @@ def _top_ks(cols: _Columns, order_r: np.ndarray, order_o: np.ndarray, ks: Sequen
         # dtype) may be in it in both (at least the k-th), and there are k schemes that may be
         must = (hr > hr[tr[-1]]) | (ho > ho[to[-1]])
         may = (hr >= hr[tr[-1]]) & (ho >= ho[to[-1]])
-        tops.append(TopK(k=k, same_set=set(tr) == set(to), overlap=len(set(tr) & set(to)),
-                         same_up_to_ties=bool(not (must & ~may).any() and must.sum() <= k <= may.sum()),
-                         distinct_reference=len(set(cols.digest[tr].tolist()))))
+        tops.append(
+            TopK(
+                k=k,
+                same_set=set(tr) == set(to),
+                overlap=len(set(tr) & set(to)),
+                same_up_to_ties=bool(not (must & ~may).any() and must.sum() <= k <= may.sum()),
+                distinct_reference=len(set(cols.digest[tr].tolist())),
+            )
+        )
     return tops
 
 
@@ -397,19 +439,35 @@ def _grid_metric(metric: str, names: list[str], n: int, cols: _Columns, ranking:
     def scheme(i: int) -> SchemeMove:
         only_r, only_o = int(cols.only_r[i]), int(cols.only_o[i])
         both = int(hr[i] - only_r)
-        return SchemeMove(names[i], float(ar[i]), float(ao[i]), int(rank_r[i]), int(rank_o[i]), float(same[i] / n),
-                          paired_difference(both, only_r, only_o, n - both - (only_r + only_o)))
+        return SchemeMove(
+            names[i],
+            float(ar[i]),
+            float(ao[i]),
+            int(rank_r[i]),
+            int(rank_o[i]),
+            float(same[i] / n),
+            paired_difference(both, only_r, only_o, n - both - (only_r + only_o)),
+        )
 
     with warnings.catch_warnings():  # a constant column (every scheme equal) gives nan, said as such
         warnings.simplefilter("ignore")
         rho = float(spearmanr(ar, ao)[0]) if S > 1 else math.nan
         tau = float(kendalltau(ar, ao)[0]) if S > 1 else math.nan
     return GridMetricAgreement(
-        metric=metric, n_schemes=S, moved=int((hr != ho).sum()), share_moved=float((hr != ho).mean()),
-        max_move=float(move.max()), mean_abs_move=float(move.mean()), same_picks=float(same.sum() / (S * n)),
-        min_same_picks=float(same.min() / n), spearman=rho, kendall=tau,
+        metric=metric,
+        n_schemes=S,
+        moved=int((hr != ho).sum()),
+        share_moved=float((hr != ho).mean()),
+        max_move=float(move.max()),
+        mean_abs_move=float(move.mean()),
+        same_picks=float(same.sum() / (S * n)),
+        min_same_picks=float(same.min() / n),
+        spearman=rho,
+        kendall=tau,
         top_k=tuple(_top_ks(cols, order_r, order_o, ranking.ks)),
-        best=tuple(scheme(int(i)) for i in order_r[:ranking.best]), best_other=scheme(int(order_o[0])))
+        best=tuple(scheme(int(i)) for i in order_r[: ranking.best]),
+        best_other=scheme(int(order_o[0])),
+    )
 
 
 @dataclass(frozen=True)
@@ -424,8 +482,9 @@ class Scope:
     split: str = "validation"
 
 
-def _grid_columns(store: SweepStore, run_r: dict[str, Any], run_o: dict[str, Any], counts: list[int]
-                  ) -> tuple[list[str], list[str], dict[str, list[list[np.ndarray]]]]:
+def _grid_columns(
+    store: SweepStore, run_r: dict[str, Any], run_o: dict[str, Any], counts: list[int]
+) -> tuple[list[str], list[str], dict[str, list[list[np.ndarray]]]]:
     """The scheme names both runs hold (Test 1's baseline scheme left out), the metrics, and per metric the
     :class:`_Columns` pieces group by group (``counts``: schemes stored for one run only)."""
     labels = run_r["labels"]
@@ -442,17 +501,36 @@ def _grid_columns(store: SweepStore, run_r: dict[str, Any], run_o: dict[str, Any
         names += [group[i] for i in keep]
         pr, po = pr[:, keep], po[:, keep]
         cr, co = pr == labels, po == labels
-        cols = ((cr.sum(-1), co.sum(-1), (pr == po).sum(-1), (cr & ~co).sum(-1), (~cr & co).sum(-1),
-                 np.array([[int.from_bytes(hashlib.blake2b(p.tobytes(), digest_size=8).digest(), "little")
-                            for p in m] for m in pr], dtype=np.uint64)))
+        cols = (
+            cr.sum(-1),
+            co.sum(-1),
+            (pr == po).sum(-1),
+            (cr & ~co).sum(-1),
+            (~cr & co).sum(-1),
+            np.array(
+                [
+                    [int.from_bytes(hashlib.blake2b(p.tobytes(), digest_size=8).digest(), "little") for p in m]
+                    for m in pr
+                ],
+                dtype=np.uint64,
+            ),
+        )
         for m, metric in enumerate(metrics):
             for slot, c in zip(acc.setdefault(metric, [[] for _ in cols]), cols):
                 slot.append(c[m])
     return names, metrics, acc
 
 
-def compare_sweeps(store: SweepStore, reference: str, other: str, test: int, scope: Scope, *,
-                   ranking: Ranking = Ranking(), hints: Sequence[str] = ("", "")) -> GridAgreement:
+def compare_sweeps(
+    store: SweepStore,
+    reference: str,
+    other: str,
+    test: int,
+    scope: Scope,
+    *,
+    ranking: Ranking = Ranking(),
+    hints: Sequence[str] = ("", ""),
+) -> GridAgreement:
     """:class:`GridAgreement` of the Test ``test`` sweeps of models ``reference`` and ``other`` (stored names)
     over the same items (``scope.items``: over exactly that many; else the largest item set both swept),
     streamed one group at a time (memory O(schemes), not O(schemes x items))."""
@@ -468,10 +546,21 @@ def compare_sweeps(store: SweepStore, reference: str, other: str, test: int, sco
     names, metrics, acc = _grid_columns(store, run_r, run_o, counts)
     if not names:
         raise InputError(f"{store.path}: the Test {test} sweeps of {reference} and {other} have no scheme in common")
-    out = [_grid_metric(metric, names, n, _Columns(*(np.concatenate(c) for c in acc[metric])), ranking)
-           for metric in metrics]
-    return GridAgreement(test=test, shots=shots, reference=reference, other=other, n_items=n, n_schemes=len(names),
-                         only_reference=counts[0], only_other=counts[1], metrics=tuple(out))
+    out = [
+        _grid_metric(metric, names, n, _Columns(*(np.concatenate(c) for c in acc[metric])), ranking)
+        for metric in metrics
+    ]
+    return GridAgreement(
+        test=test,
+        shots=shots,
+        reference=reference,
+        other=other,
+        n_items=n,
+        n_schemes=len(names),
+        only_reference=counts[0],
+        only_other=counts[1],
+        metrics=tuple(out),
+    )
 
 
 # ---- the whole study ---------------------------------------------------------------------------------------
@@ -495,8 +584,16 @@ class AgreementStudy:
     test1_grid: GridAgreement | None
 
 
-def agreement_study(db: str | Path, model: str, scope: Scope, *, other: str = "bfloat16", reference: str = "float32",
-                    parts: Sequence[str] = PARTS, ranking: Ranking = Ranking()) -> AgreementStudy:
+def agreement_study(
+    db: str | Path,
+    model: str,
+    scope: Scope,
+    *,
+    other: str = "bfloat16",
+    reference: str = "float32",
+    parts: Sequence[str] = PARTS,
+    ranking: Ranking = Ranking(),
+) -> AgreementStudy:
     """Compare ``model`` (its name without a dtype) run in ``reference`` and in ``other`` dtype, from the
     database ``db``: the baseline, Test 1's standard scheme (single runs, ``walklens hellaswag``), Test 2's and
     Test 1's sweeps (``walklens sweep``), within ``scope`` (data key, shots, the first ``scope.items`` items, else
@@ -505,8 +602,9 @@ def agreement_study(db: str | Path, model: str, scope: Scope, *, other: str = "b
     if bad or not parts:
         raise InputError(f"unknown part(s) {bad or parts}; use any of {', '.join(PARTS)}")
     if "@" in model:
-        raise InputError(f"give the model's name without a dtype (not {model!r}): its runs are found by "
-                         "--reference and --other")
+        raise InputError(
+            f"give the model's name without a dtype (not {model!r}): its runs are found by --reference and --other"
+        )
     dts = (parse_dtype(reference), parse_dtype(other))
     if dts[0] == dts[1]:
         raise InputError(f"the reference and the other dtype are both {dtype_name(dts[0])}")
@@ -514,8 +612,10 @@ def agreement_study(db: str | Path, model: str, scope: Scope, *, other: str = "b
     limit = f" --limit {scope.items}" if scope.items is not None else ""
 
     def hints(cmd: str) -> tuple[str, str]:
-        ref, oth = (f"; run: walklens {cmd} --model {model} --dtype {dtype_name(dt)} --shots {scope.shots}{limit} "
-                    f"--db {db}" for dt in dts)
+        ref, oth = (
+            f"; run: walklens {cmd} --model {model} --dtype {dtype_name(dt)} --shots {scope.shots}{limit} --db {db}"
+            for dt in dts
+        )
         return ref, oth
 
     found: dict[str, Any] = {}
@@ -530,15 +630,43 @@ def agreement_study(db: str | Path, model: str, scope: Scope, *, other: str = "b
     for part, t in (("test2-grid", 2), ("test1-grid", 1)):
         if part in parts:
             with SweepStore(db, readonly=True) as ss:
-                found[part] = compare_sweeps(ss, labels[0], labels[1], t, scope, ranking=ranking,
-                                             hints=hints(f"sweep --test {t} --grid GRID"))
-    return AgreementStudy(model=model, reference_dtype=dtype_name(dts[0]), other_dtype=dtype_name(dts[1]),
-                          reference=labels[0], other=labels[1], data=scope.data, shots=scope.shots,
-                          items=scope.items, baseline=found.get("baseline"), test1_standard=found.get("test1"),
-                          test2_grid=found.get("test2-grid"), test1_grid=found.get("test1-grid"))
+                found[part] = compare_sweeps(
+                    ss, labels[0], labels[1], t, scope, ranking=ranking, hints=hints(f"sweep --test {t} --grid GRID")
+                )
+    return AgreementStudy(
+        model=model,
+        reference_dtype=dtype_name(dts[0]),
+        other_dtype=dtype_name(dts[1]),
+        reference=labels[0],
+        other=labels[1],
+        data=scope.data,
+        shots=scope.shots,
+        items=scope.items,
+        baseline=found.get("baseline"),
+        test1_standard=found.get("test1"),
+        test2_grid=found.get("test2-grid"),
+        test1_grid=found.get("test1-grid"),
+    )
 
 
-__all__ = ["PARTS", "TOP_KS", "AgreementStudy", "GridAgreement", "GridMetricAgreement", "PairedDifference",
-           "PickAgreement", "Ranking", "RunAgreement", "SchemeMove", "Scope", "ScoreDifferences", "TopK",
-           "agreement_study", "compare_runs", "compare_sweeps", "paired_difference", "pick_agreement",
-           "score_differences"]
+__all__ = [
+    "PARTS",
+    "TOP_KS",
+    "AgreementStudy",
+    "GridAgreement",
+    "GridMetricAgreement",
+    "PairedDifference",
+    "PickAgreement",
+    "Ranking",
+    "RunAgreement",
+    "SchemeMove",
+    "Scope",
+    "ScoreDifferences",
+    "TopK",
+    "agreement_study",
+    "compare_runs",
+    "compare_sweeps",
+    "paired_difference",
+    "pick_agreement",
+    "score_differences",
+]

@@ -19,25 +19,35 @@ segment_context`, :func:`~walklens.concepts.generation.compose_segments`): ``wha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..compaction.core import (
+    Cut,
+    budget_of,
+    check_causal,
+    compactable_end,
+    cut_region,
+    prefix_embeds,
+    region_bank,
+    region_vectors,
+)
+from ..compaction.spec import CompactSpec
+from ..concepts.generation import compose_segments, scheme_bank
+from ..concepts.segment import segment_context
+from ..concepts.vectors import VectorBank
+from ..errors import InputError
 from ..hellaswag.baseline import item_result, item_tokens
 from ..hellaswag.data import HellaswagItem, fewshot_context
 from ..hellaswag.encode import n_prefix_tokens, tok_encode
 from ..hellaswag.packing import packed_logliks
 from ..hellaswag.request import ScoreRequest
+from ..hellaswag.store import ItemResult
 from .runner import RunSummary, Scorer, run_test
 from .runsetup import RunSetup
-from ..concepts.segment import segment_context
-from ..hellaswag.store import ItemResult
-from ..concepts.generation import compose_segments, scheme_bank
-from ..concepts.vectors import VectorBank
-from ..errors import InputError
-from ..compaction.core import Cut, budget_of, check_causal, compactable_end, cut_region, prefix_embeds, region_bank, region_vectors
-from ..compaction.spec import CompactSpec
 
 if TYPE_CHECKING:
     from ..concepts.cache import ConceptCache
@@ -61,22 +71,20 @@ class Plan:
     segs: list[list[str]] | None = None
 
 
-def query_start(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem], ctx: Sequence[int]
-                ) -> int:
+def query_start(lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem], ctx: Sequence[int]) -> int:
     """Where the query's tokens start in the context ids: the common prefix of ``ctx`` and the tokens of the
     examples' text (the BOS only, with no examples)."""
     if not examples:
         return n_prefix_tokens(lm)
     context = fewshot_context(item, examples)
-    head = tok_encode(lm, context[:len(context) - len(item.ctx)])
+    head = tok_encode(lm, context[: len(context) - len(item.ctx)])
     p = 0
     while p < min(len(head), len(ctx)) and head[p] == ctx[p]:
         p += 1
     return p
 
 
-def plan_item(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem], spec: CompactSpec
-              ) -> Plan:
+def plan_item(lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem], spec: CompactSpec) -> Plan:
     """The :class:`Plan` of one item (module docstring)."""
     ctx, conts = item_tokens(lm, item, examples)
     pre = n_prefix_tokens(lm)
@@ -88,8 +96,10 @@ def plan_item(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[Hellasw
         enc = spec.enc
         segs = segment_context(item, examples, enc, lm)
         if spec.what != "both" and enc not in _SEPARATE:
-            raise InputError(f"enc={enc} does not keep the examples apart from the item's context; with "
-                             f"bounds=scheme use what=both or enc={' / '.join(_SEPARATE)}")
+            raise InputError(
+                f"enc={enc} does not keep the examples apart from the item's context; with "
+                f"bounds=scheme use what=both or enc={' / '.join(_SEPARATE)}"
+            )
         part = segs if spec.what == "both" else (segs[:-1] if spec.what == "examples" else segs[-1:])
         return Plan(ctx=ctx, conts=conts, a=a, b=b, k=0, segs=[list(map(str, e)) for e in part])
     k = budget_of(b - a, spec.budget, spec.ratio) if b > a else 0
@@ -97,8 +107,9 @@ def plan_item(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[Hellasw
     return Plan(ctx=ctx, conts=conts, a=a, b=b, k=k, cut=cut)
 
 
-def plan_bank(lm: "LoadedModel", plans: Sequence[Plan], spec: CompactSpec, cache: "ConceptCache | None" = None
-              ) -> VectorBank | None:
+def plan_bank(
+    lm: LoadedModel, plans: Sequence[Plan], spec: CompactSpec, cache: ConceptCache | None = None
+) -> VectorBank | None:
     """The segment vectors every plan needs, computed (or read from the concept cache) in one call."""
     if spec.method != "concept":
         return None
@@ -107,7 +118,7 @@ def plan_bank(lm: "LoadedModel", plans: Sequence[Plan], spec: CompactSpec, cache
     return region_bank(lm, [p.cut for p in plans if p.cut is not None], spec.scheme(), cache)
 
 
-def plan_request(lm: "LoadedModel", plan: Plan, spec: CompactSpec, bank: VectorBank | None) -> ScoreRequest:
+def plan_request(lm: LoadedModel, plan: Plan, spec: CompactSpec, bank: VectorBank | None) -> ScoreRequest:
     """The compacted context (``inputs_embeds``) and the baseline's continuations after it."""
     if spec.bounds == "scheme":
         vectors = compose_segments(lm, plan.segs, spec.scheme(), bank) if plan.segs else torch.zeros(0, lm.d_model)
@@ -115,13 +126,18 @@ def plan_request(lm: "LoadedModel", plan: Plan, spec: CompactSpec, bank: VectorB
         vectors, _ = region_vectors(lm, plan.cut, spec.method, spec.scheme(), bank, plan.k)
     else:
         vectors = torch.zeros(0, lm.d_model)
-    embeds = prefix_embeds(lm, [plan.ctx[:plan.a], vectors, plan.ctx[plan.b:]], bos=False)
+    embeds = prefix_embeds(lm, [plan.ctx[: plan.a], vectors, plan.ctx[plan.b :]], bos=False)
     return ScoreRequest(plan.conts, context_embeds=embeds)
 
 
-def compact_requests(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
-                     spec: CompactSpec, cache: "ConceptCache | None" = None,
-                     stats: dict[str, Any] | None = None) -> list[ScoreRequest]:
+def compact_requests(
+    lm: LoadedModel,
+    items: Sequence[HellaswagItem],
+    examples: Sequence[Sequence[HellaswagItem]],
+    spec: CompactSpec,
+    cache: ConceptCache | None = None,
+    stats: dict[str, Any] | None = None,
+) -> list[ScoreRequest]:
     """The compacted requests of many items, their segment vectors from one :func:`text_vectors` call;
     ``stats`` (when given) accumulates ``tokens_replaced``, ``vectors``, ``inputs`` and ``inputs_full``."""
     check_causal(lm)
@@ -138,9 +154,14 @@ def compact_requests(lm: "LoadedModel", items: Sequence[HellaswagItem], examples
     return reqs
 
 
-def compact_items(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
-                  spec: CompactSpec, cache: "ConceptCache | None" = None,
-                  stats: dict[str, Any] | None = None) -> list[ItemResult]:
+def compact_items(
+    lm: LoadedModel,
+    items: Sequence[HellaswagItem],
+    examples: Sequence[Sequence[HellaswagItem]],
+    spec: CompactSpec,
+    cache: ConceptCache | None = None,
+    stats: dict[str, Any] | None = None,
+) -> list[ItemResult]:
     """The items' results with the compacted context: the four endings' log-likelihoods by the packed scorer
     (:func:`~walklens.hellaswag.packing.packed_logliks`), ``acc`` and ``acc_norm`` as the baseline's."""
     reqs = compact_requests(lm, items, examples, spec, cache, stats)
@@ -151,15 +172,25 @@ def compact_scorer(spec: CompactSpec, stats: dict[str, Any] | None = None) -> Sc
     """:func:`compact_items` as the runner's scorer: stored under test ``compact`` and scheme ``str(spec)``;
     ``stats`` (when given) accumulates what :func:`compact_requests` counts."""
 
-    def batch(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
-              cache: "ConceptCache | None") -> list[ItemResult]:
+    def batch(
+        lm: LoadedModel,
+        items: Sequence[HellaswagItem],
+        examples: Sequence[Sequence[HellaswagItem]],
+        cache: ConceptCache | None,
+    ) -> list[ItemResult]:
         return compact_items(lm, items, examples, spec, cache, stats)
 
     return Scorer(test="compact", scheme=str(spec), batch=batch)
 
 
-def compact_run(lm: "LoadedModel", items: Sequence[HellaswagItem], spec: CompactSpec, setup: RunSetup = RunSetup(),
-                *, stats: dict[str, Any] | None = None) -> RunSummary:
+def compact_run(
+    lm: LoadedModel,
+    items: Sequence[HellaswagItem],
+    spec: CompactSpec,
+    setup: RunSetup = RunSetup(),
+    *,
+    stats: dict[str, Any] | None = None,
+) -> RunSummary:
     """:func:`compact_items` over ``items`` through the runner (few-shot examples, chunks, resume from the
     results store under test ``compact`` and scheme ``str(spec)``; the concept cache ``setup.cache``)."""
     check_causal(lm)

@@ -24,21 +24,22 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..compaction.spec import CompactSpec
+from ..errors import InputError
+from ..frames import Columns, DataFrame, frame, pick, record_table
 from ..hellaswag.baseline import baseline_request
 from ..hellaswag.data import HellaswagItem
 from ..hellaswag.packing import packed_logliks
+from .compaction import compact_requests, compact_run, plan_item
 from .runner import RunSummary, baseline_scorer, run_test
 from .runsetup import RunSetup
 from .stats import wilson
-from ..errors import InputError
-from ..frames import Columns, DataFrame, frame, pick, record_table
-from .compaction import compact_requests, compact_run, plan_item
-from ..compaction.spec import CompactSpec
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
@@ -46,14 +47,16 @@ if TYPE_CHECKING:
 DEFAULT_RATIOS: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0, 32.0, math.inf)
 DEFAULT_STRATEGIES: tuple[str, ...] = ("bounds=even", "bounds=sentence", "bounds=sentence,recent=16")
 BASELINE_STRATEGIES: tuple[str, ...] = ("method=avgpool,bounds=even", "method=drop")
-DEFAULT_CANDIDATES: tuple[str, ...] = tuple(f"layer={l},word={w}" for l in ("E", "middle", "-1")
-                                            for w in ("mean", "w1mean", "last"))
+DEFAULT_CANDIDATES: tuple[str, ...] = tuple(
+    f"layer={l},word={w}" for l in ("E", "middle", "-1") for w in ("mean", "w1mean", "last")
+)
 TUNE_RATIO = 4.0
 N_RESAMPLES = 2000
 
 
-def kept(compact: np.ndarray, full: np.ndarray, n_resamples: int = N_RESAMPLES, seed: int = 0
-         ) -> tuple[float | None, float | None, float | None]:
+def kept(
+    compact: np.ndarray, full: np.ndarray, n_resamples: int = N_RESAMPLES, seed: int = 0
+) -> tuple[float | None, float | None, float | None]:
     """``mean(compact) / mean(full)`` of paired 0/1 outcomes and its 95% paired-bootstrap percentile interval
     (None where the full accuracy is 0)."""
     from scipy.stats import DegenerateDataWarning, bootstrap
@@ -76,8 +79,16 @@ def kept(compact: np.ndarray, full: np.ndarray, n_resamples: int = N_RESAMPLES, 
     with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
         # degenerate resamples (one loss among many items; no full-run hit in a small resample) are expected
         warnings.simplefilter("ignore", category=DegenerateDataWarning)
-        res = bootstrap((c, f), ratio, paired=True, vectorized=True, n_resamples=n_resamples, method="percentile",
-                        confidence_level=0.95, random_state=np.random.default_rng(seed))
+        res = bootstrap(
+            (c, f),
+            ratio,
+            paired=True,
+            vectorized=True,
+            n_resamples=n_resamples,
+            method="percentile",
+            confidence_level=0.95,
+            random_state=np.random.default_rng(seed),
+        )
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return point, (lo if math.isfinite(lo) else None), (hi if math.isfinite(hi) else None)
 
@@ -115,8 +126,9 @@ class CurveSet:
     n_tune: int
     tuned: dict[str, Any]
     points: list[CurvePoint]
-    interval: str = ("kept: 95% paired bootstrap, percentile, 2000 resamples (scipy.stats.bootstrap); "
-                     "accuracies: 95% Wilson")
+    interval: str = (
+        "kept: 95% paired bootstrap, percentile, 2000 resamples (scipy.stats.bootstrap); accuracies: 95% Wilson"
+    )
 
     def _columns(self, table: str = "points") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
@@ -124,8 +136,22 @@ class CurveSet:
 
         def row(p: CurvePoint) -> dict[str, Any]:
             d: dict[str, Any] = {"model": self.model}
-            for k in ("shots", "what", "strategy", "ratio", "spec", "n", "acc", "acc_ci", "acc_norm", "acc_norm_ci",
-                      "kept_acc", "kept_acc_ci", "kept_acc_norm", "kept_acc_norm_ci"):
+            for k in (
+                "shots",
+                "what",
+                "strategy",
+                "ratio",
+                "spec",
+                "n",
+                "acc",
+                "acc_ci",
+                "acc_norm",
+                "acc_norm_ci",
+                "kept_acc",
+                "kept_acc_ci",
+                "kept_acc_norm",
+                "kept_acc_norm_ci",
+            ):
                 v = getattr(p, k)
                 if k.endswith("_ci"):
                     d[f"{k[:-3]}_lo"], d[f"{k[:-3]}_hi"] = v
@@ -141,12 +167,21 @@ class CurveSet:
         """The curves as one table (pandas; docs/notebooks.md, "Tables"): one row per point (shots, what,
         strategy, ratio), accuracies with their intervals as ``*_lo``/``*_hi``, the share ``kept_*`` of the
         full run's accuracy, and the timings as ``seconds_*``."""
-        return frame(self._columns(table), {"model": self.model, "n_items": self.n_items, "n_tune": self.n_tune,
-                                            "tuned": dict(self.tuned), "interval": self.interval})
+        return frame(
+            self._columns(table),
+            {
+                "model": self.model,
+                "n_items": self.n_items,
+                "n_tune": self.n_tune,
+                "tuned": dict(self.tuned),
+                "interval": self.interval,
+            },
+        )
 
 
-def point(summary: RunSummary, full: RunSummary, *, shots: int, what: str, strategy: str, ratio: float | None,
-          spec: str) -> CurvePoint:
+def point(
+    summary: RunSummary, full: RunSummary, *, shots: int, what: str, strategy: str, ratio: float | None, spec: str
+) -> CurvePoint:
     """A :class:`CurvePoint` of ``summary`` against ``full`` (the same items, in the same order)."""
     if [r.item for r in summary.results] != [r.item for r in full.results]:
         raise ValueError("a curve point and its full run must hold the same items")
@@ -157,14 +192,27 @@ def point(summary: RunSummary, full: RunSummary, *, shots: int, what: str, strat
     n = len(c)
     ka, ka_lo, ka_hi = kept(c, f)
     kn, kn_lo, kn_hi = kept(cn, fn)
-    return CurvePoint(shots=shots, what=what, strategy=strategy, ratio=ratio, spec=spec, n=n,
-                      acc=float(c.mean()), acc_norm=float(cn.mean()), acc_ci=wilson(int(c.sum()), n),
-                      acc_norm_ci=wilson(int(cn.sum()), n), kept_acc=ka, kept_acc_ci=(ka_lo, ka_hi),
-                      kept_acc_norm=kn, kept_acc_norm_ci=(kn_lo, kn_hi))
+    return CurvePoint(
+        shots=shots,
+        what=what,
+        strategy=strategy,
+        ratio=ratio,
+        spec=spec,
+        n=n,
+        acc=float(c.mean()),
+        acc_norm=float(cn.mean()),
+        acc_ci=wilson(int(c.sum()), n),
+        acc_norm_ci=wilson(int(cn.sum()), n),
+        kept_acc=ka,
+        kept_acc_ci=(ka_lo, ka_hi),
+        kept_acc_norm=kn,
+        kept_acc_norm_ci=(kn_lo, kn_hi),
+    )
 
 
-def sizes(lm: "LoadedModel", items: Sequence[HellaswagItem], exs: Sequence[Sequence[HellaswagItem]],
-          spec: CompactSpec) -> dict[str, float]:
+def sizes(
+    lm: LoadedModel, items: Sequence[HellaswagItem], exs: Sequence[Sequence[HellaswagItem]], spec: CompactSpec
+) -> dict[str, float]:
     """Mean tokens per vector and model inputs per item, compacted and full, from the plans alone (no model)."""
     rep = vec = inp = full = 0
     for it, ex in zip(items, exs):
@@ -176,22 +224,33 @@ def sizes(lm: "LoadedModel", items: Sequence[HellaswagItem], exs: Sequence[Seque
     return {"tokens_per_vector": rep / vec if vec else math.inf, "inputs": inp / n, "inputs_full": full / n}
 
 
-def timing(lm: "LoadedModel", items: Sequence[HellaswagItem], exs: Sequence[Sequence[HellaswagItem]],
-           spec: CompactSpec | None) -> dict[str, float]:
+def timing(
+    lm: LoadedModel, items: Sequence[HellaswagItem], exs: Sequence[Sequence[HellaswagItem]], spec: CompactSpec | None
+) -> dict[str, float]:
     """Seconds on ``items``: ``score`` (packed scoring of the endings after the context: compacted with the
     vectors given, or full when ``spec`` is None) and ``vectors`` (computing the compacted contexts from nothing,
     no cache)."""
     t0 = time.perf_counter()
-    reqs = ([baseline_request(lm, it, ex) for it, ex in zip(items, exs)] if spec is None
-            else compact_requests(lm, items, exs, spec, cache=None))
+    reqs = (
+        [baseline_request(lm, it, ex) for it, ex in zip(items, exs)]
+        if spec is None
+        else compact_requests(lm, items, exs, spec, cache=None)
+    )
     t1 = time.perf_counter()
     packed_logliks(lm, reqs)
     t2 = time.perf_counter()
     return {"score": t2 - t1, "vectors": t1 - t0}
 
 
-def tune(lm: "LoadedModel", tune_items: Sequence[HellaswagItem], setup: RunSetup, *, what: str,
-         candidates: Sequence[str], ratio: float = TUNE_RATIO) -> tuple[CompactSpec, list[dict[str, Any]]]:
+def tune(
+    lm: LoadedModel,
+    tune_items: Sequence[HellaswagItem],
+    setup: RunSetup,
+    *,
+    what: str,
+    candidates: Sequence[str],
+    ratio: float = TUNE_RATIO,
+) -> tuple[CompactSpec, list[dict[str, Any]]]:
     """The candidate (``layer=..,word=..[,norm=..]``) with the best ``acc_norm`` (ties: the first) at ``ratio``
     with sentence bounds on ``tune_items`` (``setup.shots``-shot), and every candidate's scores."""
     scores = []
@@ -226,7 +285,7 @@ class _Curves:
     """One model's curves in the making: the reported items, the grid, the measured seconds by point
     (``timings``, filled where missing; ``on_timing`` keeps them) and the log."""
 
-    lm: "LoadedModel"
+    lm: LoadedModel
     items: Sequence[HellaswagItem]
     grid: CurveGrid
     timings: dict[str, dict[str, float]]
@@ -248,17 +307,18 @@ class _Curves:
         tuned: dict[str, Any] = {}
         for what in g.whats:
             if tune_items and g.candidates:
-                best, scores = tune(self.lm, tune_items, replace(setup, shots=g.shots[0]), what=what,
-                                    candidates=g.candidates)
-                self.log(f"tuned ({what}, {g.shots[0]}-shot, {len(tune_items)} items): "
-                         f"{best.layer},{best.word},{best.norm}")
+                best, scores = tune(
+                    self.lm, tune_items, replace(setup, shots=g.shots[0]), what=what, candidates=g.candidates
+                )
+                self.log(
+                    f"tuned ({what}, {g.shots[0]}-shot, {len(tune_items)} items): {best.layer},{best.word},{best.norm}"
+                )
             else:
                 best, scores = CompactSpec(what=what), []
             tuned[what] = {"layer": best.layer, "word": best.word, "norm": best.norm, "candidates": scores}
         return tuned
 
-    def strategy_points(self, setup: RunSetup, full: RunSummary, what: str, tuned: dict[str, Any]
-                        ) -> list[CurvePoint]:
+    def strategy_points(self, setup: RunSetup, full: RunSummary, what: str, tuned: dict[str, Any]) -> list[CurvePoint]:
         """The points of every strategy and ratio compacting ``what`` at ``setup.shots`` against the full run."""
         lm, items, shots = self.lm, self.items, setup.shots
         exs = setup.examples(items)
@@ -274,18 +334,26 @@ class _Curves:
                     setattr(pt, k, v)
                 key = f"{shots}|{spec}"
                 self.measure(key, exs, spec)
-                pt.seconds = {**self.timings.get(key, {}),
-                              "full_score": self.timings.get(f"full|{shots}", {}).get("score", math.nan)}
+                pt.seconds = {
+                    **self.timings.get(key, {}),
+                    "full_score": self.timings.get(f"full|{shots}", {}).get("score", math.nan),
+                }
                 points.append(pt)
                 self.log(f"{shots}-shot {what} {strategy} ratio={r}: acc_norm kept {pt.kept_acc_norm}")
         return points
 
 
-def run_curves(lm: "LoadedModel", items: Sequence[HellaswagItem], tune_items: Sequence[HellaswagItem],
-               setup: RunSetup, grid: CurveGrid = CurveGrid(), *,
-               timings: dict[str, dict[str, float]] | None = None,
-               on_timing: Callable[[dict[str, dict[str, float]]], None] | None = None,
-               log: Callable[[str], None] = lambda m: None) -> CurveSet:
+def run_curves(
+    lm: LoadedModel,
+    items: Sequence[HellaswagItem],
+    tune_items: Sequence[HellaswagItem],
+    setup: RunSetup,
+    grid: CurveGrid = CurveGrid(),
+    *,
+    timings: dict[str, dict[str, float]] | None = None,
+    on_timing: Callable[[dict[str, dict[str, float]]], None] | None = None,
+    log: Callable[[str], None] = lambda m: None,
+) -> CurveSet:
     """Every point of the curves (module docstring), each run resumed from the results store of ``setup`` (its
     pool, data id, few-shot seed, concept cache and progress; the shot counts are ``grid.shots``).  ``timings``
     holds the measured seconds by point (filled where missing; ``on_timing`` is called after each new
@@ -303,13 +371,31 @@ def run_curves(lm: "LoadedModel", items: Sequence[HellaswagItem], tune_items: Se
         curves.measure(tkey, at.examples(items), None)
         for what in grid.whats:
             full_s = curves.timings.get(tkey, {}).get("score")
-            points.append(replace(point(full, full, shots=shots, what=what, strategy="full", ratio=1.0,
-                                        spec="baseline"), seconds={} if full_s is None else {"score": full_s}))
-            points.append(point(zero, full, shots=shots, what=what, strategy="zero-shot", ratio=None,
-                                spec="baseline, 0-shot"))
+            points.append(
+                replace(
+                    point(full, full, shots=shots, what=what, strategy="full", ratio=1.0, spec="baseline"),
+                    seconds={} if full_s is None else {"score": full_s},
+                )
+            )
+            points.append(
+                point(zero, full, shots=shots, what=what, strategy="zero-shot", ratio=None, spec="baseline, 0-shot")
+            )
             points += curves.strategy_points(at, full, what, tuned[what])
     return CurveSet(model=lm.name, n_items=len(items), n_tune=len(tune_items), tuned=tuned, points=points)
 
 
-__all__ = ["BASELINE_STRATEGIES", "CurveGrid", "CurvePoint", "CurveSet", "DEFAULT_CANDIDATES", "DEFAULT_RATIOS",
-           "DEFAULT_STRATEGIES", "kept", "point", "run_curves", "sizes", "timing", "tune"]
+__all__ = [
+    "BASELINE_STRATEGIES",
+    "CurveGrid",
+    "CurvePoint",
+    "CurveSet",
+    "DEFAULT_CANDIDATES",
+    "DEFAULT_RATIOS",
+    "DEFAULT_STRATEGIES",
+    "kept",
+    "point",
+    "run_curves",
+    "sizes",
+    "timing",
+    "tune",
+]

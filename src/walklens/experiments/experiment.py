@@ -33,23 +33,38 @@ file and the key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..backends import BACKENDS
+from ..concepts.schemes import canonical_layer
 from ..errors import InputError
+from ..hellaswag.data import FEWSHOT_SEED, HF_PREFIX
 from ..numbers import NON_NEGATIVE, POSITIVE, SEED, NumberError, Range
 from ..precision import DTYPES
-from ..hellaswag.data import FEWSHOT_SEED, HF_PREFIX
 from .grid import GridSpec, read_toml
-from ..concepts.schemes import canonical_layer
 
-_TOP = ("name", "description", "models", "tests", "shots", "seeds", "items", "grid", "grids", "layers", "data",
-        "db", "cache", "backend")
+_TOP = (
+    "name",
+    "description",
+    "models",
+    "tests",
+    "shots",
+    "seeds",
+    "items",
+    "grid",
+    "grids",
+    "layers",
+    "data",
+    "db",
+    "cache",
+    "backend",
+)
 _MODEL = ("name", "dtype", "device")
 _BACKEND = ("name", "address", "workers", "cpus_per_worker", "gpus_per_worker", "runtime_env")
-SEED_LIMIT = 2 ** 63
+SEED_LIMIT = 2**63
 
 
 @dataclass(frozen=True)
@@ -84,7 +99,7 @@ class Experiment:
         out = []
         for m in self.models:
             for k in self.shots:
-                for seed in (self.seeds if k else self.seeds[:1]):
+                for seed in self.seeds if k else self.seeds[:1]:
                     out.extend((m, seed, k, t) for t in self.tests)
         return out
 
@@ -121,8 +136,15 @@ class _Reader:
         except NumberError as e:
             raise self.fail(key, str(e)) from None
 
-    def int_list(self, v: Any, key: str, lo: int, hi: int | None = None, allowed: Sequence[int] | None = None,
-                 rng: Range | None = None) -> tuple[int, ...]:
+    def int_list(
+        self,
+        v: Any,
+        key: str,
+        lo: int,
+        hi: int | None = None,
+        allowed: Sequence[int] | None = None,
+        rng: Range | None = None,
+    ) -> tuple[int, ...]:
         if not isinstance(v, list) or not v:
             raise self.fail(key, f"must be a non-empty list, not {_show(v)}")
         out = tuple(self.integer(x, key, lo, hi) if rng is None else self.number_in(x, key, rng) for x in v)
@@ -164,8 +186,9 @@ def _models(r: _Reader, v: Any) -> tuple[ModelEntry, ...]:
         if dtype not in DTYPES:
             raise r.fail(f"{where}.dtype", f"must be one of {', '.join(DTYPES)}, not {_show(dtype)}")
         device = m.get("device", "cpu")
-        if not isinstance(device, str) or not (device == "cpu" or device == "cuda"
-                                               or (device.startswith("cuda:") and device[5:].isdigit())):
+        if not isinstance(device, str) or not (
+            device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())
+        ):
             raise r.fail(f"{where}.device", f"must be cpu, cuda or cuda:N, not {_show(device)}")
         entry = ModelEntry(spec, dtype, device)
         if any((e.spec, e.dtype) == (spec, dtype) for e in out):
@@ -225,8 +248,9 @@ def _grids(r: _Reader, doc: dict[str, Any], tests: tuple[int, ...], layers: tupl
         key = f"grids.test{t}" if f"test{t}" in per else "grid"
         v = per.get(f"test{t}", shared)
         if v is None:
-            raise r.fail(f"grids.test{t}", "missing: give grid = ... or grids.test%d = ... (full, standard or a "
-                                            "grid file)" % t)
+            raise r.fail(
+                f"grids.test{t}", f"missing: give grid = ... or grids.test{t} = ... (full, standard or a grid file)"
+            )
         g = r.string(v, key)
         g = g if g in ("full", "standard") else r.relative(g)
         try:
@@ -273,9 +297,16 @@ def read_experiment(path: str | Path) -> Experiment:
         else:
             cache = False
     return Experiment(
-        path=p, models=_models(r, doc["models"]), tests=tests, grids=_grids(r, doc, tests, layers),
+        path=p,
+        models=_models(r, doc["models"]),
+        tests=tests,
+        grids=_grids(r, doc, tests, layers),
         shots=r.int_list(doc["shots"], "shots", 0) if "shots" in doc else (0,),
         seeds=r.int_list(doc["seeds"], "seeds", 0, rng=SEED) if "seeds" in doc else (FEWSHOT_SEED,),
-        items=_items(r, doc["items"]) if "items" in doc else (0, None), layers=layers, data=data,
-        db=r.relative(r.string(doc["db"], "db")) if "db" in doc else None, cache=cache,
-        backend=_backend(r, doc["backend"]) if "backend" in doc else {})
+        items=_items(r, doc["items"]) if "items" in doc else (0, None),
+        layers=layers,
+        data=data,
+        db=r.relative(r.string(doc["db"], "db")) if "db" in doc else None,
+        cache=cache,
+        backend=_backend(r, doc["backend"]) if "backend" in doc else {},
+    )

@@ -29,9 +29,10 @@ import math
 import operator
 import tomllib
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from ..errors import InputError
 
@@ -56,12 +57,20 @@ def parameter_values(test: int, layers: Sequence[str] = DEFAULT_LAYERS) -> dict[
     """Every A.6 value of every parameter for ``test`` (1 or 2), layers taken from ``layers``."""
     s = _schemes_module()
     vals: dict[str, tuple[Any, ...]] = {
-        "enc": tuple(s.ENCODING_SCHEMES), "layer": tuple(layers), "word": tuple(s.WORD_AGG_SCHEMES),
-        "norm": tuple(s.NORMS), "seg": tuple(s.SEGMENT_AGG_SCHEMES), "ex": tuple(s.EXAMPLE_AGG_SCHEMES),
+        "enc": tuple(s.ENCODING_SCHEMES),
+        "layer": tuple(layers),
+        "word": tuple(s.WORD_AGG_SCHEMES),
+        "norm": tuple(s.NORMS),
+        "seg": tuple(s.SEGMENT_AGG_SCHEMES),
+        "ex": tuple(s.EXAMPLE_AGG_SCHEMES),
     }
     if test == 2:
         # SIMILARITY_FUNC=None is A.6's value for Test 1 only ("where it's not applicable")
-        vals.update(sim=tuple(v for v in s.SIMILARITY_FUNCS if v is not None), out_layer=tuple(layers), out_word=tuple(s.WORD_AGG_SCHEMES))
+        vals.update(
+            sim=tuple(v for v in s.SIMILARITY_FUNCS if v is not None),
+            out_layer=tuple(layers),
+            out_word=tuple(s.WORD_AGG_SCHEMES),
+        )
     return vals
 
 
@@ -120,8 +129,10 @@ class GridSpec:
         lay = doc.pop("layers", None)
         layer_fields = [k for k in ("layer", "out_layer") if k in _fields_for(test)]
         if layers and (lay is not None or all(k in doc for k in layer_fields)):
-            raise InputError(f"{p}: the grid file sets {'layers' if lay is not None else ' and '.join(layer_fields)} "
-                             f"itself, so --layers would be ignored: give the layers in one place")
+            raise InputError(
+                f"{p}: the grid file sets {'layers' if lay is not None else ' and '.join(layer_fields)} "
+                f"itself, so --layers would be ignored: give the layers in one place"
+            )
         if lay is not None:
             if not isinstance(lay, list) or not lay:
                 raise InputError(f"{p}: 'layers' must be a non-empty list")
@@ -181,8 +192,10 @@ class GridSpec:
         """The fields and, per field, its distinct values as Scheme field values (canonical layers, None)."""
         canon = _schemes_module().canonical_layer
         keys = list(self.values)
-        return keys, [tuple(dict.fromkeys(canon(v) if k in ("layer", "out_layer") else _from_str(k, v)
-                                          for v in self.values[k])) for k in keys]
+        return keys, [
+            tuple(dict.fromkeys(canon(v) if k in ("layer", "out_layer") else _from_str(k, v) for v in self.values[k]))
+            for k in keys
+        ]
 
     def candidates(self) -> Iterator[Any]:
         """Every scheme of the product, valid or not, in a fixed order (the product's, last field fastest)."""
@@ -230,7 +243,7 @@ class GridSpec:
         return valid, refused
 
 
-def group_by_context(schemes: Iterable[Any]) -> "OrderedDict[tuple[Any, ...], list[Any]]":
+def group_by_context(schemes: Iterable[Any]) -> OrderedDict[tuple[Any, ...], list[Any]]:
     """Schemes grouped by their context part (:data:`CONTEXT_FIELDS`), each group's schemes in order.
 
     One group shares its context vectors; its members differ only in how the choices are encoded

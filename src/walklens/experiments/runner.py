@@ -8,21 +8,22 @@ score").
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm.auto import tqdm
 
+from ..concepts.generation import test1_items
+from ..concepts.schemes import Scheme
+from ..concepts.similarity import test2_item
 from ..errors import InputError
 from ..frames import Columns, DataFrame, frame, pick, record_table
 from ..hellaswag.baseline import accuracy, baseline_items
 from ..hellaswag.data import HellaswagItem
 from ..hellaswag.encode import arch_of
-from ..concepts.schemes import Scheme
 from ..hellaswag.store import ItemResult, RunKey
-from ..concepts.generation import test1_items
-from ..concepts.similarity import test2_item
 from .runsetup import RunSetup
 
 if TYPE_CHECKING:
@@ -59,16 +60,37 @@ class RunSummary:
         width = max((len(r.scores) for r in self.results), default=0)
 
         def item(r: ItemResult) -> dict[str, Any]:
-            return {**key, "item": r.item, "gold": r.gold, "pred": r.pred, "pred_norm": r.pred_norm,
-                    "correct": r.pred == r.gold, "correct_norm": r.pred_norm == r.gold,
-                    **{f"score_{j}": (r.scores[j] if j < len(r.scores) else None) for j in range(width)}}
+            return {
+                **key,
+                "item": r.item,
+                "gold": r.gold,
+                "pred": r.pred,
+                "pred_norm": r.pred_norm,
+                "correct": r.pred == r.gold,
+                "correct_norm": r.pred_norm == r.gold,
+                **{f"score_{j}": (r.scores[j] if j < len(r.scores) else None) for j in range(width)},
+            }
 
-        names = [*key, "item", "gold", "pred", "pred_norm", "correct", "correct_norm",
-                 *(f"score_{j}" for j in range(width))]
-        return pick(table, {
-            "items": lambda: record_table([item(r) for r in self.results], names),
-            "run": lambda: record_table([{**key, "n": self.n, "computed": self.computed, "acc": self.acc,
-                                          "acc_norm": self.acc_norm}])}, "a RunSummary")
+        names = [
+            *key,
+            "item",
+            "gold",
+            "pred",
+            "pred_norm",
+            "correct",
+            "correct_norm",
+            *(f"score_{j}" for j in range(width)),
+        ]
+        return pick(
+            table,
+            {
+                "items": lambda: record_table([item(r) for r in self.results], names),
+                "run": lambda: record_table(
+                    [{**key, "n": self.n, "computed": self.computed, "acc": self.acc, "acc_norm": self.acc_norm}]
+                ),
+            },
+            "a RunSummary",
+        )
 
     def to_pandas(self, table: str = "items") -> DataFrame:
         """The run as tables (pandas; docs/notebooks.md, "Tables"): ``items`` one row per item (the run's key,
@@ -91,8 +113,9 @@ def progress_bar(**kw: Any) -> tqdm:
 
 #: Scores a chunk of items with their few-shot examples: ``fn(lm, items, examples, cache)``, reading and writing
 #: segment vectors in the concept ``cache`` where the test uses one.
-BatchFn = Callable[["LoadedModel", Sequence[HellaswagItem], Sequence[Sequence[HellaswagItem]], "ConceptCache | None"],
-                   list[ItemResult]]
+BatchFn = Callable[
+    ["LoadedModel", Sequence[HellaswagItem], Sequence[Sequence[HellaswagItem]], "ConceptCache | None"], list[ItemResult]
+]
 
 #: Items scored together by one call of a scorer's batch function (and committed to the store together).
 CHUNK = 128
@@ -110,8 +133,12 @@ class Scorer:
     batch: BatchFn
 
 
-def _baseline_batch(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
-                    cache: "ConceptCache | None") -> list[ItemResult]:
+def _baseline_batch(
+    lm: LoadedModel,
+    items: Sequence[HellaswagItem],
+    examples: Sequence[Sequence[HellaswagItem]],
+    cache: ConceptCache | None,
+) -> list[ItemResult]:
     return baseline_items(lm, items, examples)
 
 
@@ -121,30 +148,38 @@ def baseline_scorer() -> Scorer:
     return Scorer(test="baseline", scheme=BASELINE_SCHEME, batch=_baseline_batch)
 
 
-def test1_scorer(lm: "LoadedModel", scheme: Scheme) -> Scorer:
+def test1_scorer(lm: LoadedModel, scheme: Scheme) -> Scorer:
     """Test 1, pyramidal generation (sec. 5.1.1), with ``scheme`` checked for Test 1 on this model: the chunk's
     forward passes packed, its segment vectors read from and written to the concept cache."""
     scheme.validate(1, arch_of(lm))
 
-    def batch(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
-              cache: "ConceptCache | None") -> list[ItemResult]:
+    def batch(
+        lm: LoadedModel,
+        items: Sequence[HellaswagItem],
+        examples: Sequence[Sequence[HellaswagItem]],
+        cache: ConceptCache | None,
+    ) -> list[ItemResult]:
         return test1_items(lm, items, examples, scheme, cache)
 
     return Scorer(test="test1", scheme=str(scheme), batch=batch)
 
 
-def test2_scorer(lm: "LoadedModel", scheme: Scheme) -> Scorer:
+def test2_scorer(lm: LoadedModel, scheme: Scheme) -> Scorer:
     """Test 2, concept similarity (sec. 5.1.2), with ``scheme`` checked for Test 2 on this model: item by item."""
     scheme.validate(2, arch_of(lm))
 
-    def batch(lm: "LoadedModel", items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]],
-              cache: "ConceptCache | None") -> list[ItemResult]:
+    def batch(
+        lm: LoadedModel,
+        items: Sequence[HellaswagItem],
+        examples: Sequence[Sequence[HellaswagItem]],
+        cache: ConceptCache | None,
+    ) -> list[ItemResult]:
         return [test2_item(lm, it, ex, scheme) for it, ex in zip(items, examples)]
 
     return Scorer(test="test2", scheme=str(scheme), batch=batch)
 
 
-def scorer(lm: "LoadedModel", test: str, scheme: Scheme | None = None) -> Scorer:
+def scorer(lm: LoadedModel, test: str, scheme: Scheme | None = None) -> Scorer:
     """The scorer of ``test`` (one of :data:`TESTS`; Test 1 and Test 2 need a ``scheme``)."""
     if test == "baseline":
         return baseline_scorer()
@@ -155,8 +190,14 @@ def scorer(lm: "LoadedModel", test: str, scheme: Scheme | None = None) -> Scorer
     return test1_scorer(lm, scheme) if test == "test1" else test2_scorer(lm, scheme)
 
 
-def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], scorer: Scorer, setup: RunSetup = RunSetup(), *,
-             desc: str | None = None) -> RunSummary:
+def run_test(
+    lm: LoadedModel,
+    items: Sequence[HellaswagItem],
+    scorer: Scorer,
+    setup: RunSetup = RunSetup(),
+    *,
+    desc: str | None = None,
+) -> RunSummary:
     """Run ``scorer`` (:func:`scorer`: the baseline, Test 1 or Test 2; or compaction's) on ``items``.
 
     With a results store (``setup.store``), items already stored under the same key (:meth:`RunSetup.run_key`:
@@ -171,12 +212,13 @@ def run_test(lm: "LoadedModel", items: Sequence[HellaswagItem], scorer: Scorer, 
     stored = store.results(key, [it.index for it in items]) if store is not None else {}
     todo = [it for it in items if it.index not in stored]
     computed = 0
-    bar = progress_bar(total=len(todo), desc=desc or f"{lm.name} {scorer.test}", unit="item",
-                       disable=not setup.progress or not todo)
+    bar = progress_bar(
+        total=len(todo), desc=desc or f"{lm.name} {scorer.test}", unit="item", disable=not setup.progress or not todo
+    )
     try:
         with torch.inference_mode():
             for start in range(0, len(todo), CHUNK):
-                chunk = todo[start:start + CHUNK]
+                chunk = todo[start : start + CHUNK]
                 rs = scorer.batch(lm, chunk, setup.examples(chunk), setup.cache)
                 for r in rs:
                     stored[r.item] = r

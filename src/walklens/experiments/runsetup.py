@@ -10,8 +10,9 @@ here only; a run with another seed is stored under the data key ``DATA#seed=S``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from ..hellaswag.data import FEWSHOT_SEED, HellaswagItem, fewshot_examples
 from ..hellaswag.store import ResultStore, RunKey
@@ -59,8 +60,9 @@ class RunSetup:
         if not self.shots:
             return [[] for _ in items]
         pool = items if self.pool is None else self.pool
-        return [fewshot_examples(pool, self.shots, it.index, seed=self.fewshot_seed, query_split=it.split)
-                for it in items]
+        return [
+            fewshot_examples(pool, self.shots, it.index, seed=self.fewshot_seed, query_split=it.split) for it in items
+        ]
 
 
 __all__ = ["RunSetup"]

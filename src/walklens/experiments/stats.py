@@ -15,20 +15,22 @@ the rest, which removes that selection bias:
 Every estimate needs only, per scheme, the number of items it got right in each *cell* of one partition of
 the items (fold x half, :class:`Cells`): a :class:`Counts` table ``[schemes, 2k]``.  The table is built from a
 boolean correctness matrix ``correct[schemes, items]`` in chunks of schemes (:func:`cell_counts`) or, for a
-stored sweep, straight from the packed predictions (:meth:`~walklens.hellaswag.store.SweepStore.load_counts`), so a full grid
+stored sweep, straight from the packed predictions (:meth:`~walklens.hellaswag.store.SweepStore.load_counts`), so a
+full grid
 (726,000 schemes) over the whole HellaSwag validation set (10,042 items) never forms the dense matrix.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..concepts.schemes import Scheme
-from ..hellaswag.store.counts import BLOCK_ELEMS, Cells, Counts, cell_counts, count_cells, kfold_folds, split_items
+from ..hellaswag.store.counts import Cells, Counts, cell_counts
 
 Z95 = 1.959963984540054
 
@@ -124,8 +126,9 @@ def kfold_from(counts: Counts, names: Sequence[str]) -> KFold:
         chosen.append(names[i])
         accs.append(h / int(size[f]))
     lo, hi = wilson(hits, cells.n)
-    return KFold(k=cells.k, acc=hits / cells.n, lo=lo, hi=hi, n=cells.n, fold_schemes=tuple(chosen),
-                 fold_acc=tuple(accs))
+    return KFold(
+        k=cells.k, acc=hits / cells.n, lo=lo, hi=hi, n=cells.n, fold_schemes=tuple(chosen), fold_acc=tuple(accs)
+    )
 
 
 def in_sample_best(correct: np.ndarray, names: Sequence[str]) -> Score:
@@ -182,14 +185,17 @@ def distribution(acc: np.ndarray, n_items: int, chance: float = 0.25) -> dict[st
     upper = wilson(chance * n_items, n_items)[1]
     hist, edges = np.histogram(a, bins=20, range=(0.0, 1.0))
     return {
-        "n_schemes": int(a.size), "n_items": int(n_items), "chance": chance,
+        "n_schemes": int(a.size),
+        "n_items": int(n_items),
+        "chance": chance,
         "mean": float(a.mean()) if a.size else math.nan,
         "quantiles": {f"q{int(q * 100)}": float(v) for q, v in zip(qs, quant)},
         "frac_above_chance": float((a > chance).mean()) if a.size else math.nan,
         "frac_above_chance_ci": float((a > upper).mean()) if a.size else math.nan,
         "chance_upper95": upper,
         "expected_best_if_all_chance": chance_max(int(a.size), int(n_items), chance) if a.size else math.nan,
-        "hist": hist.tolist(), "hist_edges": edges.tolist(),
+        "hist": hist.tolist(),
+        "hist_edges": edges.tolist(),
     }
 
 
@@ -212,15 +218,19 @@ def honest_summary_counts(counts: Counts, names: Sequence[str], baseline: float 
         "split": [_scored(s, baseline) for s in split],
         "split_mean": split_mean,
         "split_mean_norm": split_mean / baseline if baseline else None,
-        "kfold": {**asdict(kf), "norm": kf.acc / baseline if baseline else None,
-                  "norm_lo": kf.lo / baseline if baseline else None,
-                  "norm_hi": kf.hi / baseline if baseline else None},
+        "kfold": {
+            **asdict(kf),
+            "norm": kf.acc / baseline if baseline else None,
+            "norm_lo": kf.lo / baseline if baseline else None,
+            "norm_hi": kf.hi / baseline if baseline else None,
+        },
         "distribution": distribution(counts.totals() / n, n),
     }
 
 
-def honest_summary(correct: np.ndarray, names: Sequence[str], baseline: float | None, k: int = 5,
-                   seed: int = 0) -> dict[str, Any]:
+def honest_summary(
+    correct: np.ndarray, names: Sequence[str], baseline: float | None, k: int = 5, seed: int = 0
+) -> dict[str, Any]:
     """:func:`honest_summary_counts` of a dense ``correct[schemes, items]`` (``k`` capped at the item count)."""
     n = correct.shape[1]
     return honest_summary_counts(cell_counts(correct, Cells.build(n, min(k, n), seed)), names, baseline)
@@ -231,7 +241,8 @@ def marginal_effects(names: Sequence[str], acc: np.ndarray, baseline: float | No
 
     Values are coded per scheme in one int32 array per parameter (not a list of scheme indices per value), so
     a million schemes cost a few MB; parameters and values keep their order of first appearance.  ``names`` are
-    scheme strings (:meth:`~walklens.concepts.schemes.Scheme.parse`; a parameter a scheme leaves out, such as Test 1's ``sim``,
+    scheme strings (:meth:`~walklens.concepts.schemes.Scheme.parse`; a parameter a scheme leaves out, such as Test 1's
+    ``sim``,
     is not counted for it)."""
     S = len(names)
     values: dict[str, dict[str, int]] = {}
@@ -250,8 +261,15 @@ def marginal_effects(names: Sequence[str], acc: np.ndarray, baseline: float | No
         for v, code in vals.items():
             sub = a[np.flatnonzero(codes[k] == code)]
             mean, best = float(sub.mean()), float(sub.max())
-            rows.append({"value": v, "n": int(sub.size), "mean": mean, "best": best,
-                         "mean_norm": mean / baseline if baseline else None,
-                         "best_norm": best / baseline if baseline else None})
+            rows.append(
+                {
+                    "value": v,
+                    "n": int(sub.size),
+                    "mean": mean,
+                    "best": best,
+                    "mean_norm": mean / baseline if baseline else None,
+                    "best_norm": best / baseline if baseline else None,
+                }
+            )
         out[k] = rows
     return out

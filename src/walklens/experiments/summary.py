@@ -9,16 +9,17 @@ scores across the grid, the top 10 schemes and the per-parameter marginal effect
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from ..concepts.schemes import Scheme
 from ..frames import Columns, DataFrame, concat_columns, frame, pick, record_table, with_constants
-from .stats import KFold, Score, honest_summary_counts, marginal_effects
 from ..hellaswag.store import SweepResults, SweepStore
+from .stats import KFold, Score, honest_summary_counts, marginal_effects
 
 TOP = 10  # schemes listed per run and metric (Figs. 13-16)
 
@@ -101,43 +102,101 @@ class MetricSummary:
         names = ["estimate", "how", "scheme", "acc", "lo", "hi", "n", "norm", "norm_lo", "norm_hi"]
 
         def best(estimate: str, s: BestScore) -> dict[str, Any]:
-            return {"estimate": estimate, "how": s.how, "scheme": s.scheme, "acc": s.acc, "lo": s.lo, "hi": s.hi,
-                    "n": s.n, "norm": s.norm_score, "norm_lo": s.norm_lo, "norm_hi": s.norm_hi}
+            return {
+                "estimate": estimate,
+                "how": s.how,
+                "scheme": s.scheme,
+                "acc": s.acc,
+                "lo": s.lo,
+                "hi": s.hi,
+                "n": s.n,
+                "norm": s.norm_score,
+                "norm_lo": s.norm_lo,
+                "norm_hi": s.norm_hi,
+            }
 
         def estimates() -> Columns:
             kf = self.kfold
-            rows = [{"estimate": "baseline", "acc": self.baseline}, best("in_sample", self.in_sample),
-                    *(best("split", s) for s in self.split),
-                    {"estimate": "split_mean", "acc": self.split_mean, "norm": self.split_mean_norm},
-                    {"estimate": "kfold", "how": f"{kf.k}-fold", "acc": kf.acc, "lo": kf.lo, "hi": kf.hi, "n": kf.n,
-                     "norm": kf.norm, "norm_lo": kf.norm_lo, "norm_hi": kf.norm_hi}]
+            rows = [
+                {"estimate": "baseline", "acc": self.baseline},
+                best("in_sample", self.in_sample),
+                *(best("split", s) for s in self.split),
+                {"estimate": "split_mean", "acc": self.split_mean, "norm": self.split_mean_norm},
+                {
+                    "estimate": "kfold",
+                    "how": f"{kf.k}-fold",
+                    "acc": kf.acc,
+                    "lo": kf.lo,
+                    "hi": kf.hi,
+                    "n": kf.n,
+                    "norm": kf.norm,
+                    "norm_lo": kf.norm_lo,
+                    "norm_hi": kf.norm_hi,
+                },
+            ]
             if self.standard is not None:
-                rows.append({"estimate": "standard", "scheme": self.standard.scheme, "acc": self.standard.acc,
-                             "norm": self.standard.norm})
+                rows.append(
+                    {
+                        "estimate": "standard",
+                        "scheme": self.standard.scheme,
+                        "acc": self.standard.acc,
+                        "norm": self.standard.norm,
+                    }
+                )
             return record_table(rows, names)
 
         def distribution() -> Columns:
             d = self.distribution
-            return record_table([{k: v for k, v in d.__dict__.items() if k not in ("quantiles", "hist", "hist_edges")}
-                                 | dict(d.quantiles)])
+            return record_table(
+                [
+                    {k: v for k, v in d.__dict__.items() if k not in ("quantiles", "hist", "hist_edges")}
+                    | dict(d.quantiles)
+                ]
+            )
 
         def histogram() -> Columns:
             e = self.distribution.hist_edges
-            return record_table([{"bin": i, "lo": e[i], "hi": e[i + 1], "count": c}
-                                 for i, c in enumerate(self.distribution.hist)], ["bin", "lo", "hi", "count"])
+            return record_table(
+                [{"bin": i, "lo": e[i], "hi": e[i + 1], "count": c} for i, c in enumerate(self.distribution.hist)],
+                ["bin", "lo", "hi", "count"],
+            )
 
-        return pick(table, {
-            "estimates": estimates,
-            "top10": lambda: record_table([{"rank": s.rank, "scheme": s.scheme, "acc": s.acc, "norm": s.norm}
-                                           for s in self.top10], ["rank", "scheme", "acc", "norm"]),
-            "marginals": lambda: record_table([{"parameter": p, "value": m.value, "n": m.n, "mean": m.mean,
-                                                "best": m.best, "mean_norm": m.mean_norm, "best_norm": m.best_norm}
-                                               for p, ms in self.marginals.items() for m in ms],
-                                              ["parameter", "value", "n", "mean", "best", "mean_norm", "best_norm"]),
-            "folds": lambda: record_table([{"fold": f, "scheme": s, "acc": a} for f, (s, a)
-                                           in enumerate(zip(self.kfold.fold_schemes, self.kfold.fold_acc))],
-                                          ["fold", "scheme", "acc"]),
-            "distribution": distribution, "histogram": histogram}, "a MetricSummary")
+        return pick(
+            table,
+            {
+                "estimates": estimates,
+                "top10": lambda: record_table(
+                    [{"rank": s.rank, "scheme": s.scheme, "acc": s.acc, "norm": s.norm} for s in self.top10],
+                    ["rank", "scheme", "acc", "norm"],
+                ),
+                "marginals": lambda: record_table(
+                    [
+                        {
+                            "parameter": p,
+                            "value": m.value,
+                            "n": m.n,
+                            "mean": m.mean,
+                            "best": m.best,
+                            "mean_norm": m.mean_norm,
+                            "best_norm": m.best_norm,
+                        }
+                        for p, ms in self.marginals.items()
+                        for m in ms
+                    ],
+                    ["parameter", "value", "n", "mean", "best", "mean_norm", "best_norm"],
+                ),
+                "folds": lambda: record_table(
+                    [
+                        {"fold": f, "scheme": s, "acc": a}
+                        for f, (s, a) in enumerate(zip(self.kfold.fold_schemes, self.kfold.fold_acc))
+                    ],
+                    ["fold", "scheme", "acc"],
+                ),
+                "distribution": distribution,
+                "histogram": histogram,
+            },
+            "a MetricSummary",
+        )
 
     def to_pandas(self, table: str = "estimates") -> DataFrame:
         """One metric's summary as tables (pandas; docs/notebooks.md, "Tables"): ``estimates`` (baseline,
@@ -165,10 +224,17 @@ class RunSummary:
 
     def _columns(self, table: str = "estimates") -> Columns:
         """The plain columns of :meth:`to_pandas`: each metric's table after the run's key columns."""
-        run = {"model": self.model, "shots": self.shots, "test": self.test, "n_items": self.n_items,
-               "n_schemes": self.n_schemes, "data": self.data}
-        return concat_columns([with_constants({**run, "metric": m}, s._columns(table))
-                               for m, s in self.metrics.items()])
+        run = {
+            "model": self.model,
+            "shots": self.shots,
+            "test": self.test,
+            "n_items": self.n_items,
+            "n_schemes": self.n_schemes,
+            "data": self.data,
+        }
+        return concat_columns(
+            [with_constants({**run, "metric": m}, s._columns(table)) for m, s in self.metrics.items()]
+        )
 
     def to_pandas(self, table: str = "estimates") -> DataFrame:
         """The run's summary as one table of every metric (pandas; docs/notebooks.md, "Tables"): the tables of
@@ -182,8 +248,9 @@ def standard_name(run: Mapping[str, Any]) -> str:
     return str(Scheme.standard(int(run["test"]), run.get("arch") or "decoder"))
 
 
-def _metric(res: SweepResults, metric: str, keep: list[int], names: list[str], std_i: int | None, k: int,
-            seed: int) -> MetricSummary:
+def _metric(
+    res: SweepResults, metric: str, keep: list[int], names: list[str], std_i: int | None, k: int, seed: int
+) -> MetricSummary:
     base = res.baseline(metric)
     acc = res.acc[res.metrics.index(metric)].astype(np.float64)[keep]
     counts = res.counts(metric, k=k, seed=seed)
@@ -197,14 +264,17 @@ def _metric(res: SweepResults, metric: str, keep: list[int], names: list[str], s
     order = np.lexsort((np.arange(len(acc)), -acc))[:TOP]  # ties: stored order
     kf = h["kfold"]
     return MetricSummary(
-        baseline=base, in_sample=BestScore(**h["in_sample"]), split=tuple(BestScore(**s) for s in h["split"]),
-        split_mean=h["split_mean"], split_mean_norm=h["split_mean_norm"],
+        baseline=base,
+        in_sample=BestScore(**h["in_sample"]),
+        split=tuple(BestScore(**s) for s in h["split"]),
+        split_mean=h["split_mean"],
+        split_mean_norm=h["split_mean_norm"],
         kfold=HeldOut(**{**kf, "fold_schemes": tuple(kf["fold_schemes"]), "fold_acc": tuple(kf["fold_acc"])}),
         distribution=Distribution(**h["distribution"]),
         top10=tuple(scored(int(i), r + 1) for r, i in enumerate(order)),
-        marginals={p: tuple(Marginal(**row) for row in rows)
-                   for p, rows in marginal_effects(names, acc, base).items()},
-        standard=None if std_i is None else scored(std_i))
+        marginals={p: tuple(Marginal(**row) for row in rows) for p, rows in marginal_effects(names, acc, base).items()},
+        standard=None if std_i is None else scored(std_i),
+    )
 
 
 def summarise_run(res: SweepResults, k: int = 5, seed: int = 0) -> RunSummary:
@@ -219,9 +289,15 @@ def summarise_run(res: SweepResults, k: int = 5, seed: int = 0) -> RunSummary:
     names = [res.schemes[i] for i in keep]
     std = standard_name(run)
     std_i = names.index(std) if std in names else None
-    return RunSummary(model=str(run["model"]), shots=int(run["shots"]), test=int(run["test"]),
-                      n_items=int(run["n_items"]), n_schemes=len(names), data=str(run["data"]),
-                      metrics={m: _metric(res, m, keep, names, std_i, k, seed) for m in res.metrics})
+    return RunSummary(
+        model=str(run["model"]),
+        shots=int(run["shots"]),
+        test=int(run["test"]),
+        n_items=int(run["n_items"]),
+        n_schemes=len(names),
+        data=str(run["data"]),
+        metrics={m: _metric(res, m, keep, names, std_i, k, seed) for m in res.metrics},
+    )
 
 
 def summarise_db(db: str | Path, k: int = 5, seed: int = 0, chunk: int | None = None) -> list[RunSummary]:
@@ -239,5 +315,15 @@ def summarise_db(db: str | Path, k: int = 5, seed: int = 0, chunk: int | None = 
     return out
 
 
-__all__ = ["BestScore", "Distribution", "HeldOut", "Marginal", "MetricSummary", "RunSummary", "SchemeScore",
-           "standard_name", "summarise_db", "summarise_run"]
+__all__ = [
+    "BestScore",
+    "Distribution",
+    "HeldOut",
+    "Marginal",
+    "MetricSummary",
+    "RunSummary",
+    "SchemeScore",
+    "standard_name",
+    "summarise_db",
+    "summarise_run",
+]

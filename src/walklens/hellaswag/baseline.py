@@ -10,7 +10,8 @@ tokenised by :func:`~.encode.encode_pair`.  ``acc`` picks the ending with the la
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import ContextTooLongError
 from .data import HellaswagItem, fewshot_context
@@ -43,8 +44,9 @@ def picks(scores: Sequence[float], endings: Sequence[str], per_char: bool = True
 
 def item_result(item: HellaswagItem, scores: Sequence[float], per_char: bool = True) -> ItemResult:
     pred, pred_norm = picks(scores, item.endings, per_char)
-    return ItemResult(item=item.index, gold=item.label, pred=pred, pred_norm=pred_norm,
-                      scores=tuple(float(s) for s in scores))
+    return ItemResult(
+        item=item.index, gold=item.label, pred=pred, pred_norm=pred_norm, scores=tuple(float(s) for s in scores)
+    )
 
 
 def accuracy(results: Sequence[ItemResult]) -> tuple[float | None, float | None]:
@@ -55,8 +57,9 @@ def accuracy(results: Sequence[ItemResult]) -> tuple[float | None, float | None]
     return (sum(r.pred == r.gold for r in results) / n, sum(r.pred_norm == r.gold for r in results) / n)
 
 
-def item_tokens(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem]
-                ) -> tuple[list[int], list[list[int]]]:
+def item_tokens(
+    lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem]
+) -> tuple[list[int], list[list[int]]]:
     """The context's token ids and each ending's continuation ids, as the harness splits them.  For causal
     models every ending shares the context's ids (the split is at the context's own token length)."""
     context = fewshot_context(item, examples)
@@ -65,7 +68,7 @@ def item_tokens(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[Hella
     return ctx, [p[1] for p in pairs]
 
 
-def baseline_request(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> ScoreRequest:
+def baseline_request(lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> ScoreRequest:
     """The item's context ids and its four continuations, checked against the model's context length."""
     ctx, conts = item_tokens(lm, item, examples)
     r = ScoreRequest(conts, context_ids=ctx)
@@ -76,22 +79,22 @@ def baseline_request(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[
     return r
 
 
-def baseline_scores(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> list[float]:
+def baseline_scores(lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> list[float]:
     """The four endings' log-likelihoods after the item's context (one context pass, see
     :func:`~.encode.continuation_logliks`)."""
     r = baseline_request(lm, item, examples)
     return continuation_logliks(lm, r.continuations, context_ids=r.context_ids)
 
 
-def baseline_item(lm: "LoadedModel", item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> ItemResult:
+def baseline_item(lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem] = ()) -> ItemResult:
     return item_result(item, baseline_scores(lm, item, examples))
 
 
-def baseline_items(lm: "LoadedModel", items: Sequence[HellaswagItem],
-                   examples: Sequence[Sequence[HellaswagItem]] | None = None) -> list[ItemResult]:
+def baseline_items(
+    lm: LoadedModel, items: Sequence[HellaswagItem], examples: Sequence[Sequence[HellaswagItem]] | None = None
+) -> list[ItemResult]:
     """:func:`baseline_item` for many items at once: their requests packed into shared forward passes
     (:func:`~.packing.packed_logliks`; same log-likelihoods to float rounding)."""
     examples = examples if examples is not None else [()] * len(items)
     reqs = [baseline_request(lm, it, ex) for it, ex in zip(items, examples)]
     return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]
-

@@ -34,9 +34,10 @@ import json
 import os
 import random
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ..errors import DataFormatError, InputError, MissingDependencyError
 
@@ -108,8 +109,10 @@ def parse_label(value: Any, where: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3:
         return value
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise DataFormatError(f"{where}: unlabelled item (label {_show(value)}): every score is measured against "
-                              "the gold ending, so each item needs a label 0-3 (unlabelled splits are not supported)")
+        raise DataFormatError(
+            f"{where}: unlabelled item (label {_show(value)}): every score is measured against "
+            "the gold ending, so each item needs a label 0-3 (unlabelled splits are not supported)"
+        )
     raise DataFormatError(f"{where}: 'label' must be the gold ending's index 0-3, got {_show(value)}")
 
 
@@ -118,8 +121,9 @@ def clean_ending(text: str, where: str, j: int) -> str:
     a blank ending may tokenise to nothing).  Not idempotent, as in the harness: ``"[a] x"`` gives ``" x"``."""
     ending = preprocess(text)
     if not ending.strip():
-        raise DataFormatError(f"{where}: ending {j} is empty" + (f" after preprocessing (was {_show(text)})"
-                                                                  if text.strip() else ""))
+        raise DataFormatError(
+            f"{where}: ending {j} is empty" + (f" after preprocessing (was {_show(text)})" if text.strip() else "")
+        )
     return ending
 
 
@@ -161,6 +165,7 @@ def make_item(doc: dict[str, Any], index: int, split: str = "validation", where:
 
 # ---- sources ----------------------------------------------------------------------------------------------
 
+
 def bundled_path() -> Path:
     """The validation split shipped inside the package (``walklens/data/``, see its README.md)."""
     return Path(__file__).resolve().parent.parent / "data" / DEFAULT_FILE
@@ -195,8 +200,10 @@ def _parse_text(path: Path, limit: int | None) -> list[HellaswagItem]:
         lines.pop()
     if len(lines) % 6:
         n_full = len(lines) // 6
-        raise DataFormatError(f"{path}:{n_full * 6 + 1}: incomplete item: {len(lines) % 6} line(s) where the text "
-                              f"form has 6 per item (context, label, 4 endings)")
+        raise DataFormatError(
+            f"{path}:{n_full * 6 + 1}: incomplete item: {len(lines) % 6} line(s) where the text "
+            f"form has 6 per item (context, label, 4 endings)"
+        )
     items: list[HellaswagItem] = []
     for k in range(len(lines) // 6):
         if limit is not None and len(items) >= limit:
@@ -208,8 +215,9 @@ def _parse_text(path: Path, limit: int | None) -> list[HellaswagItem]:
         label = parse_label(lines[base + 1], f"{path}:{base + 2}")
         endings = tuple(clean_ending(lines[base + 2 + j], f"{path}:{base + 3 + j}", j) for j in range(4))
         activity, _ = head.split(": ", 1)
-        items.append(HellaswagItem(index=k, activity_label=activity, ctx=preprocess(head), endings=endings,
-                                   label=label))
+        items.append(
+            HellaswagItem(index=k, activity_label=activity, ctx=preprocess(head), endings=endings, label=label)
+        )
     return items
 
 
@@ -230,17 +238,25 @@ def _parse_jsonl(path: Path, limit: int | None, split: str) -> list[HellaswagIte
         if not isinstance(doc, dict):
             raise DataFormatError(f"{where}: expected a JSON object, got {type(doc).__name__}")
         doc_split = doc.get("split", split)
-        items.append(make_item(doc, index=len(items), split=doc_split if isinstance(doc_split, str) and doc_split
-                               else split, where=where))
+        items.append(
+            make_item(
+                doc,
+                index=len(items),
+                split=doc_split if isinstance(doc_split, str) and doc_split else split,
+                where=where,
+            )
+        )
     return items
 
 
 def _load_hf(name: str, split: str, limit: int | None) -> list[HellaswagItem]:
     try:
-        import datasets  # noqa: F401  # optional dependency, imported only here
+        import datasets  # optional dependency, imported only here
     except ImportError:
-        raise MissingDependencyError("loading 'hf:...' needs the 'datasets' package; run: pip install datasets, "
-                                     "or pass a local .jsonl / .txt(.bz2) file with --data") from None
+        raise MissingDependencyError(
+            "loading 'hf:...' needs the 'datasets' package; run: pip install datasets, "
+            "or pass a local .jsonl / .txt(.bz2) file with --data"
+        ) from None
     try:
         ds = datasets.load_dataset(name, split=split)
     except Exception as e:  # network, missing split, ...: one clear line
@@ -253,8 +269,9 @@ def _load_hf(name: str, split: str, limit: int | None) -> list[HellaswagItem]:
     return items
 
 
-def load_hellaswag(path: str | os.PathLike[str] | None = None, limit: int | None = None,
-                   split: str = "validation") -> list[HellaswagItem]:
+def load_hellaswag(
+    path: str | os.PathLike[str] | None = None, limit: int | None = None, split: str = "validation"
+) -> list[HellaswagItem]:
     """Load HellaSwag items (``limit``: only the first ``limit``).
 
     ``path``: None (the bundled validation file, see :func:`default_path`), a ``.jsonl`` file (rowanz form), a
@@ -264,7 +281,7 @@ def load_hellaswag(path: str | os.PathLike[str] | None = None, limit: int | None
     if limit is not None and limit < 0:
         raise InputError(f"limit must be >= 0, got {limit}")
     if path is not None and str(path).startswith(HF_PREFIX):
-        return _load_hf(str(path)[len(HF_PREFIX):], split, limit)
+        return _load_hf(str(path)[len(HF_PREFIX) :], split, limit)
     p = Path(path).expanduser() if path is not None else default_path()
     if not p.is_file():
         raise InputError(f"{p}: " + ("not a regular file" if p.exists() else "no such file"))
@@ -295,8 +312,10 @@ def data_id(path: str | os.PathLike[str] | None) -> str:
 
 # ---- few-shot ---------------------------------------------------------------------------------------------
 
-def fewshot_examples(items: Sequence[HellaswagItem], k: int, query_index: int,
-                     seed: int = FEWSHOT_SEED, query_split: str = "validation") -> list[HellaswagItem]:
+
+def fewshot_examples(
+    items: Sequence[HellaswagItem], k: int, query_index: int, seed: int = FEWSHOT_SEED, query_split: str = "validation"
+) -> list[HellaswagItem]:
     """``k`` few-shot examples for the query with index ``query_index``, drawn from ``items`` (the pool: the train
     split when there is one, otherwise the whole validation split), never the query itself.
 
@@ -323,8 +342,9 @@ def fewshot_examples(items: Sequence[HellaswagItem], k: int, query_index: int,
     return chosen[:k]
 
 
-def fewshot_pool(path: str | os.PathLike[str] | None, items: Sequence[HellaswagItem], shots: int,
-                 limit: int | None = None) -> list[HellaswagItem]:
+def fewshot_pool(
+    path: str | os.PathLike[str] | None, items: Sequence[HellaswagItem], shots: int, limit: int | None = None
+) -> list[HellaswagItem]:
     """Where the few-shot examples of ``items`` (the first ``limit`` items of ``path``) come from: the hub's
     train split when ``path`` is ``hf:...``, else every item of the file, even when only the first ``limit``
     are evaluated (as lm-evaluation-harness samples from the whole split).  Without shots nothing is loaded

@@ -9,7 +9,8 @@ final norm.  Encoder-decoder models are encoded with their encoder stack (sec. 5
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,26 +21,27 @@ from .request import ScoreRequest, check_request
 if TYPE_CHECKING:
     from ..loading import LoadedModel
 
-def arch_of(lm: "LoadedModel") -> str:
+
+def arch_of(lm: LoadedModel) -> str:
     """``decoder``, ``encoder-decoder`` or ``encoder`` (the names :meth:`Scheme.validate` takes): the model's
     A.6 kind, as its adapter declares it (``lm.kind``)."""
     return lm.kind
 
 
-def adds_bos(lm: "LoadedModel") -> bool:
+def adds_bos(lm: LoadedModel) -> bool:
     """Whether lm-evaluation-harness prefixes the BOS token for this causal model (Gemma), as its adapter
     declares it (``harness_bos``)."""
     return lm.is_causal and lm.harness_bos
 
 
-def tok_encode(lm: "LoadedModel", text: str) -> list[int]:
+def tok_encode(lm: LoadedModel, text: str) -> list[int]:
     """The harness's ``tok_encode``: special tokens only for encoder-decoder models (T5 appends ``</s>``) and
     for BOS-prefixing causal models (Gemma)."""
     special = lm.is_encoder_decoder or adds_bos(lm)
     return list(lm.tokenizer.encode(text, add_special_tokens=special))
 
 
-def encode_pair(lm: "LoadedModel", context: str, continuation: str) -> tuple[list[int], list[int]]:
+def encode_pair(lm: LoadedModel, context: str, continuation: str) -> tuple[list[int], list[int]]:
     """The harness's ``_encode_pair``: trailing spaces of the context move to the continuation; causal models
     encode context+continuation together and split at the context's token length; encoder-decoder models
     encode the context (with ``</s>``) and the continuation (without special tokens) separately."""
@@ -51,16 +53,16 @@ def encode_pair(lm: "LoadedModel", context: str, continuation: str) -> tuple[lis
         return tok_encode(lm, context), list(lm.tokenizer.encode(continuation, add_special_tokens=False))
     whole = tok_encode(lm, context + continuation)
     ctx = tok_encode(lm, context)
-    return ctx, whole[len(ctx):]
+    return ctx, whole[len(ctx) :]
 
 
-def n_prefix_tokens(lm: "LoadedModel") -> int:
+def n_prefix_tokens(lm: LoadedModel) -> int:
     """How many leading positions of :func:`segment_token_ids` are not the segment's own tokens (1 for the BOS
     of Gemma, else 0); they condition the segment but are left out of word aggregation."""
     return 1 if adds_bos(lm) and lm.tokenizer.bos_token_id is not None else 0
 
 
-def segment_token_ids(lm: "LoadedModel", text: str) -> list[int]:
+def segment_token_ids(lm: LoadedModel, text: str) -> list[int]:
     """Model input ids of one segment encoded on its own: the text's tokens, after the BOS for Gemma, with
     ``</s>`` for encoder-decoder models (as the seed's code: special tokens only for them)."""
     if not text.strip():
@@ -78,14 +80,16 @@ def segment_token_ids(lm: "LoadedModel", text: str) -> list[int]:
 
 # ---- hidden states ----------------------------------------------------------------------------------------
 
-def input_embeddings(lm: "LoadedModel", ids: torch.Tensor) -> torch.Tensor:
+
+def input_embeddings(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     """The input-embedding module's output for ``ids`` (Gemma's includes its sqrt(D) scale)."""
     return lm.model.get_input_embeddings()(ids)
 
 
 @torch.inference_mode()
-def hidden_states(lm: "LoadedModel", seqs: Sequence[Sequence[int]], layers: Sequence[int | None]
-                  ) -> tuple[dict[int | None, torch.Tensor], torch.Tensor]:
+def hidden_states(
+    lm: LoadedModel, seqs: Sequence[Sequence[int]], layers: Sequence[int | None]
+) -> tuple[dict[int | None, torch.Tensor], torch.Tensor]:
     """Hidden states of a batch of id sequences at resolved ``layers`` (None = E, 0..N, see
     :func:`~walklens.concepts.schemes.resolve_layer`), right-padded: returns ({layer: [B, T, D] float32}, mask [B, T]).
 
@@ -112,14 +116,19 @@ def hidden_states(lm: "LoadedModel", seqs: Sequence[Sequence[int]], layers: Sequ
 
 # ---- scoring continuations after one context pass ---------------------------------------------------------
 
+
 def _log_softmax_at(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
 @torch.inference_mode()
-def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int]], *,
-                         context_ids: Sequence[int] | None = None,
-                         context_embeds: torch.Tensor | None = None) -> list[float]:
+def continuation_logliks(
+    lm: LoadedModel,
+    continuations: Sequence[Sequence[int]],
+    *,
+    context_ids: Sequence[int] | None = None,
+    context_embeds: torch.Tensor | None = None,
+) -> list[float]:
     """Sum of log-probabilities of each continuation (token ids) after one context, the context computed once.
 
     The context is ``context_ids`` or ``context_embeds`` ``[C, D]`` (fed through ``inputs_embeds``, in the
@@ -139,9 +148,12 @@ def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     targets = torch.full((n, L), pad, dtype=torch.long, device=dev)
     for i, c in enumerate(continuations):
-        targets[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
-    ctx_kw = ({"input_ids": torch.tensor([list(context_ids)], dtype=torch.long, device=dev)}
-              if context_ids is not None else {"inputs_embeds": context_embeds[None].to(device=dev, dtype=lm.dtype)})
+        targets[i, : len(c)] = torch.tensor(list(c), dtype=torch.long)
+    ctx_kw = (
+        {"input_ids": torch.tensor([list(context_ids)], dtype=torch.long, device=dev)}
+        if context_ids is not None
+        else {"inputs_embeds": context_embeds[None].to(device=dev, dtype=lm.dtype)}
+    )
     if lm.is_causal:
         model = lm.model
         try:
@@ -162,10 +174,14 @@ def continuation_logliks(lm: "LoadedModel", continuations: Sequence[Sequence[int
         start = lm.model.config.decoder_start_token_id
         start = pad if start is None else start
         dec_in = torch.cat([torch.full((n, 1), start, dtype=torch.long, device=dev), targets[:, :-1]], dim=1)
-        out = lm.model(encoder_outputs=BaseModelOutput(last_hidden_state=enc.expand(n, -1, -1)),
-                       decoder_input_ids=dec_in, use_cache=False)
+        out = lm.model(
+            encoder_outputs=BaseModelOutput(last_hidden_state=enc.expand(n, -1, -1)),
+            decoder_input_ids=dec_in,
+            use_cache=False,
+        )
         lp = _log_softmax_at(out.logits, targets)
     else:
-        raise UnsupportedFamilyError(f"{lm.adapter.family}: scoring endings needs a causal or encoder-decoder "
-                                     f"LM (this is a masked LM)")
-    return [float(lp[i, :len(c)].sum()) for i, c in enumerate(continuations)]
+        raise UnsupportedFamilyError(
+            f"{lm.adapter.family}: scoring endings needs a causal or encoder-decoder LM (this is a masked LM)"
+        )
+    return [float(lp[i, : len(c)].sum()) for i, c in enumerate(continuations)]

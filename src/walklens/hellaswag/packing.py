@@ -33,7 +33,8 @@ local-attention window (that window is counted in the layout, not in position id
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -55,7 +56,7 @@ MAX_LOGITS = 1 << 26
 LSE_ROWS = 16
 
 
-def _local_window(lm: "LoadedModel") -> int | None:
+def _local_window(lm: LoadedModel) -> int | None:
     """GPT-Neo's local-attention window (counted in the layout), or None."""
     cfg = lm.model.config
     if "local" in (getattr(cfg, "attention_layers", None) or ()):
@@ -63,7 +64,7 @@ def _local_window(lm: "LoadedModel") -> int | None:
     return None
 
 
-def _sliding_window(lm: "LoadedModel") -> tuple[int, bool] | None:
+def _sliding_window(lm: LoadedModel) -> tuple[int, bool] | None:
     """(window, whether only some layers slide) for sliding-window attention counted in positions, or None."""
     cfg = lm.model.config
     window = getattr(cfg, "sliding_window", None)
@@ -75,14 +76,14 @@ def _sliding_window(lm: "LoadedModel") -> tuple[int, bool] | None:
     return int(window), types is not None
 
 
-def can_pack(lm: "LoadedModel") -> bool:
+def can_pack(lm: LoadedModel) -> bool:
     """Whether :func:`packed_logliks` packs requests for this model (else it scores them one by one)."""
-    return (lm.is_causal
-            and lm.adapter.position_scheme(lm.model.config) in ("learned", "rotary"))
+    return lm.is_causal and lm.adapter.position_scheme(lm.model.config) in ("learned", "rotary")
 
 
-def plan_batches(requests: Sequence[ScoreRequest], vocab: int, max_tokens: int = MAX_TOKENS,
-                 max_logits: int = MAX_LOGITS) -> list[list[int]]:
+def plan_batches(
+    requests: Sequence[ScoreRequest], vocab: int, max_tokens: int = MAX_TOKENS, max_logits: int = MAX_LOGITS
+) -> list[list[int]]:
     """Request indices grouped into batches: longest rows first, each batch within ``max_tokens`` (rows x
     longest row) and ``max_logits`` (needed positions x vocabulary); a request larger than both runs alone."""
     order = sorted(range(len(requests)), key=lambda i: -requests[i].row_len)
@@ -127,8 +128,13 @@ def _row(r: ScoreRequest) -> tuple[list[int], np.ndarray, list[tuple[int, int, i
     return list(range(C)) + [C + d for d in depths], allowed, targets
 
 
-def _masks(allowed: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype, sliding: tuple[int, bool] | None,
-           boolean: bool = False) -> torch.Tensor | dict[str, torch.Tensor]:
+def _masks(
+    allowed: torch.Tensor,
+    pos: torch.Tensor,
+    dtype: torch.dtype,
+    sliding: tuple[int, bool] | None,
+    boolean: bool = False,
+) -> torch.Tensor | dict[str, torch.Tensor]:
     """Additive ``[B, 1, T, T]`` masks from the may-attend matrices (padding sees only itself); sliding layers
     also need ``pos_q - pos_k < window``.  ``boolean``: the may-attend matrices themselves (True = attend),
     which SDPA takes directly (~20 % faster in its CPU kernel than an additive mask); eager attention adds
@@ -153,7 +159,7 @@ def _masks(allowed: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype, sliding
 
 
 @torch.inference_mode()
-def _packed_batch(lm: "LoadedModel", reqs: Sequence[ScoreRequest]) -> list[list[float]]:
+def _packed_batch(lm: LoadedModel, reqs: Sequence[ScoreRequest]) -> list[list[float]]:
     model = lm.model
     dev = lm.device
     T = max(r.row_len for r in reqs)
@@ -190,12 +196,13 @@ def _packed_batch(lm: "LoadedModel", reqs: Sequence[ScoreRequest]) -> list[list[
     if use_embeds:
         x = embed(ids.to(dev))
         for b, e in embeds_ctx:
-            x[b, :e.shape[0]] = e.to(device=dev, dtype=x.dtype)
+            x[b, : e.shape[0]] = e.to(device=dev, dtype=x.dtype)
         inputs: dict[str, Any] = {"inputs_embeds": x}
     else:
         inputs = {"input_ids": ids.to(dev)}
-    mask = _masks(torch.from_numpy(allowed), pos, dtype, _sliding_window(lm),
-                  boolean=model.config._attn_implementation == "sdpa")
+    mask = _masks(
+        torch.from_numpy(allowed), pos, dtype, _sliding_window(lm), boolean=model.config._attn_implementation == "sdpa"
+    )
     mask = {k: v.to(dev) for k, v in mask.items()} if isinstance(mask, dict) else mask.to(dev)
     # the positions that predict some target, each once, in row-major order
     flat = torch.tensor(tgt_b) * T + torch.tensor(tgt_t)
@@ -211,10 +218,11 @@ def _packed_batch(lm: "LoadedModel", reqs: Sequence[ScoreRequest]) -> list[list[
     rows = where.to(dev)
     tok_lp = logits[rows, torch.tensor(tgt_tok, device=dev)].float() - _logsumexp_rows(logits)[rows]
     sums = torch.zeros(n_out, dtype=torch.float64, device=dev).index_add_(
-        0, torch.tensor(tgt_out, device=dev), tok_lp.double())
+        0, torch.tensor(tgt_out, device=dev), tok_lp.double()
+    )
     out, k = [], 0
     for r in reqs:
-        out.append([float(v) for v in sums[k:k + len(r.continuations)]])
+        out.append([float(v) for v in sums[k : k + len(r.continuations)]])
         k += len(r.continuations)
     return out
 
@@ -226,16 +234,17 @@ def _logsumexp_rows(logits: torch.Tensor) -> torch.Tensor:
     buf = torch.empty((min(n, LSE_ROWS), logits.shape[1]), dtype=torch.float32, device=logits.device)
     out = torch.empty(n, dtype=torch.float32, device=logits.device)
     for i in range(0, n, LSE_ROWS):
-        b = buf[:min(LSE_ROWS, n - i)]
-        b.copy_(logits[i:i + LSE_ROWS])
+        b = buf[: min(LSE_ROWS, n - i)]
+        b.copy_(logits[i : i + LSE_ROWS])
         m = b.amax(dim=-1, keepdim=True)
         m.masked_fill_(m.isinf(), 0.0)
-        out[i:i + b.shape[0]] = b.sub_(m).exp_().sum(dim=-1).log_().add_(m[:, 0])
+        out[i : i + b.shape[0]] = b.sub_(m).exp_().sum(dim=-1).log_().add_(m[:, 0])
     return out
 
 
-def packed_logliks(lm: "LoadedModel", requests: Sequence[ScoreRequest], *, max_tokens: int = MAX_TOKENS
-                   ) -> list[list[float]]:
+def packed_logliks(
+    lm: LoadedModel, requests: Sequence[ScoreRequest], *, max_tokens: int = MAX_TOKENS
+) -> list[list[float]]:
     """Per request, the summed log-probability of each continuation after its context (the order given).
 
     Equal to :func:`~.encode.continuation_logliks` per request (tested on every causal family to 1e-4, in
@@ -245,15 +254,18 @@ def packed_logliks(lm: "LoadedModel", requests: Sequence[ScoreRequest], *, max_t
     for r in requests:
         check_request(lm, r)
     if not can_pack(lm):
-        return [continuation_logliks(lm, r.continuations, context_ids=r.context_ids,
-                                     context_embeds=r.context_embeds) for r in requests]
+        return [
+            continuation_logliks(lm, r.continuations, context_ids=r.context_ids, context_embeds=r.context_embeds)
+            for r in requests
+        ]
     local = _local_window(lm)
     out: list[list[float] | None] = [None] * len(requests)
     packable = []
     for i, r in enumerate(requests):
         if local is not None and r.row_len > local:
-            out[i] = continuation_logliks(lm, r.continuations, context_ids=r.context_ids,
-                                          context_embeds=r.context_embeds)
+            out[i] = continuation_logliks(
+                lm, r.continuations, context_ids=r.context_ids, context_embeds=r.context_embeds
+            )
         else:
             packable.append(i)
     sub = [requests[i] for i in packable]

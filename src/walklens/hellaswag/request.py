@@ -7,9 +7,10 @@ prefix tree (:attr:`ScoreRequest.tree`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -63,7 +64,7 @@ class ScoreRequest:
         return 1 + len(self.tree[0])
 
 
-def check_request(lm: "LoadedModel", r: ScoreRequest) -> None:
+def check_request(lm: LoadedModel, r: ScoreRequest) -> None:
     """Refuse what no scorer can score: an empty context or continuation, and (causal LMs) a context plus
     continuation longer than the model's positions."""
     if not r.continuations or any(len(c) == 0 for c in r.continuations):
@@ -73,5 +74,6 @@ def check_request(lm: "LoadedModel", r: ScoreRequest) -> None:
     limit = context_limit(lm)
     L = max(len(c) for c in r.continuations)
     if lm.is_causal and limit is not None and r.context_len + L - 1 > limit:
-        raise ContextTooLongError(f"context ({r.context_len}) + continuation ({L}) tokens exceed the model's "
-                                  f"{limit} positions")
+        raise ContextTooLongError(
+            f"context ({r.context_len}) + continuation ({L}) tokens exceed the model's {limit} positions"
+        )

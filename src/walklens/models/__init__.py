@@ -51,9 +51,18 @@ def get_adapter(config_or_type: Any) -> Adapter:
     mt = config_or_type if isinstance(config_or_type, str) else getattr(config_or_type, "model_type", None)
     if mt not in ADAPTERS:
         raise UnsupportedFamilyError(
-            f"model_type {mt!r} is not supported; supported: {', '.join(supported_model_types())}")
+            f"model_type {mt!r} is not supported; supported: {', '.join(supported_model_types())}"
+        )
     return ADAPTERS[mt] if isinstance(config_or_type, str) else ADAPTERS[mt].specialize(config_or_type)
 
 
-__all__ = ["ADAPTERS", "Adapter", "HeadWeights", "StackSpec", "get_adapter", "get_module", "has_adapter",
-           "supported_model_types"]
+__all__ = [
+    "ADAPTERS",
+    "Adapter",
+    "HeadWeights",
+    "StackSpec",
+    "get_adapter",
+    "get_module",
+    "has_adapter",
+    "supported_model_types",
+]

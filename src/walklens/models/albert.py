@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, split_linear_heads, split_out_linear
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
@@ -19,8 +19,19 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     w_k, b_k = split_linear_heads(attn.key, H, d)
     w_v, b_v = split_linear_heads(attn.value, H, d)
     w_o, b_o = split_out_linear(attn.dense, H, d)
-    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), 1.0 / math.sqrt(d),
-                       notes="post-norm; the same weights serve every layer")
+    return HeadWeights(
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        b_q,
+        b_k,
+        b_v,
+        b_o,
+        tuple(range(H)),
+        1.0 / math.sqrt(d),
+        notes="post-norm; the same weights serve every layer",
+    )
 
 
 def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
@@ -40,10 +51,20 @@ ADAPTER = Adapter(
     model_types=("albert",),
     auto_class="masked",
     embed="albert.embeddings.word_embeddings",
-    stacks=(StackSpec(name="", layers="albert.encoder.albert_layer_groups.0.albert_layers", attn="attention",
-                      attn_out="attention.dense", mlp_out="ffn_output", mid="attention",
-                      norms={"attn": "attention.LayerNorm", "mlp": "full_layer_layer_norm"},
-                      embed_point="albert.encoder.embedding_hidden_mapping_in", shared_layer=True, causal=False),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="albert.encoder.albert_layer_groups.0.albert_layers",
+            attn="attention",
+            attn_out="attention.dense",
+            mlp_out="ffn_output",
+            mid="attention",
+            norms={"attn": "attention.LayerNorm", "mlp": "full_layer_layer_norm"},
+            embed_point="albert.encoder.embedding_hidden_mapping_in",
+            shared_layer=True,
+            causal=False,
+        ),
+    ),
     position="learned",
     residual="post_norm",
     head_weights_fn=head_weights,

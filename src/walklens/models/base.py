@@ -12,8 +12,9 @@ are returned by :func:`Adapter.head_weights` in that row convention.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, cast
+from typing import Any, Literal, cast
 
 import torch
 from torch import nn
@@ -137,7 +138,6 @@ class StackSpec:
         """Module whose output is the cross-attention projection, if the stack has cross-attention."""
         return self.cross_proj or self.cross_out
 
-
     def norm_module(self, layer: nn.Module, role: str) -> nn.Module | None:
         """The norm playing ``role`` ("attn", "mlp", ...) in one layer; a path may list alternatives
         separated by ``|`` (the first that exists wins: Falcon's layouts differ by config)."""
@@ -233,8 +233,9 @@ class Adapter:
             raise KeyError(identity)
         why = self.broken(config).get(identity)
         if why:
-            raise UnsupportedFamilyError(f"{analysis} relies on {IDENTITIES[identity]}, which {self.family} "
-                                         f"breaks: {why}")
+            raise UnsupportedFamilyError(
+                f"{analysis} relies on {IDENTITIES[identity]}, which {self.family} breaks: {why}"
+            )
 
     def stack(self, name: str | None = None) -> StackSpec:
         if name is None:
@@ -256,7 +257,9 @@ class Adapter:
         """V, the token-embedding matrix [vocab, D_embed] (eq. 2)."""
         return cast(nn.Embedding, get_module(model, self.embed)).weight
 
-    def attention_module(self, model: nn.Module, layer: int, stack: str | None = None, cross: bool = False) -> nn.Module:
+    def attention_module(
+        self, model: nn.Module, layer: int, stack: str | None = None, cross: bool = False
+    ) -> nn.Module:
         spec = self.stack(stack)
         path = spec.cross_attn if cross else spec.attn
         if path is None:
@@ -279,6 +282,7 @@ class Adapter:
 
 # ---- helpers shared by adapters ------------------------------------------------------------------------------
 
+
 def zeros_or(bias: torch.Tensor | None, *shape: int, like: torch.Tensor) -> torch.Tensor:
     if bias is None:
         return torch.zeros(*shape, dtype=like.dtype, device=like.device)
@@ -290,8 +294,9 @@ def split_linear_heads(linear: nn.Linear, n_heads: int, d_head: int) -> tuple[to
     return split_rows_heads(linear.weight, getattr(linear, "bias", None), n_heads, d_head)
 
 
-def split_rows_heads(weight: torch.Tensor, bias: torch.Tensor | None, n_heads: int,
-                     d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
+def split_rows_heads(
+    weight: torch.Tensor, bias: torch.Tensor | None, n_heads: int, d_head: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Output rows [n_heads*d, D] of a linear weight (a block of a fused projection, in head order) as per-head
     row-convention [H, D, d], with the matching bias rows as [H, d] (zeros when None)."""
     w = weight.detach()
@@ -299,8 +304,9 @@ def split_rows_heads(weight: torch.Tensor, bias: torch.Tensor | None, n_heads: i
     return w_h, zeros_or(bias, n_heads, d_head, like=w)
 
 
-def split_fused_qkv(linear: nn.Linear, n_heads: int, n_kv: int, d_head: int, per_head: bool
-                    ) -> tuple[torch.Tensor, ...]:
+def split_fused_qkv(
+    linear: nn.Linear, n_heads: int, n_kv: int, d_head: int, per_head: bool
+) -> tuple[torch.Tensor, ...]:
     """A fused nn.Linear(D -> q, k, v) as row-convention ``w_q, b_q, w_k, b_k, w_v, b_v`` ([n, D, d], [n, d]).
 
     ``per_head``: rows laid out head by head as [q_h | k_h | v_h] (GPT-NeoX, BLOOM; needs ``n_kv == n_heads``);
@@ -315,8 +321,7 @@ def split_fused_qkv(linear: nn.Linear, n_heads: int, n_kv: int, d_head: int, per
         parts = [(w.reshape(n_heads, 3, d_head, D)[:, i], b.reshape(n_heads, 3, d_head)[:, i]) for i in range(3)]
     else:
         sizes = [n_heads * d_head, n_kv * d_head, n_kv * d_head]
-        parts = [(wi.reshape(-1, d_head, D), bi.reshape(-1, d_head))
-                 for wi, bi in zip(w.split(sizes), b.split(sizes))]
+        parts = [(wi.reshape(-1, d_head, D), bi.reshape(-1, d_head)) for wi, bi in zip(w.split(sizes), b.split(sizes))]
     out: list[torch.Tensor] = []
     for wi, bi in parts:
         out += [wi.transpose(1, 2).contiguous(), bi.contiguous()]
@@ -397,5 +402,11 @@ def fold_rope_factor(hw: HeadWeights, config: Any) -> HeadWeights:
     w_q, w_k, b_q, b_k = (t.clone() for t in (hw.w_q, hw.w_k, hw.b_q, hw.b_k))
     for t in (w_q, w_k, b_q, b_k):
         t[..., :rot] *= f
-    return dataclasses.replace(hw, w_q=w_q, w_k=w_k, b_q=b_q, b_k=b_k,
-                               notes=note + f"the first {rot} (rotary) columns of W_q, W_k, b_q and b_k")
+    return dataclasses.replace(
+        hw,
+        w_q=w_q,
+        w_k=w_k,
+        b_q=b_q,
+        b_k=b_k,
+        notes=note + f"the first {rot} (rotary) columns of W_q, W_k, b_q and b_k",
+    )

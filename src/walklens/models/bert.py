@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, split_linear_heads, split_out_linear
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
@@ -21,8 +21,19 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     w_v, b_v = split_linear_heads(self_attn.value, H, d)
     dense = attn.output.dense if hasattr(attn, "output") else attn.dense
     w_o, b_o = split_out_linear(dense, H, d)
-    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), 1.0 / math.sqrt(d),
-                       notes="post-norm: the attention output is added to the residual before a LayerNorm")
+    return HeadWeights(
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        b_q,
+        b_k,
+        b_v,
+        b_o,
+        tuple(range(H)),
+        1.0 / math.sqrt(d),
+        notes="post-norm: the attention output is added to the residual before a LayerNorm",
+    )
 
 
 def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
@@ -34,9 +45,18 @@ ADAPTER = Adapter(
     model_types=("bert",),
     auto_class="masked",
     embed="bert.embeddings.word_embeddings",
-    stacks=(StackSpec(name="", layers="bert.encoder.layer", attn="attention", attn_out="attention.output.dense",
-                      mlp_out="output.dense", mid="attention",
-                      norms={"attn": "attention.output.LayerNorm", "mlp": "output.LayerNorm"}, causal=False),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="bert.encoder.layer",
+            attn="attention",
+            attn_out="attention.output.dense",
+            mlp_out="output.dense",
+            mid="attention",
+            norms={"attn": "attention.output.LayerNorm", "mlp": "output.LayerNorm"},
+            causal=False,
+        ),
+    ),
     position="learned",
     residual="post_norm",
     head_weights_fn=head_weights,

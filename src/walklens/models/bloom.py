@@ -11,9 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-
 from ..errors import UnsupportedFamilyError
-from .base import Adapter, HFModule, HeadWeights, StackSpec, lm_head_logits, split_fused_qkv, split_out_linear
+from .base import Adapter, HeadWeights, HFModule, StackSpec, lm_head_logits, split_fused_qkv, split_out_linear
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
@@ -21,17 +20,32 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     d = config.hidden_size // H
     w_q, b_q, w_k, b_k, w_v, b_v = split_fused_qkv(attn.query_key_value, H, H, d, per_head=True)
     w_o, b_o = split_out_linear(attn.dense, H, d)
-    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), 1.0 / math.sqrt(d),
-                       notes="ALiBi: scores add slope_h * (key - query), unscaled")
+    return HeadWeights(
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        b_q,
+        b_k,
+        b_v,
+        b_o,
+        tuple(range(H)),
+        1.0 / math.sqrt(d),
+        notes="ALiBi: scores add slope_h * (key - query), unscaled",
+    )
 
 
 def for_config(adapter: Adapter, config: Any) -> Adapter:
     if config.apply_residual_connection_post_layernorm:
-        raise UnsupportedFamilyError("BLOOM with apply_residual_connection_post_layernorm is not supported "
-                                     "(its residual stream is the normed input, not the block's input)")
+        raise UnsupportedFamilyError(
+            "BLOOM with apply_residual_connection_post_layernorm is not supported "
+            "(its residual stream is the normed input, not the block's input)"
+        )
     if config.pretraining_tp > 1 and config.slow_but_exact:
-        raise UnsupportedFamilyError("BLOOM with slow_but_exact and pretraining_tp > 1 is not supported (its "
-                                     "output projections are applied slice by slice, not as modules)")
+        raise UnsupportedFamilyError(
+            "BLOOM with slow_but_exact and pretraining_tp > 1 is not supported (its "
+            "output projections are applied slice by slice, not as modules)"
+        )
     return adapter
 
 
@@ -40,9 +54,17 @@ ADAPTER = Adapter(
     model_types=("bloom",),
     auto_class="causal",
     embed="transformer.word_embeddings",
-    stacks=(StackSpec(name="", layers="transformer.h", attn="self_attention", attn_out="self_attention.dense",
-                      mlp_out="mlp.dense_4h_to_h", final_norm="transformer.ln_f",
-                      norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="transformer.h",
+            attn="self_attention",
+            attn_out="self_attention.dense",
+            mlp_out="mlp.dense_4h_to_h",
+            final_norm="transformer.ln_f",
+            norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"},
+        ),
+    ),
     position="alibi",
     residual="pre_norm",
     head_weights_fn=head_weights,

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-from .base import HFModule, HeadWeights, split_out_linear, split_rows_heads
+from .base import HeadWeights, HFModule, split_out_linear, split_rows_heads
 from .gptj import rotary_notes, transformer_adapter
 
 
@@ -18,8 +17,9 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     q, v, k = (w[:, i].reshape(D, D) for i in range(3))  # rows in feature order, as the module reshapes them
     (w_q, b_q), (w_k, b_k), (w_v, b_v) = (split_rows_heads(t, None, H, d) for t in (q, k, v))
     w_o, b_o = split_out_linear(attn.out_proj, H, d)
-    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), float(attn.scaling),
-                       notes=rotary_notes(config))
+    return HeadWeights(
+        w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), float(attn.scaling), notes=rotary_notes(config)
+    )
 
 
 ADAPTER = transformer_adapter("codegen", head_weights)

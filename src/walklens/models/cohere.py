@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits
 from .llama import head_weights as llama_head_weights
 
 _head = lm_head_logits("lm_head")
@@ -23,10 +23,21 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     hw = llama_head_weights(attn, config)
     if not config.use_qk_norm:
         return hw
-    return HeadWeights(hw.w_q, hw.w_k, hw.w_v, hw.w_o, hw.b_q, hw.b_k, hw.b_v, hw.b_o, hw.kv_head, hw.scale,
-                       qk_norm=True,
-                       notes="q and k are LayerNorm-ed per head before the dot product, so W_qk is only a "
-                             "direction-level summary; W_vo is exact")
+    return HeadWeights(
+        hw.w_q,
+        hw.w_k,
+        hw.w_v,
+        hw.w_o,
+        hw.b_q,
+        hw.b_k,
+        hw.b_v,
+        hw.b_o,
+        hw.kv_head,
+        hw.scale,
+        qk_norm=True,
+        notes="q and k are LayerNorm-ed per head before the dot product, so W_qk is only a "
+        "direction-level summary; W_vo is exact",
+    )
 
 
 def limits(config: Any) -> dict[str, str]:
@@ -42,8 +53,17 @@ ADAPTER = Adapter(
     model_types=("cohere",),
     auto_class="causal",
     embed="model.embed_tokens",
-    stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="self_attn", mlp_out="mlp",
-                      final_norm="model.norm", norms={"attn": "input_layernorm", "mlp": "input_layernorm"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="model.layers",
+            attn="self_attn",
+            attn_out="self_attn",
+            mlp_out="mlp",
+            final_norm="model.norm",
+            norms={"attn": "input_layernorm", "mlp": "input_layernorm"},
+        ),
+    ),
     position="rotary",
     residual="parallel",
     head_weights_fn=head_weights,

@@ -19,21 +19,48 @@ adapter file (``walklens adapter MODEL --write``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from ..errors import UnsupportedFamilyError
-from .base import (Adapter, HeadWeights, HFModule, Position, Residual, StackSpec, act_from_config, fold_rope_factor,
-                   get_module, has_module, lm_head_logits, sliding_window_limit, zeros_or)
-from .probe import PROBE_TOL, QK_NORM_NAMES, Probe, close, identity_ok, qk_norms, rows_sum_to_one, score_softcap, scores_error
+from .base import (
+    Adapter,
+    HeadWeights,
+    HFModule,
+    Position,
+    Residual,
+    StackSpec,
+    act_from_config,
+    fold_rope_factor,
+    get_module,
+    has_module,
+    lm_head_logits,
+    sliding_window_limit,
+    zeros_or,
+)
+from .probe import (
+    PROBE_TOL,
+    QK_NORM_NAMES,
+    Probe,
+    close,
+    identity_ok,
+    qk_norms,
+    rows_sum_to_one,
+    score_softcap,
+    scores_error,
+)
 
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention", "mixer")
 MLP_NAMES = ("mlp", "feed_forward", "ffn", "block_sparse_moe", "moe", "feedforward")
-Q_NAMES, K_NAMES, V_NAMES = (("q_proj", "query", "wq", "q_lin", "q"), ("k_proj", "key", "wk", "k_lin", "k"),
-                             ("v_proj", "value", "wv", "v_lin", "v"))
+Q_NAMES, K_NAMES, V_NAMES = (
+    ("q_proj", "query", "wq", "q_lin", "q"),
+    ("k_proj", "key", "wk", "k_lin", "k"),
+    ("v_proj", "value", "wv", "v_lin", "v"),
+)
 O_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "out_lin", "o_lin", "o")
 QKV_NAMES = ("qkv_proj", "Wqkv", "c_attn", "query_key_value", "W_pack", "qkv")
 LAYOUTS = ("blocks", "per_head", "grouped")
@@ -81,6 +108,7 @@ class Roles:
 
 # ---- per-head weights from the roles ---------------------------------------------------------------------------
 
+
 def _weight(lin: HFModule, conv1d: bool) -> torch.Tensor:
     """A projection's weight (of an nn.Linear, or of GPT-2's Conv1D when ``conv1d``) as [out, in] (nn.Linear's
     layout)."""
@@ -122,18 +150,34 @@ def head_weights_from(roles: Roles) -> Callable[[nn.Module, Any], HeadWeights]:
 
         if roles.layout == "separate":
             (wq, bq), (wk, bk), (wv, bv) = wb(roles.q), wb(roles.k), wb(roles.v)
-            qkv = [wq.reshape(H, d, -1), wk.reshape(H_kv, d, -1), wv.reshape(H_kv, d, -1),
-                   bq.reshape(H, d), bk.reshape(H_kv, d), bv.reshape(H_kv, d)]
+            qkv = [
+                wq.reshape(H, d, -1),
+                wk.reshape(H_kv, d, -1),
+                wv.reshape(H_kv, d, -1),
+                bq.reshape(H, d),
+                bk.reshape(H_kv, d),
+                bv.reshape(H_kv, d),
+            ]
         else:
             qkv = split_fused(*wb(roles.q), roles.layout, H, H_kv, d)
         w_q, w_k, w_v = (t.transpose(1, 2).contiguous() for t in qkv[:3])
         wo, bo = wb(roles.o)  # [D, H*d]
         w_o = wo.t().reshape(H, d, -1).contiguous()
         group = H // H_kv
-        hw = HeadWeights(w_q, w_k, w_v, w_o, qkv[3].contiguous(), qkv[4].contiguous(), qkv[5].contiguous(), bo,
-                         tuple(h // group for h in range(H)), roles.scale, qk_norm=roles.qk_norm,
-                         notes="derived adapter" + ("; q/k normalised: W_qk is a direction summary"
-                                                    if roles.qk_norm else ""))
+        hw = HeadWeights(
+            w_q,
+            w_k,
+            w_v,
+            w_o,
+            qkv[3].contiguous(),
+            qkv[4].contiguous(),
+            qkv[5].contiguous(),
+            bo,
+            tuple(h // group for h in range(H)),
+            roles.scale,
+            qk_norm=roles.qk_norm,
+            notes="derived adapter" + ("; q/k normalised: W_qk is a direction summary" if roles.qk_norm else ""),
+        )
         return fold_rope_factor(hw, _config) if roles.position == "rotary" else hw
 
     return fn
@@ -175,27 +219,48 @@ def build_adapter(roles: Roles, family: str | None = None) -> Adapter:
     """The declarative :class:`Adapter` these roles describe; ``family`` defaults to ``"derived:<model_type>"``
     (a reviewed file kept in ``models/`` names the family itself).  ``harness_bos`` follows
     lm-evaluation-harness's own rule, which prefixes BOS when the model type contains "gemma"."""
-    spec = StackSpec(name="", layers=roles.layers, attn=roles.attn, attn_out=roles.attn_out, mlp_out=roles.mlp_out,
-                     final_norm=roles.final_norm, norms=dict(roles.norms),
-                     attn_proj=roles.attn if roles.attn_out != roles.attn else None)
+    spec = StackSpec(
+        name="",
+        layers=roles.layers,
+        attn=roles.attn,
+        attn_out=roles.attn_out,
+        mlp_out=roles.mlp_out,
+        final_norm=roles.final_norm,
+        norms=dict(roles.norms),
+        attn_proj=roles.attn if roles.attn_out != roles.attn else None,
+    )
     attr = roles.n_layers_attr
-    return Adapter(family=family or f"derived:{roles.model_type}", model_types=(roles.model_type,), auto_class="causal",
-                   embed=roles.embed, stacks=(spec,), position=roles.position, residual=roles.residual,
-                   head_weights_fn=head_weights_from(roles), logits_fn=_logits_fn(roles),
-                   n_layers_fn=lambda c: getattr(c, attr), mlp_act_fn=_activation(roles),
-                   unembed=roles.unembed, limits=dict(roles.limits), harness_bos="gemma" in roles.model_type)
+    return Adapter(
+        family=family or f"derived:{roles.model_type}",
+        model_types=(roles.model_type,),
+        auto_class="causal",
+        embed=roles.embed,
+        stacks=(spec,),
+        position=roles.position,
+        residual=roles.residual,
+        head_weights_fn=head_weights_from(roles),
+        logits_fn=_logits_fn(roles),
+        n_layers_fn=lambda c: getattr(c, attr),
+        mlp_act_fn=_activation(roles),
+        unembed=roles.unembed,
+        limits=dict(roles.limits),
+        harness_bos="gemma" in roles.model_type,
+    )
 
 
 def render(roles: Roles) -> str:
     """The roles as a reviewable adapter file for ``src/walklens/models/`` (``walklens adapter --write``)."""
     fields = ",\n".join(f"    {k}={v!r}" for k, v in asdict(roles).items())
-    return (f'"""{roles.model_type}: an adapter derived by walklens from the module tree and confirmed by its '
-            f'parity checks\n(`walklens verify`).  Review the roles, then keep this file as the family\'s '
-            f'adapter."""\n\nfrom __future__ import annotations\n\nfrom .derive import Roles, build_adapter\n\n'
-            f"ROLES = Roles(\n{fields},\n)\n\nADAPTER = build_adapter(ROLES, family={roles.model_type!r})\n")
+    return (
+        f'"""{roles.model_type}: an adapter derived by walklens from the module tree and confirmed by its '
+        f"parity checks\n(`walklens verify`).  Review the roles, then keep this file as the family's "
+        f'adapter."""\n\nfrom __future__ import annotations\n\nfrom .derive import Roles, build_adapter\n\n'
+        f"ROLES = Roles(\n{fields},\n)\n\nADAPTER = build_adapter(ROLES, family={roles.model_type!r})\n"
+    )
 
 
 # ---- finding the roles ---------------------------------------------------------------------------------------
+
 
 def _layer(model: nn.Module, layers: str, i: int) -> nn.Module:
     """Layer ``i`` of the layer list at the path ``layers``."""
@@ -223,8 +288,9 @@ def _config_int(cfg: Any, *names: str) -> tuple[str, int] | None:
 
 
 def _refuse(model_type: str, check: str, tried: str) -> UnsupportedFamilyError:
-    return UnsupportedFamilyError(f"model_type {model_type!r} has no adapter file and none could be derived: "
-                                  f"{check} (tried {tried})")
+    return UnsupportedFamilyError(
+        f"model_type {model_type!r} has no adapter file and none could be derived: {check} (tried {tried})"
+    )
 
 
 def _layer_roles(probe: Probe, layer: nn.Module, attn: str, mlp: str) -> dict[str, Any]:
@@ -256,8 +322,12 @@ def _layer_roles(probe: Probe, layer: nn.Module, attn: str, mlp: str) -> dict[st
         residual = None
     if residual and not close(pre + a_add + m_add, post, probe.tol):
         residual = None
-    return {"norms": role, "residual": residual, "attn_out": role.get("attn_post", attn),
-            "mlp_out": role.get("mlp_post", mlp)}
+    return {
+        "norms": role,
+        "residual": residual,
+        "attn_out": role.get("attn_post", attn),
+        "mlp_out": role.get("mlp_post", mlp),
+    }
 
 
 def _final_norm(model: HFModule, probe: Probe, last_out: torch.Tensor | None) -> str | None:
@@ -306,12 +376,16 @@ def _skeleton(model: HFModule) -> _Skeleton:
     layers_path, layers = lists[0]
     attn, mlp = _first(layers[0], ATTN_NAMES), _first(layers[0], MLP_NAMES)
     if attn is None or mlp is None:
-        raise _refuse(mt, "no attention or MLP module in a layer",
-                      f"{layers_path}.0.{{{','.join(ATTN_NAMES + MLP_NAMES)}}}")
+        raise _refuse(
+            mt, "no attention or MLP module in a layer", f"{layers_path}.0.{{{','.join(ATTN_NAMES + MLP_NAMES)}}}"
+        )
     proj = _projections(get_module(layers[0], attn))
     if proj is None:
-        raise _refuse(mt, "no q/k/v/o projections in the attention module",
-                      f"{layers_path}.0.{attn}.{{{','.join(Q_NAMES + QKV_NAMES + O_NAMES)}}}")
+        raise _refuse(
+            mt,
+            "no q/k/v/o projections in the attention module",
+            f"{layers_path}.0.{attn}.{{{','.join(Q_NAMES + QKV_NAMES + O_NAMES)}}}",
+        )
     heads = _config_int(cfg, "num_attention_heads", "n_head", "num_heads")
     if heads is None:
         raise _refuse(mt, "the config names no head count", "num_attention_heads, n_head, num_heads")
@@ -319,16 +393,32 @@ def _skeleton(model: HFModule) -> _Skeleton:
     kv = _config_int(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv")
     d = _config_int(cfg, "head_dim")
     D = model.get_input_embeddings().weight.shape[1]
-    return _Skeleton(mt, found[0], embed, unembed, layers_path, layers, attn, mlp, proj, H,
-                     1 if getattr(cfg, "multi_query", False) else (kv[1] if kv else H), d[1] if d else D // H)
+    return _Skeleton(
+        mt,
+        found[0],
+        embed,
+        unembed,
+        layers_path,
+        layers,
+        attn,
+        mlp,
+        proj,
+        H,
+        1 if getattr(cfg, "multi_query", False) else (kv[1] if kv else H),
+        d[1] if d else D // H,
+    )
 
 
 def _run_probe(model: HFModule, sk: _Skeleton) -> tuple[Probe, torch.Tensor]:
     """One forward pass over :data:`PROBE_LEN` token ids with every position id 0 (rotation-free), recording the
     first and last layer, its attention, MLP and norms and the body's norms; returns the probe and the logits."""
     layer = sk.layers[0]
-    watched = {"layer": layer, sk.attn: get_module(layer, sk.attn), sk.mlp: get_module(layer, sk.mlp),
-               "last": sk.layers[len(sk.layers) - 1]}
+    watched = {
+        "layer": layer,
+        sk.attn: get_module(layer, sk.attn),
+        sk.mlp: get_module(layer, sk.mlp),
+        "last": sk.layers[len(sk.layers) - 1],
+    }
     watched.update({n: m for n, m in layer.named_children() if _is_norm(m)})
     watched.update({f"final:{n}": m for n, m in model.base_model.named_children() if _is_norm(m)})
     probe = Probe(watched, PROBE_TOL.get(model.get_input_embeddings().weight.dtype, 1e-4))
@@ -341,16 +431,22 @@ def _forward(probe: Probe, model: HFModule, model_type: str) -> torch.Tensor:
     ids = (torch.arange(PROBE_LEN) * 7 + 3) % int(model.get_input_embeddings().weight.shape[0])
     dev = next(model.parameters()).device
     # an explicit mask: without one, transformers reads position ids that repeat 0 as packed sequences
-    kw: dict[str, Any] = {"input_ids": ids[None].to(dev), "use_cache": False,
-                          "attention_mask": torch.ones_like(ids)[None].to(dev)}
+    kw: dict[str, Any] = {
+        "input_ids": ids[None].to(dev),
+        "use_cache": False,
+        "attention_mask": torch.ones_like(ids)[None].to(dev),
+    }
     try:
         try:
             out = probe.run(model, **kw, position_ids=torch.zeros_like(ids)[None].to(dev))
         except TypeError:  # no position ids: the positions are not a rotation or a learned table of ids
             out = probe.run(model, **kw)
     except Exception as e:  # the model's own forward fails on the probe: nothing can be confirmed
-        raise _refuse(model_type, f"the probe forward pass failed ({type(e).__name__}: "
-                                  f"{' '.join(str(e).split())[:160]})", f"{PROBE_LEN} token ids") from None
+        raise _refuse(
+            model_type,
+            f"the probe forward pass failed ({type(e).__name__}: {' '.join(str(e).split())[:160]})",
+            f"{PROBE_LEN} token ids",
+        ) from None
     return out.logits[0].double()
 
 
@@ -361,19 +457,37 @@ def _confirm_every_layer(roles: Roles, model: HFModule) -> Roles:
     layers = cast(nn.ModuleList, get_module(model, roles.layers))
     watched: dict[str, nn.Module] = {}
     for l, layer in enumerate(layers):
-        watched.update({f"L{l}": layer, f"L{l}.attn": get_module(layer, roles.attn),
-                        f"L{l}.a": get_module(layer, roles.attn_out), f"L{l}.m": get_module(layer, roles.mlp_out)})
+        watched.update(
+            {
+                f"L{l}": layer,
+                f"L{l}.attn": get_module(layer, roles.attn),
+                f"L{l}.a": get_module(layer, roles.attn_out),
+                f"L{l}.m": get_module(layer, roles.mlp_out),
+            }
+        )
     probe = Probe(watched, PROBE_TOL.get(model.get_input_embeddings().weight.dtype, 1e-4))
     _forward(probe, model, roles.model_type)
     weights, bad_scores = head_weights_from(roles), []
     for l in range(len(layers)):
-        pre, a_out, m_out, post = (probe.ins.get(f"L{l}"), probe.outs.get(f"L{l}.a"), probe.outs.get(f"L{l}.m"),
-                                   probe.outs.get(f"L{l}"))
+        pre, a_out, m_out, post = (
+            probe.ins.get(f"L{l}"),
+            probe.outs.get(f"L{l}.a"),
+            probe.outs.get(f"L{l}.m"),
+            probe.outs.get(f"L{l}"),
+        )
         X, A, out = probe.ins.get(f"L{l}.attn"), probe.extra.get(f"L{l}.attn"), probe.outs.get(f"L{l}.attn")
-        if pre is None or a_out is None or m_out is None or post is None or \
-                not close(pre + a_out + m_out, post, probe.tol):
-            raise _refuse(roles.model_type, f"layer {l}'s contributions do not add up to its output (the roles "
-                                            f"found on layer 0 do not hold there)", f"{roles.layers}.{l}")
+        if (
+            pre is None
+            or a_out is None
+            or m_out is None
+            or post is None
+            or not close(pre + a_out + m_out, post, probe.tol)
+        ):
+            raise _refuse(
+                roles.model_type,
+                f"layer {l}'s contributions do not add up to its output (the roles found on layer 0 do not hold there)",
+                f"{roles.layers}.{l}",
+            )
         hw: HeadWeights | None = None
         try:
             hw = weights(watched[f"L{l}.attn"], model.config)
@@ -382,17 +496,24 @@ def _confirm_every_layer(roles: Roles, model: HFModule) -> Roles:
             ok = False
         if not ok or hw is None or X is None or A is None:  # (ok: hw, X and A are set)
             sinks = A is not None and not rows_sum_to_one(A[0], probe.tol)
-            raise _refuse(roles.model_type, f"the A.3 identity fails on layer {l}" +
-                          (" (its attention rows do not sum to 1: attention sinks)" if sinks else ""),
-                          f"{roles.layers}.{l}.{roles.attn}")
+            raise _refuse(
+                roles.model_type,
+                f"the A.3 identity fails on layer {l}"
+                + (" (its attention rows do not sum to 1: attention sinks)" if sinks else ""),
+                f"{roles.layers}.{l}.{roles.attn}",
+            )
         norms = qk_norms(watched[f"L{l}.attn"]) if roles.qk_norm else (None, None)
-        if "qk_rebuild" not in roles.limits and scores_error(hw, X[0], A[0], *norms,
-                                                             softcap=score_softcap(model.config)) > probe.tol:
+        if (
+            "qk_rebuild" not in roles.limits
+            and scores_error(hw, X[0], A[0], *norms, softcap=score_softcap(model.config)) > probe.tol
+        ):
             bad_scores.append(l)
     if not bad_scores:
         return roles
-    why = (f"the attention scores rebuilt from W_q, W_k at position 0 (with the model's q/k norms and soft-cap) "
-           f"differ from the model's on layers {bad_scores}: a position term or score transform walklens does not know")
+    why = (
+        f"the attention scores rebuilt from W_q, W_k at position 0 (with the model's q/k norms and soft-cap) "
+        f"differ from the model's on layers {bad_scores}: a position term or score transform walklens does not know"
+    )
     return replace(roles, limits={"qk_bilinear": why, **roles.limits, "qk_rebuild": why})
 
 
@@ -404,22 +525,48 @@ def derive_roles(model: HFModule) -> Roles:
     layer, attn_mod = sk.layers[0], get_module(sk.layers[0], sk.attn)
     lr = _layer_roles(probe, layer, sk.attn, sk.mlp)
     if lr["residual"] is None:
-        raise _refuse(sk.model_type, "the layer's contributions do not add up to its output (resid_pre + attn_out + "
-                                     "mlp_out != resid_post for every norm placement tried)",
-                      f"{sk.layers_path}.0.{{{sk.attn},{sk.mlp}}} with norms {sorted(lr['norms'].values()) or 'none'}")
+        raise _refuse(
+            sk.model_type,
+            "the layer's contributions do not add up to its output (resid_pre + attn_out + "
+            "mlp_out != resid_post for every norm placement tried)",
+            f"{sk.layers_path}.0.{{{sk.attn},{sk.mlp}}} with norms {sorted(lr['norms'].values()) or 'none'}",
+        )
     q, k, v, o = sk.proj
-    roles = Roles(model_type=sk.model_type, embed=sk.embed, unembed=sk.unembed, layers=sk.layers_path, attn=sk.attn,
-                  mlp=sk.mlp, attn_out=lr["attn_out"], mlp_out=lr["mlp_out"],
-                  final_norm=_final_norm(model, probe, probe.outs.get("last")), norms=lr["norms"],
-                  residual=lr["residual"], position=_position(model, cfg), q=q, k=k, v=v, o=o,
-                  layout="blocks" if k == "" else "separate", conv1d=_is_conv1d(attn_mod, o), n_heads=sk.n_heads,
-                  n_kv_heads=sk.n_kv_heads, d_head=sk.d_head,
-                  scale=float(getattr(attn_mod, "scaling", None) or 1 / math.sqrt(sk.d_head)),
-                  n_layers_attr=sk.n_layers_attr,
-                  act_attr=next((a for a in ("hidden_act", "hidden_activation", "activation_function")
-                                 if isinstance(getattr(cfg, a, None), str)), "hidden_act"),
-                  qk_norm=any(has_module(attn_mod, n) for n in QK_NORM_NAMES),
-                  act_module=_first(get_module(layer, sk.mlp), ACT_NAMES))
+    roles = Roles(
+        model_type=sk.model_type,
+        embed=sk.embed,
+        unembed=sk.unembed,
+        layers=sk.layers_path,
+        attn=sk.attn,
+        mlp=sk.mlp,
+        attn_out=lr["attn_out"],
+        mlp_out=lr["mlp_out"],
+        final_norm=_final_norm(model, probe, probe.outs.get("last")),
+        norms=lr["norms"],
+        residual=lr["residual"],
+        position=_position(model, cfg),
+        q=q,
+        k=k,
+        v=v,
+        o=o,
+        layout="blocks" if k == "" else "separate",
+        conv1d=_is_conv1d(attn_mod, o),
+        n_heads=sk.n_heads,
+        n_kv_heads=sk.n_kv_heads,
+        d_head=sk.d_head,
+        scale=float(getattr(attn_mod, "scaling", None) or 1 / math.sqrt(sk.d_head)),
+        n_layers_attr=sk.n_layers_attr,
+        act_attr=next(
+            (
+                a
+                for a in ("hidden_act", "hidden_activation", "activation_function")
+                if isinstance(getattr(cfg, a, None), str)
+            ),
+            "hidden_act",
+        ),
+        qk_norm=any(has_module(attn_mod, n) for n in QK_NORM_NAMES),
+        act_module=_first(get_module(layer, sk.mlp), ACT_NAMES),
+    )
     roles = _logit_roles(roles, model, probe, logits)
     return _confirm_every_layer(_attention_roles(roles, model, probe), model)
 
@@ -443,8 +590,11 @@ def _is_conv1d(attn: nn.Module, o: str) -> bool:
 def _position(model: nn.Module, cfg: Any) -> Position:
     if getattr(cfg, "alibi", False) or any("alibi" in n for n, _ in model.named_buffers()):
         return "alibi"
-    if any("rotary" in n or "rope" in n for n, _ in model.named_modules()) or getattr(cfg, "rope_theta", None) \
-            or getattr(cfg, "rope_parameters", None):
+    if (
+        any("rotary" in n or "rope" in n for n, _ in model.named_modules())
+        or getattr(cfg, "rope_theta", None)
+        or getattr(cfg, "rope_parameters", None)
+    ):
         return "rotary"
     if any(n.split(".")[-1] in ("wpe", "embed_positions", "position_embeddings") for n, _ in model.named_modules()):
         return "learned"
@@ -455,20 +605,30 @@ def _logit_roles(roles: Roles, model: HFModule, probe: Probe, logits: torch.Tens
     """Soft-cap and logit scale from the config, confirmed: logits rebuilt from ``final`` equal the model's."""
     cfg = model.config
     softcap = "final_logit_softcapping" if getattr(cfg, "final_logit_softcapping", None) else None
-    scale = next(((a, how) for a, how in LOGIT_SCALES if isinstance(getattr(cfg, a, None), (int, float))
-                  and getattr(cfg, a) not in (1, 1.0)), None)
+    scale = next(
+        (
+            (a, how)
+            for a, how in LOGIT_SCALES
+            if isinstance(getattr(cfg, a, None), (int, float)) and getattr(cfg, a) not in (1, 1.0)
+        ),
+        None,
+    )
     roles = replace(roles, softcap_attr=softcap, logit_scale=scale)
     if roles.final_norm is None:
-        raise _refuse(roles.model_type, "no final norm reads the last layer's output",
-                      "the norm modules of the model body")
+        raise _refuse(
+            roles.model_type, "no final norm reads the last layer's output", "the norm modules of the model body"
+        )
     final = probe.outs.get(f"final:{roles.final_norm.rsplit('.', 1)[-1]}")
     with torch.no_grad():
         rebuilt = _logits_fn(roles)(model, final).double() if final is not None else None
     if rebuilt is None or not close(rebuilt[0], logits, probe.tol):
         err = float((rebuilt[0] - logits).abs().max()) if rebuilt is not None else float("nan")
-        raise _refuse(roles.model_type, f"the logits recomputed from the final norm's output differ from the "
-                                        f"model's (max |dlogit| {err:.3g}): an unknown logit scale or cap",
-                      f"{roles.final_norm} -> {roles.unembed}, soft-cap {softcap}, scale {scale}")
+        raise _refuse(
+            roles.model_type,
+            f"the logits recomputed from the final norm's output differ from the "
+            f"model's (max |dlogit| {err:.3g}): an unknown logit scale or cap",
+            f"{roles.final_norm} -> {roles.unembed}, soft-cap {softcap}, scale {scale}",
+        )
     limits = dict(roles.limits)
     if softcap or scale:
         how = " and ".join(([f"scaled by {scale[0]}"] if scale else []) + (["soft-capped"] if softcap else []))
@@ -482,8 +642,11 @@ def _attention_roles(roles: Roles, model: HFModule, probe: Probe) -> Roles:
     X, out = probe.ins.get(roles.attn), probe.outs.get(roles.attn)
     attn_mod = get_module(_layer(model, roles.layers, 0), roles.attn)
     if A is None or X is None or out is None:
-        raise _refuse(roles.model_type, "the attention module returns no attention probabilities (eager)",
-                      f"{roles.layers}.0.{roles.attn}")
+        raise _refuse(
+            roles.model_type,
+            "the attention module returns no attention probabilities (eager)",
+            f"{roles.layers}.0.{roles.attn}",
+        )
     layouts = ("separate",) if roles.layout == "separate" else LAYOUTS
     tried = []
     for layout in layouts:
@@ -509,8 +672,11 @@ def _attention_roles(roles: Roles, model: HFModule, probe: Probe) -> Roles:
             limits["qk_bilinear"] = "q and k are normalised before the dot product"
         return replace(cand, limits=limits)  # scores: checked on every layer by _confirm_every_layer
     sinks = "" if rows_sum_to_one(A[0], probe.tol) else " (its attention rows do not sum to 1: attention sinks)"
-    raise _refuse(roles.model_type, f"the A.3 identity fails (the attention output is not sum_h A_h X W_vo,h + b) "
-                                    f"for every per-head layout{sinks}", f"{roles.attn}: {', '.join(tried)}")
+    raise _refuse(
+        roles.model_type,
+        f"the A.3 identity fails (the attention output is not sum_h A_h X W_vo,h + b) for every per-head layout{sinks}",
+        f"{roles.attn}: {', '.join(tried)}",
+    )
 
 
 def derive_adapter(model: nn.Module) -> Adapter:

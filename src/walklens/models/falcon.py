@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits, split_out_linear, zeros_or
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits, split_out_linear, zeros_or
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
@@ -27,7 +27,7 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     elif config.multi_query:
         wr, br = w.reshape(H + 2, d, D), b.reshape(H + 2, d)
         w_q, b_q = wr[:H], br[:H]
-        w_k, b_k, w_v, b_v = wr[H:H + 1], br[H:H + 1], wr[H + 1:], br[H + 1:]
+        w_k, b_k, w_v, b_v = wr[H : H + 1], br[H : H + 1], wr[H + 1 :], br[H + 1 :]
         kv = (0,) * H
     else:
         wr, br = w.reshape(H, 3, d, D), b.reshape(H, 3, d)
@@ -38,8 +38,9 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
         return t.transpose(1, 2).contiguous()
 
     w_o, b_o = split_out_linear(attn.dense, H, d)
-    return HeadWeights(rows(w_q), rows(w_k), rows(w_v), w_o, b_q, b_k.contiguous(), b_v.contiguous(), b_o, kv,
-                       1.0 / math.sqrt(d))
+    return HeadWeights(
+        rows(w_q), rows(w_k), rows(w_v), w_o, b_q, b_k.contiguous(), b_v.contiguous(), b_o, kv, 1.0 / math.sqrt(d)
+    )
 
 
 ADAPTER = Adapter(
@@ -47,10 +48,17 @@ ADAPTER = Adapter(
     model_types=("falcon",),
     auto_class="causal",
     embed="transformer.word_embeddings",
-    stacks=(StackSpec(name="", layers="transformer.h", attn="self_attention", attn_out="self_attention",
-                      mlp_out="mlp", final_norm="transformer.ln_f",
-                      norms={"attn": "ln_attn|input_layernorm",
-                             "mlp": "ln_mlp|post_attention_layernorm|input_layernorm"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="transformer.h",
+            attn="self_attention",
+            attn_out="self_attention",
+            mlp_out="mlp",
+            final_norm="transformer.ln_f",
+            norms={"attn": "ln_attn|input_layernorm", "mlp": "ln_mlp|post_attention_layernorm|input_layernorm"},
+        ),
+    ),
     position=lambda c: "alibi" if c.alibi else "rotary",
     residual=lambda c: "parallel" if (c.new_decoder_architecture or c.parallel_attn) else "pre_norm",
     head_weights_fn=head_weights,

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits, sliding_window_limit
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits, sliding_window_limit
 from .llama import head_weights as llama_head_weights
 
 
@@ -20,9 +19,20 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     cap = getattr(config, "attn_logit_softcapping", None)
     if not cap:
         return hw
-    return HeadWeights(hw.w_q, hw.w_k, hw.w_v, hw.w_o, hw.b_q, hw.b_k, hw.b_v, hw.b_o, hw.kv_head, hw.scale,
-                       notes=f"scores are soft-capped ({cap} * tanh(s / {cap})) before the softmax, so W_qk gives "
-                             "the pre-cap score; W_vo is exact")
+    return HeadWeights(
+        hw.w_q,
+        hw.w_k,
+        hw.w_v,
+        hw.w_o,
+        hw.b_q,
+        hw.b_k,
+        hw.b_v,
+        hw.b_o,
+        hw.kv_head,
+        hw.scale,
+        notes=f"scores are soft-capped ({cap} * tanh(s / {cap})) before the softmax, so W_qk gives "
+        "the pre-cap score; W_vo is exact",
+    )
 
 
 def limits(config: Any) -> dict[str, str]:
@@ -41,10 +51,23 @@ ADAPTER = Adapter(
     model_types=("gemma2",),
     auto_class="causal",
     embed="model.embed_tokens",
-    stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="post_attention_layernorm",
-                      mlp_out="post_feedforward_layernorm", final_norm="model.norm", attn_proj="self_attn",
-                      norms={"attn": "input_layernorm", "attn_post": "post_attention_layernorm",
-                             "mlp": "pre_feedforward_layernorm", "mlp_post": "post_feedforward_layernorm"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="model.layers",
+            attn="self_attn",
+            attn_out="post_attention_layernorm",
+            mlp_out="post_feedforward_layernorm",
+            final_norm="model.norm",
+            attn_proj="self_attn",
+            norms={
+                "attn": "input_layernorm",
+                "attn_post": "post_attention_layernorm",
+                "mlp": "pre_feedforward_layernorm",
+                "mlp_post": "post_feedforward_layernorm",
+            },
+        ),
+    ),
     position="rotary",
     residual="pre_norm",
     head_weights_fn=head_weights,

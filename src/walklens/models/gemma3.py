@@ -7,18 +7,28 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-
 from . import gemma2
-from .base import HFModule, HeadWeights
+from .base import HeadWeights, HFModule
 from .llama import head_weights as llama_head_weights
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     hw = llama_head_weights(attn, config)
-    return HeadWeights(hw.w_q, hw.w_k, hw.w_v, hw.w_o, hw.b_q, hw.b_k, hw.b_v, hw.b_o, hw.kv_head, hw.scale,
-                       qk_norm=True,
-                       notes="q and k are RMS-normalised per head before the dot product, so W_qk is only "
-                             "a direction-level summary; W_vo is exact")
+    return HeadWeights(
+        hw.w_q,
+        hw.w_k,
+        hw.w_v,
+        hw.w_o,
+        hw.b_q,
+        hw.b_k,
+        hw.b_v,
+        hw.b_o,
+        hw.kv_head,
+        hw.scale,
+        qk_norm=True,
+        notes="q and k are RMS-normalised per head before the dot product, so W_qk is only "
+        "a direction-level summary; W_vo is exact",
+    )
 
 
 def limits(config: Any) -> dict[str, str]:
@@ -28,5 +38,6 @@ def limits(config: Any) -> dict[str, str]:
 
 
 #: Gemma 2's module tree and sandwich norms, its soft-cap, embedding scale and harness BOS
-ADAPTER = dataclasses.replace(gemma2.ADAPTER, family="gemma3", model_types=("gemma3_text",),
-                              head_weights_fn=head_weights, limits=limits)
+ADAPTER = dataclasses.replace(
+    gemma2.ADAPTER, family="gemma3", model_types=("gemma3_text",), head_weights_fn=head_weights, limits=limits
+)

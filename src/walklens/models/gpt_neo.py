@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-
-from .base import (Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits, split_linear_heads,
-                   split_out_linear)
+from .base import (
+    Adapter,
+    HeadWeights,
+    HFModule,
+    StackSpec,
+    act_from_config,
+    lm_head_logits,
+    split_linear_heads,
+    split_out_linear,
+)
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
@@ -18,8 +25,19 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     w_k, b_k = split_linear_heads(inner.k_proj, H, d)
     w_v, b_v = split_linear_heads(inner.v_proj, H, d)
     w_o, b_o = split_out_linear(inner.out_proj, H, d)
-    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), 1.0,
-                       notes="GPT-Neo does not scale q·k; local layers see a sliding window")
+    return HeadWeights(
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        b_q,
+        b_k,
+        b_v,
+        b_o,
+        tuple(range(H)),
+        1.0,
+        notes="GPT-Neo does not scale q·k; local layers see a sliding window",
+    )
 
 
 ADAPTER = Adapter(
@@ -27,8 +45,17 @@ ADAPTER = Adapter(
     model_types=("gpt_neo",),
     auto_class="causal",
     embed="transformer.wte",
-    stacks=(StackSpec(name="", layers="transformer.h", attn="attn.attention", attn_out="attn", mlp_out="mlp",
-                      final_norm="transformer.ln_f", norms={"attn": "ln_1", "mlp": "ln_2"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="transformer.h",
+            attn="attn.attention",
+            attn_out="attn",
+            mlp_out="mlp",
+            final_norm="transformer.ln_f",
+            norms={"attn": "ln_1", "mlp": "ln_2"},
+        ),
+    ),
     position="learned",
     residual="pre_norm",
     head_weights_fn=head_weights,

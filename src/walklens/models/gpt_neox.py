@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-
-from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits, split_out_linear, zeros_or
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits, split_out_linear, zeros_or
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
@@ -18,8 +17,19 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     b = zeros_or(attn.query_key_value.bias, H, 3, d, like=w)
     per = [w[:, i].transpose(1, 2).contiguous() for i in range(3)]
     w_o, b_o = split_out_linear(attn.dense, H, d)
-    return HeadWeights(per[0], per[1], per[2], w_o, b[:, 0], b[:, 1], b[:, 2], b_o, tuple(range(H)),
-                       1.0 / math.sqrt(d), notes=f"rotary on the first {getattr(config, 'rotary_pct', 1.0):.0%} of each head")
+    return HeadWeights(
+        per[0],
+        per[1],
+        per[2],
+        w_o,
+        b[:, 0],
+        b[:, 1],
+        b[:, 2],
+        b_o,
+        tuple(range(H)),
+        1.0 / math.sqrt(d),
+        notes=f"rotary on the first {getattr(config, 'rotary_pct', 1.0):.0%} of each head",
+    )
 
 
 ADAPTER = Adapter(
@@ -27,9 +37,17 @@ ADAPTER = Adapter(
     model_types=("gpt_neox",),
     auto_class="causal",
     embed="gpt_neox.embed_in",
-    stacks=(StackSpec(name="", layers="gpt_neox.layers", attn="attention", attn_out="attention", mlp_out="mlp",
-                      final_norm="gpt_neox.final_layer_norm",
-                      norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="gpt_neox.layers",
+            attn="attention",
+            attn_out="attention",
+            mlp_out="mlp",
+            final_norm="gpt_neox.final_layer_norm",
+            norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"},
+        ),
+    ),
     position="rotary",
     residual=lambda c: "parallel" if c.use_parallel_residual else "pre_norm",
     head_weights_fn=head_weights,

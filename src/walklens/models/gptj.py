@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-
-from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits
 from .phi import qkv_heads
 
 
 def rotary_notes(config: Any) -> str:
     dims = config.rotary_dim or config.n_embd // config.n_head
-    return (f"rotary (interleaved pairs) on the first {dims} dims of each head: W_qk is the position-0 "
-            "(no rotation) form")
+    return (
+        f"rotary (interleaved pairs) on the first {dims} dims of each head: W_qk is the position-0 (no rotation) form"
+    )
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
@@ -28,8 +28,17 @@ def transformer_adapter(family: str, head_weights_fn: Any) -> Adapter:
         model_types=(family,),
         auto_class="causal",
         embed="transformer.wte",
-        stacks=(StackSpec(name="", layers="transformer.h", attn="attn", attn_out="attn", mlp_out="mlp",
-                          final_norm="transformer.ln_f", norms={"attn": "ln_1", "mlp": "ln_1"}),),
+        stacks=(
+            StackSpec(
+                name="",
+                layers="transformer.h",
+                attn="attn",
+                attn_out="attn",
+                mlp_out="mlp",
+                final_norm="transformer.ln_f",
+                norms={"attn": "ln_1", "mlp": "ln_1"},
+            ),
+        ),
         position="rotary",
         residual="parallel",
         head_weights_fn=head_weights_fn,

@@ -5,9 +5,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-
-from .base import (Adapter, HFModule, HeadWeights, StackSpec, act_from_config, fold_rope_factor, lm_head_logits,
-                   sliding_window_limit, split_linear_heads, split_out_linear)
+from .base import (
+    Adapter,
+    HeadWeights,
+    HFModule,
+    StackSpec,
+    act_from_config,
+    fold_rope_factor,
+    lm_head_logits,
+    sliding_window_limit,
+    split_linear_heads,
+    split_out_linear,
+)
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
@@ -19,9 +28,22 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     w_v, b_v = split_linear_heads(attn.v_proj, H_kv, d)
     w_o, b_o = split_out_linear(attn.o_proj, H, d)
     group = H // H_kv
-    return fold_rope_factor(HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(h // group for h in range(H)),
-                                        float(attn.scaling), notes="rotary: W_qk is the position-0 (no rotation) form"),
-                            config)
+    return fold_rope_factor(
+        HeadWeights(
+            w_q,
+            w_k,
+            w_v,
+            w_o,
+            b_q,
+            b_k,
+            b_v,
+            b_o,
+            tuple(h // group for h in range(H)),
+            float(attn.scaling),
+            notes="rotary: W_qk is the position-0 (no rotation) form",
+        ),
+        config,
+    )
 
 
 ADAPTER = Adapter(
@@ -29,9 +51,17 @@ ADAPTER = Adapter(
     model_types=("llama", "mistral", "qwen2"),
     auto_class="causal",
     embed="model.embed_tokens",
-    stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="self_attn", mlp_out="mlp",
-                      final_norm="model.norm",
-                      norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="model.layers",
+            attn="self_attn",
+            attn_out="self_attn",
+            mlp_out="mlp",
+            final_norm="model.norm",
+            norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"},
+        ),
+    ),
     position="rotary",
     residual="pre_norm",
     head_weights_fn=head_weights,

@@ -11,8 +11,10 @@ from .llama import llama_like
 
 
 def limits(config: Any) -> dict[str, str]:
-    moe = (f"the MLP of every layer is the routed sum of the top {config.num_experts_per_tok} of "
-           f"{config.num_local_experts} experts, chosen per token")
+    moe = (
+        f"the MLP of every layer is the routed sum of the top {config.num_experts_per_tok} of "
+        f"{config.num_local_experts} experts, chosen per token"
+    )
     return {"dense_mlp": moe, **sliding_window_limit(config)}
 
 

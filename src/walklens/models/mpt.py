@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from ..errors import UnsupportedFamilyError
-from .base import Adapter, HFModule, HeadWeights, StackSpec, lm_head_logits, split_fused_qkv, split_out_linear
+from .base import Adapter, HeadWeights, HFModule, StackSpec, lm_head_logits, split_fused_qkv, split_out_linear
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
@@ -21,9 +20,20 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     w_q, b_q, w_k, b_k, w_v, b_v = split_fused_qkv(attn.Wqkv, H, H, d, per_head=False)
     w_o, b_o = split_out_linear(attn.out_proj, H, d)
     clip = attn.clip_qkv
-    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), float(attn.softmax_scale),
-                       notes="ALiBi: scores add slope_h * (key - query), unscaled"
-                             + (f"; q, k and v are clamped to +-{clip}" if clip else ""))
+    return HeadWeights(
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        b_q,
+        b_k,
+        b_v,
+        b_o,
+        tuple(range(H)),
+        float(attn.softmax_scale),
+        notes="ALiBi: scores add slope_h * (key - query), unscaled"
+        + (f"; q, k and v are clamped to +-{clip}" if clip else ""),
+    )
 
 
 def limits(config: Any) -> dict[str, str]:
@@ -34,8 +44,10 @@ def limits(config: Any) -> dict[str, str]:
 def for_config(adapter: Adapter, config: Any) -> Adapter:
     ac = config.attn_config
     if ac.qk_ln or not ac.alibi:
-        raise UnsupportedFamilyError("MPT with qk_ln or without alibi is not supported: transformers' MPT ignores "
-                                     "both, so the loaded model does not compute this checkpoint")
+        raise UnsupportedFamilyError(
+            "MPT with qk_ln or without alibi is not supported: transformers' MPT ignores "
+            "both, so the loaded model does not compute this checkpoint"
+        )
     return adapter
 
 
@@ -44,8 +56,17 @@ ADAPTER = Adapter(
     model_types=("mpt",),
     auto_class="causal",
     embed="transformer.wte",
-    stacks=(StackSpec(name="", layers="transformer.blocks", attn="attn", attn_out="attn", mlp_out="ffn.down_proj",
-                      final_norm="transformer.norm_f", norms={"attn": "norm_1", "mlp": "norm_2"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="transformer.blocks",
+            attn="attn",
+            attn_out="attn",
+            mlp_out="ffn.down_proj",
+            final_norm="transformer.norm_f",
+            norms={"attn": "norm_1", "mlp": "norm_2"},
+        ),
+    ),
     position="alibi",
     residual="pre_norm",
     head_weights_fn=head_weights,

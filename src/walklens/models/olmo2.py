@@ -7,17 +7,27 @@ from __future__ import annotations
 
 from typing import Any
 
-
-from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits
 from .llama import head_weights as llama_head_weights
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     hw = llama_head_weights(attn, config)
-    return HeadWeights(hw.w_q, hw.w_k, hw.w_v, hw.w_o, hw.b_q, hw.b_k, hw.b_v, hw.b_o, hw.kv_head, hw.scale,
-                       qk_norm=True,
-                       notes="q and k are RMS-normalised over all heads jointly before the dot product, so W_qk "
-                             "is only a direction-level summary; W_vo is exact")
+    return HeadWeights(
+        hw.w_q,
+        hw.w_k,
+        hw.w_v,
+        hw.w_o,
+        hw.b_q,
+        hw.b_k,
+        hw.b_v,
+        hw.b_o,
+        hw.kv_head,
+        hw.scale,
+        qk_norm=True,
+        notes="q and k are RMS-normalised over all heads jointly before the dot product, so W_qk "
+        "is only a direction-level summary; W_vo is exact",
+    )
 
 
 ADAPTER = Adapter(
@@ -25,9 +35,18 @@ ADAPTER = Adapter(
     model_types=("olmo2",),
     auto_class="causal",
     embed="model.embed_tokens",
-    stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="post_attention_layernorm",
-                      mlp_out="post_feedforward_layernorm", final_norm="model.norm", attn_proj="self_attn",
-                      norms={"attn_post": "post_attention_layernorm", "mlp_post": "post_feedforward_layernorm"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="model.layers",
+            attn="self_attn",
+            attn_out="post_attention_layernorm",
+            mlp_out="post_feedforward_layernorm",
+            final_norm="model.norm",
+            attn_proj="self_attn",
+            norms={"attn_post": "post_attention_layernorm", "mlp_post": "post_feedforward_layernorm"},
+        ),
+    ),
     position="rotary",
     residual="pre_norm",
     head_weights_fn=head_weights,

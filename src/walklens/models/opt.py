@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, split_linear_heads, split_out_linear
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
@@ -49,9 +49,17 @@ ADAPTER = Adapter(
     model_types=("opt",),
     auto_class="causal",
     embed="model.decoder.embed_tokens",
-    stacks=(StackSpec(name="", layers="model.decoder.layers", attn="self_attn", attn_out="self_attn",
-                      mlp_out="fc2", final_norm="model.decoder.final_layer_norm",
-                      norms={"attn": "self_attn_layer_norm", "mlp": "final_layer_norm"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="model.decoder.layers",
+            attn="self_attn",
+            attn_out="self_attn",
+            mlp_out="fc2",
+            final_norm="model.decoder.final_layer_norm",
+            norms={"attn": "self_attn_layer_norm", "mlp": "final_layer_norm"},
+        ),
+    ),
     position="learned",
     residual=lambda c: "pre_norm" if _pre_norm(c) else "post_norm",
     head_weights_fn=head_weights,

@@ -6,9 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-
-from .base import (Adapter, HFModule, HeadWeights, StackSpec, act_from_config, fold_rope_factor, lm_head_logits,
-                   split_linear_heads, split_out_linear)
+from .base import (
+    Adapter,
+    HeadWeights,
+    HFModule,
+    StackSpec,
+    act_from_config,
+    fold_rope_factor,
+    lm_head_logits,
+    split_linear_heads,
+    split_out_linear,
+)
 
 
 def qkv_heads(attn: HFModule, config: Any, out: str, qk_norm: bool = False, notes: str = "") -> HeadWeights:
@@ -22,8 +30,23 @@ def qkv_heads(attn: HFModule, config: Any, out: str, qk_norm: bool = False, note
     w_v, b_v = split_linear_heads(attn.v_proj, H_kv, d)
     w_o, b_o = split_out_linear(getattr(attn, out), H, d)
     group = H // H_kv
-    return fold_rope_factor(HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(h // group for h in range(H)),
-                                        float(attn.scaling), qk_norm=qk_norm, notes=notes), config)
+    return fold_rope_factor(
+        HeadWeights(
+            w_q,
+            w_k,
+            w_v,
+            w_o,
+            b_q,
+            b_k,
+            b_v,
+            b_o,
+            tuple(h // group for h in range(H)),
+            float(attn.scaling),
+            qk_norm=qk_norm,
+            notes=notes,
+        ),
+        config,
+    )
 
 
 def rotary_notes(config: Any, qk_norm: bool) -> str:
@@ -31,8 +54,10 @@ def rotary_notes(config: Any, qk_norm: bool) -> str:
     frac = (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
     note = f"rotary on the first {frac:.0%} of each head: W_qk is the position-0 (no rotation) form"
     if qk_norm:
-        note += "; q and k are LayerNorm-ed per head before the dot product, so W_qk is only a direction-level " \
-                "summary; W_vo is exact"
+        note += (
+            "; q and k are LayerNorm-ed per head before the dot product, so W_qk is only a direction-level "
+            "summary; W_vo is exact"
+        )
     return note
 
 
@@ -43,8 +68,11 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
 
 def qk_norm_limits(config: Any) -> dict[str, str]:
     """``qk_bilinear`` is broken when the config normalises q and k per head (``qk_layernorm``)."""
-    return {"qk_bilinear": "q and k are LayerNorm-ed per head before the dot product (qk_layernorm)"} \
-        if getattr(config, "qk_layernorm", False) else {}
+    return (
+        {"qk_bilinear": "q and k are LayerNorm-ed per head before the dot product (qk_layernorm)"}
+        if getattr(config, "qk_layernorm", False)
+        else {}
+    )
 
 
 ADAPTER = Adapter(
@@ -52,9 +80,17 @@ ADAPTER = Adapter(
     model_types=("phi",),
     auto_class="causal",
     embed="model.embed_tokens",
-    stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="self_attn", mlp_out="mlp",
-                      final_norm="model.final_layernorm",
-                      norms={"attn": "input_layernorm", "mlp": "input_layernorm"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="model.layers",
+            attn="self_attn",
+            attn_out="self_attn",
+            mlp_out="mlp",
+            final_norm="model.final_layernorm",
+            norms={"attn": "input_layernorm", "mlp": "input_layernorm"},
+        ),
+    ),
     position="rotary",
     residual="parallel",
     head_weights_fn=head_weights,

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-from .base import HFModule, HeadWeights, fold_rope_factor, split_out_linear, split_rows_heads
+from .base import HeadWeights, HFModule, fold_rope_factor, split_out_linear, split_rows_heads
 from .llama import llama_like
 
 
@@ -21,8 +20,19 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     w_o, b_o = split_out_linear(attn.o_proj, H, d)
     group = H // H_kv
     frac = (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
-    hw = HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(h // group for h in range(H)), float(attn.scaling),
-                     notes=f"rotary on the first {frac:.0%} of each head: W_qk is the position-0 (no rotation) form")
+    hw = HeadWeights(
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        b_q,
+        b_k,
+        b_v,
+        b_o,
+        tuple(h // group for h in range(H)),
+        float(attn.scaling),
+        notes=f"rotary on the first {frac:.0%} of each head: W_qk is the position-0 (no rotation) form",
+    )
     return fold_rope_factor(hw, config)
 
 

@@ -6,7 +6,8 @@ from W_q, W_k at position 0; :func:`identity_ok` checks the A.3 identity on one 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,6 +42,7 @@ class Probe:
             x = args[0] if args else kwargs.get("hidden_states", kwargs.get("input"))
             if isinstance(x, torch.Tensor) and name not in self.ins:
                 self.ins[name] = x.detach().float()
+
         return hook
 
     def _post(self, name: str) -> Callable[..., None]:
@@ -54,6 +56,7 @@ class Probe:
                 probs = [t for t in out[1:] if isinstance(t, torch.Tensor) and t.dim() == 4]
                 if probs:
                     self.extra[name] = probs[-1].detach().double()
+
         return hook
 
 
@@ -70,8 +73,14 @@ def close(a: torch.Tensor | None, b: torch.Tensor | None, rel: float) -> bool:
     return float((a - b).abs().max()) <= rel * scale
 
 
-def scores_error(hw: HeadWeights, X: torch.Tensor, A: torch.Tensor, q_norm: nn.Module | None = None,
-                 k_norm: nn.Module | None = None, softcap: float | None = None) -> float:
+def scores_error(
+    hw: HeadWeights,
+    X: torch.Tensor,
+    A: torch.Tensor,
+    q_norm: nn.Module | None = None,
+    k_norm: nn.Module | None = None,
+    softcap: float | None = None,
+) -> float:
     """Max |attention probability rebuilt from W_q, W_k - the model's|, for X and A [H, T, T] recorded with every
     position id 0: softmax(scale * q k^T + mask), with the family's own q/k norm modules applied to q and k (per
     head, or over the full width, as their weights say) and its score soft-cap, where it has them.  The mask is
@@ -134,5 +143,14 @@ def score_softcap(config: Any) -> float | None:
     return float(cap) if cap else None
 
 
-__all__ = ["PROBE_TOL", "QK_NORM_NAMES", "Probe", "close", "identity_ok", "qk_norms", "rows_sum_to_one", "score_softcap",
-           "scores_error"]
+__all__ = [
+    "PROBE_TOL",
+    "QK_NORM_NAMES",
+    "Probe",
+    "close",
+    "identity_ok",
+    "qk_norms",
+    "rows_sum_to_one",
+    "score_softcap",
+    "scores_error",
+]

@@ -23,8 +23,10 @@ def moe_limit(config: Any) -> dict[str, str]:
     if not layers:
         return {}
     shared = " plus a gated shared expert" if getattr(config, "shared_expert_intermediate_size", 0) else ""
-    return {"dense_mlp": f"the MLP of layers {layers} is the routed sum of the top {config.num_experts_per_tok} "
-                         f"of {config.num_experts} experts{shared}, chosen per token"}
+    return {
+        "dense_mlp": f"the MLP of layers {layers} is the routed sum of the top {config.num_experts_per_tok} "
+        f"of {config.num_experts} experts{shared}, chosen per token"
+    }
 
 
 def limits(config: Any) -> dict[str, str]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, lm_head_logits
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits
 from .phi import qk_norm_limits, qkv_heads, rotary_notes
 
 
@@ -21,9 +20,17 @@ ADAPTER = Adapter(
     model_types=("stablelm",),
     auto_class="causal",
     embed="model.embed_tokens",
-    stacks=(StackSpec(name="", layers="model.layers", attn="self_attn", attn_out="self_attn", mlp_out="mlp",
-                      final_norm="model.norm",
-                      norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm|input_layernorm"}),),
+    stacks=(
+        StackSpec(
+            name="",
+            layers="model.layers",
+            attn="self_attn",
+            attn_out="self_attn",
+            mlp_out="mlp",
+            final_norm="model.norm",
+            norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm|input_layernorm"},
+        ),
+    ),
     position="rotary",
     residual=lambda c: "parallel" if c.use_parallel_residual else "pre_norm",
     head_weights_fn=head_weights,

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .base import Adapter, HFModule, HeadWeights, StackSpec, act_from_config, split_linear_heads, split_out_linear
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, split_linear_heads, split_out_linear
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
@@ -17,26 +17,51 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     w_k, b_k = split_linear_heads(attn.k, H, d)
     w_v, b_v = split_linear_heads(attn.v, H, d)
     w_o, b_o = split_out_linear(attn.o, H, d)
-    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), 1.0,
-                       notes="T5 does not scale q·k; a relative position bias is added to the scores")
+    return HeadWeights(
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        b_q,
+        b_k,
+        b_v,
+        b_o,
+        tuple(range(H)),
+        1.0,
+        notes="T5 does not scale q·k; a relative position bias is added to the scores",
+    )
 
 
 def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
     x = final.to(model.lm_head.weight.dtype)
     if model.config.tie_word_embeddings:
-        x = x * (model.config.d_model ** -0.5)
+        x = x * (model.config.d_model**-0.5)
     return model.lm_head(x)
 
 
-_ENC = StackSpec(name="enc", layers="encoder.block", attn="layer.0.SelfAttention", attn_out="layer.0.SelfAttention",
-                 mlp_out="layer.1.DenseReluDense", final_norm="encoder.final_layer_norm",
-                 norms={"attn": "layer.0.layer_norm", "mlp": "layer.1.layer_norm"}, embed_point="encoder.embed_tokens",
-                 causal=False)
-_DEC = StackSpec(name="dec", layers="decoder.block", attn="layer.0.SelfAttention", attn_out="layer.0.SelfAttention",
-                 cross_attn="layer.1.EncDecAttention", cross_out="layer.1.EncDecAttention",
-                 mlp_out="layer.2.DenseReluDense", final_norm="decoder.final_layer_norm",
-                 norms={"attn": "layer.0.layer_norm", "cross": "layer.1.layer_norm", "mlp": "layer.2.layer_norm"},
-                 embed_point="decoder.embed_tokens")
+_ENC = StackSpec(
+    name="enc",
+    layers="encoder.block",
+    attn="layer.0.SelfAttention",
+    attn_out="layer.0.SelfAttention",
+    mlp_out="layer.1.DenseReluDense",
+    final_norm="encoder.final_layer_norm",
+    norms={"attn": "layer.0.layer_norm", "mlp": "layer.1.layer_norm"},
+    embed_point="encoder.embed_tokens",
+    causal=False,
+)
+_DEC = StackSpec(
+    name="dec",
+    layers="decoder.block",
+    attn="layer.0.SelfAttention",
+    attn_out="layer.0.SelfAttention",
+    cross_attn="layer.1.EncDecAttention",
+    cross_out="layer.1.EncDecAttention",
+    mlp_out="layer.2.DenseReluDense",
+    final_norm="decoder.final_layer_norm",
+    norms={"attn": "layer.0.layer_norm", "cross": "layer.1.layer_norm", "mlp": "layer.2.layer_norm"},
+    embed_point="decoder.embed_tokens",
+)
 
 ADAPTER = Adapter(
     family="t5",

@@ -8,7 +8,7 @@ share of schemes that move, the best-k sets, the rank correlations and the refer
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..experiments.agreement import AgreementStudy, GridAgreement, PairedDifference, RunAgreement
 
@@ -32,7 +32,9 @@ def _cell(text: str) -> str:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + ["| " + " | ".join(r) + " |" for r in rows]
+    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + [
+        "| " + " | ".join(r) + " |" for r in rows
+    ]
 
 
 def _diff(d: PairedDifference) -> str:
@@ -40,48 +42,140 @@ def _diff(d: PairedDifference) -> str:
 
 
 def _run(title: str, r: RunAgreement, ref: str, other: str) -> list[str]:
-    out = [f"### {title}", "", f"{r.n} items ({r.scheme})" + (
-        f"; left out, stored for one dtype only: {r.only_reference} ({ref}), {r.only_other} ({other})"
-        if r.only_reference or r.only_other else ""), ""]
-    rows = [[p.metric, f"{p.same} / {p.n} = {_pct(p.share)} [{_pct(p.share_lo)}, {_pct(p.share_hi)}]",
-             _f(p.difference.reference), _f(p.difference.other), _diff(p.difference), _f(p.difference.mcnemar_p, 3),
-             f"{p.difference.only_reference} / {p.difference.only_other}"] for p in r.picks]
-    out += _table(["metric", "same picks [95% Wilson]", f"acc {ref}", f"acc {other}",
-                   f"{other} - {ref} [95% Newcombe paired]", "McNemar exact p",
-                   f"right only in {ref} / only in {other}"], rows)
+    out = [
+        f"### {title}",
+        "",
+        f"{r.n} items ({r.scheme})"
+        + (
+            f"; left out, stored for one dtype only: {r.only_reference} ({ref}), {r.only_other} ({other})"
+            if r.only_reference or r.only_other
+            else ""
+        ),
+        "",
+    ]
+    rows = [
+        [
+            p.metric,
+            f"{p.same} / {p.n} = {_pct(p.share)} [{_pct(p.share_lo)}, {_pct(p.share_hi)}]",
+            _f(p.difference.reference),
+            _f(p.difference.other),
+            _diff(p.difference),
+            _f(p.difference.mcnemar_p, 3),
+            f"{p.difference.only_reference} / {p.difference.only_other}",
+        ]
+        for p in r.picks
+    ]
+    out += _table(
+        [
+            "metric",
+            "same picks [95% Wilson]",
+            f"acc {ref}",
+            f"acc {other}",
+            f"{other} - {ref} [95% Newcombe paired]",
+            "McNemar exact p",
+            f"right only in {ref} / only in {other}",
+        ],
+        rows,
+    )
     s = r.scores
     q, a = s.quantiles, s.abs_quantiles
-    out += ["", f"Score differences {other} - {ref}, per ending ({s.n_endings} endings): "
-            f"mean {s.mean:+.4g}, mean |d| {s.mean_abs:.4g}; quantiles q1 {q['q1']:+.4g}, q5 {q['q5']:+.4g}, "
-            f"median {q['q50']:+.4g}, q95 {q['q95']:+.4g}, q99 {q['q99']:+.4g}; |d| median {a['q50']:.4g}, "
-            f"q90 {a['q90']:.4g}, q99 {a['q99']:.4g}, max {s.max_abs:.4g} (item {s.max_abs_item}). "
-            + (f"acc picks changed on {s.n_flips} items, where the {ref} scores of the two picks were at most "
-               f"{s.flip_gap_max:.4g} apart." if s.flip_gap_max is not None else "No acc pick changed."), ""]
+    out += [
+        "",
+        f"Score differences {other} - {ref}, per ending ({s.n_endings} endings): "
+        f"mean {s.mean:+.4g}, mean |d| {s.mean_abs:.4g}; quantiles q1 {q['q1']:+.4g}, q5 {q['q5']:+.4g}, "
+        f"median {q['q50']:+.4g}, q95 {q['q95']:+.4g}, q99 {q['q99']:+.4g}; |d| median {a['q50']:.4g}, "
+        f"q90 {a['q90']:.4g}, q99 {a['q99']:.4g}, max {s.max_abs:.4g} (item {s.max_abs_item}). "
+        + (
+            f"acc picks changed on {s.n_flips} items, where the {ref} scores of the two picks were at most "
+            f"{s.flip_gap_max:.4g} apart."
+            if s.flip_gap_max is not None
+            else "No acc pick changed."
+        ),
+        "",
+    ]
     return out
 
 
 def _grid(title: str, g: GridAgreement, ref: str, other: str, best_rows: int) -> list[str]:
-    out = [f"### {title}", "", f"{g.n_schemes} schemes over {g.n_items} items" + (
-        f"; left out, stored for one dtype only: {g.only_reference} ({ref}), {g.only_other} ({other})"
-        if g.only_reference or g.only_other else ""), ""]
+    out = [
+        f"### {title}",
+        "",
+        f"{g.n_schemes} schemes over {g.n_items} items"
+        + (
+            f"; left out, stored for one dtype only: {g.only_reference} ({ref}), {g.only_other} ({other})"
+            if g.only_reference or g.only_other
+            else ""
+        ),
+        "",
+    ]
     ks = [t.k for t in g.metrics[0].top_k] if g.metrics else []
     rows = []
     for m in g.metrics:
-        tops = [("same" if t.same_set else f"{t.overlap} of {t.k}" + (", same up to ties" if t.same_up_to_ties else ""))
-                + f" ({t.distinct_reference} distinct)" for t in m.top_k]
-        rows.append([m.metric, str(m.n_schemes), f"{m.moved} ({_pct(m.share_moved)})", _f(m.max_move),
-                     _f(m.mean_abs_move), _pct(m.same_picks), _pct(m.min_same_picks), _f(m.spearman), _f(m.kendall)]
-                    + tops)
-    out += _table(["metric", "schemes", "accuracy moved", "max move", "mean move", "same picks",
-                   "fewest same picks", "Spearman rho", "Kendall tau-b"] + [f"best {k} the same?" for k in ks], rows)
+        tops = [
+            ("same" if t.same_set else f"{t.overlap} of {t.k}" + (", same up to ties" if t.same_up_to_ties else ""))
+            + f" ({t.distinct_reference} distinct)"
+            for t in m.top_k
+        ]
+        rows.append(
+            [
+                m.metric,
+                str(m.n_schemes),
+                f"{m.moved} ({_pct(m.share_moved)})",
+                _f(m.max_move),
+                _f(m.mean_abs_move),
+                _pct(m.same_picks),
+                _pct(m.min_same_picks),
+                _f(m.spearman),
+                _f(m.kendall),
+            ]
+            + tops
+        )
+    out += _table(
+        [
+            "metric",
+            "schemes",
+            "accuracy moved",
+            "max move",
+            "mean move",
+            "same picks",
+            "fewest same picks",
+            "Spearman rho",
+            "Kendall tau-b",
+        ]
+        + [f"best {k} the same?" for k in ks],
+        rows,
+    )
     for m in g.metrics:
-        out += ["", f"Best {min(best_rows, len(m.best))} schemes by {ref} `{m.metric}` (rank: 1 + schemes strictly "
-                f"better; {other}'s own best: `{_line(m.best_other.scheme)}`, {_f(m.best_other.other)} in {other}, "
-                f"{_f(m.best_other.reference)} in {ref}):", ""]
-        out += _table(["scheme", f"{m.metric} {ref}", f"{m.metric} {other}", f"rank {ref}", f"rank {other}",
-                       "same picks", f"{other} - {ref} [95%]"],
-                      [[_cell(s.scheme), _f(s.reference), _f(s.other), str(s.rank_reference), str(s.rank_other),
-                        _pct(s.same_picks), _diff(s.difference)] for s in m.best[:best_rows]])
+        out += [
+            "",
+            f"Best {min(best_rows, len(m.best))} schemes by {ref} `{m.metric}` (rank: 1 + schemes strictly "
+            f"better; {other}'s own best: `{_line(m.best_other.scheme)}`, {_f(m.best_other.other)} in {other}, "
+            f"{_f(m.best_other.reference)} in {ref}):",
+            "",
+        ]
+        out += _table(
+            [
+                "scheme",
+                f"{m.metric} {ref}",
+                f"{m.metric} {other}",
+                f"rank {ref}",
+                f"rank {other}",
+                "same picks",
+                f"{other} - {ref} [95%]",
+            ],
+            [
+                [
+                    _cell(s.scheme),
+                    _f(s.reference),
+                    _f(s.other),
+                    str(s.rank_reference),
+                    str(s.rank_other),
+                    _pct(s.same_picks),
+                    _diff(s.difference),
+                ]
+                for s in m.best[:best_rows]
+            ],
+        )
     return out + [""]
 
 
@@ -89,8 +183,12 @@ def agreement_markdown(study: AgreementStudy, best_rows: int = 20) -> str:
     """The study as Markdown (one section per part that was compared)."""
     ref, other = study.reference_dtype, study.other_dtype  # the column names; the runs' names in the title
     items = f"the first {study.items} items" if study.items is not None else "the items both dtypes hold"
-    out = [f"## {study.model}: {ref} against {other}, {study.shots}-shot, {items}", "",
-           f"Runs `{_line(study.reference)}` and `{_line(study.other)}`, data `{_line(study.data)}`.", ""]
+    out = [
+        f"## {study.model}: {ref} against {other}, {study.shots}-shot, {items}",
+        "",
+        f"Runs `{_line(study.reference)}` and `{_line(study.other)}`, data `{_line(study.data)}`.",
+        "",
+    ]
     if study.baseline is not None:
         out += _run("Baseline", study.baseline, ref, other)
     if study.test1_standard is not None:

@@ -10,7 +10,8 @@ plain results and never load a model.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,17 +31,26 @@ def _tok(s: str) -> str:
 def add_identity(report: Report, result: IdentityResult, tol: float = 1e-4) -> Report:
     """Table of the A.3 identity errors per attention module."""
     report.h2("A.3 identity: sum_h A_h X W_vo,h + biases vs the module's real output")
-    report.p(f"max |error| over all modules: {result.max_error:.3g} (tolerance {tol:g}: "
-             f"{'holds' if result.holds(tol) else 'FAILS'})")
-    report.table(["module", "max |recomputed - real|", "max |real output|", "relative"],
-                 [[c.name, f"{c.max_abs_error:.3g}", f"{c.max_abs_output:.4g}", f"{c.rel_error:.2g}"]
-                  for c in result.checks])
+    report.p(
+        f"max |error| over all modules: {result.max_error:.3g} (tolerance {tol:g}: "
+        f"{'holds' if result.holds(tol) else 'FAILS'})"
+    )
+    report.table(
+        ["module", "max |recomputed - real|", "max |real output|", "relative"],
+        [[c.name, f"{c.max_abs_error:.3g}", f"{c.max_abs_output:.4g}", f"{c.rel_error:.2g}"] for c in result.checks],
+    )
     return report
 
 
-def add_attention_maps(report: Report, attentions: Mapping[str, torch.Tensor], query_tokens: Sequence[str],
-                       key_tokens: Sequence[str] | None = None, kind: str = "attn", title: str = "",
-                       layers: Sequence[int] | None = None) -> Report:
+def add_attention_maps(
+    report: Report,
+    attentions: Mapping[str, torch.Tensor],
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str] | None = None,
+    kind: str = "attn",
+    title: str = "",
+    layers: Sequence[int] | None = None,
+) -> Report:
     """One heatmap per layer: the attention matrices of all heads side by side (Figs. 5 and 7).
 
     Rows are query positions, columns ``h{head}:{key token}``; a grey column separates heads.
@@ -50,8 +60,11 @@ def add_attention_maps(report: Report, attentions: Mapping[str, torch.Tensor], q
     if layers is not None:
         names = [n for n in names if int(n[1:].split(".")[0]) in set(layers)]
     report.h2(title or ("cross-attention maps" if kind == "cross" else "self-attention maps"))
-    report.p("Rows: query positions; columns: key positions of every head (h0, h1, ...). A row is the query's "
-             "soft-cluster membership (sec. 2.2.1).", note=True)
+    report.p(
+        "Rows: query positions; columns: key positions of every head (h0, h1, ...). A row is the query's "
+        "soft-cluster membership (sec. 2.2.1).",
+        note=True,
+    )
     for name in names:
         A = attentions[name].float()
         H, T, S = A.shape
@@ -64,8 +77,14 @@ def add_attention_maps(report: Report, attentions: Mapping[str, torch.Tensor], q
         cols: list[str] = []
         for h in range(H):
             cols += [f"h{h}:{_tok(t)}" for t in keys] + ([""] if h < H - 1 else [])
-        report.heatmap(z, row_labels=[_tok(t) for t in query_tokens], col_labels=cols, title=name, vmin=0.0,
-                       cell=max(4, min(14, 1100 // max(len(cols), 1))))
+        report.heatmap(
+            z,
+            row_labels=[_tok(t) for t in query_tokens],
+            col_labels=cols,
+            title=name,
+            vmin=0.0,
+            cell=max(4, min(14, 1100 // max(len(cols), 1))),
+        )
     return report
 
 
@@ -75,30 +94,63 @@ def add_cluster_views(report: Report, views: Sequence[ClusterView]) -> Report:
         return report
     v0 = views[0]
     report.h2(f"cluster & aggregate: layer {v0.layer} {v0.kind}, query position {v0.position}")
-    report.p("self mass = A_h[t,t] (the self-association pull, A.2); the query moves (1 - self mass) of the way "
-             "from x_t to the centroid of the foreign positions; centroid = A_h[t] X, filtered by W_vo,h.",
-             note=True)
+    report.p(
+        "self mass = A_h[t,t] (the self-association pull, A.2); the query moves (1 - self mass) of the way "
+        "from x_t to the centroid of the foreign positions; centroid = A_h[t] X, filtered by W_vo,h.",
+        note=True,
+    )
     rows = []
     for v in views:
         members = ", ".join(f"{j}:{_tok(t)} {w:.2f}" for j, t, w in v.top_members)
-        rows.append([v.head, f"{v.self_mass:.3f}", f"{v.foreign_mass:.3f}", f"{v.move_distance:.3g}",
-                     f"{v.foreign_distance:.3g}", f"{v.cos_query_centroid:.3f}",
-                     f"{float(v.filtered_centroid.norm()):.3g}", members])
-    report.table(["head", "self mass", "foreign mass", "|centroid - x_t|", "|foreign centroid - x_t|",
-                  "cos(x_t, centroid)", "|head output|", "top members (pos:token weight)"], rows)
+        rows.append(
+            [
+                v.head,
+                f"{v.self_mass:.3f}",
+                f"{v.foreign_mass:.3f}",
+                f"{v.move_distance:.3g}",
+                f"{v.foreign_distance:.3g}",
+                f"{v.cos_query_centroid:.3f}",
+                f"{float(v.filtered_centroid.norm()):.3g}",
+                members,
+            ]
+        )
+    report.table(
+        [
+            "head",
+            "self mass",
+            "foreign mass",
+            "|centroid - x_t|",
+            "|foreign centroid - x_t|",
+            "cos(x_t, centroid)",
+            "|head output|",
+            "top members (pos:token weight)",
+        ],
+        rows,
+    )
     return report
 
 
 def add_self_mass(report: Report, sm: SelfMass, title: str = "") -> Report:
     """Heatmap layers x heads of self mass / uniform (below 1: the head attenuates the query itself)."""
     report.h2(title or f"self-attention mass per layer and head{f' ({sm.stack})' if sm.stack else ''}")
-    report.p("colour: mean A_h[t,t] divided by its value under uniform attention; < 1 means the query's own "
-             "position is attenuated (negative self-bias in effect), > 1 amplified.", note=True)
+    report.p(
+        "colour: mean A_h[t,t] divided by its value under uniform attention; < 1 means the query's own "
+        "position is attenuated (negative self-bias in effect), > 1 amplified.",
+        note=True,
+    )
     L, H = sm.mass.shape
-    hover = [[f"self mass {float(sm.mass[l, h]):.3f}, uniform {float(sm.uniform[l, h]):.3f}" for h in range(H)]
-             for l in range(L)]
-    report.heatmap(sm.ratio.log2(), row_labels=[f"L{l}" for l in range(L)], col_labels=[f"h{h}" for h in range(H)],
-                   hover=hover, diverging=True, cell=18)
+    hover = [
+        [f"self mass {float(sm.mass[l, h]):.3f}, uniform {float(sm.uniform[l, h]):.3f}" for h in range(H)]
+        for l in range(L)
+    ]
+    report.heatmap(
+        sm.ratio.log2(),
+        row_labels=[f"L{l}" for l in range(L)],
+        col_labels=[f"h{h}" for h in range(H)],
+        hover=hover,
+        diverging=True,
+        cell=18,
+    )
     report.p("(colour is log2 of the ratio)", note=True)
     return report
 
@@ -110,11 +162,14 @@ def add_head_stats(report: Report, stats: Mapping[str, Any], title: str = "") ->
     report.h2(title or "per-head filters W_vo,h and W_qk,h (factored, A.3)")
     labels = stats["layers"]
     H = len(stats["vo_norm"][0])
-    for key, title, div in (("vo_norm", "||W_vo,h||_F", False), ("qk_norm", "||W_qk,h||_F", False),
-                            ("vo_copying", "W_vo copying score: sum Re(eig) / sum |eig| (+1 copies, -1 negates)",
-                             True)):
-        report.heatmap(stats[key], row_labels=labels, col_labels=[f"h{h}" for h in range(H)], title=title,
-                       diverging=div, cell=18)
+    for key, title, div in (
+        ("vo_norm", "||W_vo,h||_F", False),
+        ("qk_norm", "||W_qk,h||_F", False),
+        ("vo_copying", "W_vo copying score: sum Re(eig) / sum |eig| (+1 copies, -1 negates)", True),
+    ):
+        report.heatmap(
+            stats[key], row_labels=labels, col_labels=[f"h{h}" for h in range(H)], title=title, diverging=div, cell=18
+        )
         if key == "qk_norm" and stats.get("qk_note"):
             report.p(str(stats["qk_note"]), note=True)
     return report
@@ -156,30 +211,51 @@ def head_stats_document(stats: HeadStats) -> dict[str, Any]:
     return fields_of(stats)
 
 
-def document(ident: IdentityResult, views: Sequence[ClusterView], masses: Mapping[str, SelfMass],
-             stats: Mapping[str, HeadStats], model: str, layers: Sequence[int] | None = None) -> dict[str, Any]:
+def document(
+    ident: IdentityResult,
+    views: Sequence[ClusterView],
+    masses: Mapping[str, SelfMass],
+    stats: Mapping[str, HeadStats],
+    model: str,
+    layers: Sequence[int] | None = None,
+) -> dict[str, Any]:
     """The ``--json`` document: the A.3 errors, the cluster views, self masses, per-head statistics (the
     documents above; the explorer's attention view sends them too) and the attention of every layer (of
     ``layers`` when given; keys ``enc.``/``dec.`` on encoder-decoder models)."""
     trace = _trace(ident)
     enc = trace.encoder
     return {
-        "model": model, "tokens": trace.tokens, "encoder_tokens": enc.tokens if enc is not None else None,
-        "identity": dict(ident), "identity_max": ident.max_error,
+        "model": model,
+        "tokens": trace.tokens,
+        "encoder_tokens": enc.tokens if enc is not None else None,
+        "identity": dict(ident),
+        "identity_max": ident.max_error,
         "identity_relative": {c.name: c.rel_error for c in ident.checks},
         "cluster": [cluster_document(v) for v in views],
         "self_mass": {k: self_mass_document(v) for k, v in masses.items()},
         "head_stats": {k: head_stats_document(v) for k, v in stats.items()},
-        "attentions": {**{f"{trace.stack + '.' if enc is not None else ''}{k}": a
-                          for k, a in _kept(trace.attentions, layers).items()},
-                       **({f"{enc.stack}.{k}": a for k, a in _kept(enc.attentions, layers).items()}
-                          if enc is not None else {})},
+        "attentions": {
+            **{
+                f"{trace.stack + '.' if enc is not None else ''}{k}": a
+                for k, a in _kept(trace.attentions, layers).items()
+            },
+            **({f"{enc.stack}.{k}": a for k, a in _kept(enc.attentions, layers).items()} if enc is not None else {}),
+        },
     }
 
 
-def build(ident: IdentityResult, views: Sequence[ClusterView], masses: Mapping[str, SelfMass],
-          stats: Mapping[str, HeadStats], title: str, subtitle: str = "", *, block: int = 1,
-          layers: Sequence[int] | None = None, kernels: PositionKernels | None = None) -> Report:
+def build(
+    ident: IdentityResult,
+    views: Sequence[ClusterView],
+    masses: Mapping[str, SelfMass],
+    stats: Mapping[str, HeadStats],
+    title: str,
+    subtitle: str = "",
+    *,
+    block: int = 1,
+    layers: Sequence[int] | None = None,
+    kernels: PositionKernels | None = None,
+) -> Report:
     """The ``walklens heads`` report: the A.3 identity, the cluster views, the attention maps of ``layers``
     (default: all) as means over ``block`` x ``block`` positions (1: every position), self masses, per-head
     W_vo / W_qk and, when given, the position kernels."""
@@ -188,8 +264,11 @@ def build(ident: IdentityResult, views: Sequence[ClusterView], masses: Mapping[s
     add_identity(rep, ident)
     add_cluster_views(rep, views)
     if block > 1:
-        rep.p(f"Attention maps: each cell is the mean attention weight over a block of {block} x {block} positions "
-              f"(labels: first-last position and its first token); --json holds the full maps.", note=True)
+        rep.p(
+            f"Attention maps: each cell is the mean attention weight over a block of {block} x {block} positions "
+            f"(labels: first-last position and its first token); --json holds the full maps.",
+            note=True,
+        )
 
     def shown(attn: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {k: block_mean(a, block) for k, a in _kept(attn, layers).items()}
@@ -199,20 +278,46 @@ def build(ident: IdentityResult, views: Sequence[ClusterView], masses: Mapping[s
         enc = block_labels(trace.encoder.tokens, block)
         add_attention_maps(rep, shown(trace.encoder.attentions), enc, title="encoder self-attention", layers=layers)
         add_attention_maps(rep, shown(trace.attentions), toks, title="decoder self-attention", layers=layers)
-        add_attention_maps(rep, shown(trace.attentions), toks, enc, kind="cross",
-                           title="decoder cross-attention (keys: encoder output)", layers=layers)
+        add_attention_maps(
+            rep,
+            shown(trace.attentions),
+            toks,
+            enc,
+            kind="cross",
+            title="decoder cross-attention (keys: encoder output)",
+            layers=layers,
+        )
     else:
         add_attention_maps(rep, shown(trace.attentions), toks, layers=layers)
     for name, sm in masses.items():
         add_self_mass(rep, sm, title=f"self-attention mass ({name})")
     for name, st in stats.items():
-        add_head_stats(rep, {"layers": [f"{name} L{l}" for l in st.layers], "vo_norm": st.vo_norm,
-                             "qk_norm": st.qk_norm, "vo_copying": st.vo_copying, "qk_note": st.qk_note},
-                       title=f"per-head filters W_vo,h and W_qk,h ({name}; factored, A.3)")
+        add_head_stats(
+            rep,
+            {
+                "layers": [f"{name} L{l}" for l in st.layers],
+                "vo_norm": st.vo_norm,
+                "qk_norm": st.qk_norm,
+                "vo_copying": st.vo_copying,
+                "qk_note": st.qk_note,
+            },
+            title=f"per-head filters W_vo,h and W_qk,h ({name}; factored, A.3)",
+        )
     if kernels is not None:
         add_kernels(rep, kernels)
     return rep
 
 
-__all__ = ["CLUSTER_LEAVE_OUT", "add_attention_maps", "add_cluster_views", "add_head_stats", "add_identity",
-           "add_self_mass", "build", "cluster_document", "document", "head_stats_document", "self_mass_document"]
+__all__ = [
+    "CLUSTER_LEAVE_OUT",
+    "add_attention_maps",
+    "add_cluster_views",
+    "add_head_stats",
+    "add_identity",
+    "add_self_mass",
+    "build",
+    "cluster_document",
+    "document",
+    "head_stats_document",
+    "self_mass_document",
+]

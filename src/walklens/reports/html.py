@@ -24,9 +24,10 @@ import base64
 import html
 import io
 import json
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 from urllib.parse import quote
 
 import torch
@@ -51,7 +52,7 @@ def _esc(x: Any) -> str:
 
 
 #: control characters (C0, DEL, C1) -> a visible escape: a NUL or an ESC in a cell shows as ``\x00``, ``\x1b``
-_CONTROL = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7f, 0xa0)) if c not in (0x09, 0x0a)}
+_CONTROL = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0)) if c not in (0x09, 0x0A)}
 
 
 def visible(text: str) -> str:
@@ -144,26 +145,56 @@ class Report:
         self.parts.append(f"<table class='wl'><tr>{head}</tr>{body}</table>")
         return self
 
-    def heatmap(self, z: Any, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
-                title: str = "", *, hover: Sequence[Sequence[str]] | None = None, diverging: bool = False,
-                vmin: float | None = None, vmax: float | None = None, cell: int | None = None) -> Report:
+    def heatmap(
+        self,
+        z: Any,
+        row_labels: Sequence[str] | None = None,
+        col_labels: Sequence[str] | None = None,
+        title: str = "",
+        *,
+        hover: Sequence[Sequence[str]] | None = None,
+        diverging: bool = False,
+        vmin: float | None = None,
+        vmax: float | None = None,
+        cell: int | None = None,
+    ) -> Report:
         """Interactive heatmap (canvas); ``hover[i][j]`` adds plain text (``\\n`` breaks lines) to the tooltip
         of cell (i, j)."""
-        spec = {"z": jsonable(z, DIGITS), "row_labels": list(map(str, row_labels)) if row_labels is not None else None,
-                "col_labels": list(map(str, col_labels)) if col_labels is not None else None,
-                "hover": hover, "diverging": diverging, "vmin": vmin, "vmax": vmax, "cell": cell}
+        spec = {
+            "z": jsonable(z, DIGITS),
+            "row_labels": list(map(str, row_labels)) if row_labels is not None else None,
+            "col_labels": list(map(str, col_labels)) if col_labels is not None else None,
+            "hover": hover,
+            "diverging": diverging,
+            "vmin": vmin,
+            "vmax": vmax,
+            "cell": cell,
+        }
         if title:
             self.parts.append(f"<h3>{_esc(title)}</h3>")
         self.parts.append(f"<div class='wl-heatmap' data-spec='{_esc(json.dumps(spec))}'></div>")
         return self
 
-    def lines(self, x: Sequence[Any], series: Sequence[dict[str, Any]], title: str = "", xlabel: str = "",
-              width: int = 720, height: int = 320) -> Report:
+    def lines(
+        self,
+        x: Sequence[Any],
+        series: Sequence[dict[str, Any]],
+        title: str = "",
+        xlabel: str = "",
+        width: int = 720,
+        height: int = 320,
+    ) -> Report:
         """SVG line chart; each series is ``{"name", "y", optional "band": [lo, hi], "dash", "color"}``."""
-        spec = {"x": [str(v) for v in x], "series": [{**s, "y": jsonable(s["y"], DIGITS),
-                                                       **({"band": jsonable(s["band"], DIGITS)} if "band" in s else {})}
-                                                      for s in series],
-                "xlabel": xlabel, "width": width, "height": height}
+        spec = {
+            "x": [str(v) for v in x],
+            "series": [
+                {**s, "y": jsonable(s["y"], DIGITS), **({"band": jsonable(s["band"], DIGITS)} if "band" in s else {})}
+                for s in series
+            ],
+            "xlabel": xlabel,
+            "width": width,
+            "height": height,
+        }
         if title:
             self.parts.append(f"<h3>{_esc(title)}</h3>")
         self.parts.append(f"<div class='wl-lines' data-spec='{_esc(json.dumps(spec))}'></div>")
@@ -188,20 +219,26 @@ class Report:
         if embed:
             b64 = base64.b64encode(data).decode()
             cap = f"<figcaption class=note>{_esc(caption)}</figcaption>" if caption else ""
-            self.parts.append(f"<figure><img class='wl' alt='{_esc(name)}' src='data:image/png;base64,{b64}'>"
-                              f"{cap}</figure>")
+            self.parts.append(
+                f"<figure><img class='wl' alt='{_esc(name)}' src='data:image/png;base64,{b64}'>{cap}</figure>"
+            )
         else:
-            self.parts.append(f"<p class='note wl-png'>PNG of this view: <a href='{_esc(quote(fname))}'>"
-                              f"{_esc(fname)}</a>{f' ({_esc(caption)})' if caption else ''}</p>")
+            self.parts.append(
+                f"<p class='note wl-png'>PNG of this view: <a href='{_esc(quote(fname))}'>"
+                f"{_esc(fname)}</a>{f' ({_esc(caption)})' if caption else ''}</p>"
+            )
         pyplot().close(fig)
         return self
 
     def render(self) -> str:
         assets = resources.files("walklens.reports").joinpath("assets")
         js = "\n".join(assets.joinpath(f).read_text(encoding="utf-8") for f in ("plots.js", "results.js"))
-        return ("<!doctype html><html><head><meta charset='utf-8'>"
-                f"<title>{_esc(self.title)}</title><style>{_CSS}</style></head><body>"
-                + "\n".join(self.parts) + f"<script>{js}</script></body></html>")
+        return (
+            "<!doctype html><html><head><meta charset='utf-8'>"
+            f"<title>{_esc(self.title)}</title><style>{_CSS}</style></head><body>"
+            + "\n".join(self.parts)
+            + f"<script>{js}</script></body></html>"
+        )
 
     def save(self, out_dir: str | Path, name: str = "index.html") -> Path:
         """Write the PNGs, the attached files and then ``name`` into ``out_dir`` (rules of

@@ -18,16 +18,23 @@ RAW = ("values", "spread", "ci95")
 def stack_document(s: StackKernels, *, logit_only: bool = False) -> dict[str, Any]:
     """The document of one :class:`~walklens.kernels.StackKernels` (A.2): every field, each kernel's class
     label (``labels`` [K][H]) and the fractions per class; ``logit_only``: without :data:`RAW`."""
-    return {**fields_of(s, RAW if logit_only else ()), "labels": [[c.label for c in row] for row in s.classes],
-            "fractions": s.fractions()}
+    return {
+        **fields_of(s, RAW if logit_only else ()),
+        "labels": [[c.label for c in row] for row in s.classes],
+        "fractions": s.fractions(),
+    }
 
 
 def document(pk: PositionKernels, *, logit_only: bool = False) -> dict[str, Any]:
     """The ``--json`` document: every field, kernels, classes and fractions of every stack
     (:func:`stack_document`), the margin sweep; the explorer sends it too (``logit_only``)."""
-    return {"model": pk.model_name, **fields_of(pk, ("stacks",)), "fractions": pk.fractions(),
-            "margin_sweep": pk.margin_sweep(),
-            "stacks": [stack_document(s, logit_only=logit_only) for s in pk.stacks]}
+    return {
+        "model": pk.model_name,
+        **fields_of(pk, ("stacks",)),
+        "fractions": pk.fractions(),
+        "margin_sweep": pk.margin_sweep(),
+        "stacks": [stack_document(s, logit_only=logit_only) for s in pk.stacks],
+    }
 
 
 def add_kernels(report: Report, pk: PositionKernels) -> Report:
@@ -39,9 +46,13 @@ def add_kernels(report: Report, pk: PositionKernels) -> Report:
     report.h2(f"self-bias classes (margin {pk.margin:g} nats)")
     fr = pk.fractions()
     cols = ["negative_self", "far_amplifying", "local", "flat"]
-    report.table(["stack", "kernels", *cols],
-                 [[st, sum(len(r) for r in pk.stack(st if st != "model" else "").classes),
-                   *[f"{f[c]:.1%}" for c in cols]] for st, f in fr.items()])
+    report.table(
+        ["stack", "kernels", *cols],
+        [
+            [st, sum(len(r) for r in pk.stack(st if st != "model" else "").classes), *[f"{f[c]:.1%}" for c in cols]]
+            for st, f in fr.items()
+        ],
+    )
     sweep = pk.margin_sweep()
     rows = []
     for st, per in sweep.items():
@@ -56,31 +67,56 @@ def add_kernels(report: Report, pk: PositionKernels) -> Report:
         labels = [c.label for row in s.classes for c in row]
         z = s.log_values.reshape(K * H, n)
         z = z - z[:, s.distances.index(0)][:, None]  # relative to distance 0
-        hover = [[f"{labels[r]}; value {float(s.values.reshape(K * H, n)[r, j]):.4g}"
-                  + (f" +- {float(s.ci95.reshape(K * H, n)[r, j]):.2g}" if s.ci95 is not None else "")
-                  for j in range(n)] for r in range(K * H)]
-        report.heatmap(z, row_labels=row_labels, col_labels=[str(d) for d in s.distances], hover=hover,
-                       diverging=True, title=f"{name}: kernel minus its value at distance 0 (logit units; columns: "
-                                             f"distance key - query)", cell=max(3, min(16, 900 // n)))
+        hover = [
+            [
+                f"{labels[r]}; value {float(s.values.reshape(K * H, n)[r, j]):.4g}"
+                + (f" +- {float(s.ci95.reshape(K * H, n)[r, j]):.2g}" if s.ci95 is not None else "")
+                for j in range(n)
+            ]
+            for r in range(K * H)
+        ]
+        report.heatmap(
+            z,
+            row_labels=row_labels,
+            col_labels=[str(d) for d in s.distances],
+            hover=hover,
+            diverging=True,
+            title=f"{name}: kernel minus its value at distance 0 (logit units; columns: distance key - query)",
+            cell=max(3, min(16, 900 // n)),
+        )
         if s.layers == [None]:  # one kernel per head: draw them as curves (Figs. 6 and 8)
             for start in range(0, H, 8):
                 series = [{"name": f"h{h} ({labels[h]})", "y": s.values[0, h]} for h in range(start, min(H, start + 8))]
-                report.lines(s.distances, series, title=f"{name}: heads {start}-{min(H, start + 8) - 1}",
-                             xlabel="distance (key - query)")
+                report.lines(
+                    s.distances,
+                    series,
+                    title=f"{name}: heads {start}-{min(H, start + 8) - 1}",
+                    xlabel="distance (key - query)",
+                )
         else:  # per-layer (empirical) kernels: curves with 95% CI bands for the first, middle and last layer
             for r in sorted({0, K // 2, K - 1}):
                 band = s.ci95[r] if s.ci95 is not None else None
-                series = [{"name": f"h{h} ({labels[r * H + h]})", "y": s.values[r, h],
-                           **({"band": [s.values[r, h] - band[h], s.values[r, h] + band[h]]} if band is not None
-                              else {})} for h in range(H)]
-                report.lines(s.distances, series, title=f"{name}: layer {s.layers[r]} ({pk.units}, 95% CI bands)",
-                             xlabel="distance (key - query)")
+                series = [
+                    {
+                        "name": f"h{h} ({labels[r * H + h]})",
+                        "y": s.values[r, h],
+                        **({"band": [s.values[r, h] - band[h], s.values[r, h] + band[h]]} if band is not None else {}),
+                    }
+                    for h in range(H)
+                ]
+                report.lines(
+                    s.distances,
+                    series,
+                    title=f"{name}: layer {s.layers[r]} ({pk.units}, 95% CI bands)",
+                    xlabel="distance (key - query)",
+                )
         report.table(["kernel", "class"], [[row_labels[r], labels[r]] for r in range(K * H)])
     return report
 
 
-def build(pk: PositionKernels, title: str, subtitle: str = "position kernels and self-bias (seed 000, A.2, Figs. 6, "
-          "8)") -> Report:
+def build(
+    pk: PositionKernels, title: str, subtitle: str = "position kernels and self-bias (seed 000, A.2, Figs. 6, 8)"
+) -> Report:
     """The ``walklens kernels`` report."""
     return add_kernels(Report(title, subtitle), pk)
 

@@ -17,23 +17,50 @@ def verdict(passed: bool | None) -> str:
 
 def document(card: ParityCard) -> dict[str, Any]:
     """The ``--json`` document: the card's fields, each check's fields, and the overall verdict."""
-    return {"model": card.model_name, "family": card.family, "derived": card.derived, "dtype": card.dtype,
-            "passed": card.passed, "texts": list(card.texts), "limits": dict(card.limits),
-            "checks": [{"name": c.name, "what": c.what, "error": c.error, "tolerance": c.tolerance,
-                        "verdict": verdict(c.passed), "note": c.note, **c.detail} for c in card.checks]}
+    return {
+        "model": card.model_name,
+        "family": card.family,
+        "derived": card.derived,
+        "dtype": card.dtype,
+        "passed": card.passed,
+        "texts": list(card.texts),
+        "limits": dict(card.limits),
+        "checks": [
+            {
+                "name": c.name,
+                "what": c.what,
+                "error": c.error,
+                "tolerance": c.tolerance,
+                "verdict": verdict(c.passed),
+                "note": c.note,
+                **c.detail,
+            }
+            for c in card.checks
+        ],
+    }
 
 
 def rows(card: ParityCard) -> list[list[Any]]:
     """One row per check: name, error, tolerance, verdict, what it compares (or why it is not measurable)."""
-    return [[c.name, "-" if c.error is None else f"{c.error:.3g}", f"{c.tolerance:.3g}", verdict(c.passed),
-             c.note or c.what] for c in card.checks]
+    return [
+        [
+            c.name,
+            "-" if c.error is None else f"{c.error:.3g}",
+            f"{c.tolerance:.3g}",
+            verdict(c.passed),
+            c.note or c.what,
+        ]
+        for c in card.checks
+    ]
 
 
 def build(card: ParityCard, title: str | None = None) -> Report:
     """The HTML parity card."""
-    rep = Report(title or f"Parity card — {card.model_name}",
-                 f"{card.family}{' (derived adapter)' if card.derived else ''}, {card.dtype}: "
-                 f"{'every check passes' if card.passed else 'FAILED: ' + ', '.join(card.failed())}")
+    rep = Report(
+        title or f"Parity card — {card.model_name}",
+        f"{card.family}{' (derived adapter)' if card.derived else ''}, {card.dtype}: "
+        f"{'every check passes' if card.passed else 'FAILED: ' + ', '.join(card.failed())}",
+    )
     rep.h2("Checks")
     rep.table(["check", "error", "tolerance", "verdict", "what is compared"], rows(card))
     rep.h2("Identities this family breaks")

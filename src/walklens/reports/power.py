@@ -9,7 +9,8 @@ with the same script, and the PNGs read the same curves."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -44,7 +45,7 @@ def spectra_figure(spectra: PowerSpectra, top: int = 40) -> Any:
     cx.plot(layers, [s.gap for s in spectra.layers], "s--", color="C1", label="gap |λ2|/|λ1|")
     cx.set_ylabel("gap |λ2|/|λ1| (1 = no convergence)")
     cx.set_ylim(0, 1.05)
-    for i, s in enumerate(spectra.layers):
+    for s in spectra.layers:
         if s.complex_pair:
             cx.plot([s.layer], [s.gap], "x", color="C3")
     bx.set_title("principal eigenvalue and gap (red x: complex pair)")
@@ -64,8 +65,7 @@ def _draw_curves(ax: Any, doc: Mapping[str, Any], x: Sequence[Any], sel: Sequenc
         colour = f"C{k}"
         if "band" in c:
             ax.fill_between(x, _at(doc, c["band"][0], sel), _at(doc, c["band"][1], sel), color=colour, alpha=0.18)
-        ax.plot(x, _at(doc, c["y"], sel), "--" if c.get("dash") else "o-", color=colour, ms=3, lw=1,
-                label=c["name"])
+        ax.plot(x, _at(doc, c["y"], sel), "--" if c.get("dash") else "o-", color=colour, ms=3, lw=1, label=c["name"])
 
 
 def alignment_figure(doc: Mapping[str, Any], kinds: tuple[str, ...] = ("resid_pre", "resid_mid", "resid_post")) -> Any:
@@ -116,8 +116,10 @@ def shared_figure(doc: Mapping[str, Any]) -> Any:
     _draw_curves(ax, doc, x, x)
     ax.set_xlabel("depth l (applications of the layer)")
     ax.set_ylabel("mean |cos(x_l, v1(F_k))|")
-    ax.set_title(f"{doc['model_name']}: layer {doc['layer']} applied {doc['n_layers']} times "
-                 f"(rho = {doc['rate']:.3f}; I + F: {doc['rate_residual']:.4f})")
+    ax.set_title(
+        f"{doc['model_name']}: layer {doc['layer']} applied {doc['n_layers']} times "
+        f"(rho = {doc['rate']:.3f}; I + F: {doc['rate_residual']:.4f})"
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -158,8 +160,7 @@ def spectra_document(spectra: PowerSpectra, *, eigenvalues: int | None = None, v
     """The document of :class:`~walklens.power.PowerSpectra` (seed 002): every field of every layer's and head's
     spectrum; ``eigenvalues``: only the leading ones (None: all); ``vectors=False``: without
     :data:`VECTORS` (D numbers each)."""
-    return {**fields_of(spectra, ("layers",)),
-            "layers": [_spectrum(s, eigenvalues, vectors) for s in spectra.layers]}
+    return {**fields_of(spectra, ("layers",)), "layers": [_spectrum(s, eigenvalues, vectors) for s in spectra.layers]}
 
 
 def alignment_document(align: Alignment, *, per_token: bool = True) -> dict[str, Any]:
@@ -180,60 +181,103 @@ def shared_document(shared: SharedWeights) -> dict[str, Any]:
     return {**fields_of(shared), "curves": SHARED_CURVES}
 
 
-def document(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None = None, shared: SharedWeights | None = None,
-             texts: Sequence[str] = (), *, eigenvalues: int | None = None, vectors: bool = True,
-             per_token: bool = True) -> dict[str, Any]:
+def document(
+    spectra: PowerSpectra,
+    align: Alignment,
+    dyn: Dynamics | None = None,
+    shared: SharedWeights | None = None,
+    texts: Sequence[str] = (),
+    *,
+    eigenvalues: int | None = None,
+    vectors: bool = True,
+    per_token: bool = True,
+) -> dict[str, Any]:
     """The ``--json`` document: every field of each result (complex numbers as ``[re, im]``), from the four
     documents above; the keywords leave parts out (the explorer's reply, the report's page)."""
-    return {"model": spectra.model_name, "texts": list(texts),
-            "spectra": spectra_document(spectra, eigenvalues=eigenvalues, vectors=vectors),
-            "alignment": alignment_document(align, per_token=per_token),
-            "dynamics": dynamics_document(dyn) if dyn is not None else None,
-            "shared_weights": shared_document(shared) if shared is not None else None}
+    return {
+        "model": spectra.model_name,
+        "texts": list(texts),
+        "spectra": spectra_document(spectra, eigenvalues=eigenvalues, vectors=vectors),
+        "alignment": alignment_document(align, per_token=per_token),
+        "dynamics": dynamics_document(dyn) if dyn is not None else None,
+        "shared_weights": shared_document(shared) if shared is not None else None,
+    }
 
 
 EIGENVALUES = 8  # leading eigenvalues of each spectrum the page holds (the PNG and --json: all of them)
 
 
-def build(spectra: PowerSpectra, align: Alignment, dyn: Dynamics | None = None, shared: SharedWeights | None = None,
-          title: str = "") -> Report:
+def build(
+    spectra: PowerSpectra,
+    align: Alignment,
+    dyn: Dynamics | None = None,
+    shared: SharedWeights | None = None,
+    title: str = "",
+) -> Report:
     """The ``walklens power`` report: each result drawn from its document by ``assets/results.js`` (the
     explorer's power view draws the same documents with the same script), with a PNG of each chart."""
     doc = document(spectra, align, dyn, shared, eigenvalues=EIGENVALUES, vectors=False)
-    r = Report(title or f"Power-method view of {spectra.model_name}",
-               "Seed 002 (Li & Altafini): a layer's projections and normalisation as a power-method step on "
-               "F = W_V W_O; tokens tilt toward F's principal eigenvector v1. Definitions: docs/power.md.")
+    r = Report(
+        title or f"Power-method view of {spectra.model_name}",
+        "Seed 002 (Li & Altafini): a layer's projections and normalisation as a power-method step on "
+        "F = W_V W_O; tokens tilt toward F's principal eigenvector v1. Definitions: docs/power.md.",
+    )
     r.h2("Spectra of F = W_V W_O")
-    r.figure(spectra_figure(spectra), "spectra", "eigenvalues from the factored B A (row convention); "
-             "v1 is the principal left eigenvector (x F = λ x)")
+    r.figure(
+        spectra_figure(spectra),
+        "spectra",
+        "eigenvalues from the factored B A (row convention); v1 is the principal left eigenvector (x F = λ x)",
+    )
     r.result("spectra", doc["spectra"])
 
     r.h2("Alignment through depth")
-    r.p(f"Mean |cos(x, v1(F_l))| over {align.n_tokens} tokens at each point of layer l, with chance bands "
+    r.p(
+        f"Mean |cos(x, v1(F_l))| over {align.n_tokens} tokens at each point of layer l, with chance bands "
         "(5-95 %): random directions of equal dimension, v1 of the other layers, and the layers' v1 shuffled."
-        + (" First positions left out." if align.skip_first else ""), note=True)
+        + (" First positions left out." if align.skip_first else ""),
+        note=True,
+    )
     r.result("alignment", {**doc["alignment"], "per_token": align.per_token[:1], "tokens": align.tokens[:1]})
     r.figure(alignment_figure(doc["alignment"]), "alignment", embed=False)  # the charts above, as one PNG
 
     if dyn is not None:
         r.h2("Idealised dynamics")
-        r.p("real: the model; mlp_ablated: every feed-forward output zeroed; linear: the seed's simplified layer "
+        r.p(
+            "real: the model; mlp_ablated: every feed-forward output zeroed; linear: the seed's simplified layer "
             "from the real weights (normalisation and value/output projection, token attends to itself, no "
-            "feed-forward); power: x <- x F_l / |x F_l|. All start from the real input of layer 0.", note=True)
+            "feed-forward); power: x <- x F_l / |x F_l|. All start from the real input of layer 0.",
+            note=True,
+        )
         r.result("dynamics", doc["dynamics"])
         r.figure(dynamics_figure(dyn), "dynamics", embed=False)  # repeats the two charts above
 
     if shared is not None:
         r.h2("Shared weights")
-        r.p(f"Layer {shared.layer} applied {shared.n_layers} times. λ1 = {shared.lambda1:.4g}, λ2 = "
+        r.p(
+            f"Layer {shared.layer} applied {shared.n_layers} times. λ1 = {shared.lambda1:.4g}, λ2 = "
             f"{shared.lambda2:.4g}; analytic rate |λ2/λ1| = {shared.rate:.4f} (I + F: {shared.rate_residual:.4f}); "
             f"fitted on the power method: {shared.fitted_power:.4f}, on the tied model: {shared.fitted_measured:.4f}. "
-            f"v1 ≈ {' '.join(repr(t) for t in shared.nearest[:5])}.", note=True)
+            f"v1 ≈ {' '.join(repr(t) for t in shared.nearest[:5])}.",
+            note=True,
+        )
         r.result("shared_weights", doc["shared_weights"])
         r.figure(shared_figure(doc["shared_weights"]), "shared_weights", embed=False)  # repeats the chart above
     return r
 
 
-__all__ = ["ALIGNMENT_CURVES", "EIGENVALUES", "SHARED_CURVES", "VECTORS", "alignment_document", "alignment_figure",
-           "build", "document", "dynamics_document", "dynamics_figure", "shared_document", "shared_figure",
-           "spectra_document", "spectra_figure"]
+__all__ = [
+    "ALIGNMENT_CURVES",
+    "EIGENVALUES",
+    "SHARED_CURVES",
+    "VECTORS",
+    "alignment_document",
+    "alignment_figure",
+    "build",
+    "document",
+    "dynamics_document",
+    "dynamics_figure",
+    "shared_document",
+    "shared_figure",
+    "spectra_document",
+    "spectra_figure",
+]

@@ -4,7 +4,8 @@ product or cosine between every pair of positions at a captured point.  Nothing 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -17,15 +18,22 @@ def key(point: str, metric: str, normed: bool = False) -> str:
     return f"{point}{'+norm' if normed else ''}/{metric}"
 
 
-def document(maps: Mapping[str, torch.Tensor], tokens: Sequence[str], token_ids: torch.Tensor, model: str,
-             text: str) -> dict[str, Any]:
+def document(
+    maps: Mapping[str, torch.Tensor], tokens: Sequence[str], token_ids: torch.Tensor, model: str, text: str
+) -> dict[str, Any]:
     """The ``--json`` document: every value of every map (never block means); ``maps`` is keyed by :func:`key`.
     The explorer's similarity view sends it too, its one map reduced by blocks of positions when large."""
     return {"model": model, "text": text, "tokens": tokens, "token_ids": token_ids, "maps": maps}
 
 
-def build(maps: Mapping[str, torch.Tensor], tokens: Sequence[str], title: str, subtitle: str = "",
-          figures: bool = True, block: int = 1) -> Report:
+def build(
+    maps: Mapping[str, torch.Tensor],
+    tokens: Sequence[str],
+    title: str,
+    subtitle: str = "",
+    figures: bool = True,
+    block: int = 1,
+) -> Report:
     """The ``walklens simmap`` report (Figs. 3, 11, 12): one labelled heatmap per ``"point/metric"`` key.
 
     ``block`` > 1 draws each map as means over ``block`` x ``block`` positions (:func:`.html.block_mean`, a
@@ -33,8 +41,10 @@ def build(maps: Mapping[str, torch.Tensor], tokens: Sequence[str], title: str, s
     if block > 1:
         maps = {k: block_mean(m, block) for k, m in maps.items()}
         tokens = block_labels(tokens, block)
-        subtitle += (f"{'; ' if subtitle else ''}each cell is the mean over a block of {block} x {block} positions "
-                     "(labels: first-last position)")
+        subtitle += (
+            f"{'; ' if subtitle else ''}each cell is the mean over a block of {block} x {block} positions "
+            "(labels: first-last position)"
+        )
     rep = Report(title, subtitle)
     labels = [show(t) for t in tokens]
     for key, m in maps.items():
@@ -53,26 +63,38 @@ def build(maps: Mapping[str, torch.Tensor], tokens: Sequence[str], title: str, s
             lo, hi = -max(-lo, hi), max(-lo, hi)
         if not hi > lo:
             lo, hi = float(z.min()), float(z.max()) if float(z.max()) > float(z.min()) else float(z.min()) + 1
-        rep.p(f"colour range {lo:.4g} .. {hi:.4g} (1st-99th percentile off the diagonal); min {float(z.min()):.4g}, "
-              f"max {float(z.max()):.4g}", note=True)
+        rep.p(
+            f"colour range {lo:.4g} .. {hi:.4g} (1st-99th percentile off the diagonal); min {float(z.min()):.4g}, "
+            f"max {float(z.max()):.4g}",
+            note=True,
+        )
         zq = [[float(f"{v:.3g}") for v in row] for row in z.tolist()]  # 3 significant digits keep the page small
-        rep.heatmap(zq, row_labels=labels, col_labels=labels, diverging=diverging, vmin=lo, vmax=hi,
-                    title=f"{key}: {'cosine' if cosine else 'inner product'} between every pair of positions",
-                    cell=None if n <= 150 else 4)
+        rep.heatmap(
+            zq,
+            row_labels=labels,
+            col_labels=labels,
+            diverging=diverging,
+            vmin=lo,
+            vmax=hi,
+            title=f"{key}: {'cosine' if cosine else 'inner product'} between every pair of positions",
+            cell=None if n <= 150 else 4,
+        )
         if figures:
             plt = pyplot()
             size = min(13.0, 4 + 0.1 * n)
             fig, ax = plt.subplots(figsize=(size, size))
-            im = ax.imshow(z.numpy(), cmap="RdBu_r" if diverging else "viridis", vmin=lo, vmax=hi,
-                           interpolation="nearest")
+            im = ax.imshow(
+                z.numpy(), cmap="RdBu_r" if diverging else "viridis", vmin=lo, vmax=hi, interpolation="nearest"
+            )
             step = max(1, math.ceil(n / 80))
             ax.set_xticks(range(0, n, step), labels[::step], rotation=90, fontsize=5)
             ax.set_yticks(range(0, n, step), labels[::step], fontsize=5)
             ax.set_title(key, fontsize=10)
             fig.colorbar(im, ax=ax, fraction=0.04)
             fig.tight_layout()
-            rep.figure(fig, "simmap_" + key.replace("/", "_").replace(".", "_").replace("+", "_"),
-                       embed=False)  # the interactive map above shows the same view
+            rep.figure(
+                fig, "simmap_" + key.replace("/", "_").replace(".", "_").replace("+", "_"), embed=False
+            )  # the interactive map above shows the same view
     return rep
 
 

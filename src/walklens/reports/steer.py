@@ -17,8 +17,12 @@ if TYPE_CHECKING:
 
 #: the curves against alpha, each a :class:`~walklens.steering.SteerRow` field: (field, label, statistic over
 #: the prompts); the page's charts and the PNG both draw these
-METRICS = (("target_prob", "p(target)", "mean"), ("target_rank", "rank of target (0 = top)", "median"),
-           ("perplexity", "perplexity under the unsteered model", "median"), ("push", "push along u", "mean"))
+METRICS = (
+    ("target_prob", "p(target)", "mean"),
+    ("target_rank", "rank of target (0 = top)", "median"),
+    ("perplexity", "perplexity under the unsteered model", "median"),
+    ("push", "push along u", "mean"),
+)
 NAMES = {"eigen": "Eigen-steering", "add": "Activation addition"}
 
 
@@ -50,11 +54,16 @@ def steering_figure(sweep: SteeringSweep) -> Any:
 def build(sweep: SteeringSweep, title: str = "") -> Report:
     """The ``walklens steer`` report: the :data:`METRICS` against alpha for each method and layer set, and every
     run (drawn from :func:`document`)."""
-    r = Report(title or f"Steering {sweep.model_name} toward {sweep.target_token!r}",
-               "Eigen-steering (seed 002: rank-one W_O edit, F' = F + alpha w u^T) next to activation addition "
-               "(alpha u added to the residual at the same layers).")
-    r.p("reach |P u| of the target direction in each layer's value space: "
-        + ", ".join(f"L{l}: {v:.3f}" for l, v in sorted(sweep.reach.items())), note=True)
+    r = Report(
+        title or f"Steering {sweep.model_name} toward {sweep.target_token!r}",
+        "Eigen-steering (seed 002: rank-one W_O edit, F' = F + alpha w u^T) next to activation addition "
+        "(alpha u added to the residual at the same layers).",
+    )
+    r.p(
+        "reach |P u| of the target direction in each layer's value space: "
+        + ", ".join(f"L{l}: {v:.3f}" for l, v in sorted(sweep.reach.items())),
+        note=True,
+    )
     for m in sweep.methods:
         r.h2(NAMES.get(m, m))
         for metric, label, stat in METRICS:
@@ -63,8 +72,13 @@ def build(sweep: SteeringSweep, title: str = "") -> Report:
             for s in sweep.layer_sets:
                 xs, ys = sweep.curve(m, s, metric, stat)
                 series.append({"name": "layers " + ",".join(map(str, s)), "y": ys})
-            r.lines([f"{a:g}" for a in xs], series, title=f"{label} ({stat} over {len(sweep.prompts)} prompts)",
-                    xlabel="alpha", height=240)
+            r.lines(
+                [f"{a:g}" for a in xs],
+                series,
+                title=f"{label} ({stat} over {len(sweep.prompts)} prompts)",
+                xlabel="alpha",
+                height=240,
+            )
     r.figure(steering_figure(sweep), "steering", embed=False)  # repeats the charts above
     r.h2("Generations")
     r.result("steering", document(sweep))

@@ -19,8 +19,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -79,8 +80,9 @@ def bar_chart(summaries: Sequence[RunSummary], test: int, metric: str = "acc") -
     """Fig. 10 style: per (model, shots) the standard scheme's normalised score as a bar, the in-sample best
     as a star and the k-fold held-out best as a diamond with its 95% interval."""
     plt = pyplot()
-    rows = sorted((s for s in summaries if s.test == test and metric in s.metrics),
-                  key=lambda s: (s.model, s.shots, s.n_items))
+    rows = sorted(
+        (s for s in summaries if s.test == test and metric in s.metrics), key=lambda s: (s.model, s.shots, s.n_items)
+    )
     fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(rows) + 1.5), 3.4))
     xs = np.arange(len(rows))
     seen: set[str] = set()
@@ -101,12 +103,26 @@ def bar_chart(summaries: Sequence[RunSummary], test: int, metric: str = "acc") -
             ax.plot(x, ins, marker="*", ms=13, color="#e67e22", ls="none", label=once("best, in-sample"))
         kf = m.kfold
         if kf.norm is not None and kf.norm_lo is not None and kf.norm_hi is not None:
-            ax.errorbar(x + 0.18, kf.norm, yerr=[[kf.norm - kf.norm_lo], [kf.norm_hi - kf.norm]],
-                        marker="D", ms=6, color="#27ae60", capsize=3, ls="none",
-                        label=once(f"best, {kf.k}-fold held-out (95% CI)"))
+            ax.errorbar(
+                x + 0.18,
+                kf.norm,
+                yerr=[[kf.norm - kf.norm_lo], [kf.norm_hi - kf.norm]],
+                marker="D",
+                ms=6,
+                color="#27ae60",
+                capsize=3,
+                ls="none",
+                label=once(f"best, {kf.k}-fold held-out (95% CI)"),
+            )
         if m.baseline:
-            ax.plot([x - 0.35, x + 0.35], [m.distribution.chance / m.baseline] * 2, color="k", ls="--", lw=0.8,
-                    label=once("chance"))
+            ax.plot(
+                [x - 0.35, x + 0.35],
+                [m.distribution.chance / m.baseline] * 2,
+                color="k",
+                ls="--",
+                lw=0.8,
+                label=once("chance"),
+            )
     ax.axhline(1.0, color="#c0392b", lw=0.8)
     labels = [_bar_label(s) for s in rows]
     ax.set_xticks(xs, labels, fontsize=8)
@@ -135,9 +151,11 @@ def summary_markdown(summaries: Sequence[RunSummary]) -> str:
     standard scheme, the in-sample, split-half and k-fold held-out best (normalised in brackets), the median
     scheme and the expected best of as many coin-flip schemes."""
     kf_ = kfold_label(summaries)
-    lines = ["| model | test | shots | items | schemes | metric | baseline | standard (norm) | best in-sample (norm) "
-             f"| split-half held-out (norm) | {kf_} held-out [95% CI] (norm) | median scheme | E[best] if all chance |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | test | shots | items | schemes | metric | baseline | standard (norm) | best in-sample (norm) "
+        f"| split-half held-out (norm) | {kf_} held-out [95% CI] (norm) | median scheme | E[best] if all chance |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for s in summaries:
         for metric, m in s.metrics.items():
             std, kf, ins = m.standard, m.kfold, m.in_sample
@@ -148,24 +166,63 @@ def summary_markdown(summaries: Sequence[RunSummary]) -> str:
                 f"| {_fmt(m.split_mean)} ({_fmt(m.split_mean_norm, 2)}) "
                 f"| {_fmt(kf.acc)} [{_fmt(kf.lo)}, {_fmt(kf.hi)}] ({_fmt(kf.norm, 2)}) "
                 f"| {_fmt(m.distribution.quantiles['q50'])} "
-                f"| {_fmt(m.distribution.expected_best_if_all_chance)} |")
+                f"| {_fmt(m.distribution.expected_best_if_all_chance)} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def _summary_rows(summaries: Sequence[RunSummary]) -> tuple[list[str], list[list[Any]]]:
     kf_ = kfold_label(summaries)
-    headers = ["model", "test", "shots", "metric", "items", "schemes", "baseline", "standard acc", "standard norm",
-               "best acc (in-sample)", "best norm (in-sample)", "best acc (split-half, held-out)",
-               "best norm (split-half)", f"best acc ({kf_} held-out)", "ci lo", "ci hi", f"best norm ({kf_})",
-               "median acc", "share above chance (95%)", "E[best] if all chance"]
+    headers = [
+        "model",
+        "test",
+        "shots",
+        "metric",
+        "items",
+        "schemes",
+        "baseline",
+        "standard acc",
+        "standard norm",
+        "best acc (in-sample)",
+        "best norm (in-sample)",
+        "best acc (split-half, held-out)",
+        "best norm (split-half)",
+        f"best acc ({kf_} held-out)",
+        "ci lo",
+        "ci hi",
+        f"best norm ({kf_})",
+        "median acc",
+        "share above chance (95%)",
+        "E[best] if all chance",
+    ]
     rows = []
     for s in summaries:
         for metric, m in s.metrics.items():
             std, kf, d = m.standard, m.kfold, m.distribution
-            rows.append([s.model, s.test, s.shots, metric, s.n_items, s.n_schemes, m.baseline, std and std.acc,
-                         std and std.norm, m.in_sample.acc, m.in_sample.norm_score, m.split_mean, m.split_mean_norm,
-                         kf.acc, kf.lo, kf.hi, kf.norm, d.quantiles["q50"], d.frac_above_chance_ci,
-                         d.expected_best_if_all_chance])
+            rows.append(
+                [
+                    s.model,
+                    s.test,
+                    s.shots,
+                    metric,
+                    s.n_items,
+                    s.n_schemes,
+                    m.baseline,
+                    std and std.acc,
+                    std and std.norm,
+                    m.in_sample.acc,
+                    m.in_sample.norm_score,
+                    m.split_mean,
+                    m.split_mean_norm,
+                    kf.acc,
+                    kf.lo,
+                    kf.hi,
+                    kf.norm,
+                    d.quantiles["q50"],
+                    d.frac_above_chance_ci,
+                    d.expected_best_if_all_chance,
+                ]
+            )
     return headers, rows
 
 
@@ -186,15 +243,20 @@ def _run_section(rep: Report, s: RunSummary) -> None:
         ins, kf = m.in_sample, m.kfold
         hon: list[list[Any]] = [["in-sample best", ins.scheme, ins.acc, ins.lo, ins.hi, ins.norm_score]]
         hon += [[sp.how, sp.scheme, sp.acc, sp.lo, sp.hi, sp.norm_score] for sp in m.split]
-        hon.append([f"{kf.k}-fold held-out (pooled)", " | ".join(sorted(set(kf.fold_schemes))), kf.acc, kf.lo,
-                    kf.hi, kf.norm])
+        hon.append(
+            [f"{kf.k}-fold held-out (pooled)", " | ".join(sorted(set(kf.fold_schemes))), kf.acc, kf.lo, kf.hi, kf.norm]
+        )
         if m.standard:
             hon.append(["standard scheme", m.standard.scheme, m.standard.acc, None, None, m.standard.norm])
         rep.table(["estimate", "scheme(s)", metric, "95% lo", "95% hi", "normalised"], hon)
-        rep.figure(_hist_figure(m, f"{s.model} Test {s.test} {s.shots}-shot: {metric} across the grid"),
-                   f"hist_{tag}_{metric}")
-        mrows = [[param, v.value, v.n, v.mean, v.best, v.mean_norm, v.best_norm]
-                 for param, vals in m.marginals.items() for v in sorted(vals, key=lambda r: -r.mean)]
+        rep.figure(
+            _hist_figure(m, f"{s.model} Test {s.test} {s.shots}-shot: {metric} across the grid"), f"hist_{tag}_{metric}"
+        )
+        mrows = [
+            [param, v.value, v.n, v.mean, v.best, v.mean_norm, v.best_norm]
+            for param, vals in m.marginals.items()
+            for v in sorted(vals, key=lambda r: -r.mean)
+        ]
         mh = ["parameter", "value", "schemes", f"mean {metric}", f"best {metric}", "mean norm", "best norm"]
         rep.attach(f"marginals_{tag}_{metric}.csv", csv_text(mh, mrows))
         rep.p("Marginal effects: mean and best score over all schemes with each parameter value.", note=True)
@@ -212,8 +274,10 @@ def build(summaries: Sequence[RunSummary], source: str = "") -> Report:
     """The ``walklens report`` report of the sweep runs ``summaries`` (:func:`~walklens.experiments.summary.
     summarise_db`), with its CSV tables, ``summary.json`` and ``summary.md`` attached; ``source`` (the database)
     goes into the subtitle."""
-    rep = Report("Composition-scheme sweeps",
-                 f"{f'database {source}; ' if source else ''}seed 000 sec. 5.1, A.6, Figs. 10, 13-16")
+    rep = Report(
+        "Composition-scheme sweeps",
+        f"{f'database {source}; ' if source else ''}seed 000 sec. 5.1, A.6, Figs. 10, 13-16",
+    )
     if not summaries:
         return rep.p("No sweep results in this database.")
     kf_ = kfold_label(summaries)
@@ -221,16 +285,22 @@ def build(summaries: Sequence[RunSummary], source: str = "") -> Report:
     rep.attach("summary.csv", csv_text(headers, rows))
     rep.attach("summary.md", summary_markdown(summaries))
     rep.h2("Summary: standard scheme, in-sample best and held-out best")
-    rep.p("Normalised score = accuracy / the baseline's accuracy on the same items, model and shots (sec. 5.1). "
-          "The in-sample best is chosen and scored on the same items (biased upward, like the seed's star "
-          f"markers); the split-half and {kf_} scores choose the best scheme on some items and score it on the "
-          "others. 'E[best] if all chance' is the expected best accuracy of that many independent coin-flip "
-          "schemes: the selection bias in the worst case.", note=True)
+    rep.p(
+        "Normalised score = accuracy / the baseline's accuracy on the same items, model and shots (sec. 5.1). "
+        "The in-sample best is chosen and scored on the same items (biased upward, like the seed's star "
+        f"markers); the split-half and {kf_} scores choose the best scheme on some items and score it on the "
+        "others. 'E[best] if all chance' is the expected best accuracy of that many independent coin-flip "
+        "schemes: the selection bias in the worst case.",
+        note=True,
+    )
     rep.table(headers, rows)
     for test in sorted({s.test for s in summaries}):
         for metric in sorted({m for s in summaries if s.test == test for m in s.metrics}):
-            rep.figure(bar_chart(summaries, test, metric), f"fig10_test{test}_{metric}",
-                       caption=f"Like seed Fig. 10{'a' if test == 1 else 'b'}: Test {test}, {metric}.")
+            rep.figure(
+                bar_chart(summaries, test, metric),
+                f"fig10_test{test}_{metric}",
+                caption=f"Like seed Fig. 10{'a' if test == 1 else 'b'}: Test {test}, {metric}.",
+            )
     for s in summaries:
         _run_section(rep, s)
     rep.attach("summary.json", json.dumps(jsonable(document(summaries, source)["runs"]), indent=1))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,22 +28,29 @@ MAX_COLS = 96  # positions the report shows (the JSON holds all of them)
 def walk_document(walk: EncodingWalk) -> dict[str, Any]:
     """The document of one :class:`~walklens.walks.EncodingWalk` (sec. 2.2.2, A.2): every field (the encoder's
     walk as its own document) and the names of the escape points.  The explorer's walk views send it too."""
-    return {**fields_of(walk, ("encoder",)), "escape_names": walk.escape_names,
-            "escape_stable_names": walk.escape_stable_names,
-            "encoder": walk_document(walk.encoder) if walk.encoder is not None else None}
+    return {
+        **fields_of(walk, ("encoder",)),
+        "escape_names": walk.escape_names,
+        "escape_stable_names": walk.escape_stable_names,
+        "encoder": walk_document(walk.encoder) if walk.encoder is not None else None,
+    }
 
 
 def _per_cell(walk: EncodingWalk) -> list[str]:
     """The fields with a value per cell: tensors [points, positions, ...]."""
     shape = (len(walk.points), len(walk.tokens))
-    return [k for k, v in fields_of(walk).items()
-            if isinstance(v, torch.Tensor) and v.dim() >= 2 and tuple(v.shape[:2]) == shape]
+    return [
+        k
+        for k, v in fields_of(walk).items()
+        if isinstance(v, torch.Tensor) and v.dim() >= 2 and tuple(v.shape[:2]) == shape
+    ]
 
 
 def _per_position(walk: EncodingWalk) -> list[str]:
     """The fields with a value per position: tensors [positions] (token ids, escape points)."""
-    return [k for k, v in fields_of(walk).items()
-            if isinstance(v, torch.Tensor) and tuple(v.shape) == (len(walk.tokens),)]
+    return [
+        k for k, v in fields_of(walk).items() if isinstance(v, torch.Tensor) and tuple(v.shape) == (len(walk.tokens),)
+    ]
 
 
 def _cut(v: torch.Tensor, k: int | None) -> torch.Tensor:
@@ -54,8 +62,9 @@ def point_document(walk: EncodingWalk, point: int, k: int | None = None) -> dict
     return {"point": walk.points[point], **{f: _cut(getattr(walk, f)[point], k) for f in _per_cell(walk)}}
 
 
-def cell_document(walk: EncodingWalk, point: int, position: int, k: int | None = None,
-                  reading: EncodingWalk | None = None) -> dict[str, Any]:
+def cell_document(
+    walk: EncodingWalk, point: int, position: int, k: int | None = None, reading: EncodingWalk | None = None
+) -> dict[str, Any]:
     """The walk's document at one cell: each per-cell field there (top-k lists cut to ``k``), each per-position
     field at the position (its escape points index ``walk.points``), w_t and w_t+1 (None at the last position).
     ``reading``: the same walk read at that one point only, with more (top k, probabilities): the per-cell
@@ -63,19 +72,29 @@ def cell_document(walk: EncodingWalk, point: int, position: int, k: int | None =
     T = len(walk.tokens)
     src, p = (reading, 0) if reading is not None else (walk, point)
     nxt = position + 1 < T
-    return {"point": walk.points[point], "position": position, "token": walk.tokens[position],
-            "next": walk.tokens[position + 1] if nxt else None,
-            "next_id": int(walk.token_ids[position + 1]) if nxt else None,
-            **{f: getattr(walk, f)[position] for f in _per_position(walk)},
-            **{f: _cut(getattr(src, f)[p, position], k) for f in _per_cell(src)}}
+    return {
+        "point": walk.points[point],
+        "position": position,
+        "token": walk.tokens[position],
+        "next": walk.tokens[position + 1] if nxt else None,
+        "next_id": int(walk.token_ids[position + 1]) if nxt else None,
+        **{f: getattr(walk, f)[position] for f in _per_position(walk)},
+        **{f: _cut(getattr(src, f)[p, position], k) for f in _per_cell(src)},
+    }
 
 
 def document(walks: Mapping[str, EncodingWalk], labels: Mapping[int, str], model: str, text: str) -> dict[str, Any]:
     """The ``--json`` document: the text, its tokens, the labels of every token id mentioned and every number
     of each reading's walk (:func:`walk_document`)."""
     first = next(iter(walks.values()))
-    return {"model": model, "text": text, "tokens": first.tokens, "token_ids": first.token_ids,
-            "labels": labels, "walks": {k: walk_document(w) for k, w in walks.items()}}
+    return {
+        "model": model,
+        "text": text,
+        "tokens": first.tokens,
+        "token_ids": first.token_ids,
+        "labels": labels,
+        "walks": {k: walk_document(w) for k, w in walks.items()},
+    }
 
 
 def _pos_labels(tokens: Sequence[str], n: int) -> list[str]:
@@ -144,8 +163,15 @@ def _band(x: torch.Tensor) -> tuple[list[float], list[float], list[float]]:
     return mean, lo, hi
 
 
-def add_walk(report: Report, walk: EncodingWalk, labels: Mapping[int, str], key: str,
-                      heading: str, figures: bool = True, max_cols: int = MAX_COLS) -> None:
+def add_walk(
+    report: Report,
+    walk: EncodingWalk,
+    labels: Mapping[int, str],
+    key: str,
+    heading: str,
+    figures: bool = True,
+    max_cols: int = MAX_COLS,
+) -> None:
     """One encoding walk (one reading, one stack) as report sections."""
     rows = _rows(walk)
     T = len(walk.tokens)
@@ -154,8 +180,11 @@ def add_walk(report: Report, walk: EncodingWalk, labels: Mapping[int, str], key:
     cols = _pos_labels(walk.tokens, n_cols)
     fi = walk.points.index("final") if "final" in walk.points else rows[-1]
     report.h2(heading)
-    report.p(f"metric: {walk.metric}; norm: {walk.norm}; compared with: {walk.matrix}; k = {walk.k}. "
-             f"Ranks count the tokens scoring strictly higher (0 = nearest).", note=True)
+    report.p(
+        f"metric: {walk.metric}; norm: {walk.norm}; compared with: {walk.matrix}; k = {walk.k}. "
+        f"Ranks count the tokens scoring strictly higher (0 = nearest).",
+        note=True,
+    )
     if n_cols < T:
         report.p(f"Showing the first {n_cols} of {T} positions; the JSON output holds all of them.", note=True)
 
@@ -166,11 +195,33 @@ def add_walk(report: Report, walk: EncodingWalk, labels: Mapping[int, str], key:
         nxt = show(walk.tokens[t + 1]) if t + 1 < T else ""
         top = int(walk.top_ids[fi, t, 0])
         rn = int(walk.rank_of_next[fi, t])
-        table_rows.append([t, show(walk.tokens[t]), nxt, show(labels.get(top, str(top))),
-                           int(walk.rank_of_input[fi, t]), rn if rn >= 0 else "",
-                           float(walk.prob_of_next[fi, t]) if rn >= 0 else "", esc[t] or "-", stab[t] or "-"])
-    report.table(["t", "w_t", "w_t+1", f"top-1 at {walk.points[fi]}", "rank w_t", "rank w_t+1", "P(w_t+1)",
-                  "w_t+1 first outranks w_t", "… and stays ahead from"], table_rows)
+        table_rows.append(
+            [
+                t,
+                show(walk.tokens[t]),
+                nxt,
+                show(labels.get(top, str(top))),
+                int(walk.rank_of_input[fi, t]),
+                rn if rn >= 0 else "",
+                float(walk.prob_of_next[fi, t]) if rn >= 0 else "",
+                esc[t] or "-",
+                stab[t] or "-",
+            ]
+        )
+    report.table(
+        [
+            "t",
+            "w_t",
+            "w_t+1",
+            f"top-1 at {walk.points[fi]}",
+            "rank w_t",
+            "rank w_t+1",
+            "P(w_t+1)",
+            "w_t+1 first outranks w_t",
+            "… and stays ahead from",
+        ],
+        table_rows,
+    )
 
     # rank heatmaps with hover: one row per position, one column per point (reading left to right = up the stack)
     hover = []
@@ -179,23 +230,36 @@ def add_walk(report: Report, walk: EncodingWalk, labels: Mapping[int, str], key:
         for i in rows:
             tops = ", ".join(repr(labels.get(int(j), str(int(j)))) for j in walk.top_ids[i, t, :TOP_HOVER])
             rn = int(walk.rank_of_next[i, t])
-            line.append(f"rank of w_t {int(walk.rank_of_input[i, t])}" + (f", of w_t+1 {rn}" if rn >= 0 else "")
-                        + f"\nnearest: {tops}")  # plain text: plots.js inserts it with textContent
+            line.append(
+                f"rank of w_t {int(walk.rank_of_input[i, t])}"
+                + (f", of w_t+1 {rn}" if rn >= 0 else "")
+                + f"\nnearest: {tops}"
+            )  # plain text: plots.js inserts it with textContent
         hover.append(line)
     for what, ranks in (("input", walk.rank_of_input), ("next", walk.rank_of_next)):
         r = ranks[rows, :n_cols].t()
         z = torch.log10(1 + r.clamp_min(0).float())
         z[r < 0] = float("nan")
         sym = "w_t" if what == "input" else "w_t+1"
-        report.heatmap(z, row_labels=cols, col_labels=row_names, hover=hover,
-                       title=f"rank of {sym} at each point, log10(1 + rank): dark = near (hover for the nearest tokens)")
+        report.heatmap(
+            z,
+            row_labels=cols,
+            col_labels=row_names,
+            hover=hover,
+            title=f"rank of {sym} at each point, log10(1 + rank): dark = near (hover for the nearest tokens)",
+        )
         if figures:
-            report.figure(_rank_figure(z, cols, row_names, f"{heading}: rank of {sym}"), f"rank_{what}_{key}",
-                          caption=f"log10(1 + rank of {sym}) for each position (rows) at each point (columns)",
-                          embed=False)  # the interactive heatmap above shows the same view
+            report.figure(
+                _rank_figure(z, cols, row_names, f"{heading}: rank of {sym}"),
+                f"rank_{what}_{key}",
+                caption=f"log10(1 + rank of {sym}) for each position (rows) at each point (columns)",
+                embed=False,
+            )  # the interactive heatmap above shows the same view
 
     report.raw("<h3>nearest token at each point (green: w_t+1, grey: w_t)</h3>")
-    grid_rows = rows if len(rows) <= 70 else [i for i in rows if not walk.points[i].endswith(("resid_mid", "resid_cross"))]
+    grid_rows = (
+        rows if len(rows) <= 70 else [i for i in rows if not walk.points[i].endswith(("resid_mid", "resid_cross"))]
+    )
     report.raw(_grid_html(walk, labels, grid_rows, n_cols))
 
     # per-layer curves (mean over positions, 10-90 % band), and per position for short texts
@@ -207,30 +271,55 @@ def add_walk(report: Report, walk: EncodingWalk, labels: Mapping[int, str], key:
         series.append({"name": name + " mean", "y": m, "band": [lo, hi], "color": colour})
     if T <= 12:
         for t in range(T - 1):
-            series.append({"name": f"{t}:{show(walk.tokens[t])} → {show(walk.tokens[t + 1])}",
-                           "y": cn[:, t].tolist(), "dash": True})
-    report.lines(x, series, title="cosine with w_t and with w_t+1 through the stack", xlabel="point",
-                 width=900, height=340)
+            series.append(
+                {
+                    "name": f"{t}:{show(walk.tokens[t])} → {show(walk.tokens[t + 1])}",
+                    "y": cn[:, t].tolist(),
+                    "dash": True,
+                }
+            )
+    report.lines(
+        x, series, title="cosine with w_t and with w_t+1 through the stack", xlabel="point", width=900, height=340
+    )
     sl, sa = walk.step_length[rows], walk.step_angle[rows]
     m1, lo1, hi1 = _band(sl)
-    report.lines(x, [{"name": "step length |x_p - x_p-1|", "y": m1, "band": [lo1, hi1]}],
-                 title="step length between consecutive residual points (mean over positions, 10-90 % band)",
-                 xlabel="point", width=900, height=300)
+    report.lines(
+        x,
+        [{"name": "step length |x_p - x_p-1|", "y": m1, "band": [lo1, hi1]}],
+        title="step length between consecutive residual points (mean over positions, 10-90 % band)",
+        xlabel="point",
+        width=900,
+        height=300,
+    )
     m2, lo2, hi2 = _band(sa)
-    report.lines(x, [{"name": "angle (degrees)", "y": m2, "band": [lo2, hi2], "color": "#2ca02c"}],
-                 title="angle between consecutive residual points", xlabel="point", width=900, height=300)
+    report.lines(
+        x,
+        [{"name": "angle (degrees)", "y": m2, "band": [lo2, hi2], "color": "#2ca02c"}],
+        title="angle between consecutive residual points",
+        xlabel="point",
+        width=900,
+        height=300,
+    )
 
 
-def build(walks: Mapping[str, EncodingWalk], labels: Mapping[int, str], title: str, subtitle: str = "",
-          figures: bool = True, max_cols: int = MAX_COLS) -> Report:
+def build(
+    walks: Mapping[str, EncodingWalk],
+    labels: Mapping[int, str],
+    title: str,
+    subtitle: str = "",
+    figures: bool = True,
+    max_cols: int = MAX_COLS,
+) -> Report:
     """The ``walklens walk`` report of one text's encoding walks; ``walks`` maps a reading (``"none"``: raw
     vectors against V, ``"final"``: the logit lens) to a walk.
 
     Encoder-decoder walks (``walk.encoder``) get an encoder section beside the decoder's (A.2).
     """
     rep = Report(title, subtitle)
-    names = {"none": "raw vectors against V (norm=none, the papers' reading)",
-             "final": "final norm + the model's head (norm=final, the logit lens)"}
+    names = {
+        "none": "raw vectors against V (norm=none, the papers' reading)",
+        "final": "final norm + the model's head (norm=final, the logit lens)",
+    }
     for key, walk in walks.items():
         label = names.get(key, key)
         if walk.encoder is not None:

@@ -55,10 +55,20 @@ async def attention(request: Request, ex: Explorer, body: dict[str, Any]) -> dic
         stats = ex.results.get((model, "head_stats"), lambda: head_stats(lm))
         sm = self_mass(tr)
         b = block_for(T, S, square=True)
-        return {"model": model, "layer": layer, "head": head, "n_heads": H, "n_layers": L, "tokens": tr.tokens,
-                "block": b, "labels": block_labels(tr.tokens, b), "map": block_mean(A[head].float(), b),
-                "cluster": heads_report.cluster_document(cv), "self_mass": heads_report.self_mass_document(sm),
-                "head_stats": heads_report.head_stats_document(stats)}
+        return {
+            "model": model,
+            "layer": layer,
+            "head": head,
+            "n_heads": H,
+            "n_layers": L,
+            "tokens": tr.tokens,
+            "block": b,
+            "labels": block_labels(tr.tokens, b),
+            "map": block_mean(A[head].float(), b),
+            "cluster": heads_report.cluster_document(cv),
+            "self_mass": heads_report.self_mass_document(sm),
+            "head_stats": heads_report.head_stats_document(stats),
+        }
 
     return await run_job(request, ex, model, compute)
 

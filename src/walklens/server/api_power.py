@@ -19,8 +19,18 @@ from ..power import alignment, power_spectra
 from ..reports import power as power_report
 from ..reports import steer as steer_report
 from ..steering import steering_sweep
-from .bounds import (MAX_ALPHA, MAX_STEER_TOKENS, MAX_TOKENS, choice_arg, fields_arg, float_arg, int_arg,
-                     layers_arg, pick, text_arg)
+from .bounds import (
+    MAX_ALPHA,
+    MAX_STEER_TOKENS,
+    MAX_TOKENS,
+    choice_arg,
+    fields_arg,
+    float_arg,
+    int_arg,
+    layers_arg,
+    pick,
+    text_arg,
+)
 from .routing import api
 from .state import Explorer, Job, run_job
 from .traces import n_tokens
@@ -44,10 +54,14 @@ async def power(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[st
         n_tokens(ex, model, text, MAX_TOKENS, "power")
         spectra = ex.results.get((model, "spectra"), lambda: power_spectra(lm, heads=False, nearest=8))
         job.check()
-        al = ex.results.get((model, "alignment", text),
-                            lambda: alignment(lm, text, spectra=spectra, n_random=N_RANDOM, n_shuffles=N_SHUFFLES))
-        return pick(power_report.document(spectra, al, texts=[text], eigenvalues=EIGENVALUES, vectors=False,
-                                          per_token=False), fields)
+        al = ex.results.get(
+            (model, "alignment", text),
+            lambda: alignment(lm, text, spectra=spectra, n_random=N_RANDOM, n_shuffles=N_SHUFFLES),
+        )
+        return pick(
+            power_report.document(spectra, al, texts=[text], eigenvalues=EIGENVALUES, vectors=False, per_token=False),
+            fields,
+        )
 
     return await run_job(request, ex, model, compute)
 
@@ -72,8 +86,9 @@ async def steer(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[st
     def compute(job: Job) -> dict[str, Any]:
         n_tokens(ex, model, prompt, MAX_TOKENS, "steering")
         n_tokens(ex, model, target, MAX_TOKENS, "steering target")
-        sw = steering_sweep(lm, prompt, target, [layers], [0.0, alpha] if alpha else [0.0], methods=[method],
-                            max_new_tokens=steps)
+        sw = steering_sweep(
+            lm, prompt, target, [layers], [0.0, alpha] if alpha else [0.0], methods=[method], max_new_tokens=steps
+        )
         return pick(steer_report.document(sw), fields)
 
     return await run_job(request, ex, model, compute)

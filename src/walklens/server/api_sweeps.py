@@ -15,8 +15,8 @@ from typing import Any
 from starlette.requests import Request
 
 from ..concepts.schemes import Scheme
-from ..hellaswag.store import SweepResults, SweepStore
 from ..experiments.summary import summarise_run
+from ..hellaswag.store import SweepResults, SweepStore
 from .bounds import ApiError, int_arg
 from .routing import api
 from .state import Explorer, Job, run_job
@@ -28,14 +28,17 @@ MAX_FILTERS = 16
 def _runs(ex: Explorer) -> list[dict[str, Any]]:
     def load() -> list[dict[str, Any]]:
         with SweepStore(ex.db, readonly=True) as st:
-            return [{k: r[k] for k in ("id", "model", "data", "split", "shots", "test", "n_items", "arch")}
-                    for r in st.runs()]
+            return [
+                {k: r[k] for k in ("id", "model", "data", "split", "shots", "test", "n_items", "arch")}
+                for r in st.runs()
+            ]
 
     return ex.results.get(("sweeps", "runs"), load)
 
 
 def _loaded(ex: Explorer, run: int) -> tuple[SweepResults, list[dict[str, str]]]:
     """A run's counts and each scheme's parameters (cached)."""
+
     def load() -> tuple[SweepResults, list[dict[str, str]]]:
         with SweepStore(ex.db, readonly=True) as st:
             res = st.load_counts(run, k=FOLDS, seed=SEED)
@@ -58,10 +61,13 @@ async def sweep_run(request: Request, ex: Explorer, body: dict[str, Any]) -> dic
     matching every filter: the histogram, top 10, honest best scores, standard scheme and marginal effects."""
     if ex.db is None:
         raise ApiError("no database: start walklens serve with --db PATH", 404)
-    run = int_arg(body, "run", None, 0, 2 ** 62)
+    run = int_arg(body, "run", None, 0, 2**62)
     filters = body.get("filters") or {}
-    if not isinstance(filters, dict) or len(filters) > MAX_FILTERS or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in filters.items()):
+    if (
+        not isinstance(filters, dict)
+        or len(filters) > MAX_FILTERS
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in filters.items())
+    ):
         raise ApiError(f"filters must be an object of at most {MAX_FILTERS} parameter: value strings")
     metric = body.get("metric", "acc")
 
@@ -83,10 +89,19 @@ async def sweep_run(request: Request, ex: Explorer, body: dict[str, Any]) -> dic
         names = [res.schemes[i] for i in keep]
         if not any(not n.startswith("enc=cross_encoding,") for n in names):
             raise ApiError("no scheme matches these filters")
-        sub = dataclasses.replace(res, schemes=names, acc=res.acc[:, keep],
-                                  hits=res.hits[:, keep] if res.hits is not None else None)
+        sub = dataclasses.replace(
+            res, schemes=names, acc=res.acc[:, keep], hits=res.hits[:, keep] if res.hits is not None else None
+        )
         m = summarise_run(sub, k=FOLDS, seed=SEED).metrics[metric]
-        return {"run": run, "metric": metric, "metrics": res.metrics, "filters": filters, "parameters": values,
-                "n_schemes": len(res.schemes), "n_matching": len(keep), "summary": m}
+        return {
+            "run": run,
+            "metric": metric,
+            "metrics": res.metrics,
+            "filters": filters,
+            "parameters": values,
+            "n_schemes": len(res.schemes),
+            "n_matching": len(keep),
+            "summary": m,
+        }
 
     return await run_job(request, ex, None, compute)

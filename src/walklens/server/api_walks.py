@@ -26,8 +26,20 @@ from ..reports import simmap as simmap_report
 from ..reports import walk as walk_report
 from ..reports.html import block_labels, block_mean
 from ..walks import EncodingWalk, encoding_walk, labels_for, similarity_map
-from .bounds import (MAX_K, MAX_NEW_TOKENS, MAX_TOKENS, ApiError, block_for, bool_arg, by_blocks, choice_arg,
-                     fields_arg, int_arg, pick, text_arg)
+from .bounds import (
+    MAX_K,
+    MAX_NEW_TOKENS,
+    MAX_TOKENS,
+    ApiError,
+    block_for,
+    bool_arg,
+    by_blocks,
+    choice_arg,
+    fields_arg,
+    int_arg,
+    pick,
+    text_arg,
+)
 from .routing import api
 from .state import Explorer, Job, run_job
 from .traces import WALK_POINTS, n_tokens, trace
@@ -37,9 +49,10 @@ def get_walk(ex: Explorer, job: Job, model: str, text: str, norm: str, metric: s
     """The ranks of the encoding walk of ``text`` at :data:`~.traces.WALK_POINTS` (no top k, no probabilities;
     cached)."""
     tr = trace(ex, job, model, text, WALK_POINTS, MAX_TOKENS, "walk")
-    w = ex.results.get((model, "walk", text, norm, metric),
-                       lambda: encoding_walk(tr, k=0, metric=metric, norm=norm, points=list(WALK_POINTS),
-                                             probs=False, progress=False))
+    w = ex.results.get(
+        (model, "walk", text, norm, metric),
+        lambda: encoding_walk(tr, k=0, metric=metric, norm=norm, points=list(WALK_POINTS), probs=False, progress=False),
+    )
     job.check()
     return w
 
@@ -48,15 +61,21 @@ def get_point(ex: Explorer, job: Job, model: str, text: str, norm: str, metric: 
     """The full encoding walk of ``text`` at one walk point (:data:`~.bounds.MAX_K` nearest tokens, probabilities,
     cosines, at every position; cached)."""
     tr = trace(ex, job, model, text, WALK_POINTS, MAX_TOKENS, "walk")
-    w = ex.results.get((model, "walk point", text, norm, metric, point),
-                       lambda: encoding_walk(tr, k=MAX_K, metric=metric, norm=norm, points=[point], progress=False))
+    w = ex.results.get(
+        (model, "walk point", text, norm, metric, point),
+        lambda: encoding_walk(tr, k=MAX_K, metric=metric, norm=norm, points=[point], progress=False),
+    )
     job.check()
     return w
 
 
 def _walk_args(body: dict[str, Any]) -> tuple[str, str, str, str]:
-    return (body.get("model"), text_arg(body), choice_arg(body, "norm", "none", ("none", "final")),
-            choice_arg(body, "metric", "dot", ("dot", "cosine")))
+    return (
+        body.get("model"),
+        text_arg(body),
+        choice_arg(body, "norm", "none", ("none", "final")),
+        choice_arg(body, "metric", "dot", ("dot", "cosine")),
+    )
 
 
 @api
@@ -76,10 +95,14 @@ async def walk(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str
         P, T = w.rank_of_input.shape
         b = block_for(P, T)
         final = walk_report.point_document(fin, 0)
-        return {"model": model, "n_vocab": int(lm.embedding_matrix().shape[0]), "block": b,
-                "columns": block_labels(w.tokens, b),
-                **by_blocks(pick(walk_report.walk_document(w), fields), (P, T), b),
-                "final": {f: v for f, v in final.items() if fields is None or f in fields}}
+        return {
+            "model": model,
+            "n_vocab": int(lm.embedding_matrix().shape[0]),
+            "block": b,
+            "columns": block_labels(w.tokens, b),
+            **by_blocks(pick(walk_report.walk_document(w), fields), (P, T), b),
+            "final": {f: v for f, v in final.items() if fields is None or f in fields},
+        }
 
     return await run_job(request, ex, model, compute)
 
@@ -92,7 +115,7 @@ async def walk_cell(request: Request, ex: Explorer, body: dict[str, Any]) -> dic
     nearest tokens' ids."""
     model, text, norm, metric = _walk_args(body)
     lm = ex.model(model)
-    p = int_arg(body, "point", None, 0, 10 ** 6)
+    p = int_arg(body, "point", None, 0, 10**6)
     t = int_arg(body, "position", None, 0, MAX_TOKENS - 1)
     k = int_arg(body, "k", 10, 1, MAX_K)
     fields = fields_arg(body)
@@ -128,9 +151,10 @@ async def decode(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[s
         n_tokens(ex, model, prompt, MAX_TOKENS, "decoding")
         if target is not None:
             n_tokens(ex, model, target, MAX_NEW_TOKENS, "decoding target")
-        dw = ex.results.get((model, "decode", prompt, target, steps, k),
-                            lambda: decoding_walk(lm, prompt, max_new_tokens=steps, target=target, k=k,
-                                                  progress=False))
+        dw = ex.results.get(
+            (model, "decode", prompt, target, steps, k),
+            lambda: decoding_walk(lm, prompt, max_new_tokens=steps, target=target, k=k, progress=False),
+        )
         return pick(generate_report.document(dw, model, vectors=False), fields)
 
     return await run_job(request, ex, model, compute)
@@ -156,8 +180,9 @@ async def simmap(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[s
         tr = trace(ex, job, model, text, ["embed" if point == "V" else point], MAX_TOKENS, "similarity map")
         S = similarity_map(tr, point, metric, normed)
         b = block_for(*S.shape, square=True)
-        doc = simmap_report.document({simmap_report.key(point, metric, normed): block_mean(S, b)}, tr.tokens,
-                                     tr.token_ids, model, text)
+        doc = simmap_report.document(
+            {simmap_report.key(point, metric, normed): block_mean(S, b)}, tr.tokens, tr.token_ids, model, text
+        )
         return {**pick(doc, fields), "block": b, "labels": block_labels(tr.tokens, b)}
 
     return await run_job(request, ex, model, compute)

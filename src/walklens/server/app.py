@@ -23,8 +23,16 @@ from starlette.routing import Route
 from ..capture import capture
 from ..precision import dtype_name
 from . import api_heads, api_power, api_sweeps, api_walks
-from .bounds import (MAX_ALPHA, MAX_CELLS, MAX_K, MAX_NEW_TOKENS, MAX_STEER_TOKENS, MAX_TEXT_CHARS, MAX_TOKENS,
-                     view_tokens)
+from .bounds import (
+    MAX_ALPHA,
+    MAX_CELLS,
+    MAX_K,
+    MAX_NEW_TOKENS,
+    MAX_STEER_TOKENS,
+    MAX_TEXT_CHARS,
+    MAX_TOKENS,
+    view_tokens,
+)
 from .routing import api, error
 from .security import Guard, allowed_hosts, asset_cookie, new_token
 from .state import Explorer
@@ -74,14 +82,34 @@ async def info(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str
     view reads under the explorer's limits), whether a database was given, and the limits of every argument."""
     models = []
     for name, lm in ex.models.items():
-        models.append({"name": name, "family": lm.adapter.family, "n_layers": lm.n_layers, "d_model": lm.d_model,
-                       "n_heads": lm.adapter.head_weights(lm.model, 0).n_heads, "dtype": dtype_name(lm.dtype),
-                       "kind": lm.kind, "points": ex.points.get(name, []),
-                       "view_tokens": view_tokens(ex.shape(name), ex.limits)})
-    return {"models": models, "db": ex.db is not None,
-            "limits": {"text_chars": MAX_TEXT_CHARS, "tokens": MAX_TOKENS, "k": MAX_K, "new_tokens": MAX_NEW_TOKENS,
-                       "steer_tokens": MAX_STEER_TOKENS, "alpha": MAX_ALPHA, "cells": MAX_CELLS,
-                       "memory_gb": ex.limits.max_memory, "work_tflop": ex.limits.max_work}}
+        models.append(
+            {
+                "name": name,
+                "family": lm.adapter.family,
+                "n_layers": lm.n_layers,
+                "d_model": lm.d_model,
+                "n_heads": lm.adapter.head_weights(lm.model, 0).n_heads,
+                "dtype": dtype_name(lm.dtype),
+                "kind": lm.kind,
+                "points": ex.points.get(name, []),
+                "view_tokens": view_tokens(ex.shape(name), ex.limits),
+            }
+        )
+    return {
+        "models": models,
+        "db": ex.db is not None,
+        "limits": {
+            "text_chars": MAX_TEXT_CHARS,
+            "tokens": MAX_TOKENS,
+            "k": MAX_K,
+            "new_tokens": MAX_NEW_TOKENS,
+            "steer_tokens": MAX_STEER_TOKENS,
+            "alpha": MAX_ALPHA,
+            "cells": MAX_CELLS,
+            "memory_gb": ex.limits.max_memory,
+            "work_tflop": ex.limits.max_work,
+        },
+    }
 
 
 @api
@@ -95,12 +123,24 @@ def create_app(explorer: Explorer, token: str, hosts: set[str]) -> Guard:
     caller may fill once the port is known)."""
     if not explorer.points:
         describe(explorer)
-    routes = [Route("/", index), Route("/static/{name}", asset), Route("/api/info", info),
-              Route("/api/status", status), Route("/api/sweeps", api_sweeps.sweeps)]
-    posts = {"/api/walk": api_walks.walk, "/api/walk/cell": api_walks.walk_cell, "/api/decode": api_walks.decode,
-             "/api/simmap": api_walks.simmap, "/api/attention": api_heads.attention,
-             "/api/kernels": api_heads.kernels, "/api/power": api_power.power, "/api/steer": api_power.steer,
-             "/api/sweeps/run": api_sweeps.sweep_run}
+    routes = [
+        Route("/", index),
+        Route("/static/{name}", asset),
+        Route("/api/info", info),
+        Route("/api/status", status),
+        Route("/api/sweeps", api_sweeps.sweeps),
+    ]
+    posts = {
+        "/api/walk": api_walks.walk,
+        "/api/walk/cell": api_walks.walk_cell,
+        "/api/decode": api_walks.decode,
+        "/api/simmap": api_walks.simmap,
+        "/api/attention": api_heads.attention,
+        "/api/kernels": api_heads.kernels,
+        "/api/power": api_power.power,
+        "/api/steer": api_power.steer,
+        "/api/sweeps/run": api_sweeps.sweep_run,
+    }
     routes += [Route(path, fn, methods=["POST"]) for path, fn in posts.items()]
     app = Starlette(routes=routes)
     app.state.explorer = explorer
@@ -132,8 +172,9 @@ def _server(explorer: Explorer, host: str, sock: socket.socket, token: str) -> A
     return uvicorn.Server(config)
 
 
-def serve(explorer: Explorer, host: str, sock: socket.socket, out: TextIO = sys.stdout,
-          token: str | None = None) -> None:
+def serve(
+    explorer: Explorer, host: str, sock: socket.socket, out: TextIO = sys.stdout, token: str | None = None
+) -> None:
     """Serve ``explorer`` on the bound ``sock`` until interrupted; prints the one URL (with its token) first."""
     token = token or new_token()
     server = _server(explorer, host, sock, token)
@@ -155,8 +196,9 @@ class Running:
         self.token = new_token()
         self.url = url(host, self.port, self.token)
         self.server = _server(explorer, host, self.sock, self.token)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True,
-                                       name="walklens-serve")
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True, name="walklens-serve"
+        )
         self.thread.start()
         deadline = time.monotonic() + 60
         while not self.server.started:

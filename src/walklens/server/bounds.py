@@ -20,12 +20,26 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
-from ..costs import (LimitValues, Need, Shape, WalkPlan, attention_need, fit_hint, generate_need, power_need, refusal,
-                     simmap_need, steer_need, tokens_that_fit, walk_need)
+from ..costs import (
+    LimitValues,
+    Need,
+    Shape,
+    WalkPlan,
+    attention_need,
+    fit_hint,
+    generate_need,
+    power_need,
+    refusal,
+    simmap_need,
+    steer_need,
+    tokens_that_fit,
+    walk_need,
+)
 from ..errors import WalklensError
 from ..numbers import MAX_ALPHA as MAX_ALPHA  # |alpha| of steering, the command line's bound too
 from ..numbers import NumberError, Range
@@ -132,8 +146,11 @@ def fields_arg(body: dict[str, Any]) -> list[str] | None:
     v = body.get("fields")
     if v is None:
         return None
-    if not isinstance(v, list) or not 0 < len(v) <= MAX_FIELDS or not all(
-            isinstance(f, str) and 0 < len(f) <= 64 for f in v):
+    if (
+        not isinstance(v, list)
+        or not 0 < len(v) <= MAX_FIELDS
+        or not all(isinstance(f, str) and 0 < len(f) <= 64 for f in v)
+    ):
         raise ApiError(f"fields must be a list of 1 to {MAX_FIELDS} field names")
     return list(dict.fromkeys(v))
 
@@ -178,8 +195,9 @@ def check_cost(sh: Shape, n: int, view: str, limits: LimitValues) -> None:
     cost = VIEW_COSTS.get(view)
     if cost is None:
         return
-    message = refusal(cost(sh, n), limits, f"the {view} view of {n:,} tokens",
-                      fit_hint(functools.partial(cost, sh), limits, n))
+    message = refusal(
+        cost(sh, n), limits, f"the {view} view of {n:,} tokens", fit_hint(functools.partial(cost, sh), limits, n)
+    )
     if message:
         raise ApiError(message, 413)
 
@@ -190,6 +208,7 @@ def view_tokens(sh: Shape, limits: LimitValues) -> dict[str, int]:
 
 
 # ---- reductions ------------------------------------------------------------------------------------------------
+
 
 def block_for(rows: int, cols: int, cells: int | None = None, square: bool = False) -> int:
     """The smallest block b of positions such that the reduced map has at most ``cells`` cells: columns are
@@ -206,7 +225,7 @@ def best_rank(r: torch.Tensor, b: int) -> torch.Tensor:
     a whole block has none."""
     if b <= 1:
         return r
-    big = float(2 ** 40)
+    big = float(2**40)
     z = column_min(torch.where(r < 0, big, r.double()), b)
     return torch.where(z >= big, -1, z).long()
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -74,8 +75,10 @@ def check_json(value: Any) -> None:
             try:
                 v.encode("utf-8")
             except UnicodeEncodeError as e:
-                raise ApiError(f"a string of the request holds a lone surrogate ({v[e.start]!r} at character "
-                               f"{e.start}); send Unicode text") from None
+                raise ApiError(
+                    f"a string of the request holds a lone surrogate ({v[e.start]!r} at character "
+                    f"{e.start}); send Unicode text"
+                ) from None
 
 
 def api(handler: Handler | None = None, *, exact: bool = False) -> Any:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import secrets
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import parse_qs
 
 from ..errors import InputError
@@ -29,11 +30,14 @@ from .bounds import MAX_BODY
 
 TOKEN_HEADER = "x-walklens-token"
 Scope = dict[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]],
-                   Awaitable[None]]
+ASGIApp = Callable[
+    [Scope, Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[None]
+]
 
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
@@ -62,9 +66,11 @@ def is_loopback(host: str) -> bool:
 def check_bind_host(host: str, allow_remote: bool) -> None:
     """Refuse (one :class:`InputError` line) to bind anything but a loopback address unless ``allow_remote``."""
     if not is_loopback(host) and not allow_remote:
-        raise InputError(f"--host {host} is not a loopback address: the explorer would be reachable from other "
-                         f"machines (anyone with the URL runs models on this one); pass --allow-remote to do it "
-                         f"anyway")
+        raise InputError(
+            f"--host {host} is not a loopback address: the explorer would be reachable from other "
+            f"machines (anyone with the URL runs models on this one); pass --allow-remote to do it "
+            f"anyway"
+        )
 
 
 def allowed_hosts(host: str, port: int) -> set[str]:
@@ -87,9 +93,17 @@ class Guard:
 
     async def _refuse(self, send: Callable[[dict[str, Any]], Awaitable[None]], status: int, message: str) -> None:
         body = json.dumps({"error": message}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                *SECURITY_HEADERS]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    *SECURITY_HEADERS,
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     def _problem(self, scope: Scope) -> tuple[int, str] | None:
@@ -122,8 +136,12 @@ class Guard:
     def _matches(self, given: str) -> bool:
         return bool(given) and secrets.compare_digest(given.encode("utf-8", "replace"), self.token.encode())
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[dict[str, Any]]],
-                       send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+    async def __call__(
+        self,
+        scope: Scope,
+        receive: Callable[[], Awaitable[dict[str, Any]]],
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+    ) -> None:
         if scope["type"] != "http":
             if scope["type"] == "websocket":  # no websockets: close before accepting
                 await send({"type": "websocket.close", "code": 1008})

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -89,8 +90,7 @@ class Explorer:
     results: Cache = field(default_factory=lambda: Cache(16))  # (model, what, ...) -> analysis results
     attention: Cache = field(default_factory=lambda: Cache(1, make_room=True))  # traces with every layer's
     # attention (up to --max-memory): the last one is dropped before the next is captured
-    counts: dict[str, int] = field(default_factory=lambda: {"computed": 0, "cancelled": 0, "refused": 0,
-                                                                         "failed": 0})
+    counts: dict[str, int] = field(default_factory=lambda: {"computed": 0, "cancelled": 0, "refused": 0, "failed": 0})
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -153,8 +153,9 @@ async def run_job(request: Request, explorer: Explorer, model: str | None, fn: C
         finally:
             tg.cancel_scope.cancel()
     if error is not None:
-        explorer.count("cancelled" if isinstance(error, Cancelled) else "refused" if isinstance(error, ApiError)
-                       else "failed")
+        explorer.count(
+            "cancelled" if isinstance(error, Cancelled) else "refused" if isinstance(error, ApiError) else "failed"
+        )
         raise error
     explorer.count("computed")
     return result

@@ -9,7 +9,8 @@ would need (:func:`~.bounds.check_cost`, the commands' cost model), before the m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..capture import capture, tokenize
 from .bounds import check_cost, check_tokens
@@ -34,13 +35,15 @@ def n_tokens(explorer: Explorer, model: str, text: str, limit: int, view: str) -
     return n
 
 
-def trace(explorer: Explorer, job: Job, model: str, text: str, points: Sequence[str] | None,
-          limit: int, view: str) -> Trace:
+def trace(
+    explorer: Explorer, job: Job, model: str, text: str, points: Sequence[str] | None, limit: int, view: str
+) -> Trace:
     """The trace of ``text`` at ``points`` (glob patterns; None: every point), cached."""
     n_tokens(explorer, model, text, limit, view)
     key = (model, "trace", text, tuple(points) if points is not None else None)
-    tr = explorer.traces.get(key, lambda: capture(explorer.model(model), text,
-                                                  points=list(points) if points is not None else None))
+    tr = explorer.traces.get(
+        key, lambda: capture(explorer.model(model), text, points=list(points) if points is not None else None)
+    )
     job.check()
     return tr
 
@@ -48,7 +51,8 @@ def trace(explorer: Explorer, job: Job, model: str, text: str, points: Sequence[
 def attention_trace(explorer: Explorer, job: Job, model: str, text: str, limit: int) -> Trace:
     """The trace of ``text`` with every attention module's probabilities (``attentions=True``), cached once."""
     n_tokens(explorer, model, text, limit, "attention")
-    tr = explorer.attention.get((model, text), lambda: capture(explorer.model(model), text, points=["final"],
-                                                                attentions=True))
+    tr = explorer.attention.get(
+        (model, text), lambda: capture(explorer.model(model), text, points=["final"], attentions=True)
+    )
     job.check()
     return tr

@@ -29,8 +29,15 @@ from typing import Any
 MEMORY_LIMIT = 6 * 2**30
 #: types per child process (one import of torch and transformers for all of them)
 CHUNK = 8
-CHECKS = ("logits", "hidden_states", "residual", "attention_identity", "attention_scores", "decoding_walk",
-          "mlp_activation")
+CHECKS = (
+    "logits",
+    "hidden_states",
+    "residual",
+    "attention_identity",
+    "attention_scores",
+    "decoding_walk",
+    "mlp_activation",
+)
 TIME_LIMIT = 240
 
 
@@ -65,13 +72,22 @@ def one(model_type: str) -> dict[str, Any]:
             return {**rec, "group": "refused", "why": " ".join(str(e).split())}
         except Exception as e:
             return {**rec, "group": "card-fails", "why": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"}
-        cards[dtype] = {"passed": card.passed, "failed": card.failed(), "family": card.family,
-                        "checks": {c.name: [c.error, c.passed] for c in card.checks}, "limits": card.limits}
+        cards[dtype] = {
+            "passed": card.passed,
+            "failed": card.failed(),
+            "family": card.family,
+            "checks": {c.name: [c.error, c.passed] for c in card.checks},
+            "limits": card.limits,
+        }
     passed = all(c["passed"] for c in cards.values())
     derived = cards["float32"]["family"].startswith("derived:")
     group = ("derived" if derived else "adapter") if passed else "card-fails"
-    return {**rec, "group": group, "cards": cards,
-            "why": "" if passed else f"failed: {sorted({f for c in cards.values() for f in c['failed']})}"}
+    return {
+        **rec,
+        "group": group,
+        "cards": cards,
+        "why": "" if passed else f"failed: {sorted({f for c in cards.values() for f in c['failed']})}",
+    }
 
 
 def _limit() -> None:
@@ -84,8 +100,14 @@ def _chunk(types: list[str]) -> list[dict[str, Any]]:
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     rc: int | str  # the child's exit status, or "timeout"
     try:
-        r = subprocess.run([sys.executable, "-m", "walklens.testing.reach", "--one", ",".join(types)],
-                           capture_output=True, text=True, timeout=TIME_LIMIT * len(types), preexec_fn=_limit, env=env)
+        r = subprocess.run(
+            [sys.executable, "-m", "walklens.testing.reach", "--one", ",".join(types)],
+            capture_output=True,
+            text=True,
+            timeout=TIME_LIMIT * len(types),
+            preexec_fn=_limit,
+            env=env,
+        )
         out, err, rc = r.stdout, r.stderr, r.returncode
     except subprocess.TimeoutExpired as e:
         out, err, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "", "timeout"
@@ -93,8 +115,11 @@ def _chunk(types: list[str]) -> list[dict[str, Any]]:
     done = {r["model_type"] for r in got}
     missing = [t for t in types if t not in done]
     if missing and len(types) == 1:
-        why = f"did not finish in {TIME_LIMIT} s" if rc == "timeout" else \
-            f"the process died (rc {rc}): {' '.join(str(err).split())[-200:]}"
+        why = (
+            f"did not finish in {TIME_LIMIT} s"
+            if rc == "timeout"
+            else f"the process died (rc {rc}): {' '.join(str(err).split())[-200:]}"
+        )
         return [{"model_type": types[0], "group": "no-tiny-model", "why": why}]
     return got + [rec for t in missing for rec in _chunk([t])]
 
@@ -105,14 +130,13 @@ def table(records: list[dict[str, Any]]) -> str:
     for r in sorted(records, key=lambda r: (r["group"], r["model_type"])):
         cards = r.get("cards", {})
 
-        def mark(dt: str) -> str:
+        def mark(dt: str, cards: dict[str, Any] = cards) -> str:
             c = cards.get(dt)
             return "-" if c is None else "pass" if c["passed"] else "FAIL " + ",".join(c["failed"])
 
         limits = ", ".join(sorted(cards.get("float32", {}).get("limits", {}))) if cards else ""
         why = r.get("why", "").replace("|", "\\|")
-        out.append(f"| {r['model_type']} | {r['group']} | {mark('float32')} | {mark('bfloat16')} | "
-                   f"{limits or why} |")
+        out.append(f"| {r['model_type']} | {r['group']} | {mark('float32')} | {mark('bfloat16')} | {limits or why} |")
     return "\n".join(out) + "\n"
 
 
@@ -123,8 +147,9 @@ def real_table(results: Path) -> str:
         doc = json.loads(f.read_text())
         got = {c["name"]: c for c in doc["checks"]}
         cells = [("n/a" if got[c]["error"] is None else f"{got[c]['error']:.2g}") if c in got else "-" for c in CHECKS]
-        rows.append(f"| {doc['model']} | {doc['dtype']} | " + " | ".join(cells) +
-                    f" | {'pass' if doc['passed'] else 'FAIL'} |")
+        rows.append(
+            f"| {doc['model']} | {doc['dtype']} | " + " | ".join(cells) + f" | {'pass' if doc['passed'] else 'FAIL'} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -135,8 +160,10 @@ def reach_summary(results: Path) -> str:
         return "The sweep has not been run yet.\n"
     doc = json.loads(path.read_text())
     counts = ", ".join(f"{g}: {n}" for g, n in sorted(doc["counts"].items()))
-    return (f"{doc['types']} of {len(causal_types())} model types measured (transformers {doc['transformers']}): "
-            f"{counts}.\n")
+    return (
+        f"{doc['types']} of {len(causal_types())} model types measured (transformers {doc['transformers']}): "
+        f"{counts}.\n"
+    )
 
 
 def render_docs(docs: Path, results: Path) -> str:
@@ -164,8 +191,10 @@ def _save(out: Path, records: list[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m walklens.testing.reach", description=__doc__.split("\n\n")[0])
     ap.add_argument("--one", help=argparse.SUPPRESS)
-    ap.add_argument("--types", help="comma-separated model types, run again (default: every causal LM type not "
-                                    "yet in --out's reach.json)")
+    ap.add_argument(
+        "--types",
+        help="comma-separated model types, run again (default: every causal LM type not yet in --out's reach.json)",
+    )
     ap.add_argument("--out", default="docs/results/parity", help="folder for reach.json and reach.md")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--docs", metavar="MD", help="only fill MD's generated blocks from --out's files (docs/parity.md)")
@@ -180,10 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     old = json.loads((out / "reach.json").read_text())["records"] if (out / "reach.json").is_file() else []
-    types = args.types.split(",") if args.types else [t for t in causal_types()
-                                                       if t not in {r["model_type"] for r in old}]
+    types = (
+        args.types.split(",") if args.types else [t for t in causal_types() if t not in {r["model_type"] for r in old}]
+    )
     records = [r for r in old if r["model_type"] not in set(types)]
-    chunks = [types[i:i + CHUNK] for i in range(0, len(types), CHUNK)]
+    chunks = [types[i : i + CHUNK] for i in range(0, len(types), CHUNK)]
     with ThreadPoolExecutor(args.jobs) as pool:
         for recs in pool.map(_chunk, chunks):
             records += recs

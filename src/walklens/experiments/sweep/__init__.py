@@ -26,7 +26,8 @@ How the cost of ~10^6 schemes is kept near the cost of one:
 
 Items are cut by every encoding scheme once (:mod:`.plan`); :mod:`.run` drives the whole (Test 2 planned and
 run by :mod:`.similarity`, Test 1 by :mod:`.generation`, each shard named by its key, :mod:`.keys`) and stores each
-group as it is computed in the sweep tables of the run database (:class:`~walklens.hellaswag.store.SweepStore`: a million
+group as it is computed in the sweep tables of the run database (:class:`~walklens.hellaswag.store.SweepStore`: a
+million
 schemes are a few thousand rows).  Everything that computes is a shard fixed before any runs (:mod:`.shards`),
 run in this process or on Ray actors (:mod:`walklens.backends`) with the same bits either way; a bundle's
 groups are written in one transaction, so a killed sweep resumes at the first unstored group and the final
@@ -35,16 +36,35 @@ table is identical to an uninterrupted run.
 
 from __future__ import annotations
 
-from .bank import NormedBank, VectorBank, build_bank, layer_keys
+from .bank import NormedBank, build_bank, layer_keys
 from .batched import EncLayout, test1_predictions, test2_bundle_batched
-from .plan import ItemPlan, plan_item
-from .keys import BlockKey, BundleKey, Test1ShardKey, Test2ShardKey
-from .run import SweepOutcome, SweepSpec, run_sweep, sweep_baseline
-from .sink import Sink, Tally
 from .generation import TEST1_SHARD_ITEMS, evaluate_test1
+from .keys import BlockKey, BundleKey, Test1ShardKey, Test2ShardKey
+from .plan import ItemPlan, plan_item
+from .run import SweepOutcome, SweepSpec, run_sweep, sweep_baseline
 from .similarity import evaluate_test2
+from .sink import Sink, Tally
 
-__all__ = ["TEST1_SHARD_ITEMS", "BlockKey", "BundleKey", "EncLayout", "ItemPlan", "NormedBank", "Sink", "SweepOutcome",
-           "SweepSpec", "Tally", "Test1ShardKey", "Test2ShardKey", "build_bank", "evaluate_test1",
-           "evaluate_test2", "layer_keys", "plan_item", "run_sweep", "sweep_baseline", "test1_predictions",
-           "test2_bundle_batched"]
+__all__ = [
+    "TEST1_SHARD_ITEMS",
+    "BlockKey",
+    "BundleKey",
+    "EncLayout",
+    "ItemPlan",
+    "NormedBank",
+    "Sink",
+    "SweepOutcome",
+    "SweepSpec",
+    "Tally",
+    "Test1ShardKey",
+    "Test2ShardKey",
+    "build_bank",
+    "evaluate_test1",
+    "evaluate_test2",
+    "layer_keys",
+    "plan_item",
+    "run_sweep",
+    "sweep_baseline",
+    "test1_predictions",
+    "test2_bundle_batched",
+]

@@ -12,7 +12,8 @@ layers and word aggregations.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -74,9 +75,17 @@ def layer_keys(lm: LoadedModel, layers: Iterable[str]) -> dict[str, str]:
     return {str(l): layer_key(lm, str(l)) for l in layers}
 
 
-def build_bank(lm: LoadedModel, texts: Iterable[str], layers: Sequence[str], words: Sequence[str], *,
-               cache: ConceptCache | str | os.PathLike[str] | None = None, progress: bool = True,
-               workers: Workers | None = None, on_shard: Callable[[str, int], None] | None = None) -> VectorBank:
+def build_bank(
+    lm: LoadedModel,
+    texts: Iterable[str],
+    layers: Sequence[str],
+    words: Sequence[str],
+    *,
+    cache: ConceptCache | str | os.PathLike[str] | None = None,
+    progress: bool = True,
+    workers: Workers | None = None,
+    on_shard: Callable[[str, int], None] | None = None,
+) -> VectorBank:
     """Run every distinct text once and reduce its hidden states by every word aggregation.
 
     ``layers``: bank keys (``"E"`` or a hidden-state index ``"0"``..``"N"``; hidden state ``l`` is the input of
@@ -90,8 +99,16 @@ def build_bank(lm: LoadedModel, texts: Iterable[str], layers: Sequence[str], wor
     own = cache is not None and not isinstance(cache, ConceptCache)
     store = open_cache(cache)
     try:
-        return text_vectors(lm, texts, layers, words, cache=store, progress=progress, workers=workers,
-                            on_batch=None if on_shard is None else lambda n: on_shard("forward", n))
+        return text_vectors(
+            lm,
+            texts,
+            layers,
+            words,
+            cache=store,
+            progress=progress,
+            workers=workers,
+            on_batch=None if on_shard is None else lambda n: on_shard("forward", n),
+        )
     finally:
         if own and store is not None:
             store.close()

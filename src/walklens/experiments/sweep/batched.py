@@ -2,7 +2,8 @@
 
 * Test 2: context groups that differ only in (layer, word) form a bundle.  For a chunk of items, the context
   sequences of all (layer, word) pairs ``[n, m, P, D]`` (segment and example aggregation with masked padding)
-  meet all choice vectors ``[n, C, Q, D]`` in :func:`~walklens.concepts.similarity.batched_scores` (one ``bmm``; the same scorer the
+  meet all choice vectors ``[n, C, Q, D]`` in :func:`~walklens.concepts.similarity.batched_scores` (one ``bmm``; the
+  same scorer the
   single-scheme runner uses).  Pairs with bit-identical bank vectors are computed once.
 * Test 1: the concept sequence of each item (:func:`~..compose.compose_context` of bank rows) replaces the
   context; :func:`~walklens.hellaswag.packing.packed_logliks` scores the endings after it, identical sequences once.
@@ -12,19 +13,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from ...errors import InputError
 from ...concepts.compose import compose_context
+from ...concepts.schemes import Scheme, normalize
+from ...concepts.similarity import batched_scores, choice_ties
+from ...errors import InputError
 from ...hellaswag.encode import input_embeddings, n_prefix_tokens
 from ...hellaswag.packing import packed_logliks
 from ...hellaswag.request import ScoreRequest
-from ...concepts.schemes import Scheme, normalize
-from ...concepts.similarity import batched_scores, choice_ties
 from .bank import NormedBank, VectorBank
 from .plan import ItemPlan
 
@@ -52,16 +54,20 @@ class EncLayout:
         smask = torch.zeros(len(items), E, S, dtype=torch.bool)
         for n, it in enumerate(items):
             for e, ex in enumerate(it.contexts[enc]):
-                seg[n, e, :len(ex)] = torch.tensor(bank.rows(ex), dtype=torch.long)
-                smask[n, e, :len(ex)] = True
+                seg[n, e, : len(ex)] = torch.tensor(bank.rows(ex), dtype=torch.long)
+                smask[n, e, : len(ex)] = True
         end = torch.tensor([bank.rows(it.endings) for it in items], dtype=torch.long)
         return cls(seg=seg, smask=smask, emask=smask.any(-1), end=end)
 
     def same_cut(self, other: EncLayout) -> bool:
         """Whether two encoding schemes cut every item into the very same examples and segments (e.g. all
         example-level schemes in zero-shot, where the query is the only example and one segment)."""
-        return (self.seg.shape == other.seg.shape and torch.equal(self.seg, other.seg)
-                and torch.equal(self.smask, other.smask) and torch.equal(self.end, other.end))
+        return (
+            self.seg.shape == other.seg.shape
+            and torch.equal(self.seg, other.seg)
+            and torch.equal(self.smask, other.smask)
+            and torch.equal(self.end, other.end)
+        )
 
 
 def _masked_mean(x: Tensor, mask: Tensor, dim: int) -> Tensor:
@@ -116,18 +122,37 @@ class _Bundle:
     okey: tuple[object, ...]
 
     @classmethod
-    def of(cls, bank: VectorBank, enc: str, groups: Sequence[Sequence[Scheme]], layer_key: dict[str, str],
-           alias: Sequence[int]) -> _Bundle:
+    def of(
+        cls,
+        bank: VectorBank,
+        enc: str,
+        groups: Sequence[Sequence[Scheme]],
+        layer_key: dict[str, str],
+        alias: Sequence[int],
+    ) -> _Bundle:
         s0 = groups[0][0]
         if s0.sim not in ("dot", "cosine"):
             raise InputError(f"invalid similarity {s0.sim!r}; use dot or cosine")
         # identical (layer, word) vectors give identical predictions: compute each distinct pair once
-        pl, pw, p_inv = _unique_pairs([alias[bank.layer_pos(layer_key[g[0].layer])] for g in groups],
-                                      [bank.word_pos(g[0].word) for g in groups])
-        ol, ow, q_inv = _unique_pairs([alias[bank.layer_pos(layer_key[s.out_layer_eff])] for s in groups[0]],
-                                      [bank.word_pos(s.out_word_eff) for s in groups[0]])
-        return cls(enc=enc, s0=s0, pl=pl, pw=pw, p_inv=p_inv, ol=ol, ow=ow, q_inv=q_inv,
-                   pkey=(enc, tuple(pl.tolist()), tuple(pw.tolist())), okey=(enc, tuple(ol.tolist()), tuple(ow.tolist())))
+        pl, pw, p_inv = _unique_pairs(
+            [alias[bank.layer_pos(layer_key[g[0].layer])] for g in groups], [bank.word_pos(g[0].word) for g in groups]
+        )
+        ol, ow, q_inv = _unique_pairs(
+            [alias[bank.layer_pos(layer_key[s.out_layer_eff])] for s in groups[0]],
+            [bank.word_pos(s.out_word_eff) for s in groups[0]],
+        )
+        return cls(
+            enc=enc,
+            s0=s0,
+            pl=pl,
+            pw=pw,
+            p_inv=p_inv,
+            ol=ol,
+            ow=ow,
+            q_inv=q_inv,
+            pkey=(enc, tuple(pl.tolist()), tuple(pw.tolist())),
+            okey=(enc, tuple(ol.tolist()), tuple(ow.tolist())),
+        )
 
 
 def _choices(nbank: NormedBank, end: Tensor, ol: Tensor, ow: Tensor) -> tuple[Tensor, list[Any]]:
@@ -137,14 +162,21 @@ def _choices(nbank: NormedBank, end: Tensor, ol: Tensor, ow: Tensor) -> tuple[Te
     return ch, choice_ties(ch)
 
 
-def test2_bundles_batched(bank: VectorBank, norm: str | None, layouts: dict[str, EncLayout],
-                          bundles: Sequence[tuple[str, Sequence[Sequence[Scheme]]]], layer_key: dict[str, str],
-                          chunk: int = 8, alias: Sequence[int] | None = None) -> list[np.ndarray]:
+def test2_bundles_batched(
+    bank: VectorBank,
+    norm: str | None,
+    layouts: dict[str, EncLayout],
+    bundles: Sequence[tuple[str, Sequence[Sequence[Scheme]]]],
+    layer_key: dict[str, str],
+    chunk: int = 8,
+    alias: Sequence[int] | None = None,
+) -> list[np.ndarray]:
     """Test 2 predictions ``[groups, outs, items]`` of several bundles of one NORM, each ``(enc, groups)``: context
     groups that share (enc, seg, ex, sim) and the choice encodings (out_layer, out_word), differing in (layer,
     word); ``layouts[enc]`` is the :class:`EncLayout` of its encoding.
 
-    Items go in chunks of ``chunk``, padding masked out; the scores are :func:`~walklens.concepts.similarity.batched_scores`.  Within a
+    Items go in chunks of ``chunk``, padding masked out; the scores are
+    :func:`~walklens.concepts.similarity.batched_scores`.  Within a
     chunk, each step is computed once for the bundles that share its inputs, as the very same call on the very
     same tensors, so every bundle's picks are the bits it gets alone (and those of one call per bundle, the
     sweep before batches: ``tests/test_sweep_eval.py``): the (layer, word) pairs an encoding's distinct rows
@@ -173,8 +205,10 @@ def test2_bundles_batched(bank: VectorBank, norm: str | None, layouts: dict[str,
             lay, s0 = layouts[p.enc], p.s0
             n, E, S = lay.seg[sl].shape
             u, inv = once(("rows", p.enc), lambda: torch.unique(lay.seg[sl], return_inverse=True))
-            x: Tensor = once(("x", p.pkey),  # [n, E, S, P, D]; each distinct row (padding: row 0) normalised once
-                             lambda: nbank.pairs(u, p.pl, p.pw)[inv.reshape(-1)].reshape(n, E, S, len(p.pl), D))
+            x: Tensor = once(
+                ("x", p.pkey),  # [n, E, S, P, D]; each distinct row (padding: row 0) normalised once
+                lambda: nbank.pairs(u, p.pl, p.pw)[inv.reshape(-1)].reshape(n, E, S, len(p.pl), D),
+            )
             seg = once(("seg", p.pkey, s0.seg), lambda: _seg_step(x, lay.smask[sl], lay.emask[sl], norm, s0.seg))
             seq, mmask = once(("ex", p.pkey, s0.seg, s0.ex), lambda: _ex_step(*seg, norm, s0.ex))
             ch, ties = once(("ch", p.okey), lambda: _choices(nbank, lay.end[sl], p.ol, p.ow))
@@ -186,20 +220,35 @@ def test2_bundles_batched(bank: VectorBank, norm: str | None, layouts: dict[str,
     return full
 
 
-def test2_bundle_batched(bank: VectorBank, nbank: NormedBank, layout: EncLayout, groups: Sequence[Sequence[Scheme]],
-                         layer_key: dict[str, str], chunk: int = 8, alias: Sequence[int] | None = None) -> np.ndarray:
+def test2_bundle_batched(
+    bank: VectorBank,
+    nbank: NormedBank,
+    layout: EncLayout,
+    groups: Sequence[Sequence[Scheme]],
+    layer_key: dict[str, str],
+    chunk: int = 8,
+    alias: Sequence[int] | None = None,
+) -> np.ndarray:
     """Test 2 predictions ``[groups, outs, items]`` of one bundle (:func:`test2_bundles_batched`); ``nbank`` is the
     bank after the groups' NORM, ``layout`` the encoding's :class:`EncLayout`."""
     return test2_bundles_batched(bank, nbank.norm, {"": layout}, [("", groups)], layer_key, chunk, alias)[0]
 
 
-def test1_predictions(lm: LoadedModel, bank: VectorBank, nbank: NormedBank, items: Sequence[ItemPlan],
-                      scheme: Scheme, layer_key: dict[str, str], conts: Sequence[Sequence[Sequence[int]]],
-                      memo: dict[bytes, list[float]]) -> np.ndarray:
+def test1_predictions(
+    lm: LoadedModel,
+    bank: VectorBank,
+    nbank: NormedBank,
+    items: Sequence[ItemPlan],
+    scheme: Scheme,
+    layer_key: dict[str, str],
+    conts: Sequence[Sequence[Sequence[int]]],
+    memo: dict[bytes, list[float]],
+) -> np.ndarray:
     """Test 1 (pyramidal generation, sec. 5.1.1) predictions ``[2, 1, items]`` (acc, acc_norm) of one scheme.
 
     The concept sequence of each item (from the bank; Gemma's BOS embedding in front, as
-    :func:`~walklens.concepts.generation.concept_sequence`) replaces the context; :func:`~walklens.hellaswag.packing.packed_logliks` scores the
+    :func:`~walklens.concepts.generation.concept_sequence`) replaces the context;
+    :func:`~walklens.hellaswag.packing.packed_logliks` scores the
     baseline's continuation tokens of the four endings after it, every item's request packed into shared
     forward passes.  ``memo`` maps the bytes of a concept sequence (and its continuations) to its four
     log-likelihoods, so schemes that give the same sequence (e.g. every EXAMPLE_AGG of a one-example context)

@@ -11,14 +11,14 @@ picks in ``sweep_shards`` and commits a block's groups, dropping them, when its 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 import numpy as np
 
 from ...backends import Workers
-from ..runner import progress_bar
 from ...concepts.schemes import Scheme
+from ..runner import progress_bar
 from .bank import VectorBank
 from .keys import BlockKey, Test1ShardKey
 from .plan import ItemPlan
@@ -63,8 +63,14 @@ def _block_key(s: Scheme, bank: VectorBank, layer_key: dict[str, str], alias: li
     return BlockKey(bank.layers[alias[bank.layer_pos(layer_key[s.layer])]], s.word)
 
 
-def plan_test1(sink: Sink, bank: VectorBank, schemes: Sequence[Scheme], layer_key: dict[str, str], n_items: int,
-               shard_items: int = TEST1_SHARD_ITEMS) -> Test1Plan:
+def plan_test1(
+    sink: Sink,
+    bank: VectorBank,
+    schemes: Sequence[Scheme],
+    layer_key: dict[str, str],
+    n_items: int,
+    shard_items: int = TEST1_SHARD_ITEMS,
+) -> Test1Plan:
     """The :class:`Test1Plan` of the composed ``schemes`` (none ``enc=cross_encoding``) over ``n_items`` items:
     every (block, item range) shard not kept in ``sink`` by an interrupted call."""
     alias = bank.layer_alias()
@@ -93,14 +99,19 @@ def _payload(bank: VectorBank, items: Test1Items, block: Block, key: Test1ShardK
     a, b = key.a, key.b
     plans, conts = items.plans, items.conts
     encs = {s.enc for s in block.schemes}
-    texts = list(OrderedDict.fromkeys(t for it in plans[a:b] for e in sorted(encs) for ex in it.contexts[e]
-                                      for t in ex))
+    texts = list(
+        OrderedDict.fromkeys(t for it in plans[a:b] for e in sorted(encs) for ex in it.contexts[e] for t in ex)
+    )
     li, wi = bank.layer_pos(key.layer), bank.word_pos(key.word)
-    sub = bank.vectors[bank.rows(texts), li:li + 1, wi:wi + 1]  # [texts, 1, 1, D], a copy of just these
+    sub = bank.vectors[bank.rows(texts), li : li + 1, wi : wi + 1]  # [texts, 1, 1, D], a copy of just these
     mini = VectorBank(layers=(key.layer,), words=(key.word,), index={t: j for j, t in enumerate(texts)}, vectors=sub)
-    return Test1Shard(schemes=list(block.schemes), bank=mini, items=list(plans[a:b]),
-                      conts=[[list(map(int, c)) for c in cs] for cs in conts[a:b]],
-                      layer_key={s.layer: key.layer for s in block.schemes})
+    return Test1Shard(
+        schemes=list(block.schemes),
+        bank=mini,
+        items=list(plans[a:b]),
+        conts=[[list(map(int, c)) for c in cs] for cs in conts[a:b]],
+        layer_key={s.layer: key.layer for s in block.schemes},
+    )
 
 
 class _Test1Run:
@@ -108,8 +119,11 @@ class _Test1Run:
 
     def __init__(self, plan: Test1Plan, sink: Sink, tally: Tally, computed: int) -> None:
         self.plan, self.sink, self.tally, self.computed = plan, sink, tally, computed
-        self.bar = progress_bar(total=sum(len(b.schemes) for b in plan.blocks.values()), desc="Test 1 schemes",
-                                disable=not tally.progress or not plan.blocks)
+        self.bar = progress_bar(
+            total=sum(len(b.schemes) for b in plan.blocks.values()),
+            desc="Test 1 schemes",
+            disable=not tally.progress or not plan.blocks,
+        )
 
     def finish(self, block: Block) -> bool:
         """Store ``block`` if all its ranges are in; True when ``stop_after`` is reached."""
@@ -117,16 +131,18 @@ class _Test1Run:
             return False
         preds = np.concatenate([p for _, p, _ in sorted(block.parts.values(), key=lambda x: x[0])], axis=2)
         seconds = sum(sec for _, _, sec in block.parts.values()) / len(block.schemes)
-        rows = self.tally.limit([(s.context_part(), [""], preds[:, j:j + 1]) for j, s in enumerate(block.schemes)],
-                                self.computed)
+        rows = self.tally.limit(
+            [(s.context_part(), [""], preds[:, j : j + 1]) for j, s in enumerate(block.schemes)], self.computed
+        )
         self.sink.put_groups(rows, ["acc", "acc_norm"], seconds, drop=[k.name for k in block.parts])
         self.computed += len(rows)
         self.bar.update(len(rows))
         return self.tally.stop(self.computed)
 
 
-def run_test1(plan: Test1Plan, sink: Sink, items: Test1Items, bank: VectorBank, workers: Workers, tally: Tally,
-              computed: int = 0) -> int:
+def run_test1(
+    plan: Test1Plan, sink: Sink, items: Test1Items, bank: VectorBank, workers: Workers, tally: Tally, computed: int = 0
+) -> int:
     """Run the shards of ``plan`` on ``workers`` (:func:`~.shards.test1_shard`) and store them; blocks whose every
     range was kept by an interrupted call are stored first.  Returns the number of groups stored (``computed``:
     those stored before, counted against ``stop_after``); ``tally.shards["test1"]`` counts the shards computed."""
@@ -148,9 +164,16 @@ def run_test1(plan: Test1Plan, sink: Sink, items: Test1Items, bank: VectorBank, 
     return run.computed
 
 
-def evaluate_test1(sink: Sink, bank: VectorBank, items: Test1Items, schemes: Sequence[Scheme],
-                   layer_key: dict[str, str], workers: Workers, tally: Tally,
-                   shard_items: int = TEST1_SHARD_ITEMS) -> int:
+def evaluate_test1(
+    sink: Sink,
+    bank: VectorBank,
+    items: Test1Items,
+    schemes: Sequence[Scheme],
+    layer_key: dict[str, str],
+    workers: Workers,
+    tally: Tally,
+    shard_items: int = TEST1_SHARD_ITEMS,
+) -> int:
     """Evaluate and store every Test 1 scheme not yet stored (one group each); returns how many were stored.
     ``enc=cross_encoding`` is the baseline itself: its picks are the baseline's ``[2, items]``.  The others run in
     (block, item range) shards (:func:`plan_test1`, :func:`run_test1`)."""
@@ -158,13 +181,15 @@ def evaluate_test1(sink: Sink, bank: VectorBank, items: Test1Items, schemes: Seq
     todo = [s for s in schemes if s.context_part() not in done]
     computed = 0
     for s in (s for s in todo if s.enc == "cross_encoding"):
-        sink.put_groups([(s.context_part(), [""], items.baseline.reshape(2, 1, -1).astype(np.uint8))],
-                        ["acc", "acc_norm"], 0.0)
+        sink.put_groups(
+            [(s.context_part(), [""], items.baseline.reshape(2, 1, -1).astype(np.uint8))], ["acc", "acc_norm"], 0.0
+        )
         computed += 1
         if tally.stop(computed):
             return computed
-    plan = plan_test1(sink, bank, [s for s in todo if s.enc != "cross_encoding"], layer_key, len(items.plans),
-                      shard_items)
+    plan = plan_test1(
+        sink, bank, [s for s in todo if s.enc != "cross_encoding"], layer_key, len(items.plans), shard_items
+    )
     return run_test1(plan, sink, items, bank, workers, tally, computed)
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ...concepts.schemes import Scheme
 
@@ -47,8 +47,15 @@ class BundleKey:
     def of(cls, norm: str, enc: str, groups: Sequence[Sequence[Scheme]], outs: tuple[str, ...]) -> BundleKey:
         """The key of the bundle ``groups`` (context groups, each a list of schemes) with encoding ``enc``."""
         s = groups[0][0]
-        return cls(norm=norm, enc=enc, seg=str(s.seg), ex=str(s.ex), sim=s.sim, outs=outs,
-                   pairs=tuple((g[0].layer, g[0].word) for g in groups))
+        return cls(
+            norm=norm,
+            enc=enc,
+            seg=str(s.seg),
+            ex=str(s.ex),
+            sim=s.sim,
+            outs=outs,
+            pairs=tuple((g[0].layer, g[0].word) for g in groups),
+        )
 
     @property
     def digest(self) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
+from ...concepts.segment import segment_context
 from ...errors import InputError
 from ...hellaswag.data import HellaswagItem
-from ...concepts.segment import segment_context
 
 if TYPE_CHECKING:
     from ...loading import LoadedModel
@@ -36,16 +37,22 @@ class ItemPlan:
         yield from self.endings
 
 
-def plan_item(lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem], encs: Iterable[str]
-              ) -> ItemPlan:
+def plan_item(lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem], encs: Iterable[str]) -> ItemPlan:
     """The :class:`ItemPlan` of ``item`` after its few-shot ``examples`` under the encoding schemes ``encs``
     (:func:`~..segment.segment_context`; the sweep runs text segments only, so ``token_level`` is refused)."""
     contexts = {}
     for enc in encs:
         segs = segment_context(item, examples, enc, lm)
         if any(not isinstance(x, str) for e in segs for x in e):
-            raise InputError(f"the sweep runs text segments; enc={enc} cuts the context into token ids "
-                             f"(use walklens hellaswag test1/test2 for it)")
+            raise InputError(
+                f"the sweep runs text segments; enc={enc} cuts the context into token ids "
+                f"(use walklens hellaswag test1/test2 for it)"
+            )
         contexts[enc] = tuple(tuple(e) for e in segs)
-    return ItemPlan(index=item.index, label=item.label, contexts=contexts, endings=tuple(item.endings),
-                    ending_chars=tuple(len(e) for e in item.endings))
+    return ItemPlan(
+        index=item.index,
+        label=item.label,
+        contexts=contexts,
+        endings=tuple(item.endings),
+        ending_chars=tuple(len(e) for e in item.endings),
+    )

@@ -30,27 +30,28 @@ gives.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...backends import LocalWorkers, Workers
+from ...concepts.schemes import WORD_AGG_SCHEMES, Scheme
 from ...errors import InputError
 from ...hellaswag.baseline import accuracy, item_tokens
 from ...hellaswag.data import HellaswagItem
 from ...hellaswag.encode import arch_of
-from ..grid import group_by_context
-from ..runner import CHUNK, BASELINE_SCHEME, RunSummary, progress_bar
-from ..runsetup import RunSetup
-from ...concepts.schemes import WORD_AGG_SCHEMES, Scheme
 from ...hellaswag.store import ResultStore, SweepRun, SweepStore
+from ..grid import group_by_context
+from ..runner import BASELINE_SCHEME, CHUNK, RunSummary, progress_bar
+from ..runsetup import RunSetup
 from .bank import build_bank, layer_keys
+from .generation import TEST1_SHARD_ITEMS, Test1Items, evaluate_test1
 from .plan import ItemPlan, plan_item
 from .shards import baseline_shard
-from .sink import OnShard, Sink, Tally
-from .generation import TEST1_SHARD_ITEMS, Test1Items, evaluate_test1
 from .similarity import evaluate_test2
+from .sink import OnShard, Sink, Tally
 
 if TYPE_CHECKING:
     from ...loading import LoadedModel
@@ -83,8 +84,9 @@ def _store(setup: RunSetup) -> ResultStore:
     return setup.store
 
 
-def sweep_baseline(workers: Workers, model: str, items: Sequence[HellaswagItem], setup: RunSetup,
-                   tally: Tally | None = None) -> RunSummary:
+def sweep_baseline(
+    workers: Workers, model: str, items: Sequence[HellaswagItem], setup: RunSetup, tally: Tally | None = None
+) -> RunSummary:
     """The baseline of ``items`` as the runner stores it (the same key: shared with ``walklens hellaswag
     baseline``) in ``setup.store``, computed on ``workers`` in chunks of :data:`~..runner.CHUNK` consecutive
     items; a chunk with an item not stored runs whole (so its packing never depends on what was stored) and
@@ -93,12 +95,13 @@ def sweep_baseline(workers: Workers, model: str, items: Sequence[HellaswagItem],
     store = _store(setup)
     key = setup.run_key(model, items, "baseline", BASELINE_SCHEME)
     stored = store.results(key, [it.index for it in items])
-    chunks = [list(items[a:a + CHUNK]) for a in range(0, len(items), CHUNK)]
+    chunks = [list(items[a : a + CHUNK]) for a in range(0, len(items), CHUNK)]
     todo = [c for c in chunks if any(it.index not in stored for it in c)]
     pooled = setup.with_pool(items)
     payloads = ((c, pooled.examples(c)) for c in todo)
-    bar = progress_bar(total=sum(map(len, todo)), desc=f"{model} baseline", unit="item",
-                       disable=not tally.progress or not todo)
+    bar = progress_bar(
+        total=sum(map(len, todo)), desc=f"{model} baseline", unit="item", disable=not tally.progress or not todo
+    )
     computed = 0
     try:
         for _, rs in workers.map(baseline_shard, None, payloads):
@@ -143,9 +146,14 @@ def plan_bank(lm: LoadedModel, items: Sequence[HellaswagItem], spec: SweepSpec, 
         layer_vals |= {s.out_layer_eff for s in spec.schemes}
         word_vals |= {s.out_word_eff for s in spec.schemes}
     lkey = layer_keys(lm, layer_vals)
-    return BankPlan(examples=exs, plans=plans, texts=[t for p in plans for t in p.texts()] if encs else [],
-                    layers=sorted(set(lkey.values()), key=lambda k: -1 if k == "E" else int(k)),
-                    words=[w for w in WORD_AGG_SCHEMES if w in word_vals], layer_key=lkey)
+    return BankPlan(
+        examples=exs,
+        plans=plans,
+        texts=[t for p in plans for t in p.texts()] if encs else [],
+        layers=sorted(set(lkey.values()), key=lambda k: -1 if k == "E" else int(k)),
+        words=[w for w in WORD_AGG_SCHEMES if w in word_vals],
+        layer_key=lkey,
+    )
 
 
 @dataclass
@@ -174,30 +182,62 @@ def _workers(lm: LoadedModel, setup: RunSetup) -> Workers:
     return setup.workers if setup.workers is not None else LocalWorkers(lm)
 
 
-def _evaluate(lm: LoadedModel, items: Sequence[HellaswagItem], spec: SweepSpec, setup: RunSetup, sink: Sink,
-              base_preds: np.ndarray, tally: Tally, outcome: SweepOutcome) -> None:
+def _evaluate(
+    lm: LoadedModel,
+    items: Sequence[HellaswagItem],
+    spec: SweepSpec,
+    setup: RunSetup,
+    sink: Sink,
+    base_preds: np.ndarray,
+    tally: Tally,
+    outcome: SweepOutcome,
+) -> None:
     """The bank (:func:`~.bank.build_bank`), then every scheme group not yet stored, both timed in ``outcome``."""
     workers = _workers(lm, setup)
     bp = plan_bank(lm, items, spec, setup)
     t1 = time.perf_counter()
-    bank = build_bank(lm, bp.texts, bp.layers, bp.words, cache=setup.cache, progress=setup.progress,
-                      workers=workers, on_shard=tally.set)
+    bank = build_bank(
+        lm,
+        bp.texts,
+        bp.layers,
+        bp.words,
+        cache=setup.cache,
+        progress=setup.progress,
+        workers=workers,
+        on_shard=tally.set,
+    )
     outcome.n_texts = len(bank.index)
     t2 = time.perf_counter()
     outcome.seconds_forward = t2 - t1
     if spec.test == 2:
-        outcome.groups_computed = evaluate_test2(sink, bank, bp.plans, spec.schemes, bp.layer_key, workers, tally,
-                                                 spec.test2_context_mb)
+        outcome.groups_computed = evaluate_test2(
+            sink, bank, bp.plans, spec.schemes, bp.layer_key, workers, tally, spec.test2_context_mb
+        )
     else:
         conts = [item_tokens(lm, it, ex)[1] for it, ex in zip(items, bp.examples)]
-        outcome.groups_computed = evaluate_test1(sink, bank, Test1Items(bp.plans, conts, base_preds), spec.schemes,
-                                                 bp.layer_key, workers, tally, spec.test1_shard_items)
+        outcome.groups_computed = evaluate_test1(
+            sink,
+            bank,
+            Test1Items(bp.plans, conts, base_preds),
+            spec.schemes,
+            bp.layer_key,
+            workers,
+            tally,
+            spec.test1_shard_items,
+        )
     outcome.seconds_eval = time.perf_counter() - t2
 
 
-def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], spec: SweepSpec, setup: RunSetup, *,
-              log: Callable[[str], None] = lambda m: None, on_shard: OnShard | None = None,
-              stop_after: int | None = None) -> SweepOutcome:
+def run_sweep(
+    lm: LoadedModel,
+    items: Sequence[HellaswagItem],
+    spec: SweepSpec,
+    setup: RunSetup,
+    *,
+    log: Callable[[str], None] = lambda m: None,
+    on_shard: OnShard | None = None,
+    stop_after: int | None = None,
+) -> SweepOutcome:
     """Sweep ``spec.schemes`` (valid for ``spec.test`` on this model) over ``items``, storing into the results
     database ``setup.store`` (its sweep tables too).
 
@@ -224,19 +264,40 @@ def run_sweep(lm: LoadedModel, items: Sequence[HellaswagItem], spec: SweepSpec, 
     t_base = time.perf_counter() - t0
     base_preds = np.array([[r.pred for r in base.results], [r.pred_norm for r in base.results]], np.uint8)
     with SweepStore(store.path) as st:
-        rid = st.run_id(SweepRun(model=lm.name, data=base.key.data, split=items[0].split, shots=setup.shots,
-                                 test=spec.test, labels=[it.label for it in items],
-                                 item_index=[it.index for it in items], arch=arch_of(lm), n_layers=lm.n_layers))
+        rid = st.run_id(
+            SweepRun(
+                model=lm.name,
+                data=base.key.data,
+                split=items[0].split,
+                shots=setup.shots,
+                test=spec.test,
+                labels=[it.label for it in items],
+                item_index=[it.index for it in items],
+                arch=arch_of(lm),
+                n_layers=lm.n_layers,
+            )
+        )
         st.set_baseline(rid, base.acc or 0.0, base.acc_norm or 0.0, base_preds)
         groups = group_by_context(spec.schemes) if spec.test == 2 else {s.context_part(): [s] for s in spec.schemes}
         done = st.done(rid)
         before = sum(1 for g in groups.values() if g[0].context_part() in done)
         log(f"{len(spec.schemes)} schemes in {len(groups)} groups; {before} groups already stored")
-        outcome = SweepOutcome(run_id=rid, n_schemes=len(spec.schemes), n_groups=len(groups),
-                               groups_stored_before=before, groups_computed=0, n_texts=0, seconds_baseline=t_base,
-                               seconds_forward=0.0, seconds_eval=0.0, baseline_acc=base.acc,
-                               baseline_acc_norm=base.acc_norm, shards_computed=tally.shards, backend=workers.kind,
-                               workers=workers.n)
+        outcome = SweepOutcome(
+            run_id=rid,
+            n_schemes=len(spec.schemes),
+            n_groups=len(groups),
+            groups_stored_before=before,
+            groups_computed=0,
+            n_texts=0,
+            seconds_baseline=t_base,
+            seconds_forward=0.0,
+            seconds_eval=0.0,
+            baseline_acc=base.acc,
+            baseline_acc_norm=base.acc_norm,
+            shards_computed=tally.shards,
+            backend=workers.kind,
+            workers=workers.n,
+        )
         if before == len(groups):
             return outcome
         sink = Sink(st, rid, np.array([it.label for it in items], np.uint8))

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from ...concepts.schemes import Scheme
 from ...hellaswag.baseline import baseline_items
 from ...hellaswag.data import HellaswagItem
-from ...concepts.schemes import Scheme
 from ...hellaswag.store import ItemResult
 from .bank import NormedBank, VectorBank
 from .batched import EncLayout, test1_predictions, test2_bundles_batched
@@ -36,8 +37,9 @@ if TYPE_CHECKING:
     from ...loading import LoadedModel
 
 
-def baseline_shard(lm: LoadedModel, ctx: None,
-                   payload: tuple[Sequence[HellaswagItem], Sequence[Sequence[HellaswagItem]]]) -> list[ItemResult]:
+def baseline_shard(
+    lm: LoadedModel, ctx: None, payload: tuple[Sequence[HellaswagItem], Sequence[Sequence[HellaswagItem]]]
+) -> list[ItemResult]:
     """The baseline of one chunk of items (with their few-shot examples), packed as the runner packs a chunk."""
     items, examples = payload
     with torch.inference_mode():
@@ -63,25 +65,46 @@ class Test2Ctx:
     alias: list[int]
 
     @classmethod
-    def of_range(cls, bank: VectorBank, layouts: dict[str, EncLayout], layer_key: dict[str, str], alias: list[int],
-                 a: int, b: int) -> Test2Ctx:
+    def of_range(
+        cls,
+        bank: VectorBank,
+        layouts: dict[str, EncLayout],
+        layer_key: dict[str, str],
+        alias: list[int],
+        a: int,
+        b: int,
+    ) -> Test2Ctx:
         """The context of items ``[a, b)``: every item when that is all of them (the bank itself, no copy), else a
         copy of the rows they read (:func:`range_rows`) with the layouts' slices pointing into it.  The layouts
         keep the padded shapes of all items and the bank's layer aliases stay those of all rows, so each item's
         numbers are the very ones of the whole run."""
         n = next(iter(layouts.values())).seg.shape[0]
         if (a, b) == (0, n):
-            return cls(vectors=bank.vectors.numpy(), layers=bank.layers, words=bank.words, layouts=dict(layouts),
-                       layer_key=dict(layer_key), alias=list(alias))
+            return cls(
+                vectors=bank.vectors.numpy(),
+                layers=bank.layers,
+                words=bank.words,
+                layouts=dict(layouts),
+                layer_key=dict(layer_key),
+                alias=list(alias),
+            )
         rows = range_rows(layouts.values(), a, b)
 
         def local(idx: torch.Tensor) -> torch.Tensor:
             return torch.searchsorted(rows, idx)
 
-        sub = {e: EncLayout(seg=local(l.seg[a:b]), smask=l.smask[a:b], emask=l.emask[a:b], end=local(l.end[a:b]))
-               for e, l in layouts.items()}
-        return cls(vectors=bank.vectors[rows].numpy(), layers=bank.layers, words=bank.words, layouts=sub,
-                   layer_key=dict(layer_key), alias=list(alias))
+        sub = {
+            e: EncLayout(seg=local(l.seg[a:b]), smask=l.smask[a:b], emask=l.emask[a:b], end=local(l.end[a:b]))
+            for e, l in layouts.items()
+        }
+        return cls(
+            vectors=bank.vectors[rows].numpy(),
+            layers=bank.layers,
+            words=bank.words,
+            layouts=sub,
+            layer_key=dict(layer_key),
+            alias=list(alias),
+        )
 
 
 def range_rows(layouts: Iterable[EncLayout], a: int, b: int) -> torch.Tensor:
@@ -136,8 +159,15 @@ def test2_batch(lm: LoadedModel, ctx: Test2Ctx, batch: Sequence[Test2Shard]) -> 
     norms = {sh.norm for sh in batch}
     if len(norms) != 1:
         raise ValueError(f"a Test 2 batch has one NORM, not {sorted(map(str, norms))}")
-    preds = test2_bundles_batched(bank, batch[0].norm, ctx.layouts, [(sh.enc, sh.groups) for sh in batch],
-                                  ctx.layer_key, chunk=TEST2_CHUNK, alias=ctx.alias)
+    preds = test2_bundles_batched(
+        bank,
+        batch[0].norm,
+        ctx.layouts,
+        [(sh.enc, sh.groups) for sh in batch],
+        ctx.layer_key,
+        chunk=TEST2_CHUNK,
+        alias=ctx.alias,
+    )
     return preds, time.perf_counter() - t0
 
 
@@ -165,6 +195,7 @@ def test1_shard(lm: LoadedModel, ctx: None, shard: Test1Shard) -> tuple[np.ndarr
         for k, s in enumerate(shard.schemes):
             if nbank is None or nbank.norm != s.norm:
                 nbank = NormedBank(shard.bank, s.norm)
-            out[:, k] = test1_predictions(lm, shard.bank, nbank, shard.items, s, shard.layer_key, shard.conts,
-                                          memo)[:, 0]
+            out[:, k] = test1_predictions(lm, shard.bank, nbank, shard.items, s, shard.layer_key, shard.conts, memo)[
+                :, 0
+            ]
     return out, time.perf_counter() - t0

@@ -12,16 +12,16 @@ stores a bundle's groups once all its ranges are in; until then a range's picks 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Iterator, Sequence
 
 import numpy as np
 
 from ...backends import Workers
+from ...concepts.schemes import Scheme
 from ..grid import group_by_context
 from ..runner import progress_bar
-from ...concepts.schemes import Scheme
 from .bank import VectorBank
 from .batched import EncLayout
 from .keys import BundleKey, Test2ShardKey
@@ -49,7 +49,8 @@ def _bundles(groups: Sequence[list[Scheme]]) -> list[_Grouped]:
             outs_of[raw] = tuple(m.out_part() for m in members)
         outs = outs_of[raw]
         bundles.setdefault((str(s.norm), s.enc, str(s.seg), str(s.ex), s.sim, outs), (str(s.norm), outs, []))[2].append(
-            members)
+            members
+        )
     by_norm: OrderedDict[str, list[_Grouped]] = OrderedDict()
     for g in bundles.values():
         by_norm.setdefault(g[0], []).append(g)
@@ -68,8 +69,14 @@ class _Encodings:
     def canonical(self, enc: str) -> str:
         if enc not in self.layouts:
             self.layouts[enc] = EncLayout.build(self.bank, self.items, enc)
-            self.canon[enc] = next((e for e in self.layouts if e != enc and self.canon[e] == e
-                                    and self.layouts[e].same_cut(self.layouts[enc])), enc)
+            self.canon[enc] = next(
+                (
+                    e
+                    for e in self.layouts
+                    if e != enc and self.canon[e] == e and self.layouts[e].same_cut(self.layouts[enc])
+                ),
+                enc,
+            )
         return self.canon[enc]
 
 
@@ -158,8 +165,14 @@ def _work(bundles: Sequence[Bundle], n_ranges: int, wave: int, batch_of: Sequenc
     return work
 
 
-def plan_test2(sink: Sink, bank: VectorBank, items: Sequence[ItemPlan], schemes: Sequence[Scheme],
-               workers: Workers, context_mb: float | None = None) -> Test2Plan | None:
+def plan_test2(
+    sink: Sink,
+    bank: VectorBank,
+    items: Sequence[ItemPlan],
+    schemes: Sequence[Scheme],
+    workers: Workers,
+    context_mb: float | None = None,
+) -> Test2Plan | None:
     """The :class:`Test2Plan` of every Test 2 group of ``schemes`` not stored in ``sink`` (None: all stored).
 
     A shard is a bundle over an item range whose bank rows fit in ``context_mb`` MB (default:
@@ -173,8 +186,12 @@ def plan_test2(sink: Sink, bank: VectorBank, items: Sequence[ItemPlan], schemes:
     if not bundles:
         return None
     limit = workers.context_bytes if context_mb is None else int(context_mb * 2**20)
-    ranges = item_ranges([encs.layouts[b.shard.enc] for b in bundles], len(items),
-                         bank.vectors[:1].numel() * bank.vectors.element_size(), limit)
+    ranges = item_ranges(
+        [encs.layouts[b.shard.enc] for b in bundles],
+        len(items),
+        bank.vectors[:1].numel() * bank.vectors.element_size(),
+        limit,
+    )
     norm_rank = {n: i for i, n in enumerate(dict.fromkeys(g[0] for g in grouped))}
     enc_rank = {e: i for i, e in enumerate(dict.fromkeys(b.shard.enc for b in bundles))}
     bundles.sort(key=lambda b: (norm_rank[b.key.norm], enc_rank[b.shard.enc]))  # batches: one NORM, encoding
@@ -185,8 +202,7 @@ def plan_test2(sink: Sink, bank: VectorBank, items: Sequence[ItemPlan], schemes:
         b.got = {r: v for r, ab in enumerate(ranges) for _, key, v in mine if (key.a, key.b) == ab}
     wave = len(bundles) if len(ranges) == 1 else TEST2_WAVE
     work = _work(bundles, len(ranges), wave, _batches(bundles, wave, workers.n))
-    return Test2Plan(bundles=bundles, ranges=ranges, layouts=encs.layouts, done=done, wave=wave, work=work,
-                     todo=todo)
+    return Test2Plan(bundles=bundles, ranges=ranges, layouts=encs.layouts, done=done, wave=wave, work=work, todo=todo)
 
 
 class _Test2Run:
@@ -207,10 +223,15 @@ class _Test2Run:
         seconds = sum(sec for _, sec in b.got.values())
         b.got = {}
         for j, target in enumerate(b.targets):
-            rows = self.tally.limit([(m[0].context_part(), b.key.outs, preds[g:g + 1]) for g, m in enumerate(target)
-                                     if m[0].context_part() not in self.plan.done], self.computed)
-            self.sink.put_groups(rows, ["acc"], seconds / len(target),
-                                 drop=b.names if j == len(b.targets) - 1 else ())
+            rows = self.tally.limit(
+                [
+                    (m[0].context_part(), b.key.outs, preds[g : g + 1])
+                    for g, m in enumerate(target)
+                    if m[0].context_part() not in self.plan.done
+                ],
+                self.computed,
+            )
+            self.sink.put_groups(rows, ["acc"], seconds / len(target), drop=b.names if j == len(b.targets) - 1 else ())
             self.computed += len(rows)
             self.bar.update(len(rows))
             if self.tally.stop(self.computed):
@@ -230,18 +251,24 @@ class _Test2Run:
         return False
 
 
-def _parts(plan: Test2Plan, bank: VectorBank, layer_key: dict[str, str]
-           ) -> Iterator[tuple[Test2Ctx, list[list[Test2Shard]]]]:
+def _parts(
+    plan: Test2Plan, bank: VectorBank, layer_key: dict[str, str]
+) -> Iterator[tuple[Test2Ctx, list[list[Test2Shard]]]]:
     """One part per (wave, range): the range's context and the wave's batches still to run there."""
     alias = bank.layer_alias()
     for (_, r), part in groupby(plan.work, key=lambda w: (w.bundles[0] // plan.wave, w.r)):
         bs = [[plan.bundles[i].shard for i in w.bundles] for w in part]
-        yield Test2Ctx.of_range(bank, {x.enc: plan.layouts[x.enc] for b in bs for x in b}, layer_key, alias,
-                                *plan.ranges[r]), bs
+        yield (
+            Test2Ctx.of_range(
+                bank, {x.enc: plan.layouts[x.enc] for b in bs for x in b}, layer_key, alias, *plan.ranges[r]
+            ),
+            bs,
+        )
 
 
-def run_test2(plan: Test2Plan, sink: Sink, bank: VectorBank, layer_key: dict[str, str], workers: Workers,
-              tally: Tally) -> int:
+def run_test2(
+    plan: Test2Plan, sink: Sink, bank: VectorBank, layer_key: dict[str, str], workers: Workers, tally: Tally
+) -> int:
     """Run the shards of ``plan`` on ``workers`` (in batches: :func:`~.shards.test2_batch`) and store them
     (:class:`_Test2Run`); bundles whose every range was kept by an interrupted call are stored first.  Returns
     the number of groups stored; ``tally.shards["test2"]`` counts the (bundle, range) shards computed."""
@@ -260,8 +287,16 @@ def run_test2(plan: Test2Plan, sink: Sink, bank: VectorBank, layer_key: dict[str
     return run.computed
 
 
-def evaluate_test2(sink: Sink, bank: VectorBank, items: Sequence[ItemPlan], schemes: Sequence[Scheme],
-                   layer_key: dict[str, str], workers: Workers, tally: Tally, context_mb: float | None = None) -> int:
+def evaluate_test2(
+    sink: Sink,
+    bank: VectorBank,
+    items: Sequence[ItemPlan],
+    schemes: Sequence[Scheme],
+    layer_key: dict[str, str],
+    workers: Workers,
+    tally: Tally,
+    context_mb: float | None = None,
+) -> int:
     """Evaluate and store every Test 2 context group not yet stored (:func:`plan_test2`, :func:`run_test2`);
     returns the number of groups stored.  Bit-identical work is done once: encodings that cut every item
     identically share a bundle's predictions (within one NORM), as do bank layers with identical vectors."""

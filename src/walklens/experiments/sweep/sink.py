@@ -4,8 +4,8 @@ number of groups (tests simulate an interruption with it)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -33,8 +33,9 @@ class Sink:
         """The shards kept by an interrupted call: ``{name: (picks, seconds)}``."""
         return self.store.shards(self.run_id)
 
-    def put_groups(self, rows: Sequence[GroupRow], metrics: Sequence[str], seconds: float,
-                   drop: Sequence[str] = ()) -> None:
+    def put_groups(
+        self, rows: Sequence[GroupRow], metrics: Sequence[str], seconds: float, drop: Sequence[str] = ()
+    ) -> None:
         """Store groups in one transaction, dropping the kept shards named ``drop``."""
         self.store.put_groups(self.run_id, rows, metrics, self.labels, seconds, drop_shards=drop)
 
@@ -65,7 +66,7 @@ class Tally:
 
     def limit(self, rows: list[GroupRow], stored: int) -> list[GroupRow]:
         """``rows`` cut to what ``stop_after`` still allows after ``stored`` groups."""
-        return rows if self.stop_after is None else rows[:max(0, self.stop_after - stored)]
+        return rows if self.stop_after is None else rows[: max(0, self.stop_after - stored)]
 
     def stop(self, stored: int) -> bool:
         """Whether ``stored`` groups reach ``stop_after``."""

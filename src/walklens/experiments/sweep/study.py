@@ -8,9 +8,10 @@ the cache folder are checked before any model loads; every run resumes where an 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ...backends import Backend
 from ...concepts.cache import open_cache
@@ -69,14 +70,23 @@ def study_items(exp: Experiment) -> tuple[list[HellaswagItem], list[HellaswagIte
             pool = load_hellaswag(exp.data)
         others = len(pool if pool is not None else items) - (0 if hub else 1)  # the query is never its own shot
         if max(exp.shots) > others:
-            raise InputError(f"{exp.path}: shots: {max(exp.shots)}-shot needs {max(exp.shots)} other items in the "
-                             f"few-shot pool, which has {others}")
+            raise InputError(
+                f"{exp.path}: shots: {max(exp.shots)}-shot needs {max(exp.shots)} other items in the "
+                f"few-shot pool, which has {others}"
+            )
     return items, pool, data_id(exp.data)
 
 
-def run_experiment(exp: Experiment, backend: Backend, *, db: str | Path, progress: bool = True,
-                   log: Callable[[str], None] = lambda m: None, on_run: Callable[[StudyRun], None] | None = None,
-                   on_shard: OnShard | None = None) -> list[StudyRun]:
+def run_experiment(
+    exp: Experiment,
+    backend: Backend,
+    *,
+    db: str | Path,
+    progress: bool = True,
+    log: Callable[[str], None] = lambda m: None,
+    on_run: Callable[[StudyRun], None] | None = None,
+    on_shard: OnShard | None = None,
+) -> list[StudyRun]:
     """Run every ``(model, seed, shots, test)`` of ``exp`` (:meth:`~..experiment.Experiment.runs`) into ``db``;
     ``on_run`` is called after each run.  The cache folder is ``exp.cache`` (``False``: none; default:
     :func:`default_cache`)."""
@@ -127,8 +137,9 @@ def _grids(exp: Experiment, lm: LoadedModel) -> dict[int, tuple[GridSpec, list[S
     return grids
 
 
-def _model_runs(exp: Experiment, backend: Backend, model: ModelEntry, items: list[HellaswagItem], setup: RunSetup,
-                hooks: _Hooks) -> list[StudyRun]:
+def _model_runs(
+    exp: Experiment, backend: Backend, model: ModelEntry, items: list[HellaswagItem], setup: RunSetup, hooks: _Hooks
+) -> list[StudyRun]:
     """Every run of one model of ``exp``, on workers opened once for them."""
     runs = [r for r in exp.runs() if r[0] == model]
     lm = backend.driver_model(model.spec, dtype=model.dtype, device=model.device)
@@ -139,11 +150,24 @@ def _model_runs(exp: Experiment, backend: Backend, model: ModelEntry, items: lis
         for _, seed, shots, test in runs:
             g, schemes = grids[test]
             t0 = time.perf_counter()
-            o = run_sweep(lm, items, SweepSpec(test=test, schemes=schemes),
-                          replace(setup, shots=shots, fewshot_seed=seed, workers=workers), log=hooks.log,
-                          on_shard=hooks.on_shard)
-            run = StudyRun(model=lm.name, test=test, shots=shots, seed=seed, grid=g.name, n_items=len(items),
-                           outcome=o, seconds=time.perf_counter() - t0)
+            o = run_sweep(
+                lm,
+                items,
+                SweepSpec(test=test, schemes=schemes),
+                replace(setup, shots=shots, fewshot_seed=seed, workers=workers),
+                log=hooks.log,
+                on_shard=hooks.on_shard,
+            )
+            run = StudyRun(
+                model=lm.name,
+                test=test,
+                shots=shots,
+                seed=seed,
+                grid=g.name,
+                n_items=len(items),
+                outcome=o,
+                seconds=time.perf_counter() - t0,
+            )
             out.append(run)
             if hooks.on_run is not None:
                 hooks.on_run(run)

@@ -12,6 +12,18 @@ from .db import connect
 from .results import KEY_COLUMNS, SCHEMA_VERSION, ItemResult, ResultStore, RunKey, default_db_path
 from .sweeps import COUNT_CHUNK_ELEMS, SweepResults, SweepRun, SweepStore, pack_predictions, unpack_predictions
 
-__all__ = ["COUNT_CHUNK_ELEMS", "KEY_COLUMNS", "SCHEMA_VERSION", "ItemResult", "ResultStore", "RunKey", "SweepResults",
-           "SweepRun", "SweepStore", "connect", "default_db_path", "pack_predictions",
-           "unpack_predictions"]
+__all__ = [
+    "COUNT_CHUNK_ELEMS",
+    "KEY_COLUMNS",
+    "SCHEMA_VERSION",
+    "ItemResult",
+    "ResultStore",
+    "RunKey",
+    "SweepResults",
+    "SweepRun",
+    "SweepStore",
+    "connect",
+    "default_db_path",
+    "pack_predictions",
+    "unpack_predictions",
+]

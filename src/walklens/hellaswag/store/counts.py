@@ -8,8 +8,8 @@ module sits beside it and knows nothing of schemes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -17,11 +17,10 @@ import numpy as np
 BLOCK_ELEMS = 1 << 22
 
 
-
 def split_items(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A fixed random split of ``n`` items into halves A and B (item positions)."""
     perm = np.random.default_rng(seed).permutation(n)
-    return np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
+    return np.sort(perm[: n // 2]), np.sort(perm[n // 2 :])
 
 
 def kfold_folds(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
@@ -80,7 +79,7 @@ def count_cells(correct: np.ndarray, cells: Cells, onehot: np.ndarray | None = N
     out = np.empty((S, cells.n_cells), np.int64)
     step = max(1, BLOCK_ELEMS // max(n, 1))
     for a in range(0, S, step):
-        out[a:a + step] = np.rint(correct[a:a + step].astype(dt) @ oh)
+        out[a : a + step] = np.rint(correct[a : a + step].astype(dt) @ oh)
     return out
 
 

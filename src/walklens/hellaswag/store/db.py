@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ... import sqlite
 from ...errors import InputError
@@ -73,8 +74,9 @@ def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sql
     return conn
 
 
-def open_tables(conn: sqlite3.Connection, path: Path, *, what: str, key: str, version: int, ddl: Sequence[str],
-                readonly: bool) -> None:
+def open_tables(
+    conn: sqlite3.Connection, path: Path, *, what: str, key: str, version: int, ddl: Sequence[str], readonly: bool
+) -> None:
     """Check the schema version of one store's tables and, unless ``readonly``, create them (``ddl``) and
     record ``version`` under ``key``, in one transaction (:func:`walklens.sqlite.create_tables`).
 
@@ -84,10 +86,14 @@ def open_tables(conn: sqlite3.Connection, path: Path, *, what: str, key: str, ve
     found = sqlite.schema_version(conn, key)
     if found is not None and found != version:
         if found > version:
-            raise InputError(f"{path}: its {what} tables have schema version {found}, newer than this walklens "
-                             f"reads ({version}); open it with a newer walklens or use another database")
-        raise InputError(f"{path}: its {what} tables have schema version {found}, which this walklens does not "
-                         f"read (it reads {version}); use another database")
+            raise InputError(
+                f"{path}: its {what} tables have schema version {found}, newer than this walklens "
+                f"reads ({version}); open it with a newer walklens or use another database"
+            )
+        raise InputError(
+            f"{path}: its {what} tables have schema version {found}, which this walklens does not "
+            f"read (it reads {version}); use another database"
+        )
     if not readonly:
         sqlite.create_tables(conn, ddl, key=key, version=version)
 
@@ -155,13 +161,16 @@ def _show(v: Any, limit: int = 40) -> str:
     if isinstance(v, bytes):
         return f"a blob of {len(v):,} bytes"
     text = repr(v)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def int_list(doc: Any, n: int | None = None, lo: int = 0, hi: int = 2**63 - 1) -> bool:
     """Whether ``doc`` is a list (of ``n`` items when given) of integers ``lo <= x <= hi``."""
-    return (isinstance(doc, list) and (n is None or len(doc) == n)
-            and all(isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi for x in doc))
+    return (
+        isinstance(doc, list)
+        and (n is None or len(doc) == n)
+        and all(isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi for x in doc)
+    )
 
 
 def str_list(doc: Any, min_len: int = 0) -> bool:

@@ -20,11 +20,12 @@ import csv
 import json
 import os
 import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from platformdirs import user_data_dir
 
@@ -37,26 +38,32 @@ from .db import FIX, Row, connect, open_tables
 SCHEMA_VERSION = 1
 KEY_COLUMNS: tuple[str, ...] = ("model", "data", "split", "shots", "test", "scheme")
 
-_SCHEMA = ("""CREATE TABLE IF NOT EXISTS runs (
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS runs (
     model TEXT NOT NULL, data TEXT NOT NULL, split TEXT NOT NULL, shots INTEGER NOT NULL,
     test TEXT NOT NULL, scheme TEXT NOT NULL,
     n INTEGER, acc REAL, acc_norm REAL,
     created TEXT NOT NULL, updated TEXT NOT NULL,
     PRIMARY KEY (model, data, split, shots, test, scheme)
-)""", """CREATE TABLE IF NOT EXISTS results (
+)""",
+    """CREATE TABLE IF NOT EXISTS results (
     model TEXT NOT NULL, data TEXT NOT NULL, split TEXT NOT NULL, shots INTEGER NOT NULL,
     test TEXT NOT NULL, scheme TEXT NOT NULL, item INTEGER NOT NULL,
     gold INTEGER NOT NULL, pred INTEGER NOT NULL, pred_norm INTEGER NOT NULL, scores TEXT NOT NULL,
     PRIMARY KEY (model, data, split, shots, test, scheme, item)
-) WITHOUT ROWID""")
+) WITHOUT ROWID""",
+)
 
 
 _TEXT = ("model", "data", "split", "test", "scheme", "created", "updated")
 
 
 def _numbers(doc: Any) -> bool:
-    return (isinstance(doc, list) and 1 <= len(doc) <= 64
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in doc))
+    return (
+        isinstance(doc, list)
+        and 1 <= len(doc) <= 64
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in doc)
+    )
 
 
 def checked(path: Path, table: str, d: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +96,7 @@ def default_db_path() -> Path:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
@@ -122,16 +129,24 @@ class ItemResult:
 class ResultStore:
     """SQLite store of runs and per-item results (WAL mode, transactions, ``INSERT OR IGNORE`` resume)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, timeout: float = 60.0,
-                 readonly: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, timeout: float = 60.0, readonly: bool = False
+    ) -> None:
         """Open (and create, unless ``readonly``) the database; ``readonly`` refuses a missing file and never
         writes (no schema, no journal-mode change).  A database of a newer schema is refused
         (:func:`~.db.open_tables`)."""
         self.path = Path(path).expanduser() if path is not None else default_db_path()
         self._conn = connect(self.path, timeout=timeout, readonly=readonly)
         with closed_on_error(self._conn, lambda e: f"{self.path}: not a usable results database ({e}); {FIX}"):
-            open_tables(self._conn, self.path, what="results", key="schema", version=SCHEMA_VERSION, ddl=_SCHEMA,
-                        readonly=readonly)
+            open_tables(
+                self._conn,
+                self.path,
+                what="results",
+                key="schema",
+                version=SCHEMA_VERSION,
+                ddl=_SCHEMA,
+                readonly=readonly,
+            )
 
     # ---- plumbing ------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -151,9 +166,11 @@ class ResultStore:
     def add_results(self, key: RunKey, results: Iterable[ItemResult]) -> int:
         """Insert per-item results in one transaction; items already stored are left untouched.  Returns the
         number of rows actually inserted."""
-        rows = [key.values() + (int(r.item), int(r.gold), int(r.pred), int(r.pred_norm),
-                                json.dumps([float(x) for x in r.scores]))
-                for r in results]
+        rows = [
+            key.values()
+            + (int(r.item), int(r.gold), int(r.pred), int(r.pred_norm), json.dumps([float(x) for x in r.scores]))
+            for r in results
+        ]
         if not rows:
             return 0
         with self.transaction() as c:
@@ -168,27 +185,37 @@ class ResultStore:
             c.execute(
                 "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(model, data, split, shots, test, scheme) "
                 "DO UPDATE SET n=excluded.n, acc=excluded.acc, acc_norm=excluded.acc_norm, updated=excluded.updated",
-                key.values() + (int(n), acc, acc_norm, now, now))
+                key.values() + (int(n), acc, acc_norm, now, now),
+            )
 
     # ---- reading -------------------------------------------------------------------------------------------
     def done_items(self, key: RunKey) -> set[int]:
         """Indices of the items already stored for this run."""
         cur = self._conn.execute(
             "SELECT item FROM results WHERE model=? AND data=? AND split=? AND shots=? AND test=? AND scheme=?",
-            key.values())
+            key.values(),
+        )
         return {int(r[0]) for r in cur}
 
     def results(self, key: RunKey, items: Sequence[int] | None = None) -> dict[int, ItemResult]:
         """Stored results of a run, by item index (only ``items`` when given)."""
         cur = self._conn.execute(
             "SELECT item, gold, pred, pred_norm, scores FROM results WHERE model=? AND data=? AND split=? "
-            "AND shots=? AND test=? AND scheme=? ORDER BY item", key.values())
+            "AND shots=? AND test=? AND scheme=? ORDER BY item",
+            key.values(),
+        )
         want = set(items) if items is not None else None
         out: dict[int, ItemResult] = {}
         for item, gold, pred, pred_norm, scores in cur:
             if want is None or item in want:
-                d = checked(self.path, "results", dict(zip(("item", "gold", "pred", "pred_norm", "scores"),
-                                                            (item, gold, pred, pred_norm, scores)), shots=key.shots))
+                d = checked(
+                    self.path,
+                    "results",
+                    dict(
+                        zip(("item", "gold", "pred", "pred_norm", "scores"), (item, gold, pred, pred_norm, scores)),
+                        shots=key.shots,
+                    ),
+                )
                 out[item] = ItemResult(item, gold, pred, pred_norm, tuple(json.loads(d["scores"])))
         return out
 
@@ -199,8 +226,9 @@ class ResultStore:
             raise InputError(f"unknown run filter(s) {sorted(bad)}; use {KEY_COLUMNS}")
         self._need("runs")
         where = " AND ".join(f"{k}=?" for k in filters) or "1"
-        cur = self._conn.execute(f"SELECT * FROM runs WHERE {where} ORDER BY model, data, shots, test, scheme",
-                                 tuple(filters.values()))
+        cur = self._conn.execute(
+            f"SELECT * FROM runs WHERE {where} ORDER BY model, data, shots, test, scheme", tuple(filters.values())
+        )
         cols = [d[0] for d in cur.description]
         return [checked(self.path, "runs", dict(zip(cols, r))) for r in cur]
 

@@ -20,9 +20,10 @@ import math
 import re
 import sqlite3
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,8 @@ _NAME = re.compile(r"[a-z_]+=[^,=\s]+(?:,[a-z_]+=[^,=\s]+)*")
 #: The layout of the sweep tables (``sweep_schema`` in ``meta``; see :func:`~.db.open_tables`).
 SCHEMA_VERSION = 1
 
-_SCHEMA = ("""CREATE TABLE IF NOT EXISTS sweep_runs (
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS sweep_runs (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   model TEXT NOT NULL, data TEXT NOT NULL, split TEXT NOT NULL, shots INTEGER NOT NULL, test INTEGER NOT NULL,
   items_hash TEXT NOT NULL, n_items INTEGER NOT NULL, labels BLOB NOT NULL, item_index TEXT NOT NULL,
@@ -45,7 +47,8 @@ _SCHEMA = ("""CREATE TABLE IF NOT EXISTS sweep_runs (
   baseline_acc REAL, baseline_acc_norm REAL, baseline_preds BLOB,
   created REAL NOT NULL,
   UNIQUE(model, data, split, shots, test, items_hash)
-)""", """CREATE TABLE IF NOT EXISTS sweep_groups (
+)""",
+    """CREATE TABLE IF NOT EXISTS sweep_groups (
   run_id INTEGER NOT NULL REFERENCES sweep_runs(id),
   context TEXT NOT NULL,          -- Scheme.context_part(): enc=..,layer=..,word=..,norm=..,seg=..,ex=..(,sim=..)
   outs TEXT NOT NULL,             -- JSON list of Scheme.out_part() (out_layer=..,out_word=..), '' for Test 1
@@ -54,17 +57,34 @@ _SCHEMA = ("""CREATE TABLE IF NOT EXISTS sweep_runs (
   preds BLOB NOT NULL,            -- 2-bit packed [metrics, outs, items]
   seconds REAL NOT NULL,
   PRIMARY KEY (run_id, context)
-)""", """CREATE TABLE IF NOT EXISTS sweep_shards (
+)""",
+    """CREATE TABLE IF NOT EXISTS sweep_shards (
   run_id INTEGER NOT NULL REFERENCES sweep_runs(id),
   shard TEXT NOT NULL,            -- the shard's key (what it computed, e.g. a Test 1 block and item range)
   shape TEXT NOT NULL,            -- JSON shape of the picks
   preds BLOB NOT NULL,            -- 2-bit packed picks
   seconds REAL NOT NULL,
   PRIMARY KEY (run_id, shard)
-)""")
+)""",
+)
 
-_RUN_COLUMNS = ("id", "model", "data", "split", "shots", "test", "items_hash", "n_items", "labels", "item_index",
-                "arch", "n_layers", "baseline_acc", "baseline_acc_norm", "baseline_preds")
+_RUN_COLUMNS = (
+    "id",
+    "model",
+    "data",
+    "split",
+    "shots",
+    "test",
+    "items_hash",
+    "n_items",
+    "labels",
+    "item_index",
+    "arch",
+    "n_layers",
+    "baseline_acc",
+    "baseline_acc_norm",
+    "baseline_preds",
+)
 
 #: predictions (schemes x items) unpacked at a time by :meth:`SweepStore.load_counts` (about 16 MB per metric)
 COUNT_CHUNK_ELEMS = 1 << 24
@@ -94,7 +114,7 @@ def packed_size(n: int) -> int:
 def _run_row(path: Path, d: dict[str, Any]) -> dict[str, Any]:
     """A ``sweep_runs`` row checked field by field (:class:`~.db.Row`), its blobs and JSON decoded."""
     r = Row(path, "sweep_runs", f"id={d['id']!r}"[:60])
-    r.integer("id", d["id"], -2**63, 2**63 - 1)
+    r.integer("id", d["id"], -(2**63), 2**63 - 1)
     for f in ("model", "data", "split", "items_hash"):
         r.text(f, d[f])
     r.integer("shots", d["shots"], 0, 1_000_000)
@@ -104,8 +124,9 @@ def _run_row(path: Path, d: dict[str, Any]) -> dict[str, Any]:
     if labels.max() > 3:
         raise r.fail("labels", "a label is not 0..3")
     d["labels"] = labels
-    d["item_index"] = r.json("item_index", d["item_index"], lambda x: int_list(x, n),
-                             f"a list of {n:,} item indices (integers >= 0)")
+    d["item_index"] = r.json(
+        "item_index", d["item_index"], lambda x: int_list(x, n), f"a list of {n:,} item indices (integers >= 0)"
+    )
     if r.text("arch", d["arch"]) not in ARCHS:
         raise r.fail("arch", f"{d['arch'][:40]!r} is not one of {', '.join(ARCHS)}")
     r.integer("n_layers", d["n_layers"], 0, 1_000_000)
@@ -117,16 +138,25 @@ def _run_row(path: Path, d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def _group_row(path: Path, rowid: Any, ctx: Any, outs: Any, mets: Any, acc: Any, pb: Any, n: int
-               ) -> tuple[str, list[str], list[str], np.ndarray, bytes]:
+def _group_row(
+    path: Path, rowid: Any, ctx: Any, outs: Any, mets: Any, acc: Any, pb: Any, n: int
+) -> tuple[str, list[str], list[str], np.ndarray, bytes]:
     """A ``sweep_groups`` row of a run of ``n`` items, checked field by field: (context, outs, metrics,
     acc [metrics, outs], packed predictions)."""
     r = Row(path, "sweep_groups", f"rowid={rowid}")
     ctx = r.text("context", ctx)
-    outs_l = r.json("outs", outs, lambda x: str_list(x, 1) and len(x) <= MAX_OUTS,
-                    f"a list of 1 to {MAX_OUTS:,} output parts (strings)")
-    mets_l = r.json("metrics", mets, lambda x: str_list(x, 1) and len(set(x)) == len(x) and set(x) <= set(METRICS),
-                    f"a list of distinct metrics out of {', '.join(METRICS)}")
+    outs_l = r.json(
+        "outs",
+        outs,
+        lambda x: str_list(x, 1) and len(x) <= MAX_OUTS,
+        f"a list of 1 to {MAX_OUTS:,} output parts (strings)",
+    )
+    mets_l = r.json(
+        "metrics",
+        mets,
+        lambda x: str_list(x, 1) and len(set(x)) == len(x) and set(x) <= set(METRICS),
+        f"a list of distinct metrics out of {', '.join(METRICS)}",
+    )
     cells = len(mets_l) * len(outs_l)
     a = np.frombuffer(r.blob("acc", acc, 4 * cells), np.float32).reshape(len(mets_l), len(outs_l))
     if not (np.isfinite(a).all() and (a >= 0).all() and (a <= 1).all()):
@@ -170,8 +200,9 @@ class SweepRun:
     @property
     def items_hash(self) -> str:
         """16 hex digits of the SHA-256 of the item indices and labels (the key's item set)."""
-        return hashlib.sha256(json.dumps([list(map(int, self.item_index)), list(map(int, self.labels))]).encode()
-                              ).hexdigest()[:16]
+        return hashlib.sha256(
+            json.dumps([list(map(int, self.item_index)), list(map(int, self.labels))]).encode()
+        ).hexdigest()[:16]
 
 
 @dataclass
@@ -243,8 +274,15 @@ class SweepStore:
         self.path = Path(path)
         self.con = connect(self.path, timeout=60.0, readonly=readonly)
         with closed_on_error(self.con, lambda e: f"{self.path}: not a usable SQLite database ({e}); {FIX}"):
-            open_tables(self.con, self.path, what="sweep", key="sweep_schema", version=SCHEMA_VERSION, ddl=_SCHEMA,
-                        readonly=readonly)
+            open_tables(
+                self.con,
+                self.path,
+                what="sweep",
+                key="sweep_schema",
+                version=SCHEMA_VERSION,
+                ddl=_SCHEMA,
+                readonly=readonly,
+            )
             self._has_tables = {"sweep_runs", "sweep_groups"} <= tables(self.con)
 
     def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -271,24 +309,38 @@ class SweepStore:
             c.execute(
                 "INSERT OR IGNORE INTO sweep_runs (model,data,split,shots,test,items_hash,n_items,labels,item_index,"
                 "arch,n_layers,created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (*key, len(run.labels), bytes(np.asarray(run.labels, np.uint8)),
-                 json.dumps(list(map(int, run.item_index))), run.arch, int(run.n_layers), time.time()))
-        row = self.con.execute("SELECT id FROM sweep_runs WHERE model=? AND data=? AND split=? AND shots=? AND "
-                               "test=? AND items_hash=?", key).fetchone()
+                (
+                    *key,
+                    len(run.labels),
+                    bytes(np.asarray(run.labels, np.uint8)),
+                    json.dumps(list(map(int, run.item_index))),
+                    run.arch,
+                    int(run.n_layers),
+                    time.time(),
+                ),
+            )
+        row = self.con.execute(
+            "SELECT id FROM sweep_runs WHERE model=? AND data=? AND split=? AND shots=? AND test=? AND items_hash=?",
+            key,
+        ).fetchone()
         return int(row[0])
 
     def set_baseline(self, run_id: int, acc: float, acc_norm: float, preds: np.ndarray) -> None:
         """The baseline of the same items, model and shots (normalised score = acc / baseline acc)."""
-        self.con.execute("UPDATE sweep_runs SET baseline_acc=?, baseline_acc_norm=?, baseline_preds=? WHERE id=?",
-                         (float(acc), float(acc_norm), pack_predictions(preds), run_id))
+        self.con.execute(
+            "UPDATE sweep_runs SET baseline_acc=?, baseline_acc_norm=?, baseline_preds=? WHERE id=?",
+            (float(acc), float(acc_norm), pack_predictions(preds), run_id),
+        )
 
     def runs(self) -> list[dict[str, Any]]:
         """Every sweep run, with its labels, item indices and baseline picks decoded, each value checked
         (one line naming the row and field for a bad one)."""
         if not self._has_tables:  # a database opened readonly that never held a sweep
             return []
-        return [_run_row(self.path, dict(zip(_RUN_COLUMNS, r)))
-                for r in list(self._rows(f"SELECT {','.join(_RUN_COLUMNS)} FROM sweep_runs ORDER BY id"))]
+        return [
+            _run_row(self.path, dict(zip(_RUN_COLUMNS, r)))
+            for r in list(self._rows(f"SELECT {','.join(_RUN_COLUMNS)} FROM sweep_runs ORDER BY id"))
+        ]
 
     def _run(self, run_id: int) -> dict[str, Any]:
         run = next((r for r in self.runs() if r["id"] == run_id), None)
@@ -301,21 +353,44 @@ class SweepStore:
         """The context parts of the groups already stored for a run."""
         return {r[0] for r in self.con.execute("SELECT context FROM sweep_groups WHERE run_id=?", (run_id,))}
 
-    def put_group(self, run_id: int, context: str, outs: Sequence[str], metrics: Sequence[str],
-                  preds: np.ndarray, labels: np.ndarray, seconds: float) -> None:
+    def put_group(
+        self,
+        run_id: int,
+        context: str,
+        outs: Sequence[str],
+        metrics: Sequence[str],
+        preds: np.ndarray,
+        labels: np.ndarray,
+        seconds: float,
+    ) -> None:
         """Store one group: ``preds`` ``[metrics, outs, items]`` choice indices."""
         self.put_groups(run_id, [(context, outs, preds)], metrics, labels, seconds)
 
-    def put_groups(self, run_id: int, groups: Sequence[tuple[str, Sequence[str], np.ndarray]],
-                   metrics: Sequence[str], labels: np.ndarray, seconds: float, drop_shards: Sequence[str] = ()
-                   ) -> None:
+    def put_groups(
+        self,
+        run_id: int,
+        groups: Sequence[tuple[str, Sequence[str], np.ndarray]],
+        metrics: Sequence[str],
+        labels: np.ndarray,
+        seconds: float,
+        drop_shards: Sequence[str] = (),
+    ) -> None:
         """Store several groups ``(context, outs, preds [metrics, outs, items])`` in one transaction (groups
         already stored are left as they are), dropping the shards ``drop_shards`` they were assembled from."""
         rows = []
         for context, outs, preds in groups:
             acc = (preds == labels[None, None, :]).mean(axis=-1).astype(np.float32)
-            rows.append((run_id, context, json.dumps(list(outs)), json.dumps(list(metrics)), acc.tobytes(),
-                         pack_predictions(preds), float(seconds)))
+            rows.append(
+                (
+                    run_id,
+                    context,
+                    json.dumps(list(outs)),
+                    json.dumps(list(metrics)),
+                    acc.tobytes(),
+                    pack_predictions(preds),
+                    float(seconds),
+                )
+            )
         with transaction(self.con) as c:
             c.executemany("INSERT OR IGNORE INTO sweep_groups VALUES (?,?,?,?,?,?,?)", rows)
             c.executemany("DELETE FROM sweep_shards WHERE run_id=? AND shard=?", [(run_id, k) for k in drop_shards])
@@ -324,20 +399,29 @@ class SweepStore:
     def put_shard(self, run_id: int, shard: str, preds: np.ndarray, seconds: float) -> None:
         """Keep one finished shard's picks (any shape, values 0..3) until its groups are stored."""
         with transaction(self.con) as c:
-            c.execute("INSERT OR IGNORE INTO sweep_shards VALUES (?,?,?,?,?)",
-                      (run_id, shard, json.dumps(list(preds.shape)), pack_predictions(preds), float(seconds)))
+            c.execute(
+                "INSERT OR IGNORE INTO sweep_shards VALUES (?,?,?,?,?)",
+                (run_id, shard, json.dumps(list(preds.shape)), pack_predictions(preds), float(seconds)),
+            )
 
     def shards(self, run_id: int) -> dict[str, tuple[np.ndarray, float]]:
         """The kept shards of a run: ``{key: (picks, seconds)}``."""
         out = {}
         for rowid, key, shape, blob, sec in self._rows(
-                "SELECT rowid, shard, shape, preds, seconds FROM sweep_shards WHERE run_id=?", (run_id,)):
+            "SELECT rowid, shard, shape, preds, seconds FROM sweep_shards WHERE run_id=?", (run_id,)
+        ):
             r = Row(self.path, "sweep_shards", f"rowid={rowid}")
-            dims = r.json("shape", shape, lambda x: int_list(x, None, 0, MAX_SHARD_PICKS) and 0 < len(x) <= 8 and
-                          math.prod(x) <= MAX_SHARD_PICKS, f"a shape of at most {MAX_SHARD_PICKS:,} picks")
+            dims = r.json(
+                "shape",
+                shape,
+                lambda x: int_list(x, None, 0, MAX_SHARD_PICKS) and 0 < len(x) <= 8 and math.prod(x) <= MAX_SHARD_PICKS,
+                f"a shape of at most {MAX_SHARD_PICKS:,} picks",
+            )
             size = math.prod(dims)
-            out[r.text("shard", key)] = (unpack_predictions(r.blob("preds", blob, packed_size(size)), size)
-                                         .reshape(dims), r.real("seconds", sec, 0.0, math.inf))
+            out[r.text("shard", key)] = (
+                unpack_predictions(r.blob("preds", blob, packed_size(size)), size).reshape(dims),
+                r.real("seconds", sec, 0.0, math.inf),
+            )
         return out
 
     def _groups(self, run_id: int) -> Iterator[_Group]:
@@ -346,8 +430,10 @@ class SweepStore:
         n = int(self._run(run_id)["n_items"])
         metrics: list[str] | None = None
         seen: set[str] = set()
-        for row in self._rows("SELECT rowid, context, outs, metrics, acc, preds FROM sweep_groups WHERE run_id=? "
-                              "ORDER BY context", (run_id,)):
+        for row in self._rows(
+            "SELECT rowid, context, outs, metrics, acc, preds FROM sweep_groups WHERE run_id=? ORDER BY context",
+            (run_id,),
+        ):
             ctx, outs_l, mets_l, acc, pb = _group_row(self.path, *row, n)
             _check_names(self.path, row[0], ctx, outs_l, seen)
             if metrics is None:
@@ -399,10 +485,13 @@ class SweepStore:
             block = np.empty((len(metrics), sum(len(g.names) for g in pending), n), np.uint8)
             a = 0
             for g in pending:
-                block[:, a:a + len(g.names)] = g.preds(n)
+                block[:, a : a + len(g.names)] = g.preds(n)
                 a += len(g.names)
-            hits.append(np.stack([count_cells(block[m] == labels[None, :], cells, onehot) for m in range(len(block))])
-                        .astype(np.int32))
+            hits.append(
+                np.stack([count_cells(block[m] == labels[None, :], cells, onehot) for m in range(len(block))]).astype(
+                    np.int32
+                )
+            )
             pending.clear()
 
         for g in self._groups(run_id):
