@@ -57,7 +57,8 @@ COMBOS = [
 def synthetic(n: int, seed: int = 0) -> tuple[object, object]:
     """A bank ``[texts, 5, 11, 576]`` and the ``sentence_level_segmentation`` layout of ``n`` zero-shot items."""
     from walklens.concepts.schemes import WORD_AGG_SCHEMES
-    from walklens.experiments.sweep import EncLayout, VectorBank
+    from walklens.concepts.vectors import VectorBank
+    from walklens.experiments.sweep import EncLayout
 
     g = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)

@@ -21,7 +21,8 @@ import torch
 from walklens.concepts.compose import compose_context
 from walklens.concepts.schemes import Scheme, normalize
 from walklens.concepts.similarity import batched_scores, tie_identical
-from walklens.experiments.sweep import EncLayout, ItemPlan, NormedBank, VectorBank
+from walklens.concepts.vectors import VectorBank
+from walklens.experiments.sweep import EncLayout, ItemPlan, NormedBank
 from walklens.ov import Eigen, eig, is_complex_pair, phase_fix, real_basis
 
 if TYPE_CHECKING:

@@ -17,7 +17,8 @@ from hypothesis import strategies as hst
 
 import oracles
 from walklens.concepts.schemes import NORMS, WORD_AGG_SCHEMES, Scheme
-from walklens.experiments.sweep import EncLayout, NormedBank, VectorBank, batched
+from walklens.concepts.vectors import VectorBank
+from walklens.experiments.sweep import EncLayout, NormedBank, batched
 
 ENCS = ("sentence_level_segmentation", "concat_each_example")
 LK = {"E": "E", "0": "0", "-1": "2"}  # scheme layer -> bank layer; E and 0 bit-identical (aliased)
