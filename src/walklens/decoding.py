@@ -263,7 +263,7 @@ def _generated(
         cfg["decoder_start_token_id"] = _decoder_start(lm)
     try:
         with record_steps(lm) as steps:
-            out = lm.hf.generate(
+            out = lm.hf.generate(  # type: ignore[operator]  # GenerationMixin, not in PreTrainedModel's type
                 ids,
                 attention_mask=torch.ones_like(ids),
                 generation_config=GenerationConfig(**cfg),

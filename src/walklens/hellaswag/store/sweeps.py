@@ -434,7 +434,7 @@ class SweepStore:
             "SELECT rowid, context, outs, metrics, acc, preds FROM sweep_groups WHERE run_id=? ORDER BY context",
             (run_id,),
         ):
-            ctx, outs_l, mets_l, acc, pb = _group_row(self.path, *row, n=n)
+            ctx, outs_l, mets_l, acc, pb = _group_row(self.path, row[0], row[1], row[2], row[3], row[4], row[5], n)
             _check_names(self.path, row[0], ctx, outs_l, seen)
             if metrics is None:
                 metrics = mets_l
