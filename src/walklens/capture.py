@@ -202,6 +202,7 @@ class _Recorder:
 
         def pre(_m: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
             x = args[0] if args else kwargs.get("hidden_states")
+            assert x is not None  # attention modules take hidden_states
             self.attn_store[(s, kind + ".in")].append(x.detach()[0].to(torch.float32, copy=True))
 
         def post(_m: nn.Module, _inp: Any, output: Any) -> None:
@@ -306,7 +307,7 @@ def capture(
         dec_ids = (
             tokenize(lm, decoder_text, truncate=truncate).to(lm.device)
             if decoder_text is not None
-            else model._shift_right(ids)
+            else model._shift_right(ids)  # type: ignore[operator]  # T5's own method; nn.Module types it a Tensor
         )
         kwargs["decoder_input_ids"] = dec_ids
     if not lm.is_masked:
@@ -320,16 +321,16 @@ def capture(
     model_dtype = lm.dtype
     for spec in adapter.stacks:
         s = spec.name
-        names = rec.names[s]
+        stack_points = rec.names[s]
         st = rec.attn_store
         att = {f"L{l}.{k}": w for k in ("attn", "cross") for l, w in enumerate(st.get((s, k), []))}
         ain = {f"L{l}.{k}": x for k in ("attn", "cross") for l, x in enumerate(st.get((s, k + ".in"), []))}
-        stack_ids = (dec_ids if s == "dec" else ids)[0].cpu()
+        stack_ids = (dec_ids if s == "dec" and dec_ids is not None else ids)[0].cpu()
         traces.append(
             Trace(
                 tokens=lm.token_strings(stack_ids.tolist()),
                 token_ids=stack_ids,
-                points=names,
+                points=stack_points,
                 hidden=rec.hidden[s][:, 0],
                 model_name=lm.name,
                 family=adapter.family,
@@ -386,7 +387,7 @@ def _stack_body(lm: LoadedModel, spec: StackSpec) -> nn.Module:
     if lm.is_encoder_decoder:
         if spec.name != lm.reading_stack.name:
             raise InputError(f"{lm.adapter.family}: a batch runs the encoder stack only, not {spec.name!r}")
-        return lm.model.get_encoder()
+        return lm.hf.get_encoder()
     return lm.model.base_model
 
 

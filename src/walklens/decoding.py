@@ -83,7 +83,7 @@ class DecodingWalk:
         def steps() -> Columns:
             ids = [int(i) for i in self.token_ids.reshape(-1).tolist()]
             greedy = [int(i) for i in self.greedy_ids.reshape(-1).tolist()]
-            per_step: dict[str, list] = {
+            per_step: dict[str, list[Any]] = {
                 "token": list(self.tokens),
                 "token_id": ids,
                 "greedy_id": greedy,
@@ -174,7 +174,7 @@ def _read(logits: torch.Tensor, choice: int, d: torch.Tensor, k: int) -> _Record
 
 def _eos_ids(lm: LoadedModel) -> set[int]:
     ids: set[int] = set()
-    for src in (getattr(lm.model, "generation_config", None), lm.model.config):
+    for src in (getattr(lm.model, "generation_config", None), lm.config):
         e = getattr(src, "eos_token_id", None) if src is not None else None
         if isinstance(e, int):
             ids.add(e)
@@ -186,8 +186,8 @@ def _eos_ids(lm: LoadedModel) -> set[int]:
 
 
 def _decoder_start(lm: LoadedModel) -> int:
-    start = lm.model.config.decoder_start_token_id
-    return start if start is not None else (lm.model.config.pad_token_id or 0)
+    start = lm.config.decoder_start_token_id
+    return start if start is not None else (lm.config.pad_token_id or 0)
 
 
 def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: int) -> Callable[[torch.Tensor], int]:
@@ -202,7 +202,7 @@ def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: i
     gen = torch.Generator().manual_seed(int(seed))
 
     def pick(logits: torch.Tensor) -> int:
-        p = warpers(None, logits[None])[0].softmax(-1)
+        p = warpers(None, logits[None])[0].softmax(-1)  # type: ignore[arg-type]  # these warpers ignore input_ids
         return int(torch.multinomial(p, 1, generator=gen))
 
     return pick
@@ -248,7 +248,7 @@ def _generated(
             bar.update(1)
             forced = torch.full_like(scores, float("-inf"))
             forced[:, choice] = 0.0
-            return forced
+            return forced  # type: ignore[return-value]  # full_like of a FloatTensor is one; torch types it Tensor
 
     pad = lm.tokenizer.pad_token_id
     cfg: dict[str, Any] = dict(
@@ -263,7 +263,7 @@ def _generated(
         cfg["decoder_start_token_id"] = _decoder_start(lm)
     try:
         with record_steps(lm) as steps:
-            out = lm.model.generate(
+            out = lm.hf.generate(  # type: ignore[operator]  # GenerationMixin, not in PreTrainedModel's type
                 ids,
                 attention_mask=torch.ones_like(ids),
                 generation_config=GenerationConfig(**cfg),
@@ -331,14 +331,16 @@ def decoding_walk(
         PROBABILITY.check(top_p, "top_p")
     ids = tokenize(lm, prompt).to(lm.device)
     target_ids: torch.Tensor | None = None
+    target_text: str | None = None
     if target is not None:
         if isinstance(target, str):
             if not target.strip():
                 raise EmptyTextError("the target is empty")
             target_ids = torch.tensor(tok(target, add_special_tokens=False)["input_ids"], dtype=torch.long)
+            target_text = target
         else:
             target_ids = torch.tensor([int(i) for i in target], dtype=torch.long)
-            target = tok.decode(target_ids.tolist())
+            target_text = tok.decode(target_ids.tolist())
         if len(target_ids) == 0:
             raise EmptyTextError("the target tokenises to no tokens")
         n_steps = len(target_ids)
@@ -370,7 +372,7 @@ def decoding_walk(
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,
-        target=target,
+        target=target_text,
         target_ids=target_ids,
     )
 

@@ -191,7 +191,7 @@ def tied_layers(lm: LoadedModel, layer: int, n_layers: int) -> Iterator[LoadedMo
     one module has the same cache index).  The layer list and config are restored on exit, even on error; no
     weight is copied or changed."""
     spec = lm.adapter.stack()
-    cfg = lm.model.config
+    cfg = lm.config
     layer = resolve_layers(lm, layer)[0]
     if n_layers < 1:
         raise InputError("n_layers must be at least 1")
@@ -252,7 +252,7 @@ def upcast(tensors: Iterable[torch.Tensor], dtype: torch.dtype = torch.float32) 
 
 def sdpa_possible(lm: LoadedModel) -> bool:
     """Whether the model's attention can be switched to SDPA at run time (transformers' attention interface)."""
-    model = lm.model
+    model = lm.hf
     return bool(getattr(model, "_supports_sdpa", False) and model._can_set_attn_implementation())
 
 
@@ -263,8 +263,8 @@ def attention_kernel(lm: LoadedModel, kernel: str = "sdpa") -> Iterator[bool]:
     probabilities, so only forward passes that need none may use it).  Yields whether the switch happened (a
     model whose attention cannot be switched stays as it is); the previous implementation is set back on exit,
     even on error."""
-    model = lm.model
-    before = model.config._attn_implementation
+    model = lm.hf
+    before = lm.config._attn_implementation
     if kernel == before or not sdpa_possible(lm):
         yield kernel == before
         return

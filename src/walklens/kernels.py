@@ -51,7 +51,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -62,6 +62,8 @@ from .hooks import Hooks, distinct
 from .models.base import get_module
 
 if TYPE_CHECKING:
+    from transformers.models.t5.modeling_t5 import T5Attention
+
     from .loading import LoadedModel
 
 CLASSES = ("negative_self", "far_amplifying", "local", "flat")
@@ -313,16 +315,16 @@ class PositionKernels:
 # ---- T5 ----------------------------------------------------------------------------------------------------
 
 
-def _t5_bias_modules(lm: LoadedModel, stack: str) -> list[tuple[int, torch.nn.Module]]:
+def _t5_bias_modules(lm: LoadedModel, stack: str) -> list[tuple[int, T5Attention]]:
     mods = []
     for l in range(lm.n_layers):
         attn = lm.adapter.attention_module(lm.model, l, stack)
         if getattr(attn, "has_relative_attention_bias", False):
-            mods.append((l, attn))
+            mods.append((l, cast("T5Attention", attn)))  # T5's attention (or a copy of its layout)
     return mods
 
 
-def t5_kernel_values(attn: torch.nn.Module, distances: Sequence[int]) -> torch.Tensor:
+def t5_kernel_values(attn: T5Attention, distances: Sequence[int]) -> torch.Tensor:
     """[H, n]: ``relative_attention_bias.weight[bucket(delta), h]`` via the module's own bucket function."""
     rel = torch.tensor(list(distances), dtype=torch.long)
     buckets = attn._relative_position_bucket(
@@ -374,7 +376,9 @@ def position_only_attention(lm: LoadedModel, length: int = 32) -> torch.Tensor:
     modules = _attention_modules(lm, spec.name)
     store: list[torch.Tensor] = []
 
-    def zero(_m: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def zero(
+        _m: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if args:
             return (torch.zeros_like(args[0]),) + tuple(args[1:]), kwargs
         kwargs = dict(kwargs, hidden_states=torch.zeros_like(kwargs["hidden_states"]))
@@ -502,7 +506,7 @@ def empirical_kernels(
         seqs.append(window_ids[torch.randperm(length, generator=g)])
     ids = torch.stack(seqs)
     modules = _attention_modules(lm, spec.name)
-    per_layer: list[list[torch.Tensor]] = []  # per call order: [N_chunk, H, n]
+    per_layer: list[torch.Tensor] = []  # per call order: [N_chunk, H, n]
     dist_t = torch.tensor(dist)
     cols = rows[:, None] + dist_t[None, :]  # [|Q|, n]
 

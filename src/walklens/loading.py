@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -116,6 +116,11 @@ class LoadedModel:
     @property
     def config(self) -> Any:
         return self.model.config
+
+    @property
+    def hf(self) -> PreTrainedModel:
+        """``model`` typed as the transformers model it is (for its methods)."""
+        return cast("PreTrainedModel", self.model)
 
     @property
     def device(self) -> torch.device:

@@ -480,12 +480,16 @@ def alignment_from_states(
     own = C[li, torch.arange(P)]  # [P, N]
     r_mean, r_lo, r_hi = _band(R.mean(2), dim=1)
     other_means = C.mean(2)  # [L, P]
-    o_mean, o_lo, o_hi = [], [], []
+    o_mean: list[float] = []
+    o_lo: list[float] = []
+    o_hi: list[float] = []
     for p in range(P):
         keep = torch.tensor([i for i in range(L) if i != int(li[p])], dtype=torch.long)
         vals = other_means[keep, p] if len(keep) else other_means[:, p]
-        m, lo, hi = _band(vals)
-        o_mean.append(m), o_lo.append(lo), o_hi.append(hi)
+        m, lo, hi = _band(vals[:, None], dim=0)  # [n, 1] -> one-element lists
+        o_mean += m
+        o_lo += lo
+        o_hi += hi
     sh = torch.stack([other_means[torch.tensor([perm[int(i)] for i in li]), torch.arange(P)] for perm in perms])
     s_mean, s_lo, s_hi = _band(sh, dim=0)
     return Alignment(

@@ -250,6 +250,13 @@ class EncodingWalk:
 # ------------------------------------------------------------------------------------------------------------
 
 
+def _weight(module: nn.Module) -> torch.Tensor:
+    """A linear map's or an embedding's ``weight``."""
+    w = module.weight
+    assert isinstance(w, torch.Tensor)
+    return w
+
+
 def _need_lm(trace: Trace, lm: LoadedModel | None) -> LoadedModel:
     lm = lm if lm is not None else trace.lm
     if lm is None:
@@ -473,15 +480,14 @@ def _token_matrix(lm: LoadedModel, norm: str, against: str, D: int) -> _Matrix:
     which = ("embed" if norm == "none" else "unembed") if against == "auto" else against
     if which == "unembed" and not adapter.unembed:
         which = "embed"
+    unembed = adapter.unembed or ""  # read only when which == "unembed", so never empty there
     head: nn.Module | None = None
     if norm == "final" and which == "unembed":
-        head = get_module(model, adapter.unembed)
-        M = head.weight.detach()
+        head = get_module(model, unembed)
+        M = _weight(head).detach()
         label = f"W_U ({adapter.unembed}) through the model's head"
     else:
-        M = (
-            adapter.embedding_matrix(model) if which == "embed" else get_module(model, adapter.unembed).weight
-        ).detach()
+        M = (adapter.embedding_matrix(model) if which == "embed" else _weight(get_module(model, unembed))).detach()
         label = "V" if which == "embed" else f"W_U ({adapter.unembed})"
         if M.shape[1] != D:
             raise InputError(
@@ -554,6 +560,7 @@ def _scorer(
     plain linear map of x (decided on the first chunk of a lens reading; then scored tile by tile like x·m_i)."""
     if mat.lens and not plain_head:
         store: dict[str, torch.Tensor] = {}
+        assert mat.head is not None  # a lens reading keeps the model's head
         with Hooks() as hooks:  # the head's input and output while the model's own head runs
             hooks.pre(mat.head, lambda _m, args: store.__setitem__("u", args[0]))
             hooks.post(mat.head, lambda _m, _a, out: store.__setitem__("y", out))

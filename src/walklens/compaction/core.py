@@ -331,7 +331,7 @@ def prefix_embeds(lm: LoadedModel, parts: Sequence[Part], bos: bool = True) -> t
     harness adds one), then each part in order: a tensor of vectors as it is, token ids as their input
     embeddings (the input-embedding module's output, so feeding ids and feeding these is the same)."""
     dev = lm.device
-    dtype = lm.model.get_input_embeddings().weight.dtype
+    dtype = lm.hf.get_input_embeddings().weight.dtype
     out = []
     with torch.inference_mode():
         if bos and n_prefix_tokens(lm):

@@ -83,7 +83,7 @@ def segment_token_ids(lm: LoadedModel, text: str) -> list[int]:
 
 def input_embeddings(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     """The input-embedding module's output for ``ids`` (Gemma's includes its sqrt(D) scale)."""
-    return lm.model.get_input_embeddings()(ids)
+    return lm.hf.get_input_embeddings()(ids)
 
 
 @torch.inference_mode()
@@ -170,8 +170,8 @@ def continuation_logliks(
     elif lm.is_encoder_decoder:
         from transformers.modeling_outputs import BaseModelOutput
 
-        enc = lm.model.get_encoder()(**ctx_kw).last_hidden_state  # [1, C, D]
-        start = lm.model.config.decoder_start_token_id
+        enc = lm.hf.get_encoder()(**ctx_kw).last_hidden_state  # [1, C, D]
+        start = lm.config.decoder_start_token_id
         start = pad if start is None else start
         dec_in = torch.cat([torch.full((n, 1), start, dtype=torch.long, device=dev), targets[:, :-1]], dim=1)
         out = lm.model(

@@ -58,7 +58,7 @@ LSE_ROWS = 16
 
 def _local_window(lm: LoadedModel) -> int | None:
     """GPT-Neo's local-attention window (counted in the layout), or None."""
-    cfg = lm.model.config
+    cfg = lm.config
     if "local" in (getattr(cfg, "attention_layers", None) or ()):
         return int(cfg.window_size)
     return None
@@ -66,7 +66,7 @@ def _local_window(lm: LoadedModel) -> int | None:
 
 def _sliding_window(lm: LoadedModel) -> tuple[int, bool] | None:
     """(window, whether only some layers slide) for sliding-window attention counted in positions, or None."""
-    cfg = lm.model.config
+    cfg = lm.config
     window = getattr(cfg, "sliding_window", None)
     if not window:
         return None
@@ -78,7 +78,7 @@ def _sliding_window(lm: LoadedModel) -> tuple[int, bool] | None:
 
 def can_pack(lm: LoadedModel) -> bool:
     """Whether :func:`packed_logliks` packs requests for this model (else it scores them one by one)."""
-    return lm.is_causal and lm.adapter.position_scheme(lm.model.config) in ("learned", "rotary")
+    return lm.is_causal and lm.adapter.position_scheme(lm.config) in ("learned", "rotary")
 
 
 def plan_batches(
@@ -160,7 +160,7 @@ def _masks(
 
 @torch.inference_mode()
 def _packed_batch(lm: LoadedModel, reqs: Sequence[ScoreRequest]) -> list[list[float]]:
-    model = lm.model
+    model = lm.hf
     dev = lm.device
     T = max(r.row_len for r in reqs)
     B = len(reqs)
@@ -184,6 +184,7 @@ def _packed_batch(lm: LoadedModel, reqs: Sequence[ScoreRequest]) -> list[list[fl
         if r.context_ids is not None:
             ids[b, :C] = torch.tensor(list(r.context_ids), dtype=torch.long)
         else:
+            assert r.context_embeds is not None  # a request has ids or embeddings
             embeds_ctx.append((b, r.context_embeds))
         ids[b, C:n] = torch.tensor(r.tree[0], dtype=torch.long)
         for t, tok, k in targets:
@@ -201,7 +202,7 @@ def _packed_batch(lm: LoadedModel, reqs: Sequence[ScoreRequest]) -> list[list[fl
     else:
         inputs = {"input_ids": ids.to(dev)}
     mask = _masks(
-        torch.from_numpy(allowed), pos, dtype, _sliding_window(lm), boolean=model.config._attn_implementation == "sdpa"
+        torch.from_numpy(allowed), pos, dtype, _sliding_window(lm), boolean=lm.config._attn_implementation == "sdpa"
     )
     mask = {k: v.to(dev) for k, v in mask.items()} if isinstance(mask, dict) else mask.to(dev)
     # the positions that predict some target, each once, in row-major order
@@ -209,7 +210,7 @@ def _packed_batch(lm: LoadedModel, reqs: Sequence[ScoreRequest]) -> list[list[fl
     needed, where = torch.unique(flat, return_inverse=True)
     sel_b, sel_t = (needed // T).to(dev), (needed % T).to(dev)
 
-    def pick(module: torch.nn.Module, args: tuple) -> tuple:
+    def pick(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
         return (args[0][sel_b, sel_t][None],) + tuple(args[1:])
 
     with Hooks() as hooks:
@@ -269,7 +270,7 @@ def packed_logliks(
         else:
             packable.append(i)
     sub = [requests[i] for i in packable]
-    vocab = lm.model.get_output_embeddings().weight.shape[0]
+    vocab = lm.hf.get_output_embeddings().weight.shape[0]
     with attention_kernel(lm, "sdpa"):
         for batch in plan_batches(sub, vocab, max_tokens):
             for j, ll in zip(batch, _packed_batch(lm, [sub[j] for j in batch])):

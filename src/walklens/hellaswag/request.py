@@ -31,7 +31,10 @@ class ScoreRequest:
 
     @property
     def context_len(self) -> int:
-        return len(self.context_ids) if self.context_ids is not None else int(self.context_embeds.shape[0])
+        if self.context_ids is not None:
+            return len(self.context_ids)
+        assert self.context_embeds is not None  # one of the two is always given
+        return int(self.context_embeds.shape[0])
 
     @cached_property
     def tree(self) -> tuple[list[int], list[int], list[int]]:

@@ -19,7 +19,7 @@ import math
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from ... import sqlite
 from ...errors import InputError
@@ -117,6 +117,12 @@ class Row:
         if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
             raise self.fail(field, f"{_show(v)} is not an integer from {lo:,} to {hi:,}")
         return v
+
+    @overload
+    def real(self, field: str, v: Any, lo: float, hi: float, null: Literal[False] = False) -> float: ...
+
+    @overload
+    def real(self, field: str, v: Any, lo: float, hi: float, null: bool) -> float | None: ...
 
     def real(self, field: str, v: Any, lo: float, hi: float, null: bool = False) -> float | None:
         """A finite number ``lo <= v <= hi`` (None too when ``null``)."""

@@ -102,8 +102,8 @@ def pack_predictions(pred: np.ndarray) -> bytes:
     if p.size and p.max() > 3:
         raise ValueError("predictions must be 0..3")
     pad = (-p.size) % 4
-    p = np.concatenate([p, np.zeros(pad, np.uint8)]).reshape(-1, 4)
-    return (p[:, 0] | (p[:, 1] << 2) | (p[:, 2] << 4) | (p[:, 3] << 6)).astype(np.uint8).tobytes()
+    q = np.concatenate([p, np.zeros(pad, np.uint8)]).reshape(-1, 4)
+    return (q[:, 0] | (q[:, 1] << 2) | (q[:, 2] << 4) | (q[:, 3] << 6)).astype(np.uint8).tobytes()
 
 
 def packed_size(n: int) -> int:
@@ -434,7 +434,7 @@ class SweepStore:
             "SELECT rowid, context, outs, metrics, acc, preds FROM sweep_groups WHERE run_id=? ORDER BY context",
             (run_id,),
         ):
-            ctx, outs_l, mets_l, acc, pb = _group_row(self.path, *row, n)
+            ctx, outs_l, mets_l, acc, pb = _group_row(self.path, row[0], row[1], row[2], row[3], row[4], row[5], n)
             _check_names(self.path, row[0], ctx, outs_l, seen)
             if metrics is None:
                 metrics = mets_l
