@@ -22,14 +22,14 @@ import sys
 import warnings
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import __version__
 from ..errors import WalklensError, WalklensWarning
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse's default prints usage too)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse's default prints usage too)
         sys.stderr.write(f"walklens: error: {message}\n")
         raise SystemExit(2)
 

@@ -51,7 +51,7 @@ def _ratio(text: str) -> float:
 _count = count_arg  # a count that may be 0 (the shared range of walklens.numbers)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ..compaction.core import BOUNDS, METHODS
 
     p = sub.add_parser(
@@ -230,7 +230,7 @@ def _print(rep: Any, args: argparse.Namespace) -> None:
 # ---- walklens hellaswag compaction ---------------------------------------------------------------------------------
 
 
-def register_hellaswag(sub: argparse._SubParsersAction) -> None:
+def register_hellaswag(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``walklens hellaswag compaction``: the compression-retention curves."""
     from ..experiments.curves import DEFAULT_CANDIDATES, DEFAULT_RATIOS, DEFAULT_STRATEGIES
 
@@ -340,6 +340,10 @@ def run_curves(args: argparse.Namespace) -> int:
         raise InputError(
             f"{timings_path}: not the timings this command writes ({e}); remove it to measure again"
         ) from None
+
+    def save_timings(t: dict[str, dict[str, float]]) -> None:
+        write_atomic(timings_path, json.dumps(t, indent=1))
+
     cache = ConceptCache(args.cache) if args.cache else None
     con = console(args, stderr=True)
     try:
@@ -367,7 +371,7 @@ def run_curves(args: argparse.Namespace) -> int:
                 setup,
                 grid,
                 timings=timings,
-                on_timing=lambda t: write_atomic(timings_path, json.dumps(t, indent=1)),
+                on_timing=save_timings,
                 log=lambda m: say(con, m),
             )
     finally:

@@ -20,7 +20,7 @@ from .common import check_db, check_outputs, write_json
 from .terminal import console, say
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("experiment", help="run a whole study described in a TOML experiment file (docs/scale.md)")
     es = p.add_subparsers(dest="experiment_command", metavar="COMMAND", parser_class=type(p))
     r = es.add_parser("run", help="run every model, test, shot count and seed of an experiment file")
@@ -31,7 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--json", metavar="FILE", help="write every run's counts and timings here")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.set_defaults(func=run)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+    def usage(a: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=usage)
 
 
 def _inputs(exp: Any, db: str) -> list[Input]:

@@ -24,7 +24,7 @@ instead and reports where the walk leaves the target's path (A.1). The prompt's 
 attention grows with the square of the prompt) is checked against --max-memory / --max-work first."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "generate",
         help="the decoding walk: generate and record d_t, its neighbours, P and rank",

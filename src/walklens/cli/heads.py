@@ -37,7 +37,7 @@ tokens (--samples, --length), 4 samples per forward pass, every layer and head. 
 --length squared and are checked against --max-memory / --max-work before anything is computed."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "heads",
         help="attention heads: A.3 identity, attention maps, cluster & aggregate, W_vo/W_qk",
@@ -287,7 +287,9 @@ def run_heads(args: argparse.Namespace) -> int:
         raise InputError(f"--position {args.position} out of range for {len(tr.tokens)} tokens")
     views = [cluster_view(tr, hm, h, args.position) for h in range(hm.n_heads)]
     masses = {
-        s.name or "model": self_mass(trace.encoder if (s is not lm.adapter.stacks[-1]) else trace, causal=s.causal)
+        s.name or "model": self_mass(
+            trace.encoder if (s is not lm.adapter.stacks[-1] and trace.encoder is not None) else trace, causal=s.causal
+        )
         for s in lm.adapter.stacks
     }
     stats = {s.name or "model": head_stats(lm, s.name) for s in lm.adapter.stacks}

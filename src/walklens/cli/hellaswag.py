@@ -31,7 +31,9 @@ def _add_common(p: argparse.ArgumentParser, scheme: bool) -> None:
     p.add_argument("--no-db", action="store_true", help="do not read or write the results database")
 
 
-def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
     """Add ``walklens hellaswag`` and its sub-commands; returns its sub-parsers (for ``register_hellaswag``)."""
     p = sub.add_parser("hellaswag", help="HellaSwag baseline and concept-space Tests 1 and 2 (seed 000, sec. 5)")
     hs = p.add_subparsers(dest="hellaswag_command", metavar="COMMAND", parser_class=type(p))
@@ -65,7 +67,12 @@ def register(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
         ex.add_argument(f"--{k}", dest=f"f_{k}", default=None, help=f"only rows with this {k}")
     ex.add_argument("--shots", dest="f_shots", type=int, default=None)
     ex.set_defaults(func=run_export)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+    def usage(a: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=usage)
     return hs
 
 
@@ -119,11 +126,11 @@ def run(args: argparse.Namespace) -> int:
 
             summ = compact_run(lm, items, spec, setup)
         else:
-            summ = (
-                base
-                if args.test == "baseline"
-                else run_test(lm, items, scorer(lm, args.test, scheme), setup, desc=f"{lm.name} {args.test}")
-            )
+            if args.test == "baseline":
+                assert base is not None  # only an encoder's base is None, and only off the baseline test
+                summ = base
+            else:
+                summ = run_test(lm, items, scorer(lm, args.test, scheme), setup, desc=f"{lm.name} {args.test}")
     finally:
         if store is not None:
             store.close()

@@ -36,7 +36,7 @@ perplexity. Work grows with runs x --max-new-tokens x the prompt's length and is
 --max-work (and --max-memory) first."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "power",
         help="power-method view: spectra of W_V W_O, alignment through depth, shared weights",

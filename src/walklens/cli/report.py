@@ -15,7 +15,7 @@ from .common import check_outputs, seed_arg
 from .terminal import Col, console, print_table, say
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("report", help="report of the scheme sweeps in a results database (HTML, PNG, CSV)")
     p.add_argument("--db", required=True, metavar="PATH", help="the SQLite results database")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (index.html, *.png, *.csv)")

@@ -25,7 +25,7 @@ carry it. Nothing is loaded from the network. Repeat --model to load several (NA
 that dtype, e.g. --model smollm2-135m --model smollm2-135m@bfloat16 to compare them)."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
         help="the explorer in the browser: every view of a text, offline, on localhost",

@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from ..errors import InputError
 from ..reports import simmap as simmap_report
+from ..walks import Metric
 from .common import add_model_args, add_output_args, load, read_text, write_json
 from .limits import add_limit_args
 from .terminal import ParagraphHelp, console, print_table, written
@@ -30,7 +31,7 @@ and b grows until the page fits --max-output. A --json file of T x T numbers per
 over --max-memory / --max-work, is refused before anything is computed."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "simmap",
         help="similarity maps of token vectors at any captured point (Figs. 3, 11, 12)",
@@ -113,15 +114,15 @@ def run(args: argparse.Namespace) -> int:
     text = example_text(args.example) if args.example else read_text(args.text)
     lm = load(args)
     points = args.point or ["V", f"L{lm.n_layers // 2}.resid_post", "final"]
-    metrics = ("dot", "cosine") if args.metric == "both" else (args.metric,)
+    metrics: tuple[Metric, ...] = ("dot", "cosine") if args.metric == "both" else (args.metric,)
     normeds = (False, True) if args.normed else (False,)
     b = _plan(lm, text, args, points, len(points) * len(metrics) * len(normeds))
     trace = capture(lm, text, truncate=args.truncate, points=[p for p in points if p != "V"])
     maps = {}
     for p in points:
         for normed in normeds:
-            for m in metrics:
-                maps[simmap_report.key(p, m, normed)] = similarity_map(trace, p, metric=m, normed=normed)
+            for metric in metrics:
+                maps[simmap_report.key(p, metric, normed)] = similarity_map(trace, p, metric=metric, normed=normed)
     if args.json:
         write_json(args.json, simmap_report.document(maps, trace.tokens, trace.token_ids, lm.name, text))
     rows = []

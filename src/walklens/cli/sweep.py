@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
@@ -19,13 +20,13 @@ from .common import add_hellaswag_args, check_db, check_outputs, load, write_jso
 from .terminal import Col, console, print_table, say
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("sweep", help="run a whole grid of composition schemes (Test 1 or 2) on HellaSwag")
     add_arguments(p)
     p.set_defaults(func=run)
 
 
-def register_hellaswag(sub: argparse._SubParsersAction) -> None:
+def register_hellaswag(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The same command as ``walklens hellaswag sweep`` (the issue's spelling)."""
     register(sub)
 
@@ -85,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     GridSpec.resolve(args.grid, args.test, "decoder", chosen)  # a bad grid fails before anything loads
     backend = backend_from_args(args)  # local, or Ray actors (docs/scale.md)
     items: Any = None
+    db: Path | None = None
+    pool: Any = None
     if not args.dry_run:
         db = check_db(args.db)
         items = load_hellaswag(args.data, limit=args.limit)
@@ -109,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         say(con, f"  refused {n}: {reason}")
     if args.dry_run:
         return 0
+    assert db is not None  # set above unless a dry run, which has returned
     if not schemes:
         raise InputError("the grid holds no valid scheme")
     t0 = time.perf_counter()

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -37,7 +37,7 @@ class Col:
 
     header: str
     wrap: bool = False
-    justify: str = "left"
+    justify: JustifyMethod = "left"
     style: str | None = None
 
 
@@ -131,7 +131,7 @@ def print_table(
             c = spec[i]
             table.add_column(
                 c.header,
-                justify=c.justify,  # type: ignore[arg-type]
+                justify=c.justify,
                 style=c.style,
                 no_wrap=not c.wrap,
                 overflow="fold",

@@ -18,7 +18,7 @@ from W_q/W_k, the decoding walk against generate, and the MLP activation, each a
 with a tolerance per dtype. Exit 0 when every check passes, 1 when one fails."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "verify",
         help="the parity card: every recomputation checked against the model itself",

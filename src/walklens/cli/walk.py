@@ -38,7 +38,7 @@ resid_post and final (tables wrapped to the terminal's width) and the first 64 p
 --json holds every number, --out a report of the first 96 positions."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "walk",
         help="the encoding walk of a text: nearest tokens, ranks and escape layers",

@@ -354,12 +354,15 @@ def _joined(
     (ca, a), (cb, b) = next(gr, (None, None)), next(go, (None, None))
     while a is not None or b is not None:
         if cb is None or (ca is not None and ca < cb):
+            assert a is not None  # ca is None only with a, and both are not
             counts[0] += len(a[0])
             ca, a = next(gr, (None, None))
         elif ca is None or cb < ca:
+            assert b is not None  # cb is None only with b, and both are not
             counts[1] += len(b[0])
             cb, b = next(go, (None, None))
         else:
+            assert a is not None and b is not None  # ca == cb: both runs hold the context
             (na, ma, pa), (nb, mb, pb) = a, b
             if ma != mb:
                 raise InputError(f"{store.path}: the two sweeps store different metrics ({ma} and {mb})")

@@ -96,7 +96,7 @@ class Experiment:
     def runs(self) -> list[tuple[ModelEntry, int, int, int]]:
         """Every ``(model, seed, shots, test)`` in the order they run (a model's runs together, so its workers
         load it once); zero-shot runs once, with the first seed."""
-        out = []
+        out: list[tuple[ModelEntry, int, int, int]] = []
         for m in self.models:
             for k in self.shots:
                 for seed in self.seeds if k else self.seeds[:1]:

@@ -259,7 +259,7 @@ def group_by_context(schemes: Iterable[Any]) -> OrderedDict[tuple[Any, ...], lis
 def _standard_values(test: int, arch: str, layers: Sequence[str] | None) -> dict[str, tuple[str, ...]]:
     """The standard scheme as one-value lists, its layer (and Test 2's out_layer) replaced by ``layers``."""
     std = _schemes_module().Scheme.standard(test, arch)
-    vals = {k: (_as_str(getattr(std, k)),) for k in _fields_for(test)}
+    vals: dict[str, tuple[str, ...]] = {k: (_as_str(getattr(std, k)),) for k in _fields_for(test)}
     if layers:
         vals["layer"] = tuple(layers)
         if test == 2:

@@ -106,7 +106,7 @@ def normalised(test: float | None, base: float | None) -> float | None:
     return test / base
 
 
-def progress_bar(**kw: Any) -> tqdm:
+def progress_bar(**kw: Any) -> tqdm[Any]:
     """A tqdm progress bar on stderr (the runner's and the sweep's)."""
     return tqdm(file=sys.stderr, dynamic_ncols=True, **kw)
 

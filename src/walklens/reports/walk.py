@@ -155,7 +155,9 @@ def _band(x: torch.Tensor) -> tuple[list[float], list[float], list[float]]:
     for row in x:
         v = row[~torch.isnan(row)]
         if len(v) == 0:
-            mean.append(float("nan")), lo.append(float("nan")), hi.append(float("nan"))
+            mean.append(float("nan"))
+            lo.append(float("nan"))
+            hi.append(float("nan"))
             continue
         mean.append(float(v.mean()))
         lo.append(float(torch.quantile(v, 0.1)))
@@ -265,7 +267,7 @@ def add_walk(
     # per-layer curves (mean over positions, 10-90 % band), and per position for short texts
     x = list(row_names)
     ci, cn = walk.cos_input[rows], walk.cos_next[rows]
-    series = []
+    series: list[dict[str, Any]] = []
     for name, v, colour in (("cos(x, w_t)", ci, "#1f77b4"), ("cos(x, w_t+1)", cn, "#d62728")):
         m, lo, hi = _band(v)
         series.append({"name": name + " mean", "y": m, "band": [lo, hi], "color": colour})

@@ -31,7 +31,7 @@ async def attention(request: Request, ex: Explorer, body: dict[str, Any]) -> dic
     """``{model, text, layer, head, query}`` -> head ``head``'s attention map at ``layer`` (its self-attention),
     and the documents of the heads report (:mod:`walklens.reports.heads`): the cluster view of position
     ``query`` (negative: from the end), self mass and W_vo / W_qk statistics of every layer and head."""
-    model = body.get("model")
+    model = ex.model_name(body.get("model"))
     lm = ex.model(model)
     text = text_arg(body)
     L = lm.n_layers
@@ -79,7 +79,7 @@ async def kernels(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[
     only): position kernels of every layer and head by distance, their self-bias classes and the fractions per
     class (T5 and ALiBi from the weights, others measured; cached); a stack of more than MAX_CELLS values holds
     the mean kernel of each layer (``mean_of_heads``: over how many heads)."""
-    model = body.get("model")
+    model = ex.model_name(body.get("model"))
     lm = ex.model(model)
 
     def compute(job: Job) -> dict[str, Any]:

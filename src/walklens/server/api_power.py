@@ -45,7 +45,7 @@ async def power(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[st
     ``spectra`` (per layer the leading eigenvalues of F, its gaps, v1's nearest tokens; no eigenvectors) and
     ``alignment`` (the mean |cos(x, v1(F_l))| of the text's tokens at each point, with random-direction,
     other-layer and shuffled-layer bands, 5-95 %; not per token)."""
-    model = body.get("model")
+    model = ex.model_name(body.get("model"))
     lm = ex.model(model)
     text = text_arg(body)
     fields = fields_arg(body)
@@ -73,7 +73,7 @@ async def steer(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[st
     first row the unsteered (alpha 0) greedy continuation of the prompt, its last the steered one, each with
     the target's next-token probability and rank, the continuation's perplexity under the unsteered model and
     the push along u; ``reach``: each layer's."""
-    model = body.get("model")
+    model = ex.model_name(body.get("model"))
     lm = ex.model(model)
     prompt = text_arg(body)
     target = text_arg(body, "target")

@@ -27,6 +27,7 @@ MAX_FILTERS = 16
 
 def _runs(ex: Explorer) -> list[dict[str, Any]]:
     def load() -> list[dict[str, Any]]:
+        assert ex.db is not None  # the handlers refuse a request without --db first
         with SweepStore(ex.db, readonly=True) as st:
             return [
                 {k: r[k] for k in ("id", "model", "data", "split", "shots", "test", "n_items", "arch")}
@@ -40,6 +41,7 @@ def _loaded(ex: Explorer, run: int) -> tuple[SweepResults, list[dict[str, str]]]
     """A run's counts and each scheme's parameters (cached)."""
 
     def load() -> tuple[SweepResults, list[dict[str, str]]]:
+        assert ex.db is not None  # the handlers refuse a request without --db first
         with SweepStore(ex.db, readonly=True) as st:
             res = st.load_counts(run, k=FOLDS, seed=SEED)
         return res, [dict(Scheme.parse(name).pairs()) for name in res.schemes]

@@ -16,7 +16,7 @@ Both are :func:`walklens.encoding_walk` itself, so a cell shows what the whole w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 
@@ -25,7 +25,7 @@ from ..reports import generate as generate_report
 from ..reports import simmap as simmap_report
 from ..reports import walk as walk_report
 from ..reports.html import block_labels, block_mean
-from ..walks import EncodingWalk, encoding_walk, labels_for, similarity_map
+from ..walks import EncodingWalk, Metric, Norm, encoding_walk, labels_for, similarity_map
 from .bounds import (
     MAX_K,
     MAX_NEW_TOKENS,
@@ -45,7 +45,7 @@ from .state import Explorer, Job, run_job
 from .traces import WALK_POINTS, n_tokens, trace
 
 
-def get_walk(ex: Explorer, job: Job, model: str, text: str, norm: str, metric: str) -> EncodingWalk:
+def get_walk(ex: Explorer, job: Job, model: str, text: str, norm: Norm, metric: Metric) -> EncodingWalk:
     """The ranks of the encoding walk of ``text`` at :data:`~.traces.WALK_POINTS` (no top k, no probabilities;
     cached)."""
     tr = trace(ex, job, model, text, WALK_POINTS, MAX_TOKENS, "walk")
@@ -57,7 +57,7 @@ def get_walk(ex: Explorer, job: Job, model: str, text: str, norm: str, metric: s
     return w
 
 
-def get_point(ex: Explorer, job: Job, model: str, text: str, norm: str, metric: str, point: str) -> EncodingWalk:
+def get_point(ex: Explorer, job: Job, model: str, text: str, norm: Norm, metric: Metric, point: str) -> EncodingWalk:
     """The full encoding walk of ``text`` at one walk point (:data:`~.bounds.MAX_K` nearest tokens, probabilities,
     cosines, at every position; cached)."""
     tr = trace(ex, job, model, text, WALK_POINTS, MAX_TOKENS, "walk")
@@ -69,13 +69,11 @@ def get_point(ex: Explorer, job: Job, model: str, text: str, norm: str, metric: 
     return w
 
 
-def _walk_args(body: dict[str, Any]) -> tuple[str, str, str, str]:
-    return (
-        body.get("model"),
-        text_arg(body),
-        choice_arg(body, "norm", "none", ("none", "final")),
-        choice_arg(body, "metric", "dot", ("dot", "cosine")),
-    )
+def _walk_args(ex: Explorer, body: dict[str, Any]) -> tuple[str, str, Norm, Metric]:
+    text = text_arg(body)
+    norm = cast(Norm, choice_arg(body, "norm", "none", ("none", "final")))
+    metric = cast(Metric, choice_arg(body, "metric", "dot", ("dot", "cosine")))
+    return ex.model_name(body.get("model")), text, norm, metric
 
 
 @api
@@ -85,7 +83,7 @@ async def walk(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str
     rank(w_t+1) and the escape points), its [points, positions] maps reduced over ``block`` positions (a
     label per block in ``columns``); ``final``: the same fields read in full at ``final`` (every position,
     probabilities included: :func:`~walklens.reports.walk.point_document`); ``n_vocab``: the rows ranked."""
-    model, text, norm, metric = _walk_args(body)
+    model, text, norm, metric = _walk_args(ex, body)
     lm = ex.model(model)
     fields = fields_arg(body)
 
@@ -113,7 +111,7 @@ async def walk_cell(request: Request, ex: Explorer, body: dict[str, Any]) -> dic
     (:func:`walklens.reports.walk.cell_document`: the k nearest tokens with their scores, the ranks,
     probabilities and cosines of w_t and w_t+1 there, the position's escape points) and the ``labels`` of the
     nearest tokens' ids."""
-    model, text, norm, metric = _walk_args(body)
+    model, text, norm, metric = _walk_args(ex, body)
     lm = ex.model(model)
     p = int_arg(body, "point", None, 0, 10**6)
     t = int_arg(body, "position", None, 0, MAX_TOKENS - 1)
@@ -139,7 +137,7 @@ async def decode(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[s
     (:func:`walklens.reports.generate.document`, without the decoding vectors): per step the emitted token, its
     rank and probability, d_t's k nearest tokens with probabilities and its movement; with a target (teacher
     forcing, A.1) whether each d_t lies in the target token's neighbourhood."""
-    model = body.get("model")
+    model = ex.model_name(body.get("model"))
     lm = ex.model(model)
     prompt = text_arg(body)
     target = text_arg(body, "target", required=False) or None
@@ -166,20 +164,19 @@ async def simmap(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[s
     (:func:`walklens.reports.simmap.document`) of the one [tokens, tokens] map at a captured point (or ``V``),
     averaged over ``block`` x ``block`` positions when it has more than MAX_CELLS cells (``labels``: one per
     block)."""
-    model = body.get("model")
-    ex.model(model)
+    model = ex.model_name(body.get("model"))
     text = text_arg(body)
     point = body.get("point", "embed")
     if point != "V" and point not in ex.points[model]:
         raise ApiError("point must be V or a captured point of the model (see /api/info)")
-    metric = choice_arg(body, "metric", "cosine", ("dot", "cosine"))
+    metric = cast(Metric, choice_arg(body, "metric", "cosine", ("dot", "cosine")))
     normed = bool_arg(body, "normed", False)
     fields = fields_arg(body)
 
     def compute(job: Job) -> dict[str, Any]:
         tr = trace(ex, job, model, text, ["embed" if point == "V" else point], MAX_TOKENS, "similarity map")
         S = similarity_map(tr, point, metric, normed)
-        b = block_for(*S.shape, square=True)
+        b = block_for(S.shape[0], S.shape[1], square=True)
         doc = simmap_report.document(
             {simmap_report.key(point, metric, normed): block_mean(S, b)}, tr.tokens, tr.token_ids, model, text
         )

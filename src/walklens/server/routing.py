@@ -9,7 +9,7 @@ import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, overload
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -81,7 +81,14 @@ def check_json(value: Any) -> None:
                 ) from None
 
 
-def api(handler: Handler | None = None, *, exact: bool = False) -> Any:
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+@overload
+def api(handler: Handler, *, exact: bool = False) -> Endpoint: ...
+@overload
+def api(handler: None = None, *, exact: bool = False) -> Callable[[Handler], Endpoint]: ...
+def api(handler: Handler | None = None, *, exact: bool = False) -> Endpoint | Callable[[Handler], Endpoint]:
     """A Starlette endpoint around ``handler(request, explorer, body)``, which returns the reply's data.
     ``@api(exact=True)``: floats are sent exactly (small replies whose probabilities may be tiny); otherwise
     rounded to :data:`~.bounds.DIGITS` decimals (maps)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -29,10 +29,9 @@ from ..errors import InputError
 from .bounds import MAX_BODY
 
 TOKEN_HEADER = "x-walklens-token"
-Scope = dict[str, Any]
-ASGIApp = Callable[
-    [Scope, Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[None]
-]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]  # as Starlette types them (an ASGI scope and message)
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -91,7 +90,7 @@ class Guard:
         self.token = token
         self.hosts = hosts
 
-    async def _refuse(self, send: Callable[[dict[str, Any]], Awaitable[None]], status: int, message: str) -> None:
+    async def _refuse(self, send: Callable[[Message], Awaitable[None]], status: int, message: str) -> None:
         body = json.dumps({"error": message}).encode()
         await send(
             {
@@ -139,8 +138,8 @@ class Guard:
     async def __call__(
         self,
         scope: Scope,
-        receive: Callable[[], Awaitable[dict[str, Any]]],
-        send: Callable[[dict[str, Any]], Awaitable[None]],
+        receive: Callable[[], Awaitable[Message]],
+        send: Callable[[Message], Awaitable[None]],
     ) -> None:
         if scope["type"] != "http":
             if scope["type"] == "websocket":  # no websockets: close before accepting
@@ -154,7 +153,7 @@ class Guard:
             return
         seen = 0
 
-        async def limited() -> dict[str, Any]:  # a chunked body without Content-Length is counted as it comes
+        async def limited() -> Message:  # a chunked body without Content-Length is counted as it comes
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
@@ -163,7 +162,7 @@ class Guard:
                     raise BodyTooLarge
             return message
 
-        async def secured(message: dict[str, Any]) -> None:
+        async def secured(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
             await send(message)

@@ -103,6 +103,11 @@ class Explorer:
             raise ApiError(f"unknown model; loaded: {', '.join(self.models)}")
         return self.models[name]
 
+    def model_name(self, name: Any) -> str:
+        """``name`` (a request's value), refused as :meth:`model` does unless it names a loaded model."""
+        self.model(name)
+        return str(name)
+
     def shape(self, name: str) -> Shape:
         """The :class:`~walklens.costs.Shape` of a loaded model (read once)."""
         if name not in self.shapes:

@@ -23,11 +23,12 @@ import torch
 from ...concepts.compose import compose_context
 from ...concepts.schemes import Scheme, normalize
 from ...concepts.similarity import batched_scores, choice_ties
+from ...concepts.vectors import VectorBank
 from ...errors import InputError
 from ...hellaswag.encode import input_embeddings, n_prefix_tokens
 from ...hellaswag.packing import packed_logliks
 from ...hellaswag.request import ScoreRequest
-from .bank import NormedBank, VectorBank
+from .bank import NormedBank
 from .plan import ItemPlan
 
 if TYPE_CHECKING:
@@ -210,7 +211,7 @@ def test2_bundles_batched(
                 lambda: nbank.pairs(u, p.pl, p.pw)[inv.reshape(-1)].reshape(n, E, S, len(p.pl), D),
             )
             seg = once(("seg", p.pkey, s0.seg), lambda: _seg_step(x, lay.smask[sl], lay.emask[sl], norm, s0.seg))
-            seq, mmask = once(("ex", p.pkey, s0.seg, s0.ex), lambda: _ex_step(*seg, norm, s0.ex))
+            seq, mmask = once(("ex", p.pkey, s0.seg, s0.ex), lambda: _ex_step(seg[0], seg[1], norm, s0.ex))
             ch, ties = once(("ch", p.okey), lambda: _choices(nbank, lay.end[sl], p.ol, p.ow))
             score = batched_scores(seq, mmask, ch, s0.sim, s0.ex == "soft_cluster", ties)  # [n, P, C, Q]
             out[:, :, sl] = score.numpy().argmax(2).transpose(1, 2, 0)  # [P, Q, n]; as torch's: the first max or NaN
@@ -257,7 +258,7 @@ def test1_predictions(
     if not lm.is_causal:
         raise InputError("the Test 1 sweep supports decoder-only models (use walklens hellaswag test1 for others)")
     lk, wk = bank.layer_pos(layer_key[scheme.layer]), bank.word_pos(scheme.word)
-    dtype = lm.model.get_input_embeddings().weight.dtype
+    dtype = lm.model.get_input_embeddings().weight.dtype  # type: ignore[operator]  # an HF model's method, typed by nn.Module.__getattr__
     prefix = None
     if n_prefix_tokens(lm):
         with torch.inference_mode():

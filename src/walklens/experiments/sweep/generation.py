@@ -18,8 +18,8 @@ import numpy as np
 
 from ...backends import Workers
 from ...concepts.schemes import Scheme
+from ...concepts.vectors import VectorBank
 from ..runner import progress_bar
-from .bank import VectorBank
 from .keys import BlockKey, Test1ShardKey
 from .plan import ItemPlan
 from .shards import Test1Shard, test1_shard

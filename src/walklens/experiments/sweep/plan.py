@@ -48,7 +48,7 @@ def plan_item(lm: LoadedModel, item: HellaswagItem, examples: Sequence[Hellaswag
                 f"the sweep runs text segments; enc={enc} cuts the context into token ids "
                 f"(use walklens hellaswag test1/test2 for it)"
             )
-        contexts[enc] = tuple(tuple(e) for e in segs)
+        contexts[enc] = tuple(tuple(x for x in e if isinstance(x, str)) for e in segs)  # all text (checked above)
     return ItemPlan(
         index=item.index,
         label=item.label,

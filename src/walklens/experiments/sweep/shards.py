@@ -26,10 +26,11 @@ import numpy as np
 import torch
 
 from ...concepts.schemes import Scheme
+from ...concepts.vectors import VectorBank
 from ...hellaswag.baseline import baseline_items
 from ...hellaswag.data import HellaswagItem
 from ...hellaswag.store import ItemResult
-from .bank import NormedBank, VectorBank
+from .bank import NormedBank
 from .batched import EncLayout, test1_predictions, test2_bundles_batched
 from .plan import ItemPlan
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from ...backends import Workers
 from ...concepts.schemes import Scheme
+from ...concepts.vectors import VectorBank
 from ..grid import group_by_context
 from ..runner import progress_bar
-from .bank import VectorBank
 from .batched import EncLayout
 from .keys import BundleKey, Test2ShardKey
 from .plan import ItemPlan
