@@ -131,6 +131,25 @@ class Dynamics:
 
 
 @torch.no_grad()
+def _linear_states(steps: Sequence[Callable[[torch.Tensor], torch.Tensor]], x0: torch.Tensor, L: int) -> torch.Tensor:
+    """The idealised linear layers' trajectory from ``x0``, one state per layer."""
+    xs, x = [], x0
+    for l in range(L):
+        x = steps[l](x)
+        xs.append(x)
+    return torch.stack(xs)
+
+
+def _power_states(Fs: Sequence[torch.Tensor], x0: torch.Tensor, L: int) -> torch.Tensor:
+    """The pure power step's trajectory from ``x0`` (norm kept), one state per layer."""
+    xs, x = [], x0.double()
+    for l in range(L):
+        y = x @ Fs[l]
+        x = y / y.norm(dim=-1, keepdim=True).clamp_min(1e-300) * x.norm(dim=-1, keepdim=True)
+        xs.append(x.float())
+    return torch.stack(xs)
+
+
 def dynamics(
     lm: LoadedModel,
     texts: str | Sequence[str],
@@ -179,18 +198,9 @@ def dynamics(
                     ta = capture(lm, t, points=["L*.resid_post"])
                 s = torch.stack([ta[p] for p in pts]).float()
             elif m == "linear":
-                xs, x = [], x0
-                for l in range(L):
-                    x = steps[l](x)
-                    xs.append(x)
-                s = torch.stack(xs)
+                s = _linear_states(steps, x0, L)
             else:
-                xs, x = [], x0.double()
-                for l in range(L):
-                    y = x @ Fs[l]
-                    x = y / y.norm(dim=-1, keepdim=True).clamp_min(1e-300) * x.norm(dim=-1, keepdim=True)
-                    xs.append(x.float())
-                s = torch.stack(xs)
+                s = _power_states(Fs, x0, L)
             states[m].append(s[:, sl])
     layer_of = list(range(L))
     al: dict[str, list[float]] = {}

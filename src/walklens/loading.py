@@ -494,6 +494,34 @@ def _hub_folder(spec: str) -> tuple[Path, bool]:
     return Path(config).parent, False
 
 
+def _gguf_cached(path: Path, progress: bool) -> Path:
+    """The de-quantized cache folder of the ``.gguf`` at ``path``, made (once) when missing."""
+    cached = _gguf_cache_path(path)
+    if not cached.is_dir():
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"{cached.parent}: cannot create the model cache ({e.strerror or e})") from None
+        _dequantize_gguf(path, cached, progress=progress)
+    return cached
+
+
+def _check_loading_info(spec: str, info: dict[str, Any]) -> None:
+    """Refuse weights that do not fit the config: tensors missing, of the wrong shape, or unused."""
+    bad = sorted(info.get("missing_keys") or ()) + sorted(str(k) for k in info.get("mismatched_keys") or ())
+    if bad:
+        raise UnknownModelError(
+            f"{spec!r}: the safetensors weights do not fit the config ({len(bad)} tensors "
+            f"missing or of the wrong shape, e.g. {bad[0]})"
+        )
+    unused = sorted(str(k) for k in info.get("unexpected_keys") or ())
+    if unused:
+        raise UnknownModelError(
+            f"{spec!r}: the safetensors weights do not fit the config ({len(unused)} tensors "
+            f"the config does not use, e.g. {unused[0]})"
+        )
+
+
 def load_model(
     spec: str = DEFAULT_MODEL,
     *,
@@ -526,13 +554,7 @@ def load_model(
     if path.suffix == ".gguf":
         if not path.is_file():
             raise UnknownModelError(f"{path}: no such .gguf file")
-        cached = _gguf_cache_path(path)
-        if not cached.is_dir():
-            try:
-                cached.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise InputError(f"{cached.parent}: cannot create the model cache ({e.strerror or e})") from None
-            _dequantize_gguf(path, cached, progress=progress)
+        cached = _gguf_cached(path, progress)
         source, folder = str(cached), cached
     elif path.is_dir():
         source, folder = str(path), path
@@ -564,18 +586,7 @@ def load_model(
             )
         except Exception as e:
             raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({_first_line(e)})") from None
-        bad = sorted(info.get("missing_keys") or ()) + sorted(str(k) for k in info.get("mismatched_keys") or ())
-        if bad:
-            raise UnknownModelError(
-                f"{spec!r}: the safetensors weights do not fit the config ({len(bad)} tensors "
-                f"missing or of the wrong shape, e.g. {bad[0]})"
-            )
-        unused = sorted(str(k) for k in info.get("unexpected_keys") or ())
-        if unused:
-            raise UnknownModelError(
-                f"{spec!r}: the safetensors weights do not fit the config ({len(unused)} tensors "
-                f"the config does not use, e.g. {unused[0]})"
-            )
+        _check_loading_info(spec, info)
         try:
             tok = transformers.AutoTokenizer.from_pretrained(source, **kw)
         except Exception as e:

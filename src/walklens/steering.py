@@ -287,6 +287,34 @@ def readout(logits: torch.Tensor, tid: int) -> tuple[float, float, int | None, i
 
 
 @torch.no_grad()
+def _layer_sets(lm: LoadedModel, layer_sets: Sequence[Sequence[int]] | Sequence[int]) -> list[list[int]]:
+    """The layer sets of a sweep as lists of resolved layers (a single layer is a set of one)."""
+    sets = (
+        [[int(layer_sets)]]
+        if isinstance(layer_sets, int)
+        else [[int(s)] if isinstance(s, int) else [int(v) for v in s] for s in layer_sets]
+    )
+    return [resolve_layers(lm, s) for s in sets]
+
+
+def _reach(lm: LoadedModel, sets: list[list[int]], u: torch.Tensor) -> dict[int, float]:
+    """Per steered layer, the norm of the direction's value projection (how far the layer's OV can carry it)."""
+    reach = {}
+    for s in sets:
+        for l in s:
+            A, _ = ov_factors(lm, l, grouped=True)
+            reach[l] = float(value_projection(A, u)[1].norm())
+    return reach
+
+
+def _prompt_list(prompts: str | Sequence[str]) -> list[str]:
+    """The sweep's prompts as a list; refuses none or an empty one."""
+    out = [prompts] if isinstance(prompts, str) else list(prompts)
+    if not out or not all(isinstance(p, str) and p.strip() for p in out):
+        raise InputError("give at least one non-empty prompt")
+    return out
+
+
 def steering_sweep(
     lm: LoadedModel,
     prompts: str | Sequence[str],
@@ -307,25 +335,14 @@ def steering_sweep(
 
     if not lm.is_causal:
         raise UnsupportedFamilyError("steering sweeps generate text and need a causal LM")
-    prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-    if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
-        raise InputError("give at least one non-empty prompt")
-    sets = (
-        [[int(layer_sets)]]
-        if isinstance(layer_sets, int)
-        else [[int(s)] if isinstance(s, int) else [int(v) for v in s] for s in layer_sets]
-    )
-    sets = [resolve_layers(lm, s) for s in sets]
+    prompts = _prompt_list(prompts)
+    sets = _layer_sets(lm, layer_sets)
     add_alphas = list(alphas if add_alphas is None else add_alphas)
     alphas = list(alphas)
     u, tid, label = direction(lm, toward)
     if tid is None:
         raise InputError("a sweep needs a token or text target (its first token is scored)")
-    reach = {}
-    for s in sets:
-        for l in s:
-            A, _ = ov_factors(lm, l, grouped=True)
-            reach[l] = float(value_projection(A, u)[1].norm())
+    reach = _reach(lm, sets, u)
     rows: list[SteerRow] = []
     jobs = [
         (m, s, a, p) for m in methods for s in sets for a in (alphas if m == "eigen" else add_alphas) for p in prompts

@@ -296,7 +296,6 @@ def _list(text: str, sep: str, what: str) -> list[str]:
 
 
 def run_curves(args: argparse.Namespace) -> int:
-    from ..compaction.spec import WHATS, CompactSpec
     from ..concepts.cache import ConceptCache
     from ..experiments.curves import CurveGrid
     from ..experiments.curves import run_curves as curves
@@ -306,23 +305,7 @@ def run_curves(args: argparse.Namespace) -> int:
     from ..outputs import make_dir, write_atomic
     from ..reports.compaction import build
 
-    shots = [_shot(s) for s in _list(args.shots, ",", "shots")]
-    whats = _list(args.what, ",", "what")
-    bad = [w for w in whats if w not in WHATS]
-    if bad:
-        raise InputError(f"--what {bad[0]!r}: use {', '.join(WHATS)}")
-    if "examples" in whats and 0 in shots:
-        raise InputError("--what examples compacts few-shot examples: every --shots must be > 0")
-    strategies = _list(args.strategies, ";", "strategies")
-    ratios = [_ratio_opt(r) for r in _list(args.ratios, ",", "ratios")]
-    given = _list(args.candidates, ";", "candidates")  # checked even when --tune 0 leaves them unused
-    candidates = given if args.tune else []
-    for s in strategies:
-        CompactSpec.parse(f"what=examples,{s}")  # a bad fragment fails before anything loads
-        if any(k in s for k in ("ratio=", "budget=", "what=")):
-            raise InputError(f"strategy {s!r}: ratio, budget and what are set by the runner")
-    for c in given:
-        CompactSpec.parse(f"what=examples,{c}")
+    shots, whats, strategies, ratios, candidates = _curve_options(args)
     check_outputs(args)
     db = check_db(args.db)
     out_dir = make_dir(args.out, "--out")
@@ -378,6 +361,39 @@ def run_curves(args: argparse.Namespace) -> int:
         if cache is not None:
             cache.close()
     path = build(result).save(out_dir)
+    _print_curves(args, lm.name, len(items), result)
+    say(console(args), f"report: {path}")
+    if args.json:
+        write_json(args.json, result)
+    return 0
+
+
+def _curve_options(args: argparse.Namespace) -> tuple[list[int], list[str], list[str], list[float], list[str]]:
+    """(shots, whats, strategies, ratios, candidates) from the options; a bad one fails before anything loads."""
+    from ..compaction.spec import WHATS, CompactSpec
+
+    shots = [_shot(s) for s in _list(args.shots, ",", "shots")]
+    whats = _list(args.what, ",", "what")
+    bad = [w for w in whats if w not in WHATS]
+    if bad:
+        raise InputError(f"--what {bad[0]!r}: use {', '.join(WHATS)}")
+    if "examples" in whats and 0 in shots:
+        raise InputError("--what examples compacts few-shot examples: every --shots must be > 0")
+    strategies = _list(args.strategies, ";", "strategies")
+    ratios = [_ratio_opt(r) for r in _list(args.ratios, ",", "ratios")]
+    given = _list(args.candidates, ";", "candidates")  # checked even when --tune 0 leaves them unused
+    candidates = given if args.tune else []
+    for s in strategies:
+        CompactSpec.parse(f"what=examples,{s}")  # a bad fragment fails before anything loads
+        if any(k in s for k in ("ratio=", "budget=", "what=")):
+            raise InputError(f"strategy {s!r}: ratio, budget and what are set by the runner")
+    for c in given:
+        CompactSpec.parse(f"what=examples,{c}")
+    return shots, whats, strategies, ratios, candidates
+
+
+def _print_curves(args: argparse.Namespace, name: str, n_items: int, result: Any) -> None:
+    """The kept accuracy of every curve point, as a table."""
     rows = [
         [
             f"{p.shots}/{p.what}",
@@ -390,7 +406,7 @@ def run_curves(args: argparse.Namespace) -> int:
     ]
     print_table(
         console(args),
-        f"{lm.name}, {len(items)} items: kept = acc(compacted) / acc(full)",
+        f"{name}, {n_items} items: kept = acc(compacted) / acc(full)",
         [
             "shots/part",
             Col("strategy", wrap=True),
@@ -401,10 +417,6 @@ def run_curves(args: argparse.Namespace) -> int:
         rows,
         keys=3,
     )
-    say(console(args), f"report: {path}")
-    if args.json:
-        write_json(args.json, result)
-    return 0
 
 
 def _shot(text: str) -> int:

@@ -86,14 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.test != "baseline" and args.scheme != "standard":
         Scheme.parse(args.scheme)  # a malformed (or empty) --scheme fails before any data or model loads
-    spec = None
-    if getattr(args, "compact", None) is not None:
-        from ..compaction import CompactSpec
-        from ..errors import InputError
-
-        spec = CompactSpec.parse(args.compact)  # a bad SPEC fails before any data or model loads
-        if spec.what == "examples" and not args.shots:
-            raise InputError("--compact what=examples compacts the few-shot examples: give --shots > 0")
+    spec = _compact_spec(args)
     check_outputs(args)
     db = None if args.no_db else check_db(args.db)
     from ..concepts.cache import open_cache
@@ -161,6 +154,19 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, out)
     return 0
+
+
+def _compact_spec(args: argparse.Namespace) -> Any:
+    """The parsed ``--compact`` SPEC (None without one); a bad SPEC fails before any data or model loads."""
+    if getattr(args, "compact", None) is None:
+        return None
+    from ..compaction import CompactSpec
+    from ..errors import InputError
+
+    spec = CompactSpec.parse(args.compact)
+    if spec.what == "examples" and not args.shots:
+        raise InputError("--compact what=examples compacts the few-shot examples: give --shots > 0")
+    return spec
 
 
 def _fmt(x: float | None) -> str:

@@ -140,6 +140,14 @@ def run(args: argparse.Namespace) -> int:
         if cache is not None:
             cache.close()
     wall = time.perf_counter() - t0
+    _print_done(con, out, wall, db)
+    if args.json:
+        _write_result(args, lm, items, out, refused, wall, db)
+    return 0
+
+
+def _print_done(con: Any, out: Any, wall: float, db: Any) -> None:
+    """What the sweep computed, its seconds and its baseline, as lines and tables."""
     say(
         con,
         f"done: {out.groups_computed} groups computed now, {out.groups_stored_before} were stored; "
@@ -160,30 +168,32 @@ def run(args: argparse.Namespace) -> int:
         keys=0,
     )
     say(con, f"report: walklens report --db {db} --out DIR")
-    if args.json:
-        write_json(
-            args.json,
-            {
-                "model": lm.name,
-                "test": args.test,
-                "shots": args.shots,
-                "grid": args.grid,
-                "n_items": len(items),
-                "n_schemes": out.n_schemes,
-                "n_groups": out.n_groups,
-                "refused": refused,
-                "groups_computed": out.groups_computed,
-                "groups_stored_before": out.groups_stored_before,
-                "n_texts": out.n_texts,
-                "seconds": {
-                    "baseline": out.seconds_baseline,
-                    "forward": out.seconds_forward,
-                    "schemes": out.seconds_eval,
-                    "wall": wall,
-                },
-                "baseline": {"acc": out.baseline_acc, "acc_norm": out.baseline_acc_norm},
-                "db": str(db),
-                "run_id": out.run_id,
+
+
+def _write_result(args: argparse.Namespace, lm: Any, items: Any, out: Any, refused: Any, wall: float, db: Any) -> None:
+    """The sweep's summary as JSON at ``--json``."""
+    write_json(
+        args.json,
+        {
+            "model": lm.name,
+            "test": args.test,
+            "shots": args.shots,
+            "grid": args.grid,
+            "n_items": len(items),
+            "n_schemes": out.n_schemes,
+            "n_groups": out.n_groups,
+            "refused": refused,
+            "groups_computed": out.groups_computed,
+            "groups_stored_before": out.groups_stored_before,
+            "n_texts": out.n_texts,
+            "seconds": {
+                "baseline": out.seconds_baseline,
+                "forward": out.seconds_forward,
+                "schemes": out.seconds_eval,
+                "wall": wall,
             },
-        )
-    return 0
+            "baseline": {"acc": out.baseline_acc, "acc_norm": out.baseline_acc_norm},
+            "db": str(db),
+            "run_id": out.run_id,
+        },
+    )

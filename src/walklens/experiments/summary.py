@@ -97,8 +97,8 @@ class MetricSummary:
     marginals: dict[str, tuple[Marginal, ...]]
     standard: SchemeScore | None
 
-    def _columns(self, table: str = "estimates") -> Columns:
-        """The plain columns of :meth:`to_pandas`."""
+    def _estimate_columns(self) -> Columns:
+        """The ``estimates`` table: baseline, in-sample best, split-half, k-fold held-out, standard scheme."""
         names = ["estimate", "how", "scheme", "acc", "lo", "hi", "n", "norm", "norm_lo", "norm_hi"]
 
         def best(estimate: str, s: BestScore) -> dict[str, Any]:
@@ -115,35 +115,37 @@ class MetricSummary:
                 "norm_hi": s.norm_hi,
             }
 
-        def estimates() -> Columns:
-            kf = self.kfold
-            rows = [
-                {"estimate": "baseline", "acc": self.baseline},
-                best("in_sample", self.in_sample),
-                *(best("split", s) for s in self.split),
-                {"estimate": "split_mean", "acc": self.split_mean, "norm": self.split_mean_norm},
+        kf = self.kfold
+        rows = [
+            {"estimate": "baseline", "acc": self.baseline},
+            best("in_sample", self.in_sample),
+            *(best("split", s) for s in self.split),
+            {"estimate": "split_mean", "acc": self.split_mean, "norm": self.split_mean_norm},
+            {
+                "estimate": "kfold",
+                "how": f"{kf.k}-fold",
+                "acc": kf.acc,
+                "lo": kf.lo,
+                "hi": kf.hi,
+                "n": kf.n,
+                "norm": kf.norm,
+                "norm_lo": kf.norm_lo,
+                "norm_hi": kf.norm_hi,
+            },
+        ]
+        if self.standard is not None:
+            rows.append(
                 {
-                    "estimate": "kfold",
-                    "how": f"{kf.k}-fold",
-                    "acc": kf.acc,
-                    "lo": kf.lo,
-                    "hi": kf.hi,
-                    "n": kf.n,
-                    "norm": kf.norm,
-                    "norm_lo": kf.norm_lo,
-                    "norm_hi": kf.norm_hi,
-                },
-            ]
-            if self.standard is not None:
-                rows.append(
-                    {
-                        "estimate": "standard",
-                        "scheme": self.standard.scheme,
-                        "acc": self.standard.acc,
-                        "norm": self.standard.norm,
-                    }
-                )
-            return record_table(rows, names)
+                    "estimate": "standard",
+                    "scheme": self.standard.scheme,
+                    "acc": self.standard.acc,
+                    "norm": self.standard.norm,
+                }
+            )
+        return record_table(rows, names)
+
+    def _columns(self, table: str = "estimates") -> Columns:
+        """The plain columns of :meth:`to_pandas`."""
 
         def distribution() -> Columns:
             d = self.distribution
@@ -164,7 +166,7 @@ class MetricSummary:
         return pick(
             table,
             {
-                "estimates": estimates,
+                "estimates": self._estimate_columns,
                 "top10": lambda: record_table(
                     [{"rank": s.rank, "scheme": s.scheme, "acc": s.acc, "norm": s.norm} for s in self.top10],
                     ["rank", "scheme", "acc", "norm"],

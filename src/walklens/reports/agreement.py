@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..experiments.agreement import AgreementStudy, GridAgreement, PairedDifference, RunAgreement
+from ..experiments.agreement import AgreementStudy, GridAgreement, GridMetricAgreement, PairedDifference, RunAgreement
 
 
 def _f(x: float | None, digits: int = 4) -> str:
@@ -96,6 +96,26 @@ def _run(title: str, r: RunAgreement, ref: str, other: str) -> list[str]:
     return out
 
 
+def _metric_row(m: GridMetricAgreement) -> list[str]:
+    """One metric's row of the agreement table: how far accuracy moved, the rank correlations, the top-k sets."""
+    tops = [
+        ("same" if t.same_set else f"{t.overlap} of {t.k}" + (", same up to ties" if t.same_up_to_ties else ""))
+        + f" ({t.distinct_reference} distinct)"
+        for t in m.top_k
+    ]
+    return [
+        m.metric,
+        str(m.n_schemes),
+        f"{m.moved} ({_pct(m.share_moved)})",
+        _f(m.max_move),
+        _f(m.mean_abs_move),
+        _pct(m.same_picks),
+        _pct(m.min_same_picks),
+        _f(m.spearman),
+        _f(m.kendall),
+    ] + tops
+
+
 def _grid(title: str, g: GridAgreement, ref: str, other: str, best_rows: int) -> list[str]:
     out = [
         f"### {title}",
@@ -109,27 +129,7 @@ def _grid(title: str, g: GridAgreement, ref: str, other: str, best_rows: int) ->
         "",
     ]
     ks = [t.k for t in g.metrics[0].top_k] if g.metrics else []
-    rows = []
-    for m in g.metrics:
-        tops = [
-            ("same" if t.same_set else f"{t.overlap} of {t.k}" + (", same up to ties" if t.same_up_to_ties else ""))
-            + f" ({t.distinct_reference} distinct)"
-            for t in m.top_k
-        ]
-        rows.append(
-            [
-                m.metric,
-                str(m.n_schemes),
-                f"{m.moved} ({_pct(m.share_moved)})",
-                _f(m.max_move),
-                _f(m.mean_abs_move),
-                _pct(m.same_picks),
-                _pct(m.min_same_picks),
-                _f(m.spearman),
-                _f(m.kendall),
-            ]
-            + tops
-        )
+    rows = [_metric_row(m) for m in g.metrics]
     out += _table(
         [
             "metric",

@@ -17,6 +17,32 @@ def document(dw: DecodingWalk, model: str, *, vectors: bool = True) -> dict[str,
     return {"model": model, **fields_of(dw, () if vectors else ("d",)), "text": dw.text}
 
 
+def _step_rows(dw: DecodingWalk) -> list[list[Any]]:
+    """One row of the step table per emitted token: probability, rank, flag, movement, nearest tokens."""
+    rows: list[list[Any]] = []
+    for i, tok in enumerate(dw.tokens):
+        near = ", ".join(f"{show(s)} {float(p):.3f}" for s, p in zip(dw.top_tokens[i][:5], dw.top_probs[i][:5]))
+        flag = (
+            ("yes" if bool(dw.in_neighbourhood[i]) else "no")
+            if dw.in_neighbourhood is not None
+            else ("=" if int(dw.greedy_ids[i]) == int(dw.token_ids[i]) else show(dw.top_tokens[i][0]))
+        )
+        rows.append(
+            [
+                i,
+                show(tok),
+                float(dw.probs[i]),
+                int(dw.ranks[i]),
+                flag,
+                float(dw.d_norm[i]),
+                float(dw.step_length[i]),
+                float(dw.step_angle[i]),
+                near,
+            ]
+        )
+    return rows
+
+
 def build(dw: DecodingWalk, title: str, figures: bool = True) -> Report:
     """The ``walklens generate`` report of a decoding walk (eq. 10): the step table, probabilities, movement of
     d_t, the target path."""
@@ -52,28 +78,7 @@ def build(dw: DecodingWalk, title: str, figures: bool = True) -> Report:
         "angle°",
         "nearest tokens (P)",
     ]
-    rows = []
-    for i, tok in enumerate(dw.tokens):
-        near = ", ".join(f"{show(s)} {float(p):.3f}" for s, p in zip(dw.top_tokens[i][:5], dw.top_probs[i][:5]))
-        flag = (
-            ("yes" if bool(dw.in_neighbourhood[i]) else "no")
-            if dw.in_neighbourhood is not None
-            else ("=" if int(dw.greedy_ids[i]) == int(dw.token_ids[i]) else show(dw.top_tokens[i][0]))
-        )
-        rows.append(
-            [
-                i,
-                show(tok),
-                float(dw.probs[i]),
-                int(dw.ranks[i]),
-                flag,
-                float(dw.d_norm[i]),
-                float(dw.step_length[i]),
-                float(dw.step_angle[i]),
-                near,
-            ]
-        )
-    rep.table(heads, rows)
+    rep.table(heads, _step_rows(dw))
     x = [f"{i}:{show(t)}" for i, t in enumerate(dw.tokens)]
     rep.lines(
         x,

@@ -165,34 +165,11 @@ def _band(x: torch.Tensor) -> tuple[list[float], list[float], list[float]]:
     return mean, lo, hi
 
 
-def add_walk(
-    report: Report,
-    walk: EncodingWalk,
-    labels: Mapping[int, str],
-    key: str,
-    heading: str,
-    figures: bool = True,
-    max_cols: int = MAX_COLS,
-) -> None:
-    """One encoding walk (one reading, one stack) as report sections."""
-    rows = _rows(walk)
+def _summary_rows(walk: EncodingWalk, labels: Mapping[int, str], n_cols: int, fi: int) -> list[list[Any]]:
+    """The summary table's row per position: the tokens, the top-1 at point ``fi``, ranks and escape points."""
     T = len(walk.tokens)
-    n_cols = min(T, max_cols)
-    row_names = [walk.points[i] for i in rows]
-    cols = _pos_labels(walk.tokens, n_cols)
-    fi = walk.points.index("final") if "final" in walk.points else rows[-1]
-    report.h2(heading)
-    report.p(
-        f"metric: {walk.metric}; norm: {walk.norm}; compared with: {walk.matrix}; k = {walk.k}. "
-        f"Ranks count the tokens scoring strictly higher (0 = nearest).",
-        note=True,
-    )
-    if n_cols < T:
-        report.p(f"Showing the first {n_cols} of {T} positions; the JSON output holds all of them.", note=True)
-
-    # summary per position
     esc, stab = walk.escape_names, walk.escape_stable_names
-    table_rows = []
+    table_rows: list[list[Any]] = []
     for t in range(n_cols):
         nxt = show(walk.tokens[t + 1]) if t + 1 < T else ""
         top = int(walk.top_ids[fi, t, 0])
@@ -210,22 +187,11 @@ def add_walk(
                 stab[t] or "-",
             ]
         )
-    report.table(
-        [
-            "t",
-            "w_t",
-            "w_t+1",
-            f"top-1 at {walk.points[fi]}",
-            "rank w_t",
-            "rank w_t+1",
-            "P(w_t+1)",
-            "w_t+1 first outranks w_t",
-            "… and stays ahead from",
-        ],
-        table_rows,
-    )
+    return table_rows
 
-    # rank heatmaps with hover: one row per position, one column per point (reading left to right = up the stack)
+
+def _hover(walk: EncodingWalk, labels: Mapping[int, str], rows: list[int], n_cols: int) -> list[list[str]]:
+    """The rank heatmaps' hover text: per position and point, the ranks of w_t and w_t+1 and the nearest tokens."""
     hover = []
     for t in range(n_cols):
         line = []
@@ -238,33 +204,12 @@ def add_walk(
                 + f"\nnearest: {tops}"
             )  # plain text: plots.js inserts it with textContent
         hover.append(line)
-    for what, ranks in (("input", walk.rank_of_input), ("next", walk.rank_of_next)):
-        r = ranks[rows, :n_cols].t()
-        z = torch.log10(1 + r.clamp_min(0).float())
-        z[r < 0] = float("nan")
-        sym = "w_t" if what == "input" else "w_t+1"
-        report.heatmap(
-            z,
-            row_labels=cols,
-            col_labels=row_names,
-            hover=hover,
-            title=f"rank of {sym} at each point, log10(1 + rank): dark = near (hover for the nearest tokens)",
-        )
-        if figures:
-            report.figure(
-                _rank_figure(z, cols, row_names, f"{heading}: rank of {sym}"),
-                f"rank_{what}_{key}",
-                caption=f"log10(1 + rank of {sym}) for each position (rows) at each point (columns)",
-                embed=False,
-            )  # the interactive heatmap above shows the same view
+    return hover
 
-    report.raw("<h3>nearest token at each point (green: w_t+1, grey: w_t)</h3>")
-    grid_rows = (
-        rows if len(rows) <= 70 else [i for i in rows if not walk.points[i].endswith(("resid_mid", "resid_cross"))]
-    )
-    report.raw(_grid_html(walk, labels, grid_rows, n_cols))
 
-    # per-layer curves (mean over positions, 10-90 % band), and per position for short texts
+def _add_curves(report: Report, walk: EncodingWalk, rows: list[int], row_names: list[str]) -> None:
+    """Per-layer curves (mean over positions, 10-90 % band): cosines, step length and angle."""
+    T = len(walk.tokens)
     x = list(row_names)
     ci, cn = walk.cos_input[rows], walk.cos_next[rows]
     series: list[dict[str, Any]] = []
@@ -302,6 +247,80 @@ def add_walk(
         width=900,
         height=300,
     )
+
+
+def add_walk(
+    report: Report,
+    walk: EncodingWalk,
+    labels: Mapping[int, str],
+    key: str,
+    heading: str,
+    figures: bool = True,
+    max_cols: int = MAX_COLS,
+) -> None:
+    """One encoding walk (one reading, one stack) as report sections."""
+    rows = _rows(walk)
+    T = len(walk.tokens)
+    n_cols = min(T, max_cols)
+    row_names = [walk.points[i] for i in rows]
+    cols = _pos_labels(walk.tokens, n_cols)
+    fi = walk.points.index("final") if "final" in walk.points else rows[-1]
+    report.h2(heading)
+    report.p(
+        f"metric: {walk.metric}; norm: {walk.norm}; compared with: {walk.matrix}; k = {walk.k}. "
+        f"Ranks count the tokens scoring strictly higher (0 = nearest).",
+        note=True,
+    )
+    if n_cols < T:
+        report.p(f"Showing the first {n_cols} of {T} positions; the JSON output holds all of them.", note=True)
+
+    # summary per position
+    table_rows = _summary_rows(walk, labels, n_cols, fi)
+    report.table(
+        [
+            "t",
+            "w_t",
+            "w_t+1",
+            f"top-1 at {walk.points[fi]}",
+            "rank w_t",
+            "rank w_t+1",
+            "P(w_t+1)",
+            "w_t+1 first outranks w_t",
+            "… and stays ahead from",
+        ],
+        table_rows,
+    )
+
+    # rank heatmaps with hover: one row per position, one column per point (reading left to right = up the stack)
+    hover = _hover(walk, labels, rows, n_cols)
+    for what, ranks in (("input", walk.rank_of_input), ("next", walk.rank_of_next)):
+        r = ranks[rows, :n_cols].t()
+        z = torch.log10(1 + r.clamp_min(0).float())
+        z[r < 0] = float("nan")
+        sym = "w_t" if what == "input" else "w_t+1"
+        report.heatmap(
+            z,
+            row_labels=cols,
+            col_labels=row_names,
+            hover=hover,
+            title=f"rank of {sym} at each point, log10(1 + rank): dark = near (hover for the nearest tokens)",
+        )
+        if figures:
+            report.figure(
+                _rank_figure(z, cols, row_names, f"{heading}: rank of {sym}"),
+                f"rank_{what}_{key}",
+                caption=f"log10(1 + rank of {sym}) for each position (rows) at each point (columns)",
+                embed=False,
+            )  # the interactive heatmap above shows the same view
+
+    report.raw("<h3>nearest token at each point (green: w_t+1, grey: w_t)</h3>")
+    grid_rows = (
+        rows if len(rows) <= 70 else [i for i in rows if not walk.points[i].endswith(("resid_mid", "resid_cross"))]
+    )
+    report.raw(_grid_html(walk, labels, grid_rows, n_cols))
+
+    # per-layer curves (mean over positions, 10-90 % band), and per position for short texts
+    _add_curves(report, walk, rows, row_names)
 
 
 def build(

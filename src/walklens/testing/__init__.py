@@ -44,6 +44,12 @@ def tiny_tokenizer() -> Any:
 
 
 def _configs(V: int) -> dict[str, Callable[[], Any]]:
+    """Builders of every tiny config, by family key, over a vocabulary of ``V``."""
+    return {**_decoder_configs(V), **_other_configs(V)}
+
+
+def _decoder_configs(V: int) -> dict[str, Callable[[], Any]]:
+    """Builders of the GPT, Llama and Gemma tiny configs."""
     import transformers as T
 
     return {
@@ -98,6 +104,14 @@ def _configs(V: int) -> dict[str, Callable[[], Any]]:
             max_position_embeddings=64,
             layer_types=["sliding_attention", "full_attention"],
         ),
+    }
+
+
+def _other_configs(V: int) -> dict[str, Callable[[], Any]]:
+    """Builders of the Falcon, T5, BERT and ALBERT tiny configs."""
+    import transformers as T
+
+    return {
         "falcon": lambda: T.FalconConfig(
             vocab_size=V,
             hidden_size=32,
