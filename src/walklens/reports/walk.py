@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..outputs import jsonable
 from .html import Report, fields_of, pyplot, show
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def cell_document(
 
 def document(walks: Mapping[str, EncodingWalk], labels: Mapping[int, str], model: str, text: str) -> dict[str, Any]:
     """The ``--json`` document: the text, its tokens, the labels of every token id mentioned and every number
-    of each reading's walk (:func:`walk_document`)."""
+    of each reading's walk (:func:`walk_document`, as JSON values)."""
     first = next(iter(walks.values()))
     return {
         "model": model,
@@ -93,7 +94,7 @@ def document(walks: Mapping[str, EncodingWalk], labels: Mapping[int, str], model
         "tokens": first.tokens,
         "token_ids": first.token_ids,
         "labels": labels,
-        "walks": {k: walk_document(w) for k, w in walks.items()},
+        "walks": {k: jsonable(walk_document(w)) for k, w in walks.items()},
     }
 
 
