@@ -150,7 +150,7 @@ def figure(curves: CurveSet) -> Any:
 
 
 def document(curves: CurveSet) -> dict[str, Any]:
-    """The JSON document of the curves (footnote 11): every field of the :class:`~walklens.compaction.curves.
+    """The JSON document of the curves (footnote 11): every field of the :class:`~walklens.experiments.curves.
     CurveSet` (its points with every field each); ``curves.json`` of the report holds it."""
     return fields_of(curves)
 

@@ -17,9 +17,21 @@ def document(dw: DecodingWalk, model: str, *, vectors: bool = True) -> dict[str,
     return {"model": model, **fields_of(dw, () if vectors else ("d",)), "text": dw.text}
 
 
-def _step_rows(dw: DecodingWalk) -> list[list[Any]]:
-    """One row of the step table per emitted token: probability, rank, flag, movement, nearest tokens."""
-    rows: list[list[Any]] = []
+def _step_table(rep: Report, dw: DecodingWalk) -> None:
+    """One row per step (eq. 10): the emitted token, its probability and rank, the target path or the greedy
+    pick, |d_t| and its movement, the nearest tokens."""
+    heads = [
+        "step",
+        "token",
+        "P(token)",
+        "rank",
+        "in N(target)" if dw.target is not None else "greedy",
+        "|d_t|",
+        "step |Δd|",
+        "angle°",
+        "nearest tokens (P)",
+    ]
+    rows = []
     for i, tok in enumerate(dw.tokens):
         near = ", ".join(f"{show(s)} {float(p):.3f}" for s, p in zip(dw.top_tokens[i][:5], dw.top_probs[i][:5]))
         flag = (
@@ -40,7 +52,19 @@ def _step_rows(dw: DecodingWalk) -> list[list[Any]]:
                 near,
             ]
         )
-    return rows
+    rep.table(heads, rows)
+
+
+def _probability_figure(dw: DecodingWalk) -> Any:
+    """Matplotlib bar chart: the probability of each emitted token (green where it is the nearest token)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(min(16, 3 + 0.45 * len(dw.tokens)), 3.2))
+    ax.bar(range(len(dw.tokens)), dw.probs.numpy(), color=["#2ca02c" if int(r) == 0 else "#d62728" for r in dw.ranks])
+    ax.set_xticks(range(len(dw.tokens)), [show(t) for t in dw.tokens], rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("P(token)")
+    ax.set_title("decoding walk: probability of each emitted token (green: the nearest token)", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def build(dw: DecodingWalk, title: str, figures: bool = True) -> Report:
@@ -67,18 +91,7 @@ def build(dw: DecodingWalk, title: str, figures: bool = True) -> Report:
             f"(target {show(dw.tokens[dw.left_path_at])!r}, nearest {show(dw.top_tokens[dw.left_path_at][0])!r})"
         )
         rep.p(f"Target path (A.1): {where}.")
-    heads = [
-        "step",
-        "token",
-        "P(token)",
-        "rank",
-        "in N(target)" if dw.target is not None else "greedy",
-        "|d_t|",
-        "step |Δd|",
-        "angle°",
-        "nearest tokens (P)",
-    ]
-    rep.table(heads, _step_rows(dw))
+    _step_table(rep, dw)
     x = [f"{i}:{show(t)}" for i, t in enumerate(dw.tokens)]
     rep.lines(
         x,
@@ -101,16 +114,7 @@ def build(dw: DecodingWalk, title: str, figures: bool = True) -> Report:
         width=900,
     )
     if figures:
-        plt = pyplot()
-        fig, ax = plt.subplots(figsize=(min(16, 3 + 0.45 * len(dw.tokens)), 3.2))
-        ax.bar(
-            range(len(dw.tokens)), dw.probs.numpy(), color=["#2ca02c" if int(r) == 0 else "#d62728" for r in dw.ranks]
-        )
-        ax.set_xticks(range(len(dw.tokens)), [show(t) for t in dw.tokens], rotation=60, ha="right", fontsize=8)
-        ax.set_ylabel("P(token)")
-        ax.set_title("decoding walk: probability of each emitted token (green: the nearest token)", fontsize=10)
-        fig.tight_layout()
-        rep.figure(fig, "decoding_walk", embed=False)  # repeats the first line chart
+        rep.figure(_probability_figure(dw), "decoding_walk", embed=False)  # repeats the first line chart
     return rep
 
 

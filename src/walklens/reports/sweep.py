@@ -265,7 +265,7 @@ def _run_section(rep: Report, s: RunSummary) -> None:
 
 def document(summaries: Sequence[RunSummary], source: str = "") -> dict[str, Any]:
     """The JSON document of the sweep report (sec. 5.1, A.6): the database it summarises (``source``) and every
-    field of each run's summary (:class:`~walklens.concepts.summary.RunSummary`: per metric the distribution,
+    field of each run's summary (:class:`~walklens.experiments.summary.RunSummary`: per metric the distribution,
     the top 10, the honest best scores and the marginal effects); ``summary.json`` holds its ``runs``."""
     return {"source": source, "runs": list(summaries)}
 

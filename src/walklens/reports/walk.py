@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..outputs import jsonable
 from .html import Report, fields_of, pyplot, show
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def cell_document(
 
 def document(walks: Mapping[str, EncodingWalk], labels: Mapping[int, str], model: str, text: str) -> dict[str, Any]:
     """The ``--json`` document: the text, its tokens, the labels of every token id mentioned and every number
-    of each reading's walk (:func:`walk_document`)."""
+    of each reading's walk (:func:`walk_document`, as JSON values)."""
     first = next(iter(walks.values()))
     return {
         "model": model,
@@ -93,7 +94,7 @@ def document(walks: Mapping[str, EncodingWalk], labels: Mapping[int, str], model
         "tokens": first.tokens,
         "token_ids": first.token_ids,
         "labels": labels,
-        "walks": {k: walk_document(w) for k, w in walks.items()},
+        "walks": {k: jsonable(walk_document(w)) for k, w in walks.items()},
     }
 
 
@@ -155,9 +156,7 @@ def _band(x: torch.Tensor) -> tuple[list[float], list[float], list[float]]:
     for row in x:
         v = row[~torch.isnan(row)]
         if len(v) == 0:
-            mean.append(float("nan"))
-            lo.append(float("nan"))
-            hi.append(float("nan"))
+            mean.append(float("nan")), lo.append(float("nan")), hi.append(float("nan"))
             continue
         mean.append(float(v.mean()))
         lo.append(float(torch.quantile(v, 0.1)))
@@ -165,11 +164,11 @@ def _band(x: torch.Tensor) -> tuple[list[float], list[float], list[float]]:
     return mean, lo, hi
 
 
-def _summary_rows(walk: EncodingWalk, labels: Mapping[int, str], n_cols: int, fi: int) -> list[list[Any]]:
-    """The summary table's row per position: the tokens, the top-1 at point ``fi``, ranks and escape points."""
+def _summary_table(report: Report, walk: EncodingWalk, labels: Mapping[int, str], n_cols: int, fi: int) -> None:
+    """Per position: w_t, w_t+1, the top-1 token and the ranks at point ``fi``, the escape points (A.2)."""
     T = len(walk.tokens)
     esc, stab = walk.escape_names, walk.escape_stable_names
-    table_rows: list[list[Any]] = []
+    table_rows = []
     for t in range(n_cols):
         nxt = show(walk.tokens[t + 1]) if t + 1 < T else ""
         top = int(walk.top_ids[fi, t, 0])
@@ -187,95 +186,6 @@ def _summary_rows(walk: EncodingWalk, labels: Mapping[int, str], n_cols: int, fi
                 stab[t] or "-",
             ]
         )
-    return table_rows
-
-
-def _hover(walk: EncodingWalk, labels: Mapping[int, str], rows: list[int], n_cols: int) -> list[list[str]]:
-    """The rank heatmaps' hover text: per position and point, the ranks of w_t and w_t+1 and the nearest tokens."""
-    hover = []
-    for t in range(n_cols):
-        line = []
-        for i in rows:
-            tops = ", ".join(repr(labels.get(int(j), str(int(j)))) for j in walk.top_ids[i, t, :TOP_HOVER])
-            rn = int(walk.rank_of_next[i, t])
-            line.append(
-                f"rank of w_t {int(walk.rank_of_input[i, t])}"
-                + (f", of w_t+1 {rn}" if rn >= 0 else "")
-                + f"\nnearest: {tops}"
-            )  # plain text: plots.js inserts it with textContent
-        hover.append(line)
-    return hover
-
-
-def _add_curves(report: Report, walk: EncodingWalk, rows: list[int], row_names: list[str]) -> None:
-    """Per-layer curves (mean over positions, 10-90 % band): cosines, step length and angle."""
-    T = len(walk.tokens)
-    x = list(row_names)
-    ci, cn = walk.cos_input[rows], walk.cos_next[rows]
-    series: list[dict[str, Any]] = []
-    for name, v, colour in (("cos(x, w_t)", ci, "#1f77b4"), ("cos(x, w_t+1)", cn, "#d62728")):
-        m, lo, hi = _band(v)
-        series.append({"name": name + " mean", "y": m, "band": [lo, hi], "color": colour})
-    if T <= 12:
-        for t in range(T - 1):
-            series.append(
-                {
-                    "name": f"{t}:{show(walk.tokens[t])} → {show(walk.tokens[t + 1])}",
-                    "y": cn[:, t].tolist(),
-                    "dash": True,
-                }
-            )
-    report.lines(
-        x, series, title="cosine with w_t and with w_t+1 through the stack", xlabel="point", width=900, height=340
-    )
-    sl, sa = walk.step_length[rows], walk.step_angle[rows]
-    m1, lo1, hi1 = _band(sl)
-    report.lines(
-        x,
-        [{"name": "step length |x_p - x_p-1|", "y": m1, "band": [lo1, hi1]}],
-        title="step length between consecutive residual points (mean over positions, 10-90 % band)",
-        xlabel="point",
-        width=900,
-        height=300,
-    )
-    m2, lo2, hi2 = _band(sa)
-    report.lines(
-        x,
-        [{"name": "angle (degrees)", "y": m2, "band": [lo2, hi2], "color": "#2ca02c"}],
-        title="angle between consecutive residual points",
-        xlabel="point",
-        width=900,
-        height=300,
-    )
-
-
-def add_walk(
-    report: Report,
-    walk: EncodingWalk,
-    labels: Mapping[int, str],
-    key: str,
-    heading: str,
-    figures: bool = True,
-    max_cols: int = MAX_COLS,
-) -> None:
-    """One encoding walk (one reading, one stack) as report sections."""
-    rows = _rows(walk)
-    T = len(walk.tokens)
-    n_cols = min(T, max_cols)
-    row_names = [walk.points[i] for i in rows]
-    cols = _pos_labels(walk.tokens, n_cols)
-    fi = walk.points.index("final") if "final" in walk.points else rows[-1]
-    report.h2(heading)
-    report.p(
-        f"metric: {walk.metric}; norm: {walk.norm}; compared with: {walk.matrix}; k = {walk.k}. "
-        f"Ranks count the tokens scoring strictly higher (0 = nearest).",
-        note=True,
-    )
-    if n_cols < T:
-        report.p(f"Showing the first {n_cols} of {T} positions; the JSON output holds all of them.", note=True)
-
-    # summary per position
-    table_rows = _summary_rows(walk, labels, n_cols, fi)
     report.table(
         [
             "t",
@@ -291,7 +201,39 @@ def add_walk(
         table_rows,
     )
 
-    # rank heatmaps with hover: one row per position, one column per point (reading left to right = up the stack)
+
+def _hover(walk: EncodingWalk, labels: Mapping[int, str], rows: list[int], n_cols: int) -> list[list[str]]:
+    """Each heatmap cell's tooltip: the ranks of w_t and w_t+1 and the nearest tokens (plain text: plots.js
+    inserts it with textContent)."""
+    hover = []
+    for t in range(n_cols):
+        line = []
+        for i in rows:
+            tops = ", ".join(repr(labels.get(int(j), str(int(j)))) for j in walk.top_ids[i, t, :TOP_HOVER])
+            rn = int(walk.rank_of_next[i, t])
+            line.append(
+                f"rank of w_t {int(walk.rank_of_input[i, t])}"
+                + (f", of w_t+1 {rn}" if rn >= 0 else "")
+                + f"\nnearest: {tops}"
+            )
+        hover.append(line)
+    return hover
+
+
+def _rank_maps(
+    report: Report,
+    walk: EncodingWalk,
+    labels: Mapping[int, str],
+    rows: list[int],
+    n_cols: int,
+    name: tuple[str, str],
+    figures: bool,
+) -> None:
+    """The rank heatmaps of w_t and w_t+1 with hover: one row per position, one column per point (reading left to
+    right = up the stack); ``name``: (key, heading) of the walk, for the PNGs."""
+    key, heading = name
+    cols = _pos_labels(walk.tokens, n_cols)
+    row_names = [walk.points[i] for i in rows]
     hover = _hover(walk, labels, rows, n_cols)
     for what, ranks in (("input", walk.rank_of_input), ("next", walk.rank_of_next)):
         r = ranks[rows, :n_cols].t()
@@ -313,14 +255,73 @@ def add_walk(
                 embed=False,
             )  # the interactive heatmap above shows the same view
 
+
+def _curves(report: Report, walk: EncodingWalk, rows: list[int]) -> None:
+    """Per-layer curves (mean over positions, 10-90 % band) of the cosines with w_t and w_t+1, per position too
+    for short texts, and of the step length and angle."""
+    T = len(walk.tokens)
+    x = [walk.points[i] for i in rows]
+    ci, cn = walk.cos_input[rows], walk.cos_next[rows]
+    series = []
+    for name, v, colour in (("cos(x, w_t)", ci, "#1f77b4"), ("cos(x, w_t+1)", cn, "#d62728")):
+        m, lo, hi = _band(v)
+        series.append({"name": name + " mean", "y": m, "band": [lo, hi], "color": colour})
+    if T <= 12:
+        for t in range(T - 1):
+            series.append(
+                {
+                    "name": f"{t}:{show(walk.tokens[t])} → {show(walk.tokens[t + 1])}",
+                    "y": cn[:, t].tolist(),
+                    "dash": True,
+                }
+            )
+    report.lines(
+        x, series, title="cosine with w_t and with w_t+1 through the stack", xlabel="point", width=900, height=340
+    )
+    for v, label, title, colour in (
+        (
+            walk.step_length[rows],
+            "step length |x_p - x_p-1|",
+            "step length between consecutive residual points (mean over positions, 10-90 % band)",
+            None,
+        ),
+        (walk.step_angle[rows], "angle (degrees)", "angle between consecutive residual points", "#2ca02c"),
+    ):
+        m, lo, hi = _band(v)
+        line = {"name": label, "y": m, "band": [lo, hi], **({"color": colour} if colour else {})}
+        report.lines(x, [line], title=title, xlabel="point", width=900, height=300)
+
+
+def add_walk(
+    report: Report,
+    walk: EncodingWalk,
+    labels: Mapping[int, str],
+    key: str,
+    heading: str,
+    figures: bool = True,
+    max_cols: int = MAX_COLS,
+) -> None:
+    """One encoding walk (one reading, one stack) as report sections (sec. 2.2.2, Fig. 9, A.2)."""
+    rows = _rows(walk)
+    T = len(walk.tokens)
+    n_cols = min(T, max_cols)
+    fi = walk.points.index("final") if "final" in walk.points else rows[-1]
+    report.h2(heading)
+    report.p(
+        f"metric: {walk.metric}; norm: {walk.norm}; compared with: {walk.matrix}; k = {walk.k}. "
+        f"Ranks count the tokens scoring strictly higher (0 = nearest).",
+        note=True,
+    )
+    if n_cols < T:
+        report.p(f"Showing the first {n_cols} of {T} positions; the JSON output holds all of them.", note=True)
+    _summary_table(report, walk, labels, n_cols, fi)
+    _rank_maps(report, walk, labels, rows, n_cols, (key, heading), figures)
     report.raw("<h3>nearest token at each point (green: w_t+1, grey: w_t)</h3>")
     grid_rows = (
         rows if len(rows) <= 70 else [i for i in rows if not walk.points[i].endswith(("resid_mid", "resid_cross"))]
     )
     report.raw(_grid_html(walk, labels, grid_rows, n_cols))
-
-    # per-layer curves (mean over positions, 10-90 % band), and per position for short texts
-    _add_curves(report, walk, rows, row_names)
+    _curves(report, walk, rows)
 
 
 def build(

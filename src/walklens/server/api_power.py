@@ -4,9 +4,9 @@ activation addition toward a target, the steered continuation next to the unstee
 
 Each reply is the result's document, the dict the report module writes as ``--json``
 (:mod:`walklens.reports.power`, :mod:`walklens.reports.steer`), and the page draws it with the reports' own
-script (``reports/assets/results.js``).  Spectra are computed once per model (from the weights); the playground runs
-:func:`walklens.steering.steering_sweep` with the alphas ``[0, alpha]``, so both continuations come from the
-same code path and the model is restored bit for bit after each (:mod:`walklens.interventions`).
+script (``reports/assets/results.js``).  Spectra are computed once per model (from the weights); the
+playground runs :func:`walklens.steering.steering_sweep` with the alphas ``[0, alpha]``, so both continuations
+come from the same code path and the model is restored bit for bit after each (:mod:`walklens.interventions`).
 """
 
 from __future__ import annotations

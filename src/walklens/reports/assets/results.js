@@ -92,9 +92,9 @@
     });
     if (!doc.per_token || !doc.per_token.length || !doc.tokens || !doc.tokens.length) return;
     var post = where(doc.points, function (p) { return p.endsWith(".resid_post"); }), z = doc.per_token[0];
-    plot(parent, "heatmap", {z: doc.tokens[0].map(function (t, j) { return post.map(function (i) { return z[i][j]; }); }),
-      row_labels: doc.tokens[0], col_labels: post.map(function (i) { return "L" + doc.layer_of[i]; }), vmin: 0},
-      "per token (first text), at each layer's output");
+    var rows = doc.tokens[0].map(function (t, j) { return post.map(function (i) { return z[i][j]; }); });
+    plot(parent, "heatmap", {z: rows, row_labels: doc.tokens[0], vmin: 0,
+      col_labels: post.map(function (i) { return "L" + doc.layer_of[i]; })}, "per token (first text), at each layer's output");
   }
   function modulus(c) { return c ? Math.hypot(c[0], c[1]) : null; }  // a complex number is [re, im]
   function spectra(parent, doc) {  // spectra_document: per layer a row, the leading moduli, the heads' |lambda1|
@@ -109,10 +109,11 @@
     plot(parent, "lines", {x: L.map(function (s) { return "L" + s.layer; }), xlabel: "layer", width: 720, height: 320,
       series: [{name: "|λ1|", y: L.map(function (s) { return modulus(s.eigenvalues[0]); })},
                {name: "|λ2|", y: L.map(function (s) { return modulus(s.eigenvalues[1]); }), dash: true},
-               {name: "gap |λ2/λ1|", y: L.map(function (s) { return s.gap; })}]}, "leading eigenvalues and gap per layer");
+               {name: "gap |λ2/λ1|", y: L.map(function (s) { return s.gap; })}]},
+      "leading eigenvalues and gap per layer");
     if (!L.some(function (s) { return s.heads && s.heads.length; })) return;
-    plot(parent, "heatmap", {z: L.map(function (s) { return s.heads.map(function (h) { return modulus(h.eigenvalues[0]); }); }),
-      row_labels: L.map(function (s) { return "L" + s.layer; }),
+    var heads = L.map(function (s) { return s.heads.map(function (h) { return modulus(h.eigenvalues[0]); }); });
+    plot(parent, "heatmap", {z: heads, row_labels: L.map(function (s) { return "L" + s.layer; }),
       col_labels: L[0].heads.map(function (h) { return "h" + h.head; })}, "|λ1| of each head's W_v,h W_o,h");
   }
   function dynamics(parent, doc) {  // dynamics_document: every mode against the random baseline, and the real one
