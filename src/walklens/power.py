@@ -429,6 +429,22 @@ def as_texts(texts: str | Sequence[str]) -> list[str]:
 
 
 @torch.no_grad()
+def _other_layers_band(other_means: torch.Tensor, li: torch.Tensor) -> tuple[list[float], list[float], list[float]]:
+    """Per point p, the band of the mean alignment with every *other* layer's v1 (``other_means`` [L, P])."""
+    L, P = other_means.shape
+    o_mean: list[float] = []
+    o_lo: list[float] = []
+    o_hi: list[float] = []
+    for p in range(P):
+        keep = torch.tensor([i for i in range(L) if i != int(li[p])], dtype=torch.long)
+        vals = other_means[keep, p] if len(keep) else other_means[:, p]
+        m, lo, hi = _band(vals[:, None], dim=0)  # [n, 1] -> one-element lists
+        o_mean += m
+        o_lo += lo
+        o_hi += hi
+    return o_mean, o_lo, o_hi
+
+
 def alignment_from_states(
     states: Sequence[torch.Tensor],
     points: Sequence[str],
@@ -480,16 +496,7 @@ def alignment_from_states(
     own = C[li, torch.arange(P)]  # [P, N]
     r_mean, r_lo, r_hi = _band(R.mean(2), dim=1)
     other_means = C.mean(2)  # [L, P]
-    o_mean: list[float] = []
-    o_lo: list[float] = []
-    o_hi: list[float] = []
-    for p in range(P):
-        keep = torch.tensor([i for i in range(L) if i != int(li[p])], dtype=torch.long)
-        vals = other_means[keep, p] if len(keep) else other_means[:, p]
-        m, lo, hi = _band(vals[:, None], dim=0)  # [n, 1] -> one-element lists
-        o_mean += m
-        o_lo += lo
-        o_hi += hi
+    o_mean, o_lo, o_hi = _other_layers_band(other_means, li)
     sh = torch.stack([other_means[torch.tensor([perm[int(i)] for i in li]), torch.arange(P)] for perm in perms])
     s_mean, s_lo, s_hi = _band(sh, dim=0)
     return Alignment(
