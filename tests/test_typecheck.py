@@ -21,35 +21,16 @@ pytestmark = pytest.mark.typecheck
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "walklens"
 
-#: TEMPORARY, until every module is clean under [tool.mypy]: the files and folders (relative to the repository
-#: root) whose errors fail the checks; mypy still checks all of src/walklens (pyproject.toml's ``files``).
-#: Empty: all of src/walklens.
-MYPY_FILES: list[str] = [
-    "src/walklens/models",
-    "src/walklens/testing",
-    "src/walklens/attention.py",
-    "src/walklens/ov.py",
-    "src/walklens/ranking.py",
-    "src/walklens/numbers.py",
-    "src/walklens/trace.py",
-    "src/walklens/precision.py",
-    "src/walklens/outputs.py",
-    "src/walklens/sqlite.py",
-    "src/walklens/errors.py",
-    "src/walklens/idealised.py",
-    "src/walklens/parity.py",
-    "src/walklens/concepts/cache.py",
-    "src/walklens/concepts/segment.py",
-    "src/walklens/concepts/generation.py",
-    "src/walklens/concepts/similarity.py",
-    "src/walklens/concepts/schemes.py",
-    "src/walklens/hellaswag/data.py",
-    "src/walklens/hellaswag/baseline.py",
-    "src/walklens/hellaswag/store/db.py",
-    "src/walklens/hellaswag/store/results.py",
-    "src/walklens/hellaswag/store/counts.py",
-    "src/walklens/compaction/spec.py",
-    "src/walklens/compaction/explain.py",
+#: TEMPORARY: the files whose mypy errors do not fail the checks yet (13 errors in all, listed by the last run of
+#: ``mypy``); every other file of src/walklens is covered.  Empty: all of src/walklens.
+MYPY_PENDING: list[str] = [
+    "src/walklens/loading.py",
+    "src/walklens/capture.py",
+    "src/walklens/reports/walk.py",
+    "src/walklens/hellaswag/encode.py",
+    "src/walklens/hellaswag/packing.py",
+    "src/walklens/concepts/vectors.py",
+    "src/walklens/compaction/core.py",
 ]
 
 
@@ -64,7 +45,7 @@ def test_mypy_finds_no_error() -> None:
     code, out = mypy()  # the files of pyproject.toml
     assert code in (0, 1), out  # 2: mypy itself failed
     errors = [ln for ln in out.splitlines() if re.match(r"[^:\s]+\.py:\d+: error:", ln)]
-    if MYPY_FILES:
+    if MYPY_PENDING:
         covered = {str(p.relative_to(ROOT)) for p in covered_files()}
         errors = [ln for ln in errors if ln.split(":", 1)[0] in covered]
     else:
@@ -114,9 +95,9 @@ def unexplained(source: str) -> list[tuple[int, str]]:
 
 
 def covered_files() -> list[Path]:
-    """The .py files the checks cover (:data:`MYPY_FILES`, else all of src/walklens)."""
-    roots = [ROOT / f for f in MYPY_FILES] if MYPY_FILES else [SRC]
-    return sorted({p for r in roots for p in ([r] if r.is_file() else r.rglob("*.py"))})
+    """The .py files the checks cover: all of src/walklens but :data:`MYPY_PENDING`."""
+    pending = {ROOT / f for f in MYPY_PENDING}
+    return sorted(p for p in SRC.rglob("*.py") if p not in pending)
 
 
 def test_every_ignore_says_why() -> None:
