@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -387,8 +387,8 @@ def _stack_body(lm: LoadedModel, spec: StackSpec) -> nn.Module:
     if lm.is_encoder_decoder:
         if spec.name != lm.reading_stack.name:
             raise InputError(f"{lm.adapter.family}: a batch runs the encoder stack only, not {spec.name!r}")
-        return lm.hf.get_encoder()
-    return lm.model.base_model
+        return cast(nn.Module, lm.hf.get_encoder())
+    return lm.hf.base_model
 
 
 @torch.no_grad()

@@ -292,11 +292,11 @@ def _counted_gguf_tensors(count: Callable[[int], None], advance: Callable[[], No
             yield item
             advance()
 
-    gguf_utils.tqdm = counted
+    gguf_utils.tqdm = counted  # type: ignore[attr-defined,assignment]  # the loader's own tqdm, stood in for during a load
     try:
         yield
     finally:
-        gguf_utils.tqdm = real
+        gguf_utils.tqdm = real  # type: ignore[attr-defined]  # restored
 
 
 def _dequantize_gguf(gguf: Path, target: Path, progress: bool = True) -> None:

@@ -36,7 +36,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -331,7 +331,7 @@ def prefix_embeds(lm: LoadedModel, parts: Sequence[Part], bos: bool = True) -> t
     harness adds one), then each part in order: a tensor of vectors as it is, token ids as their input
     embeddings (the input-embedding module's output, so feeding ids and feeding these is the same)."""
     dev = lm.device
-    dtype = lm.hf.get_input_embeddings().weight.dtype
+    dtype = cast(torch.Tensor, lm.hf.get_input_embeddings().weight).dtype
     out = []
     with torch.inference_mode():
         if bos and n_prefix_tokens(lm):

@@ -148,7 +148,7 @@ def text_vectors(
             b = batches[j]
             out[b] = v
             if cache is not None:
-                cache.put(space, [uniq[i] for i in b], layers, words, v)
+                cache.put(space, [uniq[i] for i in b], layers, words, v)  # type: ignore[possibly-undefined]  # set with the cache
             bar.update(len(b))
             if on_batch is not None:
                 on_batch(n)

@@ -110,7 +110,7 @@ def hidden_states(
     if None in layers:
         out[None] = input_embeddings(lm, ids.to(lm.device)).float()
     for l in wanted:
-        out[l] = batch[names[l]]
+        out[l] = batch[names[l]]  # type: ignore[possibly-undefined]  # bound above whenever wanted is not empty
     return out, mask
 
 
@@ -152,7 +152,7 @@ def continuation_logliks(
     ctx_kw = (
         {"input_ids": torch.tensor([list(context_ids)], dtype=torch.long, device=dev)}
         if context_ids is not None
-        else {"inputs_embeds": context_embeds[None].to(device=dev, dtype=lm.dtype)}
+        else {"inputs_embeds": context_embeds[None].to(device=dev, dtype=lm.dtype)}  # type: ignore[index]  # given when no context_ids are
     )
     if lm.is_causal:
         model = lm.model

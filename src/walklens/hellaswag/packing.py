@@ -34,7 +34,7 @@ local-attention window (that window is counted in the layout, not in position id
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -193,7 +193,7 @@ def _packed_batch(lm: LoadedModel, reqs: Sequence[ScoreRequest]) -> list[list[fl
             tgt_tok.append(tok)
             tgt_out.append(n_out + k)
         n_out += len(r.continuations)
-    dtype = embed.weight.dtype
+    dtype = cast(torch.Tensor, embed.weight).dtype
     if use_embeds:
         x = embed(ids.to(dev))
         for b, e in embeds_ctx:

@@ -156,7 +156,9 @@ def _band(x: torch.Tensor) -> tuple[list[float], list[float], list[float]]:
     for row in x:
         v = row[~torch.isnan(row)]
         if len(v) == 0:
-            mean.append(float("nan")), lo.append(float("nan")), hi.append(float("nan"))
+            mean.append(float("nan"))
+            lo.append(float("nan"))
+            hi.append(float("nan"))
             continue
         mean.append(float(v.mean()))
         lo.append(float(torch.quantile(v, 0.1)))
@@ -262,7 +264,7 @@ def _curves(report: Report, walk: EncodingWalk, rows: list[int]) -> None:
     T = len(walk.tokens)
     x = [walk.points[i] for i in rows]
     ci, cn = walk.cos_input[rows], walk.cos_next[rows]
-    series = []
+    series: list[dict[str, Any]] = []
     for name, v, colour in (("cos(x, w_t)", ci, "#1f77b4"), ("cos(x, w_t+1)", cn, "#d62728")):
         m, lo, hi = _band(v)
         series.append({"name": name + " mean", "y": m, "band": [lo, hi], "color": colour})
@@ -278,7 +280,7 @@ def _curves(report: Report, walk: EncodingWalk, rows: list[int]) -> None:
     report.lines(
         x, series, title="cosine with w_t and with w_t+1 through the stack", xlabel="point", width=900, height=340
     )
-    for v, label, title, colour in (
+    curves: tuple[tuple[torch.Tensor, str, str, str | None], ...] = (
         (
             walk.step_length[rows],
             "step length |x_p - x_p-1|",
@@ -286,9 +288,10 @@ def _curves(report: Report, walk: EncodingWalk, rows: list[int]) -> None:
             None,
         ),
         (walk.step_angle[rows], "angle (degrees)", "angle between consecutive residual points", "#2ca02c"),
-    ):
+    )
+    for v, label, title, line_colour in curves:
         m, lo, hi = _band(v)
-        line = {"name": label, "y": m, "band": [lo, hi], **({"color": colour} if colour else {})}
+        line = {"name": label, "y": m, "band": [lo, hi], **({"color": line_colour} if line_colour else {})}
         report.lines(x, [line], title=title, xlabel="point", width=900, height=300)
 
 
