@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import binomtest
 
 from walklens.experiments import stats
-from walklens.hellaswag.store import SweepRun, SweepStore
+from walklens.hellaswag.store import SweepRun, SweepStore, counts
 
 N_HELLASWAG = 10_042
 
@@ -72,13 +72,13 @@ def _oracle(correct: np.ndarray, names: list[str], k: int, seed: int) -> dict:
     n = correct.shape[1]
     sums = correct.sum(1)
     i = int(np.argmax(sums))
-    a, b = stats.split_items(n, seed)
+    a, b = counts.split_items(n, seed)
     split = []
     for sel, ev in ((a, b), (b, a)):
         j = int(np.argmax(correct[:, sel].sum(1)))
         split.append((names[j], int(correct[j, ev].sum()) / len(ev)))
     hits, chosen = 0, []
-    for f in stats.kfold_folds(n, k, seed):
+    for f in counts.kfold_folds(n, k, seed):
         j = int(np.argmax(sums - correct[:, f].sum(1)))
         hits += int(correct[j, f].sum())
         chosen.append(names[j])
@@ -176,7 +176,7 @@ def test_report_on_full_width_store_has_bounded_memory(tmp_path: Path, monkeypat
     from walklens.hellaswag.store import sweeps
 
     calls = []
-    monkeypatch.setattr(sweeps, "count_cells", lambda *a, **kw: calls.append(1) or stats.count_cells(*a, **kw))
+    monkeypatch.setattr(sweeps, "count_cells", lambda *a, **kw: calls.append(1) or counts.count_cells(*a, **kw))
     with SweepStore(tmp_path / "big.sqlite", readonly=True) as st:
         tracemalloc.start()
         res = st.load_counts(rid, k=5, chunk=200)
