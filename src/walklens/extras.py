@@ -15,6 +15,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "serve": ("starlette", "uvicorn"),  # walklens serve
     "ray": ("ray",),  # --backend ray, an experiment file's [backend] name = "ray"
     "data": ("pyarrow",),  # hellaswag export FILE.parquet
+    "pandas": ("pandas",),  # to_pandas(), summarise_db (walklens.frames, a sibling, names it in its own line)
 }
 
 
