@@ -47,6 +47,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     # walks (seed 000 sec. 2.1, 2.2.2)
     "walks": ("encoding_walk", "similarity_map", "EncodingWalk"),
+    "simmap": ("SimilarityMap",),
     "decoding": ("decoding_walk", "DecodingWalk"),
     # the parity card: every recomputation against the model itself
     "parity": ("verify", "ParityCard", "ParityCheck"),

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .capture import capture
+from .display import Shown
 from .errors import InputError
 from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick, record_table
 from .hooks import Hooks, distinct, first_output
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class HeadMatrices:
+class HeadMatrices(Shown, view="head_matrices"):
     """W_vo,h and W_qk,h of every head of one attention module (seed 000, A.3), kept factored.
 
     ``weights`` are the module's per-head weights in row convention (:class:`~walklens.models.HeadWeights`).
@@ -284,7 +285,7 @@ class IdentityCheck:
 
 
 @dataclass(frozen=True)
-class IdentityResult(Mapping[str, float]):
+class IdentityResult(Shown, Mapping[str, float], view="identity"):
     """Max absolute error of the A.3 identity per attention module, keyed ``"L{l}.attn"`` (``"enc.L0.attn"``,
     ``"dec.L0.cross"`` for T5), in layer order.  Behaves as a read-only dict name -> error (``res[0]`` is the
     first module's error); ``checks`` has the details, ``trace`` the captured forward pass, ``model_dtype`` the
@@ -434,7 +435,7 @@ def attention_identity(
 
 
 @dataclass(frozen=True)
-class ClusterView:
+class ClusterView(Shown, view="cluster"):
     """Head h at query position t read as cluster & aggregate (seed 000, sec. 2.2.1 and A.2).
 
     ``memberships`` [S]: the attention row A_h[t] (soft-cluster membership of every key position).
@@ -559,7 +560,7 @@ def cluster_view(trace: Trace, hm: HeadMatrices, head: int, position: int = -1, 
 
 
 @dataclass(frozen=True)
-class SelfMass:
+class SelfMass(Shown, view="self_mass"):
     """Mean attention mass a query puts on itself, per layer and head (the self-association pull, A.2).
 
     ``mass`` [L, H]: mean over query positions of A_h[t, t]; ``uniform`` [L, H]: the same mean for uniform
@@ -616,7 +617,7 @@ def self_mass(trace: Trace, causal: bool | None = None) -> SelfMass:
 
 
 @dataclass(frozen=True)
-class HeadStats:
+class HeadStats(Shown, view="head_stats"):
     """Per layer and head summaries of the filters, all computed from the factors: ``vo_norm``/``qk_norm``
     [L, H] Frobenius norms, ``vo_sigma1`` the largest singular value of W_vo,h, ``vo_copying`` the copying
     score ``sum Re(eig) / sum |eig|`` of W_vo,h (:meth:`FactoredMatrix.copying_score`).  ``qk_note``: where the

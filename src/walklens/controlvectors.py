@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .capture import capture
+from .display import Shown
 from .errors import InputError
 from .interventions import add_to_residual, eigen_edit, resolve_layers
 from .outputs import check_file, write_atomic
@@ -57,7 +58,7 @@ METHODS = ("add", "eigen")
 
 
 @dataclass
-class ControlVector:
+class ControlVector(Shown, view="control_vector"):
     """One residual vector per layer, as a llama.cpp control vector holds them: ``directions[k]`` (float32 [D]) is
     added to the output of layer k (0-based, k >= 1; module docstring).  ``model_hint``: the model type it was made
     for; ``method``/``alpha``/``label``: how walklens made it (empty for a file from elsewhere); ``along_u``:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .capture import Step, context_limit, record_steps, tokenize
+from .display import Shown
 from .errors import ContextTooLongError, EmptyTextError, InputError
 from .frames import Columns, DataFrame, frame, long_table, pick
 from .numbers import POSITIVE, POSITIVE_INT, PROBABILITY
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class DecodingWalk:
+class DecodingWalk(Shown, view="decoding"):
     """A decoding walk ⟨d_i⟩ (eq. 10): one decoding vector d_t per generated (or teacher-forced) token.
 
     ``tokens``/``token_ids``: the emitted tokens; ``ranks``: rank of each emitted token in P_t (0 = the
@@ -73,6 +74,10 @@ class DecodingWalk:
     top_tokens: list[list[str]] = field(default_factory=list)
 
     @property
+    def _headline(self) -> str:
+        """The head line of its text repr (:mod:`walklens.display`)."""
+        return f"{self.model_name} · {self.prompt[:24]!r} + {len(self.tokens)} tokens"
+
     def text(self) -> str:
         return "".join(self.tokens)
 

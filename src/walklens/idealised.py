@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .capture import capture
+from .display import Shown
 from .errors import InputError, UnsupportedFamilyError
 from .frames import Columns, DataFrame, frame, long_table, pick, record_table
 from .interventions import ablate_mlps, tied_layers
@@ -75,7 +76,7 @@ def _linear_layer_fn(lm: LoadedModel, layer: int) -> Callable[[torch.Tensor], to
 
 
 @dataclass
-class Dynamics:
+class Dynamics(Shown, view="dynamics"):
     """Trajectories of the same tokens under several dynamics (seed 002's simplified layer and its variants).
 
     ``modes``: ``real`` (the model), ``mlp_ablated`` (the model with every feed-forward output zeroed),
@@ -230,7 +231,7 @@ def dynamics(
 
 
 @dataclass
-class SharedWeights:
+class SharedWeights(Shown, view="shared_weights"):
     """One layer k applied L times (seed 002: "with shared weights ... the alignment ... can be shown
     analytically").  Depth index l = 0..L (0 = the input).  ``measured``: mean |cos(x_l, v1(F_k))| of the
     real tied model at each depth; ``power``: the pure power method x <- x F_k from the same inputs;

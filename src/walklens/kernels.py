@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from .capture import attention_probs, context_limit
+from .display import Shown
 from .errors import InputError
 from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick, record_table
 from .hooks import Hooks, distinct
@@ -189,7 +190,7 @@ class StackKernels:
 
 
 @dataclass
-class PositionKernels:
+class PositionKernels(Shown, view="kernels"):
     """Position kernels of a model, per stack, with their self-bias classes (seed 000, A.2)."""
 
     model_name: str

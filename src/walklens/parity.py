@@ -32,6 +32,7 @@ import torch
 from .attention import attention_identity, head_matrices
 from .capture import capture
 from .decoding import decoding_walk
+from .display import WIDTH, Shown
 from .frames import Columns, DataFrame, frame, pick, record_table
 from .models.base import get_module, has_module
 from .models.derive import ACT_NAMES, MLP_NAMES
@@ -69,6 +70,10 @@ def tolerance(check: str, dtype: torch.dtype) -> float:
     return 8 * UNIT_ROUNDOFF[dtype]
 
 
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
 @dataclass(frozen=True)
 class ParityCheck:
     """One check: ``error`` against ``tolerance`` (``passed`` None: not measurable here, ``note`` says why)."""
@@ -83,7 +88,7 @@ class ParityCheck:
 
 
 @dataclass(frozen=True)
-class ParityCard:
+class ParityCard(Shown, view="parity"):
     """Every check of one model in one dtype (``checks`` in the order of :data:`FLOAT32_TOL`)."""
 
     model_name: str
@@ -108,9 +113,17 @@ class ParityCard:
     def failed(self) -> list[str]:
         return [c.name for c in self.checks if c.passed is False]
 
+    def _headline(self) -> str:
+        """The head line of its text repr (:mod:`walklens.display`)."""
+        return f"{self.model_name}, {self.dtype}, {'pass' if self.passed else 'FAIL'}"
+
     def __repr__(self) -> str:
-        marks = " ".join(f"{c.name}:{'ok' if c.passed else 'n/a' if c.passed is None else 'FAIL'}" for c in self.checks)
-        return f"ParityCard({self.model_name}, {self.dtype}, {'pass' if self.passed else 'FAIL'}: {marks})"
+        """80 columns: the head line, then each check's verdict, error and tolerance."""
+        lines = [f"ParityCard({self._headline()})"]
+        for c in self.checks:
+            mark = "ok" if c.passed else "n/a" if c.passed is None else "FAIL"
+            lines.append(f"  {c.name:<16} {mark:<4} error {_g(c.error)} tol {_g(c.tolerance)}"[:WIDTH])
+        return "\n".join(lines)
 
     def _columns(self, table: str = "checks") -> Columns:
         """The plain columns of :meth:`to_pandas`."""

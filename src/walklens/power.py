@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .capture import capture
+from .display import Shown
 from .errors import EmptyTextError, InputError
 from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick, point_kind, record_table
 from .ov import Eigen, eigen_factored, ov_factors, residual_gap
@@ -83,7 +84,7 @@ class LayerSpectrum(Eigen):
 
 
 @dataclass
-class PowerSpectra:
+class PowerSpectra(Shown, view="spectra"):
     """Per-layer spectra of a model (``layers[i].layer`` is the layer index)."""
 
     model_name: str
@@ -295,7 +296,7 @@ def power_spectra(
 
 
 @dataclass
-class Alignment:
+class Alignment(Shown, view="alignment"):
     """Mean |cos(x, v1(F_l))| of every token at each point of layer l, with chance baselines (seed 002).
 
     Per point (``points[i]``, on layer ``layer_of[i]``): ``mean``/``std`` over all tokens of all texts;

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .capture import capture, tokenize
+from .display import Shown
 from .errors import InputError, NonFiniteWarning, UnsupportedFamilyError
 from .frames import Columns, DataFrame, frame, pick, record_table
 from .hooks import Hooks, distinct, first_output
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class SteerResult:
+class SteerResult(Shown, view="steer"):
     """What a :func:`steer` context did: the unit direction ``u``, its label and target token id, and for
     eigen-steering one :class:`SteerEdit` per edited module."""
 
@@ -148,7 +149,7 @@ class SteerRow:
 
 
 @dataclass
-class SteeringSweep:
+class SteeringSweep(Shown, view="steering"):
     """Eigen-steering and activation addition across alphas, layer sets and prompts."""
 
     model_name: str

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .display import Shown
 from .errors import InputError
 from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick
 
@@ -36,7 +37,7 @@ _LAYER_POINT = re.compile(r"^L(\d+)\.(\w+)$")
 
 
 @dataclass
-class Trace:
+class Trace(Shown, view="trace"):
     """Captured vectors of one text. ``hidden`` is [points, tokens, D]; ``points`` labels its first axis."""
 
     tokens: list[str]
@@ -53,6 +54,10 @@ class Trace:
     lm: LoadedModel | None = field(default=None, repr=False, compare=False)
     #: The dtype the model ran in (``hidden`` has the record dtype, float32 by default).
     model_dtype: str = "float32"
+
+    def _headline(self) -> str:
+        """The head line of its text repr (:mod:`walklens.display`)."""
+        return f"{self.model_name} · {len(self.tokens)} tokens × {len(self.points)} points"
 
     def __post_init__(self) -> None:
         if self.hidden.dim() != 3:

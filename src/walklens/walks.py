@@ -50,12 +50,13 @@ import fnmatch
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
 
+from .display import Shown
 from .errors import InputError
 from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick, point_kind, point_layer
 from .hooks import Hooks
@@ -64,6 +65,7 @@ from .loading import token_strings
 from .models.base import get_module
 from .precision import dtype_name, is_low_precision
 from .ranking import Dense, Linear, read_rows, scratch
+from .simmap import SimilarityMap
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -84,7 +86,7 @@ _MAX_CHUNK_ROWS = 512  # rows read at once (walklens.ranking: a chunk's target s
 
 
 @dataclass
-class EncodingWalk:
+class EncodingWalk(Shown, view="walk"):
     """The encoding walk of every position through every selected point (sec. 2.2.2, Fig. 9, A.2).
 
     Per point p and position t (tensors [points, tokens]): ``top_ids``/``top_scores`` [points, tokens, k]
@@ -129,6 +131,12 @@ class EncodingWalk:
     n_layers: int = 0
     encoder: EncodingWalk | None = None
     model_dtype: str = "float32"
+    #: the text of each token id the walk names (its tokens and their nearest tokens): what its view shows
+    labels: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def _headline(self) -> str:
+        """The head line of its text repr (:mod:`walklens.display`)."""
+        return f"{self.model_name} · {len(self.tokens)} tokens × {len(self.points)} points · {self.metric}/{self.norm}"
 
     def __post_init__(self) -> None:
         P, T = len(self.points), len(self.tokens)
@@ -358,6 +366,8 @@ def encoding_walk(
         if enc.lm is None:
             enc.lm = lm
         walk.encoder = _walk_stack(enc, lm, opts)
+    for w in [walk] + ([walk.encoder] if walk.encoder is not None else []):
+        w.labels = labels_for(lm.tokenizer, [*w.token_ids.reshape(-1).tolist(), *w.top_ids.reshape(-1).tolist()])
     return walk
 
 
@@ -640,8 +650,9 @@ def _escape(rank_in: torch.Tensor, rank_nx: torch.Tensor, residual: list[bool], 
 
 def similarity_map(
     trace: Trace, point: str = "embed", metric: Metric = "dot", normed: bool = False, *, lm: LoadedModel | None = None
-) -> torch.Tensor:
-    """The [tokens, tokens] similarity of the vectors at one point (seed 000, Figs. 3, 11, 12).
+) -> SimilarityMap:
+    """The [tokens, tokens] similarity of the vectors at one point (seed 000, Figs. 3, 11, 12), as a
+    :class:`~walklens.simmap.SimilarityMap` (a tensor that knows its tokens and shows itself in a notebook).
 
     ``point``: a captured point name, or ``"V"`` for the token embedding rows V[w_t] themselves.
     ``metric``: ``"dot"`` (inner product, eq. 13) or ``"cosine"``.  ``normed``: apply the model's final norm
@@ -662,7 +673,7 @@ def similarity_map(
             x = final_norm_fn(model_lm, trace.stack)(x.to(model_lm.device)).float().cpu()
     if metric == "cosine":
         x = x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    return x @ x.t()
+    return SimilarityMap.of(x @ x.t(), list(trace.tokens), point, metric, normed, trace.model_name)
 
 
 __all__ = ["EncodingWalk", "encoding_walk", "similarity_map"]

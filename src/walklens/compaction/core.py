@@ -42,6 +42,7 @@ import torch
 
 from ..concepts.schemes import Scheme
 from ..concepts.vectors import VectorBank, layer_key, segment_vectors_of, text_vectors
+from ..display import Shown
 from ..errors import EmptyTextError, InputError, UnsupportedFamilyError
 from ..frames import Columns, DataFrame, frame, long_table, pick
 from ..hellaswag.encode import input_embeddings, n_prefix_tokens
@@ -70,7 +71,7 @@ class Cut:
 
 
 @dataclass
-class Compacted:
+class Compacted(Shown, view="compacted"):
     """A text compacted into concept vectors (module docstring).
 
     ``vectors`` ``[k, D]`` (float32) stand for ``token_ids[a:b]`` of each span in ``spans`` (``segments``: their

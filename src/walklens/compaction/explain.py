@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..display import Shown
 from ..errors import EmptyTextError, InputError
 from ..frames import Columns, DataFrame, frame, pick, record_table
 from ..hellaswag.encode import continuation_logliks, encode_pair, n_prefix_tokens
@@ -41,7 +42,7 @@ class Continuation:
 
 
 @dataclass
-class CompactionReport:
+class CompactionReport(Shown, view="compaction"):
     """A compaction (:class:`~.core.Compacted`), each vector's nearest tokens ``neighbours[i]`` as ``(token,
     score)`` (``metric`` against V, the input embedding matrix), and the continuation scored after the full and
     the compacted context."""

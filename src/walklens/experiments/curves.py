@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..compaction.spec import CompactSpec
+from ..display import Shown
 from ..errors import InputError
 from ..frames import Columns, DataFrame, frame, pick, record_table
 from ..hellaswag.baseline import baseline_request
@@ -118,7 +119,7 @@ class CurvePoint:
 
 
 @dataclass
-class CurveSet:
+class CurveSet(Shown, view="curves"):
     """Every point of one model's curves, the tuning outcome and what was measured how."""
 
     model: str

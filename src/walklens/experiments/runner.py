@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from ..concepts.generation import test1_items
 from ..concepts.schemes import Scheme
 from ..concepts.similarity import test2_item
+from ..display import Shown
 from ..errors import InputError
 from ..frames import Columns, DataFrame, frame, pick, record_table
 from ..hellaswag.baseline import accuracy, baseline_items
@@ -35,7 +36,7 @@ BASELINE_SCHEME = "baseline"
 
 
 @dataclass
-class RunSummary:
+class RunSummary(Shown, view="run"):
     """The outcome of one run over ``items`` (in the order given): accuracies and per-item results."""
 
     key: RunKey

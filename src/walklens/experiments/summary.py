@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..concepts.schemes import Scheme
+from ..display import Shown
 from ..frames import Columns, DataFrame, concat_columns, frame, pick, record_table, with_constants
 from ..hellaswag.store import SweepResults, SweepStore
 from .stats import KFold, Score, honest_summary_counts, marginal_effects
@@ -208,7 +209,7 @@ class MetricSummary:
 
 
 @dataclass(frozen=True)
-class RunSummary:
+class RunSummary(Shown, view="summary"):
     """One sweep run (model, shots, test, items) and its :class:`MetricSummary` per metric."""
 
     model: str

@@ -131,7 +131,8 @@ def figure(curves: CurveSet) -> Any:
                 **_STYLE.get(s, dict(marker="o")),
             )
         ax.axhline(0.0, color="0.3", lw=0.8)
-        ax.set_xscale("log", base=2)
+        if any(len(line.get_xdata()) for line in ax.lines[:-1]):  # a log axis needs a point (timings may be none)
+            ax.set_xscale("log", base=2)
         ax.set_xlabel("compacted tokens per vector")
         ax.set_ylabel("scoring time saved")
     # one legend for every panel, below them, where it hides no point (an axes' "best" spot can cover some)

@@ -21,10 +21,12 @@ tooltips and chart text with ``textContent`` only.
 from __future__ import annotations
 
 import base64
+import contextlib
+import contextvars
 import html
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,21 @@ overflow-x:auto;margin:8px 0}.wl-tip{position:absolute;display:none;background:#
 padding:4px 6px;font-size:12px;pointer-events:none;white-space:pre;z-index:10}.note{color:#666;font-size:13px}
 img.wl{max-width:100%}code{background:#f4f4f4;padding:1px 4px}
 """
+
+#: False while :func:`inline_only` is active: figures a page would only link are left out
+_LINKED = contextvars.ContextVar("walklens_linked_figures", default=True)
+
+
+@contextlib.contextmanager
+def inline_only() -> Iterator[None]:
+    """Reports built inside leave out the figures they would only link (``figure(..., embed=False)``: a PNG file
+    beside the page that repeats an interactive view): a notebook's view is one document with no files."""
+    token = _LINKED.set(False)
+    try:
+        yield
+    finally:
+        _LINKED.reset(token)
+
 
 DIGITS = 6  # decimals of the numbers in a chart's spec (keeps the page small)
 
@@ -211,6 +228,9 @@ class Report:
     def figure(self, fig: Any, name: str, caption: str = "", embed: bool = True) -> Report:
         """A matplotlib figure, written as ``name.png`` beside the HTML (for papers).  ``embed=True`` also shows
         it in the page; ``embed=False`` (the figure repeats an interactive view) only links the file."""
+        if not embed and not _LINKED.get():
+            pyplot().close(fig)
+            return self
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
         data = buf.getvalue()

@@ -207,6 +207,69 @@ def document(
 EIGENVALUES = 8  # leading eigenvalues of each spectrum the page holds (the PNG and --json: all of them)
 
 
+def add_spectra(r: Report, spectra: PowerSpectra, doc: Mapping[str, Any] | None = None) -> Report:
+    """The spectra of F = W_V W_O (seed 002): a PNG of the eigenvalues and the interactive chart."""
+    r.h2("Spectra of F = W_V W_O")
+    r.figure(
+        spectra_figure(spectra),
+        "spectra",
+        "eigenvalues from the factored B A (row convention); v1 is the principal left eigenvector (x F = λ x)",
+    )
+    r.result("spectra", doc or spectra_document(spectra, eigenvalues=EIGENVALUES, vectors=False))
+    return r
+
+
+def add_alignment(r: Report, align: Alignment, doc: Mapping[str, Any] | None = None) -> Report:
+    """Alignment through depth with its chance bands (seed 002: tokens tilt toward v1)."""
+    doc = doc or alignment_document(align)
+    r.h2("Alignment through depth")
+    r.p(
+        f"Mean |cos(x, v1(F_l))| over {align.n_tokens} tokens at each point of layer l, with chance bands "
+        "(5-95 %): random directions of equal dimension, v1 of the other layers, and the layers' v1 shuffled."
+        + (" First positions left out." if align.skip_first else ""),
+        note=True,
+    )
+    r.result("alignment", {**doc, "per_token": align.per_token[:1], "tokens": align.tokens[:1]})
+    r.figure(alignment_figure(doc), "alignment", embed=False)  # the charts above, as one PNG
+    return r
+
+
+def add_dynamics(r: Report, dyn: Dynamics) -> Report:
+    """The idealised dynamics next to the model's (seed 002, sec. 3)."""
+    r.h2("Idealised dynamics")
+    r.p(
+        "real: the model; mlp_ablated: every feed-forward output zeroed; linear: the seed's simplified layer "
+        "from the real weights (normalisation and value/output projection, token attends to itself, no "
+        "feed-forward); power: x <- x F_l / |x F_l|. All start from the real input of layer 0.",
+        note=True,
+    )
+    r.result("dynamics", dynamics_document(dyn))
+    r.figure(dynamics_figure(dyn), "dynamics", embed=False)  # repeats the two charts above
+    return r
+
+
+def add_shared(r: Report, shared: SharedWeights) -> Report:
+    """One layer applied n times against the power method (seed 002, shared weights)."""
+    doc = shared_document(shared)
+    r.h2("Shared weights")
+    r.p(
+        f"Layer {shared.layer} applied {shared.n_layers} times. λ1 = {shared.lambda1:.4g}, λ2 = "
+        f"{shared.lambda2:.4g}; analytic rate |λ2/λ1| = {shared.rate:.4f} (I + F: {shared.rate_residual:.4f}); "
+        f"fitted on the power method: {shared.fitted_power:.4f}, on the tied model: {shared.fitted_measured:.4f}. "
+        f"v1 ≈ {' '.join(repr(t) for t in shared.nearest[:5])}.",
+        note=True,
+    )
+    r.result("shared_weights", doc)
+    r.figure(shared_figure(doc), "shared_weights", embed=False)  # repeats the chart above
+    return r
+
+
+SUBTITLE = (
+    "Seed 002 (Li & Altafini): a layer's projections and normalisation as a power-method step on "
+    "F = W_V W_O; tokens tilt toward F's principal eigenvector v1. Definitions: docs/power.md."
+)
+
+
 def build(
     spectra: PowerSpectra,
     align: Alignment,
@@ -215,58 +278,26 @@ def build(
     title: str = "",
 ) -> Report:
     """The ``walklens power`` report: each result drawn from its document by ``assets/results.js`` (the
-    explorer's power view draws the same documents with the same script), with a PNG of each chart."""
+    explorer's power view draws the same documents with the same script), with a PNG of each chart; each part
+    is one of the ``add_*`` sections above (a notebook shows each result with its own section)."""
     doc = document(spectra, align, dyn, shared, eigenvalues=EIGENVALUES, vectors=False)
-    r = Report(
-        title or f"Power-method view of {spectra.model_name}",
-        "Seed 002 (Li & Altafini): a layer's projections and normalisation as a power-method step on "
-        "F = W_V W_O; tokens tilt toward F's principal eigenvector v1. Definitions: docs/power.md.",
-    )
-    r.h2("Spectra of F = W_V W_O")
-    r.figure(
-        spectra_figure(spectra),
-        "spectra",
-        "eigenvalues from the factored B A (row convention); v1 is the principal left eigenvector (x F = λ x)",
-    )
-    r.result("spectra", doc["spectra"])
-
-    r.h2("Alignment through depth")
-    r.p(
-        f"Mean |cos(x, v1(F_l))| over {align.n_tokens} tokens at each point of layer l, with chance bands "
-        "(5-95 %): random directions of equal dimension, v1 of the other layers, and the layers' v1 shuffled."
-        + (" First positions left out." if align.skip_first else ""),
-        note=True,
-    )
-    r.result("alignment", {**doc["alignment"], "per_token": align.per_token[:1], "tokens": align.tokens[:1]})
-    r.figure(alignment_figure(doc["alignment"]), "alignment", embed=False)  # the charts above, as one PNG
-
+    r = Report(title or f"Power-method view of {spectra.model_name}", SUBTITLE)
+    add_spectra(r, spectra, doc["spectra"])
+    add_alignment(r, align, doc["alignment"])
     if dyn is not None:
-        r.h2("Idealised dynamics")
-        r.p(
-            "real: the model; mlp_ablated: every feed-forward output zeroed; linear: the seed's simplified layer "
-            "from the real weights (normalisation and value/output projection, token attends to itself, no "
-            "feed-forward); power: x <- x F_l / |x F_l|. All start from the real input of layer 0.",
-            note=True,
-        )
-        r.result("dynamics", doc["dynamics"])
-        r.figure(dynamics_figure(dyn), "dynamics", embed=False)  # repeats the two charts above
-
+        add_dynamics(r, dyn)
     if shared is not None:
-        r.h2("Shared weights")
-        r.p(
-            f"Layer {shared.layer} applied {shared.n_layers} times. λ1 = {shared.lambda1:.4g}, λ2 = "
-            f"{shared.lambda2:.4g}; analytic rate |λ2/λ1| = {shared.rate:.4f} (I + F: {shared.rate_residual:.4f}); "
-            f"fitted on the power method: {shared.fitted_power:.4f}, on the tied model: {shared.fitted_measured:.4f}. "
-            f"v1 ≈ {' '.join(repr(t) for t in shared.nearest[:5])}.",
-            note=True,
-        )
-        r.result("shared_weights", doc["shared_weights"])
-        r.figure(shared_figure(doc["shared_weights"]), "shared_weights", embed=False)  # repeats the chart above
+        add_shared(r, shared)
     return r
 
 
 __all__ = [
     "ALIGNMENT_CURVES",
+    "SUBTITLE",
+    "add_alignment",
+    "add_dynamics",
+    "add_shared",
+    "add_spectra",
     "EIGENVALUES",
     "SHARED_CURVES",
     "VECTORS",

@@ -30,7 +30,7 @@ def walk_document(walk: EncodingWalk) -> dict[str, Any]:
     """The document of one :class:`~walklens.walks.EncodingWalk` (sec. 2.2.2, A.2): every field (the encoder's
     walk as its own document) and the names of the escape points.  The explorer's walk views send it too."""
     return {
-        **fields_of(walk, ("encoder",)),
+        **fields_of(walk, ("encoder", "labels")),
         "escape_names": walk.escape_names,
         "escape_stable_names": walk.escape_stable_names,
         "encoder": walk_document(walk.encoder) if walk.encoder is not None else None,

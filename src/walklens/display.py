@@ -1,0 +1,128 @@
+"""Results that show themselves: in a notebook as their report's view, in a terminal as 80 columns of text.
+
+Every public result type derives from :class:`Shown` and names its view (``class EncodingWalk(Shown,
+view="walk")``).  Two of IPython's display hooks follow from that:
+
+- ``_repr_html_`` draws the result with its report's own builder, in a sandboxed frame (everything inline,
+  nothing fetched).  The drawing lives in :mod:`walklens.notebook`, at the top of the layers with the CLI;
+  this module reaches it by name when IPython asks, and only then.  It is the package's one upward call: the
+  display protocol asks the result itself, and an analysis must never import the reports (import contracts
+  in ``pyproject.toml``), so the result holds only the view's name.
+- ``__repr__`` is :func:`text`: one head line and a line per public field (its type and shape, or the start of
+  its value), every line at most :data:`WIDTH` columns, at most :data:`MAX_LINES` lines.
+
+:func:`text` knows nothing of the result types: it reads dataclass fields, and a result may add its own head
+line with ``_headline()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from typing import Any, ClassVar
+
+WIDTH = 80  #: the columns of a plain-text repr
+MAX_LINES = 24  #: lines of a plain-text repr (the last one says how many fields were left out)
+_NAME = 16  #: the widest column of field names (a longer name pushes its summary right)
+
+
+def _clip(line: str, width: int = WIDTH) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _number(x: Any) -> str:
+    if isinstance(x, bool) or x is None:
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}" if abs(x) >= 10_000 else str(x)
+    if isinstance(x, float):
+        return "nan" if math.isnan(x) else f"{x:.4g}"
+    if isinstance(x, complex):
+        return f"{x.real:.4g}{x.imag:+.4g}j"
+    return repr(x)
+
+
+def summary(value: Any) -> str:
+    """One line of a field's value: a tensor or an array as its shape and dtype, a sequence as its length and
+    first items, a mapping as its size and first keys, a nested result as its class name."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):  # torch.Tensor, numpy.ndarray
+        dims = ", ".join(str(int(s)) for s in shape)
+        kind = "tensor" if hasattr(value, "detach") else "array"
+        head = f"{kind}[{dims}] {str(value.dtype).removeprefix('torch.')}"
+        if len(shape) == 0:
+            return f"{head} = {_number(value.item())}"
+        return head
+    if isinstance(value, (str, bytes)):
+        return repr(value)
+    if isinstance(value, dict):
+        keys = ", ".join(repr(k) for k in list(value)[:4])
+        return f"dict[{len(value)}] {{{keys}{', …' if len(value) > 4 else ''}}}"
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_item(v) for v in value[:6])
+        return f"{type(value).__name__}[{len(value)}] {items}{', …' if len(value) > 6 else ''}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return type(value).__name__
+    return _number(value)
+
+
+def _item(v: Any) -> str:
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return type(v).__name__
+    if isinstance(v, (list, tuple, dict)) or hasattr(v, "shape"):
+        return summary(v)
+    return _number(v) if not isinstance(v, str) else repr(v)
+
+
+def headline(result: Any) -> str:
+    """The head line of a result: its class name, then its own ``_headline()`` or its model's name."""
+    own = getattr(result, "_headline", None)
+    tail = own() if callable(own) else getattr(result, "model_name", "")
+    return f"{type(result).__name__}({tail})" if tail else type(result).__name__
+
+
+def text(result: Any) -> str:
+    """The plain-text repr of a result (dataclass): :func:`headline`, then ``name  summary`` per public field,
+    at most :data:`WIDTH` columns a line and :data:`MAX_LINES` lines."""
+    lines = [_clip(headline(result))]
+    names = [f.name for f in dataclasses.fields(result) if not f.name.startswith("_")]
+    room = MAX_LINES - 1
+    shown = names if len(names) <= room else names[: room - 1]
+    width = min(_NAME, max((len(n) for n in shown), default=0) + 1)
+    for name in shown:
+        lines.append(_clip(f"  {name:<{width}} {summary(getattr(result, name))}"))
+    if len(shown) < len(names):
+        lines.append(f"  … {len(names) - len(shown)} more fields: {', '.join(names[len(shown) :])}")
+        lines[-1] = _clip(lines[-1])
+    return "\n".join(lines)
+
+
+class Shown:
+    """A result that shows itself (IPython's display protocol): ``class X(Shown, view="topic")``.
+
+    ``_repr_html_`` is the view of :mod:`walklens.notebook` named ``view`` (kept as ``_view``: a tensor
+    result already has a ``view`` method); ``__repr__`` is :func:`text`.  A
+    dataclass deriving from it keeps this ``__repr__`` (``dataclass`` adds none where the class has one).
+    """
+
+    _view: ClassVar[str] = ""
+
+    def __init_subclass__(cls, view: str = "", **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if view:
+            cls._view = view
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = Shown.__repr__  # type: ignore[method-assign]  # before @dataclass adds its own
+
+    def _repr_html_(self) -> str:
+        """The result's view for a notebook (:func:`walklens.notebook.html`)."""
+        notebook: Any = importlib.import_module("walklens.notebook")
+        html: str = notebook.html(self)
+        return html
+
+    def __repr__(self) -> str:
+        return text(self)
+
+
+__all__ = ["MAX_LINES", "WIDTH", "Shown", "headline", "summary", "text"]

@@ -1,0 +1,110 @@
+"""Views of the results no command draws on its own page: a trace, one steering result, a compacted context and
+its explanation, a run's items, head matrices, a control vector.  Each builder takes the result and returns a
+:class:`~walklens.reports.html.Report`, as every topic's ``build`` does; a notebook shows them
+(:mod:`walklens.notebook`).  The tables are the result's own ``to_pandas()`` columns (the same names and
+numbers), cut to :data:`ROWS` rows with a note saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .heads import add_attention_maps
+from .html import Report, show
+
+if TYPE_CHECKING:
+    from ..attention import HeadMatrices
+    from ..compaction import Compacted, CompactionReport
+    from ..controlvectors import ControlVector
+    from ..experiments.runner import RunSummary
+    from ..steering import SteerResult
+    from ..trace import Trace
+
+ROWS = 200  #: rows of a table a view shows (``to_pandas()`` holds them all)
+
+
+def add_columns(rep: Report, columns: Mapping[str, Sequence[Any]], what: str, rows: int = ROWS) -> Report:
+    """A result's plain columns (its ``_columns()``, the table of ``to_pandas()``) as a table, first ``rows``."""
+    names = list(columns)
+    n = len(columns[names[0]]) if names else 0
+    if n > rows:
+        rep.p(f"The first {rows} of {n:,} rows; {what}.to_pandas() holds them all.", note=True)
+    cut = {k: list(v[:rows]) for k, v in columns.items()}
+    rep.table(names, [[cut[k][i] for k in names] for i in range(min(n, rows))])
+    return rep
+
+
+def trace(tr: Trace) -> Report:
+    """A trace: |x| at every captured point and position (a heatmap with each vector's norm), then the attention
+    maps it holds (captured with ``attentions=True``)."""
+    rep = Report(f"Trace of {tr.model_name or 'a model'}", f"{len(tr.tokens)} tokens, {len(tr.points)} points")
+    for part in ([tr.encoder] if tr.encoder is not None else []) + [tr]:
+        labels = [show(t) for t in part.tokens]
+        rep.heatmap(
+            part.hidden.float().norm(dim=-1),
+            row_labels=part.points,
+            col_labels=labels,
+            title=f"|x| at each point and position{f' ({part.stack})' if part.stack else ''}",
+        )
+        if part.attentions:
+            add_attention_maps(rep, {k: a.float() for k, a in part.attentions.items()}, labels)
+    return rep
+
+
+def steer_result(res: SteerResult) -> Report:
+    """One steering edit (seed 002): its method, strength, layers and, for eigen-steering, each layer's edit."""
+    rep = Report(f"Steering toward {res.label!r}", f"{res.method}, alpha {res.alpha:g}, layers {res.layers}")
+    rows = [[e.layer, e.reach, e.error] for e in res.edits]
+    if rows:
+        rep.table(["layer", "reach |P u|", "error of F' - F"], rows)
+    return rep
+
+
+def compacted(c: Compacted) -> Report:
+    """A compacted context (seed 000, footnote 11): each concept vector's span of the text."""
+    rep = Report(f"Compacted context ({c.method}, {c.bounds})", f"{len(c.segments)} concept vectors")
+    return add_columns(rep, c._columns("segments"), "Compacted")
+
+
+def compaction(r: CompactionReport) -> Report:
+    """A compaction's explanation: the segments, each vector's nearest tokens and the continuation with the full
+    context against the compacted one."""
+    rep = compacted(r.compacted)
+    rep.h2("nearest tokens of each concept vector")
+    add_columns(rep, r._columns("neighbours"), "CompactionReport")
+    rep.h2("continuation: full context against compacted")
+    return add_columns(rep, r._columns("continuation"), "CompactionReport")
+
+
+def run(s: RunSummary) -> Report:
+    """A run's items: each item's gold, pick and scores (Tests 1 and 2, the baseline)."""
+    rep = Report(f"Run {s.key}", f"acc {s.acc}, acc_norm {s.acc_norm}; {len(s.results)} items")
+    return add_columns(rep, s._columns("items"), "RunSummary")
+
+
+def head_matrices(hm: HeadMatrices) -> Report:
+    """A layer's per-head filters W_vo,h and W_qk,h (A.3): each head's norms and copying score."""
+    rep = Report(f"Head matrices of layer {hm.layer}{f' ({hm.stack})' if hm.stack else ''}", hm.family)
+    return add_columns(rep, hm._columns("heads"), "HeadMatrices")
+
+
+def control_vector(cv: ControlVector) -> Report:
+    """A control vector: the norm of each layer's residual direction (and its cosine with u for eigen-steering)."""
+    rep = Report(f"Control vector {cv.label or ''}".strip(), f"{cv.model_hint} {cv.method}".strip())
+    rows = [[k, float(cv.directions[k].norm()), cv.along_u.get(k, float("nan"))] for k in cv.layers]
+    rep.lines([r[0] for r in rows], [{"name": "|direction|", "y": [r[1] for r in rows]}], xlabel="layer")
+    return rep.table(["layer", "norm", "cos with u"], rows)
+
+
+__all__ = [
+    "ROWS",
+    "add_columns",
+    "compacted",
+    "compaction",
+    "control_vector",
+    "head_matrices",
+    "run",
+    "steer_result",
+    "trace",
+]
