@@ -112,12 +112,14 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, P
     sys.stderr.write(f"\nnotebooks: {len(books)} executed in {wall:.1f} s\n")
     for name, nb in books.items():
         sys.stderr.write(f"  {name}: {' '.join(f'{_seconds(c):.1f}' for c in nb.cells if c.cell_type == 'code')}\n")
+    t0 = time.perf_counter()
     pages = {}
     for name, nb in books.items():
         page = root / "html" / (Path(name).stem + ".html")
         page.parent.mkdir(exist_ok=True)
         page.write_text(export(nb), encoding="utf-8")
         pages[name] = (nb, page)
+    sys.stderr.write(f"  exported to HTML in {time.perf_counter() - t0:.1f} s\n")
     assert not list(run_dir.iterdir()), "a notebook wrote into its working folder"
     return pages
 
