@@ -214,14 +214,17 @@ class Opened:
 _UNDRAWN = """() => {
   const bad = [];
   document.querySelectorAll('.wl-heatmap').forEach((el, k) => {
-    const c = el.querySelector('canvas');
-    if (!c || !c.width || !c.height) { bad.push('heatmap ' + k + ': no canvas'); return; }
-    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-    let coloured = 0;
-    for (let i = 0; i < d.length; i += 4) {
-      if (d[i + 3] > 0 && Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]) > 40) coloured++;
-    }
-    if (coloured < 16) bad.push('heatmap ' + k + ': blank (' + coloured + ' coloured pixels)');
+    const canvases = el.querySelectorAll('canvas');
+    if (!canvases.length) bad.push('heatmap ' + k + ': no canvas');
+    canvases.forEach(c => {
+      if (!c.width || !c.height) { bad.push('heatmap ' + k + ': an empty canvas'); return; }
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      let coloured = 0;
+      for (let i = 0; i < d.length; i += 4) {
+        if (d[i + 3] > 0 && Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]) > 40) coloured++;
+      }
+      if (coloured < 16) bad.push('heatmap ' + k + ': blank (' + coloured + ' coloured pixels)');
+    });
   });
   document.querySelectorAll('.wl-lines').forEach((el, k) => {
     const drawn = [...el.querySelectorAll('svg polyline, svg path')].filter(
