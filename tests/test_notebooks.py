@@ -45,9 +45,9 @@ LAUNCH_ARGS = [
 ]
 
 
-def write_kernel_spec(root: Path) -> Path:
+def write_kernel_spec(root: Path, tmp: Path) -> Path:
     """A kernel spec ``python3`` under ``root`` (a ``JUPYTER_PATH`` entry) running this interpreter, with walklens
-    imported from the same place as here."""
+    imported from the same place as here and temporary files under ``tmp``."""
     import walklens
 
     src = str(Path(walklens.__file__).resolve().parent.parent)
@@ -56,7 +56,7 @@ def write_kernel_spec(root: Path) -> Path:
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "Python 3 (walklens tests)",
         "language": "python",
-        "env": {**KERNEL_ENV, "PYTHONPATH": os.pathsep.join(path)},
+        "env": {**KERNEL_ENV, "PYTHONPATH": os.pathsep.join(path), "TMPDIR": str(tmp)},
         "metadata": {"debugger": False},
     }
     d = root / "kernels" / "python3"
@@ -102,10 +102,11 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, P
     """Each notebook's name -> (the executed notebook, its exported HTML page)."""
     assert NOTEBOOKS, f"no notebooks in {EXAMPLES}"
     root = tmp_path_factory.mktemp("notebooks")
-    run_dir = root / "cwd"
+    run_dir, tmp = root / "cwd", root / "tmp"
     run_dir.mkdir()
+    tmp.mkdir()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("JUPYTER_PATH", str(write_kernel_spec(root / "jupyter")))
+        mp.setenv("JUPYTER_PATH", str(write_kernel_spec(root / "jupyter", tmp)))
         mp.setenv("IPYTHONDIR", str(root / "ipython"))  # no user profile or startup file
         t0 = time.perf_counter()
         books = execute(NOTEBOOKS, run_dir)
