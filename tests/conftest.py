@@ -8,6 +8,14 @@ import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core (pytest-xdist, -n auto)
+    # one thread per worker, and for the commands it starts: threads that wait on each other at every operation
+    # stall when the workers' threads outnumber the cores
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
 
 @pytest.fixture(scope="session")
 def smollm2():
@@ -99,3 +107,12 @@ def chromium() -> str:
         if path is None:
             pytest.skip(f"Chromium could not be installed with apt-get: {r.stderr.strip()[-300:]}")
     return path
+
+
+@pytest.fixture(scope="session")
+def every_result(tmp_path_factory):
+    """One instance of every public result type on a tiny model (tests/_views.py), built once per session."""
+    from _views import every_result as build
+    from walklens.testing import tiny_model
+
+    return build(tiny_model("llama"), tmp_path_factory.mktemp("views"))

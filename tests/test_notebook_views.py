@@ -18,10 +18,8 @@ from typing import Any
 import pytest
 
 import walklens
-from _views import every_result
 from walklens import notebook
 from walklens.display import MAX_LINES, WIDTH, Shown, text
-from walklens.testing import tiny_model
 
 #: public classes that are not results of their own: parts of a result, settings, the model, stores, errors
 PARTS = {
@@ -47,8 +45,8 @@ MARKUP = '<img src=x onerror="alert(1)">&amp;'
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return every_result(tiny_model("llama"), tmp_path_factory.mktemp("views"))
+def results(every_result: dict[str, Any]) -> dict[str, Any]:
+    return every_result
 
 
 @pytest.fixture(scope="module")

@@ -73,11 +73,11 @@ class DecodingWalk(Shown, view="decoding"):
     model_name: str = ""
     top_tokens: list[list[str]] = field(default_factory=list)
 
-    @property
     def _headline(self) -> str:
         """The head line of its text repr (:mod:`walklens.display`)."""
         return f"{self.model_name} · {self.prompt[:24]!r} + {len(self.tokens)} tokens"
 
+    @property
     def text(self) -> str:
         return "".join(self.tokens)
 
