@@ -141,7 +141,9 @@ def _outputs(nb: Any) -> list[tuple[int, dict[str, Any]]]:
     return [(i, o) for i, c in enumerate(nb.cells) if c.cell_type == "code" for o in c.outputs]
 
 
-def test_notebooks_run_and_show_their_results(executed):
+def check_outputs(executed: dict[str, tuple[Any, Path]]) -> None:
+    """Every cell ran, without an error or a warning; a cell ending with a value shows it; each notebook shows
+    walklens views and data frames."""
     for name, (nb, _) in executed.items():
         code = [c for c in nb.cells if c.cell_type == "code"]
         assert all(c.execution_count for c in code), name
@@ -241,7 +243,8 @@ _UNDRAWN = """() => {
 }"""
 
 
-def test_views_draw_offline_without_errors(executed, browser):
+def check_views_draw(executed: dict[str, tuple[Any, Path]], browser: Any) -> None:
+    """Every view of every page draws, with no error in any frame and no request leaving the page."""
     drawn = {"heatmaps": 0, "lines": 0}
     for name, (_, path) in executed.items():
         opened = Opened(browser, path)
@@ -273,7 +276,7 @@ def _hover_last_cell(frame: Any) -> None:
     )
 
 
-def test_a_second_copy_of_a_view_works(executed, browser):
+def check_second_copy(executed: dict[str, tuple[Any, Path]], browser: Any) -> None:
     """Notebook 01 shows the same walk twice: hovering a cell of the second copy shows that copy's tooltip and
     leaves the first copy's hidden."""
     _, path = executed[NOTEBOOKS[0].name]
@@ -296,10 +299,22 @@ def test_a_second_copy_of_a_view_works(executed, browser):
         opened.close()
 
 
-def test_the_checks_see_a_page_that_fetches(executed, browser, tmp_path):
-    """Control: the same notebook exported with nbconvert's stock ``lab`` template asks for require.js and MathJax
-    from CDNs, and the request check sees it (the dead proxy stops them)."""
-    nb, _ = executed[NOTEBOOKS[0].name]
+def test_notebooks_run_and_their_views_draw_offline(executed, request):
+    """The notebooks ran cleanly (:func:`check_outputs`); then, in Chromium, every view draws offline
+    (:func:`check_views_draw`) and a second copy of a view works on its own (:func:`check_second_copy`).  One test,
+    so that the notebooks run once even when pytest-xdist spreads a module's tests over workers."""
+    check_outputs(executed)
+    browser = request.getfixturevalue("browser")  # skipped here, saying why, without Chromium or Playwright
+    check_views_draw(executed, browser)
+    check_second_copy(executed, browser)
+
+
+def test_the_checks_see_a_page_that_fetches(browser, tmp_path):
+    """Control: a notebook exported with nbconvert's stock ``lab`` template asks for require.js and MathJax from
+    CDNs, and the request check sees it (the dead proxy stops them)."""
+    import nbformat
+
+    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
     stock = tmp_path / "stock.j2"
     stock.write_text("{%- extends 'index.html.j2' -%}\n", encoding="utf-8")
     page = tmp_path / "stock.html"
