@@ -26,8 +26,9 @@ models: $(STAMP)  ## the optional second real model (Gemma-3-270M, ~250 MB)
 demo: $(STAMP)
 	$(VENV)/bin/walklens walk "$(TEXT)" --out out/demo
 
+# one worker per core (pytest-xdist); a file's tests stay on one worker, so its module fixtures are built once
 test: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n auto --dist loadfile
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
