@@ -408,12 +408,12 @@ def test_shell_script_runs_the_study_and_resumes(tiny_dir: tuple[Path, Path], tm
     assert s["items"] == 4 and s["baseline"]["n"] == 4 and s["test1_grid"]["n_items"] == 4
     again = subprocess.run(
         ["bash", str(script)],
-        env={**env, "STEPS": "test1-grid test2-grid"},
+        env={**env, "STEPS": "test2-grid"},
         capture_output=True,
         text=True,
         timeout=900,
     )
-    assert again.returncode == 0 and again.stdout.count("0 groups computed now") == 4  # resumed: nothing new
+    assert again.returncode == 0 and again.stdout.count("0 groups computed now") == 2  # resumed: nothing new
     assert json.loads((tmp_path / "s.json").read_text())["studies"][0]["baseline"] is None  # only the steps run
     bad = subprocess.run(
         ["bash", str(script)], env={**env, "STEPS": "test3"}, capture_output=True, text=True, timeout=900
