@@ -1,0 +1,361 @@
+"""The claims of both seeds that walklens measures, in one registry: each claim's seed section, what the seed
+says, the command that measures it, the committed result file it is read from and the rule of its verdict
+(seed 000, Singh: sec. 5.1, A.2, footnote 11; seed 002, Li & Altafini).
+
+:func:`render` reads every claim's figure from its result file and writes the table of docs/claims.md, so a
+number there is its file's number (a test re-renders it); a claim without a result file is listed with the
+verdict "not measured yet" and why.  ``walklens reproduce`` runs the commands (``--quick``: a tiny model).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+CHANCE = 0.25  # HellaSwag: four endings
+SIZE = {"smollm2": "135m", "gemma3": "270m"}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim: ``measure`` names how its figure is read from ``file`` (``select``: which run or rows),
+    ``rule`` how the figure becomes a verdict (``target``: the seed's own figure, where the rule compares)."""
+
+    id: str
+    seed: str
+    says: str
+    command: str
+    file: str | None = None
+    measure: str = ""
+    select: Mapping[str, Any] = field(default_factory=dict)
+    rule: str = ""
+    target: float | None = None
+    why: str = ""  # for a claim without a result file: why not, and what it takes
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A figure read from a result file: its value and interval, the model and items, and the comparison."""
+
+    model: str
+    n: int
+    value: float
+    lo: float
+    hi: float
+    text: str
+    facts: Mapping[str, float] = field(default_factory=dict)
+
+
+# ---- reading the result files ------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read the result file ({e})") from None
+
+
+def _run(doc: Any, select: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """The one run of a ``summary.json`` matching ``select`` (model, test, shots, n_items; absent keys: any)."""
+    runs = doc["runs"] if isinstance(doc, dict) and "runs" in doc else doc if isinstance(doc, list) else [doc]
+    keys = ("model", "test", "shots", "n_items")
+    hits = [r for r in runs if all(r.get(k) == select[k] for k in keys if k in select)]
+    if len(hits) != 1:
+        raise InputError(f"{path}: {len(hits)} runs match {dict(select)}, want one")
+    return dict(hits[0])
+
+
+def heldout(path: Path, select: Mapping[str, Any]) -> Measured:
+    """The k-fold held-out best of one run of a sweep report's ``summary.json`` and its baseline."""
+    run = _run(_read_json(path), select, path)
+    m = run["metrics"][select.get("metric", "acc")]
+    kf, base = m["kfold"], float(m["baseline"])
+    facts = {"baseline": base, "norm": kf["acc"] / base, "norm_lo": kf["lo"] / base, "norm_hi": kf["hi"] / base}
+    text = (
+        f"{run['model']}, Test {run['test']}, {run['shots']}-shot, {run['n_schemes']:,} schemes, "
+        f"n={run['n_items']:,}: held out {kf['acc']:.3f} [{kf['lo']:.3f}, {kf['hi']:.3f}] vs baseline {base:.3f} "
+        f"({facts['norm']:.2f} normalised)"
+    )
+    boot, pair = m.get("bootstrap"), m.get("paired")
+    if boot:
+        facts |= {"boot_norm_lo": boot["norm_lo"], "boot_norm_hi": boot["norm_hi"]}
+        text += f"; bootstrap of the procedure {boot['norm_lo']:.2f}-{boot['norm_hi']:.2f} normalised"
+    if pair:
+        facts |= {"paired_p": pair["p"], "paired_lo": pair["lo"], "paired_hi": pair["hi"]}
+        text += f"; paired vs baseline {pair['diff']:+.3f} [{pair['lo']:+.3f}, {pair['hi']:+.3f}], p={pair['p']:.2g}"
+    return Measured(str(run["model"]), int(run["n_items"]), kf["acc"], kf["lo"], kf["hi"], text, facts)
+
+
+def compaction(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From a compaction ``curves.csv``: the concept compaction keeping the most of the full run's ``acc`` at
+    ``ratio``, against dropping the examples altogether (the zero-shot row)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the result file ({e})") from None
+    ratio = float(select["ratio"])
+    concept = [r for r in rows if "method=concept" in r["spec"] and r["ratio"] == f"{ratio:.1f}"]
+    zero = [r for r in rows if r["strategy"] == "zero-shot"]
+    if not concept or len(zero) != 1:
+        raise InputError(f"{path}: no concept compaction at ratio {ratio:g} or no zero-shot row")
+    best = max(concept, key=lambda r: float(r["kept_acc"]))
+    model = str(_read_json(path.with_suffix(".json")).get("model", select["model"]))
+    z = zero[0]
+    v, lo, hi = (float(best[k]) for k in ("kept_acc", "kept_acc_lo", "kept_acc_hi"))
+    zv, zlo, zhi = (float(z[k]) for k in ("kept_acc", "kept_acc_lo", "kept_acc_hi"))
+    text = (
+        f"{model}, {best['shots']}-shot prefixes, n={int(best['n']):,}: best concept compaction at ratio "
+        f"{ratio:g} ({best['strategy']}) keeps {v:.2f} [{lo:.2f}, {hi:.2f}] of the full run's acc; dropping the "
+        f"examples keeps {zv:.2f} [{zlo:.2f}, {zhi:.2f}]"
+    )
+    return Measured(model, int(best["n"]), v, lo, hi, text, {"drop": zv, "drop_lo": zlo, "drop_hi": zhi})
+
+
+MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {"heldout": heldout, "compaction": compaction}
+
+
+# ---- verdict rules -------------------------------------------------------------------------------------------------
+
+
+def _below_baseline(m: Measured, target: float | None) -> str:
+    """The seed: the scheme does not reach the ordinary run.  Decided by the paired test where the file holds
+    one, else only when the held-out interval excludes the baseline."""
+    p = m.facts.get("paired_p")
+    if p is not None:
+        if p < 0.05:
+            return "reproduced (paired test)" if m.facts["paired_hi"] < 0 else "contradicted (paired test)"
+        return "not decided: paired test p >= 0.05"
+    base = m.facts["baseline"]
+    if m.hi < base:
+        return "reproduced (interval below the baseline)"
+    if m.lo > base:
+        return "contradicted (interval above the baseline)"
+    return "not decided: the interval includes the baseline (no paired test in this file)"
+
+
+def _reaches(m: Measured, target: float | None) -> str:
+    """The seed's normalised best (``target``) against the held-out normalised interval."""
+    assert target is not None
+    boot = "boot_norm_lo" in m.facts
+    lo, hi = m.facts.get("boot_norm_lo", m.facts["norm_lo"]), m.facts.get("boot_norm_hi", m.facts["norm_hi"])
+    how = "bootstrap interval" if boot else "interval: Wilson / baseline, without the baseline's uncertainty"
+    if lo > target:
+        return f"reaches it: held out above the seed's in-sample {target:.3f} ({how})"
+    if hi < target:
+        return f"not reproduced: held out below the seed's {target:.3f} ({how})"
+    return f"not decided: the held-out interval includes the seed's {target:.3f} ({how})"
+
+
+def _above_chance(m: Measured, target: float | None) -> str:
+    if m.lo > CHANCE:
+        return "reproduced (interval above chance 0.25)"
+    if m.hi < CHANCE:
+        return "contradicted (interval below chance)"
+    return "not decided: the interval includes chance 0.25"
+
+
+def _compaction(m: Measured, target: float | None) -> str:
+    if m.hi < m.facts["drop_lo"]:
+        return "not reproduced here: keeps less than dropping the examples (HellaSwag prefixes, not long contexts)"
+    if m.lo > m.facts["drop_hi"]:
+        return "reproduced on HellaSwag prefixes: keeps more than dropping the examples"
+    return "not decided: the intervals of compaction and dropping overlap"
+
+
+RULES: dict[str, Callable[[Measured, float | None], str]] = {
+    "below_baseline": _below_baseline,
+    "reaches": _reaches,
+    "above_chance": _above_chance,
+    "compaction": _compaction,
+}
+
+
+# ---- the registry ----------------------------------------------------------------------------------------------------
+
+_DB = "--db $DB --cache $C"  # docs/sweep.md: scratch database and concept cache
+_REPORT = "walklens report --db $DB --out docs/results/report"
+_FULL = (
+    "walklens hellaswag sweep --test 2 --grid full --model smollm2-135m --db $DB --cache concepts && "
+    "walklens report --db $DB --out docs/results/report_full"
+)
+_T1_GRID = {
+    ("smollm2-135m", 0): "test1_grid_1100.toml",
+    ("smollm2-135m", 5): "test1_grid_hour_smollm2_5shot.toml",
+    ("gemma3-270m", 0): "test1_grid_hour_gemma3_0shot.toml",
+    ("gemma3-270m", 5): "test1_grid_hour_gemma3_5shot.toml",
+}
+_S000_T2 = (
+    "000 sec. 5.1.1, Fig. 10b: the best Test 2 (concept similarity) scheme scores 82.6% / 80.5% of the ordinary run"
+)
+_S000_T1 = (
+    "000 sec. 5.1.1, Fig. 10a: the best Test 1 (concept generation) scheme scores 84.5% / 84.9% of the ordinary run"
+)
+
+
+def _sweep_claims() -> list[Claim]:
+    out = [
+        Claim("T2-best-full", _S000_T2 + " (0 / 5-shot)", "Test 2 best reaches ~0.81 normalised", _FULL,
+              "docs/results/report_full/summary.json", "heldout", {"test": 2, "shots": 0, "n_items": 10042},
+              "reaches", 0.826),
+        Claim("T2-below-full", _S000_T2, "Test 2 stays below the ordinary run", _FULL,
+              "docs/results/report_full/summary.json", "heldout", {"test": 2, "shots": 0, "n_items": 10042},
+              "below_baseline"),
+        Claim("T2-above-chance-full", _S000_T2, "Test 2's best scheme is above chance", _FULL,
+              "docs/results/report_full/summary.json", "heldout", {"test": 2, "shots": 0, "n_items": 10042},
+              "above_chance"),
+    ]  # fmt: skip
+    for model, shots, target in (("smollm2-135m", 0, 0.826), ("gemma3-270m", 0, 0.826), ("smollm2-135m", 5, 0.805),
+                                 ("gemma3-270m", 5, 0.805)):  # fmt: skip
+        sel = {"model": model, "test": 2, "shots": shots, "n_items": 200}
+        out.append(Claim(f"T2-best-{model}-{shots}shot-200", _S000_T2, "Test 2 best reaches ~0.81 normalised",
+                         f"walklens hellaswag sweep --test 2 --grid full --model {model} --limit 200 --shots {shots} "
+                         f"{_DB} && {_REPORT}",
+                         "docs/results/report/summary.json", "heldout", sel, "reaches", target))  # fmt: skip
+    for model, shots, target in (("smollm2-135m", 0, 0.845), ("gemma3-270m", 0, 0.845), ("smollm2-135m", 5, 0.849),
+                                 ("gemma3-270m", 5, 0.849)):  # fmt: skip
+        sel = {"model": model, "test": 1, "shots": shots, "n_items": 200}
+        cmd = (f"walklens hellaswag sweep --test 1 --limit 200 {_DB} --model {model} --shots {shots} "
+               f"--grid docs/results/{_T1_GRID[model, shots]} && {_REPORT}")  # fmt: skip
+        out.append(Claim(f"T1-best-{model}-{shots}shot-200", _S000_T1, "Test 1 best reaches ~0.85 normalised",
+                         cmd, "docs/results/report/summary.json", "heldout", sel, "reaches", target))  # fmt: skip
+        out.append(Claim(f"T1-below-{model}-{shots}shot-200", _S000_T1, "Test 1 stays below the ordinary run",
+                         cmd, "docs/results/report/summary.json", "heldout", sel, "below_baseline"))  # fmt: skip
+    bf16 = "docs/results/test1_full_bf16/report/summary.json"
+    for shots in (0, 5):
+        sel = {"model": "smollm2-135m@bfloat16", "test": 1, "shots": shots, "n_items": 200}
+        cmd = (f"walklens hellaswag sweep --test 1 --grid full --model smollm2-135m --dtype bfloat16 --limit 200 "
+               f"--shots {shots} --db t1.sqlite --cache t1cache --backend ray --workers 2 && "
+               f"walklens report --db t1.sqlite --out {bf16.rsplit('/', 1)[0]}")  # fmt: skip
+        out.append(Claim(f"T1-below-full-grid-bf16-{shots}shot-200", _S000_T1,
+                         "Test 1 stays below the ordinary run (4,400 schemes)", cmd, bf16, "heldout", sel,
+                         "below_baseline"))  # fmt: skip
+    t1 = (
+        "walklens hellaswag sweep --test 1 --grid docs/results/test1_grid_1100.toml --model smollm2-135m --db t1.sqlite"
+    )
+    why = "never run on all 10,042 items (the 200-item runs' cost: docs/results/test1_full_bf16); needs a GPU or Ray"
+    out.append(Claim("T1-best-full-set", _S000_T1, "Test 1 best on all 10,042 items", t1, why=why))
+    return out
+
+
+def _other_claims() -> list[Claim]:
+    out = []
+    for model, shots in (("smollm2", 5), ("smollm2", 10), ("gemma3", 5), ("gemma3", 10)):
+        cmd = (
+            f"walklens hellaswag compaction --model {model}-{SIZE[model]} --shots 5,10 --what examples,context "
+            f"--limit 1000 --tune 200 --db $OUT/compaction.sqlite --cache $OUT/concepts --out $OUT/compaction-{model} "
+            f"--json $OUT/{model}.json"
+        )
+        out.append(Claim(
+            f"compaction-{model}-{shots}shot", "000 footnote 11: concept vectors can compact long contexts",
+            "context compacted into concept vectors keeps the task", cmd,
+            f"docs/results/compaction_{model}_{shots}shot/curves.csv", "compaction", {"model": model, "ratio": 8},
+            "compaction"))  # fmt: skip
+    missing = [
+        ("power-alignment", "002: tokens align with the principal eigenvector v1 of F = W_V W_O through depth",
+         "walklens power --model smollm2-135m --json power_smollm2.json",
+         "docs/power.md's table is prose and PNGs; no JSON committed (rerun the command into docs/results/)"),
+        ("shared-weights", "002: trained shared-weight models converge to v1 at rate |lambda2/lambda1|",
+         "walklens power --model M --shared-layer L --json shared.json",
+         "untested: docs/power.md repeats one layer of a model never trained to repeat it; ALBERT (the one trained "
+         "shared-weight family) has no weights reachable here"),
+        ("eigen-steering", "002: steering along v1 moves the output like activation addition",
+         "walklens steer --model smollm2-135m --json steer.json", "prose and PNGs in docs/power.md; no JSON committed"),
+        ("negative-self-bias", "000 A.2, Figs. 5-8: position kernels with negative self-bias",
+         "walklens heads --model smollm2-135m --json heads.json",
+         "docs/attention.md's shares use low self-mass, not the seed's kernel definition, with no control for the "
+         "attention sink at position 0; no JSON committed"),
+        ("similarity-cooccurrence", "000 Result 4: similarity <-> co-occurrence <-> angular proximity", "-",
+         "no command measures it yet"),
+        ("similarity-maps", "000 Figs. 3, 11, 12: similarity maps show blocks (numbers, brackets alike)",
+         "walklens simmap", "read by eye; no number is computed from the maps yet"),
+        ("concept-walk-eval", "000 footnote 12: a concept-level walk to evaluate a model's output", "-",
+         "no command yet"),
+        ("encoder-fig9", "000 Fig. 9: an encoder's c_t stays near w_t", "walklens walk --model <encoder-decoder>",
+         "needs an encoder-decoder model; none measured with a committed result file"),
+    ]  # fmt: skip
+    out += [Claim(i, s, s.split(": ", 1)[1], c, why=w) for i, s, c, w in missing]
+    return out
+
+
+CLAIMS: tuple[Claim, ...] = (*_sweep_claims(), *_other_claims())
+
+
+# ---- the table -----------------------------------------------------------------------------------------------------
+
+
+#: where ``walklens reproduce --quick`` writes the sweep report it reads (relative to its ``--out``)
+QUICK_SUMMARY = "report/summary.json"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a claim's figure is read from in one rendering: a file (relative to the root) and the run selection,
+    or ``None`` with the reason it was not run."""
+
+    file: str | None
+    select: Mapping[str, Any]
+    skipped: str = ""
+
+
+def committed(c: Claim) -> Source:
+    """The committed result file of a claim (docs/claims.md)."""
+    return Source(c.file, c.select)
+
+
+def quick(c: Claim) -> Source:
+    """``reproduce --quick``: every zero-shot held-out claim read from the quick sweep's report (its one run of
+    that test); the rest are not run by ``--quick``."""
+    if c.measure == "heldout" and c.select.get("shots") == 0:
+        return Source(QUICK_SUMMARY, {"test": c.select["test"], "shots": 0, "metric": c.select.get("metric", "acc")})
+    return Source(None, {}, "not run by --quick (5-shot, compaction or no command)" if c.file else "")
+
+
+def assess(claim: Claim, root: Path, src: Source | None = None) -> tuple[Measured | None, str]:
+    """The claim's figure read from its result file (``src``: another source, for ``reproduce``) and its verdict."""
+    src = src or committed(claim)
+    if src.file is None:
+        return None, src.skipped or f"not measured yet: {claim.why}"
+    p = root / src.file
+    if not p.is_file():
+        return None, f"not measured yet: {src.file} is missing"
+    m = MEASURES[claim.measure](p, src.select)
+    return m, RULES[claim.rule](m, claim.target)
+
+
+def _cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def render(
+    root: Path, claims: Sequence[Claim] = CLAIMS, source: Callable[[Claim], Source] = committed, title: str = ""
+) -> str:
+    """docs/claims.md: one row per claim, every number read from the result file its ``source`` names (relative
+    to ``root``)."""
+    lines = [
+        title or "# Claims of both seeds, measured",
+        "",
+        "<!-- generated by walklens reproduce --render; every number below is read from the result file of its row "
+        "(tests/test_claims.py re-renders it) -->",
+        "",
+        "| claim | seed says | walklens measured (model, n, interval) | verdict | command | file |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in claims:
+        src = source(c)
+        m, verdict = assess(c, root, src)
+        lines.append(
+            f"| {c.id} | {_cell(c.seed)} | {_cell(m.text if m else '-')} | {_cell(verdict)} | `{_cell(c.command)}` "
+            f"| {src.file or '-'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["CLAIMS", "QUICK_SUMMARY", "Claim", "Measured", "Source", "assess", "committed", "quick", "render"]
