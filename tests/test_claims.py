@@ -105,3 +105,35 @@ def test_reproduce_quick_writes_the_files_and_the_table(tmp_path: Path) -> None:
     assert f"held out {kf['acc']:.3f} [{kf['lo']:.3f}, {kf['hi']:.3f}]" in row and f"p={pa['p']:.2g}" in row
     assert "not run by --quick" in rows["T2-best-smollm2-135m-5shot-200"]
     assert "not measured yet" in rows["shared-weights"]
+
+
+def _cells(m: dict[str, object]) -> dict[str, str]:
+    """The strings docs/sweep.md's hand-made tables print for one metric of a report's ``summary.json``."""
+    ins, kf, d = m["in_sample"], m["kfold"], m["distribution"]
+    assert isinstance(ins, dict) and isinstance(kf, dict) and isinstance(d, dict)
+    return {
+        "in-sample 4": f"**{ins['acc']:.4f}** ({ins['norm_score']:.2f})",
+        "held-out 4": f"**{kf['acc']:.4f}** [{kf['lo']:.4f}, {kf['hi']:.4f}] (**{kf['norm']:.2f}**)",
+        "split/median/chance 4": f"{m['split_mean']:.4f} ({m['split_mean_norm']:.2f}) / {d['quantiles']['q50']:.4f} / "
+        f"{d['expected_best_if_all_chance']:.4f}",
+        "row 3": f"| {m['baseline']:.3f} | {ins['acc']:.3f} (",
+        "tail 3": f"| {m['split_mean']:.3f} | {kf['acc']:.3f} [{kf['lo']:.3f}, {kf['hi']:.3f}] "
+        f"| {d['quantiles']['q50']:.3f} |",
+    }
+
+
+def test_sweep_md_tables_are_their_reports() -> None:
+    """The full-set table and the bfloat16 grid's rows of docs/sweep.md, number by number, from their files."""
+    doc = (ROOT / "docs" / "sweep.md").read_text(encoding="utf-8")
+    full = json.loads((ROOT / "docs/results/report_full/summary.json").read_text())[0]["metrics"]["acc"]
+    c = _cells(full)
+    for key in ("in-sample 4", "held-out 4", "split/median/chance 4"):
+        assert c[key] in doc, f"docs/sweep.md: the full-set {key} is not {c[key]!r} (docs/results/report_full)"
+    bf16 = json.loads((ROOT / "docs/results/test1_full_bf16/report/summary.json").read_text())
+    rows = [ln for ln in doc.splitlines() if ln.startswith("| bfloat16, all 4,400 schemes |")]
+    for line in rows:  # each row is one run's (zero-shot or 5-shot) figures of its metric
+        metric = line.split(" | ")[1]
+        cs = [_cells(r["metrics"][metric]) for r in bf16]
+        ok = [c["row 3"] in line and line.endswith(c["tail 3"]) for c in cs]
+        assert any(ok), f"docs/sweep.md: {line!r} is no run's of docs/results/test1_full_bf16/report"
+    assert len(rows) == 4
