@@ -400,6 +400,18 @@ def _rows_of(store: SweepStore, run_id: int) -> RowsOf:
     return rows_of
 
 
+def summarise_stored(
+    db: str | Path, run_id: int, k: int = 5, seed: int = 0, replicates: int = REPLICATES
+) -> RunSummary | None:
+    """:func:`summarise_run` of one stored sweep run (``None`` when it holds no scheme), read like
+    :func:`summarise_db` reads each run: streamed counts, then the rows the paired test and the bootstrap need."""
+    with SweepStore(db, readonly=True) as store:
+        res = store.load_counts(run_id, k=k, seed=seed)
+        if not res.schemes:
+            return None
+        return summarise_run(res, k=k, seed=seed, rows_of=_rows_of(store, run_id), replicates=replicates)
+
+
 def summarise_db(
     db: str | Path, k: int = 5, seed: int = 0, chunk: int | None = None, replicates: int = REPLICATES
 ) -> list[RunSummary]:
@@ -431,4 +443,5 @@ __all__ = [
     "standard_name",
     "summarise_db",
     "summarise_run",
+    "summarise_stored",
 ]
