@@ -137,3 +137,16 @@ def test_sweep_md_tables_are_their_reports() -> None:
         ok = [c["row 3"] in line and line.endswith(c["tail 3"]) for c in cs]
         assert any(ok), f"docs/sweep.md: {line!r} is no run's of docs/results/test1_full_bf16/report"
     assert len(rows) == 4
+
+
+def test_reproduce_refuses_a_bad_out_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from walklens.cli import main
+
+    f = tmp_path / "file"
+    f.write_text("x", encoding="utf-8")
+    assert main(["reproduce", "--render", "--out", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("walklens: error:") and f.read_text() == "x"
+    assert main(["reproduce", "--render", "--out", str(tmp_path / "o"), "--root", str(tmp_path)]) == 0
+    table = (tmp_path / "o" / "claims.md").read_text()  # no result file there: every claim not measured yet
+    assert table.count("not measured yet") == len(CLAIMS)
