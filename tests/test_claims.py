@@ -150,3 +150,17 @@ def test_reproduce_refuses_a_bad_out_in_one_line(tmp_path: Path, capsys: pytest.
     assert main(["reproduce", "--render", "--out", str(tmp_path / "o"), "--root", str(tmp_path)]) == 0
     table = (tmp_path / "o" / "claims.md").read_text()  # no result file there: every claim not measured yet
     assert table.count("not measured yet") == len(CLAIMS)
+
+
+def test_attention_md_sink_table_is_its_file() -> None:
+    from walklens.claims import _below_uniform
+
+    doc = (ROOT / "docs" / "attention.md").read_text(encoding="utf-8")
+    sm = json.loads((ROOT / "docs/results/heads_smollm2_sink.json").read_text())["self_mass"]
+    for label, key in (
+        ("as measured", "model"),
+        ("position 0 removed (attention-sink control)", "model, position 0 removed"),
+    ):
+        share, _, mass, uni = _below_uniform(sm[key])
+        row = f"| {label} | {share:.1%} | {mass:.3f} | {uni:.3f} |"
+        assert row in doc, f"docs/attention.md: {row!r} (docs/results/heads_smollm2_sink.json)"

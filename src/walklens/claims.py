@@ -119,7 +119,33 @@ def compaction(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(model, int(best["n"]), v, lo, hi, text, {"drop": zv, "drop_lo": zlo, "drop_hi": zhi})
 
 
-MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {"heldout": heldout, "compaction": compaction}
+def _below_uniform(sm: Mapping[str, Any]) -> tuple[float, int, float, float]:
+    mass = [x for row in sm["mass"] for x in row]
+    uni = [x for row in sm["uniform"] for x in row]
+    below = sum(1 for m, u in zip(mass, uni) if m < u)
+    return below / len(mass), len(mass), sum(mass) / len(mass), sum(uni) / len(uni)
+
+
+def self_mass_share(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens heads --json``: the share of heads whose mean self mass is below uniform attention, as
+    measured and with the attention sink removed (key 0 dropped, rows renormalised)."""
+    doc = _read_json(path)
+    stack = select.get("stack", "model")
+    raw, n, m, u = _below_uniform(doc["self_mass"][stack])
+    sink, _, ms, us = _below_uniform(doc["self_mass"][f"{stack}, position 0 removed"])
+    text = (
+        f"{doc.get('model', select.get('model', '?'))}, {n} heads, one text: {raw:.1%} below uniform self mass "
+        f"(mean {m:.3f} vs {u:.3f}); with position 0 removed (attention-sink control) {sink:.1%} (mean {ms:.3f} "
+        f"vs {us:.3f})"
+    )
+    return Measured(str(doc.get("model", "")), n, raw, raw, raw, text, {"sink": sink})
+
+
+MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {
+    "heldout": heldout,
+    "compaction": compaction,
+    "self_mass": self_mass_share,
+}
 
 
 # ---- verdict rules -------------------------------------------------------------------------------------------------
@@ -170,7 +196,17 @@ def _compaction(m: Measured, target: float | None) -> str:
     return "not decided: the intervals of compaction and dropping overlap"
 
 
+def _sink(m: Measured, target: float | None) -> str:
+    return (
+        f"not the seed's measure: low self mass is not A.2's kernel-based negative self-bias; the attention sink "
+        f"accounts for most of it ({m.value:.0%} -> {m.facts['sink']:.0%} of heads with position 0 removed)"
+        if m.facts["sink"] < m.value / 2
+        else "low self mass survives the attention-sink control; still not A.2's kernel-based definition"
+    )
+
+
 RULES: dict[str, Callable[[Measured, float | None], str]] = {
+    "sink": _sink,
     "below_baseline": _below_baseline,
     "reaches": _reaches,
     "above_chance": _above_chance,
@@ -269,9 +305,9 @@ def _other_claims() -> list[Claim]:
         ("eigen-steering", "002: steering along v1 moves the output like activation addition",
          "walklens steer --model smollm2-135m --json steer.json", "prose and PNGs in docs/power.md; no JSON committed"),
         ("negative-self-bias", "000 A.2, Figs. 5-8: position kernels with negative self-bias",
-         "walklens heads --model smollm2-135m --json heads.json",
-         "docs/attention.md's shares use low self-mass, not the seed's kernel definition, with no control for the "
-         "attention sink at position 0; no JSON committed"),
+         "walklens kernels --json k.json --out kernels",
+         "the kernel classes of docs/attention.md have no committed JSON, and their empirical kernels are not "
+         "controlled for the attention sink"),
         ("similarity-cooccurrence", "000 Result 4: similarity <-> co-occurrence <-> angular proximity", "-",
          "no command measures it yet"),
         ("similarity-maps", "000 Figs. 3, 11, 12: similarity maps show blocks (numbers, brackets alike)",
@@ -281,6 +317,12 @@ def _other_claims() -> list[Claim]:
         ("encoder-fig9", "000 Fig. 9: an encoder's c_t stays near w_t", "walklens walk --model <encoder-decoder>",
          "needs an encoder-decoder model; none measured with a committed result file"),
     ]  # fmt: skip
+    out.append(Claim(
+        "low-self-mass", "000 A.2: a query attends to itself less than to its context (read as negative self-bias)",
+        "most heads put less mass on the query itself than uniform attention",
+        'walklens heads "The capital of France is Paris, and the river that runs through it is the Seine." '
+        "--maps -1 --json docs/results/heads_smollm2_sink.json", "docs/results/heads_smollm2_sink.json", "self_mass",
+        {"model": "smollm2-135m"}, "sink"))  # fmt: skip
     out += [Claim(i, s, s.split(": ", 1)[1], c, why=w) for i, s, c, w in missing]
     return out
 
