@@ -164,3 +164,17 @@ def test_attention_md_sink_table_is_its_file() -> None:
         share, _, mass, uni = _below_uniform(sm[key])
         row = f"| {label} | {share:.1%} | {mass:.3f} | {uni:.3f} |"
         assert row in doc, f"docs/attention.md: {row!r} (docs/results/heads_smollm2_sink.json)"
+
+
+def test_power_md_smollm2_row_is_its_file() -> None:
+    from walklens.claims import alignment_counts
+
+    doc = (ROOT / "docs" / "power.md").read_text(encoding="utf-8")
+    c = alignment_counts(json.loads((ROOT / "docs/results/power_smollm2.json").read_text()))
+    n = int(c["layers"])
+    row = (
+        f"| SmolLM2 ({int(c['tokens'])}) | {c['mean']:.3f} | {c['random']:.3f} | {c['other']:.3f} "
+        f"| {int(c['above_random'])} / {int(c['above_other'])} of {n} ({n * 0.05:.3g} expected) "
+        f"| {int(c['gain'])} of {n} (mean change {c['change']:+.3f}) |"
+    )
+    assert row in doc, f"docs/power.md: {row!r} (docs/results/power_smollm2.json)"
