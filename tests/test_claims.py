@@ -181,3 +181,27 @@ def test_power_md_smollm2_row_is_its_file() -> None:
         f"| {int(c['gain'])} of {n} (mean change {c['change']:+.3f}) |"
     )
     assert row in doc, f"docs/power.md: {row!r} (docs/results/power_smollm2.json)"
+
+
+def _rounds_to(shown: str, value: float) -> bool:
+    """Whether ``shown`` (``0.398``, ``0.00025``, ``3e-10``) is ``value`` rounded to the digits it shows."""
+    from decimal import Decimal
+
+    exp = Decimal(shown).as_tuple().exponent
+    assert isinstance(exp, int)  # a finite number
+    unit = Decimal(1).scaleb(exp)
+    return abs(Decimal(shown) - Decimal(repr(value))) <= unit / 2
+
+
+def test_power_md_smollm2_steering_rows_are_their_file() -> None:
+    from walklens.claims import steering_settings
+
+    doc = (ROOT / "docs" / "power.md").read_text(encoding="utf-8")
+    part = doc[doc.index("**SmolLM2-135M** (reach") : doc.index("**Gemma 3 270M** (reach")]
+    st = steering_settings(json.loads((ROOT / "docs/results/steer_smollm2.json").read_text()))
+    rows = [ln.split(" | ") for ln in part.splitlines() if ln.startswith(("| eigen |", "| add |"))]
+    assert len(rows) == 12
+    for r in rows:
+        top1, n, mean_p = st[r[0][2:], r[1], float(r[2])]
+        assert r[5] == f"{top1}/{n}" and _rounds_to(r[3], mean_p), f"docs/power.md: {' | '.join(r)!r}"
+    assert not _rounds_to("0.399", 0.398242) and _rounds_to("3e-10", 2.7038e-10)  # an edited number is caught

@@ -184,7 +184,39 @@ def alignment(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(str(doc["model"]), n, c["mean"], c["mean"], c["mean"], text, facts)
 
 
+def steering_settings(doc: Mapping[str, Any]) -> dict[tuple[str, str, float], tuple[int, int, float]]:
+    """From ``walklens steer --json``: per (method, layers, alpha) the prompts where the target became the most
+    likely next token, the prompts, and the mean probability of the target."""
+    out: dict[tuple[str, str, float], list[Mapping[str, Any]]] = {}
+    for r in doc["rows"]:
+        out.setdefault((r["method"], ",".join(map(str, r["layers"])), float(r["alpha"])), []).append(r)
+    return {
+        k: (sum(1 for r in rs if r["target_rank"] == 0), len(rs), sum(float(r["target_prob"]) for r in rs) / len(rs))
+        for k, rs in out.items()
+    }
+
+
+def steering(path: Path, select: Mapping[str, Any]) -> Measured:
+    """Eigen-steering's best setting (most prompts with the target on top, then the highest mean probability)
+    next to activation addition's."""
+    doc = _read_json(path)
+    st = steering_settings(doc)
+    best = {
+        m: max((k for k in st if k[0] == m), key=lambda k: (st[k][0], st[k][2]))
+        for m in ("eigen", "add")
+        if any(k[0] == m for k in st)
+    }
+    parts = [
+        f"{m} at layers {k[1]}, alpha {k[2]:g}: {st[k][0]}/{st[k][1]} prompts top-1 (mean p {st[k][2]:.3g})"
+        for m, k in best.items()
+    ]
+    e = st[best["eigen"]]
+    text = f"{doc['model_name']}, toward {doc['target_token']!r}, best of each method: " + "; ".join(parts)
+    return Measured(str(doc["model_name"]), e[1], e[0], e[0], e[0], text, {"eigen_top1": e[0], "prompts": e[1]})
+
+
 MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {
+    "steering": steering,
     "alignment": alignment,
     "heldout": heldout,
     "compaction": compaction,
@@ -260,7 +292,17 @@ def _tilt(m: Measured, target: float | None) -> str:
     )
 
 
+def _steer(m: Measured, target: float | None) -> str:
+    k, n = int(m.facts["eigen_top1"]), int(m.facts["prompts"])
+    if k == n:
+        return f"reproduced on these {n} prompts: eigen-steering puts the target on top of every one"
+    if k == 0:
+        return "not reproduced: eigen-steering puts the target on top of no prompt at any tried setting"
+    return f"partly: eigen-steering puts the target on top of {k} of {n} prompts at its best tried setting"
+
+
 RULES: dict[str, Callable[[Measured, float | None], str]] = {
+    "steer": _steer,
     "tilt": _tilt,
     "sink": _sink,
     "below_baseline": _below_baseline,
@@ -359,8 +401,9 @@ def _other_claims() -> list[Claim]:
          "walklens power --model M --shared-layer L --json shared.json",
          "untested: docs/power.md repeats one layer of a model never trained to repeat it; ALBERT (the one trained "
          "shared-weight family) has no weights reachable here"),
-        ("eigen-steering", "002: steering along v1 moves the output like activation addition",
-         "walklens steer --model smollm2-135m --json steer.json", "prose and PNGs in docs/power.md; no JSON committed"),
+        ("eigen-steering-gemma3", "002: a rank-one edit along v1 steers the output toward an arbitrary direction",
+         "walklens steer PROMPTS... --toward ' Paris' --model gemma3-270m --json docs/results/steer_gemma3.json",
+         "gemma3-270m's weights package is not installed on this machine; docs/power.md's Gemma 3 table has no file"),
         ("negative-self-bias", "000 A.2, Figs. 5-8: position kernels with negative self-bias",
          "walklens kernels --json k.json --out kernels",
          "the kernel classes of docs/attention.md have no committed JSON, and their empirical kernels are not "
@@ -380,6 +423,13 @@ def _other_claims() -> list[Claim]:
         "walklens power TEXTS... --model smollm2-135m --shared-layer 15 --shared-depth 30 --skip-first "
         "--json docs/results/power_smollm2.json (TEXTS: the eight texts of docs/power.md)",
         "docs/results/power_smollm2.json", "alignment", {}, "tilt"))  # fmt: skip
+    out.append(Claim(
+        "eigen-steering-smollm2", "002: a rank-one edit along v1 steers the output toward an arbitrary direction",
+        "eigen-steering makes an arbitrary token the next one",
+        "walklens steer PROMPTS... --toward ' Paris' --layers 5,10,15 --layers 20 --alpha=-3000,-1000,0,1000,3000 "
+        "--add-alpha 0,50,100,200 --max-new-tokens 8 --model smollm2-135m --json docs/results/steer_smollm2.json "
+        "(PROMPTS: the five prompts of docs/power.md)",
+        "docs/results/steer_smollm2.json", "steering", {}, "steer"))  # fmt: skip
     out.append(Claim(
         "low-self-mass", "000 A.2: a query attends to itself less than to its context (read as negative self-bias)",
         "most heads put less mass on the query itself than uniform attention",
