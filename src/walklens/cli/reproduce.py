@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mode.add_argument("--render", action="store_true", help="only the table, from the committed result files")
     p.add_argument("--out", required=True, metavar="DIR", help="folder of the result files and claims.md")
     p.add_argument("--model", default="smollm2-135m", help="the model of --quick (default smollm2-135m)")
-    p.add_argument("--limit", type=positive_arg, default=12, metavar="N", help="items of --quick (default 12)")
+    p.add_argument("--limit", type=positive_arg, default=8, metavar="N", help="items of --quick (default 8)")
     p.add_argument("--root", default=".", metavar="DIR", help="the repository, for --render (default .)")
     p.set_defaults(func=run)
 
