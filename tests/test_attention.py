@@ -212,6 +212,20 @@ def test_self_mass(tiny):
     assert torch.allclose(sm.mass[1], torch.diagonal(A, dim1=-2, dim2=-1)[:, 1:].mean(-1))
     assert math.isclose(float(sm.uniform[0, 0]), sum(1 / (t + 1) for t in range(1, T)) / (T - 1), rel_tol=1e-6)
 
+    # the attention-sink control, against removing key 0 and renormalising each row by hand
+    sk = self_mass(tr, sink=True)
+    assert sk.sink_removed and not sm.sink_removed
+    for layer in range(lm.n_layers):
+        B = tr.attentions[f"L{layer}.attn"].double()[:, :, 1:]
+        B = B / B.sum(-1, keepdim=True)  # rows over keys 1..t
+        own = torch.stack([B[:, t, t - 1] for t in range(2, T)], dim=1).mean(-1)
+        assert torch.allclose(sk.mass[layer].double(), own, rtol=1e-5)
+    assert math.isclose(float(sk.uniform[0, 0]), sum(1 / t for t in range(2, T)) / (T - 2), rel_tol=1e-6)
+    short = walklens.capture(lm, "a", attentions=True)
+    assert len(short.tokens) < 3
+    with pytest.raises(InputError, match="at least 3 tokens"):
+        self_mass(short, causal=True, sink=True)
+
 
 def test_bad_input(tiny):
     lm = tiny("llama")
@@ -265,6 +279,9 @@ def test_cli_heads_json_and_report(saved_t5, tmp_path, capsys):
     assert data["identity_max"] < 1e-4 and set(data["identity"]) >= {"enc.L1.attn", "dec.L1.cross"}
     assert len(data["cluster"]) == 4 and abs(sum(data["cluster"][0]["memberships"]) - 1) < 1e-5
     assert {"dec.L0.attn", "dec.L0.cross", "enc.L0.attn"} <= set(data["attentions"])
+    sinks = [k for k in data["self_mass"] if k.endswith(", position 0 removed")]  # the attention-sink control
+    assert sinks and all(data["self_mass"][k]["sink_removed"] for k in sinks)
+    assert "position 0 removed" in capsys.readouterr().out
     html = (out / "index.html").read_text()
     assert "A.3 identity" in html and "cross-attention" in html and "position kernels" in html
     assert 'src="http' not in html and "<script src" not in html  # self-contained

@@ -186,6 +186,19 @@ def test_alignment_on_tiny_model(llama):
     assert torch.allclose(al.per_token[0][i].double(), manual, atol=1e-5)
     for lo, m, hi in zip(al.random_lo, al.random_mean, al.random_hi):
         assert lo <= m <= hi
+    # the count above each band, counted by hand, printed with the number expected by chance
+    from walklens.experiments.stats import count_above_p, expected_by_chance
+    from walklens.reports.power import band_counts
+
+    post = [i for i, p in enumerate(al.points) if p.endswith(".resid_post")]
+    for band, top in (("random", al.random_hi), ("other", al.other_hi)):
+        assert al.above(band) == (sum(al.mean[i] > top[i] for i in post), len(post))
+    c, n = al.above("random")
+    assert f"{c} of {n} ({expected_by_chance(n, 0.05):.3g} expected by chance" in band_counts(al)
+    assert expected_by_chance(30, 0.05) == 1.5 and count_above_p(0, 30, 0.05) == 1.0
+    assert count_above_p(6, 30, 0.05) == pytest.approx(
+        1 - sum(math.comb(30, j) * 0.05**j * 0.95 ** (30 - j) for j in range(6))
+    )
 
 
 # ---- dynamics ---------------------------------------------------------------------------------------------------

@@ -110,6 +110,7 @@ def _db(path: Path, n: int = 24) -> None:
 
 
 def test_summary_of_a_database_is_dataclasses_and_the_report_draws_them(tmp_path: Path) -> None:
+    from walklens.experiments.heldout import REPLICATES
     from walklens.experiments.summary import MetricSummary, RunSummary, summarise_db, summarise_run
     from walklens.reports import sweep
 
@@ -129,7 +130,7 @@ def test_summary_of_a_database_is_dataclasses_and_the_report_draws_them(tmp_path
             assert [t.rank for t in m.top10] == list(range(1, len(m.top10) + 1))
             assert all(a.acc >= b.acc for a, b in zip(m.top10, m.top10[1:]))
     with SweepStore(db, readonly=True) as st:  # the same numbers as the dense predictions give
-        dense = [summarise_run(st.load(r["id"]), k=4, seed=1) for r in st.runs()]
+        dense = [summarise_run(st.load(r["id"]), k=4, seed=1, replicates=REPLICATES) for r in st.runs()]
     assert jsonable(dense) == jsonable(summaries)
     db.unlink()  # the builder needs the dataclasses only
     rep = sweep.build(summaries, source="r.sqlite")

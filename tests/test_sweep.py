@@ -488,6 +488,9 @@ def test_cli_sweep_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(args + ["--json", str(tmp_path / "s.json")]) == 0
     info = json.loads((tmp_path / "s.json").read_text())
     assert info["n_schemes"] == 5 * 2 * 2 * 2 * 3 * 2 * 2 and info["groups_computed"] == info["n_groups"]
+    ho = info["held_out"]["acc"]  # the held-out best against its procedure, as the report computes it
+    assert ho["paired"]["n"] == 6 and ho["bootstrap"]["replicates"] == 200
+    assert ho["paired"]["diff"] == pytest.approx(ho["kfold"]["acc"] - ho["baseline"])
     assert main(args) == 0  # rerun: everything stored, nothing recomputed
     assert "0 groups computed now" in capsys.readouterr().out
     out = tmp_path / "rep"

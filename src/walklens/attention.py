@@ -572,6 +572,7 @@ class SelfMass(Shown, view="self_mass"):
     mass: torch.Tensor
     uniform: torch.Tensor
     positions: int
+    sink_removed: bool = False
 
     @property
     def ratio(self) -> torch.Tensor:
@@ -597,23 +598,42 @@ class SelfMass(Shown, view="self_mass"):
         return frame(self._columns(table), {"positions": self.positions})
 
 
-def self_mass(trace: Trace, causal: bool | None = None) -> SelfMass:
-    """Self-attention mass per layer and head from a trace captured with ``attentions=True``."""
+def self_mass(trace: Trace, causal: bool | None = None, sink: bool = False) -> SelfMass:
+    """Self-attention mass per layer and head from a trace captured with ``attentions=True``.
+
+    ``sink``: the attention-sink control: key position 0 is removed and each row renormalised over the other
+    keys (``A[t, t] / sum_{j >= 1} A[t, j]``; uniform becomes 1/t causal, 1/(T-1) bidirectional), so a head that dumps
+    its mass on the first token is compared with chance over the keys it has left; queries start at 1 (causal:
+    at 2, where a second key remains)."""
     keys = sorted((k for k in trace.attentions if k.endswith(".attn")), key=lambda k: int(k[1:].split(".")[0]))
     if not keys:
         raise InputError("the trace has no self-attention probabilities; capture with attentions=True")
     if causal is None:
         causal = bool(torch.triu(trace.attentions[keys[0]][0], 1).abs().max() == 0) and len(trace.tokens) > 1
+    T = len(trace.tokens)
+    if sink and T < (3 if causal else 2):
+        raise InputError(f"the attention-sink control needs at least {3 if causal else 2} tokens, got {T}")
     masses, unif = [], []
     for k in keys:
         A = trace.attentions[k].float()
         T = A.shape[-1]
         diag = torch.diagonal(A, dim1=-2, dim2=-1)  # [H, T]
-        start = 1 if (causal and T > 1) else 0
-        u = (1.0 / torch.arange(1, T + 1, dtype=torch.float32)) if causal else torch.full((T,), 1.0 / T)
+        t = torch.arange(T, dtype=torch.float32)
+        if sink:
+            diag = diag / A[..., 1:].sum(-1).clamp_min(1e-30)  # the other keys' own sum: 1 - A[t, 0] loses digits
+            start, u = (2, 1.0 / t.clamp_min(1)) if causal else (1, torch.full((T,), 1.0 / (T - 1)))
+        else:
+            start = 1 if (causal and T > 1) else 0
+            u = 1.0 / (t + 1) if causal else torch.full((T,), 1.0 / T)
         masses.append(diag[:, start:].mean(-1))
         unif.append(u[start:].mean().expand(A.shape[0]))
-    return SelfMass(stack=trace.stack, mass=torch.stack(masses), uniform=torch.stack(unif), positions=len(trace.tokens))
+    return SelfMass(
+        stack=trace.stack,
+        mass=torch.stack(masses),
+        uniform=torch.stack(unif),
+        positions=len(trace.tokens),
+        sink_removed=sink,
+    )
 
 
 @dataclass(frozen=True)

@@ -330,6 +330,13 @@ class Alignment(Shown, view="alignment"):
         sel = [i for i, p in enumerate(self.points) if p.endswith("." + kind)]
         return [self.layer_of[i] for i in sel], [self.mean[i] for i in sel]
 
+    def above(self, band: str, kind: str = "resid_post") -> tuple[int, int]:
+        """(layers whose mean alignment at ``kind`` is above the top of chance band ``band`` (``"random"``,
+        ``"other"``, ``"shuffled"``: the 95th percentile, so 5 % of null layers cross it), layers)."""
+        top = {"random": self.random_hi, "other": self.other_hi, "shuffled": self.shuffled_hi}[band]
+        sel = [i for i, p in enumerate(self.points) if p.endswith("." + kind)]
+        return sum(1 for i in sel if self.mean[i] > top[i]), len(sel)
+
     def _columns(self, table: str = "points") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
         stats = (

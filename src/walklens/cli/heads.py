@@ -287,10 +287,14 @@ def run_heads(args: argparse.Namespace) -> int:
         raise InputError(f"--position {args.position} out of range for {len(tr.tokens)} tokens")
     views = [cluster_view(tr, hm, h, args.position) for h in range(hm.n_heads)]
     masses = {
-        s.name or "model": self_mass(
-            trace.encoder if (s is not lm.adapter.stacks[-1] and trace.encoder is not None) else trace, causal=s.causal
+        (s.name or "model") + (", position 0 removed" if sink else ""): self_mass(
+            trace.encoder if (s is not lm.adapter.stacks[-1] and trace.encoder is not None) else trace,
+            causal=s.causal,
+            sink=sink,
         )
+        for sink in (False, True)
         for s in lm.adapter.stacks
+        if not sink or len(tr.tokens) >= 3
     }
     stats = {s.name or "model": head_stats(lm, s.name) for s in lm.adapter.stacks}
     _print_heads(lm.name, ident, views, tr.tokens, hm.layer, masses, args)

@@ -259,6 +259,7 @@ def run_power(args: argparse.Namespace) -> int:
         rows,
         short="F per layer",
     )
+    say(con, power_report.band_counts(al))
     if sw is not None:
         say(
             con,

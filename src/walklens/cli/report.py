@@ -30,7 +30,8 @@ def _fmt(x: float | None, places: int = 3) -> str:
 
 def _print(summaries: Any, path: Any) -> None:
     """Per run and metric (the key columns, repeated when the table is wrapped): the baseline, the standard
-    scheme, the in-sample and the k-fold held-out best, each with its normalised score."""
+    scheme, the in-sample and the k-fold held-out best, each with its normalised score, the bootstrap interval
+    of held-out / baseline and the paired difference from the baseline with its McNemar p."""
     from ..reports.sweep import kfold_label
 
     con = console()
@@ -46,6 +47,8 @@ def _print(summaries: Any, path: Any) -> None:
                 f"{_fmt(m.in_sample.acc)} ({_fmt(m.in_sample.norm_score, 2)})",
                 f"{_fmt(m.kfold.acc)} ({_fmt(m.kfold.norm, 2)})",
                 f"[{_fmt(m.kfold.lo)}, {_fmt(m.kfold.hi)}]",
+                "-" if m.bootstrap is None else f"[{_fmt(m.bootstrap.norm_lo, 2)}, {_fmt(m.bootstrap.norm_hi, 2)}]",
+                "-" if m.paired is None else f"{m.paired.diff:+.3f} (p={m.paired.p:.2g})",
             ]
             for s in summaries
             for metric, m in s.metrics.items()
@@ -63,6 +66,8 @@ def _print(summaries: Any, path: Any) -> None:
                 "best in-sample",
                 f"{kfold_label(summaries)} held-out",
                 "95% CI",
+                "norm, bootstrap 95%",
+                "vs baseline, paired",
             ],
             rows,
             keys=2,

@@ -195,5 +195,27 @@ def _write_result(args: argparse.Namespace, lm: Any, items: Any, out: Any, refus
             "baseline": {"acc": out.baseline_acc, "acc_norm": out.baseline_acc_norm},
             "db": str(db),
             "run_id": out.run_id,
+            "held_out": _held_out(db, out.run_id),
         },
     )
+
+
+def _held_out(db: Any, run_id: int) -> dict[str, Any] | None:
+    """Per metric the 5-fold held-out best with its Wilson interval, the bootstrap of the whole select-then-score
+    procedure and the paired test against the baseline on the same items (what ``walklens report`` shows)."""
+    from dataclasses import asdict
+
+    from ..experiments.summary import summarise_stored
+
+    s = summarise_stored(db, run_id)
+    if s is None:
+        return None
+    return {
+        metric: {
+            "baseline": m.baseline,
+            "kfold": {k: v for k, v in asdict(m.kfold).items() if k not in ("fold_schemes", "fold_acc")},
+            "bootstrap": m.bootstrap and asdict(m.bootstrap),
+            "paired": m.paired and asdict(m.paired),
+        }
+        for metric, m in s.metrics.items()
+    }

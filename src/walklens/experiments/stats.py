@@ -176,9 +176,34 @@ def chance_max(n_schemes: int, n_items: int, p: float = 0.25) -> float:
     return float((lo - np.expm1(S * logf).sum()) / n)
 
 
+def expected_by_chance(n: int, alpha: float) -> float:
+    """How many of ``n`` layers, heads or schemes are expected above a one-sided ``1 - alpha`` band when none
+    differs from the null: ``n * alpha`` (each one crosses its band with probability ``alpha``)."""
+    if n < 0 or not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"expected_by_chance needs n >= 0 and 0 <= alpha <= 1, got n={n}, alpha={alpha}")
+    return n * alpha
+
+
+def count_above_p(count: int, n: int, alpha: float) -> float:
+    """``P(X >= count)`` for ``X ~ Binomial(n, alpha)``: how surprising ``count`` of ``n`` above a band is if the
+    ``n`` were independent and null (layers of one model are not independent: a scale, not a test)."""
+    from scipy.stats import binom
+
+    return float(binom.sf(count - 1, n, alpha)) if count > 0 else 1.0
+
+
+def above_band(count: int, n: int, alpha: float) -> str:
+    """``"6 of 30 (1.5 expected by chance, P(>= 6) = 0.002)"``: a count above a band with its chance level."""
+    p = count_above_p(count, n, alpha)
+    return f"{count} of {n} ({expected_by_chance(n, alpha):.3g} expected by chance, P(>= {count}) = {p:.2g})"
+
+
 def distribution(acc: np.ndarray, n_items: int, chance: float = 0.25) -> dict[str, Any]:
-    """Quantiles of scheme accuracies, the share above chance and above its 95% Wilson upper bound, and a
+    """Quantiles of scheme accuracies, the share above chance and above its 95% Wilson upper bound (with the
+    share a chance-level scheme has of crossing that bound, ``P(Binomial(n, chance) > n * upper)``), and a
     histogram (20 bins over [0, 1])."""
+    from scipy.stats import binom
+
     a = np.asarray(acc, dtype=np.float64)
     qs = [0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0]
     quant = np.quantile(a, qs) if a.size else np.full(len(qs), np.nan)
@@ -193,6 +218,9 @@ def distribution(acc: np.ndarray, n_items: int, chance: float = 0.25) -> dict[st
         "frac_above_chance": float((a > chance).mean()) if a.size else math.nan,
         "frac_above_chance_ci": float((a > upper).mean()) if a.size else math.nan,
         "chance_upper95": upper,
+        "expected_above_chance_ci": float(binom.sf(math.floor(upper * n_items), n_items, chance))
+        if n_items
+        else math.nan,
         "expected_best_if_all_chance": chance_max(int(a.size), int(n_items), chance) if a.size else math.nan,
         "hist": hist.tolist(),
         "hist_edges": edges.tolist(),

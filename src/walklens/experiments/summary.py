@@ -9,7 +9,7 @@ scores across the grid, the top 10 schemes and the per-parameter marginal effect
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,21 @@ from ..concepts.schemes import Scheme
 from ..display import Shown
 from ..frames import Columns, DataFrame, concat_columns, frame, pick, record_table, with_constants
 from ..hellaswag.store import SweepResults, SweepStore
+from .heldout import (
+    CANDIDATES,
+    REPLICATES,
+    Bootstrap,
+    Paired,
+    bootstrap_heldout,
+    candidates,
+    kfold_choices,
+    kfold_picks,
+    paired_test,
+)
 from .stats import KFold, Score, honest_summary_counts, marginal_effects
+
+#: predictions ``[metrics, len(rows), items]`` of the schemes at the given positions of a run's stored order
+RowsOf = Callable[[Sequence[int]], np.ndarray]
 
 TOP = 10  # schemes listed per run and metric (Figs. 13-16)
 
@@ -56,6 +70,7 @@ class Distribution:
     frac_above_chance: float
     frac_above_chance_ci: float
     chance_upper95: float
+    expected_above_chance_ci: float
     expected_best_if_all_chance: float
     hist: list[int]
     hist_edges: list[float]
@@ -97,6 +112,8 @@ class MetricSummary:
     top10: tuple[SchemeScore, ...]
     marginals: dict[str, tuple[Marginal, ...]]
     standard: SchemeScore | None
+    paired: Paired | None = None
+    bootstrap: Bootstrap | None = None
 
     def _estimate_columns(self) -> Columns:
         """The ``estimates`` table: baseline, in-sample best, split-half, k-fold held-out, standard scheme."""
@@ -251,8 +268,43 @@ def standard_name(run: Mapping[str, Any]) -> str:
     return str(Scheme.standard(int(run["test"]), run.get("arch") or "decoder"))
 
 
+@dataclass(frozen=True)
+class _Procedure:
+    """What the procedure's statistics need of one run: the baseline's picks and the chosen rows' predictions."""
+
+    labels: np.ndarray
+    base_preds: np.ndarray  # [2, items]: the baseline's acc and acc_norm picks
+    rows: dict[int, np.ndarray]  # row of the kept schemes -> predictions [metrics, items]
+    replicates: int
+    seed: int
+
+
+def _procedure_stats(proc: _Procedure, counts: Any, metric: str, m: int, n_schemes: int) -> tuple[Paired, Bootstrap]:
+    """The held-out best against the baseline on the same items, and the bootstrap of select-then-score."""
+    base = proc.base_preds[0 if metric == "acc" else 1] == proc.labels
+    correct = {i: p[m] == proc.labels for i, p in proc.rows.items()}
+    cand = candidates(counts)
+    paired = paired_test(kfold_picks(counts, correct), base)
+    boot = bootstrap_heldout(
+        np.stack([correct[i] for i in cand]),
+        base,
+        k=counts.cells.k,
+        replicates=proc.replicates,
+        seed=proc.seed,
+        n_schemes=n_schemes,
+    )
+    return paired, boot
+
+
 def _metric(
-    res: SweepResults, metric: str, keep: list[int], names: list[str], std_i: int | None, k: int, seed: int
+    res: SweepResults,
+    metric: str,
+    keep: list[int],
+    names: list[str],
+    std_i: int | None,
+    k: int,
+    seed: int,
+    proc: _Procedure | None = None,
 ) -> MetricSummary:
     base = res.baseline(metric)
     acc = res.acc[res.metrics.index(metric)].astype(np.float64)[keep]
@@ -266,6 +318,9 @@ def _metric(
 
     order = np.lexsort((np.arange(len(acc)), -acc))[:TOP]  # ties: stored order
     kf = h["kfold"]
+    paired, boot = (
+        (None, None) if proc is None else _procedure_stats(proc, counts, metric, res.metrics.index(metric), len(names))
+    )
     return MetricSummary(
         baseline=base,
         in_sample=BestScore(**h["in_sample"]),
@@ -277,21 +332,57 @@ def _metric(
         top10=tuple(scored(int(i), r + 1) for r, i in enumerate(order)),
         marginals={p: tuple(Marginal(**row) for row in rows) for p, rows in marginal_effects(names, acc, base).items()},
         standard=None if std_i is None else scored(std_i),
+        paired=paired,
+        bootstrap=boot,
     )
 
 
-def summarise_run(res: SweepResults, k: int = 5, seed: int = 0) -> RunSummary:
+def _procedure(
+    res: SweepResults, keep: list[int], k: int, rows_of: RowsOf | None, replicates: int, seed: int
+) -> _Procedure | None:
+    """The rows the paired test and the bootstrap read (the k-fold's choices and the bootstrap's candidates of
+    every metric), read once; ``None`` without a stored baseline or with ``replicates == 0``."""
+    run = res.run
+    if replicates <= 0 or run.get("baseline_preds") is None or not keep:
+        return None
+    want: set[int] = set()
+    for metric in res.metrics:
+        counts = res.counts(metric, k=k, seed=seed)
+        if len(keep) < len(res.schemes):
+            counts = counts.take(keep)
+        want |= set(kfold_choices(counts)) | set(candidates(counts, CANDIDATES))
+    order = sorted(want)
+    if res.preds is not None:
+        preds = res.preds[:, [keep[i] for i in order]]
+    elif rows_of is not None:
+        preds = rows_of([keep[i] for i in order])
+    else:
+        return None
+    rows = {i: preds[:, j] for j, i in enumerate(order)}
+    return _Procedure(
+        labels=np.asarray(res.labels), base_preds=run["baseline_preds"], rows=rows, replicates=replicates, seed=seed
+    )
+
+
+def summarise_run(
+    res: SweepResults, k: int = 5, seed: int = 0, *, rows_of: RowsOf | None = None, replicates: int = 0
+) -> RunSummary:
     """Honest scores, top 10, marginals and the standard scheme's score of one run, per metric.
 
     ``res`` holds either predictions or the per-cell hit counts of :meth:`SweepStore.load_counts` (the same
     numbers: the statistics only need the counts).  Test 1's ``enc=cross_encoding`` scheme is the baseline
     itself (no composition): it is reported as the baseline and kept out of the schemes a best is chosen from
-    (else Test 1's best would be the baseline, trivially)."""
+    (else Test 1's best would be the baseline, trivially).
+
+    With ``replicates > 0`` and a stored baseline, each metric also gets the paired test of the k-fold held-out
+    best against the baseline and the bootstrap of the whole procedure (:mod:`.heldout`); their rows come from
+    ``res``'s predictions or, for counts, from ``rows_of``."""
     run = res.run
     keep = [i for i, name in enumerate(res.schemes) if not name.startswith("enc=cross_encoding,")]
     names = [res.schemes[i] for i in keep]
     std = standard_name(run)
     std_i = names.index(std) if std in names else None
+    proc = _procedure(res, keep, k, rows_of, replicates, seed)
     return RunSummary(
         model=str(run["model"]),
         shots=int(run["shots"]),
@@ -299,22 +390,46 @@ def summarise_run(res: SweepResults, k: int = 5, seed: int = 0) -> RunSummary:
         n_items=int(run["n_items"]),
         n_schemes=len(names),
         data=str(run["data"]),
-        metrics={m: _metric(res, m, keep, names, std_i, k, seed) for m in res.metrics},
+        metrics={m: _metric(res, m, keep, names, std_i, k, seed, proc) for m in res.metrics},
     )
 
 
-def summarise_db(db: str | Path, k: int = 5, seed: int = 0, chunk: int | None = None) -> list[RunSummary]:
+def _rows_of(store: SweepStore, run_id: int) -> RowsOf:
+    def rows_of(rows: Sequence[int]) -> np.ndarray:
+        return store.load_rows(run_id, rows)
+
+    return rows_of
+
+
+def summarise_stored(
+    db: str | Path, run_id: int, k: int = 5, seed: int = 0, replicates: int = REPLICATES
+) -> RunSummary | None:
+    """:func:`summarise_run` of one stored sweep run (``None`` when it holds no scheme), read like
+    :func:`summarise_db` reads each run: streamed counts, then the rows the paired test and the bootstrap need."""
+    with SweepStore(db, readonly=True) as store:
+        res = store.load_counts(run_id, k=k, seed=seed)
+        if not res.schemes:
+            return None
+        return summarise_run(res, k=k, seed=seed, rows_of=_rows_of(store, run_id), replicates=replicates)
+
+
+def summarise_db(
+    db: str | Path, k: int = 5, seed: int = 0, chunk: int | None = None, replicates: int = REPLICATES
+) -> list[RunSummary]:
     """:func:`summarise_run` of every sweep run stored in ``db`` that holds schemes, in the order stored.
 
     The database is opened read-only (never created or changed; a damaged file is refused) and each run's
     predictions are streamed ``chunk`` schemes at a time (:meth:`SweepStore.load_counts`), so a full grid over
-    all 10,042 HellaSwag items fits in a few hundred MB."""
+    all 10,042 HellaSwag items fits in a few hundred MB.  The paired test and the bootstrap (``replicates``; 0
+    leaves them out) read the few rows they need in one more streamed pass (:meth:`SweepStore.load_rows`)."""
     out = []
     with SweepStore(db, readonly=True) as store:
         for run in store.runs():
             res = store.load_counts(run["id"], k=k, seed=seed, chunk=chunk)
             if res.schemes:
-                out.append(summarise_run(res, k=k, seed=seed))
+                out.append(
+                    summarise_run(res, k=k, seed=seed, rows_of=_rows_of(store, run["id"]), replicates=replicates)
+                )
     return out
 
 
@@ -329,4 +444,5 @@ __all__ = [
     "standard_name",
     "summarise_db",
     "summarise_run",
+    "summarise_stored",
 ]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..experiments.stats import above_band
 from .html import Report, fields_of, pyplot
 
 if TYPE_CHECKING:
@@ -204,6 +205,19 @@ def document(
     }
 
 
+#: one-sided level of the 5-95 % chance bands: a null layer ends above a band's top with this probability
+BAND_ALPHA = 0.05
+
+
+def band_counts(align: Alignment) -> str:
+    """Layers above each chance band at the layer output, each with the number expected by chance."""
+    parts = []
+    for band, what in (("random", "random directions"), ("other", "other layers' v1")):
+        c, n = align.above(band)
+        parts.append(f"above the {what} band: {above_band(c, n, BAND_ALPHA)}")
+    return "At the layer output, layers " + "; ".join(parts) + " (layers are not independent: a scale, not a test)."
+
+
 EIGENVALUES = 8  # leading eigenvalues of each spectrum the page holds (the PNG and --json: all of them)
 
 
@@ -229,6 +243,7 @@ def add_alignment(r: Report, align: Alignment, doc: Mapping[str, Any] | None = N
         + (" First positions left out." if align.skip_first else ""),
         note=True,
     )
+    r.p(band_counts(align), note=True)
     r.result("alignment", {**doc, "per_token": align.per_token[:1], "tokens": align.tokens[:1]})
     r.figure(alignment_figure(doc), "alignment", embed=False)  # the charts above, as one PNG
     return r

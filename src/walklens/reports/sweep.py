@@ -171,6 +171,32 @@ def summary_markdown(summaries: Sequence[RunSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def heldout_markdown(summaries: Sequence[RunSummary]) -> str:
+    """The held-out best against its procedure (:mod:`walklens.experiments.heldout`) as one Markdown table: the
+    pooled Wilson interval, the bootstrap interval of the whole select-then-score procedure, held-out / baseline
+    with the baseline resampled alike, and the paired test against the baseline on the same items."""
+    kf_ = kfold_label(summaries)
+    lines = [
+        f"| model | test | shots | items | schemes | metric | baseline | {kf_} held-out | Wilson 95% | bootstrap 95% "
+        "| held-out / baseline [bootstrap 95%] | held-out - baseline [paired 95%] | discordant (held-out / baseline) "
+        "| McNemar p |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        for metric, m in s.metrics.items():
+            kf, b, p = m.kfold, m.bootstrap, m.paired
+            boot = "-" if b is None else f"[{_fmt(b.acc_lo)}, {_fmt(b.acc_hi)}]"
+            norm = f"{_fmt(kf.norm, 2)}" + ("" if b is None else f" [{_fmt(b.norm_lo, 2)}, {_fmt(b.norm_hi, 2)}]")
+            pair = "-" if p is None else f"{p.diff:+.3f} [{p.lo:+.3f}, {p.hi:+.3f}]"
+            disc = "-" if p is None else f"{p.only_best} / {p.only_base}"
+            lines.append(
+                f"| {s.model} | {s.test} | {s.shots} | {s.n_items} | {s.n_schemes:,} | {metric} | {_fmt(m.baseline)} "
+                f"| {_fmt(kf.acc)} | [{_fmt(kf.lo)}, {_fmt(kf.hi)}] | {boot} | {norm} | {pair} | {disc} "
+                f"| {'-' if p is None else f'{p.p:.3g}'} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def _summary_rows(summaries: Sequence[RunSummary]) -> tuple[list[str], list[list[Any]]]:
     kf_ = kfold_label(summaries)
     headers = [
@@ -193,7 +219,16 @@ def _summary_rows(summaries: Sequence[RunSummary]) -> tuple[list[str], list[list
         f"best norm ({kf_})",
         "median acc",
         "share above chance (95%)",
+        "share expected above by chance",
         "E[best] if all chance",
+        "bootstrap lo",
+        "bootstrap hi",
+        "norm bootstrap lo",
+        "norm bootstrap hi",
+        "held-out - baseline (paired)",
+        "paired lo",
+        "paired hi",
+        "McNemar p",
     ]
     rows = []
     for s in summaries:
@@ -220,10 +255,18 @@ def _summary_rows(summaries: Sequence[RunSummary]) -> tuple[list[str], list[list
                     kf.norm,
                     d.quantiles["q50"],
                     d.frac_above_chance_ci,
+                    d.expected_above_chance_ci,
                     d.expected_best_if_all_chance,
+                    *_procedure_cells(m),
                 ]
             )
     return headers, rows
+
+
+def _procedure_cells(m: MetricSummary) -> list[Any]:
+    b, p = m.bootstrap, m.paired
+    boot = [None] * 4 if b is None else [b.acc_lo, b.acc_hi, b.norm_lo, b.norm_hi]
+    return boot + ([None] * 4 if p is None else [p.diff, p.lo, p.hi, p.p])
 
 
 def _run_section(rep: Report, s: RunSummary) -> None:
@@ -246,6 +289,30 @@ def _run_section(rep: Report, s: RunSummary) -> None:
         hon.append(
             [f"{kf.k}-fold held-out (pooled)", " | ".join(sorted(set(kf.fold_schemes))), kf.acc, kf.lo, kf.hi, kf.norm]
         )
+        if m.bootstrap is not None:
+            b = m.bootstrap
+            hon.append(
+                [
+                    f"{kf.k}-fold held-out, bootstrap of the procedure ({b.replicates} resamples, folds redrawn)",
+                    f"{b.candidates:,} candidate schemes of {b.n_schemes:,}",
+                    kf.acc,
+                    b.acc_lo,
+                    b.acc_hi,
+                    f"{_fmt(kf.norm, 3)} [{_fmt(b.norm_lo, 3)}, {_fmt(b.norm_hi, 3)}]",
+                ]
+            )
+        if m.paired is not None:
+            pr = m.paired
+            hon.append(
+                [
+                    f"held-out - baseline, same items (McNemar p = {pr.p:.3g})",
+                    f"{pr.only_best} items only held-out right, {pr.only_base} only baseline",
+                    pr.diff,
+                    pr.lo,
+                    pr.hi,
+                    None,
+                ]
+            )
         if m.standard:
             hon.append(["standard scheme", m.standard.scheme, m.standard.acc, None, None, m.standard.norm])
         rep.table(["estimate", "scheme(s)", metric, "95% lo", "95% hi", "normalised"], hon)
@@ -284,6 +351,7 @@ def build(summaries: Sequence[RunSummary], source: str = "") -> Report:
     headers, rows = _summary_rows(summaries)
     rep.attach("summary.csv", csv_text(headers, rows))
     rep.attach("summary.md", summary_markdown(summaries))
+    rep.attach("heldout.md", heldout_markdown(summaries))
     rep.h2("Summary: standard scheme, in-sample best and held-out best")
     rep.p(
         "Normalised score = accuracy / the baseline's accuracy on the same items, model and shots (sec. 5.1). "
@@ -307,4 +375,4 @@ def build(summaries: Sequence[RunSummary], source: str = "") -> Report:
     return rep
 
 
-__all__ = ["bar_chart", "build", "csv_text", "document", "kfold_label", "summary_markdown"]
+__all__ = ["bar_chart", "build", "csv_text", "document", "heldout_markdown", "kfold_label", "summary_markdown"]

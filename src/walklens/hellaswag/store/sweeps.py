@@ -461,6 +461,26 @@ class SweepStore:
         Pr = np.concatenate([g.preds(n) for g in groups], axis=1) if groups and with_preds else None
         return SweepResults(run=run, schemes=names, metrics=metrics, acc=A, preds=Pr)
 
+    def load_rows(self, run_id: int, rows: Sequence[int]) -> np.ndarray:
+        """The predictions ``[metrics, len(rows), items]`` of the schemes at positions ``rows`` of the stored order
+        (:meth:`load`'s), streamed a group at a time: a few schemes of a full grid without the dense matrix."""
+        n = int(self._run(run_id)["n_items"])
+        want = {int(r): j for j, r in enumerate(rows)}
+        out: np.ndarray | None = None
+        a = 0
+        for g in self._groups(run_id):
+            hit = [(r - a, want[r]) for r in range(a, a + len(g.names)) if r in want]
+            if hit:
+                p = g.preds(n)
+                if out is None:
+                    out = np.zeros((len(g.metrics), len(want), n), np.uint8)
+                for local, j in hit:
+                    out[:, j] = p[:, local]
+            a += len(g.names)
+        if out is None or any(r >= a or r < 0 for r in want):
+            raise InputError(f"{self.path}: sweep run {run_id} holds {a} schemes, asked for rows {sorted(want)[:5]}")
+        return out
+
     def load_counts(self, run_id: int, k: int = 5, seed: int = 0, chunk: int | None = None) -> SweepResults:
         """Every stored scheme of a run with, instead of predictions, its hits per cell of the item partition
         ``Cells.build(n, min(k, n), seed)`` (:mod:`..stats`: all the held-out statistics need).
