@@ -33,6 +33,13 @@ def add_card_args(s: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--doses", default="0.25,0.5,1,2", help="comma-separated doses (change norm / mean residual norm)")
     g.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {','.join(METHODS)}")
+    g.add_argument(
+        "--limit",
+        type=Range(1, integer=True).arg(),
+        default=None,
+        metavar="N",
+        help="only the first N prompts of each target in each split (default: all)",
+    )
     g.add_argument("--store", metavar="FILE", default=None, help="SQLite file keeping the generations (resumable)")
     g.add_argument("--n-boot", type=Range(100, 100000, integer=True).arg(), default=1000, help="bootstrap resamples")
     g.add_argument("--seed", type=Range(0, 2**63 - 1, integer=True).arg(), default=0, help="bootstrap seed")
@@ -83,6 +90,7 @@ def run_card(args: argparse.Namespace, layer_values: Any) -> int:
         seed=args.seed,
         n_boot=args.n_boot,
         ppl_ratio=args.ppl_ratio,
+        limit=args.limit,
         store=store,
         progress=sys.stderr.isatty(),
     )
