@@ -44,12 +44,12 @@ def main(paths: list[str]) -> None:
                 print(f"| {ch['kind']} | {ch['method']}: no cell within the budget | | | | | | | |")
             else:
                 print(cell_row(ch["heldout"]))
-    print("\nEvery heldout cell (Pareto front of effect vs log perplexity marked *):\n")
+    print("\nThe Pareto front of effect against log perplexity on `heldout` (every cell on it, by log ppl):\n")
     print(HEAD)
     for d in docs:
-        for c in d["cells"]:
-            if c["split"] == "heldout":
-                print(cell_row(c).replace("| ", "| *" if c["on_front"] else "| ", 1))
+        front = [c for c in d["cells"] if c["split"] == "heldout" and c["on_front"]]
+        for c in sorted(front, key=lambda c: c["log_ppl"]["value"]):
+            print(cell_row(c))
 
 
 if __name__ == "__main__":
