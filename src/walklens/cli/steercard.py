@@ -108,7 +108,8 @@ def run_card(args: argparse.Namespace, layer_values: Any) -> int:
                 f"{c.kl.value:.3f}",
             ]
         )
-        where = "-" if ch.layer is None else f"L{ch.layer} dose {ch.dose:g}"
+        dose = "(no dose)" if ch.dose != ch.dose else f"dose {ch.dose:g}"  # ablation has none (NaN)
+        where = "-" if ch.layer is None else f"L{ch.layer} {dose}"
         rows.append([ch.kind, ch.method, where, *nums])
     print_table(
         con,
