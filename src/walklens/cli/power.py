@@ -34,7 +34,11 @@ Eigen-steering (a rank-one edit of W_O along the target's direction) next to act
 each method, layer set, strength and prompt, the target's next-token probability and rank, a greedy
 continuation (without cache, so every step is a forward pass over prompt + continuation) and its
 perplexity. Work grows with runs x --max-new-tokens x the prompt's length and is checked against
---max-work (and --max-memory) first."""
+--max-work (and --max-memory) first.
+
+With --card SET (no prompts, no --toward): the steering card, eigen-steering next to activation
+addition, mean-difference steering and projection ablation on one dose scale over a steering set's
+held-out prompts, with bootstrap intervals (docs/power.md, "The steering card")."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
