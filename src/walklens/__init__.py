@@ -100,6 +100,17 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "SteerRow",
         "SteeringSweep",
     ),
+    # the steering card: eigen-steering next to the usual methods on one dose scale (seed 002)
+    "steeringcard": (
+        "steering_card",
+        "load_steering_set",
+        "shipped_sets",
+        "SteeringCard",
+        "CardCell",
+        "CardChoice",
+        "CardExample",
+        "SteeringSet",
+    ),
     # context compaction and the concept cache (seed 000, footnote 11)
     "compaction": ("compact", "Compacted", "CompactSpec", "CompactionReport"),
     "concepts.cache": ("ConceptCache",),
@@ -117,6 +128,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "interventions": (
         "ablate_mlps",
         "add_to_residual",
+        "ablate_direction",
         "edit_weights",
         "eigen_edit",
         "tied_layers",

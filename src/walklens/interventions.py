@@ -8,7 +8,10 @@ and config back):
 
   * :func:`ablate_mlps` -- every feed-forward contribution (``mlp_out``) zeroed (seed 002's simplified layer
     "disregarding the feedforward neural network");
-  * :func:`add_to_residual` -- activation addition: ``alpha v`` added to the residual at some layers' outputs;
+  * :func:`add_to_residual` -- activation addition: ``alpha v`` added to the residual at some layers' outputs
+    (also the mean-difference steering of contrastive pairs, with ``v`` their mean residual difference);
+  * :func:`ablate_direction` -- projection ablation: the residual's component along a unit ``u`` removed at
+    some layers' outputs (the steering card's control);
   * :func:`edit_weights` -- in-place additions to parameters, copied back on exit; :func:`eigen_edit` uses it
     for eigen-steering's rank-one W_O edit ``F' = F + alpha w u^T`` (seed 002; :mod:`walklens.steering`);
   * :func:`tied_layers` -- one layer's module applied n times (seed 002's shared-weight case);
@@ -90,6 +93,26 @@ def add_to_residual(
     with Hooks() as hooks:
         for m in distinct(mods[l] for l in ls):
             hooks.post(m, add)
+        yield
+
+
+@contextmanager
+def ablate_direction(lm: LoadedModel, layers: int | Sequence[int], u: torch.Tensor) -> Iterator[None]:
+    """Projection ablation: ``h - (h . u) u`` (``u`` a unit [D] vector) at the output of ``layers`` (every
+    position), inside the block; the component along ``u`` is computed in float32 at least."""
+    mods = lm.adapter.layer_modules(lm.model)
+    ls = resolve_layers(lm, layers)
+    unit = u.detach().flatten() / u.detach().flatten().norm()
+
+    def ablate(_m: nn.Module, _inp: Any, output: Any) -> Any:
+        h = first_output(output)
+        v = unit.to(dtype=torch.promote_types(h.dtype, torch.float32), device=h.device)
+        hv = h.to(v.dtype)
+        return replace_first(output, (hv - (hv @ v).unsqueeze(-1) * v).to(h.dtype))
+
+    with Hooks() as hooks:
+        for m in distinct(mods[l] for l in ls):
+            hooks.post(m, ablate)
         yield
 
 
@@ -289,6 +312,7 @@ def attention_kernel(lm: LoadedModel, kernel: str = "sdpa") -> Iterator[bool]:
 __all__ = [
     "ablate_mlps",
     "add_to_residual",
+    "ablate_direction",
     "edit_weights",
     "eigen_edit",
     "tied_layers",

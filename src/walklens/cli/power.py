@@ -18,6 +18,7 @@ from ..reports import power as power_report
 from ..reports import steer as steer_report
 from .common import add_model_args, add_output_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
+from .steercard import add_card_args, run_card
 from .terminal import Col, ParagraphHelp, console, print_table, say
 
 POWER_DESCRIPTION = """\
@@ -33,7 +34,11 @@ Eigen-steering (a rank-one edit of W_O along the target's direction) next to act
 each method, layer set, strength and prompt, the target's next-token probability and rank, a greedy
 continuation (without cache, so every step is a forward pass over prompt + continuation) and its
 perplexity. Work grows with runs x --max-new-tokens x the prompt's length and is checked against
---max-work (and --max-memory) first."""
+--max-work (and --max-memory) first.
+
+With --card SET (no prompts, no --toward): the steering card, eigen-steering next to activation
+addition, mean-difference steering and projection ablation on one dose scale over a steering set's
+held-out prompts, with bootstrap intervals (docs/power.md, "The steering card")."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,16 +76,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=STEER_DESCRIPTION,
         formatter_class=ParagraphHelp,
     )
-    s.add_argument("prompts", nargs="+", help="prompts (use @FILE to read one from a file)")
+    s.add_argument("prompts", nargs="*", help="prompts (use @FILE to read one from a file); none with --card")
     s.add_argument(
         "--toward",
-        required=True,
         help="target token or text (its first token is scored); mind the leading space, e.g. ' Paris'",
     )
     s.add_argument(
         "--layers",
         action="append",
-        required=True,
         metavar="L",
         help="layers to steer: 12, 10,12 or 8-12; repeat the option to compare layer sets",
     )
@@ -93,7 +96,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--add-alpha", default=None, help="comma-separated strengths for activation addition (default: --alpha)"
     )
     s.add_argument("--method", choices=("both", "eigen", "add"), default="both")
-    s.add_argument("--max-new-tokens", type=POSITIVE_INT.arg(), default=12)
+    s.add_argument(
+        "--max-new-tokens", type=POSITIVE_INT.arg(), default=None, help="continuation length (12; 16 with --card)"
+    )
     s.add_argument(
         "--export-control-vector",
         metavar="FILE",
@@ -102,6 +107,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--layers set (no layer 0), --method add or eigen and one strength; eigen exports the mean "
         "change of each layer's attention output over the prompts' tokens",
     )
+    add_card_args(s)
     add_model_args(s)
     add_output_args(s)
     add_limit_args(s)
@@ -317,8 +323,17 @@ def _export(lm: Any, args: argparse.Namespace, prompts: list[str], layers: list[
 def run_steer(args: argparse.Namespace) -> int:
     from ..steering import steering_sweep
 
+    spans = [parse_layers(v) for v in args.layers or []]
+    if args.card is not None:
+        return run_card(
+            args,
+            lambda lm: [l for sp, text in zip(spans, args.layers or []) for l in expand_layers(sp, lm.n_layers, text)],
+        )
+    for given, name in ((args.prompts, "PROMPT"), (args.toward, "--toward"), (args.layers, "--layers")):
+        if not given:
+            raise InputError(f"steer needs {name} (or --card SET for the steering card)")
+    args.max_new_tokens = args.max_new_tokens or 12
     prompts = [read_text(p) for p in args.prompts]
-    spans = [parse_layers(v) for v in args.layers]
     alphas = numbers_list(args.alpha, ALPHA, "--alpha")
     add_alphas = numbers_list(args.add_alpha, ALPHA, "--add-alpha") if args.add_alpha is not None else alphas
     methods = ("eigen", "add") if args.method == "both" else (args.method,)

@@ -1,0 +1,130 @@
+"""``walklens steer --card SET``: the steering card (seed 002): eigen-steering next to activation addition,
+mean-difference steering and projection ablation on one dose scale, over a steering set's prompts, with
+bootstrap intervals; generations kept in ``--store`` (SQLite) so a stopped card resumes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from ..errors import InputError
+from ..numbers import POSITIVE, Range, numbers_list
+from ..outputs import Input, check_file
+from ..reports import steercard as card_report
+from .common import check_outputs, load, write_json
+from .terminal import Col, console, print_table, say
+
+METHODS = ("eigen", "add", "meandiff", "ablate")
+
+
+def add_card_args(s: argparse.ArgumentParser) -> None:
+    """The steering card's options of ``walklens steer``."""
+    g = s.add_argument_group("steering card (--card)")
+    g.add_argument(
+        "--card",
+        metavar="SET",
+        default=None,
+        help="run the steering card over a steering set: token, topic, sentiment, all (shipped) or a .jsonl file; "
+        "--layers default to a quarter, half and three quarters of the depth",
+    )
+    g.add_argument("--doses", default="0.25,0.5,1,2", help="comma-separated doses (change norm / mean residual norm)")
+    g.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {','.join(METHODS)}")
+    g.add_argument(
+        "--limit",
+        type=Range(1, integer=True).arg(),
+        default=None,
+        metavar="N",
+        help="only the first N prompts of each target in each split (default: all)",
+    )
+    g.add_argument("--store", metavar="FILE", default=None, help="SQLite file keeping the generations (resumable)")
+    g.add_argument("--n-boot", type=Range(100, 100000, integer=True).arg(), default=1000, help="bootstrap resamples")
+    g.add_argument("--seed", type=Range(0, 2**63 - 1, integer=True).arg(), default=0, help="bootstrap seed")
+    g.add_argument(
+        "--ppl-ratio",
+        type=Range(1, open_lo=True, what="a number above 1 (finite)").arg(),
+        default=2.0,
+        help="coherence budget of the choice on 'choose': perplexity at most this times the unsteered one",
+    )
+
+
+def _methods(text: str) -> list[str]:
+    got = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in got if m not in METHODS]
+    if bad or not got:
+        raise InputError(f"--methods: unknown method(s) {', '.join(bad) or '(none)'}; choose from {', '.join(METHODS)}")
+    return got
+
+
+def run_card(args: argparse.Namespace, layer_values: Any) -> int:
+    """The steering card command (module docstring); ``layer_values(lm)`` gives the --layers as ints or None."""
+    from ..steeringcard import load_steering_set, steering_card
+
+    for bad, name in (
+        (args.prompts, "PROMPT"),
+        (args.toward, "--toward"),
+        (args.export_control_vector, "--export-control-vector"),
+    ):
+        if bad:
+            raise InputError(f"--card takes no {name}: the steering set gives the prompts and targets")
+    sset = load_steering_set(args.card)
+    doses = numbers_list(args.doses, POSITIVE, "--doses")
+    methods = _methods(args.methods)
+    store = None
+    if args.store:
+        check_file(args.store, "--store")
+        store = Path(args.store).expanduser()
+    check_outputs(args, inputs=[] if store is None else [Input("--store", store)])
+    lm = load(args)
+    layers = layer_values(lm) or sorted({lm.n_layers // 4, lm.n_layers // 2, (3 * lm.n_layers) // 4})
+    card = steering_card(
+        lm,
+        sset,
+        layers=layers,
+        doses=doses,
+        methods=methods,
+        max_new_tokens=args.max_new_tokens or 16,
+        seed=args.seed,
+        n_boot=args.n_boot,
+        ppl_ratio=args.ppl_ratio,
+        limit=args.limit,
+        store=store,
+        progress=sys.stderr.isatty(),
+    )
+    con = console(args)
+    rows = []
+    for ch in card.choices:
+        c = ch.heldout
+        nums = (
+            ["-"] * 4
+            if c is None
+            else [
+                f"{c.effect.value:.3f} [{c.effect.lo:.3f}, {c.effect.hi:.3f}]",
+                f"{c.wrong_way.value:.2f}",
+                f"{c.log_ppl.value:.2f}",
+                f"{c.kl.value:.3f}",
+            ]
+        )
+        dose = "(no dose)" if ch.dose != ch.dose else f"dose {ch.dose:g}"  # ablation has none (NaN)
+        where = "-" if ch.layer is None else f"L{ch.layer} {dose}"
+        rows.append([ch.kind, ch.method, where, *nums])
+    print_table(
+        con,
+        f"{lm.name}: steering card on {card.set_name} (chosen on 'choose', reported on 'heldout')",
+        ["kind", "method", "chosen", Col("effect [95%]", justify="right"), "wrong way", "log ppl", "KL neutral"],
+        [[escape(str(v)) for v in r] for r in rows],
+        keys=2,
+        short="steering card",
+    )
+    say(con, f"units generated {card.units_generated}, read from the store {card.units_stored}")
+    if args.json:
+        write_json(args.json, card_report.document(card))
+    if args.out:
+        say(con, f"report: {card_report.build(card).save(args.out)}")
+    return 0
+
+
+__all__ = ["add_card_args", "run_card", "METHODS"]

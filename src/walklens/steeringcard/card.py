@@ -1,0 +1,242 @@
+"""The steering card (seed 002, last sentence of the abstract: the power-method analogy "suggests a method to
+steer the output of the transformer towards an arbitrary desired direction"): eigen-steering next to
+activation addition, mean-difference steering and projection ablation, on one dose scale, over a steering
+set's prompts.
+
+For each method x layer x dose and each kind of target, on each split: the **effect** (per prompt, steered
+minus unsteered ``score``, :func:`~walklens.steeringcard.run.unit_rows`), the share of prompts moved the
+**wrong way** (effect < 0), the target's rank (token targets), and coherence: the continuation's **log
+perplexity** under the unsteered model, the **KL** of the next-token distribution on neutral texts, and
+**repetition** (share of repeated 3-grams); each with a seeded percentile-bootstrap interval over prompts
+(over neutral texts for KL).  Layer and dose are chosen per method on ``choose`` (the largest mean effect
+whose mean log perplexity is within ``log(ppl_ratio)`` of the unsteered continuations') and reported on
+``heldout``; the Pareto front of effect against log perplexity is marked per kind on ``heldout``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..capture import tokenize
+from ..errors import InputError, UnsupportedFamilyError
+from ..interventions import resolve_layers
+from .cells import SteeringCard, summarise
+from .run import (
+    METHODS,
+    change_point,
+    intervene,
+    mean_difference,
+    mean_norm,
+    neutral_pass,
+    neutral_rows,
+    token_direction,
+    unit_rows,
+)
+from .sets import SPLITS, SteeringSet, load_steering_set
+from .store import CardStore
+
+if TYPE_CHECKING:
+    from ..loading import LoadedModel
+
+DOSES = (0.25, 0.5, 1.0, 2.0)
+
+
+@dataclass
+class _Cell:
+    """One planned cell: method, layer, nominal dose and, per target, the direction and alpha."""
+
+    method: str
+    layer: int | None
+    dose: float
+    u: dict[str, torch.Tensor] = field(default_factory=dict)
+    alpha: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return "none" if self.layer is None else f"{self.method}/L{self.layer}/d{self.dose:g}"
+
+
+def _fingerprint(lm: LoadedModel) -> str:
+    """The model's name, dtype and a hash of a few of its weights (a changed model never reads stored rows)."""
+    h = hashlib.sha256(f"{lm.name}|{lm.dtype}".encode())
+    for p in list(lm.model.parameters())[:: max(1, len(list(lm.model.parameters())) // 8)]:
+        h.update(p.detach().flatten()[:4096].float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _check(
+    lm: LoadedModel, methods: Sequence[str], doses: Sequence[float], layers: Sequence[int]
+) -> tuple[list[str], list[float], list[int]]:
+    if not lm.is_causal:
+        raise UnsupportedFamilyError("a steering card generates text and needs a causal LM")
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise InputError(f"unknown steering method(s) {', '.join(bad) or '(none)'}; choose from {', '.join(METHODS)}")
+    if not doses or not all(isinstance(d, (int, float)) and math.isfinite(d) and d > 0 for d in doses):
+        raise InputError("doses must be finite numbers above 0")
+    return list(dict.fromkeys(methods)), [float(d) for d in doses], resolve_layers(lm, list(layers))
+
+
+def _plan(
+    lm: LoadedModel, sset: SteeringSet, methods: list[str], doses: list[float], layers: list[int]
+) -> tuple[list[_Cell], dict[int, float]]:
+    """Every cell with its directions and alphas (module docstring of :mod:`.run`, "Dose")."""
+    norms = {l: mean_norm(lm, sset.neutral, l) for l in layers}
+    tok = {name: token_direction(lm, t) for name, t in sset.targets.items()}
+    cells = [_Cell("none", None, 0.0)]
+    for l in layers:
+        md = (
+            {name: mean_difference(lm, t, l) for name, t in sset.targets.items()}
+            if {"meandiff", "ablate"} & set(methods)
+            else {}
+        )
+        for m in methods:
+            u = tok if m in ("eigen", "add") else md
+            if m == "ablate":
+                cells.append(_Cell(m, l, math.nan, u=u, alpha=dict.fromkeys(u, 0.0)))
+                continue
+            unit = {name: 1.0 for name in u}
+            if m == "eigen":
+                pt = change_point(m)
+                base = neutral_pass(lm, sset.neutral, l, pt, None)
+                for name in u:
+                    moved = neutral_pass(lm, sset.neutral, l, pt, intervene(lm, m, l, u[name], 1.0))
+                    unit[name] = sum(r["dose"] for r in neutral_rows(base, moved, norms[l])) / len(sset.neutral)
+            for d in doses:  # eigen: the dose at alpha = 1 scaled (linear); the others: alpha u, |u| = 1
+                alpha = {name: d / unit[name] if m == "eigen" else d * norms[l] for name in u}
+                cells.append(_Cell(m, l, d, u=u, alpha=alpha))
+    return cells, norms
+
+
+def steering_card(
+    lm: LoadedModel,
+    steering_set: str | Path | SteeringSet,
+    *,
+    layers: Sequence[int],
+    doses: Sequence[float] = DOSES,
+    methods: Sequence[str] = METHODS,
+    max_new_tokens: int = 16,
+    seed: int = 0,
+    n_boot: int = 1000,
+    ppl_ratio: float = 2.0,
+    limit: int | None = None,
+    store: str | Path | None = None,
+    progress: bool = False,
+) -> SteeringCard:
+    """The steering card of ``lm`` over a steering set (a shipped name, a JSONL path or a loaded
+    :class:`~walklens.steeringcard.sets.SteeringSet`): every method at every layer and dose (ablation once per
+    layer), both splits (the first ``limit`` prompts of each target in each, all when None); generations are kept
+    in ``store`` (an SQLite file; None: in memory), so a card that
+    was stopped resumes where it was.  Module docstring for what is measured."""
+    sset = steering_set if isinstance(steering_set, SteeringSet) else load_steering_set(steering_set)
+    methods, doses, layers = _check(lm, methods, doses, layers)
+    if max_new_tokens < 1 or (limit is not None and limit < 1):
+        raise InputError("max_new_tokens and limit must be at least 1")
+    db = CardStore(store)
+    try:
+        run = f"{_fingerprint(lm)}|{sset.set_id}|n{max_new_tokens}|limit{limit}"
+        cells, norms = _plan(lm, sset, methods, doses, layers)
+        prompts = {
+            t: [
+                (p.id, tokenize(lm, p.text)[0].tolist())
+                for s in SPLITS
+                for p in [p for p in sset.prompts if p.target == t and p.split == s][:limit]
+            ]
+            for t in sset.targets
+        }
+        rows, generated, stored = _units(lm, sset, cells, prompts, norms, (db, run), max_new_tokens, progress=progress)
+    finally:
+        db.close()
+    return summarise(
+        lm.name,
+        sset,
+        [(c.key, c.method, c.layer, c.dose, c.alpha) for c in cells],
+        rows,
+        settings={
+            "methods": methods,
+            "layers": layers,
+            "doses": doses,
+            "max_new_tokens": max_new_tokens,
+            "seed": seed,
+            "n_boot": n_boot,
+            "ppl_ratio": ppl_ratio,
+            "mean_norms": norms,
+            "limit": limit,
+            "units_generated": generated,
+            "units_stored": stored,
+        },
+    )
+
+
+def _units(
+    lm: LoadedModel,
+    sset: SteeringSet,
+    cells: list[_Cell],
+    prompts: dict[str, list[tuple[str, list[int]]]],
+    norms: dict[int, float],
+    saved: tuple[CardStore, str],
+    n: int,
+    *,
+    progress: bool,
+) -> tuple[dict[tuple[str, str, str], list[dict[str, Any]]], int, int]:
+    """Every unit's rows, read from the store or computed and stored (one transaction each); how many units
+    were computed and how many read.  ``saved``: the store and the run's key in it."""
+    from tqdm.auto import tqdm
+
+    db, run = saved
+    base = {
+        (c.layer, change_point(c.method)): neutral_pass(lm, sset.neutral, c.layer, change_point(c.method), None)
+        for c in cells
+        if c.layer is not None
+    }
+    rows: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    stored = generated = 0
+    units = [(c, t, part) for c in cells for t in sset.targets for part in ("prompts", "neutral")]
+    for c, t, part in tqdm(units, desc="steering card", disable=not progress, leave=False):
+        key = f"{c.key}/{t}/{part}"
+        got = db.get(run, key)
+        if got is None:
+            got = _unit(lm, sset, c, t, part, prompts[t], n, (base, norms))
+            db.put(run, key, got)
+            generated += 1
+        else:
+            stored += 1
+        if part == "neutral":
+            rows[(c.key, t, part)] = got
+        else:
+            for s in SPLITS:
+                rows[(c.key, t, s)] = [r for r in got if r["id"].split("/")[-2] == s]
+    return rows, generated, stored
+
+
+def _unit(
+    lm: LoadedModel,
+    sset: SteeringSet,
+    c: _Cell,
+    t: str,
+    part: str,
+    prompts: list[tuple[str, list[int]]],
+    n: int,
+    neutral: tuple[dict[tuple[int, str], Any], dict[int, float]],
+) -> list[dict[str, Any]]:
+    """One unit of work: the prompts of target ``t`` (both splits), or the neutral texts (KL, realised dose);
+    ``neutral``: the unsteered neutral passes and the mean residual norms."""
+    base, norms = neutral
+    layer = c.layer if c.layer is not None else 0
+    ctx = intervene(lm, c.method, layer, c.u.get(t, torch.zeros(1)), c.alpha.get(t, 0.0))
+    if part == "neutral":
+        pt = change_point(c.method)
+        if c.layer is None:
+            return [{"kl": 0.0, "dose": 0.0} for _ in sset.neutral]
+        return neutral_rows(base[(layer, pt)], neutral_pass(lm, sset.neutral, layer, pt, ctx), norms[layer])
+    return unit_rows(lm, sset.targets[t], prompts, n, ctx)
+
+
+__all__ = ["DOSES", "steering_card"]
