@@ -80,6 +80,11 @@ def every_result(lm: LoadedModel, tmp: Path) -> dict[str, Any]:
         ],
     )
     out["runner.RunSummary"] = run_test(lm, _items(), baseline_scorer(), RunSetup(data="toy", progress=False))
+    from test_steering_card import write_set
+
+    out["SteeringCard"] = walklens.steering_card(
+        lm, write_set(tmp / "set.jsonl"), layers=[1], doses=[0.5], methods=["add"], max_new_tokens=2, n_boot=20, limit=1
+    )
     db = tmp / "results.sqlite"
     _database(db)
     out["summary.RunSummary"] = summarise_db(db)[0]

@@ -39,6 +39,10 @@ PARTS = {
     "LoadedModel": "the model",
     "ConceptCache": "a store",
     "Hooks": "hook plumbing",
+    "CardCell": "part of SteeringCard",
+    "CardChoice": "part of SteeringCard",
+    "CardExample": "part of SteeringCard",
+    "SteeringSet": "a steering card's input data",
 }
 
 MARKUP = '<img src=x onerror="alert(1)">&amp;'

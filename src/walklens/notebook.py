@@ -29,7 +29,7 @@ from typing import Any
 
 from .display import headline, text
 from .reports import compaction as compaction_report
-from .reports import generate, heads, kernels, parity, parts, power, simmap, steer, sweep, walk
+from .reports import generate, heads, kernels, parity, parts, power, simmap, steer, steercard, sweep, walk
 from .reports.html import Report, inline_only
 
 LIMIT_MB = 5.0  #: the largest view a notebook holds (MB of HTML); over it, a summary with a note
@@ -81,6 +81,7 @@ VIEWS: dict[str, Callable[[Any], Report]] = {
     "shared_weights": lambda s: _titled("Shared weights", lambda r: power.add_shared(r, s)),
     "steering": lambda s: steer.build(s),
     "steer": parts.steer_result,
+    "steering_card": lambda c: steercard.build(c),
     "parity": lambda c: parity.build(c),
     "compacted": parts.compacted,
     "compaction": parts.compaction,

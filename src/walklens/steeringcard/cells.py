@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..display import Shown
 from ..frames import Columns, DataFrame, frame, pick, record_table
 from .sets import KINDS, SPLITS, SteeringSet
 from .stats import Interval, bootstrap, choose, pareto, wrong_way
@@ -69,7 +70,7 @@ class CardExample:
 
 
 @dataclass
-class SteeringCard:
+class SteeringCard(Shown, view="steering_card"):
     """The steering card of a model over a steering set (:func:`~walklens.steeringcard.steering_card`)."""
 
     model_name: str
