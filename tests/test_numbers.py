@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walklens.cli import main
+from _cli import run
 from walklens.errors import InputError, NonFiniteWarning
 from walklens.experiments.experiment import _Reader
 from walklens.numbers import ALPHA, POSITIVE, POSITIVE_INT, SEED, NumberError, Range
@@ -41,16 +41,6 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     lm.model.save_pretrained(d)
     lm.tokenizer.save_pretrained(d)
     return str(d)
-
-
-def run(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]:
-    capfd.readouterr()
-    try:
-        rc = main(list(argv))
-    except SystemExit as e:
-        rc = int(e.code or 0)
-    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
-    return rc, err
 
 
 # ---- one validator, three front doors ----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from walklens.cli import main
+from _cli import run
 from walklens.errors import InputError
 from walklens.experiments.experiment import read_experiment
 
@@ -19,16 +19,6 @@ from walklens.experiments.experiment import read_experiment
 def tiny(tiny_llama_inputs: dict[str, str]) -> dict[str, str]:
     """A tiny Llama saved as a model directory and a three-item HellaSwag file (conftest)."""
     return tiny_llama_inputs
-
-
-def run(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]:
-    capfd.readouterr()
-    try:
-        rc = main(list(argv))
-    except SystemExit as e:
-        rc = int(e.code or 0)
-    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
-    return rc, err
 
 
 @pytest.mark.parametrize("nested", ["x = " + "[" * 5000 + "]" * 5000, "x = " + "{a = " * 3000 + "1" + "}" * 3000])

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import walklens
-from walklens.cli import main
+from _cli import run
 from walklens.steeringcard import card as card_module
 from walklens.steeringcard import load_steering_set, shipped_sets, steering_card
 from walklens.steeringcard.stats import bootstrap, choose, pareto, repetition, wrong_way
@@ -163,15 +163,6 @@ def test_the_shipped_sets() -> None:
     assert len(every.prompts) >= 200 and {t.kind for t in every.targets.values()} == {"token", "topic", "sentiment"}
     assert {p.split for p in every.prompts} == {"choose", "heldout"} and len(every.neutral) >= 8
     assert len({(p.target, p.text) for p in every.prompts}) == len(every.prompts)
-
-
-def run(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]:
-    capfd.readouterr()
-    try:
-        rc = main(list(argv))
-    except SystemExit as e:
-        rc = int(e.code or 0)
-    return rc, [line for line in capfd.readouterr().err.splitlines() if line.strip()]
 
 
 @pytest.mark.parametrize(
