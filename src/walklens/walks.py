@@ -366,8 +366,9 @@ def encoding_walk(
         if enc.lm is None:
             enc.lm = lm
         walk.encoder = _walk_stack(enc, lm, opts)
-    for w in [walk] + ([walk.encoder] if walk.encoder is not None else []):
-        w.labels = labels_for(lm.tokenizer, [*w.token_ids.reshape(-1).tolist(), *w.top_ids.reshape(-1).tolist()])
+    walk.labels = labels_for(lm.tokenizer, walk.label_ids())  # the encoder's ids too: one decode, shared
+    if walk.encoder is not None:
+        walk.encoder.labels = walk.labels
     return walk
 
 

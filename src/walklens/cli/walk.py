@@ -201,7 +201,7 @@ def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str, args: a
 
 def run(args: argparse.Namespace) -> int:
     from ..capture import capture
-    from ..walks import encoding_walk, labels_for
+    from ..walks import encoding_walk
 
     if args.k < 1:
         raise InputError(f"k must be a positive integer, not {args.k}")
@@ -221,8 +221,7 @@ def run(args: argparse.Namespace) -> int:
                 raise
             sys.stderr.write(f"walklens: note: raw reading skipped: {e}\n")  # ALBERT: V lives in E-space
     walks = {n: walks[n] for n in norms if n in walks}
-    ids = sorted(set().union(*[set(w.label_ids()) for w in walks.values()]))
-    labels = labels_for(lm.tokenizer, ids)
+    labels = {i: t for w in walks.values() for i, t in w.labels.items()}  # decoded once, by encoding_walk
     if args.json:
         write_json(args.json, walk_report.document(walks, labels, lm.name, text))
     _terminal(walks, labels, lm.name, args)
