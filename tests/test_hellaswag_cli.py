@@ -85,6 +85,29 @@ def test_baseline_test1_test2_json(toy, run):
     assert r.returncode == 0 and len((d / "all.csv").read_text().splitlines()) == 1 + 4
 
 
+def test_skip_and_the_paired_test(toy, run):
+    """``--skip N`` scores items N.. (their stored results reused, under the same key), and the paired block is
+    the McNemar count of the JSON's own picks against the baseline's on the same items."""
+    d, _, data = toy
+    common = ["--model", str(d / "model"), "--data", str(data), "--db", str(d / "skip.sqlite"), "--no-progress"]
+    scheme = ["--scheme", "enc=concat_all_examples,layer=-1,word=mean,norm=None,seg=None,ex=None"]
+    assert run("hellaswag", "test1", *common, *scheme, "--json", str(d / "all.json")).returncode == 0
+    r = run("hellaswag", "test1", *common, *scheme, "--skip", "1", "--limit", "2", "--json", str(d / "s.json"))
+    assert r.returncode == 0, r.stderr
+    whole, part = (json.loads((d / f).read_text()) for f in ("all.json", "s.json"))
+    assert part["n"] == 2 and part["computed"] == 0 and part["skip"] == 1
+    assert part["predictions"] == whole["predictions"][1:3] and part["gold"] == whole["gold"][1:3]
+    for metric in ("acc", "acc_norm"):
+        got = [p[metric] == g for p, g in zip(part["predictions"], part["gold"])]
+        base = [p[metric] == g for p, g in zip(part["baseline_predictions"], part["gold"])]
+        pair = part["paired"][metric]
+        assert pair["acc"] == part[metric] == sum(got) / 2 and pair["baseline"] == sum(base) / 2
+        assert pair["paired"]["only_best"] == sum(a and not b for a, b in zip(got, base))
+        assert pair["paired"]["only_base"] == sum(b and not a for a, b in zip(got, base))
+    r = run("hellaswag", "test1", *common, "--skip", "4")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "leaves no item" in r.stderr
+
+
 @pytest.mark.parametrize(
     "extra,msg",
     [

@@ -14,12 +14,15 @@ from typing import Any
 
 from rich.markup import escape
 
-from .common import add_hellaswag_args, check_db, check_outputs, load, write_json
+from ..errors import InputError
+from .common import add_hellaswag_args, check_db, check_outputs, count_arg, load, write_json
 from .terminal import Col, console, print_table, say
 
 
 def _add_common(p: argparse.ArgumentParser, scheme: bool) -> None:
-    add_hellaswag_args(p, "write n, acc, acc_norm, baseline, normalised, predictions here")
+    add_hellaswag_args(
+        p, "write n, acc, acc_norm, baseline, normalised, predictions (with gold and the baseline's) here"
+    )
     if scheme:
         p.add_argument(
             "--scheme",
@@ -29,6 +32,13 @@ def _add_common(p: argparse.ArgumentParser, scheme: bool) -> None:
             "enc=concat_each_example,layer=-1,word=w1mean,norm=None,seg=mean,ex=mean",
         )
     p.add_argument("--no-db", action="store_true", help="do not read or write the results database")
+    p.add_argument(
+        "--skip",
+        type=count_arg,
+        default=0,
+        metavar="N",
+        help="leave out the first N items (e.g. those a scheme was chosen on), then --limit",
+    )
 
 
 def register(
@@ -80,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from ..concepts.schemes import Scheme
     from ..experiments.runner import baseline_scorer, normalised, run_test, scorer
     from ..experiments.runsetup import RunSetup
-    from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
+    from ..hellaswag.data import data_id
     from ..hellaswag.encode import arch_of
     from ..hellaswag.store import ResultStore
 
@@ -92,8 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from ..concepts.cache import open_cache
 
     cache = open_cache(getattr(args, "cache", None))  # a bad cache folder fails before the model loads
-    items = load_hellaswag(args.data, limit=args.limit)
-    pool = fewshot_pool(args.data, items, args.shots, args.limit)
+    items, pool = _items(args)
     did = data_id(args.data)
     lm = load(args)
     scheme = None
@@ -148,12 +157,39 @@ def run(args: argparse.Namespace) -> int:
         "computed": summ.computed,
         "db": None if store is None else str(store.path),
         "command": "walklens " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("walklens") else None,
-        "predictions": summ.predictions,
+        "skip": args.skip,
+        **_per_item(summ, base),
     }
     _print(out, args)
     if args.json:
         write_json(args.json, out)
     return 0
+
+
+def _items(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
+    """The items scored (``--skip``, then ``--limit``) and the pool their few-shot examples come from (the whole
+    file when only some of its items are scored)."""
+    from ..hellaswag.data import fewshot_pool, load_hellaswag
+
+    items = load_hellaswag(args.data, limit=None if args.limit is None else args.skip + args.limit)
+    if args.skip >= len(items):
+        raise InputError(f"--skip {args.skip} leaves no item (the data has {len(items)})")
+    pool = fewshot_pool(args.data, items, args.shots, None if args.limit is None and not args.skip else len(items))
+    return items[args.skip :], pool
+
+
+def _per_item(summ: Any, base: Any) -> dict[str, Any]:
+    """The run's picks and gold per item; beside the baseline, the baseline's picks on the same items and the
+    paired test of the run against them (:func:`walklens.experiments.heldout.paired_against`)."""
+    from ..experiments.heldout import paired_against
+
+    paired = base is not None and base is not summ
+    return {
+        "predictions": summ.predictions,
+        "gold": [r.gold for r in summ.results],
+        "baseline_predictions": base.predictions if paired else None,
+        "paired": paired_against(summ, base) if paired else None,
+    }
 
 
 def _compact_spec(args: argparse.Namespace) -> Any:

@@ -21,12 +21,16 @@ small; a scheme far below them is chosen in no replicate, and the result says ho
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..hellaswag.store.counts import Counts
-from .stats import best_index
+from .stats import best_index, wilson
+
+if TYPE_CHECKING:
+    from .runner import RunSummary
 
 #: the bootstrap's default number of replicates and candidate schemes
 REPLICATES = 200
@@ -210,7 +214,51 @@ def bootstrap_heldout(
     )
 
 
+def ratio_interval(
+    run: np.ndarray, base: np.ndarray, replicates: int = 2000, seed: int = 0, alpha: float = 0.05
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``mean(run) / mean(base)`` over items resampled in pairs: the
+    normalised figure with the baseline's uncertainty in it (both are scored on every resample)."""
+    a, z = np.asarray(run, dtype=np.float64), np.asarray(base, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, a.size, size=(replicates, a.size))
+    num, den = a[idx].mean(axis=1), z[idx].mean(axis=1)
+    r = num[den > 0] / den[den > 0]  # a resample with no baseline hit has no ratio (none at HellaSwag's n)
+    return float(np.quantile(r, alpha / 2)), float(np.quantile(r, 1 - alpha / 2))
+
+
+def paired_against(run: RunSummary, base: RunSummary) -> dict[str, Any]:
+    """One run against the baseline on the same items, per metric (``acc``, ``acc_norm``): both accuracies with
+    Wilson intervals, the exact McNemar test (:func:`paired_test`) and the bootstrap interval of the normalised
+    figure (:func:`ratio_interval`).  For a scheme fixed before these items were seen (e.g. chosen on other
+    items), this is the whole held-out procedure: nothing is selected on them."""
+    if [r.item for r in run.results] != [r.item for r in base.results]:
+        raise ValueError("the run and the baseline must cover the same items in the same order")
+    out: dict[str, Any] = {"n": run.n}
+    for metric, field in (("acc", "pred"), ("acc_norm", "pred_norm")):
+        a = np.array([getattr(r, field) == r.gold for r in run.results])
+        z = np.array([getattr(r, field) == r.gold for r in base.results])
+        lo, hi = wilson(int(a.sum()), a.size)
+        blo, bhi = wilson(int(z.sum()), z.size)
+        nlo, nhi = ratio_interval(a, z) if z.any() else (None, None)
+        out[metric] = {
+            "acc": float(a.mean()),
+            "lo": lo,
+            "hi": hi,
+            "baseline": float(z.mean()),
+            "baseline_lo": blo,
+            "baseline_hi": bhi,
+            "norm": float(a.mean() / z.mean()) if z.any() else None,
+            "norm_lo": nlo,
+            "norm_hi": nhi,
+            "paired": asdict(paired_test(a, z)),
+        }
+    return out
+
+
 __all__ = [
+    "paired_against",
+    "ratio_interval",
     "CANDIDATES",
     "REPLICATES",
     "Bootstrap",
