@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -191,9 +192,15 @@ def test_cli_refuses_a_bad_set_in_one_line(
         (["--card", "token", "--doses", "1,-2"], "--doses"),
         (["--card", "token", "a prompt"], "--card takes no PROMPT"),
         (["a prompt", "--layers", "1"], "steer needs --toward"),
+        (["a prompt", "--toward", " x", "--layers", "1", "--backend", "ray"], "only the steering card (--card SET)"),
+        (["--card", "token", "--workers", "2"], "--workers needs --backend ray"),
+        (["--card", "token", "--backend", "ray"], "pip install 'walklens[ray]'"),
     ],
 )
-def test_cli_one_line_errors(capfd: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
+def test_cli_one_line_errors(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str], needle: str
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # the ray extra not installed
     rc, err = run(capfd, "steer", *argv)
     assert rc == 2 and len(err) == 1 and err[0].startswith("walklens: error: ") and needle in err[0], err
 
