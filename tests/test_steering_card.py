@@ -218,3 +218,21 @@ def test_cli_card_json_and_report(
     assert {c["method"] for c in doc["cells"]} == {"none", "eigen", "add", "meandiff", "ablate"}
     assert doc["choices"] and doc["examples"] and "effect" in doc["cells"][0]
     assert "Pareto front" in (out / "index.html").read_text()
+
+
+def test_committed_card_documents_read_back_as_themselves() -> None:
+    """Every committed card (``docs/results/steering``) is a card again (``walklens serve --card FILE``) whose
+    document is the file's, and a document that is not a card is one line."""
+    from walklens.errors import InputError
+    from walklens.outputs import jsonable
+    from walklens.reports.steercard import document
+    from walklens.steeringcard import SteeringCard
+
+    files = sorted((Path(__file__).resolve().parents[1] / "docs/results/steering").rglob("*.json"))
+    assert files
+    for f in files:
+        doc = json.loads(f.read_text(encoding="utf-8"))
+        assert jsonable(document(SteeringCard.from_document(doc))) == doc, f
+    for bad in ([], {"cells": []}, {**doc, "doses": ["x"]}, {**doc, "model_name": 3}):
+        with pytest.raises(InputError, match="not a steering card document"):
+            SteeringCard.from_document(bad)
