@@ -245,9 +245,18 @@ def _units(
             todo.append((c, t, part))
         else:
             keep(c, t, part, got)
-    done = pool.map(_unit_shard, ctx, todo)
+    # one part per layer, its context holding only that layer's unsteered neutral passes (each part's context is
+    # copied once to the workers where a backend copies them); the cells are already in layer order
+    sset, prompts, n, base, norms = ctx
+    layers = list(dict.fromkeys(c.layer for c, _, _ in todo))
+    order = [u for l in layers for u in todo if u[0].layer == l]
+    parts = [
+        ((sset, prompts, n, {k: v for k, v in base.items() if k[0] == l}, norms), [u for u in todo if u[0].layer == l])
+        for l in layers
+    ]
+    done = pool.map_parts(_unit_shard, parts)
     for i, got in tqdm(done, total=len(todo), desc="steering card", disable=not progress, leave=False):
-        c, t, part = todo[i]
+        c, t, part = order[i]
         db.put(run, f"{c.key}/{t}/{part}", got)
         keep(c, t, part, got)
     return rows, len(todo), len(units) - len(todo)
