@@ -51,7 +51,7 @@ def add_card_args(s: argparse.ArgumentParser) -> None:
         default=2.0,
         help="coherence budget of the choice on 'choose': perplexity at most this times the unsteered one",
     )
-    add_backend_args(s)
+    add_backend_args(g)  # where the card's units run: this process, or Ray actors (as the sweeps)
 
 
 def refuse_backend(args: argparse.Namespace) -> None:
