@@ -34,7 +34,7 @@ KILL_AT = 5  # units stored before the driver stops
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A local Ray instance (1 CPU), a tiny Llama saved as a folder (the actor loads it from there), a tiny
-    steering set and the local card: the reference."""
+    steering set, the local card (the reference) and one Ray actor holding the model, with the driver's copy."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the actor runs (one CPU)
     tmp = tmp_path_factory.mktemp("cardray")
@@ -51,9 +51,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     lm0.model.save_pretrained(mdir)
     lm0.tokenizer.save_pretrained(mdir)
     sset = write_set(tmp / "tiny.jsonl")
-    lm = LocalBackend().driver_model(str(mdir))
-    local = steering_card(lm, sset, store=tmp / "local.db", **KW)
-    yield {"tmp": tmp, "mdir": mdir, "set": sset, "local": local}
+    local = steering_card(LocalBackend().driver_model(str(mdir)), sset, store=tmp / "local.db", **KW)
+    backend = RayBackend(workers=1)
+    lm = backend.driver_model(str(mdir))
+    with backend.workers(lm) as pool:  # one actor for the module (each start imports torch and loads the model)
+        yield {"tmp": tmp, "mdir": mdir, "set": sset, "local": local, "lm": lm, "pool": pool}
     ray.shutdown()
     torch.set_num_threads(threads)
 
@@ -78,9 +80,7 @@ class Counted(Workers):
 
 
 def test_ray_card_is_the_local_card_and_resumes(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    tmp, local = env["tmp"], env["local"]
-    backend = RayBackend(workers=1)
-    lm = backend.driver_model(str(env["mdir"]))
+    tmp, local, lm, w = env["tmp"], env["local"], env["lm"], env["pool"]
     real_put, puts = CardStore.put, {"n": 0}
 
     def stops(self: CardStore, *a: Any) -> None:
@@ -89,15 +89,14 @@ def test_ray_card_is_the_local_card_and_resumes(env: dict[str, Any], monkeypatch
         puts["n"] += 1
         real_put(self, *a)
 
-    with backend.workers(lm) as w:
-        assert w.kind == "ray"
-        far = steering_card(lm, env["set"], store=tmp / "ray.db", workers=w, **KW)
-        monkeypatch.setattr(CardStore, "put", stops)
-        with pytest.raises(KeyboardInterrupt):
-            steering_card(lm, env["set"], store=tmp / "killed.db", workers=w, **KW)
-        monkeypatch.setattr(CardStore, "put", real_put)
-        counted = Counted(w)
-        resumed = steering_card(lm, env["set"], store=tmp / "killed.db", workers=counted, **KW)
+    assert w.kind == "ray"
+    far = steering_card(lm, env["set"], store=tmp / "ray.db", workers=w, **KW)
+    monkeypatch.setattr(CardStore, "put", stops)
+    with pytest.raises(KeyboardInterrupt):
+        steering_card(lm, env["set"], store=tmp / "killed.db", workers=w, **KW)
+    monkeypatch.setattr(CardStore, "put", real_put)
+    counted = Counted(w)
+    resumed = steering_card(lm, env["set"], store=tmp / "killed.db", workers=counted, **KW)
     assert far.units_generated == local.units_generated > KILL_AT and far.units_stored == 0
     assert text(far) == text(local)  # every number, interval and generated text
     assert resumed.units_stored == KILL_AT and resumed.units_generated == local.units_generated - KILL_AT
@@ -108,12 +107,18 @@ def test_ray_card_is_the_local_card_and_resumes(env: dict[str, Any], monkeypatch
     assert got == want  # each unit stored once, the local bits
 
 
-def test_the_card_command_on_ray(env: dict[str, Any], capfd: pytest.CaptureFixture[str]) -> None:
-    """``walklens steer --card SET --backend ray --address ... --workers 1`` writes the local card's document."""
+def test_the_card_command_on_ray(
+    env: dict[str, Any], capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``walklens steer --card SET --backend ray --address ... --workers 1`` writes the local card's document, its
+    units run on the module's actor (``RayBackend.workers`` handing out that pool, so no second actor starts)."""
     js = env["tmp"] / "cli.json"
     argv = ["steer", "--card", str(env["set"]), "--model", str(env["mdir"]), "--layers", "1", "--doses", "1"]
     argv += ["--methods", "add,eigen", "--max-new-tokens", "3", "--n-boot", "100", "--json", str(js)]
     address = ray.get_runtime_context().gcs_address
+    shared = Counted(env["pool"])  # closing it leaves the pool to the fixture
+    monkeypatch.setattr(RayBackend, "workers", lambda self, lm: shared)
     rc, err = run(capfd, *argv, "--backend", "ray", "--address", address, "--workers", "1")
     assert rc == 0, err
+    assert shared.shards == 1 + env["local"].units_generated  # the plan and every unit ran on the actor
     assert json.loads(js.read_text()) == json.loads(json.dumps(jsonable(document(env["local"]))))
