@@ -4,6 +4,7 @@ strings with markup that must reach the page as text."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,3 +52,31 @@ def sweep_db(path: Path, model: str = EVIL_MODEL, n_items: int = 40, seed: int =
         st.put_groups(rid, groups, ["acc"], labels, 0.0)
         st.set_baseline(rid, 0.4, 0.45, rng.integers(0, 4, size=(2, n_items)))
     return path
+
+
+#: a generation that would run a script if it reached markup (the steering card's example continuations)
+EVIL_GENERATION = "<img src=x onerror=alert(1)>"
+
+
+def evil_card(tmp: Path) -> Any:
+    """A small steering card of a tiny random Llama (one layer, one dose, activation addition), its first example
+    continuation and prompt replaced by :data:`EVIL_GENERATION` and its model name by :data:`EVIL_MODEL`."""
+    import dataclasses
+
+    import torch
+
+    from test_steering_card import write_set
+    from walklens.steeringcard import steering_card
+    from walklens.testing import tiny_model
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        card = steering_card(
+            tiny_model("llama"), write_set(tmp / "set.jsonl"), layers=[1], doses=[1.0], methods=["add"],
+            max_new_tokens=2, n_boot=100,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    first = dataclasses.replace(card.examples[0], text=EVIL_GENERATION, prompt=EVIL_GENERATION)
+    return dataclasses.replace(card, model_name=EVIL_MODEL, examples=[first, *card.examples[1:]])

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from _explorer import TEST_TEXT, sweep_db
+from _explorer import TEST_TEXT, evil_card, sweep_db
 from walklens.server.app import ASSETS, Running, create_app
 from walklens.server.security import allowed_hosts
 from walklens.server.state import Explorer
@@ -34,6 +34,7 @@ POSTS = [
     "/api/power",
     "/api/steer",
     "/api/sweeps/run",
+    "/api/card",
 ]
 GETS = ["/api/info", "/api/status", "/api/sweeps"]
 FUZZ = dict(
@@ -46,7 +47,8 @@ FUZZ = dict(
 
 @pytest.fixture(scope="module")
 def explorer(tmp_path_factory: pytest.TempPathFactory) -> Explorer:
-    return Explorer({"llama": tiny_model("llama")}, sweep_db(tmp_path_factory.mktemp("db") / "r.sqlite"))
+    tmp = tmp_path_factory.mktemp("db")
+    return Explorer({"llama": tiny_model("llama")}, sweep_db(tmp / "r.sqlite"), cards=[("c.json", evil_card(tmp))])
 
 
 @pytest.fixture(scope="module")

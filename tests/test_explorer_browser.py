@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from _explorer import EVIL_MODEL, EVIL_TEXT, TEST_TEXT, sweep_db
+from _explorer import EVIL_GENERATION, EVIL_MODEL, EVIL_TEXT, TEST_TEXT, evil_card, sweep_db
 from walklens.server.app import Running
 from walklens.server.state import Explorer
 from walklens.testing import tiny_model
@@ -43,8 +43,9 @@ def served(tmp_path_factory):
     else:
         models = {"llama": tiny_model("llama"), "gpt2": tiny_model("gpt2")}
         text = TEST_TEXT
-    db = sweep_db(tmp_path_factory.mktemp("explorer") / "results.sqlite")
-    explorer = Explorer(models, db)
+    tmp = tmp_path_factory.mktemp("explorer")
+    db = sweep_db(tmp / "results.sqlite")
+    explorer = Explorer(models, db, cards=[("card.json", evil_card(tmp))])
     with Running(explorer) as srv:
         yield srv, explorer, text
 
@@ -231,6 +232,12 @@ def test_markup_from_the_user_or_the_database_renders_as_text(page):
     page.view("decode", "#decode-strip button")
     page.view("sweeps", "#sweeps-top")
     assert EVIL_MODEL in pg.text_content("#sweeps-run option")
+    # a steering card whose model name and first example continuation are markup: its report's parts drawn
+    page.view("cards", "#cards-out[data-rendered='1']")
+    assert EVIL_MODEL in pg.text_content("#cards-card option")
+    assert pg.get_by_text(EVIL_GENERATION).count() == 2  # the prompt and the continuation, as table cells' text
+    assert pg.locator("#cards-out .wl-lines svg").count() == 12 and pg.locator("#cards-out table").count() >= 7
+    page.shot("cards")
     page.view("walk", "#walk-map canvas")
     assert pg.evaluate("window.__pwned") is None
     assert pg.locator("img").count() == 0 and pg.locator("main script, header script").count() == 0

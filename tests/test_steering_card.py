@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -191,9 +192,15 @@ def test_cli_refuses_a_bad_set_in_one_line(
         (["--card", "token", "--doses", "1,-2"], "--doses"),
         (["--card", "token", "a prompt"], "--card takes no PROMPT"),
         (["a prompt", "--layers", "1"], "steer needs --toward"),
+        (["a prompt", "--toward", " x", "--layers", "1", "--backend", "ray"], "only the steering card (--card SET)"),
+        (["--card", "token", "--workers", "2"], "--workers needs --backend ray"),
+        (["--card", "token", "--backend", "ray"], "pip install 'walklens[ray]'"),
     ],
 )
-def test_cli_one_line_errors(capfd: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
+def test_cli_one_line_errors(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str], needle: str
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # the ray extra not installed
     rc, err = run(capfd, "steer", *argv)
     assert rc == 2 and len(err) == 1 and err[0].startswith("walklens: error: ") and needle in err[0], err
 
@@ -211,3 +218,21 @@ def test_cli_card_json_and_report(
     assert {c["method"] for c in doc["cells"]} == {"none", "eigen", "add", "meandiff", "ablate"}
     assert doc["choices"] and doc["examples"] and "effect" in doc["cells"][0]
     assert "Pareto front" in (out / "index.html").read_text()
+
+
+def test_committed_card_documents_read_back_as_themselves() -> None:
+    """Every committed card (``docs/results/steering``) is a card again (``walklens serve --card FILE``) whose
+    document is the file's, and a document that is not a card is one line."""
+    from walklens.errors import InputError
+    from walklens.outputs import jsonable
+    from walklens.reports.steercard import document
+    from walklens.steeringcard import SteeringCard
+
+    files = sorted((Path(__file__).resolve().parents[1] / "docs/results/steering").rglob("*.json"))
+    assert files
+    for f in files:
+        doc = json.loads(f.read_text(encoding="utf-8"))
+        assert jsonable(document(SteeringCard.from_document(doc))) == doc, f
+    for bad in ([], {"cells": []}, {**doc, "doses": ["x"]}, {**doc, "model_name": 3}):
+        with pytest.raises(InputError, match="not a steering card document"):
+            SteeringCard.from_document(bad)

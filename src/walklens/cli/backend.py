@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..backends import Backend
 
 
-def add_backend_args(p: argparse.ArgumentParser) -> None:
+def add_backend_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--backend``, ``--address``, ``--workers`` (read back by :func:`backend_from_args`)."""
     p.add_argument(
         "--backend",

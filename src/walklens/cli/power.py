@@ -18,7 +18,7 @@ from ..reports import power as power_report
 from ..reports import steer as steer_report
 from .common import add_model_args, add_output_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
-from .steercard import add_card_args, run_card
+from .steercard import add_card_args, refuse_backend, run_card
 from .terminal import Col, ParagraphHelp, console, print_table, say
 
 POWER_DESCRIPTION = """\
@@ -329,6 +329,7 @@ def run_steer(args: argparse.Namespace) -> int:
             args,
             lambda lm: [l for sp, text in zip(spans, args.layers or []) for l in expand_layers(sp, lm.n_layers, text)],
         )
+    refuse_backend(args)
     for given, name in ((args.prompts, "PROMPT"), (args.toward, "--toward"), (args.layers, "--layers")):
         if not given:
             raise InputError(f"steer needs {name} (or --card SET for the steering card)")

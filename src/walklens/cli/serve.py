@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
@@ -19,7 +20,8 @@ from .terminal import ParagraphHelp
 DESCRIPTION = """\
 A local web app over the analyses: type a text, pick a model, and move through the encoding walk (click a
 cell for its nearest tokens), the decoding walk, similarity maps, attention heads and position kernels, power
-spectra and a steering playground, the sweeps of a results database (--db), and two models side by side.
+spectra and a steering playground, the sweeps of a results database (--db), steering cards (--card), and two
+models side by side.
 Binds 127.0.0.1 on a free port by default and prints one URL with a random access token; every request must
 carry it. Nothing is loaded from the network. Repeat --model to load several (NAME@bfloat16 loads one in
 that dtype, e.g. --model smollm2-135m --model smollm2-135m@bfloat16 to compare them)."""
@@ -46,6 +48,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--device", choices=DEVICES, default="cpu", help="where the models run (default: cpu)")
     p.add_argument("--db", metavar="PATH", help="a results database to browse in the sweeps view (read-only)")
+    p.add_argument(
+        "--card",
+        action="append",
+        metavar="FILE",
+        help="a steering card to show in the cards view: the --json file of walklens steer --card SET (repeat: "
+        "several)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
     p.add_argument(
@@ -74,6 +83,28 @@ def _check_db(value: str) -> Path:
     return path
 
 
+def _cards(values: list[str]) -> list[tuple[str, Any]]:
+    """Each ``--card`` file read as a steering card (its ``--json`` document), refused in one line otherwise."""
+    import json
+
+    from ..steeringcard import SteeringCard
+
+    out = []
+    for value in values:
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise InputError(f"--card {value}: no such file")
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise InputError(f"--card {value}: not a JSON file ({' '.join(str(e).split())[:120]})") from None
+        try:
+            out.append((path.name, SteeringCard.from_document(doc)))
+        except InputError as e:
+            raise InputError(f"--card {value}: {e}") from None
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from ..extras import require
 
@@ -88,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port must be from 0 to 65535, not {args.port}")
     db = _check_db(args.db) if args.db else None
+    cards = _cards(args.card or [])
     try:
         sock = bind(args.host, args.port)
     except OSError as e:
@@ -101,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
                 raise InputError(f"--model {spec}: {lm.name} is loaded already")
             models[lm.name] = lm
         limits = Limits(max_memory=args.max_memory, max_work=args.max_work)
-        serve(Explorer(models, db, limits=limits), args.host, sock)
+        serve(Explorer(models, db, limits=limits, cards=cards), args.host, sock)
     finally:
         sock.close()
     return 0

@@ -1,6 +1,7 @@
 """``walklens steer --card SET``: the steering card (seed 002): eigen-steering next to activation addition,
 mean-difference steering and projection ablation on one dose scale, over a steering set's prompts, with
-bootstrap intervals; generations kept in ``--store`` (SQLite) so a stopped card resumes."""
+bootstrap intervals; generations kept in ``--store`` (SQLite) so a stopped card resumes, run in this process or,
+with ``--backend ray``, on Ray actors holding the model once each (the options of the sweep commands)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..errors import InputError
 from ..numbers import POSITIVE, Range, numbers_list
 from ..outputs import Input, check_file
 from ..reports import steercard as card_report
+from .backend import add_backend_args, backend_from_args
 from .common import check_outputs, load, write_json
 from .terminal import Col, console, print_table, say
 
@@ -49,6 +51,14 @@ def add_card_args(s: argparse.ArgumentParser) -> None:
         default=2.0,
         help="coherence budget of the choice on 'choose': perplexity at most this times the unsteered one",
     )
+    add_backend_args(g)  # where the card's units run: this process, or Ray actors (as the sweeps)
+
+
+def refuse_backend(args: argparse.Namespace) -> None:
+    """The backend options belong to the card (the other steer runs are one small sweep in this process)."""
+    given = [f"--{k}" for k in ("backend", "address", "workers") if getattr(args, k, None) is not None]
+    if given:
+        raise InputError(f"{' and '.join(given)}: only the steering card (--card SET) takes the backend options")
 
 
 def _methods(text: str) -> list[str]:
@@ -61,7 +71,7 @@ def _methods(text: str) -> list[str]:
 
 def run_card(args: argparse.Namespace, layer_values: Any) -> int:
     """The steering card command (module docstring); ``layer_values(lm)`` gives the --layers as ints or None."""
-    from ..steeringcard import load_steering_set, steering_card
+    from ..steeringcard import load_steering_set
 
     for bad, name in (
         (args.prompts, "PROMPT"),
@@ -73,14 +83,36 @@ def run_card(args: argparse.Namespace, layer_values: Any) -> int:
     sset = load_steering_set(args.card)
     doses = numbers_list(args.doses, POSITIVE, "--doses")
     methods = _methods(args.methods)
+    backend = backend_from_args(args)  # local, or Ray actors; ray not installed is one line, before any work
     store = None
     if args.store:
         check_file(args.store, "--store")
         store = Path(args.store).expanduser()
     check_outputs(args, inputs=[] if store is None else [Input("--store", store)])
-    lm = load(args)
+    lm = (
+        load(args)
+        if backend.name == "local"
+        else backend.driver_model(args.model, dtype=args.dtype, device=args.device)
+    )
     layers = layer_values(lm) or sorted({lm.n_layers // 4, lm.n_layers // 2, (3 * lm.n_layers) // 4})
-    card = steering_card(
+    with backend.workers(lm) as workers:
+        card = _card(args, lm, sset, (layers, doses, methods), store, workers)
+    _show(args, lm, card)
+    return 0
+
+
+def _card(
+    args: argparse.Namespace,
+    lm: Any,
+    sset: Any,
+    grid: tuple[list[int], list[float], list[str]],
+    store: Any,
+    workers: Any,
+) -> Any:
+    from ..steeringcard import steering_card
+
+    layers, doses, methods = grid
+    return steering_card(
         lm,
         sset,
         layers=layers,
@@ -93,7 +125,12 @@ def run_card(args: argparse.Namespace, layer_values: Any) -> int:
         limit=args.limit,
         store=store,
         progress=sys.stderr.isatty(),
+        workers=workers,
     )
+
+
+def _show(args: argparse.Namespace, lm: Any, card: Any) -> None:
+    """The choices as a table, then the JSON document and the report where asked."""
     con = console(args)
     rows = []
     for ch in card.choices:
@@ -124,7 +161,6 @@ def run_card(args: argparse.Namespace, layer_values: Any) -> int:
         write_json(args.json, card_report.document(card))
     if args.out:
         say(con, f"report: {card_report.build(card).save(args.out)}")
-    return 0
 
 
-__all__ = ["add_card_args", "run_card", "METHODS"]
+__all__ = ["add_card_args", "refuse_backend", "run_card", "METHODS"]

@@ -2,14 +2,20 @@
 curves with their bootstrap intervals (effect, wrong-way share, log perplexity, KL on neutral text) per kind of
 target and method, the Pareto front of effect against coherence, the layer and dose chosen on ``choose`` with
 their ``heldout`` numbers, and example continuations per dose.  It draws a
-:class:`~walklens.steeringcard.SteeringCard`; it never loads a model."""
+:class:`~walklens.steeringcard.SteeringCard`; it never loads a model.
+
+One builder, two renderings: :func:`_fill` writes the card's headings, notes, charts and tables into a
+:class:`Sink`, which is the HTML :class:`~walklens.reports.html.Report` (:func:`build`) or the list of parts the
+explorer's cards view draws with the reports' own script (:func:`view`; ``assets/results.js``, ``parts``)."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .html import Report, fields_of
+from ..outputs import jsonable
+from .html import DIGITS, Report, fields_of
 
 if TYPE_CHECKING:
     from ..steeringcard import CardCell, SteeringCard
@@ -40,6 +46,60 @@ def document(card: SteeringCard) -> dict[str, Any]:
     return fields_of(card)
 
 
+class Sink(Protocol):
+    """What the card's builder writes into (the methods of :class:`~walklens.reports.html.Report` it uses)."""
+
+    def h2(self, text: str) -> Any: ...
+    def p(self, text: str, note: bool = False) -> Any: ...
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "{:.4g}") -> Any: ...
+    def lines(
+        self,
+        x: Sequence[Any],
+        series: Sequence[dict[str, Any]],
+        title: str = "",
+        xlabel: str = "",
+        width: int = 720,
+        height: int = 320,
+    ) -> Any: ...
+
+
+class Parts:
+    """A :class:`Sink` that keeps each part as plain data (``{"part": "h2" | "p" | "table" | "lines", ...}``),
+    for the explorer's page to draw with ``walklensResults.draw.parts`` (strings as text, never markup)."""
+
+    def __init__(self) -> None:
+        self.parts: list[dict[str, Any]] = []
+
+    def h2(self, text: str) -> Parts:
+        self.parts.append({"part": "h2", "text": text})
+        return self
+
+    def p(self, text: str, note: bool = False) -> Parts:
+        self.parts.append({"part": "p", "text": text, "note": note})
+        return self
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "{:.4g}") -> Parts:
+        cells = [[fmt.format(v) if isinstance(v, float) else v for v in r] for r in rows]
+        self.parts.append({"part": "table", "headers": list(headers), "rows": jsonable(cells)})
+        return self
+
+    def lines(
+        self,
+        x: Sequence[Any],
+        series: Sequence[dict[str, Any]],
+        title: str = "",
+        xlabel: str = "",
+        width: int = 720,
+        height: int = 320,
+    ) -> Parts:
+        spec = {"x": [str(v) for v in x], "series": jsonable(list(series), DIGITS), "xlabel": xlabel}
+        self.parts.append({"part": "lines", "title": title, "spec": {**spec, "width": width, "height": height}})
+        return self
+
+
+S = TypeVar("S", bound=Sink)
+
+
 def _label(c: CardCell) -> str:
     """A cell's short name: method, layer, dose."""
     if c.method == "none":
@@ -57,7 +117,7 @@ def _iv(c: CardCell, name: str) -> str:
     return "-" if iv is None else f"{_num(iv.value)} [{_num(iv.lo)}, {_num(iv.hi)}]"
 
 
-def _curves(r: Report, card: SteeringCard, kind: str) -> None:
+def _curves(r: Sink, card: SteeringCard, kind: str) -> None:
     """Dose-response curves (heldout) of each dosed method: one chart per :data:`CURVES` entry, a series with its
     band per method and layer."""
     cells = card.select("heldout", kind)
@@ -86,7 +146,7 @@ def _curves(r: Report, card: SteeringCard, kind: str) -> None:
         )
 
 
-def _tables(r: Report, card: SteeringCard, kind: str) -> None:
+def _tables(r: Sink, card: SteeringCard, kind: str) -> None:
     heads = ["cell", "effect", "wrong way", "log ppl", "KL neutral", "repetition", "rank (median)", "n"]
     front = sorted((c for c in card.select("heldout", kind) if c.on_front), key=lambda c: c.log_ppl.value)
     base = [c for c in card.select("heldout", kind) if c.method == "none"]
@@ -120,6 +180,17 @@ def build(card: SteeringCard, title: str = "") -> Report:
         "projection ablation, on one dose scale: the norm of the change added to the residual stream at the layer "
         "over the mean residual norm there.",
     )
+    _fill(r, card)
+    return r
+
+
+def view(card: SteeringCard) -> list[dict[str, Any]]:
+    """The report's parts as data (:class:`Parts`): what the explorer's cards view draws."""
+    return _fill(Parts(), card).parts
+
+
+def _fill(r: S, card: SteeringCard) -> S:
+    """Every part of the card's report, written into ``r`` (a :class:`Sink`); returns ``r``."""
     r.p(
         f"set {card.set_name} ({card.set_id}); layers {card.layers}; doses {card.doses}; {card.max_new_tokens}-token "
         f"greedy continuations; {card.n_boot} bootstrap resamples (seed {card.seed}); the choice on 'choose' keeps "
@@ -146,4 +217,4 @@ def build(card: SteeringCard, title: str = "") -> Report:
     return r
 
 
-__all__ = ["CURVES", "build", "document"]
+__all__ = ["CURVES", "Parts", "Sink", "build", "document", "view"]

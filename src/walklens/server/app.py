@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from ..capture import capture
 from ..precision import dtype_name
-from . import api_heads, api_power, api_sweeps, api_walks
+from . import api_cards, api_heads, api_power, api_sweeps, api_walks
 from .bounds import (
     MAX_ALPHA,
     MAX_CELLS,
@@ -79,7 +79,8 @@ async def asset(request: Request) -> Response:
 @api
 async def info(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str, Any]:
     """-> the loaded models (name, family, layers, width, heads, dtype, kind, point names, the most tokens each
-    view reads under the explorer's limits), whether a database was given, and the limits of every argument."""
+    view reads under the explorer's limits), whether a database was given, how many steering cards, and the
+    limits of every argument."""
     models = []
     for name, lm in ex.models.items():
         models.append(
@@ -98,6 +99,7 @@ async def info(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str
     return {
         "models": models,
         "db": ex.db is not None,
+        "cards": len(ex.cards),
         "limits": {
             "text_chars": MAX_TEXT_CHARS,
             "tokens": MAX_TOKENS,
@@ -129,6 +131,7 @@ def create_app(explorer: Explorer, token: str, hosts: set[str]) -> Guard:
         Route("/api/info", info),
         Route("/api/status", status),
         Route("/api/sweeps", api_sweeps.sweeps),
+        Route("/api/cards", api_cards.cards),
     ]
     posts = {
         "/api/walk": api_walks.walk,
@@ -140,6 +143,7 @@ def create_app(explorer: Explorer, token: str, hosts: set[str]) -> Guard:
         "/api/power": api_power.power,
         "/api/steer": api_power.steer,
         "/api/sweeps/run": api_sweeps.sweep_run,
+        "/api/card": api_cards.card,
     }
     routes += [Route(path, fn, methods=["POST"]) for path, fn in posts.items()]
     app = Starlette(routes=routes)

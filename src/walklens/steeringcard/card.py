@@ -11,6 +11,12 @@ perplexity** under the unsteered model, the **KL** of the next-token distributio
 (over neutral texts for KL).  Layer and dose are chosen per method on ``choose`` (the largest mean effect
 whose mean log perplexity is within ``log(ppl_ratio)`` of the unsteered continuations') and reported on
 ``heldout``; the Pareto front of effect against log perplexity is marked per kind on ``heldout``.
+
+Where it runs: the plan (norms, directions, calibration, the unsteered neutral passes) and every unit of work
+(one method x layer x dose over one target's prompts, or over the neutral texts) are shards of
+:mod:`walklens.backends` (``fn(lm, ctx, payload)``), run on the driver's model (local) or on Ray actors that
+hold the model once each; the driver alone tokenises and writes each returned unit into the store, one
+transaction each, so a stopped card resumes without repeating a stored unit on either backend.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..backends.base import LocalWorkers, Workers
 from ..capture import tokenize
 from ..errors import InputError, UnsupportedFamilyError
 from ..interventions import resolve_layers
@@ -129,20 +136,23 @@ def steering_card(
     limit: int | None = None,
     store: str | Path | None = None,
     progress: bool = False,
+    workers: Workers | None = None,
 ) -> SteeringCard:
     """The steering card of ``lm`` over a steering set (a shipped name, a JSONL path or a loaded
     :class:`~walklens.steeringcard.sets.SteeringSet`): every method at every layer and dose (ablation once per
     layer), both splits (the first ``limit`` prompts of each target in each, all when None); generations are kept
-    in ``store`` (an SQLite file; None: in memory), so a card that
-    was stopped resumes where it was.  Module docstring for what is measured."""
+    in ``store`` (an SQLite file; None: in memory), so a card that was stopped resumes where it was.  ``workers``
+    (:meth:`walklens.backends.Backend.workers`, e.g. Ray actors holding the model ``lm`` was loaded from) run the
+    plan and the units; None: this process, on ``lm``.  Module docstring for what is measured."""
     sset = steering_set if isinstance(steering_set, SteeringSet) else load_steering_set(steering_set)
     methods, doses, layers = _check(lm, methods, doses, layers)
     if max_new_tokens < 1 or (limit is not None and limit < 1):
         raise InputError("max_new_tokens and limit must be at least 1")
+    pool = LocalWorkers(lm) if workers is None else workers
     db = CardStore(store)
     try:
         run = f"{_fingerprint(lm)}|{sset.set_id}|n{max_new_tokens}|limit{limit}"
-        cells, norms = _plan(lm, sset, methods, doses, layers)
+        ((_, (cells, norms, base)),) = list(pool.map(_plan_shard, sset, [(methods, doses, layers)]))
         prompts = {
             t: [
                 (p.id, tokenize(lm, p.text)[0].tolist())
@@ -151,7 +161,8 @@ def steering_card(
             ]
             for t in sset.targets
         }
-        rows, generated, stored = _units(lm, sset, cells, prompts, norms, (db, run), max_new_tokens, progress=progress)
+        ctx = (sset, prompts, max_new_tokens, base, norms)
+        rows, generated, stored = _units(pool, ctx, cells, (db, run), progress=progress)
     finally:
         db.close()
     return summarise(
@@ -175,45 +186,80 @@ def steering_card(
     )
 
 
-def _units(
-    lm: LoadedModel,
-    sset: SteeringSet,
-    cells: list[_Cell],
-    prompts: dict[str, list[tuple[str, list[int]]]],
-    norms: dict[int, float],
-    saved: tuple[CardStore, str],
-    n: int,
-    *,
-    progress: bool,
-) -> tuple[dict[tuple[str, str, str], list[dict[str, Any]]], int, int]:
-    """Every unit's rows, read from the store or computed and stored (one transaction each); how many units
-    were computed and how many read.  ``saved``: the store and the run's key in it."""
-    from tqdm.auto import tqdm
-
-    db, run = saved
+def _plan_shard(
+    lm: LoadedModel, sset: SteeringSet, payload: tuple[list[str], list[float], list[int]]
+) -> tuple[list[_Cell], dict[int, float], dict[tuple[int, str], Any]]:
+    """The plan as a shard: every cell, the mean residual norms and the unsteered neutral passes of each
+    (layer, change point) the cells read."""
+    cells, norms = _plan(lm, sset, *payload)
     base = {
         (c.layer, change_point(c.method)): neutral_pass(lm, sset.neutral, c.layer, change_point(c.method), None)
         for c in cells
         if c.layer is not None
     }
+    return cells, norms, base
+
+
+#: What every unit shard reads: the set, each target's tokenised prompts, the continuation length, the
+#: unsteered neutral passes and the mean residual norms.
+UnitContext = tuple[
+    SteeringSet, dict[str, list[tuple[str, list[int]]]], int, dict[tuple[int, str], Any], dict[int, float]
+]
+
+
+def _unit_shard(lm: LoadedModel, ctx: UnitContext, payload: tuple[_Cell, str, str]) -> list[dict[str, Any]]:
+    """One unit of work as a shard (:func:`_unit`)."""
+    sset, prompts, n, base, norms = ctx
+    c, t, part = payload
+    return _unit(lm, sset, c, t, part, prompts[t], n, (base, norms))
+
+
+def _units(
+    pool: Workers,
+    ctx: UnitContext,
+    cells: list[_Cell],
+    saved: tuple[CardStore, str],
+    *,
+    progress: bool,
+) -> tuple[dict[tuple[str, str, str], list[dict[str, Any]]], int, int]:
+    """Every unit's rows, read from the store or run on ``pool`` and stored by this process as they come back
+    (one transaction each); how many units were computed and how many read.  ``saved``: the store and the
+    run's key in it."""
+    from tqdm.auto import tqdm
+
+    db, run = saved
     rows: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    stored = generated = 0
-    units = [(c, t, part) for c in cells for t in sset.targets for part in ("prompts", "neutral")]
-    for c, t, part in tqdm(units, desc="steering card", disable=not progress, leave=False):
-        key = f"{c.key}/{t}/{part}"
-        got = db.get(run, key)
-        if got is None:
-            got = _unit(lm, sset, c, t, part, prompts[t], n, (base, norms))
-            db.put(run, key, got)
-            generated += 1
-        else:
-            stored += 1
+
+    def keep(c: _Cell, t: str, part: str, got: list[dict[str, Any]]) -> None:
         if part == "neutral":
             rows[(c.key, t, part)] = got
         else:
             for s in SPLITS:
                 rows[(c.key, t, s)] = [r for r in got if r["id"].split("/")[-2] == s]
-    return rows, generated, stored
+
+    units = [(c, t, part) for c in cells for t in ctx[0].targets for part in ("prompts", "neutral")]
+    todo = []
+    for c, t, part in units:
+        got = db.get(run, f"{c.key}/{t}/{part}")
+        if got is None:
+            todo.append((c, t, part))
+        else:
+            keep(c, t, part, got)
+    # one part per layer, its context holding only that layer's unsteered neutral passes (each part's context is
+    # copied once to the workers where a backend copies them); the cells are already in layer order
+    sset, prompts, n, base, norms = ctx
+    layers = list(dict.fromkeys(c.layer for c, _, _ in todo))
+    order = [u for l in layers for u in todo if u[0].layer == l]
+    parts = [
+        ((sset, prompts, n, {k: v for k, v in base.items() if k[0] == l}, norms), [u for u in todo if u[0].layer == l])
+        for l in layers
+    ]
+    done = pool.map_parts(_unit_shard, parts)
+    for i, got in tqdm(done, total=len(todo), desc="steering card", disable=not progress, leave=False):
+        c, t, part = order[i]
+        db.put(run, f"{c.key}/{t}/{part}", got)
+        keep(c, t, part, got)
+    return rows, len(todo), len(units) - len(todo)
 
 
 def _unit(

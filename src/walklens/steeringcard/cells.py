@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..display import Shown
+from ..errors import InputError
 from ..frames import Columns, DataFrame, frame, pick, record_table
 from .sets import KINDS, SPLITS, SteeringSet
 from .stats import Interval, bootstrap, choose, pareto, wrong_way
@@ -91,6 +92,34 @@ class SteeringCard(Shown, view="steering_card"):
     choices: list[CardChoice] = field(default_factory=list)
     examples: list[CardExample] = field(default_factory=list)
 
+    @classmethod
+    def from_document(cls, doc: Any) -> SteeringCard:
+        """The card again from its JSON document (``walklens steer --card SET --json``: every field, NaN written
+        as null); a document that is not one is a :class:`~walklens.errors.InputError` naming what is wrong."""
+        try:
+            if not isinstance(doc, dict):
+                raise TypeError("not a JSON object")
+            d = dict(doc)
+            d["doses"] = [_num(v) for v in d["doses"]]
+            d["ppl_ratio"] = _num(d["ppl_ratio"])
+            d["mean_norms"] = {int(k): _num(v) for k, v in d["mean_norms"].items()}
+            d["cells"] = [_cell_of(c) for c in d.get("cells", [])]
+            d["choices"] = [
+                CardChoice(
+                    **{**c, "dose": _num(c["dose"]), "budget": _num(c["budget"]), "heldout": _cell_of(c["heldout"])}
+                )
+                if c["heldout"] is not None
+                else CardChoice(**{**c, "dose": _num(c["dose"]), "budget": _num(c["budget"])})
+                for c in d.get("choices", [])
+            ]
+            d["examples"] = [CardExample(**{**e, "dose": _num(e["dose"])}) for e in d.get("examples", [])]
+            card = cls(**d)
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            raise InputError(f"not a steering card document ({e.__class__.__name__}: {str(e)[:120]})") from None
+        if not all(isinstance(v, str) for v in (card.model_name, card.set_name, card.set_id)):
+            raise InputError("not a steering card document (model_name, set_name and set_id must be text)")
+        return card
+
     def select(self, split: str, kind: str, method: str | None = None) -> list[CardCell]:
         """The cells of one split and kind (and method)."""
         return [c for c in self.cells if c.split == split and c.kind == kind and method in (None, c.method)]
@@ -125,6 +154,27 @@ class SteeringCard(Shown, view="steering_card"):
         method x layer x dose (each interval as ``X``, ``X_lo``, ``X_hi``), ``choices`` the layer and dose
         chosen on ``choose`` with the heldout numbers, ``examples`` the example continuations."""
         return frame(self._columns(table), {"model": self.model_name, "set": self.set_name})
+
+
+def _num(v: Any) -> float:
+    """A number of a JSON document (null: NaN, as :func:`walklens.outputs.jsonable` writes it)."""
+    if v is None:
+        return math.nan
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{str(v)[:40]!r} is not a number")
+    return float(v)
+
+
+def _interval(d: Any) -> Interval:
+    return Interval(_num(d["value"]), _num(d["lo"]), _num(d["hi"]), int(d["n"]))
+
+
+def _cell_of(d: Any) -> CardCell:
+    """A :class:`CardCell` from its document."""
+    ivs = {k: _interval(d[k]) for k in ("effect", "wrong_way", "log_ppl", "kl", "repetition")}
+    nums = {k: _num(d[k]) for k in ("dose", "realised_dose", "alpha")}
+    rank = None if d["rank"] is None else _interval(d["rank"])
+    return CardCell(**{**d, **ivs, **nums, "rank": rank})
 
 
 Spec = tuple[str, str, "int | None", float, dict[str, float]]  # key, method, layer, dose, alpha per target

@@ -140,8 +140,18 @@
     }));
   }
 
+  // ---- a report's parts as data (reports/steercard.py Parts: the steering card in the explorer) ---------------
+  function parts(parent, list) {  // [{part: h2|p|table|lines, ...}]: headings, notes, tables, charts; text only
+    list.forEach(function (q) {
+      if (q.part === "h2") el(parent, "h2", {}, q.text);
+      else if (q.part === "p") el(parent, "p", q.note ? {"class": "note"} : {}, q.text);
+      else if (q.part === "table") table(parent, q.headers, q.rows);
+      else if (q.part === "lines") plot(parent, "lines", q.spec, q.title);
+    });
+  }
+
   var draw = {alignment: alignment, spectra: spectra, dynamics: dynamics, shared_weights: sharedWeights,
-              steering: steering};
+              steering: steering, parts: parts};
   window.walklensResults = {draw: draw, show: show, quote: quote, visible: visible, fmt: fmt, table: table};
   function render() {  // the documents a report embeds: <div class='wl-result' data-result=kind data-doc=json>
     document.querySelectorAll(".wl-result:not([data-drawn])").forEach(function (e) {

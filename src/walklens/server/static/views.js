@@ -1,4 +1,4 @@
-// walklens explorer: attention & kernels, power & steering, sweeps. Text only (textContent, canvas, SVG text).
+// walklens explorer: attention & kernels, power & steering, sweeps, steering cards. Text only (textContent, canvas, SVG text).
 (function () {
   "use strict";
   var W = window.walklens, $ = W.$;
@@ -185,4 +185,31 @@
   W.views.sweeps = {run: sweepsRun, init: sweepsInit};
   $("sweeps-run").addEventListener("change", function () { sweepsRun(true); });
   $("sweeps-metric").addEventListener("change", sweepsRun);
+
+  // ---- steering cards: the report's own parts (reports/steercard.py view), drawn by results.js ----------------
+  function cardsInit(info) {
+    if (!info.cards) return;
+    W.call("cards", "/api/cards").then(function (d) {
+      W.options($("cards-card"), d.cards.map(function (c) { return String(c.id); }), d.cards.map(function (c) {
+        return c.file + " · " + c.model + " · " + c.set + " · " + c.n_cells + " cells"; }));
+      if (W.active === "cards") cardsRun();
+    }, W.quiet);
+  }
+  function cardsRun() {
+    var out = W.clear($("cards-out"));
+    if (!W.info.cards) {
+      W.add(out, "p", {"class": "note"}, "no steering card: start walklens serve with --card FILE (the --json of " +
+        "walklens steer --card SET)");
+      return;
+    }
+    if (!$("cards-card").value) return;  // the list is on its way (cardsInit draws the first card)
+    W.call("card", "/api/card", {card: parseInt($("cards-card").value, 10)}).then(function (d) {
+      out = W.clear($("cards-out"));
+      W.add(out, "h2", {}, d.title);
+      W.results.draw.parts(out, d.parts);
+      out.setAttribute("data-rendered", "1");
+    }, W.quiet);
+  }
+  W.views.cards = {run: cardsRun, init: cardsInit};
+  $("cards-card").addEventListener("change", cardsRun);
 })();
