@@ -1,0 +1,175 @@
+"""The associative organisation, measured (walklens.association; seed 000, sec. 2.2, Result 4, Figs. 3, 11, 12):
+each statistic against an independent oracle on synthetic cases with a known answer, and the commands'
+one-line errors (`walklens simmap --blocks`, `walklens cooccur`)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from _cli import run as run_cli
+from walklens.association import (
+    block_contrast,
+    cooccurrence,
+    pair_counts,
+    partial_spearman,
+    spearman,
+    token_class,
+)
+from walklens.claims import CLAIMS, assess
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _oracle_contrast(m: np.ndarray, labels: list[str], cls: str, keys: list[int]) -> float:
+    """Within minus between by explicit loops over the pairs (i != j, different keys)."""
+    inside, across = [], []
+    for i, j in itertools.permutations(range(len(labels)), 2):
+        if keys[i] == keys[j] or labels[i] != cls:
+            continue
+        (inside if labels[j] == cls else across).append(m[i, j])
+    return float(np.mean(inside) - np.mean(across))
+
+
+def _planted(T: int = 30, gap: float = 1.0, seed: int = 0) -> tuple[torch.Tensor, list[str]]:
+    g = torch.Generator().manual_seed(seed)
+    labels = ["number"] * 8 + ["bracket"] * 6 + ["word"] * (T - 14)
+    m = torch.randn(T, T, generator=g, dtype=torch.float64) * 0.3
+    m = (m + m.T) / 2
+    m[:8, :8] += gap
+    m[8:14, 8:14] += gap
+    return m, labels
+
+
+def test_block_contrast_is_the_loop_oracle_and_finds_planted_blocks() -> None:
+    m, labels = _planted()
+    keys = list(range(len(labels)))
+    keys[1] = keys[0]  # two copies of one token: their pair is left out with `same`
+    r = block_contrast(m, labels, same=keys, n_perm=300, n_boot=300)
+    for c in r.classes:
+        assert math.isclose(c.contrast, _oracle_contrast(m.numpy(), labels, c.cls, keys), abs_tol=1e-12)
+        assert math.isclose(c.contrast, c.within - c.between, abs_tol=1e-12)
+    num, br, word = r.of("number"), r.of("bracket"), r.of("word")
+    assert num.lo < 1.0 + 0.2 and num.hi > 1.0 - 0.2 and num.lo > 0.5  # the planted gap (+ within-noise)
+    assert num.p_above < 0.01 and br.p_above < 0.01 and num.contrast > num.null_hi
+    assert word.lo < 0 < word.hi and word.p_above > 0.01  # no block planted among the words
+
+
+def test_block_contrast_on_a_random_map_is_null() -> None:
+    m, labels = _planted(gap=0.0, seed=3)
+    r = block_contrast(m, labels, n_perm=300, n_boot=300)
+    for c in r.classes:
+        assert c.lo < 0 < c.hi, c
+        assert c.p_above > 0.01, c
+
+
+def test_token_classes_follow_the_stated_rules() -> None:
+    cases = {"5": "number", " 12": "number", "5.0": "number", "((": "bracket", " [": "bracket", "]]": "bracket",
+             "\n": "separator", "###": "separator", " **": "separator", ":": "punctuation", " =": "punctuation",
+             "?,": "punctuation", " hello": "word", " don't": "word", "x+1": "", " >=": "punctuation"}  # fmt: skip
+    assert {t: token_class(t) for t in cases} == cases
+
+
+def test_spearman_and_partial_spearman_against_oracles() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 6, 200).astype(float)  # ties
+    z = rng.normal(size=200)
+    y = x + 2 * z + rng.normal(size=200)
+    assert math.isclose(spearman(x, y), spearmanr(x, y).statistic, abs_tol=1e-12)
+    # first-order partial correlation of the ranks, by its closed form
+    rxy, rxz, ryz = (spearmanr(a, b).statistic for a, b in ((x, y), (x, z), (y, z)))
+    closed = (rxy - rxz * ryz) / math.sqrt((1 - rxz**2) * (1 - ryz**2))
+    assert math.isclose(partial_spearman(x, y, z[:, None]), closed, abs_tol=1e-10)
+
+
+def test_pair_counts_are_the_brute_force_counts() -> None:
+    docs = [[1, 2, 1, 3, 2], [2, 2, 4], [3, 1]]
+    clusters = [0, 1, 0]
+    want: Counter[tuple[int, int, int]] = Counter()
+    for d, c in zip(docs, clusters):
+        for i, j in itertools.combinations(range(len(d)), 2):
+            if j - i <= 2 and d[i] != d[j]:
+                want[(c, min(d[i], d[j]), max(d[i], d[j]))] += 1
+    cl, a, b, n = pair_counts(docs, clusters, 2)
+    assert dict(zip(zip(cl.tolist(), a.tolist(), b.tolist()), n.tolist())) == want
+
+
+def _topic_corpus(seed: int, aligned: bool) -> tuple[list[list[int]], list[int], torch.Tensor]:
+    """Documents drawn from 4 topics of 10 tokens each (tokens of a topic co-occur); topic vectors planted near
+    one direction per topic (``aligned``) or random."""
+    rng = np.random.default_rng(seed)
+    docs = [list(rng.integers(0, 10, 12) + 10 * (k % 4)) + list(rng.integers(0, 40, 4)) for k in range(120)]
+    g = torch.Generator().manual_seed(seed)
+    vec = torch.randn(40, 16, generator=g)
+    if aligned:
+        vec = vec * 0.3 + torch.randn(4, 16, generator=g).repeat_interleave(10, 0) * 2
+    return docs, [k % 12 for k in range(120)], vec
+
+
+def test_cooccurrence_finds_planted_association_and_not_a_random_one() -> None:
+    docs, clusters, vec = _topic_corpus(0, aligned=True)
+    r = cooccurrence(docs, vec, clusters=clusters, window=3, min_count=3, n_groups=6, n_matched=3)
+    assert r.pmi_cos.lo > 0.3 and r.dot_cos.rho > 0.5
+    assert r.excess_cos.lo > 0  # frequency-matched partners (mostly other topics) lose the correlation
+    d = np.array([[t for t in doc] for doc in docs], dtype=object)
+    assert r.n_tokens == sum(len(x) for x in d) and r.n_clusters == 12
+    docs, clusters, vec = _topic_corpus(1, aligned=False)
+    null = cooccurrence(docs, vec, clusters=clusters, window=3, min_count=3, n_groups=6, n_matched=3)
+    assert null.pmi_cos.lo < 0.1 and abs(null.pmi_cos.rho) < 0.2
+
+
+def test_cooccurrence_rho_is_scipy_on_the_pmi_it_defines() -> None:
+    docs, clusters, vec = _topic_corpus(2, aligned=True)
+    r = cooccurrence(docs, vec, clusters=clusters, window=2, min_count=2, n_groups=3, n_matched=1)
+    pairs: Counter[tuple[int, int]] = Counter()
+    for d in docs:
+        for i, j in itertools.combinations(range(len(d)), 2):
+            if j - i <= 2 and d[i] != d[j]:
+                pairs[(min(d[i], d[j]), max(d[i], d[j]))] += 1
+    marg: Counter[int] = Counter()
+    for (a, b), n in pairs.items():
+        marg[a] += n
+        marg[b] += n
+    z = 2 * sum(pairs.values())
+    keep = [(a, b, n) for (a, b), n in pairs.items() if n >= 2]
+    pmi = [math.log(n * z / (marg[a] * marg[b])) for a, b, n in keep]
+    cos = [float(torch.cosine_similarity(vec[a], vec[b], dim=0)) for a, b, _ in keep]
+    assert r.n_pairs == len(keep)
+    assert math.isclose(r.pmi_cos.rho, spearmanr(pmi, cos).statistic, abs_tol=1e-6)
+
+
+def test_committed_files_read_into_verdicts() -> None:
+    for c in CLAIMS:
+        if c.measure in ("cooccur", "blocks") and (ROOT / str(c.file)).is_file():
+            m, verdict = assess(c, ROOT)
+            assert m is not None and verdict and m.lo <= m.value <= m.hi, (c.id, m)
+            doc = json.loads((ROOT / str(c.file)).read_text())
+            assert str(doc.get("model", doc.get("model_name"))) in m.text
+
+
+def test_blocks_and_cooccur_refuse_bad_input_in_one_line(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import walklens.cli.common as common
+
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    js = str(tmp_path / "a.json")
+    for argv, where in (
+        (["simmap", "the cat", "--blocks", str(tmp_path)], "--blocks"),
+        (["simmap", "the cat", "--blocks", "-"], "--blocks"),
+        (["simmap", "the cat", "--blocks", js, "--json", js], "--blocks"),
+        (["cooccur", "--window", "0"], "--window"),
+        (["cooccur", "--groups", "x"], "--groups"),
+        (["cooccur", "--data", str(tmp_path / "missing.jsonl")], "missing.jsonl"),
+        (["cooccur", "--json", str(tmp_path)], "--json"),
+    ):
+        rc, err = run_cli(capfd, *argv, "--model", str(tmp_path / "no-such-model"))
+        assert rc == 2 and len(err) == 1 and err[0].startswith("walklens: error: ") and where in err[0], (argv, err)
