@@ -173,3 +173,69 @@ def test_blocks_and_cooccur_refuse_bad_input_in_one_line(
     ):
         rc, err = run_cli(capfd, *argv, "--model", str(tmp_path / "no-such-model"))
         assert rc == 2 and len(err) == 1 and err[0].startswith("walklens: error: ") and where in err[0], (argv, err)
+
+
+def _ci(c: dict[str, float], v: str = "contrast", fmt: str = "+.3g") -> str:
+    return f"{c[v]:{fmt}} [{c['lo']:{fmt}}, {c['hi']:{fmt}}]"
+
+
+def walks_md_rows() -> list[str]:
+    """The rows docs/walks.md's two tables print, from the committed result files."""
+    rows = []
+    for model in ("smollm2", "gemma3"):
+        d = json.loads((ROOT / f"docs/results/simblocks_{model}.json").read_text())
+        alpha = 0.05 / len(d["maps"])
+        for key, m in d["maps"].items():
+            by = {c["cls"]: c for c in m["classes"]}
+            cells = [
+                _ci(by[k]) + (" *" if by[k]["p_above"] < alpha else "") for k in ("number", "bracket", "separator")
+            ]
+            rows.append(f"| {d['model']} | {key} | " + " | ".join(cells) + " |")
+    for model in ("smollm2", "gemma3"):
+        d = json.loads((ROOT / f"docs/results/cooccur_{model}.json").read_text())
+        cells = [
+            _ci(d[k], "rho", "+.3f")
+            for k in ("pmi_cos", "pmi_dot", "dot_cos", "partial_cos", "matched_cos", "excess_cos")
+        ]
+        rows.append(f"| {d['model_name']} | {d['n_pairs']:,} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def test_walks_md_tables_are_their_files() -> None:
+    doc = (ROOT / "docs/walks.md").read_text(encoding="utf-8")
+    for row in walks_md_rows():
+        assert row in doc, f"docs/walks.md: {row!r} is not its result file's"
+
+
+def test_verdicts_are_no_stronger_than_interval_and_controls() -> None:
+    from walklens.claims import RULES, Measured
+
+    f = {"partial_cos": 0.1, "partial_cos_lo": 0.02, "excess_cos": 0.1, "excess_cos_lo": 0.01}
+    rule = RULES["associative"]
+    assert rule(Measured("m", 10, 0.2, 0.1, 0.3, "", f), None).startswith("reproduced weakly")
+    assert rule(Measured("m", 10, 0.2, 0.1, 0.3, "", f | {"excess_cos_lo": -0.01}), None).startswith("not decided")
+    assert rule(Measured("m", 10, 0.2, -0.1, 0.3, "", f), None).startswith("not decided")
+    assert rule(Measured("m", 10, -0.2, -0.3, -0.1, "", f), None).startswith("contradicted")
+    blocks = RULES["blocks"]
+    facts = {"maps": 6, "number_alike": 6, "bracket_alike": 6, "separator_alike": 0}
+    assert blocks(Measured("m", 9, 0.5, 0.4, 0.6, "", facts), None).startswith("reproduced")
+    assert blocks(Measured("m", 9, 0.5, 0.4, 0.6, "", facts | {"separator_alike": 1}), None).startswith("partly")
+    assert blocks(
+        Measured("m", 9, 0.5, 0.4, 0.6, "", facts | {"number_alike": 0, "bracket_alike": 0}), None
+    ).startswith("not reproduced")
+
+
+def test_commands_write_their_json_on_a_tiny_model(
+    tiny_llama_inputs: dict[str, str], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    model, data = tiny_llama_inputs["model"], tiny_llama_inputs["data"]
+    blocks, cooc = tmp_path / "b.json", tmp_path / "c.json"
+    rc, err = run_cli(capfd, "simmap", "(1, 2) ### 3", "--model", model, "--blocks", str(blocks), "--metric", "cosine")
+    assert rc == 0, err
+    doc = json.loads(blocks.read_text())
+    assert doc["kind"] == "similarity_blocks" and len(doc["classes"]) == len(doc["tokens"]) and doc["maps"]
+    rc, err = run_cli(capfd, "cooccur", "--model", model, "--data", data, "--min-count", "1", "--json", str(cooc))
+    assert rc == 0, err
+    c = json.loads(cooc.read_text())
+    assert c["kind"] == "cooccurrence" and c["n_pairs"] >= 3 and c["n_clusters"] == 1
+    assert c["pmi_cos"]["lo"] is None  # one cluster: no interval (NaN, written as null), never a made-up one

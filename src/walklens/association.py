@@ -154,7 +154,7 @@ def block_contrast(
     mask = (codes[:, None] != codes[None, :]).double()
     off = float(m[~torch.eye(T, dtype=torch.bool)].mean()) if T > 1 else float("nan")
     lab = torch.tensor([names.index(c) if c in names else -1 for c in classes])
-    oh = torch.stack([lab == k for k in range(len(names))], -1).double()
+    oh = (lab[:, None] == torch.arange(len(names))[None]).double()
     ones = torch.ones(1, T, dtype=torch.float64)
     within, between = _contrasts(m, mask, oh[None], ones)
     obs = (within - between)[0]
@@ -188,7 +188,7 @@ def _bootstrap(
     weights: a position drawn w times counts w times (a pair of one position with itself still never counts)."""
     T, out = m.shape[0], []
     groups = [gr for gr in (torch.nonzero(lab == c).flatten() for c in range(-1, k)) if len(gr)]
-    oh = torch.stack([lab == c for c in range(k)], -1).double()
+    oh = (lab[:, None] == torch.arange(k)[None]).double()
     for start in range(0, n_boot, 100):
         b = min(100, n_boot - start)
         w = torch.zeros(b, T, dtype=torch.float64)
@@ -395,12 +395,16 @@ def cooccurrence(
     draws = [np.stack(sims(pa, _matched(pa, pb, m, 10, rng))) for _ in range(n_matched)]
     pmi = _pmi(total[keep], m[pa], m[pb], np.array(zc.sum()))
     point = _stats(pmi, dot, cos, _covariates(m[pa], m[pb]), draws)
-    group = rng.permutation(n_cl) % min(n_groups, n_cl)
+    G = min(n_groups, n_cl) if n_cl >= 2 else 0  # one cluster: no interval
+    group = rng.permutation(n_cl) % max(G, 1)
     reps = []
-    for gi in range(min(n_groups, n_cl)):  # the whole procedure without one group of clusters
+    for gi in range(G):  # the whole procedure without one group of clusters
         w = (group != gi).astype(np.float64)
         c, mm = dcl.T @ w, marg.T @ w
         ok = c >= min_count
+        if ok.sum() < 3:
+            reps.append(np.full(len(_STATS), np.nan))
+            continue
         pm = _pmi(c[ok], mm[pa[ok]], mm[pb[ok]], np.array(zc @ w))
         reps.append(_stats(pm, dot[ok], cos[ok], _covariates(mm[pa[ok]], mm[pb[ok]]), [d[:, ok] for d in draws]))
     rp = np.array(reps).reshape(-1, len(_STATS))
