@@ -162,7 +162,10 @@ def test_blocks_and_cooccur_refuse_bad_input_in_one_line(
 
     monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     js = str(tmp_path / "a.json")
+    data = tmp_path / "d.jsonl"
+    data.write_text("{}\n", encoding="utf-8")
     for argv, where in (
+        (["cooccur", "--data", str(data), "--json", str(data)], "--json"),
         (["simmap", "the cat", "--blocks", str(tmp_path)], "--blocks"),
         (["simmap", "the cat", "--blocks", "-"], "--blocks"),
         (["simmap", "the cat", "--blocks", js, "--json", js], "--blocks"),
