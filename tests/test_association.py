@@ -171,6 +171,8 @@ def test_blocks_and_cooccur_refuse_bad_input_in_one_line(
         (["simmap", "the cat", "--blocks", js, "--json", js], "--blocks"),
         (["cooccur", "--window", "0"], "--window"),
         (["cooccur", "--groups", "x"], "--groups"),
+        (["cooccur", "--groups", "1"], "--groups"),
+        (["cooccur", "--matched", "1000"], "--matched"),
         (["cooccur", "--data", str(tmp_path / "missing.jsonl")], "missing.jsonl"),
         (["cooccur", "--json", str(tmp_path)], "--json"),
     ):

@@ -42,6 +42,7 @@ CLASS_RULES: dict[str, str] = {
     "punctuation": "s is made only of punctuation other than brackets (: , . ? = +)",
     "word": "s is made only of letters, optionally with apostrophes or hyphens inside",
 }
+MAX_MATCHED = 100  #: the most draws of frequency-matched partners (each costs a correlation per replicate)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
 _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 
@@ -277,7 +278,7 @@ def pair_counts(
     doc = np.repeat(np.arange(len(docs)), [len(d) for d in docs])
     cl = np.asarray(clusters, dtype=np.int64)[doc]
     keys = []
-    for k in range(1, window + 1):
+    for k in range(1, min(window, max((len(d) for d in docs), default=1) - 1) + 1):  # no pair farther apart
         same = doc[:-k] == doc[k:]
         a, b = ids[:-k][same], ids[k:][same]
         keep = a != b
@@ -358,8 +359,8 @@ def cooccurrence(
     within a document, pairs seen at least ``min_count`` times) against similarity of the tokens' ``vectors``
     [V, D] rows (inner product and cosine), with a jackknife over ``n_groups`` groups of ``clusters`` of
     documents (default: each document its own cluster) and two frequency controls (see :class:`Cooccurrence`)."""
-    if window < 1 or min_count < 1 or n_groups < 2 or n_matched < 1:
-        raise InputError("window, min_count and n_matched must be >= 1, n_groups >= 2")
+    if window < 1 or min_count < 1 or n_groups < 2 or not 1 <= n_matched <= MAX_MATCHED:
+        raise InputError(f"window and min_count must be >= 1, n_groups >= 2, n_matched from 1 to {MAX_MATCHED}")
     clusters = list(range(len(docs))) if clusters is None else list(clusters)
     cl, a, b, cnt = pair_counts(docs, clusters, window)
     V = int(vectors.shape[0])

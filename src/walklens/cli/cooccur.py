@@ -42,9 +42,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..association import cooccurrence
+    from ..association import MAX_MATCHED, cooccurrence
     from ..hellaswag.data import bundled_path, load_hellaswag
 
+    if args.groups < 2:
+        raise InputError(f"--groups: at least 2 groups make a jackknife, got {args.groups}")
+    if args.matched > MAX_MATCHED:
+        raise InputError(f"--matched: at most {MAX_MATCHED} draws, got {args.matched}")
     check_outputs(args)  # before the corpus is read
     items = load_hellaswag(args.data or bundled_path(), limit=args.limit)
     if not items:
