@@ -49,6 +49,12 @@ def every_result(lm: LoadedModel, tmp: Path) -> dict[str, Any]:
         "ParityCard": verify(lm, texts=("the cat sat",), quick=True),
         "CompactionReport": explain(lm, TEXT + " . the king runs", continuation=" and the", budget=3, top=3),
         "ControlVector": walklens.ControlVector({1: torch.ones(8), 2: -torch.ones(8)}, "llama", "add", 2.0, "cat"),
+        "BlockContrast": walklens.block_contrast(
+            torch.eye(4) + 0.5, ["number", "number", "word", "word"], name="V/dot", n_perm=20, n_boot=20
+        ),
+        "Cooccurrence": walklens.cooccurrence(
+            [[1, 2, 3, 1, 2, 4, 5, 1, 3] * 3] * 6, torch.randn(8, 4), n_groups=3, min_count=2, n_matched=2
+        ),
     }
     with walklens.steer(lm, " cat", [1], 2.0) as res:
         out["SteerResult"] = res

@@ -43,6 +43,8 @@ PARTS = {
     "CardChoice": "part of SteeringCard",
     "CardExample": "part of SteeringCard",
     "SteeringSet": "a steering card's input data",
+    "ClassContrast": "part of BlockContrast",
+    "Correlation": "part of Cooccurrence",
 }
 
 MARKUP = '<img src=x onerror="alert(1)">&amp;'

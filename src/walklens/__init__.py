@@ -54,6 +54,16 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     # walks (seed 000 sec. 2.1, 2.2.2)
     "walks": ("encoding_walk", "similarity_map", "EncodingWalk"),
     "simmap": ("SimilarityMap",),
+    # the associative organisation: Result 4 and the blocks of the similarity maps (sec. 2.2, Figs. 3, 11, 12)
+    "association": (
+        "block_contrast",
+        "cooccurrence",
+        "token_classes",
+        "BlockContrast",
+        "ClassContrast",
+        "Cooccurrence",
+        "Correlation",
+    ),
     "decoding": ("decoding_walk", "DecodingWalk"),
     # the parity card: every recomputation against the model itself
     "parity": ("verify", "ParityCard", "ParityCheck"),

@@ -215,7 +215,55 @@ def steering(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(str(doc["model_name"]), e[1], e[0], e[0], e[0], text, {"eigen_top1": e[0], "prompts": e[1]})
 
 
+def cooccur(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens cooccur --json``: Spearman PMI-cosine with its interval, the other two sides of Result 4's
+    triangle and both frequency controls (seed 000, sec. 2.2)."""
+    d = _read_json(path)
+    f = {f"{k}{s}": float(d[k][j]) for k in ("pmi_dot", "pmi_cos", "dot_cos", "partial_cos", "matched_cos",
+         "excess_cos") for s, j in (("", "rho"), ("_lo", "lo"), ("_hi", "hi"))}  # fmt: skip
+
+    def ci(k: str) -> str:
+        return f"{f[k]:+.3f} [{f[k + '_lo']:+.3f}, {f[k + '_hi']:+.3f}]"
+
+    text = (
+        f"{d['model_name']}, {d['n_pairs']:,} token pairs (within {d['window']} tokens, seen >= {d['min_count']} "
+        f"times) in {d['n_tokens']:,} tokens of HellaSwag; Spearman vs PMI: cosine {ci('pmi_cos')}, inner product "
+        f"{ci('pmi_dot')}; inner product vs cosine {f['dot_cos']:+.3f}; controls: given both log frequencies "
+        f"{ci('partial_cos')}, partner swapped for a frequency-matched token {f['matched_cos']:+.3f} (excess "
+        f"{ci('excess_cos')}); jackknife over {d['n_groups']} groups of {d['n_clusters']} activity labels"
+    )
+    return Measured(str(d["model_name"]), int(d["n_pairs"]), f["pmi_cos"], f["pmi_cos_lo"], f["pmi_cos_hi"], text, f)
+
+
+def blocks(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens simmap --blocks``: per class, in how many maps the class is alike (within above between
+    beyond the permutation null, Bonferroni over the maps), and the contrast of ``select['map']``."""
+    d = _read_json(path)
+    maps = d["maps"]
+    alpha = 0.05 / len(maps)
+    facts: dict[str, float] = {"maps": len(maps)}
+    parts = []
+    for cls in ("number", "bracket", "separator"):
+        per = [next(c for c in m["classes"] if c["cls"] == cls) for m in maps.values()]
+        facts[f"{cls}_alike"] = sum(1 for c in per if c["p_above"] < alpha)
+        facts[f"{cls}_below"] = sum(1 for c in per if c["hi"] < 0)
+        c = next(c for c in maps[select["map"]]["classes"] if c["cls"] == cls)
+        facts |= {cls: c["contrast"], f"{cls}_lo": c["lo"], f"{cls}_hi": c["hi"], f"{cls}_n": c["n"]}
+        parts.append(
+            f"{cls}s (n={c['n']}) {c['contrast']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}], alike in "
+            f"{int(facts[f'{cls}_alike'])}/{len(maps)} maps"
+        )
+    text = (
+        f"{d['model']}, the A.4 grading prompt, {len(d['tokens'])} tokens, {len(maps)} maps; within - between class "
+        f"similarity at {select['map']}: " + "; ".join(parts) + f" (alike: permutation p < 0.05/{len(maps)})"
+    )
+    num = facts["number"]
+    return Measured(str(d["model"]), len(d["tokens"]), num, facts["number_lo"], facts["number_hi"], text, facts)
+
+
 MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {
+    "cooccur": cooccur,
+    "blocks": blocks,
     "steering": steering,
     "alignment": alignment,
     "heldout": heldout,
@@ -301,7 +349,37 @@ def _steer(m: Measured, target: float | None) -> str:
     return f"partly: eigen-steering puts the target on top of {k} of {n} prompts at its best tried setting"
 
 
+def _associative(m: Measured, target: float | None) -> str:
+    """Result 4 on token vectors: PMI-similarity correlation above 0, surviving both frequency controls."""
+    f = m.facts
+    if m.hi < 0:
+        return "contradicted: co-occurrence and cosine correlate negatively"
+    if m.lo <= 0:
+        return "not decided: the interval of the PMI-cosine correlation includes 0"
+    kept = f"given frequencies {f['partial_cos']:+.2f}, excess over matched partners {f['excess_cos']:+.2f}"
+    if f["partial_cos_lo"] > 0 and f["excess_cos_lo"] > 0:
+        return (
+            f"reproduced weakly, token vectors only: rho {m.value:+.2f} survives both frequency controls ({kept}); "
+            "context vectors not measured"
+        )
+    return f"not decided: rho {m.value:+.2f} does not survive a frequency control ({kept})"
+
+
+def _blocks(m: Measured, target: float | None) -> str:
+    """Numbers and brackets alike in every map; separators alike in none (within not above between)."""
+    f, n = m.facts, int(m.facts["maps"])
+    num, br, sep = (int(f[f"{c}_alike"]) for c in ("number", "bracket", "separator"))
+    parts = [f"numbers alike in {num}/{n} maps", f"brackets in {br}/{n}", f"separators not alike in {n - sep}/{n}"]
+    if num == n and br == n and sep == 0:
+        return "reproduced: " + ", ".join(parts)
+    if num == 0 and br == 0:
+        return "not reproduced: " + ", ".join(parts)
+    return "partly: " + ", ".join(parts)
+
+
 RULES: dict[str, Callable[[Measured, float | None], str]] = {
+    "associative": _associative,
+    "blocks": _blocks,
     "steer": _steer,
     "tilt": _tilt,
     "sink": _sink,
@@ -408,10 +486,6 @@ def _other_claims() -> list[Claim]:
          "walklens kernels --json k.json --out kernels",
          "the kernel classes of docs/attention.md have no committed JSON, and their empirical kernels are not "
          "controlled for the attention sink"),
-        ("similarity-cooccurrence", "000 Result 4: similarity <-> co-occurrence <-> angular proximity", "-",
-         "no command measures it yet"),
-        ("similarity-maps", "000 Figs. 3, 11, 12: similarity maps show blocks (numbers, brackets alike)",
-         "walklens simmap", "read by eye; no number is computed from the maps yet"),
         ("concept-walk-eval", "000 footnote 12: a concept-level walk to evaluate a model's output", "-",
          "no command yet"),
         ("encoder-fig9", "000 Fig. 9: an encoder's c_t stays near w_t", "walklens walk --model <encoder-decoder>",
@@ -437,6 +511,24 @@ def _other_claims() -> list[Claim]:
         "--maps -1 --json docs/results/heads_smollm2_sink.json", "docs/results/heads_smollm2_sink.json", "self_mass",
         {"model": "smollm2-135m"}, "sink"))  # fmt: skip
     out += [Claim(i, s, s.split(": ", 1)[1], c, why=w) for i, s, c, w in missing]
+    return out + _association_claims()
+
+
+def _association_claims() -> list[Claim]:
+    """Result 4 and the blocks of the similarity maps (seed 000, sec. 2.2, Figs. 3, 11, 12), per model."""
+    out = []
+    for model in ("smollm2", "gemma3"):
+        name = f"{model}-{SIZE[model]}"
+        out.append(Claim(
+            f"similarity-cooccurrence-{model}", "000 Result 4: similarity <-> co-occurrence <-> angular proximity",
+            "token pairs that co-occur more have more similar vectors",
+            f"walklens cooccur --model {name} --json docs/results/cooccur_{model}.json",
+            f"docs/results/cooccur_{model}.json", "cooccur", {}, "associative"))  # fmt: skip
+        out.append(Claim(
+            f"similarity-maps-{model}", "000 Figs. 3, 11, 12: similarity maps show blocks (numbers, brackets alike; "
+            "separators unlike)", "numbers alike, brackets alike, separators unlike",
+            f"walklens simmap --example grading --model {name} --blocks docs/results/simblocks_{model}.json",
+            f"docs/results/simblocks_{model}.json", "blocks", {"map": "V/cosine"}, "blocks"))  # fmt: skip
     return out
 
 

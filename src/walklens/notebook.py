@@ -89,6 +89,8 @@ VIEWS: dict[str, Callable[[Any], Report]] = {
     "run": parts.run,
     "summary": lambda s: sweep.build([s]),
     "control_vector": parts.control_vector,
+    "blocks": parts.blocks,
+    "cooccurrence": parts.cooccurrence,
 }
 
 #: posts the page's height to the notebook, which sizes the frame (only that frame: the message's source)

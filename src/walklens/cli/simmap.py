@@ -7,6 +7,8 @@ grading prompt (A.4), shipped with walklens as ``examples/grading_prompt.txt``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 from importlib import resources
 from typing import Any
 
@@ -15,7 +17,7 @@ from rich.markup import escape
 from ..errors import InputError
 from ..reports import simmap as simmap_report
 from ..walks import Metric
-from .common import add_model_args, add_output_args, load, read_text, write_json
+from .common import add_model_args, add_output_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
 from .terminal import ParagraphHelp, console, print_table, written
 
@@ -56,6 +58,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="also show maps of vectors passed through the model's final norm (the paper's layer-normed maps)",
     )
+    p.add_argument(
+        "--blocks",
+        metavar="FILE",
+        help="write each map's block contrast (within- vs between-class similarity of numbers, brackets, "
+        "separators and words, with a permutation test and a bootstrap interval) to this JSON file",
+    )
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of --blocks' shuffles and resamples (default 0)")
     add_limit_args(p)
     p.set_defaults(func=run)
 
@@ -105,6 +114,43 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: list[str], n_map
     return b
 
 
+def _check_blocks(args: argparse.Namespace) -> None:
+    """``--blocks FILE``: a writable regular file, not standard output and not another output of the command."""
+    from ..outputs import check_file, check_not_inputs
+    from .common import command_inputs
+
+    check_file(args.blocks, "--blocks")
+    check_not_inputs(args.blocks, "--blocks", command_inputs(args))
+    others = [x for x in (args.json,) if x and x != "-"]
+    if any(os.path.realpath(args.blocks) == os.path.realpath(x) for x in others):
+        raise InputError("--blocks: the same file as --json")
+
+
+def _write_blocks(
+    args: argparse.Namespace, maps: dict[str, Any], tokens: list[str], ids: list[int], model: str
+) -> None:
+    """Each map's :func:`walklens.association.block_contrast` over the tokens' classes, pairs of two copies of one
+    token left out, as one JSON document."""
+    from ..association import CLASS_RULES, block_contrast, token_classes
+
+    classes = token_classes(tokens)
+    doc = {
+        "kind": "similarity_blocks",
+        "model": model,
+        "example": args.example,
+        "tokens": tokens,
+        "classes": classes,
+        "rules": CLASS_RULES,
+        "maps": {
+            k: dataclasses.asdict(
+                block_contrast(m.plain(), classes, same=ids, name=k, model_name=model, seed=args.seed)
+            )
+            for k, m in maps.items()
+        },
+    }
+    written(write_json(args.blocks, doc))
+
+
 def run(args: argparse.Namespace) -> int:
     from ..capture import capture
     from ..walks import similarity_map
@@ -112,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
     if (args.text is None) == (args.example is None):
         raise InputError("give either a TEXT or --example NAME")
     text = example_text(args.example) if args.example else read_text(args.text)
+    if args.blocks:
+        _check_blocks(args)
     lm = load(args)
     points = args.point or ["V", f"L{lm.n_layers // 2}.resid_post", "final"]
     metrics: tuple[Metric, ...] = ("dot", "cosine") if args.metric == "both" else (args.metric,)
@@ -125,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
                 maps[simmap_report.key(p, metric, normed)] = similarity_map(trace, p, metric=metric, normed=normed)
     if args.json:
         write_json(args.json, simmap_report.document(maps, trace.tokens, trace.token_ids, lm.name, text))
+    if args.blocks:
+        _write_blocks(args, maps, trace.tokens, [int(i) for i in trace.token_ids], lm.name)
     rows = []
     for key, m in maps.items():
         T = m.shape[0]

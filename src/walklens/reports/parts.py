@@ -14,6 +14,7 @@ from .heads import add_attention_maps
 from .html import Report, show
 
 if TYPE_CHECKING:
+    from ..association import BlockContrast, Cooccurrence
     from ..attention import HeadMatrices
     from ..compaction import Compacted, CompactionReport
     from ..controlvectors import ControlVector
@@ -32,6 +33,27 @@ def add_columns(rep: Report, columns: Mapping[str, Sequence[Any]], what: str, ro
         rep.p(f"The first {rows} of {n:,} rows; {what}.to_pandas() holds them all.", note=True)
     cut = {k: list(v[:rows]) for k, v in columns.items()}
     rep.table(names, [[cut[k][i] for k in names] for i in range(min(n, rows))])
+    return rep
+
+
+def blocks(b: BlockContrast) -> Report:
+    """The block contrast of one similarity map (seed 000, Figs. 3, 11, 12): per class, within and between
+    similarity, the contrast with its interval and the permutation test."""
+    rep = Report(f"Blocks of a similarity map{f' of {b.model_name}' if b.model_name else ''}",
+                 f"{b.name}; {b.n_tokens} tokens; {b.n_perm} shuffles, {b.n_boot} resamples")  # fmt: skip
+    rows = [[c.cls, c.n, c.within, c.between, c.contrast, c.lo, c.hi, c.p_above, c.null_hi] for c in b.classes]
+    rep.table(["class", "n", "within", "between", "contrast", "lo", "hi", "p (shuffles >=)", "null 95 %"], rows)
+    return rep
+
+
+def cooccurrence(c: Cooccurrence) -> Report:
+    """Result 4 (seed 000, sec. 2.2): Spearman correlations of co-occurrence and similarity, with the controls."""
+    rep = Report(f"Co-occurrence and similarity{f' of {c.model_name}' if c.model_name else ''}",
+                 f"{c.n_pairs:,} pairs, window {c.window}, count >= {c.min_count}, {c.n_tokens:,} tokens")  # fmt: skip
+    names = ("pmi_dot", "pmi_cos", "dot_cos", "partial_dot", "partial_cos", "matched_dot", "matched_cos", "excess_cos")
+    rep.table(
+        ["Spearman", "rho", "lo", "hi"], [[n, getattr(c, n).rho, getattr(c, n).lo, getattr(c, n).hi] for n in names]
+    )
     return rep
 
 
