@@ -312,6 +312,95 @@ RULES: dict[str, Callable[[Measured, float | None], str]] = {
 }
 
 
+# ---- seed 000 A.2 (self-bias counts), Fig. 9 (c_t near w_t), footnote 12 (concept-level evaluation) -----------
+
+
+def self_bias(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens kernels --sink-control --json``: heads with negative self-bias, flagged at the margin and
+    below zero by a one-sided t-test (with the number chance gives), as measured and with position 0 removed."""
+    doc = _read_json(path)
+    a, b = (doc["self_bias"][k][0] for k in ("as measured", "position 0 removed"))
+    n = int(a["heads"])
+    text = (
+        f"{doc['model']}, {n} empirical kernels: {a['negative']} ({a['negative'] / n:.1%}) flagged at "
+        f"{a['margin']:g} nats, {a['significant']} below zero at one-sided {a['alpha']:g} ({a['expected']:.3g} "
+        f"by chance); with position 0 removed {b['negative']} ({b['negative'] / n:.1%}) and {b['significant']} "
+        f"({b['expected']:.3g} by chance)"
+    )
+    facts = {"sink": b["negative"] / n, "sig": a["significant"], "sig_sink": b["significant"],
+             "expected": a["expected"], "p_sink": b["p_chance"]}  # fmt: skip
+    v = a["negative"] / n
+    return Measured(str(doc["model"]), n, v, v, v, text, facts)
+
+
+def self_rank(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens walk --self-rank --json``: per stack the own token's median rank and the share of
+    positions where it outranks another position's token."""
+    doc = _read_json(path)
+    st = {s["stack"] or "model": s for s in doc["stacks"]}
+    parts = [
+        f"{k}: own token median rank {s['summary']['median_rank_own']:g} of {s['vocab']} (control "
+        f"{s['summary']['median_rank_control']:g}), ahead of the control at {s['closer']:.0%} "
+        f"[{s['closer_lo']:.0%}, {s['closer_hi']:.0%}] of {len(s['token_ids'])} positions"
+        for k, s in st.items()
+    ]
+    e = st.get("enc") or next(iter(st.values()))
+    note = f" ({select['note']})" if "note" in select else ""
+    facts = {"encoder": float(bool(doc["encoder_decoder"])), "trained": float(select.get("trained", 1))}
+    text = f"{doc['model']}{note}: " + "; ".join(parts)
+    return Measured(str(doc["model"]), len(e["token_ids"]), e["closer"], e["closer_lo"], e["closer_hi"], text, facts)
+
+
+def concept_eval(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens hellaswag concept-eval --json``: each comparison's share with its interval."""
+    doc = _read_json(path)
+    cs = doc["comparisons"]
+    parts = [f"{k} {c['share']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}] (chance {c['chance']:g})" for k, c in cs.items()]
+    o = cs["own_vs_offtopic"]
+    facts = {f"{k}_{x}": float(c[x]) for k, c in cs.items() for x in ("lo", "hi")}
+    text = f"{doc['model']}, n={doc['n_items']} HellaSwag items: " + "; ".join(parts)
+    return Measured(str(doc["model"]), int(doc["n_items"]), o["share"], o["lo"], o["hi"], text, facts)
+
+
+def _self_bias(m: Measured, target: float | None) -> str:
+    if m.facts["p_sink"] < 0.05 and m.facts["sig_sink"] > m.facts["expected"]:
+        return (
+            f"partly: negative self-bias in {m.value:.0%} of a decoder-only model's heads ({m.facts['sink']:.0%} "
+            "with the sink removed), far above chance; the seed's ~80% concerns T5 encoders (not measurable here)"
+        )
+    return "not reproduced: no more heads below zero than chance gives once the attention sink is removed"
+
+
+def _self_rank(m: Measured, target: float | None) -> str:
+    if not m.facts["encoder"]:
+        return "not measurable here: the model has no encoder stack"
+    if not m.facts["trained"]:
+        return (
+            "not measurable here: no trained encoder-decoder weights reachable (PyPI has none; the hub is "
+            "unreachable); the command runs, on a random tiny T5 that can neither reproduce nor contradict it"
+        )
+    if m.lo > 0.5:
+        return "reproduced: the encoder's c_t ranks w_t above another position's token"
+    return "not reproduced: c_t does not rank w_t above another position's token beyond chance"
+
+
+def _concept_eval(m: Measured, target: float | None) -> str:
+    f = m.facts
+    if not f["chance_control_lo"] <= 0.5 <= f["chance_control_hi"]:
+        return "not decided: the chance control is off 1/2"
+    if m.lo > 0.5:
+        order = "ignores" if f["own_vs_shuffled_lo"] <= 0.5 else "also reads"
+        return (
+            "partly: the concept score separates the model's own continuation from an off-topic one (interval "
+            f"above 1/2, chance control at 1/2) but {order} word order; a topical check, not a quality score"
+        )
+    return "not reproduced: the concept score does not separate own from off-topic continuations beyond chance"
+
+
+MEASURES.update(self_bias=self_bias, self_rank=self_rank, concept_eval=concept_eval)
+RULES.update(self_bias=_self_bias, self_rank=_self_rank, concept_eval=_concept_eval)
+
+
 # ---- the registry ----------------------------------------------------------------------------------------------------
 
 _DB = "--db $DB --cache $C"  # docs/sweep.md: scratch database and concept cache
@@ -404,18 +493,10 @@ def _other_claims() -> list[Claim]:
         ("eigen-steering-gemma3", "002: a rank-one edit along v1 steers the output toward an arbitrary direction",
          "walklens steer PROMPTS... --toward ' Paris' --model gemma3-270m --json docs/results/steer_gemma3.json",
          "gemma3-270m's weights package is not installed on this machine; docs/power.md's Gemma 3 table has no file"),
-        ("negative-self-bias", "000 A.2, Figs. 5-8: position kernels with negative self-bias",
-         "walklens kernels --json k.json --out kernels",
-         "the kernel classes of docs/attention.md have no committed JSON, and their empirical kernels are not "
-         "controlled for the attention sink"),
         ("similarity-cooccurrence", "000 Result 4: similarity <-> co-occurrence <-> angular proximity", "-",
          "no command measures it yet"),
         ("similarity-maps", "000 Figs. 3, 11, 12: similarity maps show blocks (numbers, brackets alike)",
          "walklens simmap", "read by eye; no number is computed from the maps yet"),
-        ("concept-walk-eval", "000 footnote 12: a concept-level walk to evaluate a model's output", "-",
-         "no command yet"),
-        ("encoder-fig9", "000 Fig. 9: an encoder's c_t stays near w_t", "walklens walk --model <encoder-decoder>",
-         "needs an encoder-decoder model; none measured with a committed result file"),
     ]  # fmt: skip
     out.append(Claim(
         "power-alignment-smollm2", "002: tokens align with the principal eigenvector v1 of F = W_V W_O through depth",
@@ -437,7 +518,33 @@ def _other_claims() -> list[Claim]:
         "--maps -1 --json docs/results/heads_smollm2_sink.json", "docs/results/heads_smollm2_sink.json", "self_mass",
         {"model": "smollm2-135m"}, "sink"))  # fmt: skip
     out += [Claim(i, s, s.split(": ", 1)[1], c, why=w) for i, s, c, w in missing]
+    out += _walk_claims()
     return out
+
+
+_TEXT9 = (
+    "the king ran to the river and the queen of france was in paris with her dog and his cat by the house in the city"
+)
+
+
+def _walk_claims() -> list[Claim]:
+    """Seed 000 A.2 (kernels), Fig. 9 and footnote 12, each with its committed file."""
+    t5 = ("python -c \"from walklens.testing import tiny_model; lm = tiny_model('t5'); "
+          "lm.model.save_pretrained('t5-random'); lm.tokenizer.save_pretrained('t5-random')\" && ")  # fmt: skip
+    return [
+        Claim("negative-self-bias", "000 A.2, Figs. 5-8: position kernels with negative self-bias",
+              "heads attenuate the query's own position", "walklens kernels --model smollm2-135m --sink-control "
+              "--json docs/results/kernels_smollm2.json", "docs/results/kernels_smollm2.json", "self_bias", {},
+              "self_bias"),
+        Claim("encoder-fig9", "000 Fig. 9, A.2: an encoder's c_t stays near w_t", "c_t ranks w_t high",
+              f'{t5}walklens walk "{_TEXT9}" --model t5-random --self-rank --json '
+              "docs/results/selfrank_t5_random.json", "docs/results/selfrank_t5_random.json", "self_rank",
+              {"trained": 0, "note": "random weights: proves the command runs"}, "self_rank"),
+        Claim("concept-walk-eval", "000 Property 2, footnote 12: a concept-level walk to evaluate a model's output",
+              "the concept score of a continuation tells own from off-topic", "walklens hellaswag concept-eval "
+              "--model smollm2-135m --limit 100 --json docs/results/concept_eval_smollm2.json",
+              "docs/results/concept_eval_smollm2.json", "concept_eval", {}, "concept_eval"),
+    ]  # fmt: skip
 
 
 CLAIMS: tuple[Claim, ...] = (*_sweep_claims(), *_other_claims())

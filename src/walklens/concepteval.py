@@ -125,7 +125,7 @@ def greedy_continuations(
         T = max(len(r) for r in rows)
         ids = torch.tensor([[pad] * (T - len(r)) + list(r) for r in rows], device=lm.device)
         mask = torch.tensor([[0] * (T - len(r)) + [1] * len(r) for r in rows], device=lm.device)
-        gen = lm.hf.generate(
+        gen = lm.hf.generate(  # type: ignore[operator]  # GenerationMixin, not in PreTrainedModel's type
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad
         )
         out += [tok.decode(g[T:], skip_special_tokens=True).strip() for g in gen]

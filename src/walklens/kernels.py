@@ -463,6 +463,20 @@ def _token_pool(lm: LoadedModel, corpus: str) -> torch.Tensor:
     return ids
 
 
+def _shuffled_samples(pool: torch.Tensor, samples: int, length: int, seed: int) -> torch.Tensor:
+    """``samples`` random permutations of ``length`` tokens of ``pool`` (a window of it, or a draw when shorter)."""
+    g = torch.Generator().manual_seed(seed)
+    seqs = []
+    for _ in range(samples):
+        if pool.numel() >= length:
+            start = int(torch.randint(0, pool.numel() - length + 1, (1,), generator=g))
+            window_ids = pool[start : start + length]
+        else:
+            window_ids = pool[torch.randint(0, pool.numel(), (length,), generator=g)]
+        seqs.append(window_ids[torch.randperm(length, generator=g)])
+    return torch.stack(seqs)
+
+
 @torch.no_grad()
 def empirical_kernels(
     lm: LoadedModel,
@@ -502,17 +516,7 @@ def empirical_kernels(
         dist = list(range(-W, W + 1))
     if W < 2 or rows.numel() == 0:
         raise InputError(f"length {length} is too short for window {W}")
-    pool = _token_pool(lm, corpus or DEFAULT_CORPUS)
-    g = torch.Generator().manual_seed(seed)
-    seqs = []
-    for _ in range(samples):
-        if pool.numel() >= length:
-            start = int(torch.randint(0, pool.numel() - length + 1, (1,), generator=g))
-            window_ids = pool[start : start + length]
-        else:
-            window_ids = pool[torch.randint(0, pool.numel(), (length,), generator=g)]
-        seqs.append(window_ids[torch.randperm(length, generator=g)])
-    ids = torch.stack(seqs)
+    ids = _shuffled_samples(_token_pool(lm, corpus or DEFAULT_CORPUS), samples, length, seed)
     modules = _attention_modules(lm, spec.name)
     per_layer: list[torch.Tensor] = []  # per call order: [N_chunk, H, n]
     dist_t = torch.tensor(dist)
