@@ -198,3 +198,49 @@ def test_cli_concept_eval_errors(tiny_llama_inputs, saved_model, capfd, tmp_path
                   tiny_llama_inputs["data"], "--max-new-tokens", "2", "--json", str(out))  # fmt: skip
     assert rc == 0, err
     assert json.loads(out.read_text())["comparisons"]["chance_control"]["n"] <= 3
+
+
+# ---- the docs' numbers are their committed files; the verdicts follow the evidence ----------------------------
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def test_attention_md_self_bias_table_is_its_file():
+    doc = json.loads((ROOT / "docs/results/kernels_smollm2.json").read_text())
+    md = (ROOT / "docs/attention.md").read_text()
+    for name in ("as measured", "position 0 removed"):
+        c = doc["self_bias"][name][0]
+        row = (f"| {name} | {c['negative']} ({c['negative'] / c['heads']:.1%}) | {c['significant']} | "
+               f"{c['expected']:.3g} |")  # fmt: skip
+        assert row in md, row
+
+
+def test_walks_md_self_rank_numbers_are_their_files():
+    md = " ".join((ROOT / "docs/walks.md").read_text().split())
+    r = json.loads((ROOT / "docs/results/selfrank_t5_random.json").read_text())["stacks"][0]
+    s = r["summary"]
+    assert (f"encoder own token median rank {s['median_rank_own']:g} of {r['vocab']}, control "
+            f"{s['median_rank_control']:g}, own ahead at {r['closer']:.0%} [{r['closer_lo']:.0%}, "
+            f"{r['closer_hi']:.0%}] of {len(r['token_ids'])} positions") in md  # fmt: skip
+    d = json.loads((ROOT / "docs/results/selfrank_smollm2.json").read_text())["stacks"][0]
+    s = d["summary"]
+    assert (f"median {s['median_rank_own']:g} of {d['vocab']:,}, the control token at {s['median_rank_control']:g}, "
+            f"own ahead at {d['closer']:.0%} [{d['closer_lo']:.0%}, {d['closer_hi']:.0%}] of "
+            f"{len(d['token_ids'])} positions (sign test p = {d['p']:.2f})") in md  # fmt: skip
+
+
+def test_verdicts_follow_the_evidence():
+    from walklens.claims import RULES, Measured
+
+    m = Measured("m", 10, 0.9, 0.8, 1.0, "", {"encoder": 1.0, "trained": 0.0})
+    assert RULES["self_rank"](m, None).startswith("not measurable here: no trained")
+    assert RULES["self_rank"](Measured("m", 10, 0.9, 0.8, 1.0, "", {"encoder": 1.0, "trained": 1.0}), None).startswith(
+        "reproduced"
+    )
+    f = {"chance_control_lo": 0.3, "chance_control_hi": 0.45, "own_vs_shuffled_lo": 0.4}
+    assert RULES["concept_eval"](Measured("m", 10, 0.9, 0.8, 1.0, "", f), None).startswith("not decided")
+    f["chance_control_hi"] = 0.6
+    assert RULES["concept_eval"](Measured("m", 10, 0.9, 0.8, 1.0, "", f), None).startswith("partly")
+    assert RULES["concept_eval"](Measured("m", 10, 0.5, 0.4, 0.6, "", f), None).startswith("not reproduced")
+    sb = {"p_sink": 0.5, "sig_sink": 10.0, "expected": 13.5, "sink": 0.1}
+    assert RULES["self_bias"](Measured("m", 270, 0.4, 0.4, 0.4, "", sb), None).startswith("not reproduced")
