@@ -237,10 +237,19 @@ def test_verdicts_follow_the_evidence():
     assert RULES["self_rank"](Measured("m", 10, 0.9, 0.8, 1.0, "", {"encoder": 1.0, "trained": 1.0}), None).startswith(
         "reproduced"
     )
-    f = {"chance_control_lo": 0.3, "chance_control_hi": 0.45, "own_vs_shuffled_lo": 0.4}
+    f = {"chance_control_lo": 0.3, "chance_control_hi": 0.45, "own_vs_shuffled_lo": 0.4, "gold_vs_distractors_lo": 0.4}
     assert RULES["concept_eval"](Measured("m", 10, 0.9, 0.8, 1.0, "", f), None).startswith("not decided")
     f["chance_control_hi"] = 0.6
     assert RULES["concept_eval"](Measured("m", 10, 0.9, 0.8, 1.0, "", f), None).startswith("partly")
     assert RULES["concept_eval"](Measured("m", 10, 0.5, 0.4, 0.6, "", f), None).startswith("not reproduced")
     sb = {"p_sink": 0.5, "sig_sink": 10.0, "expected": 13.5, "sink": 0.1}
     assert RULES["self_bias"](Measured("m", 270, 0.4, 0.4, 0.4, "", sb), None).startswith("not reproduced")
+
+
+def test_walks_md_concept_eval_table_is_its_file():
+    d = json.loads((ROOT / "docs/results/concept_eval_smollm2.json").read_text())
+    md = (ROOT / "docs/walks.md").read_text()
+    for k, c in d["comparisons"].items():
+        row = (f"| {k} | {c['wins']}/{c['n']} | {c['share']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}] | {c['chance']:g} | "
+               f"{c['p']:.2g} |")  # fmt: skip
+        assert row in md, row

@@ -389,10 +389,12 @@ def _concept_eval(m: Measured, target: float | None) -> str:
     if not f["chance_control_lo"] <= 0.5 <= f["chance_control_hi"]:
         return "not decided: the chance control is off 1/2"
     if m.lo > 0.5:
-        order = "ignores" if f["own_vs_shuffled_lo"] <= 0.5 else "also reads"
+        order = "not word order" if f["own_vs_shuffled_lo"] <= 0.5 else "and word order"
+        gold = "does not tell" if f["gold_vs_distractors_lo"] <= 0.5 else "tells"
         return (
-            "partly: the concept score separates the model's own continuation from an off-topic one (interval "
-            f"above 1/2, chance control at 1/2) but {order} word order; a topical check, not a quality score"
+            "partly: the concept score tells the model's own continuation from an off-topic one (interval above "
+            f"1/2, chance control at 1/2): it reads the topic, {order}; it {gold} the true ending from the "
+            "distractors (a topical check, not a quality score)"
         )
     return "not reproduced: the concept score does not separate own from off-topic continuations beyond chance"
 
@@ -529,16 +531,15 @@ _TEXT9 = (
 
 def _walk_claims() -> list[Claim]:
     """Seed 000 A.2 (kernels), Fig. 9 and footnote 12, each with its committed file."""
-    t5 = ("python -c \"from walklens.testing import tiny_model; lm = tiny_model('t5'); "
-          "lm.model.save_pretrained('t5-random'); lm.tokenizer.save_pretrained('t5-random')\" && ")  # fmt: skip
     return [
         Claim("negative-self-bias", "000 A.2, Figs. 5-8: position kernels with negative self-bias",
               "heads attenuate the query's own position", "walklens kernels --model smollm2-135m --sink-control "
               "--json docs/results/kernels_smollm2.json", "docs/results/kernels_smollm2.json", "self_bias", {},
               "self_bias"),
         Claim("encoder-fig9", "000 Fig. 9, A.2: an encoder's c_t stays near w_t", "c_t ranks w_t high",
-              f'{t5}walklens walk "{_TEXT9}" --model t5-random --self-rank --json '
-              "docs/results/selfrank_t5_random.json", "docs/results/selfrank_t5_random.json", "self_rank",
+              f'walklens walk "{_TEXT9}" --model t5-random... --self-rank --json '
+              "docs/results/selfrank_t5_random.json (t5-random: walklens.testing.tiny_model('t5') saved by "
+              "save_pretrained, docs/walks.md)", "docs/results/selfrank_t5_random.json", "self_rank",
               {"trained": 0, "note": "random weights: proves the command runs"}, "self_rank"),
         Claim("concept-walk-eval", "000 Property 2, footnote 12: a concept-level walk to evaluate a model's output",
               "the concept score of a continuation tells own from off-topic", "walklens hellaswag concept-eval "
