@@ -205,8 +205,9 @@ def test_cli_concept_eval_errors(tiny_llama_inputs, saved_model, capfd, tmp_path
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
-def test_attention_md_self_bias_table_is_its_file():
-    doc = json.loads((ROOT / "docs/results/kernels_smollm2.json").read_text())
+@pytest.mark.parametrize("model", ["smollm2", "gemma3"])
+def test_attention_md_self_bias_table_is_its_file(model):
+    doc = json.loads((ROOT / f"docs/results/kernels_{model}.json").read_text())
     md = (ROOT / "docs/attention.md").read_text()
     for name in ("as measured", "position 0 removed"):
         c = doc["self_bias"][name][0]

@@ -532,10 +532,11 @@ _TEXT9 = (
 def _walk_claims() -> list[Claim]:
     """Seed 000 A.2 (kernels), Fig. 9 and footnote 12, each with its committed file."""
     return [
-        Claim("negative-self-bias", "000 A.2, Figs. 5-8: position kernels with negative self-bias",
-              "heads attenuate the query's own position", "walklens kernels --model smollm2-135m --sink-control "
-              "--json docs/results/kernels_smollm2.json", "docs/results/kernels_smollm2.json", "self_bias", {},
-              "self_bias"),
+        *(Claim(f"negative-self-bias{'' if m == 'smollm2' else '-' + m}",
+                "000 A.2, Figs. 5-8: position kernels with negative self-bias", "heads attenuate the query's own "
+                "position", f"walklens kernels --model {m}-{SIZE[m]} --sink-control --json "
+                f"docs/results/kernels_{m}.json", f"docs/results/kernels_{m}.json", "self_bias", {}, "self_bias")
+          for m in ("smollm2", "gemma3")),
         Claim("encoder-fig9", "000 Fig. 9, A.2: an encoder's c_t stays near w_t", "c_t ranks w_t high",
               f'walklens walk "{_TEXT9}" --model t5-random... --self-rank --json '
               "docs/results/selfrank_t5_random.json (t5-random: walklens.testing.tiny_model('t5') saved by "
