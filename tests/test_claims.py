@@ -156,7 +156,7 @@ def test_reproduce_refuses_a_bad_out_in_one_line(tmp_path: Path, capsys: pytest.
 
 
 def test_attention_md_sink_table_is_its_file() -> None:
-    from walklens.claims import _below_uniform
+    from walklens.claims.readers import _below_uniform
 
     doc = (ROOT / "docs" / "attention.md").read_text(encoding="utf-8")
     sm = json.loads((ROOT / "docs/results/heads_smollm2_sink.json").read_text())["self_mass"]
@@ -169,18 +169,19 @@ def test_attention_md_sink_table_is_its_file() -> None:
         assert row in doc, f"docs/attention.md: {row!r} (docs/results/heads_smollm2_sink.json)"
 
 
-def test_power_md_smollm2_row_is_its_file() -> None:
+@pytest.mark.parametrize(("model", "name"), [("smollm2", "SmolLM2"), ("gemma3", "Gemma 3")])
+def test_power_md_alignment_rows_are_their_files(model: str, name: str) -> None:
     from walklens.claims import alignment_counts
 
     doc = (ROOT / "docs" / "power.md").read_text(encoding="utf-8")
-    c = alignment_counts(json.loads((ROOT / "docs/results/power_smollm2.json").read_text()))
+    c = alignment_counts(json.loads((ROOT / f"docs/results/power_{model}.json").read_text()))
     n = int(c["layers"])
     row = (
-        f"| SmolLM2 ({int(c['tokens'])}) | {c['mean']:.3f} | {c['random']:.3f} | {c['other']:.3f} "
+        f"| {name} ({int(c['tokens'])}) | {c['mean']:.3f} | {c['random']:.3f} | {c['other']:.3f} "
         f"| {int(c['above_random'])} / {int(c['above_other'])} of {n} ({n * 0.05:.3g} expected) "
         f"| {int(c['gain'])} of {n} (mean change {c['change']:+.3f}) |"
     )
-    assert row in doc, f"docs/power.md: {row!r} (docs/results/power_smollm2.json)"
+    assert row in doc, f"docs/power.md: {row!r} (docs/results/power_{model}.json)"
 
 
 def _rounds_to(shown: str, value: float) -> bool:

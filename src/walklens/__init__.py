@@ -33,7 +33,7 @@ prefer_passive_wait()
 
 # Imported eagerly: the function ``capture`` shares its name with the module ``walklens.capture``, and a lazy
 # export would be shadowed by the submodule as soon as anything imports ``walklens.capture``.
-from .capture import capture  # noqa: E402  (after the wait policy, which must precede torch)
+from .capture import capture  # noqa: E402  # after the wait policy, which must precede torch
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
     # foundation

@@ -159,6 +159,10 @@ class StackKernels:
     spread: torch.Tensor | None = None
     ci95: torch.Tensor | None = None
     classes: list[list[KernelClass]] = field(default_factory=list)
+    #: empirical only: the per-sample kernels [N, K, H, n] the mean, spread and self-bias tests come from
+    samples: torch.Tensor | None = field(default=None, repr=False)
+    #: empirical only: rows renormalised without key 0 (the attention-sink control)
+    sink_removed: bool = False
 
     @property
     def n_heads(self) -> int:
@@ -459,6 +463,20 @@ def _token_pool(lm: LoadedModel, corpus: str) -> torch.Tensor:
     return ids
 
 
+def _shuffled_samples(pool: torch.Tensor, samples: int, length: int, seed: int) -> torch.Tensor:
+    """``samples`` random permutations of ``length`` tokens of ``pool`` (a window of it, or a draw when shorter)."""
+    g = torch.Generator().manual_seed(seed)
+    seqs = []
+    for _ in range(samples):
+        if pool.numel() >= length:
+            start = int(torch.randint(0, pool.numel() - length + 1, (1,), generator=g))
+            window_ids = pool[start : start + length]
+        else:
+            window_ids = pool[torch.randint(0, pool.numel(), (length,), generator=g)]
+        seqs.append(window_ids[torch.randperm(length, generator=g)])
+    return torch.stack(seqs)
+
+
 @torch.no_grad()
 def empirical_kernels(
     lm: LoadedModel,
@@ -470,9 +488,12 @@ def empirical_kernels(
     seed: int = 0,
     batch: int = 4,
     progress: bool = True,
+    sink: bool = False,
 ) -> tuple[list[StackKernels], str]:
     """Mean attention weight by relative distance over shuffled-token inputs (module docstring), per layer
-    and head, with the std over samples and a 95% CI half-width."""
+    and head, with the std over samples and a 95% CI half-width.  ``sink``: the attention-sink control, each
+    row renormalised over keys 1.. before averaging (``A[i, j] / sum_{j' >= 1} A[i, j']``), so a head that
+    dumps its mass on the first token weighs each row alike."""
     from tqdm.auto import tqdm
 
     if lm.is_encoder_decoder:
@@ -495,17 +516,7 @@ def empirical_kernels(
         dist = list(range(-W, W + 1))
     if W < 2 or rows.numel() == 0:
         raise InputError(f"length {length} is too short for window {W}")
-    pool = _token_pool(lm, corpus or DEFAULT_CORPUS)
-    g = torch.Generator().manual_seed(seed)
-    seqs = []
-    for _ in range(samples):
-        if pool.numel() >= length:
-            start = int(torch.randint(0, pool.numel() - length + 1, (1,), generator=g))
-            window_ids = pool[start : start + length]
-        else:
-            window_ids = pool[torch.randint(0, pool.numel(), (length,), generator=g)]
-        seqs.append(window_ids[torch.randperm(length, generator=g)])
-    ids = torch.stack(seqs)
+    ids = _shuffled_samples(_token_pool(lm, corpus or DEFAULT_CORPUS), samples, length, seed)
     modules = _attention_modules(lm, spec.name)
     per_layer: list[torch.Tensor] = []  # per call order: [N_chunk, H, n]
     dist_t = torch.tensor(dist)
@@ -516,6 +527,8 @@ def empirical_kernels(
         if w is None:
             return
         w = w.detach().float().cpu()  # [B, H, T, T]
+        if sink:
+            w = w / w[..., 1:].sum(-1, keepdim=True).clamp_min(1e-30)  # the other keys' own sum (no 1 - A[i, 0])
         per_layer.append(w[:, :, rows[:, None], cols].mean(2))  # [B, H, n]
 
     L = lm.n_layers
@@ -534,7 +547,8 @@ def empirical_kernels(
     std = ks.std(0)
     ci = 1.96 * std / math.sqrt(samples)
     sk = StackKernels(spec.name, causal, dist, list(range(L)), mean, mean.clamp_min(1e-12).log(), std, ci)
-    est = (
+    sk.samples, sk.sink_removed = ks, sink
+    est = ("position 0 removed, rows renormalised; " if sink else "") + (
         f"mean attention weight A_h[i, i+delta] over {samples} shuffled-token samples of {length} tokens "
         f"(corpus: {'user' if corpus else 'built-in'}, seed {seed}); query rows {int(rows[0])}..{int(rows[-1])} "
         f"for every delta in [{dist[0]}, {dist[-1]}]; spread = std over samples, ci95 = 1.96 std/sqrt(n)"
@@ -556,19 +570,23 @@ def position_kernels(
     length: int = 64,
     seed: int = 0,
     progress: bool = True,
+    sink: bool = False,
 ) -> PositionKernels:
     """Every head's position kernel and its self-bias class (seed 000, A.2; Figs. 6 and 8).
 
     ``method``: ``"auto"`` (weights for T5 and ALiBi, else empirical), ``"weights"`` or ``"empirical"``.
     ``max_distance``: the window W of distances shown (T5 default: the model's relative_attention_max_distance;
     ALiBi default 32; empirical default (length-2)//2 causal, (length-1)//4 bidirectional).  ``margin``: the
-    classification margin in nats (logit units).
+    classification margin in nats (logit units).  ``sink``: the attention-sink control of empirical kernels
+    (:func:`empirical_kernels`); kernels read from the weights have no sink to remove.
     """
     if method not in ("auto", "weights", "empirical"):
         raise InputError(f"unknown method {method!r}; use auto, weights or empirical")
     if margin < 0:
         raise InputError("the margin must be >= 0")
     scheme = lm.adapter.position_scheme(lm.config)
+    if sink and (method == "weights" or (method == "auto" and scheme in ("t5_relative", "alibi"))):
+        raise InputError(f"{lm.name}: the attention-sink control applies to empirical kernels, not {scheme} weights")
     slopes, scale, notes = None, None, ""
     if method in ("auto", "weights") and scheme == "t5_relative":
         stacks, est = _t5_kernels(lm, max_distance)
@@ -582,7 +600,14 @@ def position_kernels(
         )
     else:
         stacks, est = empirical_kernels(
-            lm, corpus=corpus, samples=samples, length=length, window=max_distance, seed=seed, progress=progress
+            lm,
+            corpus=corpus,
+            samples=samples,
+            length=length,
+            window=max_distance,
+            seed=seed,
+            progress=progress,
+            sink=sink,
         )
         kind, units = "empirical", "mean attention weight"
     if not stacks:

@@ -86,6 +86,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     k.add_argument("--length", type=int, default=64, help="empirical: tokens per sample (default 64)")
     k.add_argument("--corpus", default=None, help="empirical: corpus text or @FILE (default: built-in prose)")
     k.add_argument("--seed", type=seed_arg, default=0)
+    k.add_argument(
+        "--sink-control",
+        action="store_true",
+        help="empirical: also fit the kernels with position 0 removed (rows renormalised) and count the heads "
+        "with negative self-bias both ways, against chance",
+    )
     add_limit_args(k)
     k.set_defaults(func=run_kernels)
 
@@ -135,6 +141,26 @@ def _print_kernels(pk: Any, args: argparse.Namespace) -> None:
     con.print(pk.estimator, style="dim", markup=False)
     if pk.notes and pk.notes != pk.estimator:
         con.print(pk.notes, style="dim", markup=False)
+
+
+def _self_bias(pk: Any, ctl: Any, args: argparse.Namespace) -> dict[str, list[Any]]:
+    """The negative-self-bias counts of the empirical kernels, as measured and (``ctl``) with position 0
+    removed, printed with the number expected by chance; ``{}`` for kernels read from the weights."""
+    from ..experiments.stats import above_band
+    from ..selfbias import self_bias_count
+
+    out: dict[str, list[Any]] = {}
+    for name, kernels in (("as measured", pk), ("position 0 removed", ctl)):
+        if kernels is None or kernels.stacks[0].samples is None:
+            continue
+        out[name] = [self_bias_count(kernels, s.stack) for s in kernels.stacks]
+        for c in out[name]:
+            say(
+                console(args),
+                f"negative self-bias ({name}): {c.negative} of {c.heads} flagged at {c.margin:g} nats; "
+                f"gap below zero (one-sided t, {c.alpha:g}): {above_band(c.significant, c.heads, c.alpha)}",
+            )
+    return out
 
 
 def _plan_kernels(lm: Any, args: argparse.Namespace) -> None:
@@ -193,8 +219,7 @@ def run_kernels(args: argparse.Namespace) -> int:
         raise InputError(f"--max-distance must be from 1 to {MAX_DISTANCE}, not {args.max_distance}")
     lm = load(args)
     _plan_kernels(lm, args)
-    pk = position_kernels(
-        lm,
+    opts: dict[str, Any] = dict(
         method=args.method,
         margin=args.margin,
         max_distance=args.max_distance,
@@ -203,9 +228,12 @@ def run_kernels(args: argparse.Namespace) -> int:
         length=args.length,
         seed=args.seed,
     )
+    ctl = position_kernels(lm, **opts, sink=True) if args.sink_control else None
+    pk = position_kernels(lm, **opts)
     _print_kernels(pk, args)
+    counts = _self_bias(pk, ctl, args)
     if args.json:
-        write_json(args.json, kernels_report.document(pk))
+        write_json(args.json, kernels_report.document(pk) | ({"self_bias": counts} if counts else {}))
     if args.out:
         path = kernels_report.build(pk, f"walklens kernels: {lm.name}").save(args.out)
         say(console(args), f"report: {path}")

@@ -15,7 +15,17 @@ from typing import Any
 from rich.markup import escape
 
 from ..errors import InputError
-from .common import add_hellaswag_args, check_db, check_outputs, count_arg, load, write_json
+from .common import (
+    add_hellaswag_args,
+    add_model_args,
+    check_db,
+    check_outputs,
+    count_arg,
+    load,
+    positive_arg,
+    seed_arg,
+    write_json,
+)
 from .terminal import Col, console, print_table, say
 
 
@@ -69,6 +79,18 @@ def register(
     t2 = hs.add_parser("test2", help="Test 2, concept similarity: context vector(s) vs each ending's vector")
     _add_common(t2, scheme=True)
     t2.set_defaults(func=run, test="test2")
+    ce = hs.add_parser(
+        "concept-eval",
+        help="footnote 12: the concept-level score of a continuation, checked on own vs off-topic, shuffled and "
+        "true vs distractor endings, with a chance control",
+    )
+    add_model_args(ce)
+    ce.add_argument("--data", metavar="PATH", default=None, help="HellaSwag file (default: the bundled set)")
+    ce.add_argument("--limit", type=positive_arg, default=200, metavar="N", help="the first N items (default 200)")
+    ce.add_argument("--max-new-tokens", type=positive_arg, default=16, help="greedy tokens generated (default 16)")
+    ce.add_argument("--seed", type=seed_arg, default=0, help="seed of the off-topic pairing and the shuffles")
+    ce.add_argument("--json", metavar="FILE", help="write every score and comparison here")
+    ce.set_defaults(func=run_concept_eval)
     ex = hs.add_parser("export", help="export stored runs or per-item results to .csv or .parquet")
     ex.add_argument("out", help="output file (.csv or .parquet)")
     ex.add_argument("--table", choices=("results", "runs"), default="results")
@@ -84,6 +106,27 @@ def register(
 
     p.set_defaults(func=usage)
     return hs
+
+
+def run_concept_eval(args: argparse.Namespace) -> int:
+    """``walklens hellaswag concept-eval``: :func:`walklens.concepteval.concept_eval`, one line per comparison."""
+    from ..concepteval import concept_eval
+    from ..hellaswag.data import load_hellaswag
+
+    check_outputs(args)
+    items = load_hellaswag(args.data, limit=args.limit)
+    lm = load(args)
+    ev = concept_eval(lm, items, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    con = console(args)
+    con.print(f"{lm.name}, {ev.n_items} items, {ev.max_new_tokens} greedy tokens, seed {ev.seed}:", markup=False)
+    for name, c in ev.comparisons.items():
+        con.print(
+            f"  {name}: {c.wins}/{c.n} = {c.share:.3f} [{c.lo:.3f}, {c.hi:.3f}] (chance {c.chance:g}, p={c.p:.2g})",
+            markup=False,
+        )
+    if args.json:
+        write_json(args.json, {"model": lm.name, **vars(ev)})
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

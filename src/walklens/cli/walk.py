@@ -60,6 +60,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--points", default=None, help="'all' captured points (default), 'residual', or comma-separated glob patterns"
     )
+    p.add_argument(
+        "--self-rank",
+        action="store_true",
+        help="instead of the walk: does each stack's output x_t stay near its own token w_t (A.2, Fig. 9)? The "
+        "rank and cosine of w_t among the token vectors, against another position's token (seeded control)",
+    )
     add_limit_args(p)
     p.set_defaults(func=run)
 
@@ -199,12 +205,45 @@ def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str, args: a
         )
 
 
+def _self_rank(args: argparse.Namespace) -> int:
+    """``--self-rank``: the reading of :mod:`walklens.encoderself`, one line per stack, the JSON with --json."""
+    from ..capture import capture
+    from ..encoderself import self_ranks
+
+    if args.out or args.points:
+        raise InputError("--self-rank writes --json only: drop --out and --points")
+    text = read_text(args.text)
+    lm = load(args)
+    trace = capture(lm, text, truncate=args.truncate, points=["final"])
+    if len(trace.tokens) < 2:
+        raise InputError("--self-rank needs a text of at least 2 tokens")
+    rows = self_ranks(trace, lm)
+    con = console(args)
+    if not lm.is_encoder_decoder:
+        con.print(f"{lm.name} has no encoder stack: the decoder side only (Fig. 9's claim is the encoder's)")
+    for r in rows:
+        s = r.summary()
+        con.print(
+            f"{r.stack or 'model'}: own token median rank {s['median_rank_own']:g} of {r.vocab} (top-1 "
+            f"{s['top1_own']:.0%}, cos {s['mean_cos_own']:.3f}); control {s['median_rank_control']:g} (cos "
+            f"{s['mean_cos_control']:.3f}); own ahead at {r.closer:.0%} [{r.closer_lo:.0%}, {r.closer_hi:.0%}] of "
+            f"{len(r.token_ids)} positions, sign test p={r.p:.2g}",
+            markup=False,
+        )
+    if args.json:
+        doc = {"model": lm.name, "text": text, "encoder_decoder": lm.is_encoder_decoder}
+        write_json(args.json, doc | {"stacks": [{**vars(r), "summary": r.summary()} for r in rows]})
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..capture import capture
     from ..walks import encoding_walk
 
     if args.k < 1:
         raise InputError(f"k must be a positive integer, not {args.k}")
+    if args.self_rank:
+        return _self_rank(args)
     text = read_text(args.text)
     spec = args.points or "all"
     points: Any = spec if spec in ("all", "residual") else [p.strip() for p in spec.split(",")]

@@ -19,7 +19,7 @@ def stack_document(s: StackKernels, *, logit_only: bool = False) -> dict[str, An
     """The document of one :class:`~walklens.kernels.StackKernels` (A.2): every field, each kernel's class
     label (``labels`` [K][H]) and the fractions per class; ``logit_only``: without :data:`RAW`."""
     return {
-        **fields_of(s, RAW if logit_only else ()),
+        **fields_of(s, (*RAW, "samples") if logit_only else ("samples",)),
         "labels": [[c.label for c in row] for row in s.classes],
         "fractions": s.fractions(),
     }

@@ -1,0 +1,280 @@
+"""Reading the committed result files: each reader turns one file (and a run selection) into a :class:`Measured`."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from .base import BAND_ALPHA, Measured
+
+# ---- reading the result files ------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read the result file ({e})") from None
+
+
+def _run(doc: Any, select: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """The one run of a ``summary.json`` matching ``select`` (model, test, shots, n_items; absent keys: any)."""
+    runs = doc["runs"] if isinstance(doc, dict) and "runs" in doc else doc if isinstance(doc, list) else [doc]
+    keys = ("model", "test", "shots", "n_items")
+    hits = [r for r in runs if all(r.get(k) == select[k] for k in keys if k in select)]
+    if len(hits) != 1:
+        raise InputError(f"{path}: {len(hits)} runs match {dict(select)}, want one")
+    return dict(hits[0])
+
+
+def heldout(path: Path, select: Mapping[str, Any]) -> Measured:
+    """The k-fold held-out best of one run of a sweep report's ``summary.json`` and its baseline."""
+    run = _run(_read_json(path), select, path)
+    m = run["metrics"][select.get("metric", "acc")]
+    kf, base = m["kfold"], float(m["baseline"])
+    facts = {"baseline": base, "norm": kf["acc"] / base, "norm_lo": kf["lo"] / base, "norm_hi": kf["hi"] / base}
+    text = (
+        f"{run['model']}, Test {run['test']}, {run['shots']}-shot, {run['n_schemes']:,} schemes, "
+        f"n={run['n_items']:,}: held out {kf['acc']:.3f} [{kf['lo']:.3f}, {kf['hi']:.3f}] vs baseline {base:.3f} "
+        f"({facts['norm']:.2f} normalised)"
+    )
+    boot, pair = m.get("bootstrap"), m.get("paired")
+    if boot:
+        facts |= {"boot_norm_lo": boot["norm_lo"], "boot_norm_hi": boot["norm_hi"]}
+        text += f"; bootstrap of the procedure {boot['norm_lo']:.2f}-{boot['norm_hi']:.2f} normalised"
+    if pair:
+        facts |= {"paired_p": pair["p"], "paired_lo": pair["lo"], "paired_hi": pair["hi"]}
+        text += f"; paired vs baseline {pair['diff']:+.3f} [{pair['lo']:+.3f}, {pair['hi']:+.3f}], p={pair['p']:.2g}"
+    return Measured(str(run["model"]), int(run["n_items"]), kf["acc"], kf["lo"], kf["hi"], text, facts)
+
+
+def compaction(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From a compaction ``curves.csv``: the concept compaction keeping the most of the full run's ``acc`` at
+    ``ratio``, against dropping the examples altogether (the zero-shot row)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the result file ({e})") from None
+    ratio = float(select["ratio"])
+    concept = [r for r in rows if "method=concept" in r["spec"] and r["ratio"] == f"{ratio:.1f}"]
+    zero = [r for r in rows if r["strategy"] == "zero-shot"]
+    if not concept or len(zero) != 1:
+        raise InputError(f"{path}: no concept compaction at ratio {ratio:g} or no zero-shot row")
+    best = max(concept, key=lambda r: float(r["kept_acc"]))
+    model = str(_read_json(path.with_suffix(".json")).get("model", select["model"]))
+    z = zero[0]
+    v, lo, hi = (float(best[k]) for k in ("kept_acc", "kept_acc_lo", "kept_acc_hi"))
+    zv, zlo, zhi = (float(z[k]) for k in ("kept_acc", "kept_acc_lo", "kept_acc_hi"))
+    text = (
+        f"{model}, {best['shots']}-shot prefixes, n={int(best['n']):,}: best concept compaction at ratio "
+        f"{ratio:g} ({best['strategy']}) keeps {v:.2f} [{lo:.2f}, {hi:.2f}] of the full run's acc; dropping the "
+        f"examples keeps {zv:.2f} [{zlo:.2f}, {zhi:.2f}]"
+    )
+    return Measured(model, int(best["n"]), v, lo, hi, text, {"drop": zv, "drop_lo": zlo, "drop_hi": zhi})
+
+
+def _below_uniform(sm: Mapping[str, Any]) -> tuple[float, int, float, float]:
+    mass = [x for row in sm["mass"] for x in row]
+    uni = [x for row in sm["uniform"] for x in row]
+    below = sum(1 for m, u in zip(mass, uni) if m < u)
+    return below / len(mass), len(mass), sum(mass) / len(mass), sum(uni) / len(uni)
+
+
+def self_mass_share(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens heads --json``: the share of heads whose mean self mass is below uniform attention, as
+    measured and with the attention sink removed (key 0 dropped, rows renormalised)."""
+    doc = _read_json(path)
+    stack = select.get("stack", "model")
+    raw, n, m, u = _below_uniform(doc["self_mass"][stack])
+    sink, _, ms, us = _below_uniform(doc["self_mass"][f"{stack}, position 0 removed"])
+    text = (
+        f"{doc.get('model', select.get('model', '?'))}, {n} heads, one text: {raw:.1%} below uniform self mass "
+        f"(mean {m:.3f} vs {u:.3f}); with position 0 removed (attention-sink control) {sink:.1%} (mean {ms:.3f} "
+        f"vs {us:.3f})"
+    )
+    return Measured(str(doc.get("model", "")), n, raw, raw, raw, text, {"sink": sink})
+
+
+def alignment_counts(doc: Mapping[str, Any]) -> dict[str, float]:
+    """From ``walklens power --json``'s alignment at the layer outputs: the means over layers (own v1, random
+    directions, other layers' v1), the layers above each band's top and how many layers gain alignment."""
+    a = doc["alignment"]
+    post = [i for i, p in enumerate(a["points"]) if p.endswith(".resid_post")]
+    pre = [i for i, p in enumerate(a["points"]) if p.endswith(".resid_pre")]
+    n = len(post)
+    return {
+        "layers": n,
+        "tokens": a["n_tokens"],
+        "mean": sum(a["mean"][i] for i in post) / n,
+        "random": sum(a["random_mean"][i] for i in post) / n,
+        "other": sum(a["other_mean"][i] for i in post) / n,
+        "above_random": sum(1 for i in post if a["mean"][i] > a["random_hi"][i]),
+        "above_other": sum(1 for i in post if a["mean"][i] > a["other_hi"][i]),
+        "gain": sum(1 for i, j in zip(post, pre) if a["mean"][i] > a["mean"][j]),
+        "change": sum(a["mean"][i] - a["mean"][j] for i, j in zip(post, pre)) / n,
+    }
+
+
+def alignment(path: Path, select: Mapping[str, Any]) -> Measured:
+    """Alignment with v1 of F through depth (seed 002), each count above a band with the number expected by
+    chance (5 % of the layers: the bands are 5-95 %)."""
+    from scipy.stats import binom
+
+    doc = _read_json(path)
+    c = alignment_counts(doc)
+    n = int(c["layers"])
+    facts = dict(c) | {
+        "p_random": float(binom.sf(c["above_random"] - 1, n, BAND_ALPHA)),
+        "p_other": float(binom.sf(c["above_other"] - 1, n, BAND_ALPHA)),
+    }
+    text = (
+        f"{doc['model']}, {n} layers, {int(c['tokens'])} tokens: mean alignment at the layer output {c['mean']:.3f} "
+        f"(random {c['random']:.3f}, other layers' v1 {c['other']:.3f}); above the random band "
+        f"{int(c['above_random'])} of {n}, above the other-layer band {int(c['above_other'])} of {n} "
+        f"({n * BAND_ALPHA:.3g} expected by chance each; P = {facts['p_random']:.2g} / {facts['p_other']:.2g} "
+        "were layers independent)"
+    )
+    return Measured(str(doc["model"]), n, c["mean"], c["mean"], c["mean"], text, facts)
+
+
+def steering_settings(doc: Mapping[str, Any]) -> dict[tuple[str, str, float], tuple[int, int, float]]:
+    """From ``walklens steer --json``: per (method, layers, alpha) the prompts where the target became the most
+    likely next token, the prompts, and the mean probability of the target."""
+    out: dict[tuple[str, str, float], list[Mapping[str, Any]]] = {}
+    for r in doc["rows"]:
+        out.setdefault((r["method"], ",".join(map(str, r["layers"])), float(r["alpha"])), []).append(r)
+    return {
+        k: (sum(1 for r in rs if r["target_rank"] == 0), len(rs), sum(float(r["target_prob"]) for r in rs) / len(rs))
+        for k, rs in out.items()
+    }
+
+
+def steering(path: Path, select: Mapping[str, Any]) -> Measured:
+    """Eigen-steering's best setting (most prompts with the target on top, then the highest mean probability)
+    next to activation addition's."""
+    doc = _read_json(path)
+    st = steering_settings(doc)
+    best = {
+        m: max((k for k in st if k[0] == m), key=lambda k: (st[k][0], st[k][2]))
+        for m in ("eigen", "add")
+        if any(k[0] == m for k in st)
+    }
+    parts = [
+        f"{m} at layers {k[1]}, alpha {k[2]:g}: {st[k][0]}/{st[k][1]} prompts top-1 (mean p {st[k][2]:.3g})"
+        for m, k in best.items()
+    ]
+    e = st[best["eigen"]]
+    text = f"{doc['model_name']}, toward {doc['target_token']!r}, best of each method: " + "; ".join(parts)
+    return Measured(str(doc["model_name"]), e[1], e[0], e[0], e[0], text, {"eigen_top1": e[0], "prompts": e[1]})
+
+
+def cooccur(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens cooccur --json``: Spearman PMI-cosine with its interval, the other two sides of Result 4's
+    triangle and both frequency controls (seed 000, sec. 2.2)."""
+    d = _read_json(path)
+    f = {f"{k}{s}": float(d[k][j]) for k in ("pmi_dot", "pmi_cos", "dot_cos", "partial_cos", "matched_cos",
+         "excess_cos") for s, j in (("", "rho"), ("_lo", "lo"), ("_hi", "hi"))}  # fmt: skip
+
+    def ci(k: str) -> str:
+        return f"{f[k]:+.3f} [{f[k + '_lo']:+.3f}, {f[k + '_hi']:+.3f}]"
+
+    text = (
+        f"{d['model_name']}, {d['n_pairs']:,} token pairs (within {d['window']} tokens, seen >= {d['min_count']} "
+        f"times) in {d['n_tokens']:,} tokens of HellaSwag; Spearman vs PMI: cosine {ci('pmi_cos')}, inner product "
+        f"{ci('pmi_dot')}; inner product vs cosine {f['dot_cos']:+.3f}; controls: given both log frequencies "
+        f"{ci('partial_cos')}, partner swapped for a frequency-matched token {f['matched_cos']:+.3f} (excess "
+        f"{ci('excess_cos')}); jackknife over {d['n_groups']} groups of {d['n_clusters']} activity labels"
+    )
+    return Measured(str(d["model_name"]), int(d["n_pairs"]), f["pmi_cos"], f["pmi_cos_lo"], f["pmi_cos_hi"], text, f)
+
+
+def blocks(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens simmap --blocks``: per class, in how many maps the class is alike (within above between
+    beyond the permutation null, Bonferroni over the maps), and the contrast of ``select['map']``."""
+    d = _read_json(path)
+    maps = d["maps"]
+    alpha = 0.05 / len(maps)
+    facts: dict[str, float] = {"maps": len(maps)}
+    parts = []
+    for cls in ("number", "bracket", "separator"):
+        per = [next(c for c in m["classes"] if c["cls"] == cls) for m in maps.values()]
+        facts[f"{cls}_alike"] = sum(1 for c in per if c["p_above"] < alpha)
+        facts[f"{cls}_below"] = sum(1 for c in per if c["hi"] < 0)
+        c = next(c for c in maps[select["map"]]["classes"] if c["cls"] == cls)
+        facts |= {cls: c["contrast"], f"{cls}_lo": c["lo"], f"{cls}_hi": c["hi"], f"{cls}_n": c["n"]}
+        parts.append(
+            f"{cls}s (n={c['n']}) {c['contrast']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}], alike in "
+            f"{int(facts[f'{cls}_alike'])}/{len(maps)} maps"
+        )
+    text = (
+        f"{d['model']}, the A.4 grading prompt, {len(d['tokens'])} tokens, {len(maps)} maps; within - between class "
+        f"similarity at {select['map']}: " + "; ".join(parts) + f" (alike: permutation p < 0.05/{len(maps)})"
+    )
+    num = facts["number"]
+    return Measured(str(d["model"]), len(d["tokens"]), num, facts["number_lo"], facts["number_hi"], text, facts)
+
+
+def self_bias(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens kernels --sink-control --json``: heads with negative self-bias, flagged at the margin and
+    below zero by a one-sided t-test (with the number chance gives), as measured and with position 0 removed."""
+    doc = _read_json(path)
+    a, b = (doc["self_bias"][k][0] for k in ("as measured", "position 0 removed"))
+    n = int(a["heads"])
+    text = (
+        f"{doc['model']}, {n} empirical kernels: {a['negative']} ({a['negative'] / n:.1%}) flagged at "
+        f"{a['margin']:g} nats, {a['significant']} below zero at one-sided {a['alpha']:g} ({a['expected']:.3g} "
+        f"by chance); with position 0 removed {b['negative']} ({b['negative'] / n:.1%}) and {b['significant']} "
+        f"({b['expected']:.3g} by chance)"
+    )
+    facts = {"sink": b["negative"] / n, "sig": a["significant"], "sig_sink": b["significant"],
+             "expected": a["expected"], "p_sink": b["p_chance"]}  # fmt: skip
+    v = a["negative"] / n
+    return Measured(str(doc["model"]), n, v, v, v, text, facts)
+
+
+def self_rank(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens walk --self-rank --json``: per stack the own token's median rank and the share of
+    positions where it outranks another position's token."""
+    doc = _read_json(path)
+    st = {s["stack"] or "model": s for s in doc["stacks"]}
+    parts = [
+        f"{k}: own token median rank {s['summary']['median_rank_own']:g} of {s['vocab']} (control "
+        f"{s['summary']['median_rank_control']:g}), ahead of the control at {s['closer']:.0%} "
+        f"[{s['closer_lo']:.0%}, {s['closer_hi']:.0%}] of {len(s['token_ids'])} positions"
+        for k, s in st.items()
+    ]
+    e = st.get("enc") or next(iter(st.values()))
+    note = f" ({select['note']})" if "note" in select else ""
+    facts = {"encoder": float(bool(doc["encoder_decoder"])), "trained": float(select.get("trained", 1))}
+    text = f"{doc['model']}{note}: " + "; ".join(parts)
+    return Measured(str(doc["model"]), len(e["token_ids"]), e["closer"], e["closer_lo"], e["closer_hi"], text, facts)
+
+
+def concept_eval(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens hellaswag concept-eval --json``: each comparison's share with its interval."""
+    doc = _read_json(path)
+    cs = doc["comparisons"]
+    parts = [f"{k} {c['share']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}] (chance {c['chance']:g})" for k, c in cs.items()]
+    o = cs["own_vs_offtopic"]
+    facts = {f"{k}_{x}": float(c[x]) for k, c in cs.items() for x in ("lo", "hi")}
+    text = f"{doc['model']}, n={doc['n_items']} HellaSwag items: " + "; ".join(parts)
+    return Measured(str(doc["model"]), int(doc["n_items"]), o["share"], o["lo"], o["hi"], text, facts)
+
+
+MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {
+    "self_bias": self_bias,
+    "self_rank": self_rank,
+    "concept_eval": concept_eval,
+    "cooccur": cooccur,
+    "blocks": blocks,
+    "steering": steering,
+    "alignment": alignment,
+    "heldout": heldout,
+    "compaction": compaction,
+    "self_mass": self_mass_share,
+}
