@@ -104,6 +104,15 @@ def test_skip_and_the_paired_test(toy, run):
         assert pair["acc"] == part[metric] == sum(got) / 2 and pair["baseline"] == sum(base) / 2
         assert pair["paired"]["only_best"] == sum(a and not b for a, b in zip(got, base))
         assert pair["paired"]["only_base"] == sum(b and not a for a, b in zip(got, base))
+    # the claims registry reads such a file as a scheme chosen elsewhere, scored on these items
+    from walklens.claims import Claim, assess
+
+    c = Claim("x", "000", "says", "cmd", "s.json", "scheme_heldout", {"metric": "acc_norm"}, "below_baseline")
+    m, verdict = assess(c, d)
+    pair = part["paired"]["acc_norm"]
+    assert m is not None and (m.value, m.lo, m.hi, m.n) == (pair["acc"], pair["lo"], pair["hi"], 2)
+    assert m.facts["paired_p"] == pair["paired"]["p"] and m.facts["baseline"] == pair["baseline"]
+    assert verdict.startswith("not decided: paired test") or pair["paired"]["p"] < 0.05
     r = run("hellaswag", "test1", *common, "--skip", "4")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "leaves no item" in r.stderr
 

@@ -266,7 +266,38 @@ def concept_eval(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(str(doc["model"]), int(doc["n_items"]), o["share"], o["lo"], o["hi"], text, facts)
 
 
+def scheme_heldout(path: Path, select: Mapping[str, Any]) -> Measured:
+    """One scheme, chosen on other items, scored on the items of a ``walklens hellaswag test1|test2 --skip N --json``
+    file, against the baseline on the same items: accuracy (Wilson), the normalised figure with its paired
+    bootstrap interval (the baseline's uncertainty in it) and the exact McNemar test."""
+    doc = _read_json(path)
+    pair = (doc.get("paired") or {}).get(select.get("metric", "acc"))
+    if not pair:
+        raise InputError(f"{path}: no paired test against the baseline (a run of `walklens hellaswag ... --json`)")
+    mc = pair["paired"]
+    facts = {
+        "baseline": pair["baseline"],
+        "norm": pair["norm"],
+        "norm_lo": pair["norm_lo"],
+        "norm_hi": pair["norm_hi"],
+        "boot_norm_lo": pair["norm_lo"],
+        "boot_norm_hi": pair["norm_hi"],
+        "paired_p": mc["p"],
+        "paired_lo": mc["lo"],
+        "paired_hi": mc["hi"],
+    }
+    text = (
+        f"{doc['model']}, Test {str(doc['test'])[-1]}, {doc['shots']}-shot, scheme {doc['scheme']} chosen on items "
+        f"0-{doc['skip'] - 1}, scored on the next n={doc['n']:,}: {pair['acc']:.3f} [{pair['lo']:.3f}, "
+        f"{pair['hi']:.3f}] vs baseline {pair['baseline']:.3f} [{pair['baseline_lo']:.3f}, {pair['baseline_hi']:.3f}] "
+        f"({pair['norm']:.2f} normalised, bootstrap {pair['norm_lo']:.2f}-{pair['norm_hi']:.2f}); paired vs baseline "
+        f"{mc['diff']:+.3f} [{mc['lo']:+.3f}, {mc['hi']:+.3f}], p={mc['p']:.2g}"
+    )
+    return Measured(str(doc["model"]), int(doc["n"]), pair["acc"], pair["lo"], pair["hi"], text, facts)
+
+
 MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {
+    "scheme_heldout": scheme_heldout,
     "self_bias": self_bias,
     "self_rank": self_rank,
     "concept_eval": concept_eval,

@@ -49,7 +49,7 @@ def assess(claim: Claim, root: Path, src: Source | None = None) -> tuple[Measure
         return None, src.skipped or f"not measured yet: {claim.why}"
     p = root / src.file
     if not p.is_file():
-        return None, f"not measured yet: {src.file} is missing"
+        return None, f"not measured yet: {src.file} is missing" + (f" ({claim.why})" if claim.why else "")
     m = MEASURES[claim.measure](p, src.select)
     return m, RULES[claim.rule](m, claim.target)
 
