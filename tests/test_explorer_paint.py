@@ -10,6 +10,7 @@ from starlette.testclient import TestClient
 
 import walklens
 from walklens.ranking import ROW_BLOCK, Linear, read_rows, screen_ranks
+from walklens.server.api_walks import screen_points
 from walklens.server.app import create_app
 from walklens.server.security import allowed_hosts
 from walklens.server.state import Explorer
@@ -76,13 +77,18 @@ def test_server_sends_the_provisional_map_then_the_exact_one():
     body = {"model": "llama", "text": text, "fields": fields, "norm": "final", "metric": "cosine"}
     H = {"X-Walklens-Token": token}
     tr = walklens.capture(lm, text, points=["embed", "L*.resid_post", "final"])
-    ref = dict(k=0, probs=False, progress=False, norm="final", metric="cosine")
-    want_screen = walklens.encoding_walk(tr, screen=True, **ref)  # type: ignore[arg-type]
-    want_exact = walklens.encoding_walk(tr, **ref)  # type: ignore[arg-type]
+    rows = screen_points(list(tr.points))
+    assert rows[0] == 0 and rows[-1] == len(tr.points) - 1 and len(rows) < len(tr.points)
+    names = [tr.points[i] for i in rows]
+    want_screen = walklens.encoding_walk(
+        tr, 0, "cosine", "final", points=names, probs=False, progress=False, screen=True
+    )
+    want_exact = walklens.encoding_walk(tr, 0, "cosine", "final", probs=False, progress=False)
     with TestClient(create_app(ex, token, allowed_hosts("127.0.0.1", 8765)), base_url="http://127.0.0.1:8765") as c:
         first = c.post("/api/walk", json={**body, "provisional": True}, headers=H).json()
         assert first["provisional"] is True and first["final"] is None
         assert first["rank_of_input"] == want_screen.rank_of_input.tolist()
+        assert first["points"] == names and first["point_index"] == rows
         assert ("llama", "walk", text, "final", "cosine") not in ex.results._d  # the exact pass is not run
         exact = c.post("/api/walk", json=body, headers=H).json()
         assert exact["provisional"] is False and exact["final"] is not None

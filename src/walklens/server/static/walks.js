@@ -43,6 +43,7 @@
       W.clear($("walk-cell"));
       if (!d.provisional) return;
       W.call("walk", "/api/walk", Object.assign({fields: WALK_FIELDS}, args)).then(function (e) {
+        if (selected && d.point_index) selected = {row: d.point_index[selected.row], col: selected.col};
         walkData = e;
         walkDraw();
       }, W.quiet);
@@ -50,8 +51,8 @@
   }
   function walkDraw() {
     var d = walkData, out = W.clear($("walk-map"));
-    $("walk-echo").textContent = (d.provisional ? "PROVISIONAL ranks (bfloat16 screen; the exact ones are on " +
-      "their way): " : "") + "text (" + d.tokens.length + " tokens" +
+    $("walk-echo").textContent = (d.provisional ? "PROVISIONAL ranks (bfloat16 screen of " + d.points.length + " points; the exact " +
+      "ones are on their way): " : "") + "text (" + d.tokens.length + " tokens" +
       (d.block > 1 ? "; each column: the best rank among " + d.block + " positions" : "") + "): " + walkArgs.text;
     var geo = walkMap(out, d, $("walk-show").value);
     out.setAttribute("data-rendered", "1");
@@ -63,7 +64,7 @@
       if (!c) return;
       selected = c;
       walkDraw();
-      walkCell(c.row, c.col * d.block);
+      walkCell(d.point_index ? d.point_index[c.row] : c.row, c.col * d.block);  // the provisional map: fewer rows
     });
   }
   function walkCell(point, position) {
