@@ -147,6 +147,8 @@ def test_every_view_in_the_browser(page, served):
     pg = page.page
     page.type_and_run(text)
     pg.wait_for_function("t => document.getElementById('walk-echo').textContent.endsWith(t)", arg=text)
+    pg.wait_for_selector("#walk-map[data-provisional='0']")  # the exact map has replaced the provisional one
+    assert not pg.text_content("#walk-echo").startswith("PROVISIONAL")
     first = next(iter(explorer.models))
     n_tokens = len(explorer.models[first].tokenizer(text)["input_ids"])
     n_rows = explorer.models[first].n_layers + 2
