@@ -196,16 +196,17 @@ def report(n: int, runs: list[dict], size: int) -> dict[str, Any]:
     """Print one length's line: the fastest of each measure, and the ratios of each run (measured side by side)."""
     best = {k: min(r[k] for r in runs) for k in runs[0]}
     pairs = ", ".join("({:.2f}, {:.2f})".format(r["first_ratio"], r["exact_ratio"]) for r in runs)
+    ratio = {k: min(r[k] for r in runs) for k in ("first_ratio", "exact_ratio")}  # the least disturbed run's
     print(
         f"{n} tokens: plain capture {best['capture_s']:.2f} s; first (provisional) heatmap {best['first_paint_s']:.2f}"
-        f" s, ratio {best['first_paint_s'] / best['capture_s']:.2f} (target <= 1.5); exact heatmap "
-        f"{best['exact_s']:.2f} s, ratio {best['exact_s'] / best['capture_s']:.2f} (target <= 3); per run "
+        f" s, ratio {ratio['first_ratio']:.2f} (target <= 1.5); exact heatmap {best['exact_s']:.2f} s, ratio "
+        f"{ratio['exact_ratio']:.2f} (target <= 3) (ratios: the best run's, each measured side by side); per run "
         f"(first, exact): {pairs}; server "
         f"analysis: screen {best['screen_analysis_s']:.2f} s, exact {best['exact_analysis_s']:.2f} s; walk payload "
         f"{size / 1024:.0f} KiB",
         flush=True,
     )
-    return {"tokens": n, "runs": runs, "fastest": best, "walk_payload_bytes": size}
+    return {"tokens": n, "runs": runs, "fastest": best, "best_ratios": ratio, "walk_payload_bytes": size}
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ heatmap (docs/explorer.md, Benchmark).
 Speed: the products dominate (|V| x D multiply-adds per row and point: 28 M for smollm2-135m, ~6.5x its
 forward pass per token over 32 points) and stay float32.  A bfloat16 (AMX) screen with float32 verification
 was measured and rejected: the rigorous bound of its error leaves thousands of tokens per row to re-score
-(:mod:`walklens.ranking`).
+(:mod:`walklens.ranking`); ``screen=True`` uses the bfloat16 products alone for provisional ranks.
 
 Precision: scores, ranks and probabilities are float32 computations whatever the model's dtype.  A bfloat16 or
 float16 model's vectors are recorded in float32 (:func:`~walklens.capture.capture`), its V / W_U are read in
