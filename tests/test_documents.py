@@ -102,7 +102,17 @@ def test_a_field_added_to_the_encoding_walk_reaches_json_and_every_walk_reply(cl
     assert doc["walks"]["none"]["planted"] == w.planted.tolist()  # --json
 
     d = post(client, "/api/walk", model="llama", text=TEST_TEXT, fields=["points", "planted"])
-    assert set(d) == {"model", "n_vocab", "block", "columns", "points", "planted", "final"}
+    assert set(d) == {
+        "model",
+        "n_vocab",
+        "block",
+        "columns",
+        "points",
+        "planted",
+        "final",
+        "provisional",
+        "point_index",
+    }
     P = len(d["points"])
     assert d["planted"] == (1000 + 100 * torch.arange(P)[:, None] + torch.arange(6)[None, :]).tolist()
     assert d["final"]["planted"] == [1000 + t for t in range(6)]  # the point `final` read on its own: row 0

@@ -20,7 +20,7 @@ import pytest
 
 from _explorer import EVIL_GENERATION, EVIL_MODEL, EVIL_TEXT, TEST_TEXT, evil_card, sweep_db
 from walklens.server.app import Running
-from walklens.server.state import Explorer
+from walklens.server.state import Cache, Explorer
 from walklens.testing import tiny_model
 
 SHOTS = os.environ.get("WALKLENS_SCREENSHOTS")  # a folder (relative to the repository) to keep screenshots in
@@ -145,8 +145,19 @@ def test_every_view_in_the_browser(page, served):
     steering playground, the sweeps of the database (filter by a parameter), and two models compared."""
     srv, explorer, text = served
     pg = page.page
+    explorer.results = Cache(16)  # nothing kept: the page's first walk of this text paints twice
+    pg.evaluate(  # record what the map shows first: the provisional screen, marked as such
+        "() => { window.__paints = []; new MutationObserver(() => window.__paints.push("
+        "[document.getElementById('walk-map').getAttribute('data-provisional'), "
+        "document.getElementById('walk-echo').textContent.startsWith('PROVISIONAL')])).observe("
+        "document.getElementById('walk-map'), {attributes: true, attributeFilter: ['data-provisional']}); }"
+    )
     page.type_and_run(text)
     pg.wait_for_function("t => document.getElementById('walk-echo').textContent.endsWith(t)", arg=text)
+    pg.wait_for_selector("#walk-map[data-provisional='0']")  # the exact map has replaced the provisional one
+    assert not pg.text_content("#walk-echo").startswith("PROVISIONAL")
+    paints = pg.evaluate("() => window.__paints")  # (the page's own first text may finish first: exact)
+    assert ["1", True] in paints and paints[-1] == ["0", False]  # provisional and labelled, then exact
     first = next(iter(explorer.models))
     n_tokens = len(explorer.models[first].tokenizer(text)["input_ids"])
     n_rows = explorer.models[first].n_layers + 2

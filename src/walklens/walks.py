@@ -35,7 +35,7 @@ heatmap (docs/explorer.md, Benchmark).
 Speed: the products dominate (|V| x D multiply-adds per row and point: 28 M for smollm2-135m, ~6.5x its
 forward pass per token over 32 points) and stay float32.  A bfloat16 (AMX) screen with float32 verification
 was measured and rejected: the rigorous bound of its error leaves thousands of tokens per row to re-score
-(:mod:`walklens.ranking`).
+(:mod:`walklens.ranking`); ``screen=True`` uses the bfloat16 products alone for provisional ranks.
 
 Precision: scores, ranks and probabilities are float32 computations whatever the model's dtype.  A bfloat16 or
 float16 model's vectors are recorded in float32 (:func:`~walklens.capture.capture`), its V / W_U are read in
@@ -64,7 +64,7 @@ from .interventions import outside_layers, upcast
 from .loading import token_strings
 from .models.base import get_module
 from .precision import dtype_name, is_low_precision
-from .ranking import Dense, Linear, read_rows, scratch
+from .ranking import Dense, Linear, Rows, read_rows, scratch, screen_ranks
 from .simmap import SimilarityMap
 
 if TYPE_CHECKING:
@@ -332,6 +332,7 @@ def encoding_walk(
     chunk_rows: int | None = None,
     probs: bool = True,
     progress: bool = True,
+    screen: bool = False,
 ) -> EncodingWalk:
     """The encoding walk of every position (seed 000, sec. 2.2.2, Fig. 9; A.2) read against the token vectors.
 
@@ -343,12 +344,16 @@ def encoding_walk(
     ``top_ids`` columns; ``prob_of_*`` NaN): what a rank map needs costs little more than the products.
     ``chunk_rows``: rows read at once (at most 512; by default as many as a 128 MiB score block holds).
     For encoder-decoder models the encoder's walk is attached as ``.encoder``.
+    ``screen``: provisional ranks from bfloat16 products (:func:`walklens.ranking.screen_ranks`, several times
+    faster, not exact: what ``walklens serve`` paints first); needs ``k=0, probs=False``.
     """
     _check_choice("metric", metric, ("dot", "cosine"))
     _check_choice("norm", norm, ("none", "final"))
     _check_choice("against", against, ("auto", "embed", "unembed"))
     if not isinstance(k, int) or isinstance(k, bool) or k < 0:
         raise InputError(f"k must be a non-negative integer, not {k!r}")
+    if screen and (k or probs):
+        raise InputError("screen=True gives provisional ranks only: use it with k=0, probs=False")
     lm = _need_lm(trace, lm)
     opts = _Reading(
         k=k,
@@ -359,6 +364,7 @@ def encoding_walk(
         chunk_rows=chunk_rows,
         probs=probs,
         progress=progress,
+        screen=screen,
     )
     walk = _walk_stack(trace, lm, opts)
     if trace.encoder is not None:
@@ -384,6 +390,7 @@ class _Reading:
     chunk_rows: int | None
     probs: bool
     progress: bool
+    screen: bool = False
 
 
 @dataclass(frozen=True)
@@ -533,6 +540,9 @@ def _read_all(
     normf = final_norm_fn(lm, trace.stack) if opts.norm == "final" else None
     cols = _Columns(rows_total, opts.k, min(opts.k, n_vocab))
     buf = scratch(min(chunk, rows_total), n_vocab, cols.k_eff, lm.device)  # the tiles' products, chunk after chunk
+    Mb = None  # the screen's bfloat16 rows (cosine: of unit norm)
+    if opts.screen:
+        Mb = (mat.M * mat.inv_m[:, None] if opts.metric == "cosine" else mat.M).to(torch.bfloat16)
     starts = range(0, rows_total, chunk)
     bar = tqdm(
         starts,
@@ -558,10 +568,26 @@ def _read_all(
                 x = xn
             ids = torch.stack([token_ids[t_idx], nxt[t_idx]], 1).to(lm.device)
             scorer, u, plain_head = _scorer(lm, mat, x, opts.metric, buf, plain_head)
-            got = read_rows(scorer, ids.clamp_min(0), cols.k_eff, lse=opts.probs)
+            if Mb is not None and isinstance(scorer, Linear):
+                got = _screened(scorer, mat, Mb, opts.metric, ids.clamp_min(0))
+            else:
+                got = read_rows(scorer, ids.clamp_min(0), cols.k_eff, lse=opts.probs)
             cols.store(r0, r1, got, _cosines(mat, u, got.dot, ids.clamp_min(0)), ids[:, 1] >= 0)
     cols.finish()
     return cols
+
+
+def _screened(scorer: Linear, mat: _Matrix, Mb: torch.Tensor, metric: str, ids: torch.Tensor) -> Rows:
+    """Provisional ranks of one chunk by :func:`walklens.ranking.screen_ranks` against ``Mb`` (the matrix's rows
+    in bfloat16, divided by their norms for cosines), with the targets' float32 scores."""
+    bias = mat.bias if mat.lens and metric == "dot" else None
+    rank = screen_ranks(scorer.x, Mb, ids, bias)
+    dot = torch.einsum("nd,njd->nj", scorer.x, mat.M[ids])  # the targets' float32 scores (a walk's dots)
+    if scorer.bias is not None:
+        dot += scorer.bias[ids]
+    score = dot * mat.inv_m[ids] / scorer.x.norm(dim=-1, keepdim=True).clamp_min(1e-12) if metric == "cosine" else dot
+    empty = torch.empty(ids.shape[0], 0, device=ids.device)
+    return Rows(rank, dot, score, empty, empty.long(), None)
 
 
 def _scorer(

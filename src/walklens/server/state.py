@@ -72,6 +72,11 @@ class Cache:
                 self._d.popitem(last=False)
         return value
 
+    def peek(self, key: Hashable) -> Any:
+        """The value kept for ``key``, or None (nothing is made; the order is kept)."""
+        with self._lock:
+            return self._d.get(key)
+
     def __len__(self) -> int:
         return len(self._d)
 

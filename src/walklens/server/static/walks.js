@@ -33,27 +33,38 @@
 
   // ---- encoding walk ---------------------------------------------------------------------------------------
   var walkData = null, walkArgs = null, selected = null;
+  // painted twice: the provisional ranks of the bfloat16 screen at once, then the exact ones in their place (the
+  // same channel: a new run aborts the exact request it supersedes; clicks on the provisional map work)
   function walkRun() {
     var args = {model: W.model(), text: W.text(), norm: $("walk-norm").value, metric: $("walk-metric").value};
-    W.call("walk", "/api/walk", Object.assign({fields: WALK_FIELDS}, args)).then(function (d) {
+    W.call("walk", "/api/walk", Object.assign({fields: WALK_FIELDS, provisional: true}, args)).then(function (d) {
       walkData = d; walkArgs = args; selected = null;
       walkDraw();
       W.clear($("walk-cell"));
+      if (!d.provisional) return;
+      W.call("walk", "/api/walk", Object.assign({fields: WALK_FIELDS}, args)).then(function (e) {
+        if (selected && d.point_index) selected = {row: d.point_index[selected.row], col: selected.col};
+        walkData = e;
+        walkDraw();
+      }, W.quiet);
     }, W.quiet);
   }
   function walkDraw() {
     var d = walkData, out = W.clear($("walk-map"));
-    $("walk-echo").textContent = "text (" + d.tokens.length + " tokens" +
+    $("walk-echo").textContent = (d.provisional ? "PROVISIONAL ranks (bfloat16 screen of " + d.points.length + " points; the exact " +
+      "ones are on their way): " : "") + "text (" + d.tokens.length + " tokens" +
       (d.block > 1 ? "; each column: the best rank among " + d.block + " positions" : "") + "): " + walkArgs.text;
     var geo = walkMap(out, d, $("walk-show").value);
     out.setAttribute("data-rendered", "1");
+    out.setAttribute("data-provisional", d.provisional ? "1" : "0");
+    out.classList.toggle("provisional", !!d.provisional);
     if (selected) geo.mark(selected.row, selected.col, "#000000");
     geo.canvas.addEventListener("click", function (ev) {
       var c = geo.at(ev);
       if (!c) return;
       selected = c;
       walkDraw();
-      walkCell(c.row, c.col * d.block);
+      walkCell(d.point_index ? d.point_index[c.row] : c.row, c.col * d.block);  // the provisional map: fewer rows
     });
   }
   function walkCell(point, position) {
