@@ -194,14 +194,21 @@ def _rounds_to(shown: str, value: float) -> bool:
     return abs(Decimal(shown) - Decimal(repr(value))) <= unit / 2
 
 
-def test_power_md_smollm2_steering_rows_are_their_file() -> None:
+@pytest.mark.parametrize(
+    ("model", "start", "end", "n_rows"),
+    [
+        ("smollm2", "**SmolLM2-135M** (reach", "**Gemma 3 270M** (reach", 12),
+        ("gemma3", "**Gemma 3 270M** (reach", "## The steering card", 9),
+    ],
+)
+def test_power_md_steering_rows_are_their_files(model: str, start: str, end: str, n_rows: int) -> None:
     from walklens.claims import steering_settings
 
     doc = (ROOT / "docs" / "power.md").read_text(encoding="utf-8")
-    part = doc[doc.index("**SmolLM2-135M** (reach") : doc.index("**Gemma 3 270M** (reach")]
-    st = steering_settings(json.loads((ROOT / "docs/results/steer_smollm2.json").read_text()))
+    part = doc[doc.index(start) : doc.index(end)]
+    st = steering_settings(json.loads((ROOT / f"docs/results/steer_{model}.json").read_text()))
     rows = [ln.split(" | ") for ln in part.splitlines() if ln.startswith(("| eigen |", "| add |"))]
-    assert len(rows) == 12
+    assert len(rows) == n_rows
     for r in rows:
         top1, n, mean_p = st[r[0][2:], r[1], float(r[2])]
         assert r[5] == f"{top1}/{n}" and _rounds_to(r[3], mean_p), f"docs/power.md: {' | '.join(r)!r}"

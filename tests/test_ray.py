@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import ray
 
+from _ray import saved_tiny_llama, start_ray
 from walklens.backends.ray_backend import ActorOptions, RayBackend
 from walklens.experiments.grid import GridSpec
 from walklens.experiments.sweep import SweepSpec
 from walklens.hellaswag.store import SweepStore
-from walklens.testing import tiny_model
 from walklens.testing.faults import CrashOnce
 
 pytestmark = pytest.mark.slow
@@ -109,20 +109,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the workers run (one CPU each)
     tmp = tmp_path_factory.mktemp("ray")
-    for attempt in (1, 2):  # ray gives a new node 30 s to register; a heavily loaded machine can miss that once
-        try:
-            ray.init(
-                num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, logging_level=logging.WARNING
-            )
-            break
-        except Exception:
-            ray.shutdown()
-            if attempt == 2:
-                raise
-    lm0 = tiny_model("llama")
-    mdir = tmp / "tiny-llama"
-    lm0.model.save_pretrained(mdir)
-    lm0.tokenizer.save_pretrained(mdir)
+    start_ray(num_cpus=2, store_mb=100)
+    mdir = saved_tiny_llama(tmp)
     from walklens.backends import LocalBackend
     from walklens.hellaswag.data import load_hellaswag
 

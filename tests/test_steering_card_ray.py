@@ -5,7 +5,6 @@ line too; a driver stopped after storing k units resumes on the actors without r
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -15,6 +14,7 @@ import ray
 import torch
 
 from _cli import run
+from _ray import saved_tiny_llama, start_ray
 from test_steering_card import write_set
 from walklens.backends import LocalBackend, Workers
 from walklens.backends.base import ShardFn
@@ -23,7 +23,6 @@ from walklens.outputs import jsonable
 from walklens.reports.steercard import document
 from walklens.steeringcard import steering_card
 from walklens.steeringcard.store import CardStore
-from walklens.testing import tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -38,18 +37,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the actor runs (one CPU)
     tmp = tmp_path_factory.mktemp("cardray")
-    for attempt in (1, 2):  # ray gives a new node 30 s to register; a loaded machine can miss that once
-        try:
-            ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 2**20, logging_level=logging.WARNING)
-            break
-        except Exception:
-            ray.shutdown()
-            if attempt == 2:
-                raise
-    lm0 = tiny_model("llama")
-    mdir = tmp / "tiny-llama"
-    lm0.model.save_pretrained(mdir)
-    lm0.tokenizer.save_pretrained(mdir)
+    start_ray(num_cpus=1, store_mb=80)
+    mdir = saved_tiny_llama(tmp)
     sset = write_set(tmp / "tiny.jsonl")
     local = steering_card(LocalBackend().driver_model(str(mdir)), sset, store=tmp / "local.db", **KW)
     backend = RayBackend(workers=1)

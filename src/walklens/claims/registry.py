@@ -97,9 +97,6 @@ def _other_claims() -> list[Claim]:
          "walklens power --model M --shared-layer L --json shared.json",
          "untested: docs/power.md repeats one layer of a model never trained to repeat it; ALBERT (the one trained "
          "shared-weight family) has no weights reachable here"),
-        ("eigen-steering-gemma3", "002: a rank-one edit along v1 steers the output toward an arbitrary direction",
-         "walklens steer PROMPTS... --toward ' Paris' --model gemma3-270m --json docs/results/steer_gemma3.json",
-         "gemma3-270m's weights package is not installed on this machine; docs/power.md's Gemma 3 table has no file"),
     ]  # fmt: skip
     for model, shared in (("smollm2", "15 --shared-depth 30"), ("gemma3", "9 --shared-depth 18")):
         out.append(Claim(
@@ -115,6 +112,13 @@ def _other_claims() -> list[Claim]:
         "--add-alpha 0,50,100,200 --max-new-tokens 8 --model smollm2-135m --json docs/results/steer_smollm2.json "
         "(PROMPTS: the five prompts of docs/power.md)",
         "docs/results/steer_smollm2.json", "steering", {}, "steer"))  # fmt: skip
+    out.append(Claim(
+        "eigen-steering-gemma3", "002: a rank-one edit along v1 steers the output toward an arbitrary direction",
+        "eigen-steering makes an arbitrary token the next one",
+        "walklens steer PROMPTS... --toward ' Paris' --layers 3,6,9 --layers 12 --alpha=-10000,-1000,0,1000,10000 "
+        "--add-alpha 0,1000,3000,10000 --max-new-tokens 8 --max-work 10 --model gemma3-270m "
+        "--json docs/results/steer_gemma3.json (PROMPTS: the five prompts of docs/power.md)",
+        "docs/results/steer_gemma3.json", "steering", {}, "steer"))  # fmt: skip
     out.append(Claim(
         "low-self-mass", "000 A.2: a query attends to itself less than to its context (read as negative self-bias)",
         "most heads put less mass on the query itself than uniform attention",

@@ -77,7 +77,10 @@ def _tilt(m: Measured, target: float | None) -> str:
 def _steer(m: Measured, target: float | None) -> str:
     k, n = int(m.facts["eigen_top1"]), int(m.facts["prompts"])
     if k == n:
-        return f"reproduced on these {n} prompts: eigen-steering puts the target on top of every one"
+        return (
+            f"reproduced on these {n} prompts: eigen-steering puts the target on top of every one (top-1 only; "
+            "the coherence of the text and held-out prompts are the steering card's, docs/power.md)"
+        )
     if k == 0:
         return "not reproduced: eigen-steering puts the target on top of no prompt at any tried setting"
     return f"partly: eigen-steering puts the target on top of {k} of {n} prompts at its best tried setting"
