@@ -25,15 +25,9 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# Before torch loads: OpenMP threads that wait passively, so a busy machine does not stall every operation
-# (walklens.threads; the user's own OMP_WAIT_POLICY wins).
-from .threads import prefer_passive_wait
-
-prefer_passive_wait()
-
 # Imported eagerly: the function ``capture`` shares its name with the module ``walklens.capture``, and a lazy
 # export would be shadowed by the submodule as soon as anything imports ``walklens.capture``.
-from .capture import capture  # noqa: E402  # after the wait policy, which must precede torch
+from .capture import capture
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
     # foundation

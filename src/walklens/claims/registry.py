@@ -70,7 +70,7 @@ def _sweep_claims() -> list[Claim]:
     t1 = (f"walklens hellaswag test1 --model smollm2-135m --dtype bfloat16 --scheme {scheme} --db t1set.sqlite && "
           f"walklens hellaswag test1 --model smollm2-135m --dtype bfloat16 --scheme {scheme} --db t1set.sqlite "
           f"--skip 200 --json {full}")  # fmt: skip
-    why = ("resumable run in progress (the baseline of 3,456 of 10,042 items stored); the whole 1,100-scheme grid on "
+    why = ("resumable run in progress (the baseline of 5,504 of 10,042 items stored); the whole 1,100-scheme grid on "
            "all items would take ~33 h of both cores (docs/results/test1_full_bf16)")  # fmt: skip
     out.append(Claim("T1-best-full-set", _S000_T1, "Test 1 best on all 10,042 items", t1, full, "scheme_heldout",
                      {}, "reaches", 0.845, why))  # fmt: skip

@@ -93,12 +93,25 @@ def _one_line(show: Any) -> Any:
     return shown
 
 
+def _threads_from_free_cores() -> None:
+    """Run on the cores no other process is using now (:func:`walklens.threads.choose_threads`): threads that
+    wait on a busy core stall every operation."""
+    import torch
+
+    from ..threads import choose_threads
+
+    n = choose_threads(torch.get_num_threads())
+    if n != torch.get_num_threads():
+        torch.set_num_threads(n)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    _threads_from_free_cores()
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line(warnings.showwarning)
