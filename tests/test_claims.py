@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,6 +141,35 @@ def test_sweep_md_tables_are_their_reports() -> None:
         ok = [c["row 3"] in line and line.endswith(c["tail 3"]) for c in cs]
         assert any(ok), f"docs/sweep.md: {line!r} is no run's of docs/results/test1_full_bf16/report"
     assert len(rows) == 4
+
+
+PAIRED_MARK = re.compile(r"<!-- (?:test1|test2)-fullset: (\S+) -->")
+
+
+def _paired_row(metric: str, a: dict[str, Any]) -> str:
+    """The row docs/*.md prints for one metric of a ``walklens hellaswag ... --skip N --json`` file's ``paired``."""
+    m = a["paired"]
+    return (
+        f"| {metric} | {a['acc']:.4f} [{a['lo']:.4f}, {a['hi']:.4f}] | {a['baseline']:.4f} [{a['baseline_lo']:.4f}, "
+        f"{a['baseline_hi']:.4f}] | {a['norm']:.3f} [{a['norm_lo']:.3f}, {a['norm_hi']:.3f}] | {m['diff']:+.4f} "
+        f"[{m['lo']:+.4f}, {m['hi']:+.4f}], p = {m['p']:.2g} |"
+    )
+
+
+def test_full_set_heldout_tables_are_their_files() -> None:
+    """Each table marked ``<!-- test1|test2-fullset: FILE -->`` is FILE's paired figures, row for row."""
+    seen = 0
+    for md in sorted((ROOT / "docs").glob("*.md")):
+        lines = md.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if not (m := PAIRED_MARK.search(line)):
+                continue
+            paired = json.loads((ROOT / m.group(1)).read_text())["paired"]
+            want = [_paired_row(k, paired[k]) for k in ("acc", "acc_norm") if k in paired]
+            assert lines[i + 3 : i + 3 + len(want)] == want, f"{md.name}: the table of {m.group(1)} was edited"
+            assert _number_edited("\n".join(["| ---", *want])) != "\n".join(["| ---", *want])
+            seen += 1
+    assert seen >= 1
 
 
 def test_reproduce_refuses_a_bad_out_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
