@@ -152,3 +152,48 @@ def test_shared_ending_prefixes_are_one_set_of_positions(models, family):
     assert r.row_len == 3 + 4 < 3 + sum(len(c) - 1 for c in conts)
     (got,) = packed_logliks(lm, [r, ScoreRequest([[7, 8]], context_ids=[9] * 11)])[:1]
     assert got == pytest.approx(reference_logliks(lm, r.context_ids, conts), abs=1e-4)
+
+
+# ---- prepacked linear layers (interventions.prepacked_linears; issue 39) ----------------------------------------
+
+BF16_ONEDNN = torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+@pytest.mark.skipif(not BF16_ONEDNN, reason="this CPU has no oneDNN bfloat16 path (AVX-512 BF16 / AMX)")
+@pytest.mark.parametrize("family", ["llama", "gemma3", "opt"])  # opt: linear layers with biases
+def test_prepacked_scoring_is_bit_identical(family, monkeypatch):
+    """bfloat16 packed scoring from prepacked weights gives exactly the log-likelihoods of ``F.linear``'s."""
+    from walklens.interventions import prepacked_linears
+
+    lm = tiny_model(family, dtype=torch.bfloat16)
+    reqs = _requests(lm, 9, seed=3)
+    monkeypatch.setenv("WALKLENS_PREPACK", "0")
+    ref = packed_logliks(lm, reqs, max_tokens=48)
+    monkeypatch.setenv("WALKLENS_PREPACK", "1")
+    with prepacked_linears(lm) as n:
+        assert n == sum(type(m) is torch.nn.Linear for m in lm.hf.modules()) > 0
+    assert packed_logliks(lm, reqs, max_tokens=48) == ref  # exact, not approx
+    assert not any("forward" in m.__dict__ for m in lm.hf.modules())  # every layer's own forward is back
+
+
+@pytest.mark.skipif(not BF16_ONEDNN, reason="this CPU has no oneDNN bfloat16 path (AVX-512 BF16 / AMX)")
+def test_prepacked_weights_follow_an_edit_and_keep_hooks() -> None:
+    """A weight edited in place is packed again (never a stale product); hooks on a switched layer still run;
+    a float32 model (MKL's products, not oneDNN's) is never switched."""
+    from walklens.hooks import Hooks
+    from walklens.interventions import edit_weights, prepacked_linears
+
+    lm = tiny_model("llama", dtype=torch.bfloat16)
+    lin = next(m for m in lm.hf.modules() if type(m) is torch.nn.Linear)
+    x = torch.randn(5, lin.in_features).to(torch.bfloat16)
+    with torch.no_grad(), prepacked_linears(lm):
+        before = lin(x)
+    with torch.no_grad(), edit_weights([(lin.weight, torch.ones_like(lin.weight))]), prepacked_linears(lm):
+        seen = []
+        with Hooks() as hooks:
+            hooks.post(lin, lambda mod, args, out: seen.append(out))
+            after = lin(x)
+        assert torch.equal(after, torch.nn.functional.linear(x, lin.weight)) and not torch.equal(after, before)
+        assert len(seen) == 1
+    with prepacked_linears(tiny_model("llama")) as n:
+        assert n == 0

@@ -146,6 +146,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "upcast",
         "outside_layers",
         "attention_kernel",
+        "prepacked_linears",
     ),
     # tables as data frames (pandas, an optional extra): every result's to_pandas(), a results database
     "frames": ("similarity_frame",),

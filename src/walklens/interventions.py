@@ -18,7 +18,9 @@ and config back):
   * :func:`upcast` -- some parameters and buffers held in a wider dtype (a bfloat16 model's head read in
     float32, :mod:`walklens.walks`);
   * :func:`attention_kernel` -- the model's attention computed by PyTorch's SDPA instead of eager attention,
-    for forward passes that report no attention probabilities (packed scoring, :mod:`walklens.hellaswag.packing`).
+    for forward passes that report no attention probabilities (packed scoring, :mod:`walklens.hellaswag.packing`);
+  * :func:`prepacked_linears` -- a bfloat16/float16 model's linear layers run from weights reordered once for
+    the matrix library, bit for bit the same products (packed scoring; docs/dtype.md).
 
 Layers are 0-based and may be negative (from the top).  A shared-weight stack (ALBERT) has one module at
 every depth, which is hooked or edited once.
@@ -26,9 +28,11 @@ every depth, which is hooked or edited once.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -309,7 +313,76 @@ def attention_kernel(lm: LoadedModel, kernel: str = "sdpa") -> Iterator[bool]:
             hf_logging.set_verbosity(level)
 
 
+#: the row count oneDNN chooses the prepacked layout for (``hellaswag.packing.MAX_TOKENS``, a packed batch)
+PACK_ROWS = 1024
+_PROBE_ROWS = (1, 7, 64)  # row counts each prepacked product is checked on, bit for bit, before it is used
+_PACKED: weakref.WeakKeyDictionary[nn.Linear, tuple[tuple[int, int], torch.Tensor | None]] = weakref.WeakKeyDictionary()
+
+
+def _prepacked_forward(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def _can_prepack(w: torch.Tensor) -> bool:
+    if w.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    if w.dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return w.dtype == torch.float16 and bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+
+
+def _packed_weight(mod: nn.Linear) -> torch.Tensor | None:
+    """``mod``'s weight reordered once for oneDNN (cached while the weight is unchanged), or ``None`` where that
+    is not possible or its products are not bit-identical to ``F.linear`` on the probe rows."""
+    w = mod.weight
+    key = (w.data_ptr(), w._version)
+    hit = _PACKED.get(mod)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    packed: torch.Tensor | None = None
+    if _can_prepack(w):
+        try:
+            with torch.no_grad():
+                cand = torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS)
+                g = torch.Generator().manual_seed(0)
+                probes = [torch.randn(r, w.shape[1], generator=g).to(w.dtype) for r in _PROBE_ROWS]
+                b = None if mod.bias is None else mod.bias.detach()
+                if all(torch.equal(_prepacked_forward(cand, b, x), nn.functional.linear(x, w, b)) for x in probes):
+                    packed = cand
+        except RuntimeError:  # a oneDNN build without this path: the layer stays as it is
+            packed = None
+    _PACKED[mod] = (key, packed)
+    return packed
+
+
+@contextmanager
+def prepacked_linears(lm: LoadedModel, enabled: bool = True) -> Iterator[int]:
+    """Inside the block every plain ``nn.Linear`` of a CPU bfloat16/float16 model computes its product from a
+    weight reordered once for oneDNN, instead of reordering it at every call (``F.linear``).  A layer is switched
+    only where its products equal ``F.linear``'s bit for bit on probe rows; float32 (MKL's products) never is.
+    Hooks on the layers still run; no parameter changes; the layers' own ``forward`` is back on exit, even on
+    error.  Yields the number of layers switched.  For forward passes under ``torch.no_grad`` (no gradient
+    flows through the prepacked weight)."""
+    switched: list[tuple[nn.Linear, Any]] = []
+    try:
+        if enabled:
+            for mod in [m for m in lm.hf.modules() if isinstance(m, nn.Linear) and type(m) is nn.Linear]:
+                packed = _packed_weight(mod)
+                if packed is not None:
+                    switched.append((mod, mod.__dict__.get("forward")))
+                    bias = None if mod.bias is None else mod.bias.detach()
+                    mod.forward = partial(_prepacked_forward, packed, bias)  # type: ignore[method-assign]
+        yield len(switched)
+    finally:
+        for mod, own in switched:
+            if own is None:
+                del mod.forward
+            else:
+                mod.forward = own  # type: ignore[method-assign]
+
+
 __all__ = [
+    "prepacked_linears",
     "ablate_mlps",
     "add_to_residual",
     "ablate_direction",

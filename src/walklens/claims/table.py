@@ -39,7 +39,8 @@ def quick(c: Claim) -> Source:
     that test); the rest are not run by ``--quick``."""
     if c.measure == "heldout" and c.select.get("shots") == 0:
         return Source(QUICK_SUMMARY, {"test": c.select["test"], "shots": 0, "metric": c.select.get("metric", "acc")})
-    return Source(None, {}, "not run by --quick (5-shot, compaction or no command)" if c.file else "")
+    why = "not run by --quick: it runs only the zero-shot sweeps' held-out claims (the committed run: docs/claims.md)"
+    return Source(None, {}, why if c.file else "")
 
 
 def assess(claim: Claim, root: Path, src: Source | None = None) -> tuple[Measured | None, str]:

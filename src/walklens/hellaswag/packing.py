@@ -33,6 +33,7 @@ local-attention window (that window is counted in the layout, not in position id
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -40,7 +41,7 @@ import numpy as np
 import torch
 
 from ..hooks import Hooks
-from ..interventions import attention_kernel
+from ..interventions import attention_kernel, prepacked_linears
 from .encode import continuation_logliks
 from .request import ScoreRequest, check_request
 
@@ -54,6 +55,13 @@ MAX_LOGITS = 1 << 26
 #: Rows of logits normalised at a time (a [rows, vocab] float32 block that stays in cache: ~3.5x faster than one
 #: logsumexp over every row on this machine's CPU).
 LSE_ROWS = 16
+
+
+def prepack_default() -> bool:
+    """Whether packed scoring runs its linear layers from prepacked weights
+    (:func:`~walklens.interventions.prepacked_linears`, bit for bit the same products): on unless
+    ``WALKLENS_PREPACK=0``."""
+    return os.environ.get("WALKLENS_PREPACK", "1") != "0"
 
 
 def _local_window(lm: LoadedModel) -> int | None:
@@ -271,7 +279,7 @@ def packed_logliks(
             packable.append(i)
     sub = [requests[i] for i in packable]
     vocab = lm.hf.get_output_embeddings().weight.shape[0]
-    with attention_kernel(lm, "sdpa"):
+    with attention_kernel(lm, "sdpa"), prepacked_linears(lm, prepack_default()):
         for batch in plan_batches(sub, vocab, max_tokens):
             for j, ll in zip(batch, _packed_batch(lm, [sub[j] for j in batch])):
                 out[packable[j]] = ll
