@@ -31,6 +31,15 @@ def scored(lm: walklens.LoadedModel, items: list[Any], prepack: bool) -> tuple[l
     return out, time.process_time() - t0
 
 
+def row(out: dict[str, Any]) -> str:
+    """The row of docs/dtype.md's gate table for one run's JSON."""
+    return (
+        f"| {out['model']} | {out['n']:,} | {out['identical log-likelihoods']:.3f} | "
+        f"{out['identical picks (acc and acc_norm)']:.3f} | {out['max |d loglik|']:.2g} | "
+        f"{out['eager items/s']:.2f} / {out['prepacked items/s']:.2f} | {out['ratio (CPU time)']:.2f} |"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -71,6 +80,7 @@ def main() -> None:
         "command": "python benchmarks/gate_prepack.py " + " ".join(sys.argv[1:]),
     }
     print(json.dumps(out, indent=1))
+    print(row(out))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)

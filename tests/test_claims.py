@@ -243,3 +243,21 @@ def test_power_md_steering_rows_are_their_files(model: str, start: str, end: str
         top1, n, mean_p = st[r[0][2:], r[1], float(r[2])]
         assert r[5] == f"{top1}/{n}" and _rounds_to(r[3], mean_p), f"docs/power.md: {' | '.join(r)!r}"
     assert not _rounds_to("0.399", 0.398242) and _rounds_to("3e-10", 2.7038e-10)  # an edited number is caught
+
+
+def test_dtype_md_prepack_gate_rows_are_their_files() -> None:
+    """docs/dtype.md's prepacking gate table, row for row, from benchmarks/gate_prepack.py's JSON files."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gate_prepack", ROOT / "benchmarks" / "gate_prepack.py")
+    assert spec is not None and spec.loader is not None
+    gate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gate)
+    doc = (ROOT / "docs" / "dtype.md").read_text(encoding="utf-8")
+    files = sorted((ROOT / "docs" / "results").glob("gate_prepack_*.json"))
+    assert files
+    for f in files:
+        want = gate.row(json.loads(f.read_text()))
+        assert want in doc.splitlines(), f"docs/dtype.md: no row {want!r} ({f.name})"
+        edited = _number_edited("| ---\n" + want).split("\n", 1)[1]
+        assert edited != want and edited not in doc.splitlines()  # an edited number would fail the check above
