@@ -92,6 +92,9 @@ _T2_CHOSEN = {  # the in-sample best of each 200-item 726,000-scheme sweep (docs
 }
 
 
+_T2_COST = {("gemma3-270m", 0): "~2 h", ("smollm2-135m", 5): "~4-5 h", ("gemma3-270m", 5): "~9 h"}
+
+
 def _t2_full_set_claims() -> list[Claim]:
     """Test 2 on all 10,042 items where the whole grid does not fit: the scheme the 200-item sweep chose, scored on
     the other 9,842 items beside the baseline (two stages, like Test 1's full set)."""
@@ -102,8 +105,8 @@ def _t2_full_set_claims() -> list[Claim]:
         args = f"--model {model} --dtype bfloat16 --shots {shots} --scheme '{scheme}' --db t2set_{name}.sqlite"
         cmd = f"walklens hellaswag test2 {args} && walklens hellaswag test2 {args} --skip 200 --json {full}"
         why = (
-            "a resumable run (baseline and one scheme on all 10,042 items, bfloat16, one thread) not finished yet; "
-            "the whole 726,000-scheme grid on all items took several sessions for smollm2 zero-shot"
+            f"a resumable run (baseline and one scheme on all 10,042 items, bfloat16, one thread) not finished yet: "
+            f"{_T2_COST[(model, shots)]} of one thread beside other jobs (estimated from 40-64 items)"
         )
         out.append(Claim(f"T2-best-full-set-{name}", _S000_T2, "Test 2 best on all 10,042 items", cmd, full,
                          "scheme_heldout", {}, "reaches", 0.826 if shots == 0 else 0.805, why))  # fmt: skip
