@@ -135,15 +135,16 @@ def layouts(m: int, k: int, n: int, rounds: int) -> dict[str, float]:
     torch.manual_seed(0)
     x, w = torch.randn(m, k, dtype=BF16), torch.randn(n, k, dtype=BF16)
     wt = w.t().contiguous()
-    packed = torch.ops.mkldnn._reorder_linear_weight(w, m)
     fl = 2.0 * m * k * n
     out = {
         "F.linear, W [N, K]": gflops(fl, timed(lambda: torch.nn.functional.linear(x, w), rounds, 20)),
         "x @ W.T, [K, N] contiguous": gflops(fl, timed(lambda: x @ wt, rounds, 20)),
-        "oneDNN prepacked weight": gflops(
-            fl, timed(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""), rounds, 20)
-        ),
     }
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():  # a CPU without oneDNN's bfloat16 path has no prepacking
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, m)
+        out["oneDNN prepacked weight"] = gflops(
+            fl, timed(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""), rounds, 20)
+        )
     seen = [torch.randn(r, k, dtype=BF16) for r in range(m - 64, m)]
     for s in seen:
         torch.nn.functional.linear(s, w)
