@@ -371,14 +371,14 @@ def prepacked_linears(lm: LoadedModel, enabled: bool = True) -> Iterator[int]:
                 if packed is not None:
                     switched.append((mod, mod.__dict__.get("forward")))
                     bias = None if mod.bias is None else mod.bias.detach()
-                    mod.forward = partial(_prepacked_forward, packed, bias)  # type: ignore[method-assign]
+                    mod.forward = partial(_prepacked_forward, packed, bias)  # type: ignore[method-assign]  # an instance's forward, undone below
         yield len(switched)
     finally:
         for mod, own in switched:
             if own is None:
                 del mod.forward
             else:
-                mod.forward = own  # type: ignore[method-assign]
+                mod.forward = own  # type: ignore[method-assign]  # the instance's own forward back
 
 
 __all__ = [
