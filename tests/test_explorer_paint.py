@@ -168,14 +168,21 @@ def client_of(ex: Explorer) -> TestClient:
     return TestClient(create_app(ex, TOKEN, allowed_hosts("127.0.0.1", 8765)), base_url="http://127.0.0.1:8765")
 
 
-def counting(monkeypatch: pytest.MonkeyPatch, before: Callable[[list[str]], None] = lambda read: None) -> list[str]:
-    """Count the pieces of the exact pass the server reads (by their first point), calling ``before(read)`` first."""
+def counting(
+    monkeypatch: pytest.MonkeyPatch,
+    before: Callable[[list[str]], None] = lambda read: None,
+    full: list[int] | None = None,
+) -> list[str]:
+    """Count the pieces of the exact pass the server reads (by their first point), calling ``before(read)`` first;
+    ``full``: the number of pieces read when each point is read in full (a click's reading, under the lock)."""
     real, read = api_walks.encoding_walk, []
 
     def walk(tr: Any, *a: Any, **kw: Any) -> Any:
         piece = kw.get("k") == 0 and not kw.get("screen")
         if piece:
             before(read)
+        elif full is not None and kw.get("k"):
+            full.append(len(read))
         w = real(tr, *a, **kw)
         if piece:
             read.append(w.points[0])
@@ -235,7 +242,8 @@ def test_a_click_during_the_exact_pass_is_answered_after_one_piece(monkeypatch):
             started.set()
             until(lambda: ex.waiting["llama"] > 0)  # the click waits for the model
 
-    read = counting(monkeypatch, first_piece_waits_for_the_click)
+    at_click: list[int] = []  # the pieces read when the click reads its point
+    read = counting(monkeypatch, first_piece_waits_for_the_click, at_click)
     body = {"model": "llama", "text": TEXT, "fields": WALK_FIELDS}
     tr = walklens.capture(lm, TEXT, points=["embed", "L*.resid_post", "final"])
     want = walklens.encoding_walk(tr, 0, probs=False, progress=False)
@@ -249,11 +257,10 @@ def test_a_click_during_the_exact_pass_is_answered_after_one_piece(monkeypatch):
             t.start()
         started.wait(20)
         cell = c.post("/api/walk/cell", json={**body, "fields": None, "point": last, "position": 2}, headers=H)
-        at_answer = len(read)
         for t in pieces:
             t.join(20)
         assert cell.status_code == 200, cell.text
-        assert at_answer == 1 < P  # the piece in progress, none after it
+        assert at_click == [1] and P > 1  # the piece in progress, none after it; the click read its point once
         d = cell.json()
         assert d["point"] == tr.points[last] and d["rank_of_next"] == int(want.rank_of_next[last, 2])
         assert d["escape_point"] is None and d["escape_stable"] is None  # known with the whole walk only
