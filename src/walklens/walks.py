@@ -575,7 +575,7 @@ def join_walks(trace: Trace, parts: Sequence[EncodingWalk]) -> EncodingWalk:
     names = [n for p in parts for n in p.points]
     residual = [r for p in parts for r in p.residual]
     step_len, step_ang = _steps(trace, [trace.points.index(n) for n in names], residual)
-    joined = {f: torch.cat([getattr(p, f) for p in parts]) for f in per_cell}
+    joined: dict[str, Any] = {f: torch.cat([getattr(p, f) for p in parts]) for f in per_cell}
     rank_in, rank_nx = joined["rank_of_input"], joined["rank_of_next"]
     return dataclasses.replace(
         first,

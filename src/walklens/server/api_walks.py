@@ -13,11 +13,14 @@ point at every position (:func:`get_point`: :data:`~.bounds.MAX_K` nearest token
 for ``final`` with the heatmap and for any other point on the first click on it.
 Both are :func:`walklens.encoding_walk` itself, so a cell shows what the whole walk would.
 
-The page paints in two steps: it asks first with ``provisional: true`` and gets the rank maps of the bfloat16
-screen at every :data:`SCREEN_STRIDE`-th walk point and ``final`` (:func:`get_screen`,
+The page paints at once, then exactly, piece by piece: it asks first with ``provisional: true`` and gets the rank
+maps of the bfloat16 screen at every :data:`SCREEN_STRIDE`-th walk point and ``final`` (:func:`get_screen`,
 ``encoding_walk(screen=True)``: about 3x faster per point, not exact; ``point_index``: each row's index among the
-walk's points), marked ``provisional``, unless the exact maps are already kept; then it asks again without it and
-the exact maps of every point replace the provisional ones.
+walk's points), marked ``provisional``, unless the exact maps are already kept; then it asks for each piece of the
+exact pass (``piece: n``; :func:`pieces_of`, :func:`get_piece`: a few consecutive points, each piece one job,
+kept) and puts its rows in place; then for the whole walk, joined from the pieces kept (:func:`get_walk`,
+:func:`walklens.walks.join_walks`), which brings the escape points.  The pieces are background jobs
+(:func:`~.state.run_job`): a click waits for the piece in progress only, and reads its own point alone.
 """
 
 from __future__ import annotations
@@ -94,12 +97,18 @@ def get_piece(
     whole = ex.results.peek((model, "walk", text, norm, metric))
     if whole is not None:
         return walk_rows(whole, rows.start, rows.stop), list(rows)
+    return _piece(ex, job, tr, (model, text, norm, metric), rows, n), list(rows)
+
+
+def _piece(ex: Explorer, job: Job, tr: Trace, args: tuple[str, str, Norm, Metric], rows: range, n: int) -> EncodingWalk:
+    """The walk at the points ``rows`` (the n-th piece), read once and kept with the other pieces of its walk."""
+    model, text, norm, metric = args
     kept: dict[int, EncodingWalk] = ex.results.get((model, "walk pieces", text, norm, metric), dict)
     if n not in kept:  # the pieces are read under the model's lock: never two at once
         names = [tr.points[i] for i in rows]
         kept[n] = encoding_walk(tr, k=0, metric=metric, norm=norm, points=names, probs=False, progress=False)
     job.check()
-    return kept[n], list(rows)
+    return kept[n]
 
 
 def get_walk(ex: Explorer, job: Job, model: str, text: str, norm: Norm, metric: Metric) -> EncodingWalk:
@@ -108,7 +117,8 @@ def get_walk(ex: Explorer, job: Job, model: str, text: str, norm: Norm, metric: 
     tr = trace(ex, job, model, text, WALK_POINTS, MAX_TOKENS, "walk")
 
     def join() -> EncodingWalk:
-        parts = [get_piece(ex, job, model, text, norm, metric, n)[0] for n in range(len(pieces_of(ex, model, tr)))]
+        plan = pieces_of(ex, model, tr)
+        parts = [_piece(ex, job, tr, (model, text, norm, metric), rows, n) for n, rows in enumerate(plan)]
         return parts[0] if len(parts) == 1 else join_walks(tr, parts)
 
     w = ex.results.get((model, "walk", text, norm, metric), join)
