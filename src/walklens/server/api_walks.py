@@ -92,7 +92,7 @@ def get_piece(
     tr = trace(ex, job, model, text, WALK_POINTS, MAX_TOKENS, "walk")
     plan = pieces_of(ex, model, tr)
     if not 0 <= n < len(plan):
-        raise ApiError(f"no piece {n}: the exact walk has {len(plan)} pieces")
+        raise ApiError(f"no piece {n}: the exact walk has {len(plan)} piece{'s' if len(plan) > 1 else ''}")
     rows = plan[n]
     whole = ex.results.peek((model, "walk", text, norm, metric))
     if whole is not None:
