@@ -285,7 +285,6 @@ def test_the_exact_rows_replace_the_provisional_ones_piece_by_piece(page, served
     pg = page.page
     pg.wait_for_selector("#walk-map[data-provisional='0']")  # the page's first walk is done, exact
     monkeypatch.setattr(api_walks, "PIECE_POINTS", 1)
-    explorer.results = Cache(16)  # nothing kept
     pieces: list[str] = []
     pg.on("request", lambda r: pieces.append(r.post_data) if '"piece":' in (r.post_data or "") else None)
     pg.evaluate(
@@ -294,7 +293,7 @@ def test_the_exact_rows_replace_the_provisional_ones_piece_by_piece(page, served
         "Number(m.querySelector('.wl-heatmap').dataset.rows)])).observe(m, {attributes: true, "
         "attributeFilter: ['data-exact-rows']}); }"
     )
-    page.type_and_run("paris is the capital of france")
+    page.type_and_run("paris is the capital of france")  # a text no other test asks for: nothing kept
     pg.wait_for_function("() => window.__maps.some(x => x[0] === '1') && window.__maps.at(-1)[0] === '0'")
     maps = pg.evaluate("() => window.__maps")
     P = next(iter(explorer.models.values())).n_layers + 2
@@ -308,7 +307,7 @@ def test_the_exact_rows_replace_the_provisional_ones_piece_by_piece(page, served
 def test_a_superseded_request_is_aborted(page, served):
     """Two runs in a row: the first walk request is aborted by the page (AbortController), the second renders."""
     pg = page.page
-    pg.wait_for_selector("#walk-map canvas")  # the page's first walk is done
+    pg.wait_for_selector("#walk-map[data-provisional='0']")  # the page's first walk is done, its pieces too
     a, b = "the city of london", "the king and the queen"
     pg.evaluate(
         """([a, b]) => { const W = window.walklens;
