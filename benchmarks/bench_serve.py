@@ -3,7 +3,8 @@
 - **request to rendered heatmap**: in headless Chromium, from the page starting the encoding-walk request to
   the heatmap drawn on its canvas, for a 64-token and a 1,000-token text, as a ratio to a plain
   ``walklens.capture`` of the same text in the same process: the first paint (the bfloat16 screen's provisional
-  ranks; target <= 1.5) and the exact heatmap that replaces it (target <= 3), side by side.  The server's caches are
+  ranks; target <= 1.5) and the exact heatmap that replaces it, piece by piece, up to its last piece and the whole
+  walk's escape points (target <= 3), side by side.  The server's caches are
   emptied before every request, so each one captures and walks from scratch.  The time the server spends in
   the analysis itself (``capture`` of the walk's points + the ``encoding_walk`` calls of the heatmap: the rank
   maps and the reading of ``final``, timed inside the request) is given too, and the rest: what the request,
@@ -91,8 +92,9 @@ def plain_capture(lm: walklens.LoadedModel, text: str) -> float:
 
 def timed_walks() -> dict[str, list[float]]:
     """Seconds the server spends in the walk's analysis (capture of the walk's points + encoding_walk), measured
-    inside the requests by wrapping :func:`walklens.server.api_walks.get_screen` (the first paint), ``get_walk``
-    and ``get_point`` (the exact one): one entry per call, to be summed over a request."""
+    inside the requests by wrapping :func:`walklens.server.api_walks.get_screen` (the first paint), ``get_piece``
+    (each piece of the exact pass, one request each), ``get_walk`` (the pieces joined, with the escape points) and
+    ``get_point`` (the reading of ``final``): one entry per call, to be summed over the requests of one paint."""
     from walklens.server import api_walks
 
     spent: dict[str, list[float]] = {"screen": [], "exact": []}
@@ -109,6 +111,7 @@ def timed_walks() -> dict[str, list[float]]:
     api_walks.get_screen = timed(api_walks.get_screen, spent["screen"])
     api_walks.get_walk = timed(api_walks.get_walk, spent["exact"])
     api_walks.get_point = timed(api_walks.get_point, spent["exact"])
+    api_walks.get_piece = timed(api_walks.get_piece, spent["exact"])  # the exact pass, piece by piece
     return spent
 
 

@@ -171,6 +171,8 @@ KEYS = [
     "normed",
     "run",
     "filters",
+    "piece",
+    "provisional",
 ]
 VALUES = st.one_of(
     JSON,

@@ -275,10 +275,39 @@ def test_an_abort_while_the_answer_is_read_rejects_and_never_draws(page):
     assert page.errors == [] and page.dialogs == []
 
 
+def test_the_exact_rows_replace_the_provisional_ones_piece_by_piece(page, served, monkeypatch):
+    """One walk point per piece: the provisional map has every walk point's row at once; each piece's exact rows
+    replace the provisional ones in place (the map keeps its rows, the count of exact rows grows by one), and the
+    whole walk makes it exact."""
+    from walklens.server import api_walks
+
+    srv, explorer, _ = served
+    pg = page.page
+    pg.wait_for_selector("#walk-map[data-provisional='0']")  # the page's first walk is done, exact
+    monkeypatch.setattr(api_walks, "PIECE_POINTS", 1)
+    pieces: list[str] = []
+    pg.on("request", lambda r: pieces.append(r.post_data) if '"piece":' in (r.post_data or "") else None)
+    pg.evaluate(
+        "() => { window.__maps = []; const m = document.getElementById('walk-map'); new MutationObserver(() => "
+        "window.__maps.push([m.getAttribute('data-provisional'), Number(m.getAttribute('data-exact-rows')), "
+        "Number(m.querySelector('.wl-heatmap').dataset.rows)])).observe(m, {attributes: true, "
+        "attributeFilter: ['data-exact-rows']}); }"
+    )
+    page.type_and_run("paris is the capital of france")  # a text no other test asks for: nothing kept
+    pg.wait_for_function("() => window.__maps.some(x => x[0] === '1') && window.__maps.at(-1)[0] === '0'")
+    maps = pg.evaluate("() => window.__maps")
+    P = next(iter(explorer.models.values())).n_layers + 2
+    assert {rows for *_, rows in maps} == {P}  # every walk point's row from the first paint on
+    exact = [n for prov, n, _ in maps if prov == "1"]
+    assert sorted(set(exact)) == list(range(P + 1)) and exact == sorted(exact)  # one more exact row per piece
+    assert maps[-1] == ["0", P, P] and len(pieces) == P
+    assert page.errors == []
+
+
 def test_a_superseded_request_is_aborted(page, served):
     """Two runs in a row: the first walk request is aborted by the page (AbortController), the second renders."""
     pg = page.page
-    pg.wait_for_selector("#walk-map canvas")  # the page's first walk is done
+    pg.wait_for_selector("#walk-map[data-provisional='0']")  # the page's first walk is done, its pieces too
     a, b = "the city of london", "the king and the queen"
     pg.evaluate(
         """([a, b]) => { const W = window.walklens;
@@ -296,8 +325,13 @@ def test_run_replaces_the_run_due_after_typing(page):
     Before, it ran again and redrew whatever the user had moved on to (it reset the decoding walk's step)."""
     pg = page.page
     pg.wait_for_selector("#walk-map canvas")  # the page's first walk is done
-    walks: list[str] = []
-    pg.on("request", lambda r: walks.append(r.url) if r.url.endswith("/api/walk") else None)
+    walks: list[str] = []  # the runs: each starts with its provisional request (then its pieces, then the whole)
+    pg.on(
+        "request",
+        lambda r: (
+            walks.append(r.url) if r.url.endswith("/api/walk") and '"provisional":true' in (r.post_data or "") else None
+        ),
+    )
     text = "the king and the queen"
     page.type_and_run(text)
     pg.wait_for_function("t => document.getElementById('walk-echo').textContent.endsWith(t)", arg=text)

@@ -1,15 +1,24 @@
-"""The explorer paints twice: the bfloat16 screen's provisional ranks (walklens.ranking.screen_ranks) first, marked
-provisional, then the exact ranks in their place.  The screen counts by definition where bfloat16 is exact (small
-integers) and never counts a target against itself; the exact kernel's row-blocked counting equals the definition
-on more rows than a block, with ties; the server's provisional reply is the screen's, its exact reply the walk's."""
+"""The explorer paints at once: the bfloat16 screen's provisional ranks (walklens.ranking.screen_ranks) first, marked
+provisional, then the exact ranks in their place, piece by piece.  The screen counts by definition where bfloat16 is
+exact (small integers) and never counts a target against itself; the exact kernel's row-blocked counting equals the
+definition on more rows than a block, with ties; the server's provisional reply is the screen's, its exact reply the
+walk's; the exact pass read in pieces (each kept, none read twice) joins to the walk read at once, bit for bit; and a
+click sent while the pieces are read is answered after the piece in progress, not after the pass."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 import torch
 from starlette.testclient import TestClient
 
 import walklens
 from walklens.ranking import ROW_BLOCK, Linear, read_rows, screen_ranks
+from walklens.server import api_walks
 from walklens.server.api_walks import screen_points
 from walklens.server.app import create_app
 from walklens.server.security import allowed_hosts
@@ -96,3 +105,167 @@ def test_server_sends_the_provisional_map_then_the_exact_one():
         assert exact["rank_of_next"] == want_exact.rank_of_next.tolist()
         again = c.post("/api/walk", json={**body, "provisional": True}, headers=H).json()
         assert again["provisional"] is False and again["rank_of_next"] == exact["rank_of_next"]  # exact once kept
+
+
+# ---- the exact pass in pieces ----------------------------------------------------------------------------------------
+
+TEXT = "the capital of france is paris and the city is big"
+WALK_FIELDS = ["tokens", "points", "rank_of_input", "rank_of_next", "escape_point", "escape_stable"]
+#: every field of a rank map's walk, compared bit for bit (NaN where it is undefined: equal as 0)
+CELLS = ("rank_of_input", "rank_of_next", "dot_input", "dot_next", "cos_input", "cos_next", "vector_norm")
+EXACT = (*CELLS, "prob_of_input", "top_ids", "step_length", "step_angle", "escape_point", "escape_stable", "token_ids")
+
+
+def assert_same_walk(got: walklens.EncodingWalk, want: walklens.EncodingWalk) -> None:
+    assert type(got) is type(want) and got.points == want.points and got.residual == want.residual
+    for name in EXACT:
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and torch.equal(a.nan_to_num(), b.nan_to_num()), name
+        assert torch.equal(a.isnan(), b.isnan()) if a.is_floating_point() else True, name
+    assert got.labels == want.labels and (got.tokens, got.matrix, got.model_dtype) == (
+        want.tokens,
+        want.matrix,
+        want.model_dtype,
+    )
+
+
+@pytest.mark.parametrize(
+    "family, metric, norm, groups",
+    [
+        ("llama", "dot", "none", [[0], [1], [2], [3]]),
+        ("llama", "cosine", "final", [[0, 1], [2], [3]]),
+        ("gpt2", "dot", "final", [[0], [1, 2, 3]]),
+        ("gpt2", "cosine", "none", [[0, 1, 2], [3]]),
+    ],
+)
+def test_pieces_join_to_the_walk_read_at_once(family, metric, norm, groups):
+    lm = tiny_model(family)
+    tr = walklens.capture(lm, TEXT, points=["embed", "L*.resid_post", "final"])
+    assert [i for g in groups for i in g] == list(range(len(tr.points)))
+    whole = walklens.encoding_walk(tr, 0, metric, norm, probs=False, progress=False)
+    parts = [
+        walklens.encoding_walk(tr, 0, metric, norm, points=[tr.points[i] for i in g], probs=False, progress=False)
+        for g in groups
+    ]
+    joined = walklens.walks.join_walks(tr, parts)
+    assert_same_walk(joined, whole)
+    assert (joined.escape_point >= 0).any() and (joined.escape_stable >= 0).any()  # the escape points say something
+    assert torch.isfinite(joined.step_length[1:]).all()  # each piece's first point measured from the point before
+    a, b = groups[-1][0], groups[-1][-1] + 1
+    rows = walklens.walks.walk_rows(joined, a, b)  # the inverse: the rows of one piece
+    assert rows.points == parts[-1].points and rows.escape_point.max() < b - a
+    for name in CELLS:
+        assert torch.equal(getattr(rows, name).nan_to_num(), getattr(parts[-1], name).nan_to_num()), name
+    esc = whole.escape_point
+    assert torch.equal(rows.escape_point, torch.where((esc >= a) & (esc < b), esc - a, -1))
+
+
+TOKEN = "t" * 24
+H = {"X-Walklens-Token": TOKEN}
+
+
+def client_of(ex: Explorer) -> TestClient:
+    return TestClient(create_app(ex, TOKEN, allowed_hosts("127.0.0.1", 8765)), base_url="http://127.0.0.1:8765")
+
+
+def counting(
+    monkeypatch: pytest.MonkeyPatch,
+    before: Callable[[list[str]], None] = lambda read: None,
+    full: list[int] | None = None,
+) -> list[str]:
+    """Count the pieces of the exact pass the server reads (by their first point), calling ``before(read)`` first;
+    ``full``: the number of pieces read when each point is read in full (a click's reading, under the lock)."""
+    real, read = api_walks.encoding_walk, []
+
+    def walk(tr: Any, *a: Any, **kw: Any) -> Any:
+        piece = kw.get("k") == 0 and not kw.get("screen")
+        if piece:
+            before(read)
+        elif full is not None and kw.get("k"):
+            full.append(len(read))
+        w = real(tr, *a, **kw)
+        if piece:
+            read.append(w.points[0])
+        return w
+
+    monkeypatch.setattr(api_walks, "encoding_walk", walk)
+    return read
+
+
+def test_the_server_reads_the_exact_pass_in_pieces_each_once(monkeypatch):
+    lm = tiny_model("llama")
+    ex = Explorer({"llama": lm})
+    monkeypatch.setattr(api_walks, "PIECE_POINTS", 1)
+    read = counting(monkeypatch)
+    body = {"model": "llama", "text": TEXT, "fields": WALK_FIELDS, "norm": "final", "metric": "cosine"}
+    tr = walklens.capture(lm, TEXT, points=["embed", "L*.resid_post", "final"])
+    want = walklens.encoding_walk(tr, 0, "cosine", "final", probs=False, progress=False)
+    with client_of(ex) as c:
+        first = c.post("/api/walk", json={**body, "provisional": True}, headers=H).json()
+        assert first["provisional"] and first["pieces"] == len(tr.points) == 4 and first["walk_points"] == tr.points
+        for n in (2, 0, 3, 1, 2):  # in any order; asked twice, read once
+            p = c.post("/api/walk", json={**body, "piece": n}, headers=H).json()
+            assert p["piece"] == n and p["point_index"] == [n] and p["points"] == [tr.points[n]]
+            assert p["rank_of_input"] == want.rank_of_input[n : n + 1].tolist()
+            assert p["rank_of_next"] == want.rank_of_next[n : n + 1].tolist()
+            assert p["escape_point"] is None and p["provisional"] is False  # needs every point: with the whole walk
+        assert read == [tr.points[n] for n in (2, 0, 3, 1)]
+        exact = c.post("/api/walk", json=body, headers=H).json()
+        assert len(read) == 4  # joined from the pieces kept: none read again
+        assert exact["rank_of_input"] == want.rank_of_input.tolist()
+        assert exact["escape_point"] == want.escape_point.tolist()
+        assert exact["escape_stable"] == want.escape_stable.tolist()
+        assert_same_walk(ex.results.peek(("llama", "walk", TEXT, "final", "cosine")), want)
+        assert not [k for k in ex.results._d if k[1] == "walk pieces"]  # the whole walk holds the pieces' rows
+        again = c.post("/api/walk", json={**body, "piece": 1}, headers=H).json()  # from the whole walk now
+        assert again["rank_of_next"] == want.rank_of_next[1:2].tolist() and len(read) == 4
+        r = c.post("/api/walk", json={**body, "piece": 4}, headers=H)
+        assert r.status_code == 400 and "has 4 pieces" in r.json()["error"]
+
+
+def until(cond: Callable[[], bool], seconds: float = 20.0) -> None:
+    end = time.monotonic() + seconds
+    while not cond() and time.monotonic() < end:
+        time.sleep(0.002)
+
+
+def test_a_click_during_the_exact_pass_is_answered_after_one_piece(monkeypatch):
+    """The page asks for the pieces (here all at once, as a client that does not wait would); a click sent while
+    the first piece is read is answered when that piece ends, before any other: it reads its own point only."""
+    lm = tiny_model("llama")
+    ex = Explorer({"llama": lm})
+    monkeypatch.setattr(api_walks, "PIECE_POINTS", 1)
+    started = threading.Event()
+
+    def first_piece_waits_for_the_click(read: list[str]) -> None:
+        if not started.is_set():
+            started.set()
+            until(lambda: ex.waiting["llama"] > 0)  # the click waits for the model
+
+    at_click: list[int] = []  # the pieces read when the click reads its point
+    read = counting(monkeypatch, first_piece_waits_for_the_click, at_click)
+    body = {"model": "llama", "text": TEXT, "fields": WALK_FIELDS}
+    tr = walklens.capture(lm, TEXT, points=["embed", "L*.resid_post", "final"])
+    want = walklens.encoding_walk(tr, 0, probs=False, progress=False)
+    P, last = len(tr.points), len(tr.points) - 1
+    with client_of(ex) as c:
+        pieces = [
+            threading.Thread(target=lambda n=n: c.post("/api/walk", json={**body, "piece": n}, headers=H))
+            for n in range(P)
+        ]
+        for t in pieces:
+            t.start()
+        started.wait(20)
+        cell = c.post("/api/walk/cell", json={**body, "fields": None, "point": last, "position": 2}, headers=H)
+        for t in pieces:
+            t.join(20)
+        assert cell.status_code == 200, cell.text
+        assert at_click == [1] and P > 1  # the piece in progress, none after it; the click read its point once
+        d = cell.json()
+        assert d["point"] == tr.points[last] and d["rank_of_next"] == int(want.rank_of_next[last, 2])
+        assert d["escape_point"] is None and d["escape_stable"] is None  # known with the whole walk only
+        assert len(read) == P
+        exact = c.post("/api/walk", json=body, headers=H).json()
+        assert exact["rank_of_input"] == want.rank_of_input.tolist() and len(read) == P
+        d = c.post("/api/walk/cell", json={**body, "fields": None, "point": last, "position": 2}, headers=H).json()
+        assert d["escape_point"] == int(want.escape_point[2]) and d["escape_stable"] == int(want.escape_stable[2])

@@ -46,6 +46,7 @@ ties.  :attr:`EncodingWalk.model_dtype` records the model's dtype.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import sys
 from collections.abc import Callable, Sequence
@@ -524,6 +525,69 @@ def _token_matrix(lm: LoadedModel, norm: str, against: str, D: int) -> _Matrix:
     )
 
 
+def walk_chunk_rows(n_vocab: int, chunk_rows: int | None = None) -> int:
+    """The rows :func:`encoding_walk` reads at once against ``n_vocab`` token rows: ``chunk_rows`` if given, else as
+    many as a :data:`_CHUNK_BYTES` score block holds; at most :data:`_MAX_CHUNK_ROWS`."""
+    chunk = chunk_rows if chunk_rows is not None else _CHUNK_BYTES // (4 * n_vocab)
+    return max(1, min(int(chunk), _MAX_CHUNK_ROWS))
+
+
+def _per_cell(walk: EncodingWalk) -> list[str]:
+    """The names of a walk's fields with a value per cell (tensors [points, positions, ...]), its own type's too."""
+    shape = (len(walk.points), len(walk.tokens))
+    return [
+        f.name
+        for f in dataclasses.fields(walk)
+        if isinstance(v := getattr(walk, f.name), torch.Tensor) and v.dim() >= 2 and tuple(v.shape[:2]) == shape
+    ]
+
+
+def walk_rows(walk: EncodingWalk, start: int, stop: int) -> EncodingWalk:
+    """The walk at its points ``start`` .. ``stop - 1``: each per-cell field's rows (step length and angle as
+    measured in the whole walk); the escape points, found over every point, as indices of these rows (-1 where
+    the whole walk's lies outside them)."""
+    rows = slice(start, stop)
+
+    def among(esc: torch.Tensor) -> torch.Tensor:
+        return torch.where((esc >= start) & (esc < stop), esc - start, -1)
+
+    return dataclasses.replace(
+        walk,
+        **{f: getattr(walk, f)[rows] for f in _per_cell(walk)},
+        points=walk.points[rows],
+        residual=walk.residual[rows],
+        escape_point=among(walk.escape_point),
+        escape_stable=among(walk.escape_stable),
+    )
+
+
+def join_walks(trace: Trace, parts: Sequence[EncodingWalk]) -> EncodingWalk:
+    """One walk of the points of ``parts`` (walks of ``trace`` read alike at consecutive groups of its points, in
+    walk order): every per-cell field stacked along the points, the fields that need the neighbouring or all
+    points computed on the whole (step length and angle from the trace's vectors, the escape points of A.2).
+    A part's own type and extra fields are kept, so a walk read in pieces is the walk read at once."""
+    if not parts:
+        raise ValueError("join_walks needs at least one part")
+    if any(p.encoder is not None for p in parts):
+        raise ValueError("join_walks joins one stack: read an encoder-decoder walk at once")
+    first = parts[0]
+    per_cell = _per_cell(first)
+    names = [n for p in parts for n in p.points]
+    residual = [r for p in parts for r in p.residual]
+    step_len, step_ang = _steps(trace, [trace.points.index(n) for n in names], residual)
+    joined: dict[str, Any] = {f: torch.cat([getattr(p, f) for p in parts]) for f in per_cell}
+    rank_in, rank_nx = joined["rank_of_input"], joined["rank_of_next"]
+    return dataclasses.replace(
+        first,
+        **{**joined, "step_length": step_len, "step_angle": step_ang},
+        points=names,
+        residual=residual,
+        escape_point=_escape(rank_in, rank_nx, residual),
+        escape_stable=_escape(rank_in, rank_nx, residual, stable=True),
+        labels={i: s for p in parts for i, s in p.labels.items()},
+    )
+
+
 def _read_all(
     lm: LoadedModel, trace: Trace, mat: _Matrix, opts: _Reading, flat: torch.Tensor, final_rows: list[int]
 ) -> _Columns:
@@ -535,8 +599,7 @@ def _read_all(
     token_ids = trace.token_ids.reshape(-1).long().cpu()
     nxt = torch.full((T,), -1, dtype=torch.long)  # the next token of each position
     nxt[:-1] = token_ids[1:]
-    chunk = opts.chunk_rows if opts.chunk_rows is not None else _CHUNK_BYTES // (4 * n_vocab)
-    chunk = max(1, min(int(chunk), _MAX_CHUNK_ROWS))
+    chunk = walk_chunk_rows(n_vocab, opts.chunk_rows)
     normf = final_norm_fn(lm, trace.stack) if opts.norm == "final" else None
     cols = _Columns(rows_total, opts.k, min(opts.k, n_vocab))
     buf = scratch(min(chunk, rows_total), n_vocab, cols.k_eff, lm.device)  # the tiles' products, chunk after chunk

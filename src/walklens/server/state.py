@@ -8,11 +8,16 @@ request's connection is watched; when the browser drops it (the page aborts a su
 ``AbortController``) the job is marked cancelled: a job still waiting for its model's lock never starts, and
 a running one stops at its next :meth:`Job.check` (between a capture and the analysis that reads it).  A
 cancelled job answers 499 to nobody and is counted in :attr:`Explorer.counts`.
+
+**A click goes first.**  A *background* job (a piece of the walk's exact pass, which the page asks for piece
+after piece) takes its model's lock only while no other job waits for it: a job that asks while a piece runs
+(a click on a cell) waits for that piece at most, never for the rest of the pass.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -77,6 +82,11 @@ class Cache:
         with self._lock:
             return self._d.get(key)
 
+    def drop(self, key: Hashable) -> None:
+        """Forget the value kept for ``key`` (if any)."""
+        with self._lock:
+            self._d.pop(key, None)
+
     def __len__(self) -> int:
         return len(self._d)
 
@@ -99,11 +109,13 @@ class Explorer:
     attention: Cache = field(default_factory=lambda: Cache(1, make_room=True))  # traces with every layer's
     # attention (up to --max-memory): the last one is dropped before the next is captured
     counts: dict[str, int] = field(default_factory=lambda: {"computed": 0, "cancelled": 0, "refused": 0, "failed": 0})
+    waiting: dict[str, int] = field(default_factory=dict)  # the foreground jobs waiting for each model's lock
 
     def __post_init__(self) -> None:
         if not self.models:
             raise ValueError("the explorer needs at least one model")
         self.locks = {name: threading.Lock() for name in self.models}
+        self.waiting = dict.fromkeys(self.models, 0)
         self._count_lock = threading.Lock()
 
     def model(self, name: Any) -> LoadedModel:
@@ -126,12 +138,38 @@ class Explorer:
         with self._count_lock:
             self.counts[what] += 1
 
+    def wait(self, model: str, step: int) -> None:
+        """One more (``step`` 1) or one fewer (-1) foreground job waiting for ``model``'s lock."""
+        with self._count_lock:
+            self.waiting[model] += step
 
-def _compute(explorer: Explorer, model: str | None, job: Job, fn: Callable[[Job], Any]) -> Any:
+
+def _acquire(explorer: Explorer, model: str, job: Job, background: bool) -> None:
+    """Take ``model``'s lock for ``job``; a background job only while no foreground job waits for it (taken
+    and given back at once if one came meanwhile).  A job whose client left while it waited never starts."""
+    lock = explorer.locks[model]
+    if not background:
+        explorer.wait(model, 1)
+        try:
+            while not lock.acquire(timeout=0.05):
+                job.check()
+        finally:
+            explorer.wait(model, -1)
+        return
+    while True:
+        job.check()
+        if explorer.waiting[model]:
+            time.sleep(0.005)
+        elif lock.acquire(timeout=0.05):
+            if not explorer.waiting[model]:
+                return
+            lock.release()  # a foreground job came while this one took the lock: it goes first
+
+
+def _compute(explorer: Explorer, model: str | None, job: Job, fn: Callable[[Job], Any], background: bool) -> Any:
     lock = explorer.locks[model] if model is not None else None
-    if lock is not None:
-        while not lock.acquire(timeout=0.05):  # a job whose client left while it waited never starts
-            job.check()
+    if model is not None:
+        _acquire(explorer, model, job, background)
     try:
         job.check()
         try:
@@ -143,9 +181,12 @@ def _compute(explorer: Explorer, model: str | None, job: Job, fn: Callable[[Job]
             lock.release()
 
 
-async def run_job(request: Request, explorer: Explorer, model: str | None, fn: Callable[[Job], Any]) -> Any:
+async def run_job(
+    request: Request, explorer: Explorer, model: str | None, fn: Callable[[Job], Any], *, background: bool = False
+) -> Any:
     """Run ``fn(job)`` in a worker thread holding ``model``'s lock (no lock when None), cancelling the job when
-    the client disconnects.  The request body must have been read before (the watch reads the connection)."""
+    the client disconnects.  The request body must have been read before (the watch reads the connection).
+    ``background``: the job lets every job that waits for the lock go first (:func:`_acquire`)."""
     job = Job()
     result: Any = None
 
@@ -160,7 +201,7 @@ async def run_job(request: Request, explorer: Explorer, model: str | None, fn: C
     async with anyio.create_task_group() as tg:  # errors are kept out of the group (no ExceptionGroup)
         tg.start_soon(watch)
         try:
-            result = await anyio.to_thread.run_sync(_compute, explorer, model, job, fn)
+            result = await anyio.to_thread.run_sync(_compute, explorer, model, job, fn, background)
         except Exception as e:
             error = e
         finally:

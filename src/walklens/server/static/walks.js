@@ -14,7 +14,8 @@
     var cols = d.columns.map(function (c, j) { return b > 1 ? W.label(c) : j + ": " + W.label(c); });
     var hover = d.points.map(function (p, i) {
       return d.columns.map(function (c, j) {
-        var s = (b > 1 ? "best ranks in block\n" : "") + "rank(w_t) = " + d.rank_of_input[i][j] +
+        var s = (d.exact && !d.exact[i] ? "provisional (bfloat16 screen)\n" : "") +
+          (b > 1 ? "best ranks in block\n" : "") + "rank(w_t) = " + d.rank_of_input[i][j] +
           "\nrank(w_t+1) = " + (d.rank_of_next[i][j] < 0 ? "-" : d.rank_of_next[i][j]);
         if (b === 1 && d.escape_point[j] === i) s += "\nescape: w_t+1 first outranks w_t here";
         if (b === 1 && d.escape_stable[j] === i) s += "\nw_t+1 stays ahead from here";
@@ -32,31 +33,68 @@
   }
 
   // ---- encoding walk ---------------------------------------------------------------------------------------
-  var walkData = null, walkArgs = null, selected = null;
-  // painted twice: the provisional ranks of the bfloat16 screen at once, then the exact ones in their place (the
-  // same channel: a new run aborts the exact request it supersedes; clicks on the provisional map work)
+  var walkData = null, walkArgs = null, selected = null, cellAgain = null, walkRuns = 0;
+  // painted at once from the bfloat16 screen (every 4th point; each row not screened shows the screened row above
+  // it), marked provisional; then the exact rows piece by piece, each replacing its rows in place; after the last
+  // piece the whole exact walk (joined on the server from the pieces it kept) brings the escape points. One channel:
+  // a new run aborts the request in flight and the pieces after it. A click is sent at once, on its own channel;
+  // the server answers it between two pieces.
   function walkRun() {
     var args = {model: W.model(), text: W.text(), norm: $("walk-norm").value, metric: $("walk-metric").value};
+    var run = ++walkRuns;
     W.call("walk", "/api/walk", Object.assign({fields: WALK_FIELDS, provisional: true}, args)).then(function (d) {
-      walkData = d; walkArgs = args; selected = null;
+      if (run !== walkRuns) return;
+      walkData = d.provisional ? spread(d) : d; walkArgs = args; selected = null; cellAgain = null;
       walkDraw();
       W.clear($("walk-cell"));
-      if (!d.provisional) return;
+      if (d.provisional) walkPiece(run, args, 0, d.pieces);
+    }, W.quiet);
+  }
+  // the screen's reply at every walk point: each row from the screened point at or above it; exact: none yet
+  function spread(d) {
+    var e = Object.assign({}, d, {points: d.walk_points, rank_of_input: [], rank_of_next: [], exact: []}), s = 0;
+    d.walk_points.forEach(function (p, i) {
+      while (s + 1 < d.point_index.length && d.point_index[s + 1] <= i) s++;
+      e.rank_of_input.push(d.rank_of_input[s]);
+      e.rank_of_next.push(d.rank_of_next[s]);
+      e.exact.push(false);
+    });
+    var at = function (p) { return p >= 0 ? d.point_index[p] : -1; };  // the screen's escape points, as walk rows
+    e.escape_point = d.escape_point.map(at);
+    e.escape_stable = d.escape_stable.map(at);
+    return e;
+  }
+  function walkPiece(run, args, n, count) {
+    if (n >= count) {  // every row exact: the whole walk, with its escape points and `final`
       W.call("walk", "/api/walk", Object.assign({fields: WALK_FIELDS}, args)).then(function (e) {
-        if (selected && d.point_index) selected = {row: d.point_index[selected.row], col: selected.col};
+        if (run !== walkRuns) return;
         walkData = e;
         walkDraw();
+        if (cellAgain) walkCell(cellAgain.point, cellAgain.position, true);  // its escape points are known now
       }, W.quiet);
+      return;
+    }
+    W.call("walk", "/api/walk", Object.assign({fields: WALK_FIELDS, piece: n}, args)).then(function (p) {
+      if (run !== walkRuns) return;
+      p.point_index.forEach(function (row, j) {
+        walkData.rank_of_input[row] = p.rank_of_input[j];
+        walkData.rank_of_next[row] = p.rank_of_next[j];
+        walkData.exact[row] = true;
+      });
+      walkDraw();
+      walkPiece(run, args, n + 1, count);
     }, W.quiet);
   }
   function walkDraw() {
     var d = walkData, out = W.clear($("walk-map"));
-    $("walk-echo").textContent = (d.provisional ? "PROVISIONAL ranks (bfloat16 screen of " + d.points.length + " points; the exact " +
-      "ones are on their way): " : "") + "text (" + d.tokens.length + " tokens" +
+    var exact = d.exact ? d.exact.filter(function (x) { return x; }).length : 0;
+    $("walk-echo").textContent = (d.provisional ? "PROVISIONAL ranks (bfloat16 screen; exact rows so far: " + exact +
+      " of " + d.points.length + "): " : "") + "text (" + d.tokens.length + " tokens" +
       (d.block > 1 ? "; each column: the best rank among " + d.block + " positions" : "") + "): " + walkArgs.text;
     var geo = walkMap(out, d, $("walk-show").value);
     out.setAttribute("data-rendered", "1");
     out.setAttribute("data-provisional", d.provisional ? "1" : "0");
+    out.setAttribute("data-exact-rows", String(d.provisional ? exact : d.points.length));
     out.classList.toggle("provisional", !!d.provisional);
     if (selected) geo.mark(selected.row, selected.col, "#000000");
     geo.canvas.addEventListener("click", function (ev) {
@@ -64,13 +102,15 @@
       if (!c) return;
       selected = c;
       walkDraw();
-      walkCell(d.point_index ? d.point_index[c.row] : c.row, c.col * d.block);  // the provisional map: fewer rows
+      walkCell(c.row, c.col * d.block);
     });
   }
-  function walkCell(point, position) {
+  function walkCell(point, position, again) {
     var k = parseInt($("walk-k").value, 10) || 10;
     W.call("cell", "/api/walk/cell", Object.assign({}, walkArgs, {point: point, position: position, k: k}))
       .then(function (c) {  // the walk's document at one cell (reports/walk.py cell_document) and labels
+        cellAgain = c.escape_point === null && !again ? {point: point, position: position} : null;
+        if (cellAgain && !walkData.provisional) walkCell(point, position, true);  // the whole walk came first
         var out = W.clear($("walk-cell")), ids = c.top_ids.filter(function (i) { return i >= 0; });
         W.add(out, "h3", {}, c.point + ", position " + c.position + ": w_t = '" + W.label(c.token) + "'" +
           (c.next !== null ? ", w_t+1 = '" + W.label(c.next) + "'" : "") +
