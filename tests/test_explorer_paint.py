@@ -269,3 +269,20 @@ def test_a_click_during_the_exact_pass_is_answered_after_one_piece(monkeypatch):
         assert exact["rank_of_input"] == want.rank_of_input.tolist() and len(read) == P
         d = c.post("/api/walk/cell", json={**body, "fields": None, "point": last, "position": 2}, headers=H).json()
         assert d["escape_point"] == int(want.escape_point[2]) and d["escape_stable"] == int(want.escape_stable[2])
+
+
+@pytest.mark.parametrize("T,P,chunk", [(30, 32, 512), (7, 5, 16), (5, 4, 5), (40, 3, 16), (1, 9, 4), (13, 6, 512)])
+def test_a_piece_is_one_of_the_whole_walks_chunks(T: int, P: int, chunk: int) -> None:
+    """The one-shot walk reads whole points per product (or a point's rows from its first row), so each explorer
+    piece -- ``chunk // T`` consecutive points -- is read by exactly the product that reads it in the whole walk:
+    the same rows, hence the same rounding at any row count (not only on tiny models)."""
+    from walklens.walks import point_aligned_chunks
+
+    spans = point_aligned_chunks(P * T, T, chunk)
+    assert [r for a, b in spans for r in range(a, b)] == list(range(P * T))  # every row once, in order
+    assert all(0 < b - a <= chunk for a, b in spans)
+    g = max(1, chunk // T)
+    for i in range(0, P, g):  # a piece of points [i, i + g): its own spans are the whole walk's, shifted
+        n = min(g, P - i)
+        own = [(a + i * T, b + i * T) for a, b in point_aligned_chunks(n * T, T, chunk)]
+        assert set(own) <= set(spans)

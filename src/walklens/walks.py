@@ -588,6 +588,17 @@ def join_walks(trace: Trace, parts: Sequence[EncodingWalk]) -> EncodingWalk:
     )
 
 
+def point_aligned_chunks(rows_total: int, T: int, chunk: int) -> list[tuple[int, int]]:
+    """The ``(start, stop)`` row spans a walk reads at once: whole points (``chunk // T`` of them) when a point's
+    ``T`` rows fit a chunk, else each point's rows in chunks from its first row.  Every span starts at a point,
+    so a walk over a run of points that is one span reads exactly that span's rows in one product (the
+    explorer's pieces are bit for bit the one-shot walk's rows)."""
+    if T <= chunk:
+        step = (chunk // T) * T
+        return [(r0, min(r0 + step, rows_total)) for r0 in range(0, rows_total, step)]
+    return [(p0 + r0, p0 + min(r0 + chunk, T)) for p0 in range(0, rows_total, T) for r0 in range(0, T, chunk)]
+
+
 def _read_all(
     lm: LoadedModel, trace: Trace, mat: _Matrix, opts: _Reading, flat: torch.Tensor, final_rows: list[int]
 ) -> _Columns:
@@ -606,20 +617,19 @@ def _read_all(
     Mb = None  # the screen's bfloat16 rows (cosine: of unit norm)
     if opts.screen:
         Mb = (mat.M * mat.inv_m[:, None] if opts.metric == "cosine" else mat.M).to(torch.bfloat16)
-    starts = range(0, rows_total, chunk)
+    spans = point_aligned_chunks(rows_total, T, chunk)
     bar = tqdm(
-        starts,
+        spans,
         desc=f"encoding walk{' ' + trace.stack if trace.stack else ''}",
         unit="chunk",
-        disable=not opts.progress or len(starts) < 8,
+        disable=not opts.progress or len(spans) < 8,
         file=sys.stderr,
         leave=False,
     )
     plain_head: bool | None = None  # lens: decided on the first chunk
     wide = upcast(outside_layers(lm)) if is_low_precision(lm.dtype) else nullcontext()  # head in float32
     with torch.no_grad(), wide:
-        for r0 in bar:
-            r1 = min(r0 + chunk, rows_total)
+        for r0, r1 in bar:
             t_idx = torch.arange(r0, r1) % T
             x = flat[r0:r1].to(device=lm.device, dtype=torch.float32)
             cols.norms[r0:r1] = x.norm(dim=-1).cpu()
