@@ -402,7 +402,8 @@ def test_cli_refuses_in_one_line(args, message, capsys, tmp_path, monkeypatch):
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"not a database" * 100)
 
-    for where in ("walklens.loading.load_model", "walklens.cli.common.load_model"):
+    # cli.common first: importing it after loading.load_model is patched would bind the patch into it for good
+    for where in ("walklens.cli.common.load_model", "walklens.loading.load_model"):
         monkeypatch.setattr(where, lambda *a, **k: pytest.fail("a model was loaded"))
     assert main(["serve", *[str(bad) if a == "DAMAGED" else a for a in args]]) == 2
     out, err = capsys.readouterr()
