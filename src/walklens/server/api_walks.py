@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
 
 #: points of each piece of the exact pass (None: as many as one chunk of the walk's reading holds, so that a
-#: piece is one of the chunks a one-shot walk reads whenever the token count divides the chunk)
+#: piece is one of the chunks a one-shot walk reads: :func:`walklens.walks.point_aligned_chunks`)
 PIECE_POINTS: int | None = None
 
 
