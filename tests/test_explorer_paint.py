@@ -78,6 +78,51 @@ def test_walk_screen_is_provisional_and_close():
         raise AssertionError("screen=True with a top k must be refused")
 
 
+def test_lens_screen_screens_every_chunk_and_refuses_a_head_that_is_not_plain(monkeypatch):
+    """norm="final": the screen decides on a few rows whether the head is x·W_U (+ bias) and then screens every
+    chunk, the first too (not the model's head on the whole chunk and a float32 product to compare it with);
+    a head that is not a plain linear map (Gemma 2's soft-capping) is read exactly instead."""
+    from walklens import walks
+
+    calls: list[int] = []
+    real = walks.screen_ranks
+    monkeypatch.setattr(walks, "screen_ranks", lambda x, *a, **k: calls.append(x.shape[0]) or real(x, *a, **k))
+    lm = tiny_model("llama")
+    tr = walklens.capture(lm, TEXT)
+    rows = len(tr.points) * len(tr.tokens)
+    for metric in ("dot", "cosine"):
+        calls.clear()
+        walklens.encoding_walk(tr, 0, metric, "final", probs=False, progress=False, screen=True, chunk_rows=rows)
+        assert calls == [rows]  # one chunk, screened
+    capped = tiny_model("gemma2")
+    assert capped.model.config.final_logit_softcapping
+    trc = walklens.capture(capped, TEXT)
+    calls.clear()
+    got = walklens.encoding_walk(trc, 0, "dot", "final", probs=False, progress=False, screen=True)
+    want = walklens.encoding_walk(trc, 0, "dot", "final", probs=False, progress=False)
+    assert calls == [] and torch.equal(got.rank_of_next, want.rank_of_next)
+
+
+def test_screen_rows_are_kept_and_follow_an_edited_embedding():
+    """The screen's bfloat16 token rows and the rows' norms are made once per model (walks._kept) and made again
+    when the weight is edited in place: the screen after an edit is the screen of a fresh model."""
+    lm = tiny_model("llama")
+    tr = walklens.capture(lm, TEXT)
+    kw: dict[str, Any] = {"k": 0, "probs": False, "progress": False, "screen": True, "metric": "cosine"}
+    first = walklens.encoding_walk(tr, **kw)
+    assert torch.equal(walklens.encoding_walk(tr, **kw).rank_of_input, first.rank_of_input)
+    with torch.no_grad():
+        lm.model.get_input_embeddings().weight[:, 0] *= -3.0  # moves every row's norm and cosine
+    edited = walklens.encoding_walk(tr, **kw)
+    fresh = tiny_model("llama")
+    trf = walklens.capture(fresh, TEXT)  # the same vectors, read against the edited rows
+    with torch.no_grad():
+        fresh.model.get_input_embeddings().weight[:, 0] *= -3.0
+    want = walklens.encoding_walk(trf, **kw)
+    assert torch.equal(edited.rank_of_input, want.rank_of_input)
+    assert not torch.equal(edited.rank_of_input, first.rank_of_input)
+
+
 def test_server_sends_the_provisional_map_then_the_exact_one():
     lm = tiny_model("llama")
     ex = Explorer({"llama": lm})
