@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 import walklens
-from walklens import ranking, walks
+from walklens import kept as kept_tensors
+from walklens import ranking
 from walklens.server.api_walks import screen_points
 from walklens.server.traces import WALK_POINTS
 
@@ -92,7 +93,7 @@ def main() -> None:
     short_runs = []
     screen("none")
     for _ in range(args.repeats):
-        getattr(walks, "_DERIVED", {}).clear()  # the rows made again, as on every request before they were kept
+        kept_tensors.forget(lm.model)  # the rows made again, as on every request before they were kept
         remade = screen("none")
         kept = screen("none")
         lens = screen("final")

@@ -104,7 +104,7 @@ def test_lens_screen_screens_every_chunk_and_refuses_a_head_that_is_not_plain(mo
 
 
 def test_screen_rows_are_kept_and_follow_an_edited_embedding():
-    """The screen's bfloat16 token rows and the rows' norms are made once per model (walks._kept) and made again
+    """The screen's bfloat16 token rows and the rows' norms are made once per model (walklens.kept) and made again
     when the weight is edited in place: the screen after an edit is the screen of a fresh model."""
     lm = tiny_model("llama")
     tr = walklens.capture(lm, TEXT)

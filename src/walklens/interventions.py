@@ -28,7 +28,6 @@ every depth, which is hooked or edited once.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from torch import nn
 
 from .errors import InputError, UnsupportedFamilyError
 from .hooks import Hooks, distinct, first_output, replace_first
+from .kept import kept
 from .models.base import get_module
 from .ov import ov_factors, value_projection
 
@@ -316,7 +316,6 @@ def attention_kernel(lm: LoadedModel, kernel: str = "sdpa") -> Iterator[bool]:
 #: the row count oneDNN chooses the prepacked layout for (``hellaswag.packing.MAX_TOKENS``, a packed batch)
 PACK_ROWS = 1024
 _PROBE_ROWS = (1, 7, 64)  # row counts each prepacked product is checked on, bit for bit, before it is used
-_PACKED: weakref.WeakKeyDictionary[nn.Linear, tuple[tuple[int, int], torch.Tensor | None]] = weakref.WeakKeyDictionary()
 
 
 def _prepacked_forward(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
@@ -332,27 +331,26 @@ def _can_prepack(w: torch.Tensor) -> bool:
 
 
 def _packed_weight(mod: nn.Linear) -> torch.Tensor | None:
-    """``mod``'s weight reordered once for oneDNN (cached while the weight is unchanged), or ``None`` where that
-    is not possible or its products are not bit-identical to ``F.linear`` on the probe rows."""
+    """``mod``'s weight reordered once for oneDNN (kept while the weight is unchanged: :func:`~walklens.kept.kept`),
+    or ``None`` where that is not possible or its products are not bit-identical to ``F.linear`` on the probe rows."""
+    return kept(mod, "prepacked", mod.weight, partial(_prepack, mod))
+
+
+def _prepack(mod: nn.Linear) -> torch.Tensor | None:
     w = mod.weight
-    key = (w.data_ptr(), w._version)
-    hit = _PACKED.get(mod)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    packed: torch.Tensor | None = None
-    if _can_prepack(w):
-        try:
-            with torch.no_grad():
-                cand = torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS)
-                g = torch.Generator().manual_seed(0)
-                probes = [torch.randn(r, w.shape[1], generator=g).to(w.dtype) for r in _PROBE_ROWS]
-                b = None if mod.bias is None else mod.bias.detach()
-                if all(torch.equal(_prepacked_forward(cand, b, x), nn.functional.linear(x, w, b)) for x in probes):
-                    packed = cand
-        except RuntimeError:  # a oneDNN build without this path: the layer stays as it is
-            packed = None
-    _PACKED[mod] = (key, packed)
-    return packed
+    if not _can_prepack(w):
+        return None
+    try:
+        with torch.no_grad():
+            cand = torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS)
+            g = torch.Generator().manual_seed(0)
+            probes = [torch.randn(r, w.shape[1], generator=g).to(w.dtype) for r in _PROBE_ROWS]
+            b = None if mod.bias is None else mod.bias.detach()
+            if all(torch.equal(_prepacked_forward(cand, b, x), nn.functional.linear(x, w, b)) for x in probes):
+                return cand
+    except RuntimeError:  # a oneDNN build without this path: the layer stays as it is
+        pass
+    return None
 
 
 @contextmanager

@@ -49,7 +49,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import sys
-import weakref
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -63,6 +62,7 @@ from .errors import InputError
 from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick, point_kind, point_layer
 from .hooks import Hooks
 from .interventions import outside_layers, upcast
+from .kept import kept
 from .loading import token_strings
 from .models.base import get_module
 from .precision import dtype_name, is_low_precision
@@ -399,7 +399,7 @@ class _Reading:
 class _Matrix:
     """The token matrix a walk reads against, float32 on the model's device: ``M`` [|V|, D], ``inv_m`` (1 / |m_i|),
     ``head`` (the model's own head, for the logit lens; None: scores are x·m_i), its ``bias``, the ``label``
-    the result names the matrix by, and ``source``: the model's weight M was read from (what :func:`_kept`
+    the result names the matrix by, and ``source``: the model's weight M was read from (what :func:`~walklens.kept.kept`
     keys the tensors derived from M by)."""
 
     M: torch.Tensor
@@ -510,45 +510,23 @@ def _token_matrix(lm: LoadedModel, norm: str, against: str, D: int) -> _Matrix:
         label = f"W_U ({adapter.unembed}) through the model's head"
     else:
         source = adapter.embedding_matrix(model) if which == "embed" else _weight(get_module(model, unembed))
-        M = source.detach()
         label = "V" if which == "embed" else f"W_U ({adapter.unembed})"
-        if M.shape[1] != D:
+        if source.shape[1] != D:
             raise InputError(
                 f"{lm.name}: the {'token embedding matrix V' if which == 'embed' else 'unembedding'} has width "
-                f"{M.shape[1]} but the captured vectors have D={D} (ALBERT keeps V in E-space); "
+                f"{source.shape[1]} but the captured vectors have D={D} (ALBERT keeps V in E-space); "
                 f"use norm='final', which reads through the model's head"
             )
     M = source.detach().float().to(lm.device)
     bias = getattr(head, "bias", None) if head is not None else None
     return _Matrix(
         M=M,
-        inv_m=_kept(lm, f"{label} 1/|m_i|", source, lambda: 1.0 / M.norm(dim=-1).clamp_min(1e-12)),
+        inv_m=kept(lm.model, f"{label} 1/|m_i|", source, lambda: 1.0 / M.norm(dim=-1).clamp_min(1e-12)),
         head=head,
         bias=bias.detach().float().to(lm.device) if bias is not None else None,
         label=label,
         source=source,
     )
-
-
-#: tensors derived from a model's weights, kept while the model lives (per model: name -> (the weight's
-#: identity and version, the tensor)); a weight edited in place or replaced has another key and is derived again
-_DERIVED: weakref.WeakKeyDictionary[nn.Module, dict[str, tuple[tuple[Any, ...], torch.Tensor]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _kept(lm: LoadedModel, name: str, source: torch.Tensor, make: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """``make()``, a tensor derived from the weight ``source`` (its rows' norms, its bfloat16 copy): made once and
-    kept while ``source`` is unchanged (its storage, shape, dtype and in-place version counter), so a request of
-    the explorer does not convert |V| x D weights again (0.05-0.3 s for smollm2-135m, more for gemma3's |V|)."""
-    key = (source.data_ptr(), tuple(source.shape), source.dtype, source._version)
-    per_model = _DERIVED.setdefault(lm.model, {})
-    hit = per_model.get(name)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    out = make()
-    per_model[name] = (key, out)
-    return out
 
 
 def walk_chunk_rows(n_vocab: int, chunk_rows: int | None = None) -> int:
@@ -642,8 +620,8 @@ def _read_all(
     buf = scratch(min(chunk, rows_total), n_vocab, cols.k_eff, lm.device)  # the tiles' products, chunk after chunk
     Mb = None  # the screen's bfloat16 rows (cosine: of unit norm)
     if opts.screen:
-        Mb = _kept(
-            lm,
+        Mb = kept(
+            lm.model,
             f"{mat.label} bfloat16 {opts.metric}",
             mat.source,
             lambda: (mat.M * mat.inv_m[:, None] if opts.metric == "cosine" else mat.M).to(torch.bfloat16),
