@@ -4,6 +4,7 @@ the unembedding, and optional per-head q/k LayerNorm (``use_qk_norm``, one weigh
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -23,17 +24,8 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     hw = llama_head_weights(attn, config)
     if not config.use_qk_norm:
         return hw
-    return HeadWeights(
-        hw.w_q,
-        hw.w_k,
-        hw.w_v,
-        hw.w_o,
-        hw.b_q,
-        hw.b_k,
-        hw.b_v,
-        hw.b_o,
-        hw.kv_head,
-        hw.scale,
+    return dataclasses.replace(
+        hw,
         qk_norm=True,
         notes="q and k are LayerNorm-ed per head before the dot product, so W_qk is only a "
         "direction-level summary; W_vo is exact",

@@ -8,6 +8,7 @@ The A.3 identity holds (it reads the captured probabilities); q·k is not biline
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits, sliding_window_limit
@@ -19,17 +20,8 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     cap = getattr(config, "attn_logit_softcapping", None)
     if not cap:
         return hw
-    return HeadWeights(
-        hw.w_q,
-        hw.w_k,
-        hw.w_v,
-        hw.w_o,
-        hw.b_q,
-        hw.b_k,
-        hw.b_v,
-        hw.b_o,
-        hw.kv_head,
-        hw.scale,
+    return dataclasses.replace(
+        hw,
         notes=f"scores are soft-capped ({cap} * tanh(s / {cap})) before the softmax, so W_qk gives "
         "the pre-cap score; W_vo is exact",
     )

@@ -14,17 +14,8 @@ from .llama import head_weights as llama_head_weights
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     hw = llama_head_weights(attn, config)
-    return HeadWeights(
-        hw.w_q,
-        hw.w_k,
-        hw.w_v,
-        hw.w_o,
-        hw.b_q,
-        hw.b_k,
-        hw.b_v,
-        hw.b_o,
-        hw.kv_head,
-        hw.scale,
+    return dataclasses.replace(
+        hw,
         qk_norm=True,
         notes="q and k are RMS-normalised per head before the dot product, so W_qk is only "
         "a direction-level summary; W_vo is exact",

@@ -5,6 +5,7 @@ k are RMS-normalised over the full width (all heads jointly) before they are spl
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits
@@ -13,17 +14,8 @@ from .llama import head_weights as llama_head_weights
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     hw = llama_head_weights(attn, config)
-    return HeadWeights(
-        hw.w_q,
-        hw.w_k,
-        hw.w_v,
-        hw.w_o,
-        hw.b_q,
-        hw.b_k,
-        hw.b_v,
-        hw.b_o,
-        hw.kv_head,
-        hw.scale,
+    return dataclasses.replace(
+        hw,
         qk_norm=True,
         notes="q and k are RMS-normalised over all heads jointly before the dot product, so W_qk "
         "is only a direction-level summary; W_vo is exact",
