@@ -1,10 +1,11 @@
-"""A toy HellaSwag set and a tiny saved model for CLI tests, and the CLI run in-process (shared by
-tests/test_hellaswag_cli.py and tests/test_compaction_cli.py)."""
+"""A toy HellaSwag set and a tiny saved model for CLI tests, the CLI run in-process (shared by
+tests/test_hellaswag_cli.py and tests/test_compaction_cli.py), and :func:`write_items`, the one writer of the
+tests' HellaSwag files."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +20,21 @@ ROWS = [
     ("a boy", "the boy eats", "a", ["red car.", "dog.", "big house.", "city."], 0),
     ("a girl", "she walks to", "the", ["river.", "king.", "blue car.", "one."], 2),
 ]
+
+
+#: one HellaSwag item as the tests write it: (ctx_a, ctx_b, endings, label), or with the activity label first
+Row = tuple[str, str, Sequence[str], int] | tuple[str, str, str, Sequence[str], int]
+
+
+def write_items(path: Path, rows: Iterable[Row]) -> Path:
+    """``rows`` as a HellaSwag file in rowanz's ``.jsonl`` format at ``path`` (activity label ``x`` where a row
+    has none); returns ``path``."""
+    lines = []
+    for row in rows:
+        a, ca, cb, e, label = row if len(row) == 5 else ("x", *row)
+        lines.append(json.dumps({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": list(e), "label": label}))
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
 
 
 def cli_runner(capsys: Any) -> Callable[..., SimpleNamespace]:
@@ -41,11 +57,5 @@ def write_toy(d: Path, rows: int = len(ROWS)) -> SimpleNamespace:
     lm = tiny_model("llama")
     lm.model.save_pretrained(str(d / "model"), safe_serialization=True)
     lm.tokenizer.save_pretrained(str(d / "model"))
-    data = d / "toy.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l}) + "\n"
-            for a, ca, cb, e, l in ROWS[:rows]
-        )
-    )
+    data = write_items(d / "toy.jsonl", ROWS[:rows])
     return SimpleNamespace(dir=d, lm=lm, model=str(d / "model"), data=str(data))

@@ -44,30 +44,15 @@ def saved_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_llama_inputs(tmp_path_factory):
     """A tiny Llama saved as a model directory and a three-item HellaSwag file (the CLI's bad-input tests)."""
-    import json
-
+    from _toy import write_items
     from walklens.testing import tiny_model
 
     root = tmp_path_factory.mktemp("cli-inputs")
     lm = tiny_model("llama")
     lm.model.save_pretrained(root / "model")
     lm.tokenizer.save_pretrained(root / "model")
-    data = root / "items.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps(
-                {
-                    "activity_label": "x",
-                    "ctx_a": "the king ran to the",
-                    "ctx_b": "",
-                    "endings": ["river", "city", "house", "dog"],
-                    "label": i,
-                }
-            )
-            + "\n"
-            for i in range(3)
-        ),
-        encoding="utf-8",
+    data = write_items(
+        root / "items.jsonl", [("the king ran to the", "", ["river", "city", "house", "dog"], i) for i in range(3)]
     )
     return {"model": str(root / "model"), "data": str(data), "root": str(root)}
 

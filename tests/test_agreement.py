@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
+from _toy import write_items
 from walklens.concepts.schemes import Scheme
 from walklens.errors import InputError
 from walklens.experiments.agreement import (
@@ -286,12 +287,7 @@ def tiny_dir(tmp_path_factory) -> tuple[Path, Path]:
     lm = tiny_model("llama")
     lm.model.save_pretrained(d / "tiny")
     lm.tokenizer.save_pretrained(d / "tiny")
-    with open(d / "items.jsonl", "w", encoding="utf-8") as f:
-        for ctx, endings, label in ITEMS:
-            f.write(
-                json.dumps({"activity_label": "walks", "ctx_a": ctx, "ctx_b": "", "endings": endings, "label": label})
-                + "\n"
-            )
+    write_items(d / "items.jsonl", [("walks", ctx, "", endings, label) for ctx, endings, label in ITEMS])
     (d / "t1.toml").write_text(
         'layers = ["E", "-1"]\nword = ["last", "w1mean"]\nnorm = ["None"]\nseg = ["mean"]\nex = ["mean"]\n',
         encoding="utf-8",

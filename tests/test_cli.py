@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from _toy import write_items
+
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "walklens", *args], capture_output=True, text=True, timeout=600)
@@ -63,22 +65,12 @@ def tiny(tmp_path_factory):
     lm = tiny_model("llama")
     lm.model.save_pretrained(root / "model")
     lm.tokenizer.save_pretrained(root / "model")
-    data = root / "items.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps(
-                {
-                    "activity_label": "x",
-                    "ctx_a": f"the {w} ran to the",
-                    "ctx_b": "",
-                    "endings": ["river.", "city.", "house.", "dog."],
-                    "label": i % 4,
-                }
-            )
-            + "\n"
+    data = write_items(
+        root / "items.jsonl",
+        [
+            (f"the {w} ran to the", "", ["river.", "city.", "house.", "dog."], i % 4)
             for i, w in enumerate(("king", "dog", "man", "cat"))
-        ),
-        encoding="utf-8",
+        ],
     )
     db = root / "r.sqlite"
     assert (

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from _toy import write_items
 from walklens.concepts.schemes import Scheme
 from walklens.experiments import runner
 from walklens.experiments.runsetup import RunSetup
@@ -193,7 +194,6 @@ def test_a_damaged_page_is_refused_by_every_command(tmp_path: Path, capsys: pyte
 
 
 def test_sweep_command_refuses_a_damaged_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import json
 
     import numpy as np
 
@@ -207,22 +207,9 @@ def test_sweep_command_refuses_a_damaged_database(tmp_path: Path, capsys: pytest
     lm = tiny_model("llama")
     lm.model.save_pretrained(tmp_path / "tiny")
     lm.tokenizer.save_pretrained(tmp_path / "tiny")
-    items = tmp_path / "items.jsonl"
-    items.write_text(
-        "".join(
-            json.dumps(
-                {
-                    "activity_label": "x",
-                    "ctx_a": f"the {w} runs.",
-                    "ctx_b": "he",
-                    "endings": ["eats.", "ran.", "is red.", "walks."],
-                    "label": 1,
-                }
-            )
-            + "\n"
-            for w in ("man", "dog")
-        ),
-        encoding="utf-8",
+    items = write_items(
+        tmp_path / "items.jsonl",
+        [(f"the {w} runs.", "he", ["eats.", "ran.", "is red.", "walks."], 1) for w in ("man", "dog")],
     )
     capsys.readouterr()
     code = main(

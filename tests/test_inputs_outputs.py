@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from _toy import ROWS
+from _toy import ROWS, write_items
 from walklens.cli import main
 
 
@@ -51,16 +51,7 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
-    import json
-
-    path = tmp_path / "toy.jsonl"
-    path.write_text(
-        "".join(
-            json.dumps({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l}) + "\n"
-            for a, ca, cb, e, l in ROWS
-        )
-    )
-    return path
+    return write_items(tmp_path / "toy.jsonl", ROWS)
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from _toy import write_items
 from walklens.hellaswag.store import SweepRun, SweepStore
 from walklens.outputs import jsonable
 
@@ -194,22 +195,8 @@ def test_fewshot_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     train split for hf:..., and nothing is loaded without shots."""
     import walklens.hellaswag.data as data
 
-    p = tmp_path / "items.jsonl"
-    p.write_text(
-        "".join(
-            json.dumps(
-                {
-                    "activity_label": "x",
-                    "ctx_a": f"item {i} runs",
-                    "ctx_b": "",
-                    "endings": ["a.", "b.", "c.", "d."],
-                    "label": i % 4,
-                }
-            )
-            + "\n"
-            for i in range(6)
-        ),
-        encoding="utf-8",
+    p = write_items(
+        tmp_path / "items.jsonl", [(f"item {i} runs", "", ["a.", "b.", "c.", "d."], i % 4) for i in range(6)]
     )
     first = data.load_hellaswag(p, limit=2)
     assert [it.index for it in data.fewshot_pool(p, first, shots=1, limit=2)] == list(range(6))

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from _ties import assert_picks_match, assert_same_picks
+from _toy import write_items
 from oracles import reference_test2_bundle, score_batch
 from walklens.concepts.schemes import Scheme
 from walklens.errors import InputError
@@ -449,21 +450,7 @@ def test_cli_sweep_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     mdir = tmp_path / "tiny"
     lm.model.save_pretrained(mdir)
     lm.tokenizer.save_pretrained(mdir)
-    data = tmp_path / "items.jsonl"
-    with open(data, "w", encoding="utf-8") as f:
-        for it in _items(6, seed=5):
-            f.write(
-                json.dumps(
-                    {
-                        "activity_label": "x",
-                        "ctx_a": it.ctx,
-                        "ctx_b": "",
-                        "endings": list(it.endings),
-                        "label": it.label,
-                    }
-                )
-                + "\n"
-            )
+    data = write_items(tmp_path / "items.jsonl", [(it.ctx, "", it.endings, it.label) for it in _items(6, seed=5)])
     grid = tmp_path / "g.toml"
     grid.write_text(
         'layers = ["E", "-1"]\nword = ["mean", "last"]\nnorm = ["None"]\nout_word = ["mean"]\n', encoding="utf-8"

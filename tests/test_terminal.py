@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from rich.cells import cell_len
 from rich.console import Console
 
+from _toy import write_items
 from walklens.cli.terminal import Col, print_table, split_columns
 from walklens.testing import tiny_model
 
@@ -117,25 +118,14 @@ def test_wide_terminal_keeps_one_table(tiny, capsys, monkeypatch):
 def hellaswag_files(tmp_path_factory):
     """A four-item HellaSwag file and a results database holding a small Test 2 and a Test 1 sweep of the tiny
     model (the database ``walklens report`` reads)."""
-    import json
 
     root = tmp_path_factory.mktemp("hs")
-    data = root / "items.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps(
-                {
-                    "activity_label": "x",
-                    "ctx_a": f"the {w} ran to the",
-                    "ctx_b": "",
-                    "endings": ["river.", "city.", "house.", "dog."],
-                    "label": i % 4,
-                }
-            )
-            + "\n"
+    data = write_items(
+        root / "items.jsonl",
+        [
+            (f"the {w} ran to the", "", ["river.", "city.", "house.", "dog."], i % 4)
             for i, w in enumerate(("king", "dog", "man", "cat"))
-        ),
-        encoding="utf-8",
+        ],
     )
     return {"data": str(data), "db": str(root / "r.sqlite"), "root": root}
 
