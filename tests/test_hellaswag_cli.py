@@ -117,6 +117,27 @@ def test_skip_and_the_paired_test(toy, run):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "leaves no item" in r.stderr
 
 
+def test_a_run_split_by_item_ranges_stores_what_one_run_stores(toy, run):
+    """A few-shot run split into ``--limit N`` and ``--skip N`` (two processes on one database, as the full-set
+    Test 2 runs were made) stores each item's scores exactly as one run does: each item's examples are drawn from
+    the whole file with a generator seeded by its own index, whichever items a run scores."""
+    import sqlite3
+
+    d, _, data = toy
+    base = ["test2", "--model", str(d / "model"), "--data", str(data), "--shots", "2", "--no-progress"]
+    assert run("hellaswag", *base, "--db", str(d / "whole.sqlite")).returncode == 0
+    for part in (["--limit", "2"], ["--skip", "2"]):
+        r = run("hellaswag", *base, "--db", str(d / "split.sqlite"), *part)
+        assert r.returncode == 0, r.stderr
+
+    def rows(db: str) -> list[tuple[object, ...]]:
+        with sqlite3.connect(d / db) as c:
+            return c.execute("SELECT test, item, pred, pred_norm, scores FROM results ORDER BY test, item").fetchall()
+
+    whole = rows("whole.sqlite")
+    assert len(whole) == 2 * 4 and rows("split.sqlite") == whole
+
+
 @pytest.mark.parametrize(
     "extra,msg",
     [
