@@ -92,7 +92,8 @@ _T2_CHOSEN = {  # the in-sample best of each 200-item 726,000-scheme sweep (docs
 }
 
 
-_T2_COST = {("gemma3-270m", 0): "~4 h", ("smollm2-135m", 5): "~5-6 h", ("gemma3-270m", 5): "~9-12 h"}
+#: each run's cost in thread time: measured where it is done (docs/results/test2_fullset/timings.txt), else estimated
+_T2_COST = {("gemma3-270m", 0): "~4 h 14 min", ("smollm2-135m", 5): "~7 h 15 min", ("gemma3-270m", 5): "~7 h"}
 
 
 def _t2_full_set_claims() -> list[Claim]:
@@ -105,9 +106,9 @@ def _t2_full_set_claims() -> list[Claim]:
         args = f"--model {model} --dtype bfloat16 --shots {shots} --scheme '{scheme}' --db t2set_{name}.sqlite"
         cmd = f"walklens hellaswag test2 {args} && walklens hellaswag test2 {args} --skip 200 --json {full}"
         why = (
-            f"a resumable run (baseline and one scheme on all 10,042 items, bfloat16, one thread) not finished yet: "
-            f"{_T2_COST[(model, shots)]} of one thread beside other jobs "
-            "(estimated from the rates measured so far; gemma3-270m zero-shot took ~4 h 14 min)"
+            f"a resumable run (baseline and one scheme on all 10,042 items, bfloat16) not finished yet: "
+            f"{_T2_COST[(model, shots)]} of one thread beside other jobs (estimated from its rates measured so far; "
+            "gemma3-270m zero-shot took ~4 h 14 min, smollm2-135m 5-shot ~7 h 15 min)"
         )
         out.append(Claim(f"T2-best-full-set-{name}", _S000_T2, "Test 2 best on all 10,042 items", cmd, full,
                          "scheme_heldout", {}, "reaches", 0.826 if shots == 0 else 0.805, why))  # fmt: skip
