@@ -18,7 +18,7 @@ float32 on the same items so that its bfloat16 picks can be compared with its ow
 Both sides time the evaluation only, after loading the model.  Usage::
 
     .venv/bin/python benchmarks/bench_lmeval.py [--n 200] [--dtype float32|bfloat16]
-        [--lmeval-python /work/lmeval-venv/bin/python] [--lmeval-batch 1,8] [--json docs/results/bench_lmeval.json]
+        [--lmeval-python .lmeval-venv/bin/python] [--lmeval-batch 1,8] [--json docs/results/bench_lmeval.json]
 
 Without an lm-eval environment the comparison is skipped (and said so); the FLOP/s ratio is still measured.
 """
@@ -168,7 +168,8 @@ def agreement(picks: list[dict], reference: list[dict]) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=200)
-    ap.add_argument("--lmeval-python", default=os.environ.get("LMEVAL_PYTHON", "/work/lmeval-venv/bin/python"))
+    venv_python = str(HERE.parent / ".lmeval-venv" / "bin" / "python")  # the clone's own lm-eval environment
+    ap.add_argument("--lmeval-python", default=os.environ.get("LMEVAL_PYTHON", venv_python))
     ap.add_argument(
         "--lmeval-batch",
         type=lambda v: [int(x) for x in v.split(",")],

@@ -2,7 +2,7 @@
 first).  Executed by bench_lmeval.py with the *lm-eval* virtual environment's Python (a benchmark-only
 dependency; never imported by walklens):
 
-    /work/lmeval-venv/bin/python benchmarks/lmeval_driver.py TASK_DIR MODEL_DIR BATCH OUT.json [DTYPE]
+    .lmeval-venv/bin/python benchmarks/lmeval_driver.py TASK_DIR MODEL_DIR BATCH OUT.json [DTYPE]
 
 DTYPE is HFLM's ``dtype`` (float32, the default, or bfloat16).
 """
