@@ -78,6 +78,20 @@ Norm = Literal["none", "final"]
 Against = Literal["auto", "embed", "unembed"]
 
 _RESIDUAL_KINDS = ("resid_pre", "resid_mid", "resid_cross", "resid_post")
+# the [points, positions] readings of an EncodingWalk, in its columns' order
+_WALK_CELLS = (
+    "rank_of_input",
+    "rank_of_next",
+    "prob_of_input",
+    "prob_of_next",
+    "dot_input",
+    "dot_next",
+    "cos_input",
+    "cos_next",
+    "vector_norm",
+    "step_length",
+    "step_angle",
+)
 _CHUNK_BYTES = 128 << 20  # a whole [rows, |V|] float32 score block (read with k > 0, or through a model's head)
 _MAX_CHUNK_ROWS = 512  # rows read at once (walklens.ranking: a chunk's target scores cost rows**2 products)
 
@@ -144,19 +158,7 @@ class EncodingWalk(Shown, view="walk"):
         P, T = len(self.points), len(self.tokens)
         if len(self.residual) != P:
             raise ValueError(f"residual flags: {len(self.residual)} for {P} points")
-        for name in (
-            "rank_of_input",
-            "rank_of_next",
-            "prob_of_input",
-            "prob_of_next",
-            "dot_input",
-            "dot_next",
-            "cos_input",
-            "cos_next",
-            "vector_norm",
-            "step_length",
-            "step_angle",
-        ):
+        for name in _WALK_CELLS:
             shape = tuple(getattr(self, name).shape)
             if shape != (P, T):
                 raise ValueError(f"{name} has shape {shape}, expected {(P, T)}")
@@ -198,25 +200,12 @@ class EncodingWalk(Shown, view="walk"):
 
     def _columns(self, table: str = "walk") -> Columns:
         """The plain columns of :meth:`to_pandas` (encoder rows first on an encoder-decoder model)."""
-        cells = (
-            "rank_of_input",
-            "rank_of_next",
-            "prob_of_input",
-            "prob_of_next",
-            "dot_input",
-            "dot_next",
-            "cos_input",
-            "cos_next",
-            "vector_norm",
-            "step_length",
-            "step_angle",
-        )
 
         def walk(w: EncodingWalk) -> Columns:
             ids = [int(i) for i in w.token_ids.reshape(-1).tolist()]
             return long_table(
                 [("point", w.points), ("position", range(len(w.tokens)))],
-                {name: getattr(w, name) for name in cells},
+                {name: getattr(w, name) for name in _WALK_CELLS},
                 constants={"stack": w.stack},
                 by_axis={
                     "point": {
