@@ -23,11 +23,11 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from .errors import InputError
+from .records import Input, inputs_read
 
 STDOUT = "-"
 
@@ -118,16 +118,6 @@ def make_dir(path: str | os.PathLike[str], label: str | None = None) -> Path:
     return target
 
 
-@dataclass(frozen=True)
-class Input:
-    """A path a command reads: ``label`` names it in messages (``--db``, ``--data``, ``FILE``); ``folder``: a
-    folder whose every file is an input (a concept cache and its index, a model directory)."""
-
-    label: str
-    path: Path
-    folder: bool = False
-
-
 def _inode(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -181,15 +171,23 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def atomic_open(
-    path: str | os.PathLike[str], mode: str = "w", label: str | None = None, **kwargs: Any
+    path: str | os.PathLike[str],
+    mode: str = "w",
+    label: str | None = None,
+    replaces_input: bool = False,
+    **kwargs: Any,
 ) -> Iterator[IO[Any]]:
     """Open a temp file beside the real target of ``path``; on success it replaces the target atomically.
 
     ``mode`` is ``"w"`` (text, UTF-8 unless ``encoding`` is given) or ``"wb"``.  On an exception the temp file
-    is removed and the old file is untouched."""
+    is removed and the old file is untouched.  The target is refused when it is, or lies inside, an input the
+    command has read (:func:`walklens.records.inputs_read`; the check at write time catches a link planted inside
+    an output folder); ``replaces_input``: a cache rewriting its own entry, the one writer allowed to."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open: mode must be 'w' or 'wb', not {mode!r}")
     target = check_file(path, label)
+    if not replaces_input:
+        check_not_inputs(target, label or "output", inputs_read())
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -214,9 +212,11 @@ def atomic_open(
         raise
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes, label: str | None = None) -> Path:
+def write_atomic(
+    path: str | os.PathLike[str], data: str | bytes, label: str | None = None, replaces_input: bool = False
+) -> Path:
     """Write ``data`` (text as UTF-8) to ``path`` by the rule above; returns ``path``."""
-    with atomic_open(path, "wb" if isinstance(data, bytes) else "w", label) as f:
+    with atomic_open(path, "wb" if isinstance(data, bytes) else "w", label, replaces_input) as f:
         f.write(data)
     return Path(path)
 

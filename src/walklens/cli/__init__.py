@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 from .. import __version__
 from ..errors import WalklensError, WalklensWarning
+from ..records import one_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _threads_from_free_cores()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), one_command():  # the inputs this command reads: never overwritten
             warnings.showwarning = _one_line(warnings.showwarning)
             return int(args.func(args) or 0)
     except WalklensError as e:
