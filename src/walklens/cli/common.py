@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .. import records
 from ..errors import InputError
 from ..loading import DEFAULT_MODEL, LoadedModel, load_model
 from ..numbers import COUNT, FINITE, POSITIVE, POSITIVE_INT, SEED
@@ -104,18 +105,17 @@ def check_db(path: str | os.PathLike[str] | None) -> Path:
     return db
 
 
+#: The largest ``@FILE`` text read (far beyond any model's context; the size limits then refuse it by tokens).
+MAX_TEXT_FILE = 16 * 2**20
+
+
 def read_text(value: str) -> str:
     """A literal text, or the contents of FILE when given as ``@FILE``."""
     if value.startswith("@"):
         path = Path(value[1:])
-        if not path.is_file():
+        if not path.exists():
             raise InputError(f"{path}: no such file")
-        try:
-            return path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise InputError(f"{path}: not UTF-8 text (undecodable byte at offset {e.start})") from None
-        except OSError as e:
-            raise InputError(f"{path}: {e.strerror}") from None
+        return records.read_text(path, "@FILE", MAX_TEXT_FILE)
     return value
 
 

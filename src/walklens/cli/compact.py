@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
 from ..errors import InputError
+from ..numbers import NumberError, Range
+from ..records import read_json
 from ..reports.html import show
 from .common import (
     add_fewshot_seed_arg,
@@ -317,15 +320,10 @@ def run_curves(args: argparse.Namespace) -> int:
     pool = fewshot_pool(args.data, everything, max(shots), None)
     lm = load(args)
     timings_path = out_dir / "timings.json"
-    try:
-        timings = json.loads(timings_path.read_text(encoding="utf-8")) if timings_path.is_file() else {}
-    except (OSError, ValueError) as e:
-        raise InputError(
-            f"{timings_path}: not the timings this command writes ({e}); remove it to measure again"
-        ) from None
+    timings = _read_timings(timings_path) if timings_path.exists() else {}
 
     def save_timings(t: dict[str, dict[str, float]]) -> None:
-        write_atomic(timings_path, json.dumps(t, indent=1))
+        write_atomic(timings_path, json.dumps(t, indent=1), replaces_input=True)  # its own resume file
 
     cache = ConceptCache(args.cache) if args.cache else None
     con = console(args, stderr=True)
@@ -366,6 +364,19 @@ def run_curves(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, result)
     return 0
+
+
+def _read_timings(path: Path) -> dict[str, dict[str, float]]:
+    """The resume file ``timings.json`` of the curves (seconds per curve and phase), every value checked: a
+    table of tables of finite non-negative numbers, else one line asking to remove it."""
+    doc = read_json(path, str(path), max_bytes=2**20)
+    seconds = Range(0, what="a finite number of seconds >= 0")
+    if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
+        raise InputError(f"{path}: not the timings this command writes (a table of tables); remove it to measure again")
+    try:
+        return {str(k): {str(p): seconds.check(s, f"{k}.{p}") for p, s in v.items()} for k, v in doc.items()}
+    except NumberError as e:
+        raise InputError(f"{path}: {e}; remove it to measure again") from None
 
 
 def _curve_options(args: argparse.Namespace) -> tuple[list[int], list[str], list[str], list[float], list[str]]:

@@ -85,19 +85,15 @@ def _check_db(value: str) -> Path:
 
 def _cards(values: list[str]) -> list[tuple[str, Any]]:
     """Each ``--card`` file read as a steering card (its ``--json`` document), refused in one line otherwise."""
-    import json
-
+    from ..records import read_json
     from ..steeringcard import SteeringCard
 
     out = []
     for value in values:
         path = Path(value).expanduser()
-        if not path.is_file():
+        if not path.exists():
             raise InputError(f"--card {value}: no such file")
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise InputError(f"--card {value}: not a JSON file ({' '.join(str(e).split())[:120]})") from None
+        doc = read_json(path, "--card")
         try:
             out.append((path.name, SteeringCard.from_document(doc)))
         except InputError as e:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..records import read_text
 
 #: Default layer set for ENCODING_LAYER and OUT_ENCODING_LAYER: token embeddings, the first
 #: layer's input, the middle, one below the top and the top of the stack.
@@ -74,20 +75,21 @@ def parameter_values(test: int, layers: Sequence[str] = DEFAULT_LAYERS) -> dict[
     return vals
 
 
+#: The largest grid or experiment file read (a grid of every value is a few kilobytes).
+MAX_TOML = 2**20
+
+
 def read_toml(p: Path, kind: str) -> dict[str, Any]:
     """The table of a TOML file (a grid or an experiment file); every failure is one :class:`InputError` line."""
-    if not p.is_file():
-        raise InputError(f"{p}: " + ("not a regular file" if p.exists() else f"no such {kind} file"))
+    if not p.exists() and not p.is_symlink():
+        raise InputError(f"{p}: no such {kind} file")
+    text = read_text(p, str(p), MAX_TOML)
     try:
-        return tomllib.loads(p.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise InputError(f"{p}: not UTF-8 text (undecodable byte at offset {e.start})") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{p}: not valid TOML ({e})") from None
     except RecursionError:  # the parser recurses once per level of nested arrays or inline tables
         raise InputError(f"{p}: arrays or inline tables nested too deeply to read") from None
-    except OSError as e:
-        raise InputError(f"{p}: cannot be read ({e.strerror})") from None
 
 
 @dataclass(frozen=True)
