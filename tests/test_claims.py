@@ -4,13 +4,17 @@ result file: docs/claims.md is re-rendered from the committed files, and each bl
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _cli import run
 from walklens.claims import CLAIMS, Claim, assess, render
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -261,3 +265,218 @@ def test_dtype_md_prepack_gate_rows_are_their_files() -> None:
         assert want in doc.splitlines(), f"docs/dtype.md: no row {want!r} ({f.name})"
         edited = _number_edited("| ---\n" + want).split("\n", 1)[1]
         assert edited != want and edited not in doc.splitlines()  # an edited number would fail the check above
+
+
+# ---- hostile result files: read through walklens.records, checked against their declared schemas ----------------
+
+SUMMARY = "docs/results/report_full/summary.json"
+CURVES = "docs/results/compaction_smollm2_5shot/curves.csv"
+HELDOUT = "docs/results/test1_fullset/test1_heldout_smollm2_bf16.json"
+
+
+def _root_with(tmp_path: Path, *rels: str) -> Path:
+    """A ``--root`` tree holding copies of the committed result files ``rels`` (nothing else)."""
+    root = tmp_path / "root"
+    for rel in rels:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / rel, root / rel)
+    return root
+
+
+def _render(capfd: pytest.CaptureFixture[str], root: Path, out: Path) -> tuple[int, list[str], str]:
+    """``reproduce --render``: its exit code, its standard error lines and the table it wrote (or "")."""
+    rc, err = run(capfd, "reproduce", "--render", "--out", str(out), "--root", str(root))
+    table = out / "claims.md"
+    return rc, err, table.read_text(encoding="utf-8") if rc == 0 else ""
+
+
+def _one_line(rc: int, err: list[str], *words: str) -> None:
+    assert rc == 2 and len(err) == 1 and err[0].startswith("walklens: error: "), (rc, err)
+    assert "internal error" not in err[0] and all(w in err[0] for w in words), (err[0], words)
+
+
+@pytest.mark.parametrize("rel", [SUMMARY, CURVES, CURVES.replace(".csv", ".json"), "docs/results/notes.txt"])
+def test_reproduce_render_never_writes_through_a_link_onto_its_input(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], rel: str
+) -> None:
+    """``--out D`` with ``D/claims.md`` a symbolic link onto a result file the render reads (or any file of the
+    results folder) used to overwrite it."""
+    root = _root_with(tmp_path, SUMMARY, CURVES, CURVES.replace(".csv", ".json"))
+    (root / "docs/results/notes.txt").write_text("kept\n", encoding="utf-8")
+    before = (root / rel).read_bytes()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "claims.md").symlink_to(root / rel)
+    rc, err, _ = _render(capfd, root, out)
+    _one_line(rc, err, "an output may never replace an input")
+    assert (root / rel).read_bytes() == before
+
+
+@pytest.mark.parametrize("sub", ["docs/results", "docs/results/report_full", "docs/results/new"])
+def test_reproduce_render_refuses_an_out_inside_the_results_before_work(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], sub: str
+) -> None:
+    root = _root_with(tmp_path, SUMMARY)
+    rc, err, _ = _render(capfd, root, root / sub)
+    _one_line(rc, err, "--out", "an output may never replace an input")
+    assert not (root / sub / "claims.md").exists() and (root / "docs/results").is_dir()
+    assert not (root / "docs/results/new").exists()  # refused before the folder is made
+
+
+def _tamper_json(root: Path, rel: str, edit: Any) -> None:
+    p = root / rel
+    doc = json.loads(p.read_text(encoding="utf-8"))
+    edit(doc)
+    p.write_text(json.dumps(doc, allow_nan=True), encoding="utf-8")
+
+
+def _kfold(doc: Any) -> dict[str, Any]:
+    kf: dict[str, Any] = doc[0]["metrics"]["acc"]["kfold"]
+    return kf
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda d: _kfold(d).update(acc=-0.306, lo=-0.315, hi=-0.297), ("field 'acc'", "from 0 to 1", "-0.306")),
+        (lambda d: _kfold(d).update(acc=1e308), ("field 'acc'", "1e+308")),
+        (lambda d: _kfold(d).update(acc=float("inf")), ("not valid JSON", "Infinity")),
+        (lambda d: _kfold(d).update(acc=None), ("field 'acc'", "must not be null")),
+        (lambda d: _kfold(d).update(lo=0.31), ("field 'lo'", "above", "'acc'")),
+        (lambda d: d[0]["metrics"]["acc"].update(baseline=0), ("field 'baseline'",)),
+        (lambda d: d[0].update(n_items=-3), ("field 'n_items'",)),
+        (lambda d: d[0]["metrics"].pop("acc"), ("no metric 'acc'",)),
+        (lambda d: d.append(7), ("row 1", "must be an object")),
+    ],
+)
+def test_reproduce_render_refuses_an_impossible_summary_in_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], edit: Any, words: tuple[str, ...]
+) -> None:
+    """Negated accuracies used to render as "held out -0.306 [-0.297, -0.315]" with the verdict "reaches it"; 1e308
+    as a 300-digit accuracy; a null or a missing key as an internal error."""
+    root = _root_with(tmp_path, SUMMARY)
+    _tamper_json(root, SUMMARY, edit)
+    rc, err, _ = _render(capfd, root, tmp_path / "out")
+    _one_line(rc, err, "report_full/summary.json", *words)
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, ("nested deeper than",)),
+        (b"\x80 garbage", ("not valid JSON",)),
+        (b'[{"model": "m", "test": 2, "shots": 0, "n_items": 10042, "n_schemes": 1, "metrics": {"acc": 1}}]',
+         ("metrics.acc", "must be an object")),
+    ],
+)  # fmt: skip
+def test_reproduce_render_refuses_a_malformed_summary_in_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], content: bytes, words: tuple[str, ...]
+) -> None:
+    root = _root_with(tmp_path, SUMMARY)
+    (root / SUMMARY).write_bytes(content)
+    rc, err, _ = _render(capfd, root, tmp_path / "out")
+    _one_line(rc, err, "summary.json", *words)
+
+
+def test_reproduce_render_refuses_a_huge_result_file_by_its_size(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A 100 MB array is refused by its size before a byte of it is read."""
+    root = _root_with(tmp_path, SUMMARY)
+    with open(root / SUMMARY, "wb") as f:
+        f.write(b"[" + b" " * (100 * 2**20) + b"0]")
+    rc, err, _ = _render(capfd, root, tmp_path / "out")
+    _one_line(rc, err, "summary.json", "bytes, over the")
+
+
+def _tamper_csv(root: Path, rel: str, row: int, column: str, value: str) -> None:
+    """The cell ``column`` of ``row`` (0: the header, so line ``row + 1``) of a CSV file set to ``value``."""
+    p = root / rel
+    rows = list(csv.reader(io.StringIO(p.read_text(encoding="utf-8"))))
+    rows[row][rows[0].index(column)] = value
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    p.write_text(buf.getvalue(), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("row", "column", "value", "words"),
+    [
+        (7, "kept_acc", "-0.82", ("line 8", "field 'kept_acc'")),
+        (7, "kept_acc", "1e999", ("line 8", "field 'kept_acc'")),
+        (7, "kept_acc_lo", "0.9", ("line 8", "field 'kept_acc_lo'", "above")),
+        (3, "n", "many", ("line 4", "field 'n'")),
+        (2, "strategy", "", ("line 3", "field 'strategy'", "must not be null")),
+    ],
+)
+def test_reproduce_render_refuses_a_bad_curves_csv_in_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], row: int, column: str, value: str, words: tuple[str, ...]
+) -> None:
+    root = _root_with(tmp_path, CURVES, CURVES.replace(".csv", ".json"))
+    _tamper_csv(root, CURVES, row, column, value)
+    rc, err, _ = _render(capfd, root, tmp_path / "out")
+    _one_line(rc, err, "curves.csv", *words)
+
+
+@pytest.mark.parametrize("content", [b"\x00\xff" * 50, b"shots,what\n1,2\n", b'a,"b\n' + b"x" * 200_000])
+def test_reproduce_render_refuses_a_garbage_curves_csv_in_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], content: bytes
+) -> None:
+    root = _root_with(tmp_path, CURVES, CURVES.replace(".csv", ".json"))
+    (root / CURVES).write_bytes(content)
+    rc, err, _ = _render(capfd, root, tmp_path / "out")
+    _one_line(rc, err, "curves.csv")
+
+
+def test_reproduce_render_never_ranks_a_nan(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A NaN share kept (a compaction point) is reported as NaN and never chosen as the best; it used to win."""
+    root = _root_with(tmp_path, CURVES, CURVES.replace(".csv", ".json"))
+    _tamper_csv(root, CURVES, 4, "kept_acc", "nan")  # the first concept point at ratio 8 (line 5)
+    rc, err, table = _render(capfd, root, tmp_path / "out")
+    row = next(ln for ln in table.splitlines() if ln.startswith("| compaction-smollm2-5shot |"))
+    assert rc == 0 and "(bounds=sentence) keeps 0.82 [0.76, 0.88]" in row and "nan" not in row
+
+
+def test_reproduce_render_reports_a_null_normalised_figure_as_nan(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A normalised figure written as null (no baseline hit: ``jsonable`` writes NaN as null) is NaN, never
+    decided on."""
+    root = _root_with(tmp_path, HELDOUT)
+    _tamper_json(root, HELDOUT, lambda d: d["paired"]["acc"].update(norm=None, norm_lo=None, norm_hi=None))
+    rc, err, table = _render(capfd, root, tmp_path / "out")
+    row = next(ln for ln in table.splitlines() if ln.startswith("| T1-best-full-set |"))
+    assert rc == 0 and "(nan normalised, bootstrap nan-nan)" in row and "| not decided" in row
+
+
+def test_result_schemas_name_the_fields_their_writers_write() -> None:
+    """The readers' declared documents (walklens.claims.schemas) take only the names their writers write: the
+    dataclasses written by ``jsonable``, the compaction's CSV columns and the paired figures of a held-out run."""
+    from dataclasses import fields
+    from types import SimpleNamespace
+
+    from walklens.association import ClassContrast, Cooccurrence, Correlation
+    from walklens.attention import SelfMass
+    from walklens.claims import schemas as sc
+    from walklens.concepteval import Comparison
+    from walklens.encoderself import SelfRank
+    from walklens.experiments.heldout import Bootstrap, Paired, paired_against
+    from walklens.experiments.summary import HeldOut
+    from walklens.power import Alignment
+    from walklens.reports.compaction import CSV_FIELDS
+    from walklens.selfbias import SelfBiasCount
+    from walklens.steering import SteerRow
+
+    writers: list[tuple[Any, Any, set[str]]] = [
+        (sc.KFOLD, HeldOut, set()), (sc.BOOTSTRAP, Bootstrap, set()), (sc.PAIRED, Paired, set()),
+        (sc.CORRELATION, Correlation, set()), (sc.COOCCUR, Cooccurrence, set()), (sc.SELF_MASS, SelfMass, set()),
+        (sc.BLOCK_CLASS, ClassContrast, set()), (sc.SELF_RANK, SelfRank, {"summary"}), (sc.ALIGNMENT, Alignment, set()),
+        (sc.SELF_BIAS, SelfBiasCount, set()), (sc.STEER_ROW, SteerRow, set()), (sc.COMPARISON, Comparison, set()),
+    ]  # fmt: skip
+    for schema, writer, added in writers:
+        assert set(schema.names) <= {f.name for f in fields(writer)} | added, (schema.name, writer)
+    assert set(sc.COMPACTION_POINT.names) <= set(CSV_FIELDS)
+    item = [SimpleNamespace(item=i, pred=i % 2, pred_norm=i % 3, gold=0) for i in range(6)]
+    base = [SimpleNamespace(item=i, pred=i % 3, pred_norm=i % 2, gold=0) for i in range(6)]
+    run = paired_against(SimpleNamespace(n=6, results=item), SimpleNamespace(n=6, results=base))  # type: ignore[arg-type]
+    assert set(sc.HELDOUT_METRIC.names) <= set(run["acc"]) and set(sc.PAIRED.names) <= set(run["acc"]["paired"])

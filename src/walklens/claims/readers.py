@@ -1,41 +1,53 @@
-"""Reading the committed result files: each reader turns one file (and a run selection) into a :class:`Measured`."""
+"""Reading the committed result files: each reader turns one file (and a run selection) into a :class:`Measured`.
+
+Every value a reader uses is checked against its document's declared schema (:mod:`.schemas`) as it is read:
+a bad file is one :class:`~walklens.errors.InputError` line naming the file, the row or key path and the field.
+"""
 
 from __future__ import annotations
 
-import csv
-import json
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..numbers import Range
+from . import schemas as sc
 from .base import BAND_ALPHA, Measured
 
 # ---- reading the result files ------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read the result file ({e})") from None
-
-
-def _run(doc: Any, select: Mapping[str, Any], path: Path) -> dict[str, Any]:
-    """The one run of a ``summary.json`` matching ``select`` (model, test, shots, n_items; absent keys: any)."""
+def _run(path: Path, select: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The one run of a ``summary.json`` matching ``select`` (model, test, shots, n_items; absent keys: any), every
+    run checked; with the run's place in messages."""
+    doc = sc.load_json(path)
     runs = doc["runs"] if isinstance(doc, dict) and "runs" in doc else doc if isinstance(doc, list) else [doc]
+    checked = sc.SWEEP_RUN.check_all(runs, str(path), sc.MAX_ROWS)
     keys = ("model", "test", "shots", "n_items")
-    hits = [r for r in runs if all(r.get(k) == select[k] for k in keys if k in select)]
+    hits = [(i, r) for i, r in enumerate(checked) if all(r.get(k) == select[k] for k in keys if k in select)]
     if len(hits) != 1:
         raise InputError(f"{path}: {len(hits)} runs match {dict(select)}, want one")
-    return dict(hits[0])
+    return f"{path} row {hits[0][0]}", hits[0][1]
+
+
+def _paired(doc: Any, where: str) -> dict[str, Any]:
+    """A paired test against the baseline (``diff`` inside its interval, ``p`` a probability)."""
+    pair = sc.PAIRED.check(doc, where)
+    sc.ordered(pair, where, "lo", "diff", "hi")
+    return pair
 
 
 def heldout(path: Path, select: Mapping[str, Any]) -> Measured:
     """The k-fold held-out best of one run of a sweep report's ``summary.json`` and its baseline."""
-    run = _run(_read_json(path), select, path)
-    m = run["metrics"][select.get("metric", "acc")]
-    kf, base = m["kfold"], float(m["baseline"])
+    where, run = _run(path, select)
+    metric = select.get("metric", "acc")
+    m = sc.key(run["metrics"], metric, f"{where} metrics", "metric")
+    where += f" metrics.{metric}"
+    m = sc.SWEEP_METRIC.check(m, where)
+    kf, base = sc.KFOLD.check(m["kfold"], where + ".kfold"), m["baseline"]
+    sc.ordered(kf, where + ".kfold", "lo", "acc", "hi")
     facts = {"baseline": base, "norm": kf["acc"] / base, "norm_lo": kf["lo"] / base, "norm_hi": kf["hi"] / base}
     text = (
         f"{run['model']}, Test {run['test']}, {run['shots']}-shot, {run['n_schemes']:,} schemes, "
@@ -44,29 +56,49 @@ def heldout(path: Path, select: Mapping[str, Any]) -> Measured:
     )
     boot, pair = m.get("bootstrap"), m.get("paired")
     if boot:
+        boot = sc.BOOTSTRAP.check(boot, where + ".bootstrap")
+        sc.ordered(boot, where + ".bootstrap", "norm_lo", "norm_hi")
         facts |= {"boot_norm_lo": boot["norm_lo"], "boot_norm_hi": boot["norm_hi"]}
         text += f"; bootstrap of the procedure {boot['norm_lo']:.2f}-{boot['norm_hi']:.2f} normalised"
     if pair:
+        pair = _paired(pair, where + ".paired")
         facts |= {"paired_p": pair["p"], "paired_lo": pair["lo"], "paired_hi": pair["hi"]}
         text += f"; paired vs baseline {pair['diff']:+.3f} [{pair['lo']:+.3f}, {pair['hi']:+.3f}], p={pair['p']:.2g}"
     return Measured(str(run["model"]), int(run["n_items"]), kf["acc"], kf["lo"], kf["hi"], text, facts)
 
 
+_RATIO = Range(0, open_lo=True, what="a positive number or max")
+
+
+def _ratio(r: Mapping[str, Any], where: str) -> float | None:
+    """A compaction point's ratio: none (the zero-shot and full rows), ``max`` (one vector) or a number."""
+    cell = r["ratio"]
+    if cell is None or cell == "max":
+        return math.inf if cell else None
+    try:
+        return float(_RATIO.parse(cell, "field 'ratio'"))
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+
+
 def compaction(path: Path, select: Mapping[str, Any]) -> Measured:
     """From a compaction ``curves.csv``: the concept compaction keeping the most of the full run's ``acc`` at
-    ``ratio``, against dropping the examples altogether (the zero-shot row)."""
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the result file ({e})") from None
+    ``ratio`` (a NaN share is never ranked), against dropping the examples altogether (the zero-shot row)."""
+    rows = sc.read_csv(path, sc.COMPACTION_POINT)
+    for where, r in rows:
+        sc.ordered(r, where, "kept_acc_lo", "kept_acc", "kept_acc_hi")
+        r["ratio"] = _ratio(r, where)
     ratio = float(select["ratio"])
-    concept = [r for r in rows if "method=concept" in r["spec"] and r["ratio"] == f"{ratio:.1f}"]
-    zero = [r for r in rows if r["strategy"] == "zero-shot"]
+    concept = [r for _, r in rows if "method=concept" in r["spec"] and r["ratio"] == ratio]
+    zero = [r for _, r in rows if r["strategy"] == "zero-shot"]
     if not concept or len(zero) != 1:
         raise InputError(f"{path}: no concept compaction at ratio {ratio:g} or no zero-shot row")
-    best = max(concept, key=lambda r: float(r["kept_acc"]))
-    model = str(_read_json(path.with_suffix(".json")).get("model", select["model"]))
+    ranked = [r for r in concept if not math.isnan(r["kept_acc"])]
+    if not ranked:
+        raise InputError(f"{path}: every concept compaction at ratio {ratio:g} keeps NaN of the full run's acc")
+    best = max(ranked, key=lambda r: float(r["kept_acc"]))
+    json_path = path.with_suffix(".json")
+    model = str(sc.COMPACTION_DOC.check(sc.load_json(json_path), str(json_path)).get("model", select["model"]))
     z = zero[0]
     v, lo, hi = (float(best[k]) for k in ("kept_acc", "kept_acc_lo", "kept_acc_hi"))
     zv, zlo, zhi = (float(z[k]) for k in ("kept_acc", "kept_acc_lo", "kept_acc_hi"))
@@ -78,9 +110,11 @@ def compaction(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(model, int(best["n"]), v, lo, hi, text, {"drop": zv, "drop_lo": zlo, "drop_hi": zhi})
 
 
-def _below_uniform(sm: Mapping[str, Any]) -> tuple[float, int, float, float]:
-    mass = [x for row in sm["mass"] for x in row]
-    uni = [x for row in sm["uniform"] for x in row]
+def _below_uniform(sm: Mapping[str, Any], where: str = "self mass") -> tuple[float, int, float, float]:
+    sm = sc.SELF_MASS.check(sm, where)
+    mass, uni = (sc.numbers(sm[k], sc.ACC, where, k, depth=2) for k in ("mass", "uniform"))
+    if not mass or len(mass) != len(uni):
+        raise InputError(f"{where}: fields 'mass' and 'uniform' hold {len(mass)} and {len(uni)} heads, want as many")
     below = sum(1 for m, u in zip(mass, uni) if m < u)
     return below / len(mass), len(mass), sum(mass) / len(mass), sum(uni) / len(uni)
 
@@ -88,10 +122,11 @@ def _below_uniform(sm: Mapping[str, Any]) -> tuple[float, int, float, float]:
 def self_mass_share(path: Path, select: Mapping[str, Any]) -> Measured:
     """From ``walklens heads --json``: the share of heads whose mean self mass is below uniform attention, as
     measured and with the attention sink removed (key 0 dropped, rows renormalised)."""
-    doc = _read_json(path)
-    stack = select.get("stack", "model")
-    raw, n, m, u = _below_uniform(doc["self_mass"][stack])
-    sink, _, ms, us = _below_uniform(doc["self_mass"][f"{stack}, position 0 removed"])
+    doc = sc.SELF_MASS_DOC.check(sc.load_json(path), str(path))
+    stack, where = select.get("stack", "model"), f"{path} self_mass"
+    raw, n, m, u = _below_uniform(sc.key(doc["self_mass"], stack, where, "stack"), f"{where}.{stack}")
+    removed = f"{stack}, position 0 removed"
+    sink, _, ms, us = _below_uniform(sc.key(doc["self_mass"], removed, where, "stack"), f"{where}.{removed}")
     text = (
         f"{doc.get('model', select.get('model', '?'))}, {n} heads, one text: {raw:.1%} below uniform self mass "
         f"(mean {m:.3f} vs {u:.3f}); with position 0 removed (attention-sink control) {sink:.1%} (mean {ms:.3f} "
@@ -100,23 +135,35 @@ def self_mass_share(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(str(doc.get("model", "")), n, raw, raw, raw, text, {"sink": sink})
 
 
-def alignment_counts(doc: Mapping[str, Any]) -> dict[str, float]:
+def alignment_counts(doc: Mapping[str, Any], where: str = "power document") -> dict[str, float]:
     """From ``walklens power --json``'s alignment at the layer outputs: the means over layers (own v1, random
     directions, other layers' v1), the layers above each band's top and how many layers gain alignment."""
-    a = doc["alignment"]
-    post = [i for i, p in enumerate(a["points"]) if p.endswith(".resid_post")]
-    pre = [i for i, p in enumerate(a["points"]) if p.endswith(".resid_pre")]
+    a = sc.key(doc, "alignment", where, "key")
+    where += " alignment"
+    a = sc.ALIGNMENT.check(a, where)
+    points = a["points"]
+    if not all(isinstance(p, str) for p in points):
+        raise InputError(f"{where}: field 'points' must be a list of strings")
+    s = {k: sc.numbers(a[k], sc.DIFF, where, k) for k in sc.ALIGNMENT_SERIES}
+    short = next((k for k in sc.ALIGNMENT_SERIES if len(s[k]) != len(points)), None)
+    if short:
+        raise InputError(f"{where}: field {short!r} holds {len(s[short])} numbers for {len(points)} points")
+    post = [i for i, p in enumerate(points) if p.endswith(".resid_post")]
+    pre = [i for i, p in enumerate(points) if p.endswith(".resid_pre")]
     n = len(post)
+    if not n:
+        raise InputError(f"{where}: no layer output (a point named L<i>.resid_post)")
+    mean = s["mean"]
     return {
         "layers": n,
         "tokens": a["n_tokens"],
-        "mean": sum(a["mean"][i] for i in post) / n,
-        "random": sum(a["random_mean"][i] for i in post) / n,
-        "other": sum(a["other_mean"][i] for i in post) / n,
-        "above_random": sum(1 for i in post if a["mean"][i] > a["random_hi"][i]),
-        "above_other": sum(1 for i in post if a["mean"][i] > a["other_hi"][i]),
-        "gain": sum(1 for i, j in zip(post, pre) if a["mean"][i] > a["mean"][j]),
-        "change": sum(a["mean"][i] - a["mean"][j] for i, j in zip(post, pre)) / n,
+        "mean": sum(mean[i] for i in post) / n,
+        "random": sum(s["random_mean"][i] for i in post) / n,
+        "other": sum(s["other_mean"][i] for i in post) / n,
+        "above_random": sum(1 for i in post if mean[i] > s["random_hi"][i]),
+        "above_other": sum(1 for i in post if mean[i] > s["other_hi"][i]),
+        "gain": sum(1 for i, j in zip(post, pre) if mean[i] > mean[j]),
+        "change": sum(mean[i] - mean[j] for i, j in zip(post, pre)) / n,
     }
 
 
@@ -125,8 +172,8 @@ def alignment(path: Path, select: Mapping[str, Any]) -> Measured:
     chance (5 % of the layers: the bands are 5-95 %)."""
     from scipy.stats import binom
 
-    doc = _read_json(path)
-    c = alignment_counts(doc)
+    doc = sc.ALIGNMENT_DOC.check(sc.load_json(path), str(path))
+    c = alignment_counts(doc, str(path))
     n = int(c["layers"])
     facts = dict(c) | {
         "p_random": float(binom.sf(c["above_random"] - 1, n, BAND_ALPHA)),
@@ -142,12 +189,15 @@ def alignment(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(str(doc["model"]), n, c["mean"], c["mean"], c["mean"], text, facts)
 
 
-def steering_settings(doc: Mapping[str, Any]) -> dict[tuple[str, str, float], tuple[int, int, float]]:
+def steering_settings(
+    doc: Mapping[str, Any], where: str = "steering document"
+) -> dict[tuple[str, str, float], tuple[int, int, float]]:
     """From ``walklens steer --json``: per (method, layers, alpha) the prompts where the target became the most
-    likely next token, the prompts, and the mean probability of the target."""
+    likely next token, the prompts, and the mean probability of the target (NaN where a probability is)."""
     out: dict[tuple[str, str, float], list[Mapping[str, Any]]] = {}
-    for r in doc["rows"]:
-        out.setdefault((r["method"], ",".join(map(str, r["layers"])), float(r["alpha"])), []).append(r)
+    for i, r in enumerate(sc.STEER_ROW.check_all(sc.key(doc, "rows", where, "key"), where, sc.MAX_ROWS)):
+        layers = sc.numbers(r["layers"], sc.LAYER, f"{where} row {i}", "layers")
+        out.setdefault((r["method"], ",".join(str(int(x)) for x in layers), r["alpha"]), []).append(r)
     return {
         k: (sum(1 for r in rs if r["target_rank"] == 0), len(rs), sum(float(r["target_prob"]) for r in rs) / len(rs))
         for k, rs in out.items()
@@ -155,15 +205,17 @@ def steering_settings(doc: Mapping[str, Any]) -> dict[tuple[str, str, float], tu
 
 
 def steering(path: Path, select: Mapping[str, Any]) -> Measured:
-    """Eigen-steering's best setting (most prompts with the target on top, then the highest mean probability)
-    next to activation addition's."""
-    doc = _read_json(path)
-    st = steering_settings(doc)
-    best = {
-        m: max((k for k in st if k[0] == m), key=lambda k: (st[k][0], st[k][2]))
-        for m in ("eigen", "add")
-        if any(k[0] == m for k in st)
-    }
+    """Eigen-steering's best setting (most prompts with the target on top, then the highest mean probability, a NaN
+    one never ranked above a number) next to activation addition's."""
+    doc = sc.STEER_DOC.check(sc.load_json(path), str(path))
+    st = steering_settings(doc, str(path))
+
+    def rank(k: tuple[str, str, float]) -> tuple[int, float]:
+        return st[k][0], -math.inf if math.isnan(st[k][2]) else st[k][2]
+
+    best = {m: max((k for k in st if k[0] == m), key=rank) for m in ("eigen", "add") if any(k[0] == m for k in st)}
+    if "eigen" not in best:
+        raise InputError(f"{path}: no eigen-steering row (method 'eigen')")
     parts = [
         f"{m} at layers {k[1]}, alpha {k[2]:g}: {st[k][0]}/{st[k][1]} prompts top-1 (mean p {st[k][2]:.3g})"
         for m, k in best.items()
@@ -176,9 +228,11 @@ def steering(path: Path, select: Mapping[str, Any]) -> Measured:
 def cooccur(path: Path, select: Mapping[str, Any]) -> Measured:
     """From ``walklens cooccur --json``: Spearman PMI-cosine with its interval, the other two sides of Result 4's
     triangle and both frequency controls (seed 000, sec. 2.2)."""
-    d = _read_json(path)
-    f = {f"{k}{s}": float(d[k][j]) for k in ("pmi_dot", "pmi_cos", "dot_cos", "partial_cos", "matched_cos",
-         "excess_cos") for s, j in (("", "rho"), ("_lo", "lo"), ("_hi", "hi"))}  # fmt: skip
+    d = sc.COOCCUR.check(sc.load_json(path), str(path))
+    for k in sc.COOCCUR_STATS:
+        d[k] = sc.CORRELATION.check(d[k], f"{path} {k}")
+        sc.ordered(d[k], f"{path} {k}", "lo", "rho", "hi")
+    f = {f"{k}{s}": float(d[k][j]) for k in sc.COOCCUR_STATS for s, j in (("", "rho"), ("_lo", "lo"), ("_hi", "hi"))}
 
     def ci(k: str) -> str:
         return f"{f[k]:+.3f} [{f[k + '_lo']:+.3f}, {f[k + '_hi']:+.3f}]"
@@ -193,19 +247,37 @@ def cooccur(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(str(d["model_name"]), int(d["n_pairs"]), f["pmi_cos"], f["pmi_cos_lo"], f["pmi_cos_hi"], text, f)
 
 
+def _classes(maps: Mapping[str, Any], path: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per map, its class contrasts by class (the three a claim reads must be there)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for k, m in maps.items():
+        where = f"{path} maps.{sc.name(k)}"
+        cs = sc.BLOCK_CLASS.check_all(sc.BLOCK_MAP.check(m, where)["classes"], f"{where} classes", sc.MAX_ROWS)
+        for i, c in enumerate(cs):
+            sc.ordered(c, f"{where} classes row {i}", "lo", "hi")
+        out[k] = {c["cls"]: c for c in reversed(cs)}  # the first of a repeated class, as a search finds it
+        missing = next((c for c in ("number", "bracket", "separator") if c not in out[k]), None)
+        if missing:
+            raise InputError(f"{where}: no class {missing!r}")
+    return out
+
+
 def blocks(path: Path, select: Mapping[str, Any]) -> Measured:
     """From ``walklens simmap --blocks``: per class, in how many maps the class is alike (within above between
     beyond the permutation null, Bonferroni over the maps), and the contrast of ``select['map']``."""
-    d = _read_json(path)
-    maps = d["maps"]
+    d = sc.BLOCKS_DOC.check(sc.load_json(path), str(path))
+    if not d["maps"]:
+        raise InputError(f"{path}: field 'maps' holds no map")
+    maps = _classes(d["maps"], path)
+    chosen = sc.key(maps, select["map"], str(path), "map")
     alpha = 0.05 / len(maps)
     facts: dict[str, float] = {"maps": len(maps)}
     parts = []
     for cls in ("number", "bracket", "separator"):
-        per = [next(c for c in m["classes"] if c["cls"] == cls) for m in maps.values()]
+        per = [m[cls] for m in maps.values()]
         facts[f"{cls}_alike"] = sum(1 for c in per if c["p_above"] < alpha)
         facts[f"{cls}_below"] = sum(1 for c in per if c["hi"] < 0)
-        c = next(c for c in maps[select["map"]]["classes"] if c["cls"] == cls)
+        c = chosen[cls]
         facts |= {cls: c["contrast"], f"{cls}_lo": c["lo"], f"{cls}_hi": c["hi"], f"{cls}_n": c["n"]}
         parts.append(
             f"{cls}s (n={c['n']}) {c['contrast']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}], alike in "
@@ -219,12 +291,25 @@ def blocks(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(str(d["model"]), len(d["tokens"]), num, facts["number_lo"], facts["number_hi"], text, facts)
 
 
+def _self_bias_count(doc: Mapping[str, Any], k: str, where: str) -> dict[str, Any]:
+    rows = sc.key(doc["self_bias"], k, where + " self_bias", "control")
+    where += f" self_bias.{k} row 0"
+    if not isinstance(rows, list) or not rows:
+        raise InputError(f"{where.rsplit(' row', 1)[0]}: must be a non-empty list of counts")
+    c = sc.SELF_BIAS.check(rows[0], where)
+    if max(c["negative"], c["significant"]) > c["heads"]:
+        raise InputError(f"{where}: counts {c['negative']} and {c['significant']} of {c['heads']} heads")
+    return c
+
+
 def self_bias(path: Path, select: Mapping[str, Any]) -> Measured:
     """From ``walklens kernels --sink-control --json``: heads with negative self-bias, flagged at the margin and
     below zero by a one-sided t-test (with the number chance gives), as measured and with position 0 removed."""
-    doc = _read_json(path)
-    a, b = (doc["self_bias"][k][0] for k in ("as measured", "position 0 removed"))
+    doc = sc.SELF_BIAS_DOC.check(sc.load_json(path), str(path))
+    a, b = (_self_bias_count(doc, k, str(path)) for k in ("as measured", "position 0 removed"))
     n = int(a["heads"])
+    if b["heads"] != n:
+        raise InputError(f"{path}: {b['heads']} heads with position 0 removed, {n} as measured")
     text = (
         f"{doc['model']}, {n} empirical kernels: {a['negative']} ({a['negative'] / n:.1%}) flagged at "
         f"{a['margin']:g} nats, {a['significant']} below zero at one-sided {a['alpha']:g} ({a['expected']:.3g} "
@@ -240,8 +325,14 @@ def self_bias(path: Path, select: Mapping[str, Any]) -> Measured:
 def self_rank(path: Path, select: Mapping[str, Any]) -> Measured:
     """From ``walklens walk --self-rank --json``: per stack the own token's median rank and the share of
     positions where it outranks another position's token."""
-    doc = _read_json(path)
-    st = {s["stack"] or "model": s for s in doc["stacks"]}
+    doc = sc.SELF_RANK_DOC.check(sc.load_json(path), str(path))
+    stacks = sc.SELF_RANK.check_all(doc["stacks"], f"{path} stacks", 16)
+    if not stacks:
+        raise InputError(f"{path}: field 'stacks' holds no stack")
+    for i, s in enumerate(stacks):
+        sc.ordered(s, f"{path} stacks row {i}", "closer_lo", "closer", "closer_hi")
+        s["summary"] = sc.RANK_SUMMARY.check(s["summary"], f"{path} stacks row {i} summary")
+    st = {s["stack"] or "model": s for s in stacks}
     parts = [
         f"{k}: own token median rank {s['summary']['median_rank_own']:g} of {s['vocab']} (control "
         f"{s['summary']['median_rank_control']:g}), ahead of the control at {s['closer']:.0%} "
@@ -255,10 +346,21 @@ def self_rank(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(str(doc["model"]), len(e["token_ids"]), e["closer"], e["closer_lo"], e["closer_hi"], text, facts)
 
 
+#: the comparisons of a concept evaluation that its claim and verdict read
+COMPARISONS = ("own_vs_offtopic", "own_vs_shuffled", "gold_vs_distractors", "chance_control")
+
+
 def concept_eval(path: Path, select: Mapping[str, Any]) -> Measured:
     """From ``walklens hellaswag concept-eval --json``: each comparison's share with its interval."""
-    doc = _read_json(path)
-    cs = doc["comparisons"]
+    doc = sc.CONCEPT_DOC.check(sc.load_json(path), str(path))
+    where = f"{path} comparisons"
+    if len(doc["comparisons"]) > 64 or any(len(k) > 80 for k in doc["comparisons"]):
+        raise InputError(f"{where}: over 64 comparisons, or a name over 80 characters")
+    cs = {k: sc.COMPARISON.check(c, f"{where}.{k}") for k, c in doc["comparisons"].items()}
+    for k, c in cs.items():
+        sc.ordered(c, f"{where}.{k}", "lo", "share", "hi")
+    for k in COMPARISONS:
+        sc.key(cs, k, where, "comparison")
     parts = [f"{k} {c['share']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}] (chance {c['chance']:g})" for k, c in cs.items()]
     o = cs["own_vs_offtopic"]
     facts = {f"{k}_{x}": float(c[x]) for k, c in cs.items() for x in ("lo", "hi")}
@@ -270,11 +372,16 @@ def scheme_heldout(path: Path, select: Mapping[str, Any]) -> Measured:
     """One scheme, chosen on other items, scored on the items of a ``walklens hellaswag test1|test2 --skip N --json``
     file, against the baseline on the same items: accuracy (Wilson), the normalised figure with its paired
     bootstrap interval (the baseline's uncertainty in it) and the exact McNemar test."""
-    doc = _read_json(path)
-    pair = (doc.get("paired") or {}).get(select.get("metric", "acc"))
+    doc = sc.HELDOUT_RUN.check(sc.load_json(path), str(path))
+    metric = select.get("metric", "acc")
+    pair = (doc.get("paired") or {}).get(metric)
     if not pair:
         raise InputError(f"{path}: no paired test against the baseline (a run of `walklens hellaswag ... --json`)")
-    mc = pair["paired"]
+    where = f"{path} paired.{metric}"
+    pair = sc.HELDOUT_METRIC.check(pair, where)
+    for fields in (("lo", "acc", "hi"), ("baseline_lo", "baseline", "baseline_hi"), ("norm_lo", "norm_hi")):
+        sc.ordered(pair, where, *fields)
+    mc = _paired(pair["paired"], where + ".paired")
     facts = {
         "baseline": pair["baseline"],
         "norm": pair["norm"],

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from .base import CHANCE, Measured
 
 # ---- verdict rules -------------------------------------------------------------------------------------------------
+
+
+def _nan(*xs: float) -> bool:
+    """Whether a bound is NaN (reported as NaN; nothing is decided on it)."""
+    return any(math.isnan(x) for x in xs)
 
 
 def _below_baseline(m: Measured, target: float | None) -> str:
@@ -31,6 +37,8 @@ def _reaches(m: Measured, target: float | None) -> str:
     boot = "boot_norm_lo" in m.facts
     lo, hi = m.facts.get("boot_norm_lo", m.facts["norm_lo"]), m.facts.get("boot_norm_hi", m.facts["norm_hi"])
     how = "bootstrap interval" if boot else "interval: Wilson / baseline, without the baseline's uncertainty"
+    if _nan(lo, hi):
+        return f"not decided: the held-out interval is NaN ({how})"
     if lo > target:
         return f"reaches it: held out above the seed's in-sample {target:.3f} ({how})"
     if hi < target:
@@ -47,6 +55,8 @@ def _above_chance(m: Measured, target: float | None) -> str:
 
 
 def _compaction(m: Measured, target: float | None) -> str:
+    if _nan(m.lo, m.hi, m.facts["drop_lo"], m.facts["drop_hi"]):
+        return "not decided: an interval of compaction or dropping is NaN"
     if m.hi < m.facts["drop_lo"]:
         return "not reproduced here: keeps less than dropping the examples (HellaSwag prefixes, not long contexts)"
     if m.lo > m.facts["drop_hi"]:
@@ -91,7 +101,7 @@ def _associative(m: Measured, target: float | None) -> str:
     f = m.facts
     if m.hi < 0:
         return "contradicted: co-occurrence and cosine correlate negatively"
-    if m.lo <= 0:
+    if not 0 < m.lo <= m.hi:  # a NaN bound (a jackknife of too few groups) decides nothing
         return "not decided: the interval of the PMI-cosine correlation includes 0"
     kept = f"given frequencies {f['partial_cos']:+.2f}, excess over matched partners {f['excess_cos']:+.2f}"
     if f["partial_cos_lo"] > 0 and f["excess_cos_lo"] > 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,14 +50,14 @@ def assess(claim: Claim, root: Path, src: Source | None = None) -> tuple[Measure
     if src.file is None:
         return None, src.skipped or f"not measured yet: {claim.why}"
     p = root / src.file
-    if not p.is_file():
+    if not os.path.lexists(p):  # anything there is read (a folder, a FIFO or a broken link: refused in one line)
         return None, f"not measured yet: {src.file} is missing" + (f" ({claim.why})" if claim.why else "")
     m = MEASURES[claim.measure](p, src.select)
     return m, RULES[claim.rule](m, claim.target)
 
 
 def _cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
+    return s.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def render(

@@ -16,10 +16,13 @@ import time
 from pathlib import Path
 
 from ..errors import InputError
-from ..outputs import make_dir, write_atomic
+from ..outputs import Input, make_dir, write_atomic
+from ..records import note_input
 from .common import check_outputs, positive_arg
 from .terminal import console, say
 
+#: where the committed result files lie in ``--root`` (every file ``--render`` reads)
+RESULTS = "docs/results"
 #: the tiny grids of ``--quick``: two layers, two word aggregations, one composition (plus Test 1's standard)
 _QUICK = 'layers = ["0", "-1"]\nword = ["mean", "last"]\nnorm = ["None"]\nseg = ["mean"]\nex = ["mean"]\n'
 QUICK_GRIDS = {1: _QUICK, 2: _QUICK + 'sim = ["dot"]\nout_word = ["mean"]\n'}
@@ -77,8 +80,13 @@ def _full(out: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..claims import committed, quick, render
 
-    check_outputs(args)
-    out = Path(args.out)
+    if args.render:  # the committed result files are its inputs: --out may not lie among them, nor may a link
+        # planted in --out lead into them (refused when claims.md is written: no output replaces an input)
+        results = Input("--root results", Path(args.root) / RESULTS, folder=True)
+        check_outputs(args, inputs=[results])
+        note_input(results.path, results.label, folder=True)
+    else:
+        check_outputs(args)
     out = make_dir(args.out, "--out")
     con = console(args)
     t0 = time.perf_counter()
