@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
-from .errors import ContextTooLongError, EmptyTextError, InputError, WalklensError
+from .errors import ContextTooLongError, EmptyTextError, InputError, WalklensError, utf8_text
 from .hooks import Hooks, distinct, first_output
 from .models.base import Adapter, StackSpec, get_module
 from .precision import dtype_name
@@ -64,9 +64,11 @@ def context_limit(lm: LoadedModel) -> int | None:
 
 
 def tokenize(lm: LoadedModel, text: str, truncate: bool = False, add_special_tokens: bool = True) -> torch.Tensor:
-    """Token ids [1, T] of ``text``; refuses empty text and text longer than the context unless ``truncate``."""
+    """Token ids [1, T] of ``text``; refuses empty text, text UTF-8 cannot carry (a lone surrogate) and text
+    longer than the context unless ``truncate``."""
     if not isinstance(text, str) or not text.strip():
         raise EmptyTextError("the text is empty")
+    utf8_text(text)
     ids = lm.tokenizer(text, return_tensors="pt", add_special_tokens=add_special_tokens)["input_ids"]
     if ids.shape[1] == 0:
         raise EmptyTextError("the text tokenises to no tokens")

@@ -53,7 +53,9 @@ if TYPE_CHECKING:
     from .loading import LoadedModel
 
 ARCHITECTURE = "controlvector"
-_DIRECTION = re.compile(r"^direction\.(\d+)$")
+#: a tensor's name: ``direction.`` and the layer in ASCII digits (``\d`` and ``int`` also read ``١`` or ``１``, which
+#: llama.cpp's ``std::stoi`` does not; nine digits at most)
+_DIRECTION = re.compile(r"direction\.([0-9]{1,9})", re.ASCII)
 METHODS = ("add", "eigen")
 
 
@@ -72,6 +74,10 @@ class ControlVector(Shown, view="control_vector"):
     label: str = ""
     along_u: dict[int, float] = field(default_factory=dict)
     layer_count: int | None = None
+
+    def __post_init__(self) -> None:
+        """A NaN or infinite direction is refused here, in one line (a writer, a reader and steering all refuse it)."""
+        _check_finite(self, "control vector")
 
     @property
     def layers(self) -> list[int]:
@@ -118,30 +124,39 @@ def control_vector(
         raise InputError(f"alpha must be a finite number, got {alpha!r}")
     ls = control_layers(lm, layers)
     u, _, label = direction(lm, toward)
-    cv = ControlVector(
-        directions={},
+    directions: dict[int, torch.Tensor] = {}
+    along_u: dict[int, float] = {}
+    if method == "add":
+        directions = {k: (float(alpha) * u).float() for k in ls}
+    else:
+        texts = [texts] if isinstance(texts, str) else list(texts or [])
+        if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+            raise InputError("eigen-steering's write depends on the token: give texts to average it over")
+        points = [f"L{k}.attn_out" for k in ls]
+        base = [capture(lm, t, points=points) for t in texts]
+        for k in ls:
+            pt = f"L{k}.attn_out"
+            with eigen_edit(lm, [k], u, float(alpha)):
+                deltas = [capture(lm, t, points=[pt])[pt].double() - b[pt].double() for t, b in zip(texts, base)]
+            mean = torch.cat(deltas).mean(0)
+            norm = float(mean.norm())
+            directions[k] = mean.float()
+            along_u[k] = float(mean @ u) / norm if norm > 0 else math.nan
+    return ControlVector(  # refuses a direction that overflowed float32 (a huge alpha)
+        directions=directions,
         model_hint=str(getattr(lm.model.config, "model_type", "") or lm.adapter.family),
         method=method,
         alpha=float(alpha),
         label=label,
+        along_u=along_u,
     )
-    if method == "add":
-        cv.directions = {k: (float(alpha) * u).float() for k in ls}
-        return cv
-    texts = [texts] if isinstance(texts, str) else list(texts or [])
-    if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
-        raise InputError("eigen-steering's write depends on the token: give texts to average it over")
-    points = [f"L{k}.attn_out" for k in ls]
-    base = [capture(lm, t, points=points) for t in texts]
-    for k in ls:
-        pt = f"L{k}.attn_out"
-        with eigen_edit(lm, [k], u, float(alpha)):
-            deltas = [capture(lm, t, points=[pt])[pt].double() - b[pt].double() for t, b in zip(texts, base)]
-        mean = torch.cat(deltas).mean(0)
-        norm = float(mean.norm())
-        cv.directions[k] = mean.float()
-        cv.along_u[k] = float(mean @ u) / norm if norm > 0 else math.nan
-    return cv
+
+
+def _check_finite(cv: ControlVector, where: str) -> None:
+    """Every direction of finite numbers (one line naming the first that is not)."""
+    for k, v in cv.directions.items():
+        if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise InputError(f"{where}: direction.{k} holds NaN or infinite numbers")
 
 
 def _check_rows(cv: ControlVector, where: str) -> None:
@@ -159,8 +174,7 @@ def _check_rows(cv: ControlVector, where: str) -> None:
         if n is not None and v.shape[0] != n:
             raise InputError(f"{where}: direction.{k} has {v.shape[0]} entries, the others {n}")
         n = v.shape[0]
-        if not bool(torch.isfinite(v).all()):
-            raise InputError(f"{where}: direction.{k} holds NaN or infinite numbers")
+    _check_finite(cv, where)
 
 
 def check_for_model(cv: ControlVector, lm: LoadedModel, where: str = "control vector") -> None:
@@ -263,11 +277,15 @@ def read_control_vector(path: str | Path, lm: LoadedModel | None = None) -> Cont
     if not reader.tensors:
         raise InputError(f"{where}: holds no direction tensors")
     directions: dict[int, torch.Tensor] = {}
+    names: dict[int, str] = {}
     for t in reader.tensors:
-        m = _DIRECTION.match(t.name)
+        m = _DIRECTION.fullmatch(t.name)
         if not m:
-            raise InputError(f"{where}: tensor {t.name!r} is not direction.N")
+            raise InputError(f"{where}: tensor {str(t.name)[:80]!r} is not direction.N (N in ASCII digits)")
         k = int(m.group(1))
+        if k in names:
+            raise InputError(f"{where}: {names[k]} and {t.name} both name layer {k}")
+        names[k] = t.name
         if k == 0:
             raise InputError(f"{where}: direction.0: llama.cpp never steers layer 0's output (its loader refuses it)")
         if t.tensor_type != gguf.GGMLQuantizationType.F32:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .concepts.schemes import Scheme
-from .experiments.summary import summarise_run
+from .experiments.summary import stored_schemes, summarise_run
 from .frames import Columns, DataFrame, concat_columns, frame, pandas, record_table, with_constants
 from .hellaswag.store import KEY_COLUMNS, ResultStore, SweepStore
 from .sqlite import tables
@@ -60,10 +60,15 @@ def _single_runs(store: ResultStore) -> tuple[Columns, Columns]:
 
 
 def _schemes(
-    run_id: int, schemes: list[str], metrics: list[str], acc: Any, baselines: dict[str, float | None]
+    run_id: int,
+    schemes: list[str],
+    parsed: list[Scheme],
+    metrics: list[str],
+    acc: Any,
+    baselines: dict[str, float | None],
 ) -> Columns:
     """One row per (scheme, metric) of a sweep run, the scheme's parameters as columns."""
-    params = [dict(Scheme.parse(s).pairs()) for s in schemes]
+    params = [dict(s.pairs()) for s in parsed]
     keys = list(dict.fromkeys(k for p in params for k in p))
     rows = []
     for mi, m in enumerate(metrics):
@@ -108,9 +113,9 @@ def summarise_db(path: str | Path, k: int = 5, seed: int = 0, chunk: int | None 
         for run in sweeps.runs():
             sweep_rows.append({"run_id": run["id"], **{c: run.get(c) for c in _SWEEP_RUN_COLUMNS[1:]}})
             res = sweeps.load_counts(run["id"], k=k, seed=seed, chunk=chunk)
-            scheme_parts.append(
-                _schemes(run["id"], res.schemes, res.metrics, res.acc, {m: res.baseline(m) for m in res.metrics})
-            )
+            parsed = stored_schemes(sweeps, run["id"], res.schemes)
+            baselines = {m: res.baseline(m) for m in res.metrics}
+            scheme_parts.append(_schemes(run["id"], res.schemes, parsed, res.metrics, res.acc, baselines))
             if res.schemes:
                 rs = summarise_run(res, k=k, seed=seed)
                 for t in SUMMARY_TABLES:

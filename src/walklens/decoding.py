@@ -23,7 +23,7 @@ import torch
 
 from .capture import Step, context_limit, record_steps, tokenize
 from .display import Shown
-from .errors import ContextTooLongError, EmptyTextError, InputError
+from .errors import ContextTooLongError, EmptyTextError, InputError, utf8_text
 from .frames import Columns, DataFrame, frame, long_table, pick
 from .numbers import POSITIVE, POSITIVE_INT, PROBABILITY
 from .walks import labels_for
@@ -195,8 +195,20 @@ def _decoder_start(lm: LoadedModel) -> int:
     return start if start is not None else (lm.config.pad_token_id or 0)
 
 
+def _check_sampling(sample: bool, temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """The sampling options' ranges (one line on refusal): any positive finite temperature (:func:`_sampler`)."""
+    if sample:
+        POSITIVE.check(temperature, "temperature")
+    if top_k is not None:
+        POSITIVE_INT.check(top_k, "top_k")
+    if top_p is not None:
+        PROBABILITY.check(top_p, "top_p")
+
+
 def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: int) -> Callable[[torch.Tensor], int]:
-    """Draw from P_t filtered by temperature, top-k and nucleus (top-p), with a generator seeded once."""
+    """Draw from P_t filtered by temperature, top-k and nucleus (top-p), with a generator seeded once.  A temperature
+    so small that logits / temperature overflows (or is 0 in the logits' dtype) draws the limit: the most probable
+    token, uniformly among ties."""
     from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
     warpers = LogitsProcessorList([TemperatureLogitsWarper(float(temperature))])
@@ -208,6 +220,9 @@ def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: i
 
     def pick(logits: torch.Tensor) -> int:
         p = warpers(None, logits[None])[0].softmax(-1)  # type: ignore[arg-type]  # these warpers ignore input_ids
+        if not bool(torch.isfinite(p).all()):  # inf / inf or 0 / 0: temperature -> 0 is greedy decoding
+            top = logits == logits.max()
+            p = top.float() / top.sum()
         return int(torch.multinomial(p, 1, generator=gen))
 
     return pick
@@ -328,12 +343,7 @@ def decoding_walk(
         raise InputError(
             f"{lm.name} is a masked LM ({lm.adapter.family}); a decoding walk needs a causal or encoder-decoder model"
         )
-    if sample:
-        POSITIVE.check(temperature, "temperature")
-    if top_k is not None:
-        POSITIVE_INT.check(top_k, "top_k")
-    if top_p is not None:
-        PROBABILITY.check(top_p, "top_p")
+    _check_sampling(sample, temperature, top_k, top_p)
     ids = tokenize(lm, prompt).to(lm.device)
     target_ids: torch.Tensor | None = None
     target_text: str | None = None
@@ -341,6 +351,7 @@ def decoding_walk(
         if isinstance(target, str):
             if not target.strip():
                 raise EmptyTextError("the target is empty")
+            utf8_text(target, "the target")
             target_ids = torch.tensor(tok(target, add_special_tokens=False)["input_ids"], dtype=torch.long)
             target_text = target
         else:

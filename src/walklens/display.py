@@ -17,17 +17,22 @@ line with ``_headline()``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import math
 from typing import Any, ClassVar
 
+from .errors import displayable
+
 WIDTH = 80  #: the columns of a plain-text repr
 MAX_LINES = 24  #: lines of a plain-text repr (the last one says how many fields were left out)
 _NAME = 16  #: the widest column of field names (a longer name pushes its summary right)
+_NESTED = 4  #: how deep :func:`displayable_copy` looks for strings (a result, its lists, their parts)
 
 
 def _clip(line: str, width: int = WIDTH) -> str:
+    line = displayable(line)  # a name holding a lone surrogate, as a terminal can print it
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
@@ -76,10 +81,11 @@ def _item(v: Any) -> str:
 
 
 def headline(result: Any) -> str:
-    """The head line of a result: its class name, then its own ``_headline()`` or its model's name."""
+    """The head line of a result: its class name, then its own ``_headline()`` or its model's name
+    (:func:`~walklens.errors.displayable`)."""
     own = getattr(result, "_headline", None)
     tail = own() if callable(own) else getattr(result, "model_name", "")
-    return f"{type(result).__name__}({tail})" if tail else type(result).__name__
+    return displayable(f"{type(result).__name__}({tail})" if tail else type(result).__name__)
 
 
 def text(result: Any) -> str:
@@ -96,6 +102,39 @@ def text(result: Any) -> str:
         lines.append(f"  … {len(names) - len(shown)} more fields: {', '.join(names[len(shown) :])}")
         lines[-1] = _clip(lines[-1])
     return "\n".join(lines)
+
+
+def displayable_copy(value: Any, depth: int = _NESTED) -> Any:
+    """``value`` with every string in it :func:`~walklens.errors.displayable` (in lists, tuples, dicts and dataclass
+    fields ``depth`` levels down; a result that is no dataclass defines ``_displayable_copy()``): what a view draws
+    of a result holding a name of undecodable bytes.  ``value`` itself when nothing changes."""
+    if isinstance(value, str):
+        return displayable(value)
+    own = getattr(value, "_displayable_copy", None)
+    if callable(own) and not isinstance(value, type):
+        return own()
+    if depth <= 0:
+        return value
+    if type(value) in (list, tuple):
+        items = [displayable_copy(v, depth - 1) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
+    if type(value) is dict:
+        pairs = [(displayable_copy(k, depth - 1), displayable_copy(v, depth - 1)) for k, v in value.items()]
+        return value if all(a is k and b is v for (a, b), (k, v) in zip(pairs, value.items())) else dict(pairs)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in dataclasses.fields(value):
+            v = getattr(value, f.name, None)
+            shown = displayable_copy(v, depth - 1)
+            if shown is not v:
+                changed[f.name] = shown
+        if not changed:
+            return value
+        out = copy.copy(value)
+        for name, v in changed.items():
+            object.__setattr__(out, name, v)  # a frozen dataclass too: the copy is this function's own
+        return out
+    return value
 
 
 class Shown:
@@ -125,4 +164,4 @@ class Shown:
         return text(self)
 
 
-__all__ = ["MAX_LINES", "WIDTH", "Shown", "headline", "summary", "text"]
+__all__ = ["MAX_LINES", "WIDTH", "Shown", "displayable_copy", "headline", "summary", "text"]

@@ -1,4 +1,10 @@
-"""Typed exceptions. Every user-facing failure is one of these; the CLI prints one line and exits 2."""
+"""Typed exceptions. Every user-facing failure is one of these; the CLI prints one line and exits 2.
+
+Text is UTF-8 everywhere, and the one rule for a string that UTF-8 cannot carry (a lone surrogate: what
+``os.fsdecode`` and Python's ``argv`` make of undecodable bytes, or a JSON ``"\\ud800"``) lives here too: a text to
+analyse is refused in one line (:func:`utf8_text`), a name or a path shown in a view or a message is escaped
+(:func:`displayable`).
+"""
 
 from __future__ import annotations
 
@@ -54,6 +60,33 @@ class ReducedWarning(WalklensWarning):
     """An option's value was reduced to what the model allows (``kernels --length`` cut to its context)."""
 
 
+class StaleCacheWarning(WalklensWarning):
+    """A cache entry failed its check when read back (tampered, truncated, out of range): it is discarded and
+    computed again, said in one line."""
+
+
+def utf8_text(text: str, what: str = "the text") -> str:
+    """``text`` when UTF-8 can carry it, else one :class:`InputError` line naming ``what`` and the character of its
+    first lone surrogate."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{what} holds a lone surrogate at character {e.start}; walklens reads UTF-8 text") from None
+    return text
+
+
+def displayable(text: str) -> str:
+    """``text`` as a page, a terminal or a log can show it: a lone surrogate escaped (``\\udcff``), the rest as it
+    is."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 __all__ = [
     "WalklensError",
     "UnknownModelError",
@@ -67,4 +100,7 @@ __all__ = [
     "SlowDtypeWarning",
     "NonFiniteWarning",
     "ReducedWarning",
+    "StaleCacheWarning",
+    "displayable",
+    "utf8_text",
 ]

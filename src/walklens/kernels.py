@@ -57,7 +57,7 @@ import torch
 
 from .capture import attention_probs, context_limit
 from .display import Shown
-from .errors import InputError
+from .errors import InputError, utf8_text
 from .frames import Columns, DataFrame, concat_columns, frame, long_table, pick, record_table
 from .hooks import Hooks, distinct
 from .models.base import get_module
@@ -457,6 +457,7 @@ def _alibi_kernels(lm: LoadedModel, window: int | None) -> tuple[list[StackKerne
 
 
 def _token_pool(lm: LoadedModel, corpus: str) -> torch.Tensor:
+    utf8_text(corpus, "the corpus")
     ids = lm.tokenizer(corpus, add_special_tokens=False, return_tensors="pt")["input_ids"][0]
     if ids.numel() == 0:
         raise InputError("the corpus tokenises to no tokens")

@@ -16,7 +16,8 @@ that draws the result (the same builders as the commands' pages and the explorer
   notebook never grows by hundreds of MB; :func:`save` writes the full report instead.
 
 Every string from a model or a text reaches the page escaped (:mod:`walklens.reports.html`), and the page
-reaches the ``srcdoc`` attribute escaped once more.
+reaches the ``srcdoc`` attribute escaped once more; a name holding a lone surrogate shows as ``\\udcff``
+(:func:`walklens.errors.displayable`), so the output is always UTF-8.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .display import headline, text
+from .display import displayable_copy, headline, text
+from .errors import displayable
 from .reports import compaction as compaction_report
 from .reports import generate, heads, kernels, parity, parts, power, simmap, steer, steercard, sweep, walk
 from .reports.html import Report, inline_only
@@ -112,6 +114,7 @@ def report(result: Any, inline: bool = True) -> Report:
     view = getattr(type(result), "_view", "")
     if view not in VIEWS:
         raise TypeError(f"{type(result).__name__} has no notebook view")
+    result = displayable_copy(result)  # a name of undecodable bytes drawn as \\udcff (figures, tables, page)
     if not inline:
         return VIEWS[view](result)
     with inline_only():
@@ -140,12 +143,12 @@ def html(result: Any, limit_mb: float | None = None) -> str:
     """``result``'s view as notebook output: a caption and a sandboxed frame holding :func:`page` (or
     :func:`summary_page` when the page is over ``limit_mb``, by default :data:`LIMIT_MB`)."""
     limit = LIMIT_MB if limit_mb is None else limit_mb
-    doc = page(result)
+    doc = page(result)  # displayable already (Report.render)
     size = len(doc.encode()) / 1e6
     if size > limit:
         doc = summary_page(result, size, limit)
     fid = f"walklens-{uuid.uuid4().hex}"
-    caption = _html.escape(headline(result))
+    caption = _html.escape(displayable(headline(result)))
     return (
         f"<div class='walklens-view'><div style='font:12px monospace;color:#555'>{caption}</div>"
         f"<iframe id='{fid}' class='walklens-frame' sandbox='allow-scripts' title='{caption}' "

@@ -32,7 +32,7 @@ import torch
 from .attention import attention_identity, head_matrices
 from .capture import capture
 from .decoding import decoding_walk
-from .display import WIDTH, Shown
+from .display import WIDTH, Shown, headline
 from .frames import Columns, DataFrame, frame, pick, record_table
 from .models.base import get_module, has_module
 from .models.derive import ACT_NAMES, MLP_NAMES
@@ -119,7 +119,7 @@ class ParityCard(Shown, view="parity"):
 
     def __repr__(self) -> str:
         """80 columns: the head line, then each check's verdict, error and tolerance."""
-        lines = [f"ParityCard({self._headline()})"]
+        lines = [headline(self)]
         for c in self.checks:
             mark = "ok" if c.passed else "n/a" if c.passed is None else "FAIL"
             lines.append(f"  {c.name:<16} {mark:<4} error {_g(c.error)} tol {_g(c.tolerance)}"[:WIDTH])

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .display import WIDTH, Shown, summary
+from .display import WIDTH, Shown, displayable_copy, headline, summary
 
 
 class SimilarityMap(Shown, torch.Tensor, view="similarity"):
@@ -39,6 +39,11 @@ class SimilarityMap(Shown, torch.Tensor, view="similarity"):
         """The values as a plain tensor (no copy)."""
         return self.as_subclass(torch.Tensor)
 
+    def _displayable_copy(self) -> SimilarityMap:
+        """The same map, its tokens and model name as a view shows them (:func:`walklens.display.displayable_copy`)."""
+        shown = displayable_copy([self.tokens, self.model_name])
+        return SimilarityMap.of(self.plain(), shown[0], self.point, self.metric, self.normed, shown[1])
+
     def __deepcopy__(self, memo: dict[int, Any]) -> SimilarityMap:
         return SimilarityMap.of(
             self.plain().clone(), self.tokens, self.point, self.metric, self.normed, self.model_name
@@ -57,7 +62,7 @@ class SimilarityMap(Shown, torch.Tensor, view="similarity"):
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch stub: odd name
         T = len(self.tokens)
         lines = [
-            f"SimilarityMap({self._headline()})",
+            headline(self),
             f"  values      {summary(self.plain())}",
             f"  tokens      {summary(self.tokens)}",
         ]

@@ -37,7 +37,7 @@ import torch
 
 from .capture import capture, tokenize
 from .display import Shown
-from .errors import InputError, NonFiniteWarning, UnsupportedFamilyError
+from .errors import InputError, NonFiniteWarning, UnsupportedFamilyError, utf8_text
 from .frames import Columns, DataFrame, frame, pick, record_table
 from .hooks import Hooks, distinct, first_output
 from .interventions import SteerEdit, add_to_residual, eigen_edit, resolve_layers
@@ -68,11 +68,16 @@ def direction(lm: LoadedModel, toward: str | torch.Tensor) -> tuple[torch.Tensor
         u = toward.detach().double().flatten().cpu()
         if u.shape[0] != lm.d_model and u.shape[0] != _resid_dim(lm):
             raise InputError(f"the direction has {u.shape[0]} entries; the model's residual has {_resid_dim(lm)}")
+        if not bool(torch.isfinite(u).all()):
+            raise InputError("the direction holds NaN or infinite numbers")
+        if not 0 < float(u.norm()) < math.inf:  # entries near 1e308 (or 1e-320): the norm overflows (underflows)
+            u = u / u.abs().max() if bool(u.any()) else u
         if u.norm() == 0:
             raise InputError("the direction is the zero vector")
         return u / u.norm(), None, "vector"
     if not isinstance(toward, str) or not toward.strip():
         raise InputError("--toward needs a token or a text")
+    utf8_text(toward, "the text to steer toward")
     ids = lm.tokenizer(toward, add_special_tokens=False)["input_ids"]
     if not ids:
         raise InputError(f"{toward!r} tokenises to nothing")

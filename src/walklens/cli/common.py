@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import records
-from ..errors import InputError
+from ..errors import InputError, utf8_text
 from ..loading import DEFAULT_MODEL, LoadedModel, load_model
 from ..numbers import COUNT, FINITE, POSITIVE, POSITIVE_INT, SEED
 from ..outputs import STDOUT, Input, check_dir, check_file, check_not_inputs, jsonable, write_atomic
@@ -110,13 +110,14 @@ MAX_TEXT_FILE = 16 * 2**20
 
 
 def read_text(value: str) -> str:
-    """A literal text, or the contents of FILE when given as ``@FILE``."""
+    """A literal text, or the contents of FILE when given as ``@FILE``; a text argument holding undecodable bytes
+    (a lone surrogate in Python's argv) is refused in one line."""
     if value.startswith("@"):
         path = Path(value[1:])
         if not path.exists():
             raise InputError(f"{path}: no such file")
         return records.read_text(path, "@FILE", MAX_TEXT_FILE)
-    return value
+    return utf8_text(value)
 
 
 #: Options that name a file or folder a command reads, when the path exists (``--model smollm2-135m`` and

@@ -37,7 +37,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-new-tokens", type=COUNT.arg(), default=20, help="tokens to generate (default 20)")
     p.add_argument("--sample", action="store_true", help="sample from P_t instead of greedy decoding")
     p.add_argument("--seed", type=seed_arg, default=0, help="random seed for --sample (default 0)")
-    p.add_argument("--temperature", type=POSITIVE.arg(), default=1.0, help="sampling temperature (default 1)")
+    p.add_argument(
+        "--temperature",
+        type=POSITIVE.arg(),
+        default=1.0,
+        help="sampling temperature, any positive number (default 1; one too small to tell the logits apart, such as "
+        "1e-320, samples the most probable token)",
+    )
     p.add_argument("--top-k", type=POSITIVE_INT.arg(), default=None, help="sample among the k most probable tokens")
     p.add_argument(
         "--top-p", type=PROBABILITY.arg(), default=None, help="nucleus sampling: smallest set with mass >= p"

@@ -43,7 +43,7 @@ import torch
 from ..concepts.schemes import Scheme
 from ..concepts.vectors import VectorBank, layer_key, segment_vectors_of, text_vectors
 from ..display import Shown
-from ..errors import EmptyTextError, InputError, UnsupportedFamilyError
+from ..errors import EmptyTextError, InputError, UnsupportedFamilyError, utf8_text
 from ..frames import Columns, DataFrame, frame, long_table, pick
 from ..hellaswag.encode import input_embeddings, n_prefix_tokens
 from ..walks import labels_for
@@ -352,7 +352,7 @@ def text_ids(lm: LoadedModel, text: str) -> list[int]:
     """The text's tokens without special tokens (the BOS is added by :func:`prefix_embeds`)."""
     if not isinstance(text, str) or not text.strip():
         raise EmptyTextError("the text to compact is empty")
-    return [int(i) for i in lm.tokenizer.encode(text, add_special_tokens=False)]
+    return [int(i) for i in lm.tokenizer.encode(utf8_text(text), add_special_tokens=False)]
 
 
 def resolve_scheme(lm: LoadedModel, scheme: Scheme | str | None) -> Scheme:

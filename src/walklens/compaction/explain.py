@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..display import Shown
-from ..errors import EmptyTextError, InputError
+from ..errors import EmptyTextError, InputError, utf8_text
 from ..frames import Columns, DataFrame, frame, pick, record_table
 from ..hellaswag.encode import continuation_logliks, encode_pair, n_prefix_tokens
 from ..trace import Trace
@@ -157,10 +157,12 @@ def explain(
     ``holdout``: tokens held out when no ``continuation`` is given (default: a fifth of the text, at least 1)."""
     if not isinstance(text, str) or not text.strip():
         raise EmptyTextError("the text to compact is empty")
+    utf8_text(text)
     pre = n_prefix_tokens(lm)
     if continuation is not None:
         if not continuation.strip():
             raise EmptyTextError("the continuation is empty")
+        utf8_text(continuation, "the continuation")
         ctx_ids, cont_ids = encode_pair(lm, text, continuation)
         ctx_ids = ctx_ids[pre:]
     else:

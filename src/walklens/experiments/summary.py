@@ -18,8 +18,10 @@ import numpy as np
 
 from ..concepts.schemes import Scheme
 from ..display import Shown
+from ..errors import InputError
 from ..frames import Columns, DataFrame, concat_columns, frame, pick, record_table, with_constants
 from ..hellaswag.store import SweepResults, SweepStore
+from ..hellaswag.store.db import Row
 from .heldout import (
     CANDIDATES,
     REPLICATES,
@@ -394,6 +396,39 @@ def summarise_run(
     )
 
 
+def stored_schemes(store: SweepStore, run_id: int, names: Sequence[str]) -> list[Scheme]:
+    """The schemes of a stored run's names (:meth:`Scheme.parse`; the store checks only a name's shape): a name
+    the grammar refuses is one line naming the table, the row and the field that hold it."""
+    out = []
+    for name in names:
+        try:
+            out.append(Scheme.parse(name))
+        except (InputError, ValueError, TypeError) as e:
+            raise _misnamed(store, run_id, name, " ".join(str(e).split())) from None
+    return out
+
+
+def _misnamed(store: SweepStore, run_id: int, name: str, why: str) -> InputError:
+    """The refusal of a stored scheme name: the ``sweep_groups`` row whose context part starts it, and the field
+    at fault (``context`` when that part alone is no scheme, else ``outs``)."""
+    rows = store.con.execute("SELECT rowid, context FROM sweep_groups WHERE run_id=?", (run_id,)).fetchall()
+    held = [(r, c) for r, c in rows if isinstance(c, str) and (name == c or name.startswith(c + ","))]
+    rowid, ctx = max(held, key=lambda h: len(h[1]), default=("?", ""))
+    try:
+        Scheme.parse(ctx)
+        field = "outs"
+    except (InputError, ValueError, TypeError):
+        field = "context"
+    return Row(store.path, "sweep_groups", f"rowid={rowid}").fail(field, f"{name[:60]!r} is not a scheme: {why[:160]}")
+
+
+def _checked_counts(store: SweepStore, run_id: int, k: int, seed: int, chunk: int | None = None) -> SweepResults:
+    """:meth:`SweepStore.load_counts` with every scheme name read by the grammar (:func:`stored_schemes`)."""
+    res = store.load_counts(run_id, k=k, seed=seed, chunk=chunk)
+    stored_schemes(store, run_id, res.schemes)
+    return res
+
+
 def _rows_of(store: SweepStore, run_id: int) -> RowsOf:
     def rows_of(rows: Sequence[int]) -> np.ndarray:
         return store.load_rows(run_id, rows)
@@ -407,7 +442,7 @@ def summarise_stored(
     """:func:`summarise_run` of one stored sweep run (``None`` when it holds no scheme), read like
     :func:`summarise_db` reads each run: streamed counts, then the rows the paired test and the bootstrap need."""
     with SweepStore(db, readonly=True) as store:
-        res = store.load_counts(run_id, k=k, seed=seed)
+        res = _checked_counts(store, run_id, k, seed)
         if not res.schemes:
             return None
         return summarise_run(res, k=k, seed=seed, rows_of=_rows_of(store, run_id), replicates=replicates)
@@ -425,7 +460,7 @@ def summarise_db(
     out = []
     with SweepStore(db, readonly=True) as store:
         for run in store.runs():
-            res = store.load_counts(run["id"], k=k, seed=seed, chunk=chunk)
+            res = _checked_counts(store, run["id"], k, seed, chunk)
             if res.schemes:
                 out.append(
                     summarise_run(res, k=k, seed=seed, rows_of=_rows_of(store, run["id"]), replicates=replicates)
@@ -442,6 +477,7 @@ __all__ = [
     "RunSummary",
     "SchemeScore",
     "standard_name",
+    "stored_schemes",
     "summarise_db",
     "summarise_run",
     "summarise_stored",

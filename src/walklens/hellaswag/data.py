@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataFormatError, InputError, MissingDependencyError
+from ..errors import DataFormatError, InputError, MissingDependencyError, utf8_text
 
 #: lm-evaluation-harness's few-shot seed (``fewshot_config.seed`` / ``--seed``'s third value).
 FEWSHOT_SEED = 1234
@@ -148,6 +148,11 @@ def make_item(doc: dict[str, Any], index: int, split: str = "validation", where:
     raw = doc["endings"]
     if not isinstance(raw, (list, tuple)) or len(raw) != 4 or not all(isinstance(e, str) for e in raw):
         raise DataFormatError(f"{where}: 'endings' must be a list of 4 strings, got {_show(raw)}")
+    texts = {repr(k): doc[k] for k in ("activity_label", "ctx_a", "ctx_b")} | {
+        f"ending {j}": e for j, e in enumerate(raw)
+    }
+    for name, text in texts.items():  # a JSON "\\ud800" is a lone surrogate no tokenizer takes
+        utf8_text(text, f"{where}: {name}")
     label = parse_label(doc["label"], where)
     endings = tuple(clean_ending(e, where, j) for j, e in enumerate(raw))
     ctx_a, ctx_b = doc["ctx_a"], doc["ctx_b"]

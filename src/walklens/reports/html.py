@@ -15,7 +15,9 @@ read the same dict as the explorer's API sends and its views draw, with the same
 
 Every string (token, text, database value) reaches the page as text, never markup: Python escapes it with
 :func:`html.escape` (JSON specs live in attributes, escaped the same way), and ``plots.js`` inserts labels,
-tooltips and chart text with ``textContent`` only.
+tooltips and chart text with ``textContent`` only.  Every page and attached text file passes
+:func:`~walklens.errors.displayable` on its way out (:meth:`Report.render`, :meth:`Report.save`): a name holding
+a lone surrogate (a path of undecodable bytes) shows as ``\\udcff``, never a ``UnicodeEncodeError``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from urllib.parse import quote
 
 import torch
 
+from ..errors import displayable
 from ..outputs import jsonable, make_dir, write_atomic
 
 _CSS = """
@@ -253,7 +256,7 @@ class Report:
     def render(self) -> str:
         assets = resources.files("walklens.reports").joinpath("assets")
         js = "\n".join(assets.joinpath(f).read_text(encoding="utf-8") for f in ("plots.js", "results.js"))
-        return (
+        return displayable(
             "<!doctype html><html><head><meta charset='utf-8'>"
             f"<title>{_esc(self.title)}</title><style>{_CSS}</style></head><body>"
             + "\n".join(self.parts)
@@ -266,5 +269,5 @@ class Report:
         out = Path(out_dir)
         make_dir(out, "report folder")
         for fname, data in {**self.images, **self.files}.items():
-            write_atomic(out / fname, data)
+            write_atomic(out / fname, displayable(data) if isinstance(data, str) else data)
         return write_atomic(out / name, self.render())

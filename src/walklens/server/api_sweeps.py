@@ -14,8 +14,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ..concepts.schemes import Scheme
-from ..experiments.summary import summarise_run
+from ..experiments.summary import stored_schemes, summarise_run
 from ..hellaswag.store import SweepResults, SweepStore
 from .bounds import ApiError, int_arg
 from .routing import api
@@ -44,7 +43,7 @@ def _loaded(ex: Explorer, run: int) -> tuple[SweepResults, list[dict[str, str]]]
         assert ex.db is not None  # the handlers refuse a request without --db first
         with SweepStore(ex.db, readonly=True) as st:
             res = st.load_counts(run, k=FOLDS, seed=SEED)
-        return res, [dict(Scheme.parse(name).pairs()) for name in res.schemes]
+            return res, [dict(s.pairs()) for s in stored_schemes(st, run, res.schemes)]
 
     return ex.results.get(("sweeps", "run", run), load)
 

@@ -1,7 +1,8 @@
 """How an API route reads its request and answers: a JSON object in, a JSON object out (through
 :func:`walklens.outputs.jsonable`: NaN as null, map values rounded to :data:`~.bounds.DIGITS` decimals), every
-refusal ``{"error": "..."}`` with a 4xx status, a job whose client left 499, and anything unexpected one line
-with status 500 (never a traceback)."""
+refusal ``{"error": "..."}`` with a 4xx status, a job whose client left 499 (a client that leaves before its body
+has arrived too, logged as one line naming the route), and anything unexpected one line with status 500 (never a
+traceback)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, overload
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from ..outputs import jsonable
@@ -103,6 +104,11 @@ def api(handler: Handler | None = None, *, exact: bool = False) -> Endpoint | Ca
         except ApiError as e:
             return error(e.message, e.status)
         except Cancelled:
+            return Response(status_code=499)
+        except ClientDisconnect:  # the connection closed mid-body: nobody to answer, nothing went wrong here
+            log.warning(
+                "%s %s: the client disconnected before sending its whole request", request.method, request.url.path
+            )
             return Response(status_code=499)
         except Exception as e:  # one line, never a traceback in the page
             log.exception("internal error")

@@ -54,6 +54,7 @@ def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sql
         conn = sqlite.connect(uri, uri=True, timeout=timeout)
     except sqlite3.Error as e:
         raise InputError(f"{path}: cannot open the database ({e})") from None
+    conn.text_factory = _text
     try:
         problems = sqlite.quick_check(conn)
         if problems:
@@ -84,6 +85,8 @@ def open_tables(
     anything is created: a newer one was written by a newer walklens.
     """
     found = sqlite.schema_version(conn, key)
+    if found == -1:
+        raise InputError(f"{path}: table meta, row key={key!r}, field value: not a schema version (an integer); {FIX}")
     if found is not None and found != version:
         if found > version:
             raise InputError(
@@ -96,6 +99,20 @@ def open_tables(
         )
     if not readonly:
         sqlite.create_tables(conn, ddl, key=key, version=version)
+
+
+def _text(data: bytes) -> str:
+    """A TEXT value as read: undecodable bytes kept as lone surrogates, so that the :class:`Row` that reads it names
+    its table, row and field (SQLite stores any bytes in a TEXT column; sqlite3 would raise mid-query)."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _utf8(v: str) -> bool:
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 #: Largest JSON text read from a database (an item index of a million items is about 7 MB).
@@ -133,8 +150,11 @@ class Row:
         return float(v)
 
     def text(self, field: str, v: Any) -> str:
+        """A text of UTF-8 (undecodable bytes are refused)."""
         if not isinstance(v, str):
             raise self.fail(field, f"{_show(v)} is not text")
+        if not _utf8(v):
+            raise self.fail(field, f"{_show(v)} is not UTF-8 text")
         return v
 
     def blob(self, field: str, v: Any, size: int) -> bytes:
@@ -149,6 +169,8 @@ class Row:
         """A JSON text whose value passes ``ok`` (``what`` says what it must be)."""
         if not isinstance(v, str) or len(v) > MAX_JSON_CHARS:
             raise self.fail(field, f"{_show(v)} is not a JSON text of at most {MAX_JSON_CHARS:,} characters")
+        if not _utf8(v):
+            raise self.fail(field, f"{_show(v)} is not UTF-8 text")
         try:
             doc = json.loads(v)
         except (ValueError, RecursionError):
@@ -180,5 +202,5 @@ def int_list(doc: Any, n: int | None = None, lo: int = 0, hi: int = 2**63 - 1) -
 
 
 def str_list(doc: Any, min_len: int = 0) -> bool:
-    """Whether ``doc`` is a list of at least ``min_len`` strings."""
-    return isinstance(doc, list) and len(doc) >= min_len and all(isinstance(x, str) for x in doc)
+    """Whether ``doc`` is a list of at least ``min_len`` strings of UTF-8 (a JSON ``"\\ud800"`` is none)."""
+    return isinstance(doc, list) and len(doc) >= min_len and all(isinstance(x, str) and _utf8(x) for x in doc)

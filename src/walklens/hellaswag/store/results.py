@@ -20,6 +20,7 @@ import csv
 import json
 import os
 import sqlite3
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -56,13 +57,19 @@ _SCHEMA = (
 
 
 _TEXT = ("model", "data", "split", "test", "scheme", "created", "updated")
+_FLOAT_MAX = sys.float_info.max
 
 
 def _numbers(doc: Any) -> bool:
+    """1 to 64 numbers a float holds (NaN and infinities too: a score the writer stored; an integer of 400 digits is
+    no float)."""
     return (
         isinstance(doc, list)
         and 1 <= len(doc) <= 64
-        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in doc)
+        and all(
+            isinstance(x, float) or (isinstance(x, int) and not isinstance(x, bool) and abs(x) <= _FLOAT_MAX)
+            for x in doc
+        )
     )
 
 

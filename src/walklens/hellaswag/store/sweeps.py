@@ -439,7 +439,9 @@ class SweepStore:
             if metrics is None:
                 metrics = mets_l
             elif mets_l != metrics:
-                raise InputError(f"{self.path}: sweep run {run_id} mixes metrics {metrics} and {mets_l}")
+                raise Row(self.path, "sweep_groups", f"rowid={row[0]}").fail(
+                    "metrics", f"{mets_l} are not the metrics {metrics} of run {run_id}'s other groups"
+                )
             yield _Group(names=[f"{ctx},{o}" if o else ctx for o in outs_l], metrics=mets_l, acc=acc, packed=pb)
 
     def iter_groups(self, run_id: int) -> Iterator[tuple[list[str], list[str], np.ndarray]]:
