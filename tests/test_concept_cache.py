@@ -166,3 +166,76 @@ def test_weights_hash_follows_the_weights() -> None:
     with torch.no_grad():
         w[0, 0] = old
     assert weights_hash(a) == h and model_space(a).weights == h
+
+
+def _tamper(root: Path, sql: str, *params: object) -> None:
+    conn = sqlite3.connect(root / "index.sqlite")
+    with conn:
+        conn.execute(sql, params)
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "row out of range",
+        "row negative",
+        "row as text",
+        "row as float",
+        "file outside",
+        "file absolute",
+        "nan values",
+        "wrong shape",
+        "fifo",
+        "file is a folder",
+    ],
+)
+def test_a_tampered_entry_is_a_miss_said_in_one_warning(tmp_path: Path, how: str) -> None:
+    """A value read back from the cache that fails its check (a row outside its shard, a shard named outside the
+    shard folder, a FIFO, non-finite or misshapen vectors) is never used: a miss, computed again, said once."""
+    import os
+
+    from safetensors.torch import save_file
+
+    from walklens.errors import StaleCacheWarning
+
+    texts, layers, words = ["a b", "c"], ["E"], ["mean"]
+    root = tmp_path / "c"
+    with ConceptCache(root) as c:
+        c.put(SPACE, texts, layers, words, block(texts, layers, words))
+    shard = next((root / "shards").glob("*.safetensors"))
+    outside = tmp_path / "outside.safetensors"
+    save_file({"v": torch.ones(8, SPACE.d_model)}, str(outside))
+    warned = how in ("row out of range", "row negative", "row as text", "row as float", "nan values", "wrong shape")
+    if how.startswith("row"):
+        value = {"row out of range": 99, "row negative": -1, "row as text": "x", "row as float": 0.5}[how]
+        _tamper(root, "UPDATE vectors SET row=?", value)
+    elif how == "file outside":
+        _tamper(root, "UPDATE shards SET file=?", "../../outside.safetensors")
+    elif how == "file absolute":
+        _tamper(root, "UPDATE shards SET file=?", str(outside))
+    elif how == "nan values":
+        save_file({"v": torch.full((2, SPACE.d_model), float("nan"))}, str(shard))
+    elif how == "wrong shape":
+        save_file({"v": torch.ones(2, SPACE.d_model + 1)}, str(shard))
+    elif how == "fifo":
+        shard.unlink()
+        os.mkfifo(shard)
+    else:
+        shard.unlink()
+        shard.mkdir()
+    with ConceptCache(root) as c, pytest.warns(StaleCacheWarning) if warned else _no_warning():
+        got, found = c.get(SPACE, texts, layers, words)
+    assert not found.any()
+
+
+class _no_warning:
+    def __enter__(self) -> None:
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("error", Warning)
+
+    def __exit__(self, *exc: object) -> None:
+        self._w.__exit__(*exc)

@@ -105,8 +105,9 @@ def _experiment(tmp: Path) -> Path:
 
 @_input("root")
 def _root(tmp: Path) -> Path:
+    """The committed results under ``--root`` (``reproduce --render --out docs`` writes beside them, not in them)."""
     (tmp / "root" / "docs" / "results").mkdir(parents=True)
-    return tmp / "root"
+    return tmp / "root" / "docs" / "results"
 
 
 @_input("$WALKLENS_CACHE")
@@ -243,16 +244,20 @@ def test_no_output_replaces_an_input(words, inp, opt, how, tmp_path, monkeypatch
         named = tmp_path / "hard"
         os.link(target, named)
     before = _snapshot(target)
-    subst = {k.strip("@$"): str(v) for k, v in made.items()} | {
-        "out": str(tmp_path / "o.csv"),
-        "outdir": str(tmp_path / "outdir"),
-    }
+    subst = (
+        {k.strip("@$"): str(v) for k, v in made.items()}
+        | {"root": str(made["root"].parent.parent)}
+        | {
+            "out": str(tmp_path / "o.csv"),
+            "outdir": str(tmp_path / "outdir"),
+        }
+    )
     argv = [*words.split(), *(a.format(**subst) for a in WITH.get((words, inp), BASE.get(words, [])))]
     if inp == "@FILE":
         argv = [f"@{target}" if a in BASE.get(words, [""])[:1] else a for a in argv]
         if "target" in _dests(leaves()[words]) and words == "generate":
             argv += ["--target", f"@{target}"]
-    elif inp != "$WALKLENS_CACHE" and (words, inp) not in WITH and not any(a == str(target) for a in argv):
+    elif inp != "$WALKLENS_CACHE" and (words, inp) not in WITH and f"--{inp}" not in argv and str(target) not in argv:
         argv += [f"--{inp}", str(target)]
     flag = {"out": "--out", "json": "--json", "write": "--write", "blocks": "--blocks"}.get(
         opt, f"--{opt.replace('_', '-')}"

@@ -31,18 +31,21 @@ import hashlib
 import json
 import os
 import sqlite3
+import stat
 import time
 import uuid
+import warnings
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, StaleCacheWarning
 from ..outputs import make_dir
 from ..precision import dtype_name
+from ..records import confined
 from ..sqlite import closed_on_error, connect, create_tables, foreign, meta_value, set_mode, transaction
 
 if TYPE_CHECKING:
@@ -52,6 +55,8 @@ SCHEMA_VERSION = 1
 DEFAULT_MAX_BYTES = 16 * 2**30
 #: Largest number of vectors in one shard file.
 SHARD_ROWS = 4096
+#: A shard holds at most SHARD_ROWS float32 rows of D <= 65,536 (1 GiB) plus its header: anything larger is not one.
+_MAX_SHARD_BYTES = SHARD_ROWS * 65_536 * 4 + 2**20
 #: Eviction stops at this fraction of the bound (so that the next writes do not evict again at once).
 LOW_WATER = 0.9
 #: A shard file no index row knows about (a writer killed between writing it and committing) is removed by
@@ -273,11 +278,19 @@ class ConceptCache:
                 for h, layer, word, shard, row, file in rows:
                     if layer in lpos and word in wpos:
                         for i in pos[bytes(h)]:
-                            by_shard.setdefault((int(shard), file), []).append((int(row), i, lpos[layer], wpos[word]))
+                            by_shard.setdefault((shard, file), []).append((row, i, lpos[layer], wpos[word]))
             used = []
             for (shard, file), entries in by_shard.items():
                 v = self._read_shard(file)
-                if v is None or v.shape[-1] != space.d_model:
+                if v is None:
+                    continue
+                bad = self._bad_shard(v, space.d_model, [e[0] for e in entries])
+                if bad:
+                    warnings.warn(
+                        f"concept cache {self.root}: shard {str(file)[:60]!r} {bad}; its vectors are computed again",
+                        StaleCacheWarning,
+                        stacklevel=2,
+                    )
                     continue
                 r = torch.tensor([e[0] for e in entries])
                 ti, tl, tw = (torch.tensor([e[k] for e in entries]) for k in (1, 2, 3))
@@ -291,15 +304,36 @@ class ConceptCache:
         self.stats.misses += n - int(found.sum())
         return out, found
 
-    def _read_shard(self, file: str) -> torch.Tensor | None:
-        """A shard's tensor, or None when it is gone (evicted by another process) or unreadable."""
+    def _read_shard(self, file: Any) -> torch.Tensor | None:
+        """A shard's tensor, or None when it is gone (evicted by another process), unreadable, named outside the
+        shard folder, not a regular file, or larger than a shard is written."""
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         try:
-            return load_file(str(self.shard_dir / file))["v"]
+            path = confined(self.shard_dir, str(file), "concept cache shard")
+            st = os.stat(path)
+        except (InputError, OSError, ValueError):
+            return None
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_SHARD_BYTES:
+            return None  # a FIFO is never opened (it would block), a huge file never mapped
+        try:
+            return load_file(str(path))["v"]
         except (OSError, SafetensorError, KeyError):
             return None
+
+    @staticmethod
+    def _bad_shard(v: torch.Tensor, d_model: int, rows: Sequence[Any]) -> str | None:
+        """Why a shard's tensor cannot give the ``rows`` asked for (None when it can): the shape, dtype, a row out
+        of range or a value that is not finite (the cache writes only finite float32 rows [n, D])."""
+        if v.dim() != 2 or v.shape[1] != d_model or v.dtype != torch.float32:
+            return f"holds a {v.dtype} tensor of shape {tuple(v.shape)}, not [rows, {d_model}] float32"
+        n = v.shape[0]
+        if any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n for r in rows):
+            return f"is asked for a row outside its {n} rows"
+        if not bool(torch.isfinite(v[torch.tensor(rows)]).all()):
+            return "holds values that are not finite"
+        return None
 
     def _touch(self, shards: Sequence[int]) -> None:
         with transaction(self._conn) as c:
