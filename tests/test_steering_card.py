@@ -169,7 +169,7 @@ def test_the_shipped_sets() -> None:
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
-        ('{"type": "target", "kind": "token"\n', "line 1: not a JSON object"),
+        ('{"type": "target", "kind": "token"\n', "line 1: not valid JSON"),
         ('{"type": "prompt", "target": "x", "split": "heldout", "text": "hi"}\n', "unknown target 'x'"),
         ('{"type": "target", "name": "t", "kind": "mood", "words": ["a"], "pairs": [["a", "b"]]}\n', "kind 'mood'"),
     ],

@@ -363,6 +363,54 @@ def steer_need(
     return _need(memory, work, json, out, js, html)
 
 
+@dataclass(frozen=True)
+class CardPlan:
+    """What a steering card runs (:func:`walklens.steering_card`): the token counts of its ``prompts`` (each
+    continued in every cell), ``neutral`` texts (a pass per cell and target) and ``pairs`` texts (positive and
+    negative, every target's); ``cells`` (the unsteered one included), ``targets``, ``layers``, whether it
+    calibrates eigen-steering (``eigen``) and reads mean differences (``meandiff``); its batches of continuations
+    (``gen_batch``) and of scored continuations (``score_batch``)."""
+
+    prompts: tuple[int, ...]
+    neutral: tuple[int, ...]
+    pairs: tuple[int, ...]
+    cells: int
+    targets: int
+    layers: int
+    eigen: bool
+    meandiff: bool
+    gen_batch: int = 32
+    score_batch: int = 8
+
+
+def card_need(sh: Shape, plan: CardPlan, *, steps: int, json: bool = False, out: bool = False) -> Need:
+    """``walklens steer --card``: every cell continues every prompt ``steps`` greedy tokens with the cache
+    (keeping each step's logits), scores prompt + continuation under the unsteered model, and passes over the
+    neutral texts once per target; the plan passes over the neutral and pair texts per layer and keeps the
+    unsteered neutral log-probs of each layer's two change points for the whole run."""
+    Tm, Tn = max(plan.prompts), max(plan.neutral)
+    B = min(plan.gen_batch, len(plan.prompts))
+    S = min(plan.score_batch, len(plan.prompts))
+    neutral_work = sum(forward_work(sh, t) for t in plan.neutral)
+    gen = forward_work(sh, Tm) + steps * (forward_work(sh, 1) + 4 * sh.layers * (Tm + steps) * sh.d_model)
+    per_prompt = gen + forward_work(sh, Tm + steps)
+    calibrate = plan.targets * 2 * neutral_work if plan.eigen else 0.0
+    pairs = sum(forward_work(sh, t) for t in plan.pairs) if plan.meandiff else 0.0
+    plan_work = plan.layers * (3 * neutral_work + calibrate + pairs)
+    work = plan.cells * (len(plan.prompts) * per_prompt + plan.targets * neutral_work) + plan_work
+    cache = 2 * sh.layers * B * (Tm + steps) * sh.d_model * sh.kv_heads // sh.heads * 4
+    generating = forward_memory(sh, Tm, B) + cache + B * steps * sh.vocab * 4
+    scoring = forward_memory(sh, Tm + steps, S) + 2 * S * (Tm + steps) * sh.vocab * 4
+    N, Tr = max(len(plan.neutral), len(plan.pairs)), max(Tn, max(plan.pairs, default=1))
+    recording = forward_memory(sh, Tr, N) + 2 * N * Tr * sh.vocab * 4  # one batch; its log-probs on the CPU
+    kept = plan.layers * 2 * sum(plan.neutral) * (sh.vocab + 2 * sh.d_model) * 4
+    memory = kept + max(generating, scoring, recording)
+    rows = plan.cells * plan.targets
+    js = rows * (2 * 800 + 200 + 16 * steps)
+    html = HTML_FIXED + rows * (2 * 600 + 200 + 16 * steps)
+    return _need(memory, work, json, out, js, html)
+
+
 __all__ = [
     "MAX_MEMORY_GB",
     "MAX_OUTPUT_MB",
@@ -391,4 +439,6 @@ __all__ = [
     "kernels_need",
     "power_need",
     "steer_need",
+    "CardPlan",
+    "card_need",
 ]

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from ..costs import MAX_WORK_TFLOP
 from ..errors import InputError
 from ..numbers import ALPHA, MAX_ALPHA, POSITIVE_INT, Range, numbers_list, show
 from ..reports import power as power_report
@@ -38,7 +39,9 @@ perplexity. Work grows with runs x --max-new-tokens x the prompt's length and is
 
 With --card SET (no prompts, no --toward): the steering card, eigen-steering next to activation
 addition, mean-difference steering and projection ablation on one dose scale over a steering set's
-held-out prompts, with bootstrap intervals (docs/power.md, "The steering card")."""
+held-out prompts, with bootstrap intervals (docs/power.md, "The steering card"). Its work grows with
+cells x prompts x --max-new-tokens and is checked first against --max-work (100 TFLOP unless given:
+a card runs for an hour or more and resumes) and --max-memory."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -111,7 +114,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_model_args(s)
     add_output_args(s)
     add_limit_args(s)
-    s.set_defaults(func=run_steer)
+    s.set_defaults(func=run_steer, max_work=None)  # None: the sweep's default or the card's (run_steer)
 
 
 Span = tuple[int, int]  # an inclusive range of layers as given (negative: from the top), never expanded here
@@ -192,20 +195,23 @@ def _plan_power(lm: Any, texts: list[str], args: argparse.Namespace) -> None:
 
 def _plan_steer(lm: Any, prompts: list[str], runs: int, args: argparse.Namespace) -> None:
     """Refuse, before any computation, a steering sweep over the limits."""
-    from ..costs import model_shape, steer_need
+    from ..costs import model_shape, steer_need, tokens_that_fit
     from .limits import check, check_context, text_tokens
 
     lengths = [text_tokens(lm, p, False) for p in prompts]
     check_context(lm, max(lengths), args.max_new_tokens, "--max-new-tokens")
-    need = steer_need(
-        model_shape(lm), lengths, runs=runs, steps=args.max_new_tokens, json=bool(args.json), out=bool(args.out)
-    )
+    sh, files = model_shape(lm), {"json": bool(args.json), "out": bool(args.out)}
+    need = steer_need(sh, lengths, runs=runs, steps=args.max_new_tokens, **files)
+    if need.fits(args):
+        return
+    k = tokens_that_fit(lambda s: steer_need(sh, lengths, runs=runs, steps=s, **files), args, args.max_new_tokens)
     check(
         need,
         args,
         f"steering {len(prompts)} prompt(s) of up to {max(lengths)} tokens in {runs} runs of "
         f"{args.max_new_tokens} tokens each",
-        "fewer --alpha / --add-alpha values, --layers sets or prompts, a smaller --max-new-tokens, or shorter prompts",
+        (f"at most {k} new tokens fit (--max-new-tokens)" if k else "no --max-new-tokens fits")
+        + "; or fewer --alpha / --add-alpha values, --layers sets or prompts, or shorter prompts",
     )
 
 
@@ -330,6 +336,8 @@ def run_steer(args: argparse.Namespace) -> int:
             lambda lm: [l for sp, text in zip(spans, args.layers or []) for l in expand_layers(sp, lm.n_layers, text)],
         )
     refuse_backend(args)
+    if args.max_work is None:
+        args.max_work = MAX_WORK_TFLOP
     for given, name in ((args.prompts, "PROMPT"), (args.toward, "--toward"), (args.layers, "--layers")):
         if not given:
             raise InputError(f"steer needs {name} (or --card SET for the steering card)")

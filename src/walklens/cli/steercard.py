@@ -13,7 +13,7 @@ from typing import Any
 from rich.markup import escape
 
 from ..errors import InputError
-from ..numbers import POSITIVE, Range, numbers_list
+from ..numbers import Range, numbers_list
 from ..outputs import Input, check_file
 from ..reports import steercard as card_report
 from .backend import add_backend_args, backend_from_args
@@ -21,6 +21,8 @@ from .common import check_outputs, load, write_json
 from .terminal import Col, console, print_table, say
 
 METHODS = ("eigen", "add", "meandiff", "ablate")
+#: the card's work limit when --max-work is not given: a card runs for an hour or more and resumes (TFLOP)
+CARD_WORK_TFLOP = 100.0
 
 
 def add_card_args(s: argparse.ArgumentParser) -> None:
@@ -33,7 +35,11 @@ def add_card_args(s: argparse.ArgumentParser) -> None:
         help="run the steering card over a steering set: token, topic, sentiment, all (shipped) or a .jsonl file; "
         "--layers default to a quarter, half and three quarters of the depth",
     )
-    g.add_argument("--doses", default="0.25,0.5,1,2", help="comma-separated doses (change norm / mean residual norm)")
+    g.add_argument(
+        "--doses",
+        default="0.25,0.5,1,2",
+        help="comma-separated doses (change norm / mean residual norm), each > 0 and <= 100",
+    )
     g.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {','.join(METHODS)}")
     g.add_argument(
         "--limit",
@@ -80,25 +86,71 @@ def run_card(args: argparse.Namespace, layer_values: Any) -> int:
     ):
         if bad:
             raise InputError(f"--card takes no {name}: the steering set gives the prompts and targets")
-    sset = load_steering_set(args.card)
-    doses = numbers_list(args.doses, POSITIVE, "--doses")
+    from ..steeringcard.card import DOSE
+
+    sset = load_steering_set(args.card)  # a file is read as an input: no output may replace it
+    doses = numbers_list(args.doses, DOSE, "--doses")
     methods = _methods(args.methods)
     backend = backend_from_args(args)  # local, or Ray actors; ray not installed is one line, before any work
+    inputs = [] if _shipped(args.card) else [Input("--card", Path(args.card))]
     store = None
     if args.store:
         check_file(args.store, "--store")
         store = Path(args.store).expanduser()
-    check_outputs(args, inputs=[] if store is None else [Input("--store", store)])
+        inputs.append(Input("--store", store))
+    check_outputs(args, inputs=inputs)
     lm = (
         load(args)
         if backend.name == "local"
         else backend.driver_model(args.model, dtype=args.dtype, device=args.device)
     )
     layers = layer_values(lm) or sorted({lm.n_layers // 4, lm.n_layers // 2, (3 * lm.n_layers) // 4})
+    _plan_card(lm, sset, (layers, doses, methods), args)
     with backend.workers(lm) as workers:
         card = _card(args, lm, sset, (layers, doses, methods), store, workers)
     _show(args, lm, card)
     return 0
+
+
+def _shipped(name: str) -> bool:
+    from ..steeringcard import shipped_sets
+
+    return name in shipped_sets() or name == "all"
+
+
+def _plan_card(lm: Any, sset: Any, grid: tuple[list[int], list[float], list[str]], args: argparse.Namespace) -> None:
+    """Refuse, before any work, a set this model cannot run, new tokens beyond the context, and a card over the
+    limits (--max-work, default :data:`CARD_WORK_TFLOP`, and --max-memory): one line naming the largest
+    --max-new-tokens that fits."""
+    from ..costs import CardPlan, Limits, card_need, model_shape, tokens_that_fit
+    from ..steeringcard.card import check_set
+    from .limits import LimitError, check_context, text_tokens
+
+    layers, doses, methods = grid
+    n = args.max_new_tokens or 16
+    prompts = [len(q) for ps in check_set(lm, sset, args.limit).values() for _, q in ps]
+    check_context(lm, max(prompts), n, "--max-new-tokens")
+    plan = CardPlan(
+        prompts=tuple(prompts),
+        neutral=tuple(text_tokens(lm, t, False) for t in sset.neutral),
+        pairs=tuple(text_tokens(lm, x, False) for t in sset.targets.values() for p in t.pairs for x in p),
+        cells=1 + len(set(layers)) * (len([m for m in methods if m != "ablate"]) * len(doses) + ("ablate" in methods)),
+        targets=len(sset.targets),
+        layers=len(set(layers)),
+        eigen="eigen" in methods,
+        meandiff=bool({"meandiff", "ablate"} & set(methods)),
+    )
+    limits = Limits(args.max_memory, args.max_work or CARD_WORK_TFLOP, args.max_output)
+    sh, files = model_shape(lm), {"json": bool(args.json), "out": bool(args.out)}
+    over = card_need(sh, plan, steps=n, **files).over(limits)
+    if over:
+        k = tokens_that_fit(lambda s: card_need(sh, plan, steps=s, **files), limits, n)
+        fit = f"at most {k} new tokens fit (--max-new-tokens)" if k else "no --max-new-tokens fits"
+        raise LimitError(
+            f"steering card of {plan.cells} cells over {len(prompts)} prompts of up to {max(prompts)} tokens, "
+            f"{n} new tokens each, would need {' and '.join(over)}; {fit}, or give fewer --doses, --methods or "
+            "--layers, a smaller --limit"
+        )
 
 
 def _card(
@@ -163,4 +215,4 @@ def _show(args: argparse.Namespace, lm: Any, card: Any) -> None:
         say(con, f"report: {card_report.build(card).save(args.out)}")
 
 
-__all__ = ["add_card_args", "refuse_backend", "run_card", "METHODS"]
+__all__ = ["add_card_args", "refuse_backend", "run_card", "CARD_WORK_TFLOP", "METHODS"]

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..backends.base import LocalWorkers, Workers
-from ..capture import tokenize
+from ..capture import context_limit, tokenize
 from ..errors import InputError, UnsupportedFamilyError
 from ..interventions import resolve_layers
+from ..numbers import MAX_ALPHA, Range, show
 from .cells import SteeringCard, summarise
 from .run import (
     METHODS,
@@ -46,13 +47,16 @@ from .run import (
     token_direction,
     unit_rows,
 )
-from .sets import SPLITS, SteeringSet, load_steering_set
-from .store import CardStore
+from .sets import SPLITS, Prompt, SteeringSet, load_steering_set
+from .store import NEUTRAL_ROW, CardStore, Expected, row_schema
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
 
 DOSES = (0.25, 0.5, 1.0, 2.0)
+#: the largest dose: a change of 100 times the mean residual norm drowns the residual stream, beyond any steering
+MAX_DOSE = 100.0
+DOSE = Range(0, MAX_DOSE, open_lo=True)
 
 
 @dataclass
@@ -86,9 +90,10 @@ def _check(
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
         raise InputError(f"unknown steering method(s) {', '.join(bad) or '(none)'}; choose from {', '.join(METHODS)}")
-    if not doses or not all(isinstance(d, (int, float)) and math.isfinite(d) and d > 0 for d in doses):
-        raise InputError("doses must be finite numbers above 0")
-    return list(dict.fromkeys(methods)), [float(d) for d in doses], resolve_layers(lm, list(layers))
+    if not doses:
+        raise InputError("give at least one dose")
+    checked = [float(DOSE.check(d, "a dose")) for d in doses]
+    return list(dict.fromkeys(methods)), checked, resolve_layers(lm, list(layers))
 
 
 def _plan(
@@ -117,9 +122,103 @@ def _plan(
                     moved = neutral_pass(lm, sset.neutral, l, pt, intervene(lm, m, l, u[name], 1.0))
                     unit[name] = sum(r["dose"] for r in neutral_rows(base, moved, norms[l])) / len(sset.neutral)
             for d in doses:  # eigen: the dose at alpha = 1 scaled (linear); the others: alpha u, |u| = 1
-                alpha = {name: d / unit[name] if m == "eigen" else d * norms[l] for name in u}
+                alpha = {name: _alpha(d, unit[name]) if m == "eigen" else d * norms[l] for name in u}
                 cells.append(_Cell(m, l, d, u=u, alpha=alpha))
     return cells, norms
+
+
+def _alpha(dose: float, unit: float) -> float:
+    """Eigen-steering's alpha for ``dose`` given the dose it realises at alpha = 1 (inf when it realises none)."""
+    return dose / unit if unit > 0 else math.inf
+
+
+def _tokens(lm: LoadedModel, text: str, where: str) -> list[int]:
+    """A text of the set as the card tokenises it; an empty or over-long one is one line naming it."""
+    try:
+        return [int(t) for t in tokenize(lm, text)[0].tolist()]
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+
+
+def _n(count: int) -> str:
+    return f"{count} token{'' if count == 1 else 's'}"
+
+
+def _check_target(lm: LoadedModel, sset: SteeringSet, name: str) -> None:
+    """A target's token is one token, its words none the unknown token, its pair texts of 2 tokens or more."""
+    tok, t = lm.tokenizer, sset.targets[name]
+    here = f"steering set {sset.name}: target {show(name)}"
+    unk = tok.unk_token_id
+    words = [("token", t.token)] if t.kind == "token" else [("word", w) for w in t.words + t.negative_words]
+    for what, w in words:
+        ids = tok(w, add_special_tokens=False)["input_ids"]
+        shown = f"{here}: {what} {w[:40]!r}"
+        if not ids or (what == "token" and len(ids) != 1):
+            need = "a token target is one token" if what == "token" else "a word is scored by its first token"
+            raise InputError(f"{shown} is {_n(len(ids))} for this model's tokenizer ({need})")
+        if unk is not None and ids[0] == unk:
+            raise InputError(f"{shown} is the unknown token {tok.unk_token} for this model's tokenizer")
+    for pair in t.pairs:
+        for text in pair:
+            shown = f"{here}: pair text {text[:40]!r}"
+            n = len(_tokens(lm, text, shown))
+            if n < 2:
+                raise InputError(f"{shown} is {_n(n)}; the card reads every position but the first")
+
+
+def check_set(lm: LoadedModel, sset: SteeringSet, limit: int | None) -> dict[str, list[tuple[str, list[int]]]]:
+    """Refuse, before any work, a set this model cannot run (a token target of several tokens or the unknown
+    token, a word of no token, a pair or neutral text of one token, a text longer than the context); the first
+    ``limit`` prompts of each target in each split, tokenised (all when None)."""
+    for name in sset.targets:
+        _check_target(lm, sset, name)
+    for i, text in enumerate(sset.neutral, 1):
+        n = len(_tokens(lm, text, f"steering set {sset.name}: neutral text {i}"))
+        if n < 2:
+            raise InputError(
+                f"steering set {sset.name}: neutral text {i} {text[:40]!r} is {_n(n)}; the dose and KL are read at "
+                "every position but the first"
+            )
+    chosen: dict[str, list[Prompt]] = {
+        t: [p for s in SPLITS for p in [p for p in sset.prompts if p.target == t and p.split == s][:limit]]
+        for t in sset.targets
+    }
+    where = f"steering set {sset.name}: prompt"
+    return {t: [(p.id, _tokens(lm, p.text, f"{where} {p.id}")) for p in ps] for t, ps in chosen.items()}
+
+
+def check_new_tokens(lm: LoadedModel, longest: int, n: int, option: str = "max_new_tokens") -> None:
+    """Refuse ``n`` new tokens after a ``longest``-token prompt beyond the model's context (before generating)."""
+    limit = context_limit(lm)
+    if limit is not None and longest + n > limit:
+        raise InputError(
+            f"{option}: a prompt of {longest} tokens and {n} new tokens exceed the model's context of {limit} "
+            f"positions (at most {max(limit - longest, 0)} new tokens fit)"
+        )
+
+
+def _check_plan(sset: SteeringSet, cells: list[_Cell]) -> None:
+    """Every planned direction finite and non-zero, every alpha finite and within ±MAX_ALPHA (one line)."""
+    for c in cells:
+        for name, u in c.u.items():
+            if not bool(torch.isfinite(u).all()) or float(u.norm()) == 0.0:
+                raise InputError(
+                    f"steering set {sset.name}: target {show(name)}: the {c.method} direction at layer {c.layer} is "
+                    "zero or not finite (its words or pairs give no direction)"
+                )
+        for name, a in c.alpha.items():
+            if not abs(a) <= MAX_ALPHA:
+                raise InputError(
+                    f"dose {c.dose:g} of {c.method} at layer {c.layer} needs alpha {a:.3g} for target {show(name)}, "
+                    f"beyond ±{MAX_ALPHA:g}: give smaller doses"
+                )
+
+
+def _vocab(lm: LoadedModel) -> int:
+    """The number of next-token logits (the ranks' bound)."""
+    head = lm.hf.get_output_embeddings()
+    rows = int(head.weight.shape[0]) if head is not None and hasattr(head, "weight") else 0
+    return max(rows, int(lm.embedding_matrix().shape[0]))
 
 
 def steering_card(
@@ -148,21 +247,16 @@ def steering_card(
     methods, doses, layers = _check(lm, methods, doses, layers)
     if max_new_tokens < 1 or (limit is not None and limit < 1):
         raise InputError("max_new_tokens and limit must be at least 1")
+    prompts = check_set(lm, sset, limit)
+    check_new_tokens(lm, max((len(q) for ps in prompts.values() for _, q in ps), default=0), max_new_tokens)
     pool = LocalWorkers(lm) if workers is None else workers
     db = CardStore(store)
     try:
         run = f"{_fingerprint(lm)}|{sset.set_id}|n{max_new_tokens}|limit{limit}"
         ((_, (cells, norms, base)),) = list(pool.map(_plan_shard, sset, [(methods, doses, layers)]))
-        prompts = {
-            t: [
-                (p.id, tokenize(lm, p.text)[0].tolist())
-                for s in SPLITS
-                for p in [p for p in sset.prompts if p.target == t and p.split == s][:limit]
-            ]
-            for t in sset.targets
-        }
+        _check_plan(sset, cells)
         ctx = (sset, prompts, max_new_tokens, base, norms)
-        rows, generated, stored = _units(pool, ctx, cells, (db, run), progress=progress)
+        rows, generated, stored = _units(pool, ctx, cells, (db, run, _vocab(lm)), progress=progress)
     finally:
         db.close()
     return summarise(
@@ -218,17 +312,23 @@ def _units(
     pool: Workers,
     ctx: UnitContext,
     cells: list[_Cell],
-    saved: tuple[CardStore, str],
+    saved: tuple[CardStore, str, int],
     *,
     progress: bool,
 ) -> tuple[dict[tuple[str, str, str], list[dict[str, Any]]], int, int]:
     """Every unit's rows, read from the store or run on ``pool`` and stored by this process as they come back
-    (one transaction each); how many units were computed and how many read.  ``saved``: the store and the
-    run's key in it."""
+    (one transaction each), each checked as the store declares its rows; how many units were computed and how
+    many read.  ``saved``: the store, the run's key in it and the model's vocabulary (the ranks' bound)."""
     from tqdm.auto import tqdm
 
-    db, run = saved
+    db, run, vocab = saved
     rows: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+
+    def expected(t: str, part: str) -> Expected:
+        if part == "neutral":
+            return Expected(NEUTRAL_ROW, count=len(ctx[0].neutral))
+        ranked = ctx[0].targets[t].kind == "token"
+        return Expected(row_schema(vocab, ctx[2], ranked), ids=tuple(pid for pid, _ in ctx[1][t]))
 
     def keep(c: _Cell, t: str, part: str, got: list[dict[str, Any]]) -> None:
         if part == "neutral":
@@ -240,7 +340,7 @@ def _units(
     units = [(c, t, part) for c in cells for t in ctx[0].targets for part in ("prompts", "neutral")]
     todo = []
     for c, t, part in units:
-        got = db.get(run, f"{c.key}/{t}/{part}")
+        got = db.get(run, f"{c.key}/{t}/{part}", expected(t, part))
         if got is None:
             todo.append((c, t, part))
         else:
@@ -257,7 +357,7 @@ def _units(
     done = pool.map_parts(_unit_shard, parts)
     for i, got in tqdm(done, total=len(todo), desc="steering card", disable=not progress, leave=False):
         c, t, part = order[i]
-        db.put(run, f"{c.key}/{t}/{part}", got)
+        db.put(run, f"{c.key}/{t}/{part}", got, expected(t, part))
         keep(c, t, part, got)
     return rows, len(todo), len(units) - len(todo)
 
@@ -285,4 +385,4 @@ def _unit(
     return unit_rows(lm, sset.targets[t], prompts, n, ctx)
 
 
-__all__ = ["DOSES", "steering_card"]
+__all__ = ["DOSE", "DOSES", "MAX_DOSE", "check_new_tokens", "check_set", "steering_card"]

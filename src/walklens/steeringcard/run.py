@@ -169,12 +169,13 @@ def neutral_rows(
     steered: tuple[list[torch.Tensor], list[torch.Tensor]],
     norm: float,
 ) -> list[dict[str, float]]:
-    """Per neutral text: the KL(unsteered || steered) of the next-token distribution (mean over positions)
-    and the dose it realised (mean norm of the change at the change point over ``norm``)."""
+    """Per neutral text: the KL(unsteered || steered) of the next-token distribution (mean over positions; a
+    rounding below 0 read as 0, the least a KL is) and the dose it realised (mean norm of the change at the
+    change point over ``norm``)."""
     rows = []
     for hb, hs, lb, ls in zip(base[0], steered[0], base[1], steered[1]):
-        kl = (lb.exp() * (lb - ls)).sum(-1).mean()
-        rows.append({"kl": float(kl), "dose": float((hs - hb).norm(dim=-1).mean()) / norm})
+        kl = float((lb.exp() * (lb - ls)).sum(-1).mean())
+        rows.append({"kl": 0.0 if kl < 0 else kl, "dose": float((hs - hb).norm(dim=-1).mean()) / norm})
     return rows
 
 

@@ -19,13 +19,14 @@ file's stem (``token``, ``topic``, ``sentiment``) or ``all`` (every shipped set)
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..errors import DataFormatError, InputError
+from ..numbers import show
+from ..records import parse_json, read_text
 
 KINDS = ("token", "topic", "sentiment")
 SPLITS = ("choose", "heldout")
@@ -76,20 +77,21 @@ def shipped_sets() -> list[str]:
     return sorted(p.name[: -len(".jsonl")] for p in root.iterdir() if p.name.endswith(".jsonl"))
 
 
-def _files(name: str | Path) -> tuple[str, list[tuple[str, bytes]]]:
-    """(set name, [(label, bytes)]) of a shipped name, ``all`` or a JSONL path."""
+def _files(name: str | Path) -> tuple[str, list[tuple[str, str]]]:
+    """(set name, [(label, text)]) of a shipped name, ``all`` or a JSONL path (read as an input of the command:
+    a regular UTF-8 file, its size capped, no output may replace it)."""
     text = str(name)
     shipped = shipped_sets()
     root = resources.files("walklens") / "data" / "steering"
     if text in shipped or text == "all":
         names = shipped if text == "all" else [text]
-        return text, [(f"{n}.jsonl", (root / f"{n}.jsonl").read_bytes()) for n in names]
+        return text, [(f"{n}.jsonl", (root / f"{n}.jsonl").read_bytes().decode("utf-8")) for n in names]
     path = Path(text)
     if not path.suffix == ".jsonl" and not path.exists():
         raise InputError(f"unknown steering set {text!r}: give one of {', '.join(shipped + ['all'])} or a .jsonl file")
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"steering set {text}: no such file")
-    return path.stem, [(str(path), path.read_bytes())]
+    return path.stem, [(str(path), read_text(path, "steering set"))]
 
 
 def _words(rec: dict[str, Any], key: str, where: str) -> list[str]:
@@ -104,7 +106,7 @@ def _target(rec: dict[str, Any], where: str) -> Target:
     if not isinstance(name, str) or not name:
         raise DataFormatError(f"{where}: a target needs a 'name'")
     if kind not in KINDS:
-        raise DataFormatError(f"{where}: target kind {kind!r} is not one of {', '.join(KINDS)}")
+        raise DataFormatError(f"{where}: target kind {show(kind)} is not one of {', '.join(KINDS)}")
     pairs = rec.get("pairs", [])
     if not isinstance(pairs, list) or not pairs or not all(_is_pair(p) for p in pairs):
         raise DataFormatError(f"{where}: 'pairs' must be a non-empty list of [positive, negative] texts")
@@ -113,7 +115,7 @@ def _target(rec: dict[str, Any], where: str) -> Target:
         kind=kind,
         words=_words(rec, "words", where),
         pairs=[(p[0], p[1]) for p in pairs],
-        token=str(rec.get("token", "")),
+        token=_text(rec, "token", where),
         negative_words=_words(rec, "negative_words", where),
     )
     if not t.words or (kind == "token" and not t.token.strip()) or (kind == "sentiment" and not t.negative_words):
@@ -124,15 +126,22 @@ def _target(rec: dict[str, Any], where: str) -> Target:
     return t
 
 
+def _text(rec: dict[str, Any], key: str, where: str) -> str:
+    v = rec.get(key, "")
+    if not isinstance(v, str):
+        raise DataFormatError(f"{where}: {key!r} must be a string")
+    return v
+
+
 def _is_pair(p: Any) -> bool:
     return isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) and s.strip() for s in p)
 
 
 def _record(line: str, where: str) -> dict[str, Any]:
     try:
-        rec = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise DataFormatError(f"{where}: not a JSON object ({e.msg})") from None
+        rec = parse_json(line, where)
+    except InputError as e:
+        raise DataFormatError(str(e)) from None
     if not isinstance(rec, dict) or rec.get("type") not in ("target", "prompt", "neutral"):
         raise DataFormatError(f"{where}: each line needs a 'type' of target, prompt or neutral")
     return rec
@@ -147,7 +156,7 @@ def load_steering_set(name: str | Path) -> SteeringSet:
     neutral: list[str] = []
     counts: dict[tuple[str, str], int] = {}
     for label, data in files:
-        for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        for n, line in enumerate(data.split("\n"), 1):  # JSON lines end at a newline only
             if not line.strip():
                 continue
             where = f"steering set {label}, line {n}"
@@ -158,21 +167,24 @@ def load_steering_set(name: str | Path) -> SteeringSet:
             if rec["type"] == "target":
                 t = _target(rec, where)
                 if t.name in targets:
-                    raise DataFormatError(f"{where}: target {t.name!r} defined twice")
+                    raise DataFormatError(f"{where}: target {show(t.name)} defined twice")
                 targets[t.name] = t
             elif rec["type"] == "neutral":
                 neutral.append(str(text))
             else:
                 tgt, split = rec.get("target"), rec.get("split")
-                if tgt not in targets:
-                    raise DataFormatError(f"{where}: prompt for unknown target {tgt!r} (define targets first)")
+                if not isinstance(tgt, str) or tgt not in targets:
+                    raise DataFormatError(f"{where}: prompt for unknown target {show(tgt)} (define targets first)")
                 if split not in SPLITS:
-                    raise DataFormatError(f"{where}: split {split!r} is not choose or heldout")
+                    raise DataFormatError(f"{where}: split {show(split)} is not choose or heldout")
                 i = counts[(str(tgt), str(split))] = counts.get((str(tgt), str(split)), -1) + 1
                 prompts.append(Prompt(id=f"{tgt}/{split}/{i}", target=str(tgt), split=str(split), text=str(text)))
     if not prompts or not neutral:
         raise DataFormatError(f"steering set {set_name}: needs at least one prompt and one neutral text")
-    digest = hashlib.sha256(b"".join(d for _, d in files)).hexdigest()[:12]
+    bare = [t for t in targets if not any(p.target == t for p in prompts)]
+    if bare:
+        raise DataFormatError(f"steering set {set_name}: target {show(bare[0])} has no prompt")
+    digest = hashlib.sha256(b"".join(d.encode("utf-8") for _, d in files)).hexdigest()[:12]
     return SteeringSet(name=set_name, set_id=digest, targets=targets, prompts=prompts, neutral=neutral)
 
 
