@@ -11,6 +11,8 @@ import dataclasses
 import html
 import inspect
 import re
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import pytest
 
 import walklens
 from walklens import notebook
-from walklens.display import MAX_LINES, WIDTH, Shown, text
+from walklens.display import MAX_LINES, WIDTH, Shown, registered_views, text
 
 #: public classes that are not results of their own: parts of a result, settings, the model, stores, errors
 PARTS = {
@@ -130,6 +132,30 @@ def test_every_public_result_type_shows_itself() -> None:
     assert len({c._view for c in shown.values()}) == len(shown)  # one view per type
     assert {c._view for c in shown.values()} >= set(notebook.VIEWS)  # no view without a type
     assert all(not issubclass(classes[n], Shown) for n in PARTS)
+
+
+def test_every_view_registers_itself_with_the_display_protocol() -> None:
+    """The results never import the views: each view registers its renderer (walklens.display.register_view)."""
+    assert registered_views() == {name: notebook.html for name in notebook.VIEWS}
+
+    class Unseen(Shown, view="no_such_view"):
+        pass
+
+    with pytest.raises(TypeError, match="Unseen has no notebook view"):
+        Unseen()._repr_html_()
+
+
+def test_a_result_module_imported_alone_shows_itself() -> None:
+    """``import walklens.controlvectors`` alone, in a fresh interpreter: the package root runs first and registers
+    every view, so the result draws its view."""
+    code = (
+        "import torch\n"
+        "from walklens.controlvectors import ControlVector\n"
+        "out = ControlVector({1: torch.ones(8), 2: -torch.ones(8)}, 'llama', 'add', 2.0, 'cat')._repr_html_()\n"
+        "assert 'srcdoc' in out and 'ControlVector' in out, out[:300]\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-800:]
 
 
 def test_fixture_holds_every_shown_type(results: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 # Imported eagerly: the function ``capture`` shares its name with the module ``walklens.capture``, and a lazy
 # export would be shadowed by the submodule as soon as anything imports ``walklens.capture``.
@@ -170,3 +170,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["capture", *_EXPORTS]
+
+# Every result's notebook view registers itself with the display protocol (walklens.display.register_view) when
+# walklens.notebook is imported.  The results never import it (it stands on the reports, above them): the entry
+# point does, here, and a submodule is never imported without its package, so `import walklens.trace` alone
+# has every view registered too.  Last, so the names above exist while the reports load.
+from . import notebook  # noqa: E402, F401  (imported for its registration)

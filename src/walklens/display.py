@@ -4,10 +4,13 @@ Every public result type derives from :class:`Shown` and names its view (``class
 view="walk")``).  Two of IPython's display hooks follow from that:
 
 - ``_repr_html_`` draws the result with its report's own builder, in a sandboxed frame (everything inline,
-  nothing fetched).  The drawing lives in :mod:`walklens.notebook`, at the top of the layers with the CLI;
-  this module reaches it by name when IPython asks, and only then.  It is the package's one upward call: the
-  display protocol asks the result itself, and an analysis must never import the reports (import contracts
-  in ``pyproject.toml``), so the result holds only the view's name.
+  nothing fetched).  The drawing lives in :mod:`walklens.notebook`, at the top of the layers with the CLI,
+  and this module never imports it: the result holds only its view's name, and ``_repr_html_`` looks the name
+  up in a table of renderers (:func:`register_view`) that the views fill when they are imported.  The package
+  root (``walklens/__init__.py``, the entry point) imports them, and a submodule is never imported without its
+  package (``import walklens.trace`` runs ``walklens/__init__.py`` first), so the table is full before any
+  result exists.  No import runs upward, by name or otherwise: an analysis must never import the reports
+  (import contracts in ``pyproject.toml``; ``tests/test_architecture.py`` checks imports by name too).
 - ``__repr__`` is :func:`text`: one head line and a line per public field (its type and shape, or the start of
   its value), every line at most :data:`WIDTH` columns, at most :data:`MAX_LINES` lines.
 
@@ -19,8 +22,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from .errors import displayable
@@ -29,6 +32,23 @@ WIDTH = 80  #: the columns of a plain-text repr
 MAX_LINES = 24  #: lines of a plain-text repr (the last one says how many fields were left out)
 _NAME = 16  #: the widest column of field names (a longer name pushes its summary right)
 _NESTED = 4  #: how deep :func:`displayable_copy` looks for strings (a result, its lists, their parts)
+
+Renderer = Callable[[Any], str]  #: a result -> its view as notebook HTML
+
+_RENDERERS: dict[str, Renderer] = {}  #: view name -> its renderer (:func:`register_view`)
+
+
+def register_view(name: str, renderer: Renderer) -> None:
+    """Draw every result of view ``name`` with ``renderer`` (its ``_repr_html_``); called by the views as they
+    are imported (:mod:`walklens.notebook`).  Registering a name again replaces its renderer."""
+    if not name:
+        raise ValueError("a view needs a name")
+    _RENDERERS[name] = renderer
+
+
+def registered_views() -> dict[str, Renderer]:
+    """A copy of the table: view name -> renderer."""
+    return dict(_RENDERERS)
 
 
 def _clip(line: str, width: int = WIDTH) -> str:
@@ -140,8 +160,8 @@ def displayable_copy(value: Any, depth: int = _NESTED) -> Any:
 class Shown:
     """A result that shows itself (IPython's display protocol): ``class X(Shown, view="topic")``.
 
-    ``_repr_html_`` is the view of :mod:`walklens.notebook` named ``view`` (kept as ``_view``: a tensor
-    result already has a ``view`` method); ``__repr__`` is :func:`text`.  A
+    ``_repr_html_`` is the renderer registered under ``view`` (kept as ``_view``: a tensor result already has a
+    ``view`` method; :func:`register_view`); ``__repr__`` is :func:`text`.  A
     dataclass deriving from it keeps this ``__repr__`` (``dataclass`` adds none where the class has one).
     """
 
@@ -155,13 +175,26 @@ class Shown:
             cls.__repr__ = Shown.__repr__  # type: ignore[method-assign]  # before @dataclass adds its own
 
     def _repr_html_(self) -> str:
-        """The result's view for a notebook (:func:`walklens.notebook.html`)."""
-        notebook: Any = importlib.import_module("walklens.notebook")
-        html: str = notebook.html(self)
-        return html
+        """The result's view for a notebook: the renderer registered for its view (:func:`register_view`;
+        :func:`walklens.notebook.html` for every view of walklens)."""
+        renderer = _RENDERERS.get(type(self)._view)
+        if renderer is None:
+            raise TypeError(f"{type(self).__name__} has no notebook view (none is registered as {self._view!r})")
+        return renderer(self)
 
     def __repr__(self) -> str:
         return text(self)
 
 
-__all__ = ["MAX_LINES", "WIDTH", "Shown", "displayable_copy", "headline", "summary", "text"]
+__all__ = [
+    "MAX_LINES",
+    "WIDTH",
+    "Renderer",
+    "Shown",
+    "displayable_copy",
+    "headline",
+    "register_view",
+    "registered_views",
+    "summary",
+    "text",
+]

@@ -2,6 +2,8 @@
 
 A result names its view (:class:`walklens.display.Shown`); :data:`VIEWS` maps the name to the report builder
 that draws the result (the same builders as the commands' pages and the explorer: no second drawing code).
+Importing this module registers :func:`html` as the renderer of every view of :data:`VIEWS` with the display
+protocol (:func:`walklens.display.register_view`): the results never import it, the package root does.
 :func:`html` wraps the page in its own frame:
 
 - **offline**: the page is one document with its scripts and images inline (:meth:`Report.render`); nothing
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .display import displayable_copy, headline, text
+from .display import displayable_copy, headline, register_view, text
 from .errors import displayable
 from .reports import compaction as compaction_report
 from .reports import generate, heads, kernels, parity, parts, power, simmap, steer, steercard, sweep, walk
@@ -160,6 +162,10 @@ def html(result: Any, limit_mb: float | None = None) -> str:
 def save(result: Any, out_dir: str | Path) -> Path:
     """The full report of ``result``'s view written to ``out_dir`` (``index.html`` plus its files)."""
     return report(result, inline=False).save(out_dir)
+
+
+for _name in VIEWS:
+    register_view(_name, html)
 
 
 __all__ = ["HEIGHT", "LIMIT_MB", "VIEWS", "html", "page", "report", "save", "summary_page"]

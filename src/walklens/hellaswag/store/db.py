@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from ... import sqlite
 from ...errors import InputError
+from ...sqlite import connect as sqlite_connect
+from ...sqlite import create_tables, foreign, quick_check, schema_version, set_mode
 
 #: What to do about a damaged file (the end of every refusal of one).
 FIX = "restore it or start a new database"
@@ -51,18 +52,18 @@ def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sql
         path.parent.mkdir(parents=True, exist_ok=True)
     uri = path.resolve().as_uri() + ("?mode=rw" if readonly else "?mode=rwc")
     try:
-        conn = sqlite.connect(uri, uri=True, timeout=timeout)
+        conn = sqlite_connect(uri, uri=True, timeout=timeout)
     except sqlite3.Error as e:
         raise InputError(f"{path}: cannot open the database ({e})") from None
     conn.text_factory = _text
     try:
-        problems = sqlite.quick_check(conn)
+        problems = quick_check(conn)
         if problems:
             raise InputError(f"{path} is corrupted (quick_check: {'; '.join(problems)}); {FIX}")
-        other = sqlite.foreign(conn, OWNER_KEYS)
+        other = foreign(conn, OWNER_KEYS)
         if other:
             raise InputError(f"{path}: not a walklens database: {other}; give another --db")
-        sqlite.set_mode(conn, readonly=readonly)
+        set_mode(conn, readonly=readonly)
     except sqlite3.OperationalError as e:  # locked, unreadable: the file may well be fine
         conn.close()
         raise InputError(f"{path}: cannot use the database ({e})") from None
@@ -84,7 +85,7 @@ def open_tables(
     A database whose recorded version is not ``version`` is refused with one line naming the file, before
     anything is created: a newer one was written by a newer walklens.
     """
-    found = sqlite.schema_version(conn, key)
+    found = schema_version(conn, key)
     if found == -1:
         raise InputError(f"{path}: table meta, row key={key!r}, field value: not a schema version (an integer); {FIX}")
     if found is not None and found != version:
@@ -98,7 +99,7 @@ def open_tables(
             f"read (it reads {version}); use another database"
         )
     if not readonly:
-        sqlite.create_tables(conn, ddl, key=key, version=version)
+        create_tables(conn, ddl, key=key, version=version)
 
 
 def _text(data: bytes) -> str:
