@@ -1,4 +1,4 @@
-"""A claim and a measured figure: the records every part of the registry passes around."""
+"""A claim, its measured cost and a measured figure: the records every part of the registry passes around."""
 
 from __future__ import annotations
 
@@ -9,6 +9,17 @@ from typing import Any
 CHANCE = 0.25  # HellaSwag: four endings
 SIZE = {"smollm2": "135m", "gemma3": "270m"}
 BAND_ALPHA = 0.05  # a null layer ends above the top (95th percentile) of a 5-95 % chance band
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Where a run's measured cost is written: the ``timings`` file (relative to the repository), the section of
+    it whose first line starts with ``entry``, and the line of that section starting with ``line`` (its first time
+    is the cost: :func:`walklens.claims.timings.cost`)."""
+
+    timings: str
+    entry: str
+    line: str
 
 
 @dataclass(frozen=True)
@@ -25,7 +36,8 @@ class Claim:
     select: Mapping[str, Any] = field(default_factory=dict)
     rule: str = ""
     target: float | None = None
-    why: str = ""  # for a claim without a result file: why not, and what it takes
+    why: str = ""  # for a claim without a result file: why not, and what it takes ("{cost}": its cost)
+    cost: Cost | None = None  # where the "{cost}" of ``why`` is measured
 
 
 @dataclass(frozen=True)

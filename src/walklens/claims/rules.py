@@ -175,3 +175,6 @@ RULES: dict[str, Callable[[Measured, float | None], str]] = {
     "above_chance": _above_chance,
     "compaction": _compaction,
 }
+
+#: the rules that compare the figure with the seed's own (a claim with one of them names its ``target``)
+TAKES_TARGET = frozenset({"reaches"})

@@ -12,6 +12,7 @@ from .base import Claim, Measured
 from .readers import MEASURES
 from .registry import CLAIMS
 from .rules import RULES
+from .timings import why
 
 # ---- the table -----------------------------------------------------------------------------------------------------
 
@@ -48,10 +49,10 @@ def assess(claim: Claim, root: Path, src: Source | None = None) -> tuple[Measure
     """The claim's figure read from its result file (``src``: another source, for ``reproduce``) and its verdict."""
     src = src or committed(claim)
     if src.file is None:
-        return None, src.skipped or f"not measured yet: {claim.why}"
+        return None, src.skipped or f"not measured yet: {why(claim, root)}"
     p = root / src.file
     if not os.path.lexists(p):  # anything there is read (a folder, a FIFO or a broken link: refused in one line)
-        return None, f"not measured yet: {src.file} is missing" + (f" ({claim.why})" if claim.why else "")
+        return None, f"not measured yet: {src.file} is missing" + (f" ({why(claim, root)})" if claim.why else "")
     m = MEASURES[claim.measure](p, src.select)
     return m, RULES[claim.rule](m, claim.target)
 
@@ -72,7 +73,7 @@ def render(
         "(tests/test_claims.py re-renders it) -->",
         "",
         "Rendered by `walklens reproduce --render --out docs` from the committed result files (the registry: "
-        "`src/walklens/claims/registry.py`). A verdict says no more than its interval allows: where a file holds "
+        "`src/walklens/claims/claims.toml`). A verdict says no more than its interval allows: where a file holds "
         "no paired test or bootstrap of the held-out best (the sweep databases are not committed), a held-out "
         'interval that holds the baseline or the seed\'s figure is "not decided".',
         "",
