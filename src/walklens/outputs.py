@@ -264,7 +264,6 @@ def jsonable(x: Any, digits: int | None = None) -> Any:
 __all__ = [
     "STDOUT",
     "FORMULA_START",
-    "Input",
     "atomic_open",
     "check_dir",
     "check_file",

@@ -12,10 +12,11 @@ from typing import Any
 
 from .. import records
 from ..errors import InputError, utf8_text
-from ..loading import DEFAULT_MODEL, LoadedModel, load_model
+from ..loading import DEFAULT_MODEL, LoadedModel, cache_dir, load_model
 from ..numbers import COUNT, FINITE, POSITIVE, POSITIVE_INT, SEED
-from ..outputs import STDOUT, Input, check_dir, check_file, check_not_inputs, jsonable, write_atomic
+from ..outputs import STDOUT, check_dir, check_file, check_not_inputs, jsonable, write_atomic
 from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
+from ..records import Input
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -145,7 +146,8 @@ def _at_files(value: Any) -> Iterator[str]:
 def command_inputs(args: argparse.Namespace) -> list[Input]:
     """Every path the command of ``args`` reads: ``PATH_INPUTS`` that exist, the data it defaults to, the
     results database (``--db``, or the default one, unless ``--no-db``) with its journals, the concept cache
-    folder, and every ``@FILE`` text."""
+    folder, the walklens cache folder (derived adapters, de-quantized GGUFs: no output may be or lie inside it),
+    and every ``@FILE`` text."""
     found: list[Input] = []
     opts = vars(args)
     for key, label in PATH_INPUTS.items():
@@ -163,6 +165,10 @@ def command_inputs(args: argparse.Namespace) -> list[Input]:
         found += _db_inputs(opts["db"] or default_db_path())
     if opts.get("cache"):
         found.append(Input("--cache", Path(opts["cache"]).expanduser(), folder=True))
+    try:
+        found.append(Input("walklens cache", cache_dir(), folder=True))
+    except InputError:  # a cache root that is no folder: nothing is read from it (a load refuses it in one line)
+        pass
     for key, value in opts.items():
         found += [Input(f"@FILE ({key})", Path(f).expanduser()) for f in _at_files(value)]
     return found

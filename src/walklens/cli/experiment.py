@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..outputs import Input
+from ..records import Input
 from .backend import add_backend_args, backend_from_args
 from .common import check_db, check_outputs, write_json
 from .terminal import console, say

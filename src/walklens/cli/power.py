@@ -368,6 +368,17 @@ def run_steer(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         progress=True,
     )
+    con = console(args)
+    _print_steering(con, lm.name, sw, len(prompts))
+    if args.json:
+        write_json(args.json, steer_report.document(sw))
+    if args.out:
+        say(con, f"report: {steer_report.build(sw).save(args.out)}")
+    return 0
+
+
+def _print_steering(con: Any, model: str, sw: Any, n_prompts: int) -> None:
+    """The steering sweep's table: one row per method, layers and alpha, means over the prompts."""
     rows = []
     for m in sw.methods:
         for s in sw.layer_sets:
@@ -385,10 +396,9 @@ def run_steer(args: argparse.Namespace) -> int:
                         escape(repr(rs[0].text)),
                     ]
                 )
-    con = console(args)
     print_table(
         con,
-        f"{lm.name}: steering toward {sw.target_token!r} (mean over {len(prompts)} prompts)",
+        f"{model}: steering toward {sw.target_token!r} (mean over {n_prompts} prompts)",
         [
             "method",
             "layers",
@@ -403,8 +413,3 @@ def run_steer(args: argparse.Namespace) -> int:
         keys=3,
         short="steering",
     )
-    if args.json:
-        write_json(args.json, steer_report.document(sw))
-    if args.out:
-        say(con, f"report: {steer_report.build(sw).save(args.out)}")
-    return 0

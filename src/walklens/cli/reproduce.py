@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from ..errors import InputError
-from ..outputs import Input, make_dir, write_atomic
-from ..records import note_input
+from ..outputs import make_dir, write_atomic
+from ..records import Input, note_input
 from .common import check_outputs, positive_arg
 from .terminal import console, say
 

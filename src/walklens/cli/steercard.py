@@ -14,7 +14,8 @@ from rich.markup import escape
 
 from ..errors import InputError
 from ..numbers import Range, numbers_list
-from ..outputs import Input, check_file
+from ..outputs import check_file
+from ..records import Input
 from ..reports import steercard as card_report
 from .backend import add_backend_args, backend_from_args
 from .common import check_outputs, load, write_json

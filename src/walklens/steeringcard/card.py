@@ -385,4 +385,4 @@ def _unit(
     return unit_rows(lm, sset.targets[t], prompts, n, ctx)
 
 
-__all__ = ["DOSE", "DOSES", "MAX_DOSE", "check_new_tokens", "check_set", "steering_card"]
+__all__ = ["DOSES", "MAX_DOSE", "check_new_tokens", "check_set", "steering_card"]

@@ -181,4 +181,4 @@ class CardStore:
         self.conn.close()
 
 
-__all__ = ["CardStore", "Expected", "NEUTRAL_ROW", "VERSION", "check_rows", "row_schema"]
+__all__ = ["CardStore", "Expected", "VERSION", "check_rows", "row_schema"]
