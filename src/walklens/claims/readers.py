@@ -11,9 +11,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import walklens.claims.schemas as sc  # the module, not the package (whose __init__ imports this one)
+
 from ..errors import InputError
 from ..numbers import Range
-from . import schemas as sc
 from .base import BAND_ALPHA, Measured
 
 # ---- reading the result files ------------------------------------------------------------------------------------
