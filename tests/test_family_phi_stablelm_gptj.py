@@ -178,3 +178,27 @@ def test_codegen_wrong_value_split_fails_the_identity(monkeypatch):
 def test_interventions_restore_these_families(family, name):
     assert name in INTERVENTIONS
     restores_bit_for_bit(family, name, fail=True)
+
+
+@pytest.mark.parametrize("command", ["walk", "verify"])
+@pytest.mark.parametrize("family", ["gptj", "codegen"])
+def test_a_config_the_model_cannot_run_is_one_line(family, command, tmp_path, monkeypatch, capfd):
+    """``rotary_dim`` over the head size: the model's own forward pass fails, which used to end in ``internal
+    error: RuntimeError``; it is refused at load, in one line naming the family and the exception."""
+    import json
+
+    from walklens.cli import main
+
+    monkeypatch.setenv("WALKLENS_CACHE", str(tmp_path / "cache"))
+    lm = tiny_model(family)
+    lm.model.save_pretrained(str(tmp_path / "m"))
+    lm.tokenizer.save_pretrained(str(tmp_path / "m"))
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["rotary_dim"] = 64  # the head size is 8
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    capfd.readouterr()
+    assert main([command, *(["hello", "--model"] if command == "walk" else []), str(tmp_path / "m")]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("walklens: error: "), err
+    assert "checkpoint or its config is inconsistent" in err[0] and family in err[0], err
+    assert "RuntimeError: " in err[0] and "internal error" not in err[0], err

@@ -119,8 +119,16 @@ def test_weights_that_do_not_fit_the_config_are_refused(tiny_dir, tmp_path):
 
     d = _copy(tiny_dir, tmp_path / "m")
     save_file({"something.else": torch.zeros(3)}, str(d / "model.safetensors"))
-    with pytest.raises(walklens.UnknownModelError, match="do not fit the config"):
-        walklens.load_model(str(d))
+    with pytest.raises(walklens.UnknownModelError, match="num_hidden_layers 2, but the weights hold no layers"):
+        walklens.load_model(str(d))  # refused from the header, before a model is built
+    from safetensors.torch import load_file
+
+    d2 = _copy(tiny_dir, tmp_path / "m2")
+    tensors = load_file(str(d2 / "model.safetensors"))
+    del tensors["model.norm.weight"]  # what the header check cannot see: one tensor missing
+    save_file(tensors, str(d2 / "model.safetensors"))
+    with pytest.raises(walklens.UnknownModelError, match="do not fit the config .* e.g. model.norm.weight"):
+        walklens.load_model(str(d2))
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ anything loads (:mod:`walklens.precision`, docs/dtype.md).
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -28,21 +28,29 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
-from .errors import InputError, MissingDependencyError, UnknownModelError, WalklensError
+from .errors import InputError, MissingDependencyError, StaleCacheWarning, UnknownModelError, WalklensError
 from .models import Adapter, get_adapter, has_adapter
 from .models.base import Kind, StackSpec
-from .models.derive import Roles, build_adapter, derive_adapter, derive_roles
+from .models.checkpoint import (
+    check_config,
+    check_depth,
+    check_family,
+    check_loading_info,
+    check_model_files,
+    read_weights,
+)
+from .models.derive import build_adapter, derive_adapter, derive_roles
+from .models.derived_cache import entry_name, entry_text, read_entry
+from .models.probe import check_forward
+from .outputs import write_atomic
 from .precision import check_device, model_label, parse_dtype, warn_if_slow
 
 if TYPE_CHECKING:
     from transformers.modeling_utils import PreTrainedModel
 
 DEFAULT_MODEL = "smollm2-135m"
-#: config.json / tokenizer_config.json larger than this are refused unread (real ones are a few kB).
-MAX_JSON_BYTES = 16 * 2**20
 #: Seconds to wait for a TCP connection to the hub before calling it unreachable.
 HUB_PROBE_TIMEOUT = 3.0
-_REMOTE_CODE = "walklens never enables trust_remote_code"
 
 
 def cache_dir() -> Path:
@@ -203,17 +211,6 @@ def wrap(model: PreTrainedModel, tokenizer: Any, name: str = "", adapter: Adapte
     return LoadedModel(model=model, tokenizer=tokenizer, adapter=adapter, name=name or model.config.model_type)
 
 
-def check_family(model_type: str) -> None:
-    """Refuse at once a model_type that has no adapter file and is no causal LM of the installed transformers
-    (nothing could be derived for it)."""
-    if has_adapter(model_type):
-        return
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        get_adapter(model_type)  # raises: not supported, with the list of adapter files
-
-
 def _derived_cache_path(folder: Path, config: Any) -> Path:
     """Where the roles derived for the model in ``folder`` are kept: keyed by its config and its weight files'
     names, sizes and modification times (a changed checkpoint is derived and checked again)."""
@@ -221,25 +218,25 @@ def _derived_cache_path(folder: Path, config: Any) -> Path:
     for f in sorted(folder.glob("*.safetensors")):
         st = f.stat()
         h.update(f"{f.name}|{st.st_size}|{int(st.st_mtime)}".encode())
-    return cache_dir() / "derived" / f"{config.model_type}-{h.hexdigest()[:16]}.json"
+    return cache_dir() / "derived" / entry_name(str(config.model_type), h.hexdigest())
 
 
 def _derived_adapter(model: nn.Module, folder: Path) -> Adapter:
-    """The derived adapter of a loaded model: its confirmed roles from the cache, else derived (the probe's
-    parity checks run) and cached."""
+    """The derived adapter of a loaded model: its roles from the cache, checked against the model
+    (:mod:`walklens.models.derived_cache`), else derived (the probe's parity checks run) and cached.  A bad entry
+    is one :class:`~walklens.errors.StaleCacheWarning` line, then derived again and replaced atomically."""
     path = _derived_cache_path(folder, model.config)
-    try:
-        return build_adapter(Roles(**json.loads(path.read_text())))
-    except (OSError, ValueError, TypeError):
-        pass
+    if os.path.lexists(path):
+        try:
+            return build_adapter(read_entry(path, model))
+        except InputError as e:
+            warnings.warn(StaleCacheWarning(" ".join(f"{e}; derived again".split())), stacklevel=2)
+            if path.is_symlink() or not path.is_file():  # a link or a FIFO is removed, never written through
+                with contextlib.suppress(OSError):
+                    path.unlink()
     roles = derive_roles(model)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(dataclasses.asdict(roles), indent=1))
-        tmp.replace(path)
-    except OSError:  # a read-only cache only costs the probe next time
-        pass
+    with contextlib.suppress(InputError):  # a read-only cache only costs the probe next time
+        write_atomic(path, entry_text(roles), "the derived-adapter cache", replaces_input=True)
     return build_adapter(roles)
 
 
@@ -365,66 +362,6 @@ def _dequantize_gguf(gguf: Path, target: Path, progress: bool = True) -> None:
             raise
 
 
-def _read_json_object(path: Path, label: str) -> dict[str, Any]:
-    """A small JSON object file (config.json, tokenizer_config.json), or one UnknownModelError line."""
-    try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise UnknownModelError(f"{label}: {path.name} is larger than {MAX_JSON_BYTES // 2**20} MiB")
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or bad UTF-8
-        raise UnknownModelError(f"{label}: {path.name} is not valid JSON ({_first_line(e)})") from None
-    if not isinstance(doc, dict):
-        raise UnknownModelError(f"{label}: {path.name} is not a JSON object")
-    return doc
-
-
-def _check_safetensors(path: Path) -> None:
-    """Refuse a truncated or corrupt safetensors file: ``safe_open`` checks the header against the file size
-    without reading the tensors."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            f.keys()
-    except Exception as e:  # SafetensorError, OSError
-        raise UnknownModelError(f"{path}: not a valid safetensors file ({_first_line(e)})") from None
-
-
-def _check_model_files(folder: Path, label: str) -> None:
-    """Refuse, before transformers sees it, a model folder whose config.json is missing or malformed or names
-    no supported family, whose tokenizer needs the repository's own code, or whose safetensors are corrupt."""
-    config = folder / "config.json"
-    if not config.is_file():
-        raise UnknownModelError(f"{label}: not a model directory (no config.json)")
-    model_type = _read_json_object(config, label).get("model_type")
-    if not isinstance(model_type, str) or not model_type:
-        raise UnknownModelError(f"{label}: not a model directory (config.json names no model_type)")
-    check_family(model_type)
-    tok_config = folder / "tokenizer_config.json"
-    if tok_config.is_file():
-        auto_map = _read_json_object(tok_config, label).get("auto_map")
-        if auto_map and not (isinstance(auto_map, dict) and "AutoTokenizer" not in auto_map):
-            raise UnknownModelError(
-                f"{label}: the tokenizer needs the repository's own code (auto_map in "
-                f"tokenizer_config.json), and {_REMOTE_CODE}"
-            )
-    for weights in sorted(folder.glob("*.safetensors")):
-        _check_safetensors(weights)
-
-
-def _check_depth(adapter: Adapter, config: Any, spec: str) -> None:
-    """Refuse a config whose layer count is not a positive integer (``num_hidden_layers`` 0 or -3 would load a
-    model that ignores its weights)."""
-    try:
-        n = adapter.n_layers(config)
-    except WalklensError:
-        raise
-    except Exception as e:  # a missing, non-numeric or inconsistent layer count
-        raise UnknownModelError(f"{spec}: config.json gives no usable layer count ({_first_line(e)})") from None
-    if n < 1:
-        raise UnknownModelError(f"{spec}: config.json gives {n} layers; a model needs at least 1")
-
-
 def _is_hub_id(spec: str) -> bool:
     return "/" in spec and not spec.startswith((".", "/", "~")) and spec.count("/") == 1
 
@@ -506,22 +443,6 @@ def _gguf_cached(path: Path, progress: bool) -> Path:
     return cached
 
 
-def _check_loading_info(spec: str, info: dict[str, Any]) -> None:
-    """Refuse weights that do not fit the config: tensors missing, of the wrong shape, or unused."""
-    bad = sorted(info.get("missing_keys") or ()) + sorted(str(k) for k in info.get("mismatched_keys") or ())
-    if bad:
-        raise UnknownModelError(
-            f"{spec!r}: the safetensors weights do not fit the config ({len(bad)} tensors "
-            f"missing or of the wrong shape, e.g. {bad[0]})"
-        )
-    unused = sorted(str(k) for k in info.get("unexpected_keys") or ())
-    if unused:
-        raise UnknownModelError(
-            f"{spec!r}: the safetensors weights do not fit the config ({len(unused)} tensors "
-            f"the config does not use, e.g. {unused[0]})"
-        )
-
-
 def load_model(
     spec: str = DEFAULT_MODEL,
     *,
@@ -551,6 +472,7 @@ def load_model(
     if spec in NAMED_MODELS:
         path = NAMED_MODELS[spec]()
     kw: dict[str, Any] = {"trust_remote_code": False}
+    hub = False
     if path.suffix == ".gguf":
         if not path.is_file():
             raise UnknownModelError(f"{path}: no such .gguf file")
@@ -560,14 +482,15 @@ def load_model(
         source, folder = str(path), path
     elif _is_hub_id(spec):
         folder, cache_only = _hub_folder(spec)
-        source = spec
+        source, hub = spec, True
         kw["local_files_only"] = cache_only
     else:
         raise UnknownModelError(
             f"unknown model {spec!r}: give a hub id (org/name), a local model directory, a .gguf file, or one "
             f"of: {', '.join(NAMED_MODELS)}"
         )
-    _check_model_files(folder, spec)
+    raw = check_model_files(folder, spec)
+    weights = read_weights(folder, hub=hub)  # the safetensors headers, before anything is built
     with warnings.catch_warnings(), _quiet_transformers():
         warnings.simplefilter("ignore")
         try:
@@ -575,18 +498,19 @@ def load_model(
         except Exception as e:  # OSError, ValueError, huggingface_hub's strict-dataclass errors, TypeError, ...
             raise UnknownModelError(f"{spec}: config.json is not usable ({_first_line(e)})") from None
         check_family(config.model_type)
-        if has_adapter(config):
-            _check_depth(get_adapter(config), config, spec)
+        adapter = get_adapter(config) if has_adapter(config) else None
+        if adapter is not None:
+            check_depth(adapter, config, spec)
+        if weights is not None:
+            check_config(config, raw, weights, adapter, spec)
         load_kw: dict[str, Any] = dict(
             kw, dtype=dtype, attn_implementation="eager", use_safetensors=True, output_loading_info=True
         )
         try:
-            model, info = auto_model_class(get_adapter(config) if has_adapter(config) else None).from_pretrained(
-                source, **load_kw
-            )
+            model, info = auto_model_class(adapter).from_pretrained(source, **load_kw)
         except Exception as e:
             raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({_first_line(e)})") from None
-        _check_loading_info(spec, info)
+        check_loading_info(spec, info)
         try:
             tok = transformers.AutoTokenizer.from_pretrained(source, **kw)
         except Exception as e:
@@ -594,7 +518,9 @@ def load_model(
     model.to(dev)
     warn_if_slow(dtype, dev)
     model.config._attn_implementation = "eager"
-    return wrap(model, tok, name=name, adapter=None if has_adapter(config) else _derived_adapter(model, folder))
+    model.eval()
+    check_forward(model, "causal" if adapter is None else adapter.auto_class)  # its own forward pass runs
+    return wrap(model, tok, name=name, adapter=adapter if adapter is not None else _derived_adapter(model, folder))
 
 
 @contextmanager

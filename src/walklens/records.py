@@ -117,6 +117,27 @@ def read_bytes(path: str | os.PathLike[str], label: str, max_bytes: int = MAX_BY
     return data
 
 
+def read_head(path: str | os.PathLike[str], label: str, n: int) -> tuple[bytes, int]:
+    """The first ``n`` bytes of the regular file ``path`` (fewer when it is shorter) and its size, opened and
+    checked as :func:`read_bytes` does; nothing past ``n`` is read (a weights file's header)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise InputError(f"{label}: cannot read {path}: {e.strerror or e}") from None
+    note_input(path, label)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{label}: {path} is {_kind_of(st.st_mode)}, not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(n), st.st_size
+    except OSError as e:
+        raise InputError(f"{label}: cannot read {path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
 def read_text(path: str | os.PathLike[str], label: str, max_bytes: int = MAX_BYTES) -> str:
     """:func:`read_bytes` decoded as UTF-8 (one line naming the offset of an undecodable byte)."""
     data = read_bytes(path, label, max_bytes)
@@ -294,6 +315,7 @@ __all__ = [
     "confined",
     "parse_json",
     "read_bytes",
+    "read_head",
     "read_json",
     "read_text",
     "unique",

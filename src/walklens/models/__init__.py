@@ -15,7 +15,7 @@ from ..errors import UnsupportedFamilyError
 from .base import Adapter, HeadWeights, StackSpec, get_module
 
 #: Modules of this package that are machinery, not families.
-_NOT_FAMILIES = frozenset({"base", "derive", "probe"})
+_NOT_FAMILIES = frozenset({"base", "checkpoint", "derive", "derived_cache", "probe", "roles"})
 
 
 def _discover() -> dict[str, Adapter]:

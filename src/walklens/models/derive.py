@@ -19,40 +19,28 @@ adapter file (``walklens adapter MODEL --write``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import torch
 from torch import nn
 
 from ..errors import UnsupportedFamilyError
-from .base import (
-    Adapter,
-    HeadWeights,
-    HFModule,
-    Position,
-    Residual,
-    StackSpec,
-    act_from_config,
-    fold_rope_factor,
-    get_module,
-    has_module,
-    lm_head_logits,
-    sliding_window_limit,
-    zeros_or,
-)
+from .base import Adapter, HeadWeights, HFModule, Position, get_module, has_module, sliding_window_limit
 from .probe import (
     PROBE_TOL,
     QK_NORM_NAMES,
     Probe,
     close,
     identity_ok,
+    own_forward,
+    probe_ids,
     qk_norms,
     rows_sum_to_one,
     score_softcap,
     scores_error,
 )
+from .roles import Roles, build_adapter, head_weights_from, layer_at, logits_fn, render
 
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention", "mixer")
 MLP_NAMES = ("mlp", "feed_forward", "ffn", "block_sparse_moe", "moe", "feedforward")
@@ -66,205 +54,10 @@ QKV_NAMES = ("qkv_proj", "Wqkv", "c_attn", "query_key_value", "W_pack", "qkv")
 LAYOUTS = ("blocks", "per_head", "grouped")
 #: config attributes that scale the logits: (attribute, multiply or divide)
 LOGIT_SCALES = (("logit_scale", "mul"), ("logits_scaling", "div"), ("output_multiplier", "mul"))
-#: a fixed probe: token ids cycled through the vocabulary, long enough to see attention mix positions
-PROBE_LEN = 12
-
-
-@dataclass(frozen=True)
-class Roles:
-    """Where each part of one causal LM lives (paths below the model root, or below one layer for the
-    per-layer fields), and how its attention weights are laid out.  Everything a derived adapter knows."""
-
-    model_type: str
-    embed: str
-    unembed: str
-    layers: str
-    attn: str
-    mlp: str
-    attn_out: str
-    mlp_out: str
-    final_norm: str | None
-    norms: dict[str, str]
-    residual: Residual
-    position: Position
-    q: str
-    k: str
-    v: str
-    o: str
-    layout: str  # "separate" or one of LAYOUTS (a fused projection named ``q``)
-    conv1d: bool  # weights stored [in, out] (GPT-2's Conv1D)
-    n_heads: int
-    n_kv_heads: int
-    d_head: int
-    scale: float
-    n_layers_attr: str
-    act_attr: str = "hidden_act"
-    act_module: str | None = None  # the MLP's own activation module (below ``mlp``), used when it exists
-    softcap_attr: str | None = None
-    logit_scale: tuple[str, str] | None = None
-    qk_norm: bool = False
-    limits: dict[str, str] = field(default_factory=dict)
-
-
-# ---- per-head weights from the roles ---------------------------------------------------------------------------
-
-
-def _weight(lin: HFModule, conv1d: bool) -> torch.Tensor:
-    """A projection's weight (of an nn.Linear, or of GPT-2's Conv1D when ``conv1d``) as [out, in] (nn.Linear's
-    layout)."""
-    w = lin.weight.detach()
-    return w.t() if conv1d else w
-
-
-def split_fused(w: torch.Tensor, b: torch.Tensor, layout: str, H: int, H_kv: int, d: int) -> list[torch.Tensor]:
-    """Split a fused q/k/v weight [out, D] and bias [out] into q, k, v rows ([n, d, D] and [n, d] each).
-
-    ``blocks``: [q | k | v] (Phi-3, GPT-2, GPT-BigCode); ``per_head``: [q_h | k_h | v_h] per head (GPT-NeoX,
-    BLOOM); ``grouped``: per key/value group [q ... q | k | v] (Falcon's new decoder architecture)."""
-    D = w.shape[1]
-    if layout == "blocks":
-        sizes = (H * d, H_kv * d, H_kv * d)
-        ws, bs = w.split(sizes), b.split(sizes)
-        return [t.reshape(-1, d, D) for t in ws] + [t.reshape(-1, d) for t in bs]
-    if layout == "per_head":
-        if H != H_kv:
-            raise ValueError("per-head layout needs as many key/value heads as query heads")
-        wr, br = w.reshape(H, 3, d, D), b.reshape(H, 3, d)
-        return [wr[:, 0], wr[:, 1], wr[:, 2], br[:, 0], br[:, 1], br[:, 2]]
-    if layout == "grouped":
-        g = H // H_kv
-        wr, br = w.reshape(H_kv, g + 2, d, D), b.reshape(H_kv, g + 2, d)
-        return [wr[:, :g].reshape(H, d, D), wr[:, g], wr[:, g + 1], br[:, :g].reshape(H, d), br[:, g], br[:, g + 1]]
-    raise ValueError(f"unknown layout {layout!r}")
-
-
-def head_weights_from(roles: Roles) -> Callable[[nn.Module, Any], HeadWeights]:
-    """The adapter's ``head_weights_fn`` for these roles."""
-    H, H_kv, d = roles.n_heads, roles.n_kv_heads, roles.d_head
-
-    def fn(attn: nn.Module, _config: Any) -> HeadWeights:
-        def wb(path: str) -> tuple[torch.Tensor, torch.Tensor]:
-            lin = get_module(attn, path)
-            w = _weight(lin, roles.conv1d)
-            return w, zeros_or(getattr(lin, "bias", None), w.shape[0], like=w)
-
-        if roles.layout == "separate":
-            (wq, bq), (wk, bk), (wv, bv) = wb(roles.q), wb(roles.k), wb(roles.v)
-            qkv = [
-                wq.reshape(H, d, -1),
-                wk.reshape(H_kv, d, -1),
-                wv.reshape(H_kv, d, -1),
-                bq.reshape(H, d),
-                bk.reshape(H_kv, d),
-                bv.reshape(H_kv, d),
-            ]
-        else:
-            qkv = split_fused(*wb(roles.q), roles.layout, H, H_kv, d)
-        w_q, w_k, w_v = (t.transpose(1, 2).contiguous() for t in qkv[:3])
-        wo, bo = wb(roles.o)  # [D, H*d]
-        w_o = wo.t().reshape(H, d, -1).contiguous()
-        group = H // H_kv
-        hw = HeadWeights(
-            w_q,
-            w_k,
-            w_v,
-            w_o,
-            qkv[3].contiguous(),
-            qkv[4].contiguous(),
-            qkv[5].contiguous(),
-            bo,
-            tuple(h // group for h in range(H)),
-            roles.scale,
-            qk_norm=roles.qk_norm,
-            notes="derived adapter" + ("; q/k normalised: W_qk is a direction summary" if roles.qk_norm else ""),
-        )
-        return fold_rope_factor(hw, _config) if roles.position == "rotary" else hw
-
-    return fn
-
-
-def _logits_fn(roles: Roles) -> Callable[[nn.Module, torch.Tensor], torch.Tensor]:
-    """The head, then the config's logit scale (multiplied or divided), then its soft-cap."""
-    if roles.logit_scale is None:
-        return lm_head_logits(roles.unembed, softcap_attr=roles.softcap_attr)
-    attr, how = roles.logit_scale
-    head = lm_head_logits(roles.unembed)
-
-    def fn(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
-        s = float(getattr(model.config, attr))
-        logits = head(model, final) * s if how == "mul" else head(model, final) / s
-        cap = getattr(model.config, roles.softcap_attr, None) if roles.softcap_attr else None
-        return torch.tanh(logits / cap) * cap if cap else logits
-
-    return fn
-
-
 ACT_NAMES = ("act_fn", "act", "activation_fn", "activation", "act_func")
 
 
-def _activation(roles: Roles) -> Callable[[nn.Module, int], Callable[[torch.Tensor], torch.Tensor]]:
-    """The MLP activation of a layer: the model's own module where the MLP has one (a learned activation such as
-    xIELU keeps its parameters), else the config's function."""
-    if roles.act_module is None:
-        return act_from_config(roles.act_attr)
-    act = roles.act_module
-
-    def fn(model: nn.Module, layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
-        return get_module(_layer(model, roles.layers, layer), f"{roles.mlp}.{act}")
-
-    return fn
-
-
-def build_adapter(roles: Roles, family: str | None = None) -> Adapter:
-    """The declarative :class:`Adapter` these roles describe; ``family`` defaults to ``"derived:<model_type>"``
-    (a reviewed file kept in ``models/`` names the family itself).  ``harness_bos`` follows
-    lm-evaluation-harness's own rule, which prefixes BOS when the model type contains "gemma"."""
-    spec = StackSpec(
-        name="",
-        layers=roles.layers,
-        attn=roles.attn,
-        attn_out=roles.attn_out,
-        mlp_out=roles.mlp_out,
-        final_norm=roles.final_norm,
-        norms=dict(roles.norms),
-        attn_proj=roles.attn if roles.attn_out != roles.attn else None,
-    )
-    attr = roles.n_layers_attr
-    return Adapter(
-        family=family or f"derived:{roles.model_type}",
-        model_types=(roles.model_type,),
-        auto_class="causal",
-        embed=roles.embed,
-        stacks=(spec,),
-        position=roles.position,
-        residual=roles.residual,
-        head_weights_fn=head_weights_from(roles),
-        logits_fn=_logits_fn(roles),
-        n_layers_fn=lambda c: getattr(c, attr),
-        mlp_act_fn=_activation(roles),
-        unembed=roles.unembed,
-        limits=dict(roles.limits),
-        harness_bos="gemma" in roles.model_type,
-    )
-
-
-def render(roles: Roles) -> str:
-    """The roles as a reviewable adapter file for ``src/walklens/models/`` (``walklens adapter --write``)."""
-    fields = ",\n".join(f"    {k}={v!r}" for k, v in asdict(roles).items())
-    return (
-        f'"""{roles.model_type}: an adapter derived by walklens from the module tree and confirmed by its '
-        f"parity checks\n(`walklens verify`).  Review the roles, then keep this file as the family's "
-        f'adapter."""\n\nfrom __future__ import annotations\n\nfrom .derive import Roles, build_adapter\n\n'
-        f"ROLES = Roles(\n{fields},\n)\n\nADAPTER = build_adapter(ROLES, family={roles.model_type!r})\n"
-    )
-
-
 # ---- finding the roles ---------------------------------------------------------------------------------------
-
-
-def _layer(model: nn.Module, layers: str, i: int) -> nn.Module:
-    """Layer ``i`` of the layer list at the path ``layers``."""
-    return cast(nn.ModuleList, get_module(model, layers))[i]
 
 
 def _path_of(root: nn.Module, target: nn.Module) -> str | None:
@@ -410,7 +203,7 @@ def _skeleton(model: HFModule) -> _Skeleton:
 
 
 def _run_probe(model: HFModule, sk: _Skeleton) -> tuple[Probe, torch.Tensor]:
-    """One forward pass over :data:`PROBE_LEN` token ids with every position id 0 (rotation-free), recording the
+    """One forward pass over :data:`~.probe.PROBE_LEN` token ids with every position id 0 (rotation-free), recording the
     first and last layer, its attention, MLP and norms and the body's norms; returns the probe and the logits."""
     layer = sk.layers[0]
     watched = {
@@ -426,28 +219,20 @@ def _run_probe(model: HFModule, sk: _Skeleton) -> tuple[Probe, torch.Tensor]:
 
 
 def _forward(probe: Probe, model: HFModule, model_type: str) -> torch.Tensor:
-    """The probe's forward pass over :data:`PROBE_LEN` token ids, every position id 0 where the model takes
-    position ids; its logits [T, V] in float64."""
-    ids = (torch.arange(PROBE_LEN) * 7 + 3) % int(model.get_input_embeddings().weight.shape[0])
-    dev = next(model.parameters()).device
+    """The probe's forward pass over :data:`~.probe.PROBE_LEN` token ids, every position id 0 where the model takes
+    position ids; its logits [T, V] in float64.  A failure of the model's own forward is one line
+    (:func:`~.probe.own_forward`)."""
+    ids = probe_ids(model)
     # an explicit mask: without one, transformers reads position ids that repeat 0 as packed sequences
-    kw: dict[str, Any] = {
-        "input_ids": ids[None].to(dev),
-        "use_cache": False,
-        "attention_mask": torch.ones_like(ids)[None].to(dev),
-    }
-    try:
+    kw: dict[str, Any] = {"input_ids": ids, "use_cache": False, "attention_mask": torch.ones_like(ids)}
+
+    def run() -> Any:
         try:
-            out = probe.run(model, **kw, position_ids=torch.zeros_like(ids)[None].to(dev))
+            return probe.run(model, **kw, position_ids=torch.zeros_like(ids))
         except TypeError:  # no position ids: the positions are not a rotation or a learned table of ids
-            out = probe.run(model, **kw)
-    except Exception as e:  # the model's own forward fails on the probe: nothing can be confirmed
-        raise _refuse(
-            model_type,
-            f"the probe forward pass failed ({type(e).__name__}: {' '.join(str(e).split())[:160]})",
-            f"{PROBE_LEN} token ids",
-        ) from None
-    return out.logits[0].double()
+            return probe.run(model, **kw)
+
+    return own_forward(run, model_type).logits[0].double()
 
 
 def _confirm_every_layer(roles: Roles, model: HFModule) -> Roles:
@@ -517,13 +302,58 @@ def _confirm_every_layer(roles: Roles, model: HFModule) -> Roles:
     return replace(roles, limits={"qk_bilinear": why, **roles.limits, "qk_rebuild": why})
 
 
+def static_roles(model: HFModule) -> dict[str, Any]:
+    """The fields of :class:`Roles` that the module names and the config give without a probe (all but the
+    norms, their outputs, the final norm, the residual kind, a fused layout and the limits); one refusal naming
+    what was tried when the names are not there."""
+    return _static(model, _skeleton(model))
+
+
+def _static(model: HFModule, sk: _Skeleton) -> dict[str, Any]:
+    cfg = model.config
+    attn_mod = get_module(sk.layers[0], sk.attn)
+    q, k, v, o = sk.proj
+    softcap = "final_logit_softcapping" if getattr(cfg, "final_logit_softcapping", None) else None
+    scale = next(
+        (
+            (a, how)
+            for a, how in LOGIT_SCALES
+            if isinstance(getattr(cfg, a, None), (int, float)) and getattr(cfg, a) not in (1, 1.0)
+        ),
+        None,
+    )
+    acts = ("hidden_act", "hidden_activation", "activation_function")
+    return dict(
+        model_type=sk.model_type,
+        embed=sk.embed,
+        unembed=sk.unembed,
+        layers=sk.layers_path,
+        attn=sk.attn,
+        mlp=sk.mlp,
+        position=_position(model, cfg),
+        q=q,
+        k=k,
+        v=v,
+        o=o,
+        conv1d=_is_conv1d(attn_mod, o),
+        n_heads=sk.n_heads,
+        n_kv_heads=sk.n_kv_heads,
+        d_head=sk.d_head,
+        scale=float(getattr(attn_mod, "scaling", None) or 1 / math.sqrt(sk.d_head)),
+        n_layers_attr=sk.n_layers_attr,
+        act_attr=next((a for a in acts if isinstance(getattr(cfg, a, None), str)), "hidden_act"),
+        qk_norm=any(has_module(attn_mod, n) for n in QK_NORM_NAMES),
+        act_module=_first(get_module(sk.layers[0], sk.mlp), ACT_NAMES),
+        softcap_attr=softcap,
+        logit_scale=scale,
+    )
+
+
 def derive_roles(model: HFModule) -> Roles:
     """Find and confirm the roles of a causal LM (see the module docstring), or refuse in one line."""
-    cfg = model.config
     sk = _skeleton(model)
     probe, logits = _run_probe(model, sk)
-    layer, attn_mod = sk.layers[0], get_module(sk.layers[0], sk.attn)
-    lr = _layer_roles(probe, layer, sk.attn, sk.mlp)
+    lr = _layer_roles(probe, sk.layers[0], sk.attn, sk.mlp)
     if lr["residual"] is None:
         raise _refuse(
             sk.model_type,
@@ -531,41 +361,15 @@ def derive_roles(model: HFModule) -> Roles:
             "mlp_out != resid_post for every norm placement tried)",
             f"{sk.layers_path}.0.{{{sk.attn},{sk.mlp}}} with norms {sorted(lr['norms'].values()) or 'none'}",
         )
-    q, k, v, o = sk.proj
+    static = _static(model, sk)
     roles = Roles(
-        model_type=sk.model_type,
-        embed=sk.embed,
-        unembed=sk.unembed,
-        layers=sk.layers_path,
-        attn=sk.attn,
-        mlp=sk.mlp,
+        **static,
         attn_out=lr["attn_out"],
         mlp_out=lr["mlp_out"],
         final_norm=_final_norm(model, probe, probe.outs.get("last")),
         norms=lr["norms"],
         residual=lr["residual"],
-        position=_position(model, cfg),
-        q=q,
-        k=k,
-        v=v,
-        o=o,
-        layout="blocks" if k == "" else "separate",
-        conv1d=_is_conv1d(attn_mod, o),
-        n_heads=sk.n_heads,
-        n_kv_heads=sk.n_kv_heads,
-        d_head=sk.d_head,
-        scale=float(getattr(attn_mod, "scaling", None) or 1 / math.sqrt(sk.d_head)),
-        n_layers_attr=sk.n_layers_attr,
-        act_attr=next(
-            (
-                a
-                for a in ("hidden_act", "hidden_activation", "activation_function")
-                if isinstance(getattr(cfg, a, None), str)
-            ),
-            "hidden_act",
-        ),
-        qk_norm=any(has_module(attn_mod, n) for n in QK_NORM_NAMES),
-        act_module=_first(get_module(layer, sk.mlp), ACT_NAMES),
+        layout="blocks" if static["k"] == "" else "separate",
     )
     roles = _logit_roles(roles, model, probe, logits)
     return _confirm_every_layer(_attention_roles(roles, model, probe), model)
@@ -602,25 +406,16 @@ def _position(model: nn.Module, cfg: Any) -> Position:
 
 
 def _logit_roles(roles: Roles, model: HFModule, probe: Probe, logits: torch.Tensor) -> Roles:
-    """Soft-cap and logit scale from the config, confirmed: logits rebuilt from ``final`` equal the model's."""
-    cfg = model.config
-    softcap = "final_logit_softcapping" if getattr(cfg, "final_logit_softcapping", None) else None
-    scale = next(
-        (
-            (a, how)
-            for a, how in LOGIT_SCALES
-            if isinstance(getattr(cfg, a, None), (int, float)) and getattr(cfg, a) not in (1, 1.0)
-        ),
-        None,
-    )
-    roles = replace(roles, softcap_attr=softcap, logit_scale=scale)
+    """Soft-cap and logit scale from the config (:func:`static_roles`), confirmed: logits rebuilt from ``final``
+    equal the model's."""
+    softcap, scale = roles.softcap_attr, roles.logit_scale
     if roles.final_norm is None:
         raise _refuse(
             roles.model_type, "no final norm reads the last layer's output", "the norm modules of the model body"
         )
     final = probe.outs.get(f"final:{roles.final_norm.rsplit('.', 1)[-1]}")
     with torch.no_grad():
-        rebuilt = _logits_fn(roles)(model, final).double() if final is not None else None
+        rebuilt = logits_fn(roles)(model, final).double() if final is not None else None
     if rebuilt is None or not close(rebuilt[0], logits, probe.tol):
         err = float((rebuilt[0] - logits).abs().max()) if rebuilt is not None else float("nan")
         raise _refuse(
@@ -640,7 +435,7 @@ def _attention_roles(roles: Roles, model: HFModule, probe: Probe) -> Roles:
     """The fused layout (if any) under which the A.3 identity holds, and whether scores rebuild from W_q, W_k."""
     A = probe.extra.get(roles.attn)
     X, out = probe.ins.get(roles.attn), probe.outs.get(roles.attn)
-    attn_mod = get_module(_layer(model, roles.layers, 0), roles.attn)
+    attn_mod = get_module(layer_at(model, roles.layers, 0), roles.attn)
     if A is None or X is None or out is None:
         raise _refuse(
             roles.model_type,
@@ -663,7 +458,7 @@ def _attention_roles(roles: Roles, model: HFModule, probe: Probe) -> Roles:
         cfg = model.config
         if getattr(cfg, "use_sliding_window", True) is not False:
             limits.update(sliding_window_limit(cfg))
-        mlp = get_module(_layer(model, roles.layers, 0), roles.mlp)
+        mlp = get_module(layer_at(model, roles.layers, 0), roles.mlp)
         if has_module(mlp, "experts") or any(w in type(mlp).__name__.lower() for w in ("moe", "sparse", "expert")):
             limits["dense_mlp"] = "the MLP is a mixture of experts: its point is the routed sum of the experts' outputs"
         if getattr(cfg, "attn_logit_softcapping", None):
@@ -682,3 +477,6 @@ def _attention_roles(roles: Roles, model: HFModule, probe: Probe) -> Roles:
 def derive_adapter(model: nn.Module) -> Adapter:
     """:func:`derive_roles` then :func:`build_adapter`."""
     return build_adapter(derive_roles(model))
+
+
+__all__ = ["LAYOUTS", "Roles", "build_adapter", "derive_adapter", "derive_roles", "render", "static_roles"]

@@ -2,22 +2,70 @@
 card (:mod:`walklens.parity`): one forward pass records chosen modules' inputs, outputs and attention
 probabilities; :func:`close` compares two tensors to a dtype's tolerance; :func:`scores_error` rebuilds attention
 from W_q, W_k at position 0; :func:`identity_ok` checks the A.3 identity on one attention module.
+
+The model's own forward pass on the probe's token ids (:func:`own_forward`; at every load, :func:`check_forward`)
+is the first check of a checkpoint: when it fails, the checkpoint or its config is inconsistent, said in one line.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
+from ..errors import UnknownModelError, WalklensError
 from ..hooks import Hooks
 from ..precision import UNIT_ROUNDOFF
 from .base import HeadWeights, get_module, has_module
 
 #: names of the q and k norm modules inside an attention module, in (q, k) pairs
 QK_NORM_NAMES = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "q_ln", "k_ln")
+#: a fixed probe: token ids cycled through the vocabulary, long enough to see attention mix positions
+PROBE_LEN = 12
+#: config attributes that bound a model's positions (a probe longer than one of them is cut to it)
+POSITION_LIMITS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len")
+T = TypeVar("T")
+
+
+def probe_ids(model: nn.Module) -> torch.Tensor:
+    """The probe's token ids [1, T] on the model's device: :data:`PROBE_LEN` ids cycled through the vocabulary (at
+    most as many as the config's positions)."""
+    embed: Any = model.get_input_embeddings()  # type: ignore[operator]
+    limits = [getattr(model.config, a, None) for a in POSITION_LIMITS]
+    n = min([PROBE_LEN, *(v for v in limits if isinstance(v, int) and not isinstance(v, bool) and v > 0)])
+    ids = (torch.arange(n) * 7 + 3) % int(embed.weight.shape[0])
+    return ids[None].to(embed.weight.device)
+
+
+def own_forward(run: Callable[[], T], model_type: str) -> T:
+    """``run()``, the model's own forward pass on the probe; its failure (any exception but a walklens error) is
+    one :class:`~walklens.errors.UnknownModelError` line: the checkpoint or its config is inconsistent."""
+    try:
+        return run()
+    except WalklensError:
+        raise
+    except Exception as e:  # the model's own code fails: shapes, indices, dtypes its config does not fit
+        lines = str(e).strip().splitlines()
+        first = " ".join(lines[0].split())[:200] if lines else ""
+        raise UnknownModelError(
+            f"the checkpoint or its config is inconsistent: the {model_type} model's own forward pass fails on "
+            f"a few token ids ({type(e).__name__}{': ' + first if first else ''})"
+        ) from None
+
+
+def check_forward(model: nn.Module, auto_class: str) -> None:
+    """One forward pass of the model on the probe's token ids (``auto_class``: ``causal``, ``seq2seq`` or
+    ``masked``), refused in one line when it fails (:func:`own_forward`)."""
+    ids = probe_ids(model)
+    kw: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if auto_class == "seq2seq":
+        kw["decoder_input_ids"] = ids
+    if auto_class != "masked":
+        kw["use_cache"] = False
+    with torch.no_grad():
+        own_forward(lambda: model(**kw), str(getattr(model.config, "model_type", "?")))
 
 
 class Probe:
@@ -144,11 +192,15 @@ def score_softcap(config: Any) -> float | None:
 
 
 __all__ = [
+    "PROBE_LEN",
     "PROBE_TOL",
     "QK_NORM_NAMES",
     "Probe",
+    "check_forward",
     "close",
     "identity_ok",
+    "own_forward",
+    "probe_ids",
     "qk_norms",
     "rows_sum_to_one",
     "score_softcap",
