@@ -13,6 +13,7 @@ import walklens
 from walklens.cli import main
 from walklens.errors import UnsupportedFamilyError
 from walklens.models import derive
+from walklens.models import roles as roles_module
 from walklens.models.base import lm_head_logits
 from walklens.parity import verify
 from walklens.testing import TINY_FAMILIES, tiny_model
@@ -102,9 +103,9 @@ def test_derive_refuses_a_wrong_fused_layout(monkeypatch):
 
 def test_derived_roles_render_as_an_adapter_file(tmp_path):
     roles = derive.derive_roles(_model("arcee"))
-    text = derive.render(roles)
+    text = roles_module.render(roles)
     ns: dict = {}
-    exec(compile(text.replace("from .derive import", "from walklens.models.derive import"), "f.py", "exec"), ns)
+    exec(compile(text.replace("from .roles import", "from walklens.models.roles import"), "f.py", "exec"), ns)
     assert ns["ROLES"] == roles and ns["ADAPTER"].family == "arcee"  # kept in models/, a family of its own
     lm = walklens.wrap(tiny_model("arcee").model, tiny_model("arcee").tokenizer, adapter=ns["ADAPTER"])
     assert verify(lm, texts=TEXT, quick=True).passed

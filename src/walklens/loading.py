@@ -39,9 +39,10 @@ from .models.checkpoint import (
     check_model_files,
     read_weights,
 )
-from .models.derive import build_adapter, derive_adapter, derive_roles
+from .models.derive import derive_adapter, derive_roles
 from .models.derived_cache import entry_name, entry_text, read_entry
 from .models.probe import check_forward
+from .models.roles import build_adapter
 from .outputs import write_atomic
 from .precision import check_device, model_label, parse_dtype, warn_if_slow
 
@@ -553,7 +554,6 @@ __all__ = [
     "LoadedModel",
     "auto_model_class",
     "cache_dir",
-    "check_family",
     "load_model",
     "token_strings",
     "wrap",

@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_adapter(args: argparse.Namespace) -> int:
-    from ..models.derive import derive_roles, render
+    from ..models.derive import derive_roles
+    from ..models.roles import render
 
     if args.write:
         from ..outputs import check_file, check_not_inputs

@@ -40,7 +40,7 @@ from .probe import (
     score_softcap,
     scores_error,
 )
-from .roles import Roles, build_adapter, head_weights_from, layer_at, logits_fn, render
+from .roles import Roles, build_adapter, head_weights_from, layer_at, logits_fn
 
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention", "mixer")
 MLP_NAMES = ("mlp", "feed_forward", "ffn", "block_sparse_moe", "moe", "feedforward")
@@ -479,4 +479,4 @@ def derive_adapter(model: nn.Module) -> Adapter:
     return build_adapter(derive_roles(model))
 
 
-__all__ = ["LAYOUTS", "Roles", "build_adapter", "derive_adapter", "derive_roles", "render", "static_roles"]
+__all__ = ["LAYOUTS", "derive_adapter", "derive_roles", "static_roles"]

@@ -148,4 +148,4 @@ def submodule(
     return m
 
 
-__all__ = ["ENTRY", "MAX_ENTRY", "VERSION", "check_roles", "entry_name", "entry_text", "read_entry", "submodule"]
+__all__ = ["MAX_ENTRY", "VERSION", "check_roles", "entry_name", "entry_text", "read_entry", "submodule"]

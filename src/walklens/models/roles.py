@@ -209,7 +209,7 @@ def render(roles: Roles) -> str:
     return (
         f'"""{roles.model_type}: an adapter derived by walklens from the module tree and confirmed by its '
         f"parity checks\n(`walklens verify`).  Review the roles, then keep this file as the family's "
-        f'adapter."""\n\nfrom __future__ import annotations\n\nfrom .derive import Roles, build_adapter\n\n'
+        f'adapter."""\n\nfrom __future__ import annotations\n\nfrom .roles import Roles, build_adapter\n\n'
         f"ROLES = Roles(\n{fields},\n)\n\nADAPTER = build_adapter(ROLES, family={roles.model_type!r})\n"
     )
 
