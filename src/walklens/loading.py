@@ -334,19 +334,7 @@ def _dequantize_gguf(gguf: Path, target: Path, progress: bool = True) -> None:
                 leave=False,
                 disable=not progress,
             )
-            tok = transformers.AutoTokenizer.from_pretrained(**where)
-            q = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32)
-            config = q.config
-            if hasattr(config, "quantization_config"):
-                delattr(config, "quantization_config")
-            plain = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-            plain.load_state_dict(q.state_dict(), strict=False)
-            plain.tie_weights()
-            bar.set_postfix_str("saving as safetensors")
-            bar.update(1)
-            plain.save_pretrained(str(tmp), safe_serialization=True)
-            tok.save_pretrained(str(tmp))
-            bar.update(1)
+            _save_plain(where, tmp, bar)
         except WalklensError:
             raise
         except Exception as e:  # transformers' GGUF reader fails in many ways on a file it cannot use
@@ -361,6 +349,26 @@ def _dequantize_gguf(gguf: Path, target: Path, progress: bool = True) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         if not target.is_dir():
             raise
+
+
+def _save_plain(where: dict[str, str], tmp: Path, bar: Any) -> None:
+    """The GGUF at ``where`` loaded de-quantized in float32 and saved to ``tmp`` as plain safetensors with its
+    tokenizer (``bar`` advanced after the load and after the save)."""
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(**where)
+    q = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32)
+    config = q.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    plain = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(q.state_dict(), strict=False)
+    plain.tie_weights()
+    bar.set_postfix_str("saving as safetensors")
+    bar.update(1)
+    plain.save_pretrained(str(tmp), safe_serialization=True)
+    tok.save_pretrained(str(tmp))
+    bar.update(1)
 
 
 def _is_hub_id(spec: str) -> bool:
@@ -444,6 +452,29 @@ def _gguf_cached(path: Path, progress: bool) -> Path:
     return cached
 
 
+def _source(spec: str, progress: bool) -> tuple[str, Path, bool, dict[str, Any]]:
+    """Where ``spec`` loads from: ``(source for from_pretrained, local folder, whether a hub id, its keywords)``;
+    a named model or a GGUF is de-quantized into the cache first (once)."""
+    path = Path(spec).expanduser()
+    if spec in NAMED_MODELS:
+        path = NAMED_MODELS[spec]()
+    kw: dict[str, Any] = {"trust_remote_code": False}
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise UnknownModelError(f"{path}: no such .gguf file")
+        cached = _gguf_cached(path, progress)
+        return str(cached), cached, False, kw
+    if path.is_dir():
+        return str(path), path, False, kw
+    if _is_hub_id(spec):
+        folder, cache_only = _hub_folder(spec)
+        return spec, folder, True, kw | {"local_files_only": cache_only}
+    raise UnknownModelError(
+        f"unknown model {spec!r}: give a hub id (org/name), a local model directory, a .gguf file, or one "
+        f"of: {', '.join(NAMED_MODELS)}"
+    )
+
+
 def load_model(
     spec: str = DEFAULT_MODEL,
     *,
@@ -469,27 +500,7 @@ def load_model(
     if not isinstance(spec, str) or not spec.strip():
         raise UnknownModelError("no model given")
     name = model_label(spec, dtype)
-    path = Path(spec).expanduser()
-    if spec in NAMED_MODELS:
-        path = NAMED_MODELS[spec]()
-    kw: dict[str, Any] = {"trust_remote_code": False}
-    hub = False
-    if path.suffix == ".gguf":
-        if not path.is_file():
-            raise UnknownModelError(f"{path}: no such .gguf file")
-        cached = _gguf_cached(path, progress)
-        source, folder = str(cached), cached
-    elif path.is_dir():
-        source, folder = str(path), path
-    elif _is_hub_id(spec):
-        folder, cache_only = _hub_folder(spec)
-        source, hub = spec, True
-        kw["local_files_only"] = cache_only
-    else:
-        raise UnknownModelError(
-            f"unknown model {spec!r}: give a hub id (org/name), a local model directory, a .gguf file, or one "
-            f"of: {', '.join(NAMED_MODELS)}"
-        )
+    source, folder, hub, kw = _source(spec, progress)
     raw = check_model_files(folder, spec)
     weights = read_weights(folder, hub=hub)  # the safetensors headers, before anything is built
     with warnings.catch_warnings(), _quiet_transformers():

@@ -235,6 +235,22 @@ def _forward(probe: Probe, model: HFModule, model_type: str) -> torch.Tensor:
     return own_forward(run, model_type).logits[0].double()
 
 
+def _check_sum(probe: Probe, roles: Roles, l: int) -> None:
+    """Layer ``l``'s input plus its attention and MLP contributions equals its output, else a refusal."""
+    pre, a_out, m_out, post = (
+        probe.ins.get(f"L{l}"),
+        probe.outs.get(f"L{l}.a"),
+        probe.outs.get(f"L{l}.m"),
+        probe.outs.get(f"L{l}"),
+    )
+    if pre is None or a_out is None or m_out is None or post is None or not close(pre + a_out + m_out, post, probe.tol):
+        raise _refuse(
+            roles.model_type,
+            f"layer {l}'s contributions do not add up to its output (the roles found on layer 0 do not hold there)",
+            f"{roles.layers}.{l}",
+        )
+
+
 def _confirm_every_layer(roles: Roles, model: HFModule) -> Roles:
     """The roles found on layer 0, checked on every layer in a second probe: the contributions add up to the
     layer's output and the A.3 identity holds (else a refusal naming the layer); where the scores do not rebuild
@@ -254,25 +270,8 @@ def _confirm_every_layer(roles: Roles, model: HFModule) -> Roles:
     _forward(probe, model, roles.model_type)
     weights, bad_scores = head_weights_from(roles), []
     for l in range(len(layers)):
-        pre, a_out, m_out, post = (
-            probe.ins.get(f"L{l}"),
-            probe.outs.get(f"L{l}.a"),
-            probe.outs.get(f"L{l}.m"),
-            probe.outs.get(f"L{l}"),
-        )
+        _check_sum(probe, roles, l)
         X, A, out = probe.ins.get(f"L{l}.attn"), probe.extra.get(f"L{l}.attn"), probe.outs.get(f"L{l}.attn")
-        if (
-            pre is None
-            or a_out is None
-            or m_out is None
-            or post is None
-            or not close(pre + a_out + m_out, post, probe.tol)
-        ):
-            raise _refuse(
-                roles.model_type,
-                f"layer {l}'s contributions do not add up to its output (the roles found on layer 0 do not hold there)",
-                f"{roles.layers}.{l}",
-            )
         hw: HeadWeights | None = None
         try:
             hw = weights(watched[f"L{l}.attn"], model.config)
