@@ -82,11 +82,11 @@ def test_lens_screen_screens_every_chunk_and_refuses_a_head_that_is_not_plain(mo
     """norm="final": the screen decides on a few rows whether the head is x·W_U (+ bias) and then screens every
     chunk, the first too (not the model's head on the whole chunk and a float32 product to compare it with);
     a head that is not a plain linear map (Gemma 2's soft-capping) is read exactly instead."""
-    from walklens import walks
+    from walklens.walks import reading
 
     calls: list[int] = []
-    real = walks.screen_ranks
-    monkeypatch.setattr(walks, "screen_ranks", lambda x, *a, **k: calls.append(x.shape[0]) or real(x, *a, **k))
+    real = reading.screen_ranks
+    monkeypatch.setattr(reading, "screen_ranks", lambda x, *a, **k: calls.append(x.shape[0]) or real(x, *a, **k))
     lm = tiny_model("llama")
     tr = walklens.capture(lm, TEXT)
     rows = len(tr.points) * len(tr.tokens)
