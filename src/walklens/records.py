@@ -89,11 +89,10 @@ def _kind_of(mode: int) -> str:
     return "not a regular file"
 
 
-def read_bytes(path: str | os.PathLike[str], label: str, max_bytes: int = MAX_BYTES) -> bytes:
-    """The bytes of the regular file ``path`` (symbolic links followed), at most ``max_bytes``.
+def _read(path: str | os.PathLike[str], label: str, n: int, cap: int | None) -> tuple[bytes, int]:
+    """The first ``n`` bytes of the regular file ``path`` and its size; ``cap``: refuse a file larger than it.
 
-    Opened without blocking, so a FIFO is refused instead of waited on; anything but a regular file, a file over
-    the cap, or one that cannot be read is one :class:`InputError` line starting with ``label``."""
+    Opened without blocking, so a FIFO is refused instead of waited on; the path is registered as an input."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(path, flags)
@@ -104,14 +103,22 @@ def read_bytes(path: str | os.PathLike[str], label: str, max_bytes: int = MAX_BY
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise InputError(f"{label}: {path} is {_kind_of(st.st_mode)}, not a regular file")
-        if st.st_size > max_bytes:
-            raise InputError(f"{label}: {path} holds {st.st_size:,} bytes, over the {max_bytes:,} this file may hold")
+        if cap is not None and st.st_size > cap:
+            raise InputError(f"{label}: {path} holds {st.st_size:,} bytes, over the {cap:,} this file may hold")
         with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(max_bytes + 1)
+            return f.read(n), st.st_size
     except OSError as e:
         raise InputError(f"{label}: cannot read {path}: {e.strerror or e}") from None
     finally:
         os.close(fd)
+
+
+def read_bytes(path: str | os.PathLike[str], label: str, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of the regular file ``path`` (symbolic links followed), at most ``max_bytes``.
+
+    Opened without blocking, so a FIFO is refused instead of waited on; anything but a regular file, a file over
+    the cap, or one that cannot be read is one :class:`InputError` line starting with ``label``."""
+    data, _ = _read(path, label, max_bytes + 1, max_bytes)
     if len(data) > max_bytes:  # grew while being read
         raise InputError(f"{label}: {path} holds over the {max_bytes:,} bytes this file may hold")
     return data
@@ -120,22 +127,7 @@ def read_bytes(path: str | os.PathLike[str], label: str, max_bytes: int = MAX_BY
 def read_head(path: str | os.PathLike[str], label: str, n: int) -> tuple[bytes, int]:
     """The first ``n`` bytes of the regular file ``path`` (fewer when it is shorter) and its size, opened and
     checked as :func:`read_bytes` does; nothing past ``n`` is read (a weights file's header)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        raise InputError(f"{label}: cannot read {path}: {e.strerror or e}") from None
-    note_input(path, label)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{label}: {path} is {_kind_of(st.st_mode)}, not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(n), st.st_size
-    except OSError as e:
-        raise InputError(f"{label}: cannot read {path}: {e.strerror or e}") from None
-    finally:
-        os.close(fd)
+    return _read(path, label, n, None)
 
 
 def read_text(path: str | os.PathLike[str], label: str, max_bytes: int = MAX_BYTES) -> str:
