@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -366,6 +366,44 @@ def cooccurrence(
     V = int(vectors.shape[0])
     if len(a) and int(max(a.max(), b.max())) >= V:
         raise InputError(f"a token id {int(max(a.max(), b.max()))} is outside the {V} vectors")
+    t = _pair_table(cl, a, b, cnt, V, min_count)
+    pa, pb, m = t.pa, t.pb, t.m
+    sims = _similarities(vectors, pa, pb)
+    dot, cos = sims(pa, pb)
+    rng = np.random.default_rng(seed)
+    draws = [np.stack(sims(pa, _matched(pa, pb, m, 10, rng))) for _ in range(n_matched)]
+    pmi = _pmi(t.total, m[pa], m[pb], np.array(t.zc.sum()))
+    point = _stats(pmi, dot, cos, _covariates(m[pa], m[pb]), draws)
+    G = min(n_groups, t.n_cl) if t.n_cl >= 2 else 0  # one cluster: no interval
+    group = rng.permutation(t.n_cl) % max(G, 1)
+    rp = _replicates(t, G, group, min_count, dot, cos, draws)
+    rs = {k: _jackknife(float(point[j]), rp[:, j]) for j, k in enumerate(_STATS)}
+    ex = _jackknife(float(point[1] - point[6]), rp[:, 1] - rp[:, 6])
+    return Cooccurrence(model_name=model_name, n_docs=len(docs), n_clusters=t.n_cl, n_tokens=sum(len(d) for d in docs),
+                        n_pairs=len(pa), window=window, min_count=min_count, **rs, excess_cos=ex, n_groups=len(rp),
+                        n_matched=n_matched, seed=seed)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _PairTable:
+    """The counts :func:`cooccurrence` correlates: the pairs seen at least ``min_count`` times (token ids ``pa``,
+    ``pb``) with their ``total`` counts; per cluster of documents, the tokens' marginal counts ``marg``
+    [clusters, V] and the kept pairs' counts ``dcl`` [clusters, pairs]; ``zc`` the marginals' sum per cluster and
+    ``m`` the tokens' marginal counts over every cluster (what each jackknife replicate reweights)."""
+
+    n_cl: int
+    pa: np.ndarray
+    pb: np.ndarray
+    total: np.ndarray
+    marg: sparse.csr_matrix
+    dcl: sparse.csr_matrix
+    zc: np.ndarray
+    m: np.ndarray
+
+
+def _pair_table(cl: np.ndarray, a: np.ndarray, b: np.ndarray, cnt: np.ndarray, V: int, min_count: int) -> _PairTable:
+    """The :class:`_PairTable` of the pair counts ``cnt`` of tokens ``a``, ``b`` in clusters ``cl``
+    (:func:`pair_counts`)."""
     _, cl = np.unique(cl, return_inverse=True)
     n_cl = int(cl.max()) + 1 if len(cl) else 0
     key, pair = np.unique(a * V + b, return_inverse=True)
@@ -382,6 +420,14 @@ def cooccurrence(
     sel = remap[pair] >= 0
     dcl = sparse.csr_matrix((cnt[sel], (cl[sel], remap[pair][sel])), shape=(n_cl, len(keep))).astype(np.float64)
     m = np.asarray(marg.sum(0)).ravel()
+    return _PairTable(n_cl, pa, pb, total[keep], marg, dcl, zc, m)
+
+
+def _similarities(
+    vectors: torch.Tensor, pa: np.ndarray, pb: np.ndarray
+) -> Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """``sims(x, y)``: the inner products and cosines of the rows of ``vectors`` of the token pairs (x, y), read in
+    float64 from the rows of the tokens in a pair (``pa``, ``pb``) only."""
     toks = np.unique(np.concatenate([pa, pb]))  # only the rows of tokens in a pair, in float64
     E = vectors.detach()[torch.as_tensor(toks)].double().cpu().numpy()
     norms = np.linalg.norm(E, axis=1).clip(1e-12)
@@ -391,29 +437,32 @@ def cooccurrence(
         d = np.einsum("ij,ij->i", E[i], E[j])
         return d, d / (norms[i] * norms[j])
 
-    dot, cos = sims(pa, pb)
-    rng = np.random.default_rng(seed)
-    draws = [np.stack(sims(pa, _matched(pa, pb, m, 10, rng))) for _ in range(n_matched)]
-    pmi = _pmi(total[keep], m[pa], m[pb], np.array(zc.sum()))
-    point = _stats(pmi, dot, cos, _covariates(m[pa], m[pb]), draws)
-    G = min(n_groups, n_cl) if n_cl >= 2 else 0  # one cluster: no interval
-    group = rng.permutation(n_cl) % max(G, 1)
+    return sims
+
+
+def _replicates(
+    t: _PairTable,
+    G: int,
+    group: np.ndarray,
+    min_count: int,
+    dot: np.ndarray,
+    cos: np.ndarray,
+    draws: Sequence[np.ndarray],
+) -> np.ndarray:
+    """The jackknife replicates [G, stats] of :data:`_STATS`: the whole procedure without one ``group`` of
+    clusters at a time (NaN where fewer than 3 pairs are left)."""
     reps = []
     for gi in range(G):  # the whole procedure without one group of clusters
         w = (group != gi).astype(np.float64)
-        c, mm = dcl.T @ w, marg.T @ w
+        c, mm = t.dcl.T @ w, t.marg.T @ w
         ok = c >= min_count
         if ok.sum() < 3:
             reps.append(np.full(len(_STATS), np.nan))
             continue
-        pm = _pmi(c[ok], mm[pa[ok]], mm[pb[ok]], np.array(zc @ w))
+        pa, pb = t.pa, t.pb
+        pm = _pmi(c[ok], mm[pa[ok]], mm[pb[ok]], np.array(t.zc @ w))
         reps.append(_stats(pm, dot[ok], cos[ok], _covariates(mm[pa[ok]], mm[pb[ok]]), [d[:, ok] for d in draws]))
-    rp = np.array(reps).reshape(-1, len(_STATS))
-    rs = {k: _jackknife(float(point[j]), rp[:, j]) for j, k in enumerate(_STATS)}
-    ex = _jackknife(float(point[1] - point[6]), rp[:, 1] - rp[:, 6])
-    return Cooccurrence(model_name=model_name, n_docs=len(docs), n_clusters=n_cl, n_tokens=sum(len(d) for d in docs),
-                        n_pairs=len(keep), window=window, min_count=min_count, **rs, excess_cos=ex, n_groups=len(rp),
-                        n_matched=n_matched, seed=seed)  # fmt: skip
+    return np.array(reps).reshape(-1, len(_STATS))
 
 
 __all__ = [
