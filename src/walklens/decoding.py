@@ -270,6 +270,23 @@ def _generated(
             forced[:, choice] = 0.0
             return forced  # type: ignore[return-value]  # full_like of a FloatTensor is one; torch types it Tensor
 
+    try:
+        with record_steps(lm) as steps:
+            out = lm.hf.generate(  # type: ignore[operator]  # GenerationMixin, not in PreTrainedModel's type
+                ids,
+                attention_mask=torch.ones_like(ids),
+                generation_config=GenerationConfig(**_generation_config(lm, n_steps, eos)),
+                logits_processor=LogitsProcessorList([Walker(steps)]),
+            )
+    finally:
+        bar.close()
+    n_new = out.shape[1] - (ids.shape[1] if lm.is_causal else 1)
+    return records[:n_new], (prev[0] if prev else None)
+
+
+def _generation_config(lm: LoadedModel, n_steps: int, eos: set[int]) -> dict[str, Any]:
+    """The ``GenerationConfig`` of a free walk: ``n_steps`` new tokens at most, greedy over the logits the walk's
+    processor leaves (it has chosen the token already), with the key/value cache, stopping at ``eos``."""
     pad = lm.tokenizer.pad_token_id
     cfg: dict[str, Any] = dict(
         max_new_tokens=n_steps,
@@ -281,18 +298,7 @@ def _generated(
     )
     if lm.is_encoder_decoder:
         cfg["decoder_start_token_id"] = _decoder_start(lm)
-    try:
-        with record_steps(lm) as steps:
-            out = lm.hf.generate(  # type: ignore[operator]  # GenerationMixin, not in PreTrainedModel's type
-                ids,
-                attention_mask=torch.ones_like(ids),
-                generation_config=GenerationConfig(**cfg),
-                logits_processor=LogitsProcessorList([Walker(steps)]),
-            )
-    finally:
-        bar.close()
-    n_new = out.shape[1] - (ids.shape[1] if lm.is_causal else 1)
-    return records[:n_new], (prev[0] if prev else None)
+    return cfg
 
 
 def _teacher_forced(
@@ -338,37 +344,20 @@ def decoding_walk(
     target tokens instead (a text, or a list of token ids), in one forward pass, and reports, step by step,
     whether d_t lies in the target token's neighbourhood (A.1).
     """
-    tok = lm.tokenizer
     if lm.is_masked:
         raise InputError(
             f"{lm.name} is a masked LM ({lm.adapter.family}); a decoding walk needs a causal or encoder-decoder model"
         )
     _check_sampling(sample, temperature, top_k, top_p)
     ids = tokenize(lm, prompt).to(lm.device)
-    target_ids: torch.Tensor | None = None
-    target_text: str | None = None
-    if target is not None:
-        if isinstance(target, str):
-            if not target.strip():
-                raise EmptyTextError("the target is empty")
-            utf8_text(target, "the target")
-            target_ids = torch.tensor(tok(target, add_special_tokens=False)["input_ids"], dtype=torch.long)
-            target_text = target
-        else:
-            target_ids = torch.tensor([int(i) for i in target], dtype=torch.long)
-            target_text = tok.decode(target_ids.tolist())
-        if len(target_ids) == 0:
-            raise EmptyTextError("the target tokenises to no tokens")
+    target_ids, target_text = _target(lm, target) if target is not None else (None, None)
+    if target_ids is not None:
         n_steps = len(target_ids)
     else:
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be a positive integer, not {max_new_tokens!r}")
         n_steps = max_new_tokens
-    limit = context_limit(lm)
-    if limit is not None and not lm.is_encoder_decoder and ids.shape[1] + n_steps > limit:
-        raise ContextTooLongError(
-            f"prompt ({ids.shape[1]} tokens) + {n_steps} new tokens exceed the model's context of {limit}"
-        )
+    _check_context(lm, ids, n_steps)
     if target_ids is not None:
         records, prompt_prev = _teacher_forced(lm, ids, target_ids, k)
         eos: set[int] = set()
@@ -391,6 +380,33 @@ def decoding_walk(
         target=target_text,
         target_ids=target_ids,
     )
+
+
+def _target(lm: LoadedModel, target: str | Sequence[int]) -> tuple[torch.Tensor, str]:
+    """The target path's token ids and its text (A.1): a text tokenised without special tokens, or token ids
+    decoded."""
+    tok = lm.tokenizer
+    if isinstance(target, str):
+        if not target.strip():
+            raise EmptyTextError("the target is empty")
+        utf8_text(target, "the target")
+        target_ids = torch.tensor(tok(target, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        target_text = target
+    else:
+        target_ids = torch.tensor([int(i) for i in target], dtype=torch.long)
+        target_text = tok.decode(target_ids.tolist())
+    if len(target_ids) == 0:
+        raise EmptyTextError("the target tokenises to no tokens")
+    return target_ids, target_text
+
+
+def _check_context(lm: LoadedModel, ids: torch.Tensor, n_steps: int) -> None:
+    """Refuse a prompt of ``ids`` and ``n_steps`` new tokens longer than a decoder's context window."""
+    limit = context_limit(lm)
+    if limit is not None and not lm.is_encoder_decoder and ids.shape[1] + n_steps > limit:
+        raise ContextTooLongError(
+            f"prompt ({ids.shape[1]} tokens) + {n_steps} new tokens exceed the model's context of {limit}"
+        )
 
 
 def _assemble(
