@@ -186,24 +186,68 @@ def dynamics(
             states.pop("linear", None)
             notes.append(f"linear mode left out: {e}")
     for t in tqdm(texts, desc="dynamics", disable=not progress, leave=False):
-        tr = capture(lm, t, points=["L0.resid_pre", "L*.resid_post"])
-        real = torch.stack([tr[p] for p in pts]).float()
-        x0 = tr["L0.resid_pre"].float()
-        sl = slice(1, None) if skip_first else slice(None)
-        reals.append(real[:, sl])
+        real, per_mode = _trajectories(lm, t, modes, pts, steps, Fs, skip_first)
+        reals.append(real)
         for m in modes:
-            if m == "real":
-                s = real
-            elif m == "mlp_ablated":
-                with ablate_mlps(lm):
-                    ta = capture(lm, t, points=["L*.resid_post"])
-                s = torch.stack([ta[p] for p in pts]).float()
-            elif m == "linear":
-                s = _linear_states(steps, x0, L)
-            else:
-                s = _power_states(Fs, x0, L)
-            states[m].append(s[:, sl])
+            states[m].append(per_mode[m])
     layer_of = list(range(L))
+    al, ag, rnd = _measures(lm, modes, states, reals, pts, spectra, seed)
+    return Dynamics(
+        model_name=lm.name,
+        layers=layer_of,
+        modes=list(modes),
+        alignment=al,
+        agreement=ag,
+        random_mean=rnd,
+        n_tokens=sum(int(r.shape[1]) for r in reals),
+        notes=notes,
+    )
+
+
+def _trajectories(
+    lm: LoadedModel,
+    text: str,
+    modes: Sequence[str],
+    pts: list[str],
+    steps: Sequence[Callable[[torch.Tensor], torch.Tensor]],
+    Fs: Sequence[torch.Tensor],
+    skip_first: bool,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The real states of ``text`` at every layer's output ``pts`` [L, T, D], and each mode's trajectory from the
+    real input of layer 0 (:class:`Dynamics`); the first position dropped when ``skip_first``."""
+    L = lm.n_layers
+    tr = capture(lm, text, points=["L0.resid_pre", "L*.resid_post"])
+    real = torch.stack([tr[p] for p in pts]).float()
+    x0 = tr["L0.resid_pre"].float()
+    sl = slice(1, None) if skip_first else slice(None)
+    out: dict[str, torch.Tensor] = {}
+    for m in modes:
+        if m == "real":
+            s = real
+        elif m == "mlp_ablated":
+            with ablate_mlps(lm):
+                ta = capture(lm, text, points=["L*.resid_post"])
+            s = torch.stack([ta[p] for p in pts]).float()
+        elif m == "linear":
+            s = _linear_states(steps, x0, L)
+        else:
+            s = _power_states(Fs, x0, L)
+        out[m] = s[:, sl]
+    return real[:, sl], out
+
+
+def _measures(
+    lm: LoadedModel,
+    modes: Sequence[str],
+    states: dict[str, list[torch.Tensor]],
+    reals: list[torch.Tensor],
+    pts: list[str],
+    spectra: PowerSpectra,
+    seed: int,
+) -> tuple[dict[str, list[float]], dict[str, list[float]], float]:
+    """Per mode, the mean alignment with v1(F_l) and the mean cosine with the real model's state at every layer's
+    output, and the random-direction baseline (:class:`Dynamics`)."""
+    layer_of = list(range(lm.n_layers))
     al: dict[str, list[float]] = {}
     ag: dict[str, list[float]] = {}
     rnd = float("nan")
@@ -215,16 +259,7 @@ def dynamics(
         rnd = float(sum(a.random_mean) / len(a.random_mean))
         cs = [torch.nn.functional.cosine_similarity(s.double(), r.double(), dim=-1) for s, r in zip(states[m], reals)]
         ag[m] = torch.cat(cs, dim=1).mean(1).tolist()
-    return Dynamics(
-        model_name=lm.name,
-        layers=layer_of,
-        modes=list(modes),
-        alignment=al,
-        agreement=ag,
-        random_mean=rnd,
-        n_tokens=sum(int(r.shape[1]) for r in reals),
-        notes=notes,
-    )
+    return al, ag, rnd
 
 
 # ---- shared weights ----------------------------------------------------------------------------------------------
@@ -320,8 +355,6 @@ def shared_weights(
     model's depth), its measured alignment with v1(F_k) per depth next to the power method's analytic
     prediction (convergence at rate |lambda2/lambda1|).  Works on ALBERT (truly shared) and on any
     decoder (a weight-tied variant built by :func:`tied_layers`)."""
-    from tqdm.auto import tqdm
-
     texts = as_texts(texts)
     L = n_layers or lm.n_layers
     k = layer + lm.n_layers if layer < 0 else layer
@@ -329,26 +362,9 @@ def shared_weights(
     A, B = ov_factors(lm, k, grouped=True)
     F = A @ B
     basis = spec_k.basis
-    pts = ["L0.resid_pre"] + [f"L{l}.resid_post" for l in range(L)]
-    meas, x0s = [], []
-    with tied_layers(lm, k, L):
-        for t in tqdm(texts, desc="shared weights", disable=not progress, leave=False):
-            tr = capture(lm, t, points=["L0.resid_pre", "L*.resid_post"])
-            X = torch.stack([tr[p] for p in pts]).double()
-            if skip_first:
-                X = X[:, 1:]
-            meas.append(X)
-            x0s.append(X[0])
-    X = torch.cat(meas, dim=1)  # [L+1, N, D]
-    kd = torch.tensor([basis.shape[0]])
-    b2 = torch.zeros(1, 2, basis.shape[1], dtype=torch.float64)
-    b2[0, : basis.shape[0]] = basis
-
-    def align(S: torch.Tensor) -> torch.Tensor:  # [steps, N, D] -> [steps, N]
-        return torch.stack([cos_to_bases(s, b2, kd)[0] for s in S])
-
+    X, x0 = _tied_states(lm, texts, k, L, skip_first, progress)  # [L+1, N, D], [N, D]
+    align = _aligner(basis)
     m = align(X)
-    x0 = torch.cat(x0s, dim=0)
     pw = align(power_iterate(F, x0, L))
     rs = align(power_iterate(F, x0, L, residual=True))
     rate_res = residual_gap(spec_k.eigenvalues, F.shape[0])
@@ -378,6 +394,39 @@ def shared_weights(
         n_tokens=int(X.shape[1]),
         nearest=spec_k.nearest,
     )
+
+
+def _tied_states(
+    lm: LoadedModel, texts: list[str], k: int, L: int, skip_first: bool, progress: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The states [L+1, N, D] of every token of ``texts`` through layer ``k`` applied ``L`` times (depth 0: the
+    input; :func:`~walklens.interventions.tied_layers`), in float64, and the inputs [N, D]."""
+    from tqdm.auto import tqdm
+
+    pts = ["L0.resid_pre"] + [f"L{l}.resid_post" for l in range(L)]
+    meas, x0s = [], []
+    with tied_layers(lm, k, L):
+        for t in tqdm(texts, desc="shared weights", disable=not progress, leave=False):
+            tr = capture(lm, t, points=["L0.resid_pre", "L*.resid_post"])
+            X = torch.stack([tr[p] for p in pts]).double()
+            if skip_first:
+                X = X[:, 1:]
+            meas.append(X)
+            x0s.append(X[0])
+    return torch.cat(meas, dim=1), torch.cat(x0s, dim=0)
+
+
+def _aligner(basis: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``align(S)``: |cos| of states ``S`` [steps, N, D] with the line or plane of ``basis`` ([1 or 2, D]),
+    [steps, N]."""
+    kd = torch.tensor([basis.shape[0]])
+    b2 = torch.zeros(1, 2, basis.shape[1], dtype=torch.float64)
+    b2[0, : basis.shape[0]] = basis
+
+    def align(S: torch.Tensor) -> torch.Tensor:  # [steps, N, D] -> [steps, N]
+        return torch.stack([cos_to_bases(s, b2, kd)[0] for s in S])
+
+    return align
 
 
 __all__ = ["dynamics", "shared_weights", "Dynamics", "SharedWeights"]
