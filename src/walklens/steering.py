@@ -354,40 +354,8 @@ def steering_sweep(
         (m, s, a, p) for m in methods for s in sets for a in (alphas if m == "eigen" else add_alphas) for p in prompts
     ]
     base_state: dict[tuple[str, int], torch.Tensor] = {}
-    for m, s, a, p in tqdm(jobs, desc="steering", disable=not progress, leave=False):
-        ids = tokenize(lm, p)
-        key = (p, s[0])
-        pt = f"L{s[0]}.resid_post"
-        if key not in base_state:
-            base_state[key] = capture(lm, p, points=[pt])[pt][-1].double()
-        with steer(lm, u, s, a, method=m):
-            new, logits, finite = _greedy(lm, ids, max_new_tokens)
-            st = capture(lm, p, points=[pt])[pt][-1].double()
-        d = st - base_state[key]
-        logit, prob, rank, top = readout(logits if finite else logits.fill_(math.nan), tid)
-        if rank is None:
-            warnings.warn(
-                f"{m} steering at layers {s} with alpha {a:g}: the logits are not finite (NaN or inf: "
-                f"the dose overflows the model's dtype); p(target) and its rank are reported as NaN",
-                NonFiniteWarning,
-                stacklevel=2,
-            )
-        rows.append(
-            SteerRow(
-                method=m,
-                layers=s,
-                alpha=float(a),
-                prompt=p,
-                target_logit=logit,
-                target_prob=prob,
-                target_rank=rank,
-                top_token="" if top is None else lm.token_strings([top])[0],
-                text=lm.tokenizer.decode(new.tolist()),
-                perplexity=_perplexity(lm, ids, new),
-                push=float(d @ u),
-                injection=float(d.norm()),
-            )
-        )
+    for job in tqdm(jobs, desc="steering", disable=not progress, leave=False):
+        rows.append(_sweep_row(lm, job, u, tid, max_new_tokens, base_state))
     return SteeringSweep(
         model_name=lm.name,
         toward=label,
@@ -399,6 +367,52 @@ def steering_sweep(
         layer_sets=sets,
         methods=list(methods),
         rows=rows,
+    )
+
+
+def _sweep_row(
+    lm: LoadedModel,
+    job: tuple[str, list[int], float, str],
+    u: torch.Tensor,
+    tid: int,
+    max_new_tokens: int,
+    base_state: dict[tuple[str, int], torch.Tensor],
+) -> SteerRow:
+    """One row of :func:`steering_sweep`: ``job`` (method, layer set, alpha, prompt) steered along ``u``; the
+    target ``tid``'s next-token logit, probability and rank, a greedy continuation and its perplexity under the
+    unsteered model, and the push along u and the injection at the set's first layer, against the unsteered
+    state there (``base_state``, filled as the prompts come)."""
+    m, s, a, p = job
+    ids = tokenize(lm, p)
+    key = (p, s[0])
+    pt = f"L{s[0]}.resid_post"
+    if key not in base_state:
+        base_state[key] = capture(lm, p, points=[pt])[pt][-1].double()
+    with steer(lm, u, s, a, method=m):
+        new, logits, finite = _greedy(lm, ids, max_new_tokens)
+        st = capture(lm, p, points=[pt])[pt][-1].double()
+    d = st - base_state[key]
+    logit, prob, rank, top = readout(logits if finite else logits.fill_(math.nan), tid)
+    if rank is None:
+        warnings.warn(
+            f"{m} steering at layers {s} with alpha {a:g}: the logits are not finite (NaN or inf: "
+            f"the dose overflows the model's dtype); p(target) and its rank are reported as NaN",
+            NonFiniteWarning,
+            stacklevel=3,  # the caller of steering_sweep
+        )
+    return SteerRow(
+        method=m,
+        layers=s,
+        alpha=float(a),
+        prompt=p,
+        target_logit=logit,
+        target_prob=prob,
+        target_rank=rank,
+        top_token="" if top is None else lm.token_strings([top])[0],
+        text=lm.tokenizer.decode(new.tolist()),
+        perplexity=_perplexity(lm, ids, new),
+        push=float(d @ u),
+        injection=float(d.norm()),
     )
 
 
