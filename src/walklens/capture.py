@@ -216,7 +216,8 @@ class _Recorder:
         hooks.post(module, post)
 
 
-def _point_names(spec: StackSpec, residual: str, n_layers: int) -> list[str]:
+def point_names(spec: StackSpec, residual: str, n_layers: int) -> list[str]:
+    """Every point :func:`capture` records in a stack of ``n_layers`` layers of kind ``residual``, in order."""
     names = ["embed"]
     for l in range(n_layers):
         names.append(f"L{l}.resid_pre")
@@ -300,7 +301,7 @@ def capture(
     residual = adapter.residual_kind(model.config)
     rec = _Recorder(dtype, residual)
     for spec in adapter.stacks:
-        every = _point_names(spec, residual, n_layers)
+        every = point_names(spec, residual, n_layers)
         rec.add_stack(spec.name, tl_select(lm, every, points) if tl else _select(every, points))
 
     kwargs: dict[str, Any] = {"input_ids": ids}
@@ -419,7 +420,7 @@ def capture_batch(
         raise InputError(str(e.args[0])) from None
     n_layers = adapter.n_layers(model.config)
     residual = adapter.residual_kind(model.config)
-    names = [n for n in _point_names(spec, residual, n_layers) if any(fnmatch.fnmatchcase(n, p) for p in points)]
+    names = [n for n in point_names(spec, residual, n_layers) if any(fnmatch.fnmatchcase(n, p) for p in points)]
     if not names:
         raise InputError(f"no point matches {', '.join(points)}")
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0

@@ -20,7 +20,8 @@ and config back):
   * :func:`attention_kernel` -- the model's attention computed by PyTorch's SDPA instead of eager attention,
     for forward passes that report no attention probabilities (packed scoring, :mod:`walklens.hellaswag.packing`);
   * :func:`prepacked_linears` -- a bfloat16/float16 model's linear layers run from weights reordered once for
-    the matrix library, bit for bit the same products (packed scoring; docs/dtype.md).
+    the matrix library, bit for bit the same products (packed scoring; docs/dtype.md); the machinery,
+    oneDNN's reordered weights and their exactness check, is :mod:`walklens.prepack`.
 
 Layers are 0-based and may be negative (from the top).  A shared-weight stack (ALBERT) has one module at
 every depth, which is hooked or edited once.
@@ -31,7 +32,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -39,9 +39,9 @@ from torch import nn
 
 from .errors import InputError, UnsupportedFamilyError
 from .hooks import Hooks, distinct, first_output, replace_first
-from .kept import kept
 from .models.base import get_module
 from .ov import ov_factors, value_projection
+from .prepack import packed_linear
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -313,63 +313,22 @@ def attention_kernel(lm: LoadedModel, kernel: str = "sdpa") -> Iterator[bool]:
             hf_logging.set_verbosity(level)
 
 
-#: the row count oneDNN chooses the prepacked layout for (``hellaswag.packing.MAX_TOKENS``, a packed batch)
-PACK_ROWS = 1024
-_PROBE_ROWS = (1, 7, 64)  # row counts each prepacked product is checked on, bit for bit, before it is used
-
-
-def _prepacked_forward(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-
-
-def _can_prepack(w: torch.Tensor) -> bool:
-    if w.device.type != "cpu" or not torch.backends.mkldnn.is_available():
-        return False
-    if w.dtype == torch.bfloat16:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return w.dtype == torch.float16 and bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-
-
-def _packed_weight(mod: nn.Linear) -> torch.Tensor | None:
-    """``mod``'s weight reordered once for oneDNN (kept while the weight is unchanged: :func:`~walklens.kept.kept`),
-    or ``None`` where that is not possible or its products are not bit-identical to ``F.linear`` on the probe rows."""
-    return kept(mod, "prepacked", mod.weight, partial(_prepack, mod))
-
-
-def _prepack(mod: nn.Linear) -> torch.Tensor | None:
-    w = mod.weight
-    if not _can_prepack(w):
-        return None
-    try:
-        with torch.no_grad():
-            cand = torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS)
-            g = torch.Generator().manual_seed(0)
-            probes = [torch.randn(r, w.shape[1], generator=g).to(w.dtype) for r in _PROBE_ROWS]
-            b = None if mod.bias is None else mod.bias.detach()
-            if all(torch.equal(_prepacked_forward(cand, b, x), nn.functional.linear(x, w, b)) for x in probes):
-                return cand
-    except RuntimeError:  # a oneDNN build without this path: the layer stays as it is
-        pass
-    return None
-
-
 @contextmanager
 def prepacked_linears(lm: LoadedModel, enabled: bool = True) -> Iterator[int]:
     """Inside the block every plain ``nn.Linear`` of a CPU bfloat16/float16 model computes its product from a
-    weight reordered once for oneDNN, instead of reordering it at every call (``F.linear``).  A layer is switched
-    only where its products equal ``F.linear``'s bit for bit on probe rows; float32 (MKL's products) never is.
-    Hooks on the layers still run; no parameter changes; the layers' own ``forward`` is back on exit, even on
-    error.  Yields the number of layers switched.  For forward passes under ``torch.no_grad`` (no gradient
-    flows through the prepacked weight)."""
+    weight reordered once for oneDNN (:func:`walklens.prepack.packed_linear`), instead of reordering it at every
+    call (``F.linear``).  A layer is switched only where its products equal ``F.linear``'s bit for bit on probe
+    rows; float32 (MKL's products) never is.  Hooks on the layers still run; no parameter changes; the layers'
+    own ``forward`` is back on exit, even on error.  Yields the number of layers switched.  For forward passes
+    under ``torch.no_grad`` (no gradient flows through the prepacked weight)."""
     switched: list[tuple[nn.Linear, Any]] = []
     try:
         if enabled:
             for mod in [m for m in lm.hf.modules() if isinstance(m, nn.Linear) and type(m) is nn.Linear]:
-                packed = _packed_weight(mod)
-                if packed is not None:
+                product = packed_linear(mod)
+                if product is not None:
                     switched.append((mod, mod.__dict__.get("forward")))
-                    bias = None if mod.bias is None else mod.bias.detach()
-                    mod.forward = partial(_prepacked_forward, packed, bias)  # type: ignore[method-assign]  # an instance's forward, undone below
+                    mod.forward = product  # type: ignore[method-assign,assignment]  # an instance's forward, undone below
         yield len(switched)
     finally:
         for mod, own in switched:

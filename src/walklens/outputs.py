@@ -18,6 +18,7 @@ files, or a path inside an input folder (a concept cache, a model directory).
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import stat
@@ -261,6 +262,11 @@ def jsonable(x: Any, digits: int | None = None) -> Any:
     return x
 
 
+def json_text(data: Any) -> str:
+    """The text of every ``--json`` file: :func:`jsonable` of ``data``, compact (no spaces after separators)."""
+    return json.dumps(jsonable(data), separators=(",", ":"))
+
+
 __all__ = [
     "STDOUT",
     "FORMULA_START",
@@ -270,6 +276,7 @@ __all__ = [
     "check_not_inputs",
     "csv_cell",
     "csv_row",
+    "json_text",
     "jsonable",
     "make_dir",
     "same_file",

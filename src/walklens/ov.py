@@ -236,7 +236,8 @@ def is_complex_pair(lam: torch.Tensor) -> bool:
 @contextmanager
 def _one_thread() -> Iterator[None]:
     """Run LAPACK's non-symmetric eigensolver on one thread: for these small matrices threads only add
-    contention (measured 16 s vs 0.9 s for a 576 x 576 eig on a busy 2-core machine)."""
+    contention, and on a machine whose other cores are busy each of its many short parallel regions waits for a
+    thread that is not running (:mod:`walklens.threads`)."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

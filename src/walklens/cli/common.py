@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -14,7 +13,7 @@ from .. import records
 from ..errors import InputError, utf8_text
 from ..loading import DEFAULT_MODEL, LoadedModel, cache_dir, load_model
 from ..numbers import COUNT, FINITE, POSITIVE, POSITIVE_INT, SEED
-from ..outputs import STDOUT, check_dir, check_file, check_not_inputs, jsonable, write_atomic
+from ..outputs import STDOUT, check_dir, check_file, check_not_inputs, json_text, write_atomic
 from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
 from ..records import Input
 
@@ -210,10 +209,10 @@ def model_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> Path | None:
-    """Write JSON (:func:`walklens.outputs.jsonable` of ``data``) to standard output (``-``) or to a file by the
+    """Write JSON (:func:`walklens.outputs.json_text` of ``data``) to standard output (``-``) or to a file by the
     rules of :mod:`walklens.outputs` (atomic replace of a regular file, symlinks written through,
     devices/FIFOs/folders refused)."""
-    text = json.dumps(jsonable(data), separators=(",", ":"))
+    text = json_text(data)
     if str(path) == STDOUT:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()

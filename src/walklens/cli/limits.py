@@ -11,10 +11,10 @@ Every command takes ``--max-memory GB``, ``--max-output MB`` and ``--max-work TF
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import TYPE_CHECKING
 
+from .. import costs
 from ..costs import MAX_MEMORY_GB, MAX_OUTPUT_MB, MAX_WORK_TFLOP, LimitValues, Need, refusal
 from ..errors import InputError
 from ..numbers import POSITIVE
@@ -56,7 +56,8 @@ def add_limit_args(p: argparse.ArgumentParser, files: bool = True) -> None:
         type=_positive,
         default=MAX_WORK_TFLOP,
         metavar="TFLOP",
-        help=f"floating-point work; one CPU core does 0.03-0.1 TFLOP/s (default {MAX_WORK_TFLOP:g})",
+        help=f"floating-point work; one CPU core does 0.03-0.1 TFLOP/s, walklens calibrate measures this machine's "
+        f"(default {MAX_WORK_TFLOP:g})",
     )
 
 
@@ -98,11 +99,9 @@ def check_context(lm: LoadedModel, prompt: int, steps: int, option: str) -> None
 
 def block_size(rows: int, cols: int, cells: int = HEATMAP_CELLS, per_col: int = 1) -> int:
     """The smallest block b such that a [rows, cols] map averaged over b x b blocks has at most ``cells``
-    cells (``per_col`` maps side by side, as the heads of an attention map)."""
-    b = 1
-    while math.ceil(rows / b) * per_col * (math.ceil(cols / b) + 1) > cells and b < max(rows, cols):
-        b += 1
-    return b
+    cells (``per_col`` maps side by side, as the heads of an attention map, each with a separator column): the
+    cost model's one rule, :func:`walklens.costs.block_for`."""
+    return costs.block_for(rows, cols, cells, square=True, per_col=per_col, gap=1)
 
 
 def spread(n: int, k: int) -> list[int]:

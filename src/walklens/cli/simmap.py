@@ -80,11 +80,11 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: list[str], n_map
     """Check the limits before capturing; returns the block size b of the report's maps (b x b positions
     averaged per cell, 1 = every position), chosen so that each map has at most HEATMAP_CELLS cells and the
     page fits --max-output."""
-    from ..capture import _point_names
+    from ..capture import point_names
     from ..costs import MB, fit_hint, model_shape, simmap_need
     from .limits import block_size, check, note, text_tokens
 
-    names = _point_names(lm.adapter.stacks[-1], lm.adapter.residual_kind(lm.config), lm.n_layers)
+    names = point_names(lm.adapter.stacks[-1], lm.adapter.residual_kind(lm.config), lm.n_layers)
     for p in points:
         if p != "V" and p not in names:  # the same message as Trace.point_index, before any work
             raise InputError(f"no captured point {p!r}; captured: {', '.join(names[:8])} ...")

@@ -89,13 +89,13 @@ def _selected(names: list[str], spec: Any) -> list[str]:
 def _plan(lm: Any, text: str, args: argparse.Namespace, points: Any) -> tuple[Any, Any]:
     """Check the limits before capturing: (points to read, patterns to capture).  The default (all points)
     narrows to the residual points, then to :data:`POST`, with a note; anything else over a limit is refused."""
-    from ..capture import _point_names
+    from ..capture import point_names
     from ..costs import WalkPlan, fit_hint, model_shape, walk_need
     from .limits import check, note, text_tokens
 
     sh = model_shape(lm)
     T = text_tokens(lm, text, args.truncate)
-    names = _point_names(lm.adapter.stacks[-1], lm.adapter.residual_kind(lm.config), lm.n_layers)
+    names = point_names(lm.adapter.stacks[-1], lm.adapter.residual_kind(lm.config), lm.n_layers)
     readings = 2 if args.norm == "both" else 1
 
     def need(spec: Any, t: int = T) -> Any:

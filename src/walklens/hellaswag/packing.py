@@ -52,8 +52,8 @@ if TYPE_CHECKING:
 MAX_TOKENS = 1024
 #: Largest logits tensor of one packed forward pass, in floats (needed positions x vocabulary).
 MAX_LOGITS = 1 << 26
-#: Rows of logits normalised at a time (a [rows, vocab] float32 block that stays in cache: ~3.5x faster than one
-#: logsumexp over every row on this machine's CPU).
+#: Rows of logits normalised at a time (a [rows, vocab] float32 block that stays in cache, faster than one
+#: logsumexp over every row, whose multi-MB temporaries cost page faults; measured in docs/dtype.md).
 LSE_ROWS = 16
 
 

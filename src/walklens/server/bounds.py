@@ -19,12 +19,12 @@ API with no edit here, and a view shows it by naming and drawing it.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from .. import costs
 from ..costs import (
     LimitValues,
     Need,
@@ -211,13 +211,10 @@ def view_tokens(sh: Shape, limits: LimitValues) -> dict[str, int]:
 
 
 def block_for(rows: int, cols: int, cells: int | None = None, square: bool = False) -> int:
-    """The smallest block b of positions such that the reduced map has at most ``cells`` cells: columns are
-    grouped by b (and rows too when ``square``: a [T, T] map, reduced by :func:`walklens.reports.html.block_mean`)."""
-    cells = MAX_CELLS if cells is None else cells
-    b = 1
-    while (math.ceil(rows / b) if square else rows) * math.ceil(cols / b) > cells:
-        b += 1
-    return b
+    """The smallest block b of positions such that the reduced map has at most ``cells`` (:data:`MAX_CELLS`) cells:
+    columns are grouped by b (and rows too when ``square``: a [T, T] map, reduced by
+    :func:`walklens.reports.html.block_mean`); the cost model's one rule, :func:`walklens.costs.block_for`."""
+    return costs.block_for(rows, cols, MAX_CELLS if cells is None else cells, square=square)
 
 
 def best_rank(r: torch.Tensor, b: int) -> torch.Tensor:

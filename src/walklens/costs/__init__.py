@@ -9,11 +9,12 @@ score block, the positions the walk report shows) are imported from them, never 
 
 ``memory`` is the working memory beyond the loaded model's weights; ``files`` the size of each file written (the
 ``--json`` file, the ``--out`` report's index.html); ``work`` counts floating-point operations (a multiply-add is
-2; one CPU core does 30-100 GFLOP per second, so the default 5 TFLOP is one to three minutes; element-wise passes
-and Python-built output are counted at their cost in matmul FLOP).  The estimates follow what the analyses
-allocate (eager attention keeps two [H, T, T] score tensors per layer while it runs, the logits are [T, vocab],
-the A.3 check keeps every layer's attention probabilities, ...); tests/test_limits.py checks them against
-measured sizes (within a factor 2).  1 GB = 10^9 bytes, 1 MB = 10^6.
+2; element-wise passes and Python-built output are counted at their cost in matmul FLOP, by the machine's rates of
+:mod:`.calibration`: measured by ``walklens calibrate``, conservative defaults until then).  The estimates follow what
+the analyses allocate (eager attention keeps two [H, T, T] score tensors per layer while it runs, the logits are
+[T, vocab], the A.3 check keeps every layer's attention probabilities, ...), with the sizes of :mod:`.sizes`
+derived from the writers' formats; tests/test_limits.py checks them against measured sizes (within a factor 2).
+1 GB = 10^9 bytes, 1 MB = 10^6.
 """
 
 from __future__ import annotations
@@ -23,30 +24,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from .reports.walk import MAX_COLS as WALK_COLS  # positions the walk report shows
-from .walks import _CHUNK_BYTES as WALK_CHUNK  # the encoding walk's block of scores against the vocabulary
+from ..reports.walk import MAX_COLS as WALK_COLS  # positions the walk report shows
+from ..walks import walk_chunk_rows  # the rows the encoding walk scores against the vocabulary at once
+from .calibration import rates
+from .sizes import (
+    FIGURE_MEMORY,
+    HTML_ATTN_CELL,
+    HTML_FIXED,
+    HTML_MAP_CELL,
+    JSON_ATTN,
+    JSON_FLOAT,
+    PY_NUMBER,
+    WALK_HTML_CELL,
+    json_int,
+)
 
 if TYPE_CHECKING:
-    from .loading import LoadedModel
+    from ..loading import LoadedModel
 
 MAX_MEMORY_GB = 4.0
 MAX_OUTPUT_MB = 100.0
 MAX_WORK_TFLOP = 5.0
 GB, MB, TFLOP = 1e9, 1e6, 1e12
-
-# bytes per number as the commands write them (measured on smollm2-135m and tiny models)
-JSON_FLOAT = 20.0  # a float32 written as a Python float: "0.12345678359270096,"
-JSON_INT = 6.0  # a token id or rank
-PY_NUMBER = 40.0  # a number held in a Python list while JSON / HTML is built (object + list slot + slack)
-JSON_ATTN = 13.0  # an attention probability: "0.0," above the diagonal of a causal map, ~20 bytes below
-HTML_MAP_CELL = 7.0  # a similarity-map cell rounded to 3 significant digits: "-12.3,"
-HTML_ATTN_CELL = 8.0  # an attention-map cell, rounded to 6 decimals by the report: "0.001234,"
-HTML_FIXED = 60e3  # the page itself (styles, script, headings, links to the PNG figures)
-FIGURE_MEMORY = 25e6  # drawing one matplotlib figure (a ~1800 x 1500 RGBA canvas and its PNG)
-WRITE_WORK = 5000.0  # work per byte of JSON or HTML, in matmul FLOP: ~1-2 us per number built in Python
-ATTN_ELEMENT = 1200.0  # work per attention score of an eager forward pass, in matmul FLOP: smollm2-135m's
-# forward over 500-2000 tokens took the time of 800-1,900 FLOP per score at the machine's matmul rate
-WALK_HTML_CELL = 330.0  # a (position, point) of the walk report: two heatmap cells with hover text, a grid cell
 
 
 def fmt_bytes(n: float) -> str:
@@ -127,6 +126,27 @@ def fit_hint(need_at: Callable[[int], Need], limits: LimitValues, T: int, noun: 
     return f"a {noun} of at most {n} tokens fits" if n else f"no {noun} fits these limits"
 
 
+def block_for(rows: int, cols: int, cells: int, *, square: bool = True, per_col: int = 1, gap: int = 0) -> int:
+    """The smallest block b of positions such that a [rows, cols] map reduced by b holds at most ``cells`` cells:
+    its columns grouped by b, and its rows too when ``square`` (a [T, T] map averaged over b x b blocks);
+    ``per_col`` such maps side by side (the heads of an attention map), each ``gap`` columns wider (a report's
+    separator).  At most the block that leaves one group (of columns, and of rows when ``square``): the one rule of
+    the reports' heatmaps (:func:`walklens.cli.limits.block_size`) and the explorer's maps
+    (:func:`walklens.server.bounds.block_for`)."""
+
+    def size(b: int) -> int:
+        return (math.ceil(rows / b) if square else rows) * per_col * (math.ceil(cols / b) + gap)
+
+    lo, hi = 1, max(1, max(rows, cols) if square else cols)
+    while lo < hi:  # size(b) never grows with b: the first b that fits, by bisection
+        mid = (lo + hi) // 2
+        if size(mid) <= cells:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 # ---- the model's shape and one forward pass ------------------------------------------------------------------------
 
 
@@ -148,7 +168,7 @@ class Shape:
 
 def model_shape(lm: LoadedModel) -> Shape:
     """The :class:`Shape` of a loaded model, read from its config, its V and its parameters."""
-    from .capture import _point_names
+    from ..capture import point_names
 
     cfg = lm.config
 
@@ -161,7 +181,7 @@ def model_shape(lm: LoadedModel) -> Shape:
 
     d = get("hidden_size", "d_model", "n_embd", default=lm.d_model)
     spec = lm.adapter.stacks[-1]
-    names = _point_names(spec, lm.adapter.residual_kind(cfg), lm.n_layers)
+    names = point_names(spec, lm.adapter.residual_kind(cfg), lm.n_layers)
     heads = get("num_attention_heads", "n_head", "num_heads", default=1)
     return Shape(
         layers=lm.n_layers,
@@ -188,13 +208,18 @@ def forward_memory(sh: Shape, T: int, batch: int = 1) -> float:
     return scores + batch * T * sh.vocab * 4 + batch * T * (8 * sh.d_model + 3 * sh.d_ff) * 4
 
 
+def attention_scores(sh: Shape, T: int, batch: int = 1) -> float:
+    """The attention scores of one forward pass of ``batch`` x ``T`` tokens: [H, T, T] per layer and attention."""
+    return batch * _attention_sets(sh) * sh.layers * sh.heads * T * T
+
+
 def forward_work(sh: Shape, T: int, batch: int = 1) -> float:
     """Floating-point operations of one forward pass: the weights, the attention matmuls, the logits, and the
     eager attention's element-wise passes over every [H, T, T] score tensor (scale, mask, softmax, each a
-    fresh allocation), counted as ATTN_ELEMENT operations per score."""
+    fresh allocation), counted at the machine's rate (:attr:`.calibration.Rates.attn_element` operations per score)."""
     body = max(sh.params - sh.vocab * sh.d_model, 0)
-    attn = _attention_sets(sh) * sh.layers * T * T * (4 * sh.d_model + ATTN_ELEMENT * sh.heads)
-    return batch * (2 * T * body + attn + 2 * T * sh.vocab * sh.d_model)
+    matmuls = 2 * T * body + _attention_sets(sh) * sh.layers * T * T * 4 * sh.d_model + 2 * T * sh.vocab * sh.d_model
+    return batch * matmuls + rates().attn_element * attention_scores(sh, T, batch)
 
 
 def attention_trace_memory(sh: Shape, T: int) -> float:
@@ -213,9 +238,9 @@ def attention_trace_memory(sh: Shape, T: int) -> float:
 
 def _need(memory: float, work: float, json: bool, out: bool, js: float, html: float) -> Need:
     """A :class:`Need` with the files written (``--json`` when ``json``, the page when ``out``) and the work
-    of writing them."""
+    of writing them (:attr:`.calibration.Rates.write_work` operations per byte)."""
     files = {**({"--json": js} if json else {}), **({"--out index.html": html} if out else {})}
-    return Need(memory, work + WRITE_WORK * sum(files.values()), files)
+    return Need(memory, work + rates().write_work * sum(files.values()), files)
 
 
 @dataclass(frozen=True)
@@ -235,10 +260,11 @@ def walk_need(sh: Shape, T: int, plan: WalkPlan, *, json: bool = False, out: boo
     vocabulary a block of rows at a time (:func:`walklens.encoding_walk`)."""
     rows = plan.points * T * sh.stacks
     trace = plan.captured * T * sh.d_model * 4 * sh.stacks
-    chunk = min(rows, max(1, WALK_CHUNK // (4 * sh.vocab)))
+    chunk = min(rows, walk_chunk_rows(sh.vocab))
     k, readings = plan.k, plan.readings
     outs = readings * rows * (12 * k + 60)
-    js = readings * rows * (k * (JSON_INT + JSON_FLOAT) + 2 * JSON_INT + 9 * JSON_FLOAT) + T * 60
+    json_id = json_int(sh.vocab)
+    js = readings * rows * (k * (json_id + JSON_FLOAT) + 2 * json_id + 9 * JSON_FLOAT) + T * 60
     js_mem = readings * rows * (2 * k + 13) * PY_NUMBER + js if json else 0.0
     memory = trace + max(
         forward_memory(sh, T), 4 * chunk * sh.vocab * 4 + outs, outs + js_mem + (FIGURE_MEMORY if out else 0.0)
@@ -425,9 +451,11 @@ __all__ = [
     "refusal",
     "tokens_that_fit",
     "fit_hint",
+    "block_for",
     "Shape",
     "model_shape",
     "forward_memory",
+    "attention_scores",
     "forward_work",
     "attention_trace_memory",
     "WalkPlan",
