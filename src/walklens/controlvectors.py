@@ -246,18 +246,9 @@ def read_control_vector(path: str | Path, lm: LoadedModel | None = None) -> Cont
     all of one length, finite; ``controlvector.model_hint`` a string and ``controlvector.layer_count`` an integer
     when present; with ``lm`` also the length against its residual and the layers against its depth.  Anything
     else is refused in one line."""
-    import gguf
-
     p = Path(path)
     where = str(p)
-    if not p.exists():
-        raise InputError(f"{where}: no such file")
-    if not p.is_file():
-        raise InputError(f"{where}: not a regular file")
-    try:
-        reader = gguf.GGUFReader(str(p), "r")
-    except Exception as e:  # a foreign or broken file: numpy, struct and gguf raise many kinds
-        raise InputError(f"{where}: not a readable GGUF file ({type(e).__name__}: {e})") from None
+    reader = _gguf_reader(p, where)
     arch = _field(reader, "general.architecture", where)
     if arch != ARCHITECTURE:
         raise InputError(
@@ -274,6 +265,42 @@ def read_control_vector(path: str | Path, lm: LoadedModel | None = None) -> Cont
     method = _field(reader, "walklens.method", where)
     alpha = _field(reader, "walklens.alpha", where)
     label = _field(reader, "walklens.toward", where)
+    directions = _directions(reader, where)
+    cv = ControlVector(
+        directions=dict(sorted(directions.items())),
+        model_hint=hint or "",
+        method=method if method in METHODS else "",
+        alpha=float(alpha) if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) else None,
+        label=label if isinstance(label, str) else "",
+        layer_count=count,
+    )
+    if lm is not None:
+        check_for_model(cv, lm, where)
+    else:
+        _check_rows(cv, where)
+    return cv
+
+
+def _gguf_reader(p: Path, where: str) -> Any:
+    """A ``gguf.GGUFReader`` of the regular file ``p``; a missing, irregular or unreadable file refused in one line."""
+    import gguf
+
+    if not p.exists():
+        raise InputError(f"{where}: no such file")
+    if not p.is_file():
+        raise InputError(f"{where}: not a regular file")
+    try:
+        reader = gguf.GGUFReader(str(p), "r")
+    except Exception as e:  # a foreign or broken file: numpy, struct and gguf raise many kinds
+        raise InputError(f"{where}: not a readable GGUF file ({type(e).__name__}: {e})") from None
+    return reader
+
+
+def _directions(reader: Any, where: str) -> dict[int, torch.Tensor]:
+    """The control vector's rows ``{layer: float32 [D]}`` of a GGUF ``reader``, each tensor checked to be
+    ``direction.{k}`` (k >= 1, one name per layer), F32 and one row."""
+    import gguf
+
     if not reader.tensors:
         raise InputError(f"{where}: holds no direction tensors")
     directions: dict[int, torch.Tensor] = {}
@@ -293,19 +320,7 @@ def read_control_vector(path: str | Path, lm: LoadedModel | None = None) -> Cont
         if not len(t.shape) or any(int(d) != 1 for d in t.shape[1:]):
             raise InputError(f"{where}: {t.name} has shape {[int(d) for d in t.shape]}, not one row")
         directions[k] = torch.from_numpy(t.data.reshape(-1).astype("<f4", copy=True))
-    cv = ControlVector(
-        directions=dict(sorted(directions.items())),
-        model_hint=hint or "",
-        method=method if method in METHODS else "",
-        alpha=float(alpha) if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) else None,
-        label=label if isinstance(label, str) else "",
-        layer_count=count,
-    )
-    if lm is not None:
-        check_for_model(cv, lm, where)
-    else:
-        _check_rows(cv, where)
-    return cv
+    return directions
 
 
 @contextmanager
