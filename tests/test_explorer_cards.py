@@ -68,9 +68,9 @@ def test_steering_cards_are_the_reports_parts_and_text(tmp_path: Path) -> None:
 
 def test_serve_refuses_a_bad_card_file_in_one_line(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
-    for content, needle in (("{", "not a JSON file"), ('{"cells": []}', "not a steering card document")):
+    for content, needle in (("{", "not valid JSON"), ('{"cells": []}', "not a steering card document")):
         bad.write_text(content, encoding="utf-8")
         rc, err = run(capfd, "serve", "--card", str(bad), "--model", "nothing-here")
-        assert rc == 2 and len(err) == 1 and err[0].startswith("walklens: error: --card ") and needle in err[0], err
+        assert rc == 2 and len(err) == 1 and err[0].startswith("walklens: error: --card") and needle in err[0], err
     rc, err = run(capfd, "serve", "--card", str(tmp_path / "none.json"))
     assert rc == 2 and len(err) == 1 and "no such file" in err[0], err

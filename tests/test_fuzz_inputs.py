@@ -518,7 +518,7 @@ def test_cli_bad_models_one_line(
         "empty.gguf": "not a valid GGUF file",
         "cut_st": "not a valid safetensors file",
         "unknown": "model_type 'nosuch' is not supported",
-        "garbage": "config.json is not valid JSON",
+        "garbage": "config.json: not valid JSON",
     }
     for name, msg in expect.items():
         capfd.readouterr()

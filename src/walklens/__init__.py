@@ -175,4 +175,4 @@ __all__ = ["capture", *_EXPORTS]
 # walklens.notebook is imported.  The results never import it (it stands on the reports, above them): the entry
 # point does, here, and a submodule is never imported without its package, so `import walklens.trace` alone
 # has every view registered too.  Last, so the names above exist while the reports load.
-from . import notebook  # noqa: E402, F401  (imported for its registration)
+from . import notebook  # noqa: E402, F401  # imported for its registration: the views fill display's table

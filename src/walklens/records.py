@@ -89,26 +89,32 @@ def _kind_of(mode: int) -> str:
     return "not a regular file"
 
 
+def _where(path: str | os.PathLike[str], label: str) -> str:
+    """How a message names a file: ``label: path``, or the path alone when the label is the path."""
+    return str(path) if label == str(path) else f"{label}: {path}"
+
+
 def _read(path: str | os.PathLike[str], label: str, n: int, cap: int | None) -> tuple[bytes, int]:
     """The first ``n`` bytes of the regular file ``path`` and its size; ``cap``: refuse a file larger than it.
 
     Opened without blocking, so a FIFO is refused instead of waited on; the path is registered as an input."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    where = _where(path, label)
     try:
         fd = os.open(path, flags)
     except OSError as e:
-        raise InputError(f"{label}: cannot read {path}: {e.strerror or e}") from None
+        raise InputError(f"{where}: cannot read it ({e.strerror or e})") from None
     note_input(path, label)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{label}: {path} is {_kind_of(st.st_mode)}, not a regular file")
+            raise InputError(f"{where}: is {_kind_of(st.st_mode)}, not a regular file")
         if cap is not None and st.st_size > cap:
-            raise InputError(f"{label}: {path} holds {st.st_size:,} bytes, over the {cap:,} this file may hold")
+            raise InputError(f"{where}: holds {st.st_size:,} bytes, over the {cap:,} this file may hold")
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(n), st.st_size
     except OSError as e:
-        raise InputError(f"{label}: cannot read {path}: {e.strerror or e}") from None
+        raise InputError(f"{where}: cannot read it ({e.strerror or e})") from None
     finally:
         os.close(fd)
 
@@ -120,7 +126,7 @@ def read_bytes(path: str | os.PathLike[str], label: str, max_bytes: int = MAX_BY
     the cap, or one that cannot be read is one :class:`InputError` line starting with ``label``."""
     data, _ = _read(path, label, max_bytes + 1, max_bytes)
     if len(data) > max_bytes:  # grew while being read
-        raise InputError(f"{label}: {path} holds over the {max_bytes:,} bytes this file may hold")
+        raise InputError(f"{_where(path, label)}: holds over the {max_bytes:,} bytes this file may hold")
     return data
 
 
@@ -136,7 +142,7 @@ def read_text(path: str | os.PathLike[str], label: str, max_bytes: int = MAX_BYT
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{label}: {path} is not UTF-8 text (undecodable byte at offset {e.start})") from None
+        raise InputError(f"{_where(path, label)}: not UTF-8 text (undecodable byte at offset {e.start})") from None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -172,7 +178,7 @@ def parse_json(text: str | bytes, where: str, max_depth: int = MAX_DEPTH) -> Any
 
 def read_json(path: str | os.PathLike[str], label: str, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
     """:func:`read_bytes` then :func:`parse_json`; every refusal names ``label`` and ``path``."""
-    return parse_json(read_bytes(path, label, max_bytes), f"{label}: {path}", max_depth)
+    return parse_json(read_bytes(path, label, max_bytes), _where(path, label), max_depth)
 
 
 _TYPES: dict[str, tuple[type, ...]] = {

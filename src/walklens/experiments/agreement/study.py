@@ -49,7 +49,7 @@ def agreement_study(
     other: str = "bfloat16",
     reference: str = "float32",
     parts: Sequence[str] = PARTS,
-    ranking: Ranking = Ranking(),  # noqa: B008 (a frozen dataclass: a shared default is safe)
+    ranking: Ranking = Ranking(),  # noqa: B008  # a frozen dataclass: a shared default is safe
 ) -> AgreementStudy:
     """Compare ``model`` (its name without a dtype) run in ``reference`` and in ``other`` dtype, from the
     database ``db``: the baseline, Test 1's standard scheme (single runs, ``walklens hellaswag``), Test 2's and
