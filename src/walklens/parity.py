@@ -316,52 +316,14 @@ def verify(
 
     dt = lm.dtype
     found: dict[str, list[tuple[float | None, str, dict[str, float]]]] = {}
-
-    def add(name: str, err: float | None, note: str = "", detail: dict[str, float] | None = None) -> None:
-        found.setdefault(name, []).append((err, note, detail or {}))
-
     for text in tqdm(
         texts, desc="parity card", unit="text", file=sys.stderr, leave=False, disable=progress is not True
     ):
         if callable(progress):
             progress(text)
-        tr = capture(lm, text, truncate=True)
-        out = _reference(lm, tr) if lm.is_causal else None
-        if out is not None:
-            logits_err, logits_detail = _logits(lm, tr, out)
-            add("logits", logits_err, "", logits_detail)
-            if not quick:
-                add("hidden_states", *_hidden(tr, out)[:1])
-        else:
-            add("logits", None, "checked for causal LMs (tests/test_capture.py covers the others)")
-        add("residual", _residual(lm, tr)[0])
-        ident = attention_identity(lm, text, truncate=True)
-        add("attention_identity", ident.max_rel_error)
-        add("attention_scores", *_scores(lm, text))
-        if not quick:
-            walk_err, note, det = _decoding(lm, text)
-            add("decoding_walk", walk_err, note, det)
-            add("mlp_activation", *_mlp_activation(lm))
-    checks = []
-    for name, runs in found.items():
-        errs = [e for e, _, _ in runs if e is not None]
-        err = max(errs) if errs else None
-        tol = tolerance(name, dt)
-        detail: dict[str, float] = {}
-        for _, _, d in runs:
-            for k, v in d.items():
-                detail[k] = max(detail.get(k, v), v)
-        checks.append(
-            ParityCheck(
-                name,
-                _WHAT[name],
-                err,
-                tol,
-                None if err is None else err <= tol,
-                next((n for _, n, _ in runs if n), ""),
-                detail,
-            )
-        )
+        for name, err, note, detail in _text_checks(lm, text, quick):
+            found.setdefault(name, []).append((err, note, detail))
+    checks = [_parity_check(name, runs, dt) for name, runs in found.items()]
     return ParityCard(
         lm.name,
         lm.adapter.family,
@@ -370,6 +332,54 @@ def verify(
         tuple(texts),
         tuple(checks),
         lm.adapter.broken(lm.model.config),
+    )
+
+
+def _text_checks(lm: LoadedModel, text: str, quick: bool) -> list[tuple[str, float | None, str, dict[str, float]]]:
+    """Every check of :func:`verify` on one text, in order: (name, error (None: not checked), note, detail)."""
+    done: list[tuple[str, float | None, str, dict[str, float]]] = []
+
+    def add(name: str, err: float | None, note: str = "", detail: dict[str, float] | None = None) -> None:
+        done.append((name, err, note, detail or {}))
+
+    tr = capture(lm, text, truncate=True)
+    out = _reference(lm, tr) if lm.is_causal else None
+    if out is not None:
+        logits_err, logits_detail = _logits(lm, tr, out)
+        add("logits", logits_err, "", logits_detail)
+        if not quick:
+            add("hidden_states", *_hidden(tr, out)[:1])
+    else:
+        add("logits", None, "checked for causal LMs (tests/test_capture.py covers the others)")
+    add("residual", _residual(lm, tr)[0])
+    ident = attention_identity(lm, text, truncate=True)
+    add("attention_identity", ident.max_rel_error)
+    add("attention_scores", *_scores(lm, text))
+    if not quick:
+        walk_err, note, det = _decoding(lm, text)
+        add("decoding_walk", walk_err, note, det)
+        add("mlp_activation", *_mlp_activation(lm))
+    return done
+
+
+def _parity_check(name: str, runs: list[tuple[float | None, str, dict[str, float]]], dt: torch.dtype) -> ParityCheck:
+    """One line of the card: the largest error of check ``name`` over the texts against its tolerance in ``dt``,
+    the first note, and the largest value of each detail."""
+    errs = [e for e, _, _ in runs if e is not None]
+    err = max(errs) if errs else None
+    tol = tolerance(name, dt)
+    detail: dict[str, float] = {}
+    for _, _, d in runs:
+        for k, v in d.items():
+            detail[k] = max(detail.get(k, v), v)
+    return ParityCheck(
+        name,
+        _WHAT[name],
+        err,
+        tol,
+        None if err is None else err <= tol,
+        next((n for _, n, _ in runs if n), ""),
+        detail,
     )
 
 
