@@ -155,33 +155,53 @@ def continuation_logliks(
         else {"inputs_embeds": context_embeds[None].to(device=dev, dtype=lm.dtype)}  # type: ignore[index]  # given when no context_ids are
     )
     if lm.is_causal:
-        model = lm.model
-        try:
-            out = model(**ctx_kw, use_cache=True, logits_to_keep=1)
-        except TypeError:
-            out = model(**ctx_kw, use_cache=True)
-        first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # [V]
-        lp = torch.zeros((n, L), dtype=torch.float32, device=dev)
-        lp[:, 0] = first[targets[:, 0]]
-        if L > 1:
-            out.cache.batch_repeat_interleave(n)  # transformers 5.2x: ``cache`` (was ``past_key_values``)
-            out2 = model(input_ids=targets[:, :-1], use_cache=True, cache=out.cache)
-            lp[:, 1:] = _log_softmax_at(out2.logits, targets[:, 1:])
+        lp = _causal_logprobs(lm, ctx_kw, targets)
     elif lm.is_encoder_decoder:
-        from transformers.modeling_outputs import BaseModelOutput
-
-        enc = lm.hf.get_encoder()(**ctx_kw).last_hidden_state  # [1, C, D]
-        start = lm.config.decoder_start_token_id
-        start = pad if start is None else start
-        dec_in = torch.cat([torch.full((n, 1), start, dtype=torch.long, device=dev), targets[:, :-1]], dim=1)
-        out = lm.model(
-            encoder_outputs=BaseModelOutput(last_hidden_state=enc.expand(n, -1, -1)),
-            decoder_input_ids=dec_in,
-            use_cache=False,
-        )
-        lp = _log_softmax_at(out.logits, targets)
+        lp = _encoder_decoder_logprobs(lm, ctx_kw, targets, pad)
     else:
         raise UnsupportedFamilyError(
             f"{lm.adapter.family}: scoring endings needs a causal or encoder-decoder LM (this is a masked LM)"
         )
     return [float(lp[i, : len(c)].sum()) for i, c in enumerate(continuations)]
+
+
+def _causal_logprobs(lm: LoadedModel, ctx_kw: dict[str, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities [n, L] of each continuation's tokens ``targets`` after the context ``ctx_kw`` of a
+    decoder-only model: the context's last logits score the first tokens, its key/value cache repeated for the
+    continuations' batch scores the rest (:func:`continuation_logliks`)."""
+    dev = lm.device
+    n, L = targets.shape
+    model = lm.model
+    try:
+        out = model(**ctx_kw, use_cache=True, logits_to_keep=1)
+    except TypeError:
+        out = model(**ctx_kw, use_cache=True)
+    first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # [V]
+    lp = torch.zeros((n, L), dtype=torch.float32, device=dev)
+    lp[:, 0] = first[targets[:, 0]]
+    if L > 1:
+        out.cache.batch_repeat_interleave(n)  # transformers 5.2x: ``cache`` (was ``past_key_values``)
+        out2 = model(input_ids=targets[:, :-1], use_cache=True, cache=out.cache)
+        lp[:, 1:] = _log_softmax_at(out2.logits, targets[:, 1:])
+    return lp
+
+
+def _encoder_decoder_logprobs(
+    lm: LoadedModel, ctx_kw: dict[str, torch.Tensor], targets: torch.Tensor, pad: int
+) -> torch.Tensor:
+    """Log-probabilities [n, L] of each continuation's tokens ``targets`` as the decoder's targets after the
+    context ``ctx_kw`` went through the encoder once (:func:`continuation_logliks`)."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    dev = lm.device
+    n = targets.shape[0]
+    enc = lm.hf.get_encoder()(**ctx_kw).last_hidden_state  # [1, C, D]
+    start = lm.config.decoder_start_token_id
+    start = pad if start is None else start
+    dec_in = torch.cat([torch.full((n, 1), start, dtype=torch.long, device=dev), targets[:, :-1]], dim=1)
+    out = lm.model(
+        encoder_outputs=BaseModelOutput(last_hidden_state=enc.expand(n, -1, -1)),
+        decoder_input_ids=dec_in,
+        use_cache=False,
+    )
+    return _log_softmax_at(out.logits, targets)

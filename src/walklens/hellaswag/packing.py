@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -166,15 +167,27 @@ def _masks(
     return {"full_attention": additive(allowed), "sliding_attention": slide}
 
 
-@torch.inference_mode()
-def _packed_batch(lm: LoadedModel, reqs: Sequence[ScoreRequest]) -> list[list[float]]:
-    model = lm.hf
-    dev = lm.device
-    T = max(r.row_len for r in reqs)
+@dataclass
+class _Packed:
+    """The rows of one packed batch: token ids [B, T] (a context given as embeddings is padding there, its vectors
+    in ``embeds`` as (row, [C, D])), which position of a row may attend to which [B, T, T], the position ids
+    [B, T], and per target token its row, its index in the row, its token id and its output (request,
+    continuation; ``n_out`` outputs in all)."""
+
+    ids: torch.Tensor
+    allowed: np.ndarray
+    pos: torch.Tensor
+    tgt_b: list[int]
+    tgt_t: list[int]
+    tgt_tok: list[int]
+    tgt_out: list[int]
+    n_out: int
+    embeds: list[tuple[int, torch.Tensor]]
+
+
+def _pack(reqs: Sequence[ScoreRequest], T: int, pad: int) -> _Packed:
+    """Each request of ``reqs`` laid out as one row of ``T`` positions (:func:`_row`), padded with ``pad``."""
     B = len(reqs)
-    use_embeds = any(r.context_embeds is not None for r in reqs)
-    embed = model.get_input_embeddings()
-    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     ids = torch.full((B, T), pad, dtype=torch.long)
     allowed = np.zeros((B, T, T), dtype=bool)
     pos = torch.zeros((B, T), dtype=torch.long)
@@ -201,20 +214,31 @@ def _packed_batch(lm: LoadedModel, reqs: Sequence[ScoreRequest]) -> list[list[fl
             tgt_tok.append(tok)
             tgt_out.append(n_out + k)
         n_out += len(r.continuations)
+    return _Packed(ids, allowed, pos, tgt_b, tgt_t, tgt_tok, tgt_out, n_out, embeds_ctx)
+
+
+@torch.inference_mode()
+def _packed_batch(lm: LoadedModel, reqs: Sequence[ScoreRequest]) -> list[list[float]]:
+    model = lm.hf
+    dev = lm.device
+    T = max(r.row_len for r in reqs)
+    use_embeds = any(r.context_embeds is not None for r in reqs)
+    embed = model.get_input_embeddings()
+    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    pk = _pack(reqs, T, pad)
     dtype = cast(torch.Tensor, embed.weight).dtype
     if use_embeds:
-        x = embed(ids.to(dev))
-        for b, e in embeds_ctx:
+        x = embed(pk.ids.to(dev))
+        for b, e in pk.embeds:
             x[b, : e.shape[0]] = e.to(device=dev, dtype=x.dtype)
         inputs: dict[str, Any] = {"inputs_embeds": x}
     else:
-        inputs = {"input_ids": ids.to(dev)}
-    mask = _masks(
-        torch.from_numpy(allowed), pos, dtype, _sliding_window(lm), boolean=lm.config._attn_implementation == "sdpa"
-    )
+        inputs = {"input_ids": pk.ids.to(dev)}
+    sdpa = lm.config._attn_implementation == "sdpa"
+    mask = _masks(torch.from_numpy(pk.allowed), pk.pos, dtype, _sliding_window(lm), boolean=sdpa)
     mask = {k: v.to(dev) for k, v in mask.items()} if isinstance(mask, dict) else mask.to(dev)
     # the positions that predict some target, each once, in row-major order
-    flat = torch.tensor(tgt_b) * T + torch.tensor(tgt_t)
+    flat = torch.tensor(pk.tgt_b) * T + torch.tensor(pk.tgt_t)
     needed, where = torch.unique(flat, return_inverse=True)
     sel_b, sel_t = (needed // T).to(dev), (needed % T).to(dev)
 
@@ -223,11 +247,11 @@ def _packed_batch(lm: LoadedModel, reqs: Sequence[ScoreRequest]) -> list[list[fl
 
     with Hooks() as hooks:
         hooks.pre(model.get_output_embeddings(), pick)
-        logits = model(**inputs, attention_mask=mask, position_ids=pos.to(dev), use_cache=False).logits[0]
+        logits = model(**inputs, attention_mask=mask, position_ids=pk.pos.to(dev), use_cache=False).logits[0]
     rows = where.to(dev)
-    tok_lp = logits[rows, torch.tensor(tgt_tok, device=dev)].float() - _logsumexp_rows(logits)[rows]
-    sums = torch.zeros(n_out, dtype=torch.float64, device=dev).index_add_(
-        0, torch.tensor(tgt_out, device=dev), tok_lp.double()
+    tok_lp = logits[rows, torch.tensor(pk.tgt_tok, device=dev)].float() - _logsumexp_rows(logits)[rows]
+    sums = torch.zeros(pk.n_out, dtype=torch.float64, device=dev).index_add_(
+        0, torch.tensor(pk.tgt_out, device=dev), tok_lp.double()
     )
     out, k = [], 0
     for r in reqs:
