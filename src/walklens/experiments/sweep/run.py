@@ -264,45 +264,73 @@ def run_sweep(
     t_base = time.perf_counter() - t0
     base_preds = np.array([[r.pred for r in base.results], [r.pred_norm for r in base.results]], np.uint8)
     with SweepStore(store.path) as st:
-        rid = st.run_id(
-            SweepRun(
-                model=lm.name,
-                data=base.key.data,
-                split=items[0].split,
-                shots=setup.shots,
-                test=spec.test,
-                labels=[it.label for it in items],
-                item_index=[it.index for it in items],
-                arch=arch_of(lm),
-                n_layers=lm.n_layers,
-            )
-        )
-        st.set_baseline(rid, base.acc or 0.0, base.acc_norm or 0.0, base_preds)
+        rid = _register(st, lm, items, spec, setup, base, base_preds)
         groups = group_by_context(spec.schemes) if spec.test == 2 else {s.context_part(): [s] for s in spec.schemes}
         done = st.done(rid)
         before = sum(1 for g in groups.values() if g[0].context_part() in done)
         log(f"{len(spec.schemes)} schemes in {len(groups)} groups; {before} groups already stored")
-        outcome = SweepOutcome(
-            run_id=rid,
-            n_schemes=len(spec.schemes),
-            n_groups=len(groups),
-            groups_stored_before=before,
-            groups_computed=0,
-            n_texts=0,
-            seconds_baseline=t_base,
-            seconds_forward=0.0,
-            seconds_eval=0.0,
-            baseline_acc=base.acc,
-            baseline_acc_norm=base.acc_norm,
-            shards_computed=tally.shards,
-            backend=workers.kind,
-            workers=workers.n,
-        )
+        outcome = _outcome(rid, spec, len(groups), before, t_base, base, tally, workers)
         if before == len(groups):
             return outcome
         sink = Sink(st, rid, np.array([it.label for it in items], np.uint8))
         _evaluate(lm, items, spec, replace(setup, workers=workers), sink, base_preds, tally, outcome)
         return outcome
+
+
+def _register(
+    st: SweepStore,
+    lm: LoadedModel,
+    items: Sequence[HellaswagItem],
+    spec: SweepSpec,
+    setup: RunSetup,
+    base: RunSummary,
+    base_preds: np.ndarray,
+) -> int:
+    """The id of the sweep run of ``items`` in the store ``st`` (found again on a rerun), its baseline set."""
+    rid = st.run_id(
+        SweepRun(
+            model=lm.name,
+            data=base.key.data,
+            split=items[0].split,
+            shots=setup.shots,
+            test=spec.test,
+            labels=[it.label for it in items],
+            item_index=[it.index for it in items],
+            arch=arch_of(lm),
+            n_layers=lm.n_layers,
+        )
+    )
+    st.set_baseline(rid, base.acc or 0.0, base.acc_norm or 0.0, base_preds)
+    return rid
+
+
+def _outcome(
+    rid: int,
+    spec: SweepSpec,
+    n_groups: int,
+    before: int,
+    t_base: float,
+    base: RunSummary,
+    tally: Tally,
+    workers: Workers,
+) -> SweepOutcome:
+    """The outcome of a sweep before its groups are evaluated: ``before`` of ``n_groups`` groups already stored."""
+    return SweepOutcome(
+        run_id=rid,
+        n_schemes=len(spec.schemes),
+        n_groups=n_groups,
+        groups_stored_before=before,
+        groups_computed=0,
+        n_texts=0,
+        seconds_baseline=t_base,
+        seconds_forward=0.0,
+        seconds_eval=0.0,
+        baseline_acc=base.acc,
+        baseline_acc_norm=base.acc_norm,
+        shards_computed=tally.shards,
+        backend=workers.kind,
+        workers=workers.n,
+    )
 
 
 __all__ = ["BankPlan", "SweepOutcome", "SweepSpec", "plan_bank", "run_sweep", "sweep_baseline"]
