@@ -45,7 +45,7 @@ def tiny_tokenizer() -> Any:
 
 def _configs(V: int) -> dict[str, Callable[[], Any]]:
     """Builders of every tiny config, by family key, over a vocabulary of ``V``."""
-    return {**_decoder_configs(V), **_other_configs(V)}
+    return {**_decoder_configs(V), **_falcon_configs(V), **_encoder_configs(V)}
 
 
 def _decoder_configs(V: int) -> dict[str, Callable[[], Any]]:
@@ -107,8 +107,9 @@ def _decoder_configs(V: int) -> dict[str, Callable[[], Any]]:
     }
 
 
-def _other_configs(V: int) -> dict[str, Callable[[], Any]]:
-    """Builders of the Falcon, T5, BERT and ALBERT tiny configs."""
+def _falcon_configs(V: int) -> dict[str, Callable[[], Any]]:
+    """Builders of the Falcon tiny configs (the new decoder architecture, ALiBi with parallel attention, and the
+    sequential layer)."""
     import transformers as T
 
     return {
@@ -145,6 +146,14 @@ def _other_configs(V: int) -> dict[str, Callable[[], Any]]:
             bias=True,
             max_position_embeddings=64,
         ),
+    }
+
+
+def _encoder_configs(V: int) -> dict[str, Callable[[], Any]]:
+    """Builders of the T5, BERT and ALBERT tiny configs."""
+    import transformers as T
+
+    return {
         # decoder_start_token_id (T5 shifts its labels right with it) is no field of transformers 5's T5Config:
         # PretrainedConfig keeps it from **kwargs as an attribute
         "t5": lambda: T.T5Config(
