@@ -336,16 +336,25 @@ def split_out_linear(linear: nn.Linear, n_heads: int, d_head: int) -> tuple[torc
     return w_h, zeros_or(getattr(linear, "bias", None), D, like=w)
 
 
-def lm_head_logits(path: str, softcap_attr: str | None = None) -> Callable[[nn.Module, torch.Tensor], torch.Tensor]:
-    """Logits = final @ W_U^T (+ b), with optional final-logit soft-capping read from the config."""
+def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """``cap * tanh(x / cap)``, the soft-capping of attention scores or logits (Gemma 2); ``x`` when ``cap`` is
+    None or 0."""
+    return torch.tanh(x / cap) * cap if cap else x
+
+
+def lm_head_logits(
+    path: str, softcap_attr: str | None = None, scale: tuple[str, str] | None = None
+) -> Callable[[nn.Module, torch.Tensor], torch.Tensor]:
+    """Logits = final @ W_U^T (+ b), then multiplied or divided by a config attribute (``scale``: the attribute and
+    ``"mul"`` or ``"div"``), then soft-capped by the config's ``softcap_attr`` (:func:`soft_cap`)."""
 
     def fn(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
         head = cast(nn.Linear, get_module(model, path))
         out = head(final.to(head.weight.dtype))
-        cap = getattr(model.config, softcap_attr, None) if softcap_attr else None
-        if cap:
-            out = torch.tanh(out / cap) * cap
-        return out
+        if scale is not None:
+            s = float(getattr(model.config, scale[0]))
+            out = out * s if scale[1] == "mul" else out / s
+        return soft_cap(out, getattr(model.config, softcap_attr, None) if softcap_attr else None)
 
     return fn
 

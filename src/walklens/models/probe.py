@@ -18,7 +18,7 @@ from torch import nn
 from ..errors import UnknownModelError, WalklensError
 from ..hooks import Hooks
 from ..precision import UNIT_ROUNDOFF
-from .base import HeadWeights, get_module, has_module
+from .base import HeadWeights, get_module, has_module, soft_cap
 
 #: names of the q and k norm modules inside an attention module, in (q, k) pairs
 QK_NORM_NAMES = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "q_ln", "k_ln")
@@ -32,7 +32,7 @@ T = TypeVar("T")
 def probe_ids(model: nn.Module) -> torch.Tensor:
     """The probe's token ids [1, T] on the model's device: :data:`PROBE_LEN` ids cycled through the vocabulary (at
     most as many as the config's positions)."""
-    embed: Any = model.get_input_embeddings()  # type: ignore[operator]
+    embed: Any = model.get_input_embeddings()  # type: ignore[operator]  # an nn.Module attribute, typed as a Tensor
     limits = [getattr(model.config, a, None) for a in POSITION_LIMITS]
     n = min([PROBE_LEN, *(v for v in limits if isinstance(v, int) and not isinstance(v, bool) and v > 0)])
     ids = (torch.arange(n) * 7 + 3) % int(embed.weight.shape[0])
@@ -140,8 +140,7 @@ def scores_error(
     q, k = _normed(q, q_norm), _normed(k, k_norm)
     k = k[list(w.kv_head)]
     s = (q @ k.transpose(1, 2)) * w.scale
-    if softcap:
-        s = torch.tanh(s / softcap) * softcap
+    s = soft_cap(s, softcap)
     T = X.shape[0]
     s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1) | (A == 0), float("-inf"))
     return float((s.softmax(-1) - A.double()).abs().max())

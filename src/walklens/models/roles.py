@@ -143,18 +143,7 @@ def head_weights_from(roles: Roles) -> Callable[[nn.Module, Any], HeadWeights]:
 
 def logits_fn(roles: Roles) -> Callable[[nn.Module, torch.Tensor], torch.Tensor]:
     """The head, then the config's logit scale (multiplied or divided), then its soft-cap."""
-    if roles.logit_scale is None:
-        return lm_head_logits(roles.unembed, softcap_attr=roles.softcap_attr)
-    attr, how = roles.logit_scale
-    head = lm_head_logits(roles.unembed)
-
-    def fn(model: nn.Module, final: torch.Tensor) -> torch.Tensor:
-        s = float(getattr(model.config, attr))
-        logits = head(model, final) * s if how == "mul" else head(model, final) / s
-        cap = getattr(model.config, roles.softcap_attr, None) if roles.softcap_attr else None
-        return torch.tanh(logits / cap) * cap if cap else logits
-
-    return fn
+    return lm_head_logits(roles.unembed, softcap_attr=roles.softcap_attr, scale=roles.logit_scale)
 
 
 def _activation(roles: Roles) -> Callable[[nn.Module, int], Callable[[torch.Tensor], torch.Tensor]]:
