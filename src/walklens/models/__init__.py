@@ -15,7 +15,7 @@ from ..errors import UnsupportedFamilyError
 from .base import Adapter, HeadWeights, StackSpec, get_module
 
 #: Modules of this package that are machinery, not families.
-_NOT_FAMILIES = frozenset({"base", "checkpoint", "derive", "derived_cache", "probe", "roles"})
+_NOT_FAMILIES = frozenset({"base", "checkpoint", "derive", "derived_cache", "heads", "probe", "roles"})
 
 
 def _discover() -> dict[str, Adapter]:

@@ -397,6 +397,11 @@ def rope_attention_factor(config: Any) -> float:
     return float(ROPE_INIT_FUNCTIONS[kind](config)[1])
 
 
+def partial_rotary(config: Any) -> float:
+    """The fraction of each head the rotary embedding turns (``partial_rotary_factor`` of the rope parameters)."""
+    return (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
+
+
 def fold_rope_factor(hw: HeadWeights, config: Any) -> HeadWeights:
     """Fold the rotary embedding's cos/sin factor f (:func:`rope_attention_factor`) into the head weights, so that
     the position-0 form of W_qk is exact: with full rotary into ``scale`` (times f**2), with partial rotary into the
@@ -405,7 +410,7 @@ def fold_rope_factor(hw: HeadWeights, config: Any) -> HeadWeights:
     if f == 1.0:
         return hw
     note = f"{hw.notes}; the rotary factor {f:.4g} of the rope scaling is folded into "
-    rot = int(hw.d_head * (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0))
+    rot = int(hw.d_head * partial_rotary(config))
     if rot >= hw.d_head:
         return dataclasses.replace(hw, scale=hw.scale * f * f, notes=note + "scale (times its square)")
     w_q, w_k, b_q, b_k = (t.clone() for t in (hw.w_q, hw.w_k, hw.b_q, hw.b_k))

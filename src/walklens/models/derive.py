@@ -27,6 +27,7 @@ from torch import nn
 
 from ..errors import UnsupportedFamilyError
 from .base import Adapter, HeadWeights, HFModule, Position, get_module, has_module, sliding_window_limit
+from .heads import LAYOUTS
 from .probe import (
     PROBE_TOL,
     QK_NORM_NAMES,
@@ -51,7 +52,6 @@ Q_NAMES, K_NAMES, V_NAMES = (
 )
 O_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "out_lin", "o_lin", "o")
 QKV_NAMES = ("qkv_proj", "Wqkv", "c_attn", "query_key_value", "W_pack", "qkv")
-LAYOUTS = ("blocks", "per_head", "grouped")
 #: config attributes that scale the logits: (attribute, multiply or divide)
 LOGIT_SCALES = (("logit_scale", "mul"), ("logits_scaling", "div"), ("output_multiplier", "mul"))
 ACT_NAMES = ("act_fn", "act", "activation_fn", "activation", "act_func")
@@ -478,4 +478,4 @@ def derive_adapter(model: nn.Module) -> Adapter:
     return build_adapter(derive_roles(model))
 
 
-__all__ = ["LAYOUTS", "derive_adapter", "derive_roles", "static_roles"]
+__all__ = ["derive_adapter", "derive_roles", "static_roles"]

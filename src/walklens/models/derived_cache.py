@@ -25,7 +25,8 @@ from ..errors import InputError
 from ..numbers import Range
 from ..records import Field, Schema, read_json
 from .base import IDENTITIES, HFModule, Position
-from .derive import LAYOUTS, LOGIT_SCALES, _is_norm, static_roles
+from .derive import LOGIT_SCALES, _is_norm, static_roles
+from .heads import LAYOUTS
 from .roles import Roles
 
 #: Bumped when an entry's fields change: an entry of another version is never read (its key differs).

@@ -16,16 +16,14 @@ from torch import nn
 from .base import (
     Adapter,
     HeadWeights,
-    HFModule,
     Position,
     Residual,
     StackSpec,
     act_from_config,
-    fold_rope_factor,
     get_module,
     lm_head_logits,
-    zeros_or,
 )
+from .heads import attention_heads
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,7 @@ class Roles:
     k: str
     v: str
     o: str
-    layout: str  # "separate" or one of LAYOUTS (a fused projection named ``q``)
+    layout: str  # "separate" or one of heads.LAYOUTS (a fused projection named ``q``)
     conv1d: bool  # weights stored [in, out] (GPT-2's Conv1D)
     n_heads: int
     n_kv_heads: int
@@ -64,79 +62,29 @@ class Roles:
     limits: dict[str, str] = field(default_factory=dict)
 
 
-# ---- per-head weights from the roles ---------------------------------------------------------------------------
-
-
-def _weight(lin: HFModule, conv1d: bool) -> torch.Tensor:
-    """A projection's weight (of an nn.Linear, or of GPT-2's Conv1D when ``conv1d``) as [out, in] (nn.Linear's
-    layout)."""
-    w = lin.weight.detach()
-    return w.t() if conv1d else w
-
-
-def split_fused(w: torch.Tensor, b: torch.Tensor, layout: str, H: int, H_kv: int, d: int) -> list[torch.Tensor]:
-    """Split a fused q/k/v weight [out, D] and bias [out] into q, k, v rows ([n, d, D] and [n, d] each).
-
-    ``blocks``: [q | k | v] (Phi-3, GPT-2, GPT-BigCode); ``per_head``: [q_h | k_h | v_h] per head (GPT-NeoX,
-    BLOOM); ``grouped``: per key/value group [q ... q | k | v] (Falcon's new decoder architecture)."""
-    D = w.shape[1]
-    if layout == "blocks":
-        sizes = (H * d, H_kv * d, H_kv * d)
-        ws, bs = w.split(sizes), b.split(sizes)
-        return [t.reshape(-1, d, D) for t in ws] + [t.reshape(-1, d) for t in bs]
-    if layout == "per_head":
-        if H != H_kv:
-            raise ValueError("per-head layout needs as many key/value heads as query heads")
-        wr, br = w.reshape(H, 3, d, D), b.reshape(H, 3, d)
-        return [wr[:, 0], wr[:, 1], wr[:, 2], br[:, 0], br[:, 1], br[:, 2]]
-    if layout == "grouped":
-        g = H // H_kv
-        wr, br = w.reshape(H_kv, g + 2, d, D), b.reshape(H_kv, g + 2, d)
-        return [wr[:, :g].reshape(H, d, D), wr[:, g], wr[:, g + 1], br[:, :g].reshape(H, d), br[:, g], br[:, g + 1]]
-    raise ValueError(f"unknown layout {layout!r}")
+# ---- per-head weights and logits from the roles ----------------------------------------------------------------
 
 
 def head_weights_from(roles: Roles) -> Callable[[nn.Module, Any], HeadWeights]:
-    """The adapter's ``head_weights_fn`` for these roles."""
-    H, H_kv, d = roles.n_heads, roles.n_kv_heads, roles.d_head
+    """The adapter's ``head_weights_fn`` for these roles (:func:`~.heads.attention_heads`)."""
+    qkv = (roles.q, roles.k, roles.v) if roles.layout == "separate" else roles.q
+    notes = "derived adapter" + ("; q/k normalised: W_qk is a direction summary" if roles.qk_norm else "")
 
-    def fn(attn: nn.Module, _config: Any) -> HeadWeights:
-        def wb(path: str) -> tuple[torch.Tensor, torch.Tensor]:
-            lin = get_module(attn, path)
-            w = _weight(lin, roles.conv1d)
-            return w, zeros_or(getattr(lin, "bias", None), w.shape[0], like=w)
-
-        if roles.layout == "separate":
-            (wq, bq), (wk, bk), (wv, bv) = wb(roles.q), wb(roles.k), wb(roles.v)
-            qkv = [
-                wq.reshape(H, d, -1),
-                wk.reshape(H_kv, d, -1),
-                wv.reshape(H_kv, d, -1),
-                bq.reshape(H, d),
-                bk.reshape(H_kv, d),
-                bv.reshape(H_kv, d),
-            ]
-        else:
-            qkv = split_fused(*wb(roles.q), roles.layout, H, H_kv, d)
-        w_q, w_k, w_v = (t.transpose(1, 2).contiguous() for t in qkv[:3])
-        wo, bo = wb(roles.o)  # [D, H*d]
-        w_o = wo.t().reshape(H, d, -1).contiguous()
-        group = H // H_kv
-        hw = HeadWeights(
-            w_q,
-            w_k,
-            w_v,
-            w_o,
-            qkv[3].contiguous(),
-            qkv[4].contiguous(),
-            qkv[5].contiguous(),
-            bo,
-            tuple(h // group for h in range(H)),
+    def fn(attn: nn.Module, config: Any) -> HeadWeights:
+        return attention_heads(
+            attn,
+            qkv,
+            roles.o,
+            roles.n_heads,
+            roles.d_head,
             roles.scale,
+            n_kv=roles.n_kv_heads,
+            layout=roles.layout,
+            conv1d=roles.conv1d,
             qk_norm=roles.qk_norm,
-            notes="derived adapter" + ("; q/k normalised: W_qk is a direction summary" if roles.qk_norm else ""),
+            notes=notes,
+            rope=config if roles.position == "rotary" else None,
         )
-        return fold_rope_factor(hw, _config) if roles.position == "rotary" else hw
 
     return fn
 
@@ -208,4 +156,4 @@ def layer_at(model: nn.Module, layers: str, i: int) -> nn.Module:
     return cast(nn.ModuleList, get_module(model, layers))[i]
 
 
-__all__ = ["Roles", "build_adapter", "head_weights_from", "layer_at", "logits_fn", "render", "split_fused"]
+__all__ = ["Roles", "build_adapter", "head_weights_from", "layer_at", "logits_fn", "render"]
