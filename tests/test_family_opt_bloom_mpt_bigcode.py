@@ -12,7 +12,7 @@ import torch
 import walklens
 from walklens.capture import tokenize
 from walklens.errors import UnsupportedFamilyError
-from walklens.models.base import split_fused_qkv
+from walklens.models.heads import attention_heads
 from walklens.testing import VARIANTS, tiny_model
 
 FAMILIES = ["opt", "opt_postnorm", "opt_proj", "bloom", "mpt", "gpt_bigcode", "gpt_bigcode_mha"]
@@ -94,9 +94,7 @@ def _blocks_instead_of_per_head(attn, config):
     """BLOOM's head weights read with the wrong fused layout ([q | k | v] blocks instead of [q_h | k_h | v_h])."""
     H = config.num_attention_heads
     d = config.hidden_size // H
-    w_q, b_q, w_k, b_k, w_v, b_v = split_fused_qkv(attn.query_key_value, H, H, d, per_head=False)
-    good = walklens.get_adapter(config).head_weights_fn(attn, config)
-    return dataclasses.replace(good, w_q=w_q, b_q=b_q, w_k=w_k, b_k=b_k, w_v=w_v, b_v=b_v)
+    return attention_heads(attn, "query_key_value", "dense", H, d, d**-0.5, layout="blocks")
 
 
 def test_planted_errors_are_caught():

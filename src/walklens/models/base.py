@@ -283,57 +283,34 @@ class Adapter:
 # ---- helpers shared by adapters ------------------------------------------------------------------------------
 
 
-def zeros_or(bias: torch.Tensor | None, *shape: int, like: torch.Tensor) -> torch.Tensor:
-    if bias is None:
-        return torch.zeros(*shape, dtype=like.dtype, device=like.device)
-    return bias.detach().reshape(*shape)
+def causal_lm(
+    family: str,
+    *,
+    embed: str,
+    layers: str,
+    attn: str,
+    final_norm: str | None,
+    norms: dict[str, str],
+    attn_out: str | None = None,
+    mlp_out: str = "mlp",
+    **fields: Any,
+) -> Adapter:
+    """The adapter of a decoder-only causal LM of model type ``family``, with one stack (``layers``; per layer the
+    attention module ``attn``, the contributions ``attn_out``, by default ``attn`` itself, and ``mlp_out``, the
+    ``norms``; ``final_norm``) and logits from its ``lm_head`` (:func:`lm_head_logits`) unless ``fields``, the
+    other fields of :class:`Adapter`, say otherwise."""
+    spec = StackSpec("", layers, attn, attn_out or attn, mlp_out, final_norm=final_norm, norms=norms)
+    defaults: dict[str, Any] = {"model_types": (family,), "logits_fn": lm_head_logits("lm_head"), "unembed": "lm_head"}
+    return Adapter(
+        **{"family": family, "auto_class": "causal", "embed": embed, "stacks": (spec,), **defaults, **fields}
+    )
 
 
-def split_linear_heads(linear: nn.Linear, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """nn.Linear(D -> n_heads*d) as per-head row-convention [H, D, d] and bias [H, d]."""
-    return split_rows_heads(linear.weight, getattr(linear, "bias", None), n_heads, d_head)
-
-
-def split_rows_heads(
-    weight: torch.Tensor, bias: torch.Tensor | None, n_heads: int, d_head: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Output rows [n_heads*d, D] of a linear weight (a block of a fused projection, in head order) as per-head
-    row-convention [H, D, d], with the matching bias rows as [H, d] (zeros when None)."""
-    w = weight.detach()
-    w_h = w.reshape(n_heads, d_head, w.shape[1]).transpose(1, 2).contiguous()
-    return w_h, zeros_or(bias, n_heads, d_head, like=w)
-
-
-def split_fused_qkv(
-    linear: nn.Linear, n_heads: int, n_kv: int, d_head: int, per_head: bool
-) -> tuple[torch.Tensor, ...]:
-    """A fused nn.Linear(D -> q, k, v) as row-convention ``w_q, b_q, w_k, b_k, w_v, b_v`` ([n, D, d], [n, d]).
-
-    ``per_head``: rows laid out head by head as [q_h | k_h | v_h] (GPT-NeoX, BLOOM; needs ``n_kv == n_heads``);
-    else as blocks [q (n_heads d) | k (n_kv d) | v (n_kv d)] (MPT, multi-query GPT-BigCode).
-    """
-    w = linear.weight.detach()  # [out, D]
-    D = w.shape[1]
-    b = zeros_or(getattr(linear, "bias", None), w.shape[0], like=w)
-    if per_head:
-        if n_kv != n_heads:
-            raise ValueError("a per-head [q_h | k_h | v_h] layout has as many k/v heads as query heads")
-        parts = [(w.reshape(n_heads, 3, d_head, D)[:, i], b.reshape(n_heads, 3, d_head)[:, i]) for i in range(3)]
-    else:
-        sizes = [n_heads * d_head, n_kv * d_head, n_kv * d_head]
-        parts = [(wi.reshape(-1, d_head, D), bi.reshape(-1, d_head)) for wi, bi in zip(w.split(sizes), b.split(sizes))]
-    out: list[torch.Tensor] = []
-    for wi, bi in parts:
-        out += [wi.transpose(1, 2).contiguous(), bi.contiguous()]
-    return tuple(out)
-
-
-def split_out_linear(linear: nn.Linear, n_heads: int, d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """nn.Linear(H*d -> D) as per-head row-convention [H, d, D] and bias [D]."""
-    w = linear.weight.detach()  # [D, H*d]
-    D = w.shape[0]
-    w_h = w.t().reshape(n_heads, d_head, D).contiguous()
-    return w_h, zeros_or(getattr(linear, "bias", None), D, like=w)
+def variant(adapter: Adapter, family: str, *, stack: dict[str, Any] | None = None, **changes: Any) -> Adapter:
+    """``adapter``'s module tree for another family (model type ``family`` unless ``changes`` name others), with
+    ``changes`` to its fields and ``stack`` to the fields of its one stack."""
+    stacks = (dataclasses.replace(adapter.stacks[0], **stack),) if stack else adapter.stacks
+    return dataclasses.replace(adapter, **{"family": family, "model_types": (family,), "stacks": stacks, **changes})
 
 
 def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:

@@ -4,36 +4,22 @@ the 'final' point is the last layer's output and the MLM head (transform + decod
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
-from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, split_linear_heads, split_out_linear
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config
+from .heads import attention_heads
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
-    self_attn = attn.self if hasattr(attn, "self") else attn
     H = config.num_attention_heads
     d = config.hidden_size // H
-    w_q, b_q = split_linear_heads(self_attn.query, H, d)
-    w_k, b_k = split_linear_heads(self_attn.key, H, d)
-    w_v, b_v = split_linear_heads(self_attn.value, H, d)
-    dense = attn.output.dense if hasattr(attn, "output") else attn.dense
-    w_o, b_o = split_out_linear(dense, H, d)
-    return HeadWeights(
-        w_q,
-        w_k,
-        w_v,
-        w_o,
-        b_q,
-        b_k,
-        b_v,
-        b_o,
-        tuple(range(H)),
-        1.0 / math.sqrt(d),
-        notes="post-norm: the attention output is added to the residual before a LayerNorm",
-    )
+    inner = "self." if hasattr(attn, "self") else ""
+    qkv = (f"{inner}query", f"{inner}key", f"{inner}value")
+    out = "output.dense" if hasattr(attn, "output") else "dense"
+    notes = "post-norm: the attention output is added to the residual before a LayerNorm"
+    return attention_heads(attn, qkv, out, H, d, notes=notes)
 
 
 def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:

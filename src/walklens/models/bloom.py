@@ -8,31 +8,18 @@ The ALiBi bias is added unscaled, after q.k has been scaled by 1/sqrt(d)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ..errors import UnsupportedFamilyError
-from .base import Adapter, HeadWeights, HFModule, StackSpec, lm_head_logits, split_fused_qkv, split_out_linear
+from .base import Adapter, HeadWeights, HFModule, causal_lm
+from .heads import attention_heads
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H = config.num_attention_heads
     d = config.hidden_size // H
-    w_q, b_q, w_k, b_k, w_v, b_v = split_fused_qkv(attn.query_key_value, H, H, d, per_head=True)
-    w_o, b_o = split_out_linear(attn.dense, H, d)
-    return HeadWeights(
-        w_q,
-        w_k,
-        w_v,
-        w_o,
-        b_q,
-        b_k,
-        b_v,
-        b_o,
-        tuple(range(H)),
-        1.0 / math.sqrt(d),
-        notes="ALiBi: scores add slope_h * (key - query), unscaled",
-    )
+    notes = "ALiBi: scores add slope_h * (key - query), unscaled"
+    return attention_heads(attn, "query_key_value", "dense", H, d, layout="per_head", notes=notes)
 
 
 def for_config(adapter: Adapter, config: Any) -> Adapter:
@@ -49,27 +36,18 @@ def for_config(adapter: Adapter, config: Any) -> Adapter:
     return adapter
 
 
-ADAPTER = Adapter(
-    family="bloom",
-    model_types=("bloom",),
-    auto_class="causal",
+ADAPTER = causal_lm(
+    "bloom",
     embed="transformer.word_embeddings",
-    stacks=(
-        StackSpec(
-            name="",
-            layers="transformer.h",
-            attn="self_attention",
-            attn_out="self_attention.dense",
-            mlp_out="mlp.dense_4h_to_h",
-            final_norm="transformer.ln_f",
-            norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"},
-        ),
-    ),
+    layers="transformer.h",
+    attn="self_attention",
+    attn_out="self_attention.dense",
+    mlp_out="mlp.dense_4h_to_h",
+    final_norm="transformer.ln_f",
+    norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"},
     position="alibi",
     residual="pre_norm",
     head_weights_fn=head_weights,
-    logits_fn=lm_head_logits("lm_head"),
     mlp_act_fn=lambda model, layer: model.transformer.h[layer].mlp.gelu_impl,
-    unembed="lm_head",
     for_config=for_config,
 )

@@ -6,20 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import HeadWeights, HFModule, split_out_linear, split_rows_heads
-from .gptj import rotary_notes, transformer_adapter
+from . import gptj
+from .base import HeadWeights, HFModule, variant
+from .heads import from_splits, rows, split_rows
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H, D = config.n_head, config.n_embd
     d, mp = D // H, getattr(attn, "mp_num", 4)
-    w = attn.qkv_proj.weight.detach().reshape(mp, 3, D // mp, D)  # rows: shard, (q, v, k), local feature
-    q, v, k = (w[:, i].reshape(D, D) for i in range(3))  # rows in feature order, as the module reshapes them
-    (w_q, b_q), (w_k, b_k), (w_v, b_v) = (split_rows_heads(t, None, H, d) for t in (q, k, v))
-    w_o, b_o = split_out_linear(attn.out_proj, H, d)
-    return HeadWeights(
-        w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), float(attn.scaling), notes=rotary_notes(config)
-    )
+    w, b = rows(attn.qkv_proj)
+    w, b = w.reshape(mp, 3, D // mp, D), b.reshape(mp, 3, D // mp)  # rows: shard, (q, v, k), local feature
+    # each of q, v, k in feature order, as the module reshapes them
+    q, v, k = (split_rows(w[:, i].reshape(D, D), b[:, i].reshape(D), H, d) for i in range(3))
+    return from_splits(q, k, v, rows(attn.out_proj), attn.scaling, notes=gptj.rotary_notes(config))
 
 
-ADAPTER = transformer_adapter("codegen", head_weights)
+ADAPTER = variant(gptj.ADAPTER, "codegen", head_weights_fn=head_weights)

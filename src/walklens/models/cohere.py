@@ -4,32 +4,16 @@ the unembedding, and optional per-head q/k LayerNorm (``use_qk_norm``, one weigh
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-import torch
-
-from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits
-from .llama import head_weights as llama_head_weights
-
-_head = lm_head_logits("lm_head")
-
-
-def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
-    """``lm_head(final) * logit_scale``, as the model computes them."""
-    return _head(model, final) * model.config.logit_scale
+from .base import HeadWeights, HFModule, lm_head_logits
+from .heads import config_heads, qk_norm_note
+from .llama import PARALLEL_NORMS, ROTARY_NOTE, llama_like
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
-    hw = llama_head_weights(attn, config)
-    if not config.use_qk_norm:
-        return hw
-    return dataclasses.replace(
-        hw,
-        qk_norm=True,
-        notes="q and k are LayerNorm-ed per head before the dot product, so W_qk is only a "
-        "direction-level summary; W_vo is exact",
-    )
+    qk = bool(config.use_qk_norm)
+    return config_heads(attn, config, qk_norm=qk, notes=qk_norm_note("LayerNorm-ed per head") if qk else ROTARY_NOTE)
 
 
 def limits(config: Any) -> dict[str, str]:
@@ -40,27 +24,11 @@ def limits(config: Any) -> dict[str, str]:
     }
 
 
-ADAPTER = Adapter(
-    family="cohere",
-    model_types=("cohere",),
-    auto_class="causal",
-    embed="model.embed_tokens",
-    stacks=(
-        StackSpec(
-            name="",
-            layers="model.layers",
-            attn="self_attn",
-            attn_out="self_attn",
-            mlp_out="mlp",
-            final_norm="model.norm",
-            norms={"attn": "input_layernorm", "mlp": "input_layernorm"},
-        ),
-    ),
-    position="rotary",
+ADAPTER = llama_like(
+    "cohere",
+    stack=dict(norms=PARALLEL_NORMS),
     residual="parallel",
     head_weights_fn=head_weights,
-    logits_fn=logits,
-    mlp_act_fn=act_from_config("hidden_act"),
-    unembed="lm_head",
+    logits_fn=lm_head_logits("lm_head", scale=("logit_scale", "mul")),  # lm_head(final) * logit_scale
     limits=limits,
 )

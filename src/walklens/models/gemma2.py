@@ -8,23 +8,17 @@ The A.3 identity holds (it reads the captured probabilities); q·k is not biline
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits, sliding_window_limit
-from .llama import head_weights as llama_head_weights
+from .base import HeadWeights, HFModule, act_from_config, lm_head_logits, sliding_window_limit
+from .heads import config_heads
+from .llama import ROTARY_NOTE, llama_like
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
-    hw = llama_head_weights(attn, config)
     cap = getattr(config, "attn_logit_softcapping", None)
-    if not cap:
-        return hw
-    return dataclasses.replace(
-        hw,
-        notes=f"scores are soft-capped ({cap} * tanh(s / {cap})) before the softmax, so W_qk gives "
-        "the pre-cap score; W_vo is exact",
-    )
+    capped = f"scores are soft-capped ({cap} * tanh(s / {cap})) before the softmax, so W_qk gives the pre-cap score"
+    return config_heads(attn, config, notes=f"{capped}; W_vo is exact" if cap else ROTARY_NOTE)
 
 
 def limits(config: Any) -> dict[str, str]:
@@ -38,34 +32,27 @@ def limits(config: Any) -> dict[str, str]:
     }
 
 
-ADAPTER = Adapter(
-    family="gemma2",
-    model_types=("gemma2",),
-    auto_class="causal",
-    embed="model.embed_tokens",
-    stacks=(
-        StackSpec(
-            name="",
-            layers="model.layers",
-            attn="self_attn",
-            attn_out="post_attention_layernorm",
-            mlp_out="post_feedforward_layernorm",
-            final_norm="model.norm",
-            attn_proj="self_attn",
-            norms={
-                "attn": "input_layernorm",
-                "attn_post": "post_attention_layernorm",
-                "mlp": "pre_feedforward_layernorm",
-                "mlp_post": "post_feedforward_layernorm",
-            },
-        ),
+#: Llama's module tree with sandwich norms: each sublayer's output normed before it is added to the residual
+SANDWICH = dict(
+    attn_out="post_attention_layernorm",
+    mlp_out="post_feedforward_layernorm",
+    attn_proj="self_attn",
+)
+
+ADAPTER = llama_like(
+    "gemma2",
+    stack=dict(
+        SANDWICH,
+        norms={
+            "attn": "input_layernorm",
+            "attn_post": "post_attention_layernorm",
+            "mlp": "pre_feedforward_layernorm",
+            "mlp_post": "post_feedforward_layernorm",
+        },
     ),
-    position="rotary",
-    residual="pre_norm",
     head_weights_fn=head_weights,
     logits_fn=lm_head_logits("lm_head", softcap_attr="final_logit_softcapping"),
     mlp_act_fn=act_from_config("hidden_activation"),
-    unembed="lm_head",
     embed_scale_fn=lambda c: float(c.hidden_size) ** 0.5,
     limits=limits,
     harness_bos=True,  # lm-evaluation-harness prefixes Gemma's inputs with BOS

@@ -4,22 +4,15 @@ module, sliding-window layers, optional soft-capping."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from . import gemma2
-from .base import HeadWeights, HFModule
-from .llama import head_weights as llama_head_weights
+from .base import HeadWeights, HFModule, variant
+from .heads import config_heads, qk_norm_note
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
-    hw = llama_head_weights(attn, config)
-    return dataclasses.replace(
-        hw,
-        qk_norm=True,
-        notes="q and k are RMS-normalised per head before the dot product, so W_qk is only "
-        "a direction-level summary; W_vo is exact",
-    )
+    return config_heads(attn, config, qk_norm=True, notes=qk_norm_note("RMS-normalised per head"))
 
 
 def limits(config: Any) -> dict[str, str]:
@@ -29,6 +22,4 @@ def limits(config: Any) -> dict[str, str]:
 
 
 #: Gemma 2's module tree and sandwich norms, its soft-cap, embedding scale and harness BOS
-ADAPTER = dataclasses.replace(
-    gemma2.ADAPTER, family="gemma3", model_types=("gemma3_text",), head_weights_fn=head_weights, limits=limits
-)
+ADAPTER = variant(gemma2.ADAPTER, "gemma3", model_types=("gemma3_text",), head_weights_fn=head_weights, limits=limits)

@@ -8,17 +8,14 @@ import dataclasses
 from typing import Any
 
 from . import gpt2
-from .base import HeadWeights, HFModule, split_fused_qkv, split_out_linear
+from .base import HeadWeights, HFModule
+from .heads import attention_heads
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
-    H, d = attn.num_heads, attn.head_dim
-    n_kv = attn.kv_heads
-    w_q, b_q, w_k, b_k, w_v, b_v = split_fused_qkv(attn.c_attn, H, n_kv, d, per_head=not attn.multi_query)
-    w_o, b_o = split_out_linear(attn.c_proj, H, d)
-    return HeadWeights(
-        w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(h * n_kv // H for h in range(H)), float(attn.scaling)
-    )
+    layout = "blocks" if attn.multi_query else "per_head"
+    H, d, n_kv = attn.num_heads, attn.head_dim, attn.kv_heads
+    return attention_heads(attn, "c_attn", "c_proj", H, d, attn.scaling, n_kv=n_kv, layout=layout)
 
 
 #: GPT-2's module tree (``transformer.h``, ``attn``, ``mlp``, ``ln_1``/``ln_2``, ``ln_f``, ``lm_head``)

@@ -11,29 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UnsupportedFamilyError
-from .base import Adapter, HeadWeights, HFModule, StackSpec, lm_head_logits, split_fused_qkv, split_out_linear
+from .base import Adapter, HeadWeights, HFModule, causal_lm
+from .heads import attention_heads
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
     H = config.n_heads
-    d = config.d_model // H
-    w_q, b_q, w_k, b_k, w_v, b_v = split_fused_qkv(attn.Wqkv, H, H, d, per_head=False)
-    w_o, b_o = split_out_linear(attn.out_proj, H, d)
     clip = attn.clip_qkv
-    return HeadWeights(
-        w_q,
-        w_k,
-        w_v,
-        w_o,
-        b_q,
-        b_k,
-        b_v,
-        b_o,
-        tuple(range(H)),
-        float(attn.softmax_scale),
-        notes="ALiBi: scores add slope_h * (key - query), unscaled"
-        + (f"; q, k and v are clamped to +-{clip}" if clip else ""),
+    notes = "ALiBi: scores add slope_h * (key - query), unscaled" + (
+        f"; q, k and v are clamped to +-{clip}" if clip else ""
     )
+    return attention_heads(attn, "Wqkv", "out_proj", H, config.d_model // H, attn.softmax_scale, notes=notes)
 
 
 def limits(config: Any) -> dict[str, str]:
@@ -51,29 +39,19 @@ def for_config(adapter: Adapter, config: Any) -> Adapter:
     return adapter
 
 
-ADAPTER = Adapter(
-    family="mpt",
-    model_types=("mpt",),
-    auto_class="causal",
+ADAPTER = causal_lm(
+    "mpt",
     embed="transformer.wte",
-    stacks=(
-        StackSpec(
-            name="",
-            layers="transformer.blocks",
-            attn="attn",
-            attn_out="attn",
-            mlp_out="ffn.down_proj",
-            final_norm="transformer.norm_f",
-            norms={"attn": "norm_1", "mlp": "norm_2"},
-        ),
-    ),
+    layers="transformer.blocks",
+    attn="attn",
+    mlp_out="ffn.down_proj",
+    final_norm="transformer.norm_f",
+    norms={"attn": "norm_1", "mlp": "norm_2"},
     position="alibi",
     residual="pre_norm",
     head_weights_fn=head_weights,
-    logits_fn=lm_head_logits("lm_head"),
     n_layers_fn=lambda c: c.n_layers,
     mlp_act_fn=lambda model, layer: model.transformer.blocks[layer].ffn.act,
-    unembed="lm_head",
     limits=limits,
     for_config=for_config,
 )

@@ -5,45 +5,21 @@ k are RMS-normalised over the full width (all heads jointly) before they are spl
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits
-from .llama import head_weights as llama_head_weights
+from .base import HeadWeights, HFModule
+from .gemma2 import SANDWICH
+from .heads import config_heads, qk_norm_note
+from .llama import llama_like
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
-    hw = llama_head_weights(attn, config)
-    return dataclasses.replace(
-        hw,
-        qk_norm=True,
-        notes="q and k are RMS-normalised over all heads jointly before the dot product, so W_qk "
-        "is only a direction-level summary; W_vo is exact",
-    )
+    return config_heads(attn, config, qk_norm=True, notes=qk_norm_note("RMS-normalised over all heads jointly"))
 
 
-ADAPTER = Adapter(
-    family="olmo2",
-    model_types=("olmo2",),
-    auto_class="causal",
-    embed="model.embed_tokens",
-    stacks=(
-        StackSpec(
-            name="",
-            layers="model.layers",
-            attn="self_attn",
-            attn_out="post_attention_layernorm",
-            mlp_out="post_feedforward_layernorm",
-            final_norm="model.norm",
-            attn_proj="self_attn",
-            norms={"attn_post": "post_attention_layernorm", "mlp_post": "post_feedforward_layernorm"},
-        ),
-    ),
-    position="rotary",
-    residual="pre_norm",
+ADAPTER = llama_like(
+    "olmo2",
+    stack=dict(SANDWICH, norms={"attn_post": "post_attention_layernorm", "mlp_post": "post_feedforward_layernorm"}),
     head_weights_fn=head_weights,
-    logits_fn=lm_head_logits("lm_head"),
-    mlp_act_fn=act_from_config("hidden_act"),
-    unembed="lm_head",
     limits={"qk_bilinear": "q and k are RMS-normalised over the full width (all heads jointly)"},
 )

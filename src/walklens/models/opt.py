@@ -11,16 +11,12 @@ from typing import Any
 
 import torch
 
-from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, split_linear_heads, split_out_linear
+from .base import Adapter, HeadWeights, HFModule, act_from_config, causal_lm
+from .heads import QKV_PROJ, attention_heads
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
-    H, d = attn.num_heads, attn.head_dim
-    w_q, b_q = split_linear_heads(attn.q_proj, H, d)
-    w_k, b_k = split_linear_heads(attn.k_proj, H, d)
-    w_v, b_v = split_linear_heads(attn.v_proj, H, d)
-    w_o, b_o = split_out_linear(attn.out_proj, H, d)
-    return HeadWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, tuple(range(H)), float(attn.scaling))
+    return attention_heads(attn, QKV_PROJ, "out_proj", attn.num_heads, attn.head_dim, attn.scaling)
 
 
 def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
@@ -44,27 +40,18 @@ def for_config(adapter: Adapter, config: Any) -> Adapter:
     return replace(adapter, stacks=(spec,))
 
 
-ADAPTER = Adapter(
-    family="opt",
-    model_types=("opt",),
-    auto_class="causal",
+ADAPTER = causal_lm(
+    "opt",
     embed="model.decoder.embed_tokens",
-    stacks=(
-        StackSpec(
-            name="",
-            layers="model.decoder.layers",
-            attn="self_attn",
-            attn_out="self_attn",
-            mlp_out="fc2",
-            final_norm="model.decoder.final_layer_norm",
-            norms={"attn": "self_attn_layer_norm", "mlp": "final_layer_norm"},
-        ),
-    ),
+    layers="model.decoder.layers",
+    attn="self_attn",
+    mlp_out="fc2",
+    final_norm="model.decoder.final_layer_norm",
+    norms={"attn": "self_attn_layer_norm", "mlp": "final_layer_norm"},
     position="learned",
     residual=lambda c: "pre_norm" if _pre_norm(c) else "post_norm",
     head_weights_fn=head_weights,
     logits_fn=logits,
     mlp_act_fn=act_from_config("activation_function"),
-    unembed="lm_head",
     for_config=for_config,
 )

@@ -6,36 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, lm_head_logits
-from .phi import qk_norm_limits, qkv_heads, rotary_notes
+from .base import HeadWeights, HFModule
+from .llama import llama_like
+from .phi import partial_rotary_heads, qk_norm_limits
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
-    qk = bool(getattr(config, "qk_layernorm", False))
-    return qkv_heads(attn, config, "o_proj", qk_norm=qk, notes=rotary_notes(config, qk))
+    return partial_rotary_heads(attn, config, "o_proj")
 
 
-ADAPTER = Adapter(
-    family="stablelm",
-    model_types=("stablelm",),
-    auto_class="causal",
-    embed="model.embed_tokens",
-    stacks=(
-        StackSpec(
-            name="",
-            layers="model.layers",
-            attn="self_attn",
-            attn_out="self_attn",
-            mlp_out="mlp",
-            final_norm="model.norm",
-            norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm|input_layernorm"},
-        ),
-    ),
-    position="rotary",
+ADAPTER = llama_like(
+    "stablelm",
+    stack=dict(norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm|input_layernorm"}),
     residual=lambda c: "parallel" if c.use_parallel_residual else "pre_norm",
     head_weights_fn=head_weights,
-    logits_fn=lm_head_logits("lm_head"),
-    mlp_act_fn=act_from_config("hidden_act"),
-    unembed="lm_head",
     limits=qk_norm_limits,
 )

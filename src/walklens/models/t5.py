@@ -8,28 +8,13 @@ from typing import Any
 
 import torch
 
-from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config, split_linear_heads, split_out_linear
+from .base import Adapter, HeadWeights, HFModule, StackSpec, act_from_config
+from .heads import attention_heads
 
 
 def head_weights(attn: HFModule, config: Any) -> HeadWeights:
-    H, d = config.num_heads, config.d_kv
-    w_q, b_q = split_linear_heads(attn.q, H, d)
-    w_k, b_k = split_linear_heads(attn.k, H, d)
-    w_v, b_v = split_linear_heads(attn.v, H, d)
-    w_o, b_o = split_out_linear(attn.o, H, d)
-    return HeadWeights(
-        w_q,
-        w_k,
-        w_v,
-        w_o,
-        b_q,
-        b_k,
-        b_v,
-        b_o,
-        tuple(range(H)),
-        1.0,
-        notes="T5 does not scale q·k; a relative position bias is added to the scores",
-    )
+    notes = "T5 does not scale q·k; a relative position bias is added to the scores"
+    return attention_heads(attn, ("q", "k", "v"), "o", config.num_heads, config.d_kv, 1.0, notes=notes)
 
 
 def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
@@ -39,29 +24,26 @@ def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
     return model.lm_head(x)
 
 
-_ENC = StackSpec(
-    name="enc",
-    layers="encoder.block",
-    attn="layer.0.SelfAttention",
-    attn_out="layer.0.SelfAttention",
-    mlp_out="layer.1.DenseReluDense",
-    final_norm="encoder.final_layer_norm",
-    norms={"attn": "layer.0.layer_norm", "mlp": "layer.1.layer_norm"},
-    embed_point="encoder.embed_tokens",
-    causal=False,
-)
-_DEC = StackSpec(
-    name="dec",
-    layers="decoder.block",
-    attn="layer.0.SelfAttention",
-    attn_out="layer.0.SelfAttention",
-    cross_attn="layer.1.EncDecAttention",
-    cross_out="layer.1.EncDecAttention",
-    mlp_out="layer.2.DenseReluDense",
-    final_norm="decoder.final_layer_norm",
-    norms={"attn": "layer.0.layer_norm", "cross": "layer.1.layer_norm", "mlp": "layer.2.layer_norm"},
-    embed_point="decoder.embed_tokens",
-)
+def _stack(side: str, mlp: int, **cross: Any) -> StackSpec:
+    """The ``encoder``'s or ``decoder``'s stack: sublayer 0 is the self-attention, sublayer ``mlp`` the feed-forward
+    network, and sublayer 1 of the decoder the cross-attention (``cross``: its fields)."""
+    norms = {"attn": "layer.0.layer_norm", **({"cross": "layer.1.layer_norm"} if cross else {})}
+    return StackSpec(
+        name=side[:3],
+        layers=f"{side}.block",
+        attn="layer.0.SelfAttention",
+        attn_out="layer.0.SelfAttention",
+        mlp_out=f"layer.{mlp}.DenseReluDense",
+        final_norm=f"{side}.final_layer_norm",
+        norms={**norms, "mlp": f"layer.{mlp}.layer_norm"},
+        embed_point=f"{side}.embed_tokens",
+        causal=side == "decoder",
+        **cross,
+    )
+
+
+_ENC = _stack("encoder", 1)
+_DEC = _stack("decoder", 2, cross_attn="layer.1.EncDecAttention", cross_out="layer.1.EncDecAttention")
 
 ADAPTER = Adapter(
     family="t5",
