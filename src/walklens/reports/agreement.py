@@ -146,37 +146,44 @@ def _grid(title: str, g: GridAgreement, ref: str, other: str, best_rows: int) ->
         rows,
     )
     for m in g.metrics:
-        out += [
-            "",
-            f"Best {min(best_rows, len(m.best))} schemes by {ref} `{m.metric}` (rank: 1 + schemes strictly "
-            f"better; {other}'s own best: `{_line(m.best_other.scheme)}`, {_f(m.best_other.other)} in {other}, "
-            f"{_f(m.best_other.reference)} in {ref}):",
-            "",
-        ]
-        out += _table(
-            [
-                "scheme",
-                f"{m.metric} {ref}",
-                f"{m.metric} {other}",
-                f"rank {ref}",
-                f"rank {other}",
-                "same picks",
-                f"{other} - {ref} [95%]",
-            ],
-            [
-                [
-                    _cell(s.scheme),
-                    _f(s.reference),
-                    _f(s.other),
-                    str(s.rank_reference),
-                    str(s.rank_other),
-                    _pct(s.same_picks),
-                    _diff(s.difference),
-                ]
-                for s in m.best[:best_rows]
-            ],
-        )
+        out += _best_schemes(m, ref, other, best_rows)
     return out + [""]
+
+
+def _best_schemes(m: GridMetricAgreement, ref: str, other: str, best_rows: int) -> list[str]:
+    """The reference's best schemes of one metric, with their accuracy, rank and identical picks in both dtypes
+    and the paired difference (Markdown lines)."""
+    out = [
+        "",
+        f"Best {min(best_rows, len(m.best))} schemes by {ref} `{m.metric}` (rank: 1 + schemes strictly "
+        f"better; {other}'s own best: `{_line(m.best_other.scheme)}`, {_f(m.best_other.other)} in {other}, "
+        f"{_f(m.best_other.reference)} in {ref}):",
+        "",
+    ]
+    out += _table(
+        [
+            "scheme",
+            f"{m.metric} {ref}",
+            f"{m.metric} {other}",
+            f"rank {ref}",
+            f"rank {other}",
+            "same picks",
+            f"{other} - {ref} [95%]",
+        ],
+        [
+            [
+                _cell(s.scheme),
+                _f(s.reference),
+                _f(s.other),
+                str(s.rank_reference),
+                str(s.rank_other),
+                _pct(s.same_picks),
+                _diff(s.difference),
+            ]
+            for s in m.best[:best_rows]
+        ],
+    )
+    return out
 
 
 def agreement_markdown(study: AgreementStudy, best_rows: int = 20) -> str:

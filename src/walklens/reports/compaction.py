@@ -95,46 +95,8 @@ def figure(curves: CurveSet) -> Any:
         pts = [p for p in curves.points if (p.shots, p.what) == (shots, what)]
         strategies = list(dict.fromkeys(p.strategy for p in pts if p.strategy not in ("full", "zero-shot")))
         for i, (metric, label) in enumerate((("kept_acc_norm", "acc_norm kept"), ("kept_acc", "acc kept"))):
-            ax = axes[i][j]
-            ax.axhline(1.0, color="0.3", lw=0.8)
-            zero = next((p for p in pts if p.strategy == "zero-shot"), None)
-            if zero is not None and getattr(zero, metric) is not None:
-                ax.axhline(getattr(zero, metric), color="tab:red", lw=1, ls="-.", label="zero-shot")
-            for s in strategies:
-                ps = sorted((p for p in pts if p.strategy == s and getattr(p, metric) is not None), key=_x)
-                xs = [_x(p) for p in ps]
-                ys = [getattr(p, metric) for p in ps]
-                ci = [getattr(p, metric + "_ci") for p in ps]
-                err = [
-                    [y - (c[0] if c[0] is not None else y) for y, c in zip(ys, ci)],
-                    [(c[1] if c[1] is not None else y) - y for y, c in zip(ys, ci)],
-                ]
-                ax.errorbar(xs, ys, yerr=err, capsize=2, lw=1.2, label=s, **_STYLE.get(s, dict(marker="o")))
-            ax.set_xscale("log", base=2)
-            ax.set_ylabel(label)
-            ax.set_title(f"{shots}-shot, compacting the {what}", fontsize=9)
-        ax = axes[2][j]
-        for s in strategies:
-            ps = sorted(
-                (
-                    p
-                    for p in pts
-                    if p.strategy == s and p.seconds.get("score") is not None and p.seconds.get("full_score")
-                ),
-                key=_x,
-            )
-            ax.plot(
-                [_x(p) for p in ps],
-                [1 - p.seconds["score"] / p.seconds["full_score"] for p in ps],
-                lw=1.2,
-                label=s,
-                **_STYLE.get(s, dict(marker="o")),
-            )
-        ax.axhline(0.0, color="0.3", lw=0.8)
-        if any(len(line.get_xdata()) for line in ax.lines[:-1]):  # a log axis needs a point (timings may be none)
-            ax.set_xscale("log", base=2)
-        ax.set_xlabel("compacted tokens per vector")
-        ax.set_ylabel("scoring time saved")
+            _kept_panel(axes[i][j], pts, strategies, metric, label, f"{shots}-shot, compacting the {what}")
+        _time_panel(axes[2][j], pts, strategies)
     # one legend for every panel, below them, where it hides no point (an axes' "best" spot can cover some)
     labelled = {label: h for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels())}
     if labelled:
@@ -148,6 +110,49 @@ def figure(curves: CurveSet) -> Any:
         )
     fig.suptitle(f"{curves.model}: HellaSwag, {curves.n_items} items\n{curves.interval}", fontsize=8)
     return fig
+
+
+def _kept_panel(ax: Any, pts: list[CurvePoint], strategies: list[str], metric: str, label: str, title: str) -> None:
+    """One panel of retention (``metric``: ``kept_acc_norm`` or ``kept_acc``) against the compacted tokens per
+    vector, each strategy with its interval, next to the full context (1) and zero-shot."""
+    ax.axhline(1.0, color="0.3", lw=0.8)
+    zero = next((p for p in pts if p.strategy == "zero-shot"), None)
+    if zero is not None and getattr(zero, metric) is not None:
+        ax.axhline(getattr(zero, metric), color="tab:red", lw=1, ls="-.", label="zero-shot")
+    for s in strategies:
+        ps = sorted((p for p in pts if p.strategy == s and getattr(p, metric) is not None), key=_x)
+        xs = [_x(p) for p in ps]
+        ys = [getattr(p, metric) for p in ps]
+        ci = [getattr(p, metric + "_ci") for p in ps]
+        err = [
+            [y - (c[0] if c[0] is not None else y) for y, c in zip(ys, ci)],
+            [(c[1] if c[1] is not None else y) - y for y, c in zip(ys, ci)],
+        ]
+        ax.errorbar(xs, ys, yerr=err, capsize=2, lw=1.2, label=s, **_STYLE.get(s, dict(marker="o")))
+    ax.set_xscale("log", base=2)
+    ax.set_ylabel(label)
+    ax.set_title(title, fontsize=9)
+
+
+def _time_panel(ax: Any, pts: list[CurvePoint], strategies: list[str]) -> None:
+    """One panel of the scoring time each strategy saves against the full context."""
+    for s in strategies:
+        ps = sorted(
+            (p for p in pts if p.strategy == s and p.seconds.get("score") is not None and p.seconds.get("full_score")),
+            key=_x,
+        )
+        ax.plot(
+            [_x(p) for p in ps],
+            [1 - p.seconds["score"] / p.seconds["full_score"] for p in ps],
+            lw=1.2,
+            label=s,
+            **_STYLE.get(s, dict(marker="o")),
+        )
+    ax.axhline(0.0, color="0.3", lw=0.8)
+    if any(len(line.get_xdata()) for line in ax.lines[:-1]):  # a log axis needs a point (timings may be none)
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel("compacted tokens per vector")
+    ax.set_ylabel("scoring time saved")
 
 
 def document(curves: CurveSet) -> dict[str, Any]:

@@ -244,25 +244,9 @@ def document(
     }
 
 
-def build(
-    ident: IdentityResult,
-    views: Sequence[ClusterView],
-    masses: Mapping[str, SelfMass],
-    stats: Mapping[str, HeadStats],
-    title: str,
-    subtitle: str = "",
-    *,
-    block: int = 1,
-    layers: Sequence[int] | None = None,
-    kernels: PositionKernels | None = None,
-) -> Report:
-    """The ``walklens heads`` report: the A.3 identity, the cluster views, the attention maps of ``layers``
-    (default: all) as means over ``block`` x ``block`` positions (1: every position), self masses, per-head
-    W_vo / W_qk and, when given, the position kernels."""
-    trace = _trace(ident)
-    rep = Report(title, subtitle)
-    add_identity(rep, ident)
-    add_cluster_views(rep, views)
+def _attention_maps(rep: Report, trace: Trace, block: int, layers: Sequence[int] | None) -> None:
+    """The attention maps of ``layers`` (default: all) as means over ``block`` x ``block`` positions: the
+    self-attention of the model, or of the encoder and the decoder and the decoder's cross-attention."""
     if block > 1:
         rep.p(
             f"Attention maps: each cell is the mean attention weight over a block of {block} x {block} positions "
@@ -289,6 +273,28 @@ def build(
         )
     else:
         add_attention_maps(rep, shown(trace.attentions), toks, layers=layers)
+
+
+def build(
+    ident: IdentityResult,
+    views: Sequence[ClusterView],
+    masses: Mapping[str, SelfMass],
+    stats: Mapping[str, HeadStats],
+    title: str,
+    subtitle: str = "",
+    *,
+    block: int = 1,
+    layers: Sequence[int] | None = None,
+    kernels: PositionKernels | None = None,
+) -> Report:
+    """The ``walklens heads`` report: the A.3 identity, the cluster views, the attention maps of ``layers``
+    (default: all) as means over ``block`` x ``block`` positions (1: every position), self masses, per-head
+    W_vo / W_qk and, when given, the position kernels."""
+    trace = _trace(ident)
+    rep = Report(title, subtitle)
+    add_identity(rep, ident)
+    add_cluster_views(rep, views)
+    _attention_maps(rep, trace, block, layers)
     for name, sm in masses.items():
         add_self_mass(rep, sm, title=f"self-attention mass ({name})")
     for name, st in stats.items():

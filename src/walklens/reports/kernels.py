@@ -43,6 +43,15 @@ def add_kernels(report: Report, pk: PositionKernels) -> Report:
     report.p(pk.estimator, note=True)
     if pk.notes and pk.notes != pk.estimator:
         report.p(pk.notes, note=True)
+    _class_tables(report, pk)
+    for s in pk.stacks:
+        _stack_kernels(report, s, pk.units)
+    return report
+
+
+def _class_tables(report: Report, pk: PositionKernels) -> None:
+    """The self-bias classes (A.2): the fraction of kernels in each class per stack, at the margin used and at
+    the other margins."""
     report.h2(f"self-bias classes (margin {pk.margin:g} nats)")
     fr = pk.fractions()
     cols = ["negative_self", "far_amplifying", "local", "flat"]
@@ -60,58 +69,69 @@ def add_kernels(report: Report, pk: PositionKernels) -> Report:
             rows.append([st, m, f"{f['negative_self']:.1%}", f"{f['far_amplifying']:.1%}"])
     report.p("fractions for other margins:", note=True)
     report.table(["stack", "margin", "negative self-bias", "far-amplifying"], rows)
-    for s in pk.stacks:
-        name = s.stack or "model"
-        K, H, n = s.values.shape
-        row_labels = [f"{'L' + str(l) + ' ' if l is not None else ''}h{h}" for l in s.layers for h in range(H)]
-        labels = [c.label for row in s.classes for c in row]
-        z = s.log_values.reshape(K * H, n)
-        z = z - z[:, s.distances.index(0)][:, None]  # relative to distance 0
-        hover = [
-            [
-                f"{labels[r]}; value {float(s.values.reshape(K * H, n)[r, j]):.4g}"
-                + (f" +- {float(s.ci95.reshape(K * H, n)[r, j]):.2g}" if s.ci95 is not None else "")
-                for j in range(n)
-            ]
-            for r in range(K * H)
+
+
+def _stack_kernels(report: Report, s: StackKernels, units: str) -> None:
+    """One stack's kernels (Figs. 6, 8): a heatmap of every kernel relative to distance 0, the curves, and each
+    kernel's class."""
+    name = s.stack or "model"
+    K, H, n = s.values.shape
+    row_labels = [f"{'L' + str(l) + ' ' if l is not None else ''}h{h}" for l in s.layers for h in range(H)]
+    labels = [c.label for row in s.classes for c in row]
+    z = s.log_values.reshape(K * H, n)
+    z = z - z[:, s.distances.index(0)][:, None]  # relative to distance 0
+    hover = [
+        [
+            f"{labels[r]}; value {float(s.values.reshape(K * H, n)[r, j]):.4g}"
+            + (f" +- {float(s.ci95.reshape(K * H, n)[r, j]):.2g}" if s.ci95 is not None else "")
+            for j in range(n)
         ]
-        report.heatmap(
-            z,
-            row_labels=row_labels,
-            col_labels=[str(d) for d in s.distances],
-            hover=hover,
-            diverging=True,
-            title=f"{name}: kernel minus its value at distance 0 (logit units; columns: distance key - query)",
-            cell=max(3, min(16, 900 // n)),
-        )
-        if s.layers == [None]:  # one kernel per head: draw them as curves (Figs. 6 and 8)
-            for start in range(0, H, 8):
-                series = [{"name": f"h{h} ({labels[h]})", "y": s.values[0, h]} for h in range(start, min(H, start + 8))]
-                report.lines(
-                    s.distances,
-                    series,
-                    title=f"{name}: heads {start}-{min(H, start + 8) - 1}",
-                    xlabel="distance (key - query)",
-                )
-        else:  # per-layer (empirical) kernels: curves with 95% CI bands for the first, middle and last layer
-            for r in sorted({0, K // 2, K - 1}):
-                band = s.ci95[r] if s.ci95 is not None else None
-                series = [
-                    {
-                        "name": f"h{h} ({labels[r * H + h]})",
-                        "y": s.values[r, h],
-                        **({"band": [s.values[r, h] - band[h], s.values[r, h] + band[h]]} if band is not None else {}),
-                    }
-                    for h in range(H)
-                ]
-                report.lines(
-                    s.distances,
-                    series,
-                    title=f"{name}: layer {s.layers[r]} ({pk.units}, 95% CI bands)",
-                    xlabel="distance (key - query)",
-                )
-        report.table(["kernel", "class"], [[row_labels[r], labels[r]] for r in range(K * H)])
-    return report
+        for r in range(K * H)
+    ]
+    report.heatmap(
+        z,
+        row_labels=row_labels,
+        col_labels=[str(d) for d in s.distances],
+        hover=hover,
+        diverging=True,
+        title=f"{name}: kernel minus its value at distance 0 (logit units; columns: distance key - query)",
+        cell=max(3, min(16, 900 // n)),
+    )
+    _kernel_curves(report, s, labels, units)
+    report.table(["kernel", "class"], [[row_labels[r], labels[r]] for r in range(K * H)])
+
+
+def _kernel_curves(report: Report, s: StackKernels, labels: list[str], units: str) -> None:
+    """The kernels as curves: every head's where a kernel is shared by every layer (Figs. 6 and 8), else each
+    head's at the first, middle and last layer with its 95% CI band."""
+    name = s.stack or "model"
+    K, H, _ = s.values.shape
+    if s.layers == [None]:  # one kernel per head: draw them as curves (Figs. 6 and 8)
+        for start in range(0, H, 8):
+            series = [{"name": f"h{h} ({labels[h]})", "y": s.values[0, h]} for h in range(start, min(H, start + 8))]
+            report.lines(
+                s.distances,
+                series,
+                title=f"{name}: heads {start}-{min(H, start + 8) - 1}",
+                xlabel="distance (key - query)",
+            )
+    else:  # per-layer (empirical) kernels: curves with 95% CI bands for the first, middle and last layer
+        for r in sorted({0, K // 2, K - 1}):
+            band = s.ci95[r] if s.ci95 is not None else None
+            series = [
+                {
+                    "name": f"h{h} ({labels[r * H + h]})",
+                    "y": s.values[r, h],
+                    **({"band": [s.values[r, h] - band[h], s.values[r, h] + band[h]]} if band is not None else {}),
+                }
+                for h in range(H)
+            ]
+            report.lines(
+                s.distances,
+                series,
+                title=f"{name}: layer {s.layers[r]} ({units}, 95% CI bands)",
+                xlabel="distance (key - query)",
+            )
 
 
 def build(

@@ -52,17 +52,7 @@ def build(
         cosine = key.endswith("cosine")
         z = m.float()
         n = len(labels)
-        # colour range from the 1st-99th percentiles off the diagonal, so a few huge entries (massive
-        # activations) do not wash the map out (the hover shows exact values); diverging only when both
-        # signs occur
-        off = z[~torch.eye(n, dtype=torch.bool)] if n > 1 else z.reshape(-1)
-        off = off[:1_000_000]
-        lo, hi = float(torch.quantile(off, 0.01)), float(torch.quantile(off, 0.99))
-        diverging = lo < 0 < hi
-        if diverging:
-            lo, hi = -max(-lo, hi), max(-lo, hi)
-        if not hi > lo:
-            lo, hi = float(z.min()), float(z.max()) if float(z.max()) > float(z.min()) else float(z.min()) + 1
+        lo, hi, diverging = _colour_range(z, n)
         rep.p(
             f"colour range {lo:.4g} .. {hi:.4g} (1st-99th percentile off the diagonal); min {float(z.min()):.4g}, "
             f"max {float(z.max()):.4g}",
@@ -80,22 +70,44 @@ def build(
             cell=None if n <= 150 else 4,
         )
         if figures:
-            plt = pyplot()
-            size = min(13.0, 4 + 0.1 * n)
-            fig, ax = plt.subplots(figsize=(size, size))
-            im = ax.imshow(
-                z.numpy(), cmap="RdBu_r" if diverging else "viridis", vmin=lo, vmax=hi, interpolation="nearest"
-            )
-            step = max(1, math.ceil(n / 80))
-            ax.set_xticks(range(0, n, step), labels[::step], rotation=90, fontsize=5)
-            ax.set_yticks(range(0, n, step), labels[::step], fontsize=5)
-            ax.set_title(key, fontsize=10)
-            fig.colorbar(im, ax=ax, fraction=0.04)
-            fig.tight_layout()
-            rep.figure(
-                fig, "simmap_" + key.replace("/", "_").replace(".", "_").replace("+", "_"), embed=False
-            )  # the interactive map above shows the same view
+            _figure(rep, key, z, labels, (lo, hi, diverging))
     return rep
+
+
+def _colour_range(z: torch.Tensor, n: int) -> tuple[float, float, bool]:
+    """The colour range of a map ``z`` [n, n] and whether it is diverging."""
+    # colour range from the 1st-99th percentiles off the diagonal, so a few huge entries (massive
+    # activations) do not wash the map out (the hover shows exact values); diverging only when both
+    # signs occur
+    off = z[~torch.eye(n, dtype=torch.bool)] if n > 1 else z.reshape(-1)
+    off = off[:1_000_000]
+    lo, hi = float(torch.quantile(off, 0.01)), float(torch.quantile(off, 0.99))
+    diverging = lo < 0 < hi
+    if diverging:
+        lo, hi = -max(-lo, hi), max(-lo, hi)
+    if not hi > lo:
+        lo, hi = float(z.min()), float(z.max()) if float(z.max()) > float(z.min()) else float(z.min()) + 1
+    return lo, hi, diverging
+
+
+def _figure(rep: Report, key: str, z: torch.Tensor, labels: list[str], scale: tuple[float, float, bool]) -> None:
+    """The map ``key`` as a PNG figure (not embedded: the interactive map shows the same view), coloured over
+    ``scale`` (lo, hi, diverging)."""
+    lo, hi, diverging = scale
+    n = len(labels)
+    plt = pyplot()
+    size = min(13.0, 4 + 0.1 * n)
+    fig, ax = plt.subplots(figsize=(size, size))
+    im = ax.imshow(z.numpy(), cmap="RdBu_r" if diverging else "viridis", vmin=lo, vmax=hi, interpolation="nearest")
+    step = max(1, math.ceil(n / 80))
+    ax.set_xticks(range(0, n, step), labels[::step], rotation=90, fontsize=5)
+    ax.set_yticks(range(0, n, step), labels[::step], fontsize=5)
+    ax.set_title(key, fontsize=10)
+    fig.colorbar(im, ax=ax, fraction=0.04)
+    fig.tight_layout()
+    rep.figure(
+        fig, "simmap_" + key.replace("/", "_").replace(".", "_").replace("+", "_"), embed=False
+    )  # the interactive map above shows the same view
 
 
 __all__ = ["build", "document", "key"]

@@ -198,8 +198,14 @@ def heldout_markdown(summaries: Sequence[RunSummary]) -> str:
 
 
 def _summary_rows(summaries: Sequence[RunSummary]) -> tuple[list[str], list[list[Any]]]:
-    kf_ = kfold_label(summaries)
-    headers = [
+    """The summary table of every run and metric: its headers and one row per (run, metric)."""
+    rows = [_summary_row(s, metric, m) for s in summaries for metric, m in s.metrics.items()]
+    return _summary_headers(kfold_label(summaries)), rows
+
+
+def _summary_headers(kf_: str) -> list[str]:
+    """The summary table's headers (``kf_``: the k-fold estimate's label)."""
+    return [
         "model",
         "test",
         "shots",
@@ -230,37 +236,35 @@ def _summary_rows(summaries: Sequence[RunSummary]) -> tuple[list[str], list[list
         "paired hi",
         "McNemar p",
     ]
-    rows = []
-    for s in summaries:
-        for metric, m in s.metrics.items():
-            std, kf, d = m.standard, m.kfold, m.distribution
-            rows.append(
-                [
-                    s.model,
-                    s.test,
-                    s.shots,
-                    metric,
-                    s.n_items,
-                    s.n_schemes,
-                    m.baseline,
-                    std and std.acc,
-                    std and std.norm,
-                    m.in_sample.acc,
-                    m.in_sample.norm_score,
-                    m.split_mean,
-                    m.split_mean_norm,
-                    kf.acc,
-                    kf.lo,
-                    kf.hi,
-                    kf.norm,
-                    d.quantiles["q50"],
-                    d.frac_above_chance_ci,
-                    d.expected_above_chance_ci,
-                    d.expected_best_if_all_chance,
-                    *_procedure_cells(m),
-                ]
-            )
-    return headers, rows
+
+
+def _summary_row(s: RunSummary, metric: str, m: MetricSummary) -> list[Any]:
+    """One row of the summary table: run ``s``'s ``metric``."""
+    std, kf, d = m.standard, m.kfold, m.distribution
+    return [
+        s.model,
+        s.test,
+        s.shots,
+        metric,
+        s.n_items,
+        s.n_schemes,
+        m.baseline,
+        std and std.acc,
+        std and std.norm,
+        m.in_sample.acc,
+        m.in_sample.norm_score,
+        m.split_mean,
+        m.split_mean_norm,
+        kf.acc,
+        kf.lo,
+        kf.hi,
+        kf.norm,
+        d.quantiles["q50"],
+        d.frac_above_chance_ci,
+        d.expected_above_chance_ci,
+        d.expected_best_if_all_chance,
+        *_procedure_cells(m),
+    ]
 
 
 def _procedure_cells(m: MetricSummary) -> list[Any]:
