@@ -17,6 +17,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per cor
     torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses the real model (the ``smollm2`` fixture, directly or through another fixture) is marked
+    ``real``, and one that uses the ``chromium`` fixture ``browser``, so that the quick selection
+    (``make quick``) leaves them out even where the test itself forgot the mark."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if "smollm2" in used and item.get_closest_marker("real") is None:
+            item.add_marker(pytest.mark.real)
+        if "chromium" in used and item.get_closest_marker("browser") is None:
+            item.add_marker(pytest.mark.browser)
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The real embedded default model (installed from PyPI, de-quantized once and cached)."""

@@ -21,6 +21,8 @@ from walklens.reports.html import show
 from walklens.testing import tiny_model
 from walklens.walks import labels_for
 
+pytestmark = pytest.mark.browser  # a real headless Chromium
+
 
 def _run(chromium: str, tmp: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from walklens.testing.reach import render_docs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +27,7 @@ def test_an_edited_number_is_caught(tmp_path):
     assert render_docs(edited, RESULTS) != edited.read_text()
 
 
+@pytest.mark.slow
 def test_reach_groups_each_type_and_resumes(tmp_path):
     import json
 

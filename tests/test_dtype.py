@@ -141,6 +141,7 @@ def _cli(code: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_cuda_without_gpu_is_one_line(tiny_dir, tmp_path):
     out = tmp_path / "w.json"
     r = _cli(
@@ -158,6 +159,7 @@ def test_cli_cuda_without_gpu_is_one_line(tiny_dir, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_cli_dtype_runs_and_warns_once(tiny_dir, tmp_path):
     out = tmp_path / "w.json"
     r = _cli(

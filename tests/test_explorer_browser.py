@@ -27,6 +27,7 @@ SHOTS = os.environ.get("WALKLENS_SCREENSHOTS")  # a folder (relative to the repo
 REPO = Path(__file__).resolve().parent.parent
 
 sync_api = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.browser  # Chromium through Playwright
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,7 @@ def one_line(r: subprocess.CompletedProcess[str], what: str, module: str, extra:
     ], r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["starlette", "uvicorn"])
 def test_serve_without_the_serve_extra(module: str, tmp_path: Path) -> None:
     """Before anything is bound or loaded (the model named does not exist)."""
@@ -54,6 +55,7 @@ def test_serve_without_the_serve_extra(module: str, tmp_path: Path) -> None:
     one_line(r, "walklens serve", module, "serve")
 
 
+@pytest.mark.slow
 def test_sweep_on_ray_without_the_ray_extra(tiny_llama_inputs: dict[str, str], tmp_path: Path) -> None:
     r = run_without(
         "ray",
@@ -77,6 +79,7 @@ def test_sweep_on_ray_without_the_ray_extra(tiny_llama_inputs: dict[str, str], t
     assert not (tmp_path / "r.sqlite").exists()
 
 
+@pytest.mark.slow
 def test_experiment_on_ray_without_the_ray_extra(tiny_llama_inputs: dict[str, str], tmp_path: Path) -> None:
     """An experiment file's ``[backend] name = "ray"`` asks for the extra as ``--backend ray`` does."""
     exp = tmp_path / "e.toml"
@@ -89,6 +92,7 @@ def test_experiment_on_ray_without_the_ray_extra(tiny_llama_inputs: dict[str, st
     one_line(r, "the Ray backend", "ray", "ray")
 
 
+@pytest.mark.slow
 def test_parquet_export_without_the_data_extra(tmp_path: Path) -> None:
     from walklens.hellaswag.store import ResultStore
 

@@ -227,6 +227,7 @@ def _fuzz(tmp_path: Path, rel: str, content: bytes | str | None) -> None:
     _check(rel, rc, err, table)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, **FUZZ)
 @given(_tampered_json())
 def test_render_of_a_tampered_json_result_is_a_table_or_one_line(tmp_path: Path, case: Tampered) -> None:

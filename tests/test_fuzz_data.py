@@ -125,6 +125,7 @@ def test_random_bytes_as_the_compressed_stream(workdir, suffix, content):
     _load_or_input_error(p)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, **FUZZ)
 @given(frac=st.floats(min_value=0.0, max_value=1.0, exclude_max=True))
 def test_truncated_bundled_file_is_refused(workdir, bundled_bytes, frac):
@@ -135,6 +136,7 @@ def test_truncated_bundled_file_is_refused(workdir, bundled_bytes, frac):
         load_hellaswag(p, limit=2)
 
 
+@pytest.mark.slow
 @settings(max_examples=8, **FUZZ)
 @given(pos=st.integers(min_value=0), byte=st.integers(min_value=0, max_value=255))
 def test_corrupted_bundled_file_loads_or_raises(workdir, bundled_bytes, pos, byte):
@@ -308,6 +310,7 @@ def test_cli_bad_data_is_one_line_and_exit_2(workdir, no_model_load, suffix, con
     assert out.getvalue() == ""
 
 
+@pytest.mark.slow
 def test_cli_subprocess_truncated_bundled_file(tmp_path, bundled_bytes):
     """The installed entry point, in a fresh process: a truncated copy of the bundled file."""
     p = tmp_path / "cut.txt.bz2"

@@ -157,6 +157,7 @@ def tampered_entries(draw: st.DrawFn, entry: bytes) -> bytes:
     return draw(st.binary(max_size=200))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["smollm3", "arcee"])
 def test_fuzz_tampered_cache_entries(family, models, fresh, tmp_path, capfd):
     reference = _reference(models[family], tmp_path, capfd)
@@ -187,6 +188,7 @@ def test_fuzz_tampered_cache_entries(family, models, fresh, tmp_path, capfd):
 # ---- config.json and the shard index -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["llama", "arcee", "gpt2"])
 def test_fuzz_tampered_config(family, models, fresh, tmp_path, capfd):
     reference = _reference(models[family], tmp_path, capfd)
@@ -240,6 +242,7 @@ def tampered_indexes(draw: st.DrawFn, index: dict[str, Any], shards: list[str]) 
     return text[: draw(st.integers(0, len(text) - 1))] if how == "cut" else text
 
 
+@pytest.mark.slow
 def test_fuzz_tampered_shard_index(models, fresh, tmp_path, capfd):
     reference = _reference(models["sharded"], tmp_path, capfd)
     index = json.loads((models["sharded"] / "model.safetensors.index.json").read_text())

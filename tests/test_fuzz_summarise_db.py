@@ -108,6 +108,7 @@ def _one_line_naming_the_cell(e: InputError, changes: Any) -> None:
     assert WHERE.search(msg), (changes, msg)
 
 
+@pytest.mark.slow
 def test_the_hostile_values_one_by_one(template: bytes, tmp_path: Path) -> None:
     """Each hostile value in each cell it could be mistaken for: frames or one line naming the cell."""
     from walklens.database import summarise_db

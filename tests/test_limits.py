@@ -168,6 +168,7 @@ def test_walk_default_narrows_to_residual_points_with_a_note(tiny, tmp_path, cap
     assert code == 2 and "--max-work" in one_error(err) and not js.exists()
 
 
+@pytest.mark.slow
 def test_simmap_report_shows_block_means_json_every_value(long, tmp_path, capsys):
     T = 1200
     b = L.block_size(T, T)

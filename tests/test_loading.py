@@ -70,6 +70,7 @@ def test_gguf_is_cached_as_safetensors(smollm2):
     assert "quantization_config" not in (path / "config.json").read_text()
 
 
+@pytest.mark.slow
 def test_cli_missing_package_one_line(tmp_path):
     code = (
         "import sys, importlib.util as u; real = u.find_spec; "
@@ -206,6 +207,7 @@ def test_unreachable_hub_is_one_line_without_retries(monkeypatch, capfd):
     ]
 
 
+@pytest.mark.slow
 def test_cached_hub_id_loads_without_the_network(tiny_dir, tmp_path):
     """A hub id in the local cache loads from it, never trying the (unreachable) hub first."""
     import shutil

@@ -137,6 +137,7 @@ def test_a_tampered_entry_is_derived_again(how, derived_dir, cache, reference, t
     assert code == 0 and err == [] and (tmp_path / "again.json").read_bytes() == reference["numbers"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "folder"])
 def test_an_entry_that_is_no_regular_file_is_never_read(kind, derived_dir, cache, reference, tmp_path):
     """A link to /dev/zero used to be read until the process was killed, a FIFO hung: neither is read."""

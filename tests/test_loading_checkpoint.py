@@ -66,6 +66,7 @@ def _one_line(argv: list[str], capfd: pytest.CaptureFixture[str]) -> str:
 # ---- the config against the weights ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family,command", [("arcee", "walk"), ("llama", "verify"), ("gpt2", "walk")])
 def test_a_billion_layers_are_refused_at_once(family, command, saved, tmp_path):
     """A derived family, or an adapter family under verify, used to build for over 90 s."""

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 sync_api = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.browser  # Chromium through Playwright
 
 MARKUP = '<img src=x onerror="alert(1)">'
 

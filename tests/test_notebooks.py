@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 # the notebooks load the real default model (smollm2-135m) and take about a minute
-pytestmark = [pytest.mark.notebooks, pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.notebooks, pytest.mark.real, pytest.mark.slow, pytest.mark.browser]
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"

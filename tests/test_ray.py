@@ -26,7 +26,7 @@ from walklens.experiments.sweep import SweepSpec
 from walklens.hellaswag.store import SweepStore
 from walklens.testing.faults import CrashOnce
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 ROOT = Path(__file__).resolve().parents[1]
 _W = (

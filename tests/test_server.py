@@ -410,6 +410,7 @@ def test_cli_refuses_in_one_line(args, message, capsys, tmp_path, monkeypatch):
     assert out == "" and err.count("\n") == 1 and err.startswith("walklens: error: ") and message in err, err
 
 
+@pytest.mark.slow
 def test_cli_serves_and_prints_one_url(saved_model, db):
     folder = saved_model(tiny_model("llama"))
     proc = subprocess.Popen(

@@ -164,6 +164,7 @@ def test_streamed_statistics_equal_the_dense_ones(
         }
 
 
+@pytest.mark.slow
 def test_report_on_full_width_store_has_bounded_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """20,000 schemes x 10,042 items (the dense matrix: 200 MB of predictions and 200 MB of booleans): the
     streamed statistics stay within a fraction of that, over many chunks, and are exact (every scheme's hit

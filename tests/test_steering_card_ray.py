@@ -24,7 +24,7 @@ from walklens.reports.steercard import document
 from walklens.steeringcard import steering_card
 from walklens.steeringcard.store import CardStore
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 KW: dict[str, Any] = {"layers": [1], "doses": [1.0], "methods": ["add", "eigen"], "max_new_tokens": 3, "n_boot": 100}
 KILL_AT = 5  # units stored before the driver stops

@@ -331,6 +331,7 @@ def _sample(schemes: list, k: int, seed: int = 0) -> list:
     return [schemes[i] for i in sorted(idx)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family,shots,layers", [("llama", 2, ("E", "-1")), ("gemma3", 0, ("E", "0", "-1"))])
 def test_test2_sweep_matches_single_scheme_runner(
     tmp_path: Path, family: str, shots: int, layers: tuple[str, ...]

@@ -36,6 +36,7 @@ def _two_node() -> object:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_the_two_node_cluster_starts_and_stops(tmp_path: Path) -> None:
     """The script's :class:`Cluster` starts a head (with the Ray Client server) and a second node, then stops
     every process of its own (bounded: each ``ray start`` has 300 s)."""

@@ -143,6 +143,7 @@ def test_cli_refuses_a_surrogate_text_argument(argv: list[str], capfd: Any, tiny
     assert err[0] == "walklens: error: the text holds a lone surrogate at character 4; walklens reads UTF-8 text", err
 
 
+@pytest.mark.slow
 def test_cli_refuses_undecodable_bytes_in_argv(tiny_llama_inputs: dict[str, str]) -> None:
     """The real path: a process started with the bytes 0xff in its text argument."""
     exe = [sys.executable, "-m", "walklens", "walk"]

@@ -48,6 +48,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="walklens", description="See a transformer as movement through embedding space.")
     parser.add_argument("--version", action="version", version=f"walklens {__version__}")
+    _threads_option(parser, None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     modules = command_modules()
     groups = {}  # command name -> its sub-parsers, for the register_<command> hooks
@@ -60,7 +61,34 @@ def build_parser() -> argparse.ArgumentParser:
             hook = getattr(module, f"register_{name}", None)
             if hook is not None:
                 hook(group)
+    for command in dict.fromkeys(_below(parser)):  # `walklens --threads 1 walk ...` = `walklens walk ... --threads 1`
+        _threads_option(command, argparse.SUPPRESS)
     return parser
+
+
+def _threads_option(parser: argparse.ArgumentParser, default: Any) -> None:
+    """``--threads N``; ``default``: ``None`` on the top parser, ``SUPPRESS`` on the commands, so that a count given
+    before the command is kept and one given after it wins."""
+    from ..threads import THREADS
+
+    parser.add_argument(
+        "--threads",
+        type=THREADS.arg(),
+        default=default,
+        metavar="N",
+        help="CPU threads torch runs (default: torch's own count: OMP_NUM_THREADS when set, else the cores torch "
+        "sees; never lowered by walklens on its own)",
+    )
+
+
+def _below(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every sub-command parser under ``parser``, at any depth (``hellaswag`` and ``hellaswag test1``)."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # an alias maps to the same parser
+                found += [child, *_below(child)]
+    return found
 
 
 @functools.cache
@@ -94,16 +122,17 @@ def _one_line(show: Any) -> Any:
     return shown
 
 
-def _threads_from_free_cores() -> None:
-    """Run on the cores no other process is using now (:func:`walklens.threads.choose_threads`): threads that
-    wait on a busy core stall every operation."""
-    import torch
+def _threads(chosen: int | None) -> None:
+    """Run torch on ``--threads`` when given, else on its own count, whatever else the machine runs
+    (:mod:`walklens.threads`).  On a terminal, when the count was not chosen (neither ``--threads`` nor
+    ``OMP_NUM_THREADS``) and other processes hold cores it needs, one line says so; nothing is changed."""
+    from ..threads import busy_note, set_threads
 
-    from ..threads import choose_threads
-
-    n = choose_threads(torch.get_num_threads())
-    if n != torch.get_num_threads():
-        torch.set_num_threads(n)
+    n = set_threads(chosen)
+    if chosen is None and not os.environ.get("OMP_NUM_THREADS") and sys.stderr.isatty():
+        note = busy_note(n)
+        if note:
+            sys.stderr.write(f"walklens: note: {note}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    _threads_from_free_cores()
+    _threads(args.threads)
     try:
         with warnings.catch_warnings(), one_command():  # the inputs this command reads: never overwritten
             warnings.showwarning = _one_line(warnings.showwarning)
