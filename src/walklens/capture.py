@@ -270,6 +270,59 @@ def _record_dtype(lm: LoadedModel, dtype: torch.dtype | None) -> torch.dtype:
     return dtype
 
 
+def _forward_inputs(
+    lm: LoadedModel, ids: torch.Tensor, decoder_text: str | None, truncate: bool
+) -> tuple[dict[str, Any], torch.Tensor | None]:
+    """The keyword arguments of the one forward pass over ``ids``, and the decoder's input ids of an
+    encoder-decoder model (``decoder_text``, default the text shifted right as in training; else None)."""
+    model = lm.model
+    kwargs: dict[str, Any] = {"input_ids": ids}
+    dec_ids = None
+    if lm.is_encoder_decoder:
+        dec_ids = (
+            tokenize(lm, decoder_text, truncate=truncate).to(lm.device)
+            if decoder_text is not None
+            else model._shift_right(ids)  # type: ignore[operator]  # T5's own method; nn.Module types it a Tensor
+        )
+        kwargs["decoder_input_ids"] = dec_ids
+    if not lm.is_masked:
+        kwargs["use_cache"] = False
+    return kwargs, dec_ids
+
+
+def _traces(
+    lm: LoadedModel, rec: _Recorder, ids: torch.Tensor, dec_ids: torch.Tensor | None, n_layers: int
+) -> list[Trace]:
+    """One :class:`Trace` per stack of what ``rec`` recorded (T5: the encoder's, then the decoder's)."""
+    adapter = lm.adapter
+    traces: list[Trace] = []
+    model_dtype = lm.dtype
+    for spec in adapter.stacks:
+        s = spec.name
+        stack_points = rec.names[s]
+        st = rec.attn_store
+        att = {f"L{l}.{k}": w for k in ("attn", "cross") for l, w in enumerate(st.get((s, k), []))}
+        ain = {f"L{l}.{k}": x for k in ("attn", "cross") for l, x in enumerate(st.get((s, k + ".in"), []))}
+        stack_ids = (dec_ids if s == "dec" and dec_ids is not None else ids)[0].cpu()
+        traces.append(
+            Trace(
+                tokens=lm.token_strings(stack_ids.tolist()),
+                token_ids=stack_ids,
+                points=stack_points,
+                hidden=rec.hidden[s][:, 0],
+                model_name=lm.name,
+                family=adapter.family,
+                stack=s,
+                n_layers=n_layers,
+                attentions=att,
+                attn_inputs=ain,
+                lm=lm,
+                model_dtype=dtype_name(model_dtype),
+            )
+        )
+    return traces
+
+
 @torch.no_grad()
 def capture(
     lm: LoadedModel,
@@ -304,47 +357,13 @@ def capture(
         every = point_names(spec, residual, n_layers)
         rec.add_stack(spec.name, tl_select(lm, every, points) if tl else _select(every, points))
 
-    kwargs: dict[str, Any] = {"input_ids": ids}
-    dec_ids = None
-    if lm.is_encoder_decoder:
-        dec_ids = (
-            tokenize(lm, decoder_text, truncate=truncate).to(lm.device)
-            if decoder_text is not None
-            else model._shift_right(ids)  # type: ignore[operator]  # T5's own method; nn.Module types it a Tensor
-        )
-        kwargs["decoder_input_ids"] = dec_ids
-    if not lm.is_masked:
-        kwargs["use_cache"] = False
+    kwargs, dec_ids = _forward_inputs(lm, ids, decoder_text, truncate)
     with Hooks() as hooks:
         _register(rec, hooks, lm, adapter.stacks, attentions, n_layers)
         model(**kwargs)
     _check_written(rec)
 
-    traces: list[Trace] = []
-    model_dtype = lm.dtype
-    for spec in adapter.stacks:
-        s = spec.name
-        stack_points = rec.names[s]
-        st = rec.attn_store
-        att = {f"L{l}.{k}": w for k in ("attn", "cross") for l, w in enumerate(st.get((s, k), []))}
-        ain = {f"L{l}.{k}": x for k in ("attn", "cross") for l, x in enumerate(st.get((s, k + ".in"), []))}
-        stack_ids = (dec_ids if s == "dec" and dec_ids is not None else ids)[0].cpu()
-        traces.append(
-            Trace(
-                tokens=lm.token_strings(stack_ids.tolist()),
-                token_ids=stack_ids,
-                points=stack_points,
-                hidden=rec.hidden[s][:, 0],
-                model_name=lm.name,
-                family=adapter.family,
-                stack=s,
-                n_layers=n_layers,
-                attentions=att,
-                attn_inputs=ain,
-                lm=lm,
-                model_dtype=dtype_name(model_dtype),
-            )
-        )
+    traces = _traces(lm, rec, ids, dec_ids, n_layers)
     main = traces[-1]
     if len(traces) > 1:
         main.encoder = traces[0]
