@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,21 +118,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..compaction.explain import explain
     from ..concepts.cache import ConceptCache
-    from ..concepts.schemes import Scheme
 
-    text = read_text(args.text)
-    if not text.strip():
-        raise InputError("the text to compact is empty")
-    if args.continuation is not None and args.holdout is not None:
-        raise InputError("give --continuation or --holdout, not both")
-    scheme = None if args.scheme == "standard" else Scheme.parse(args.scheme)
-    if scheme is not None:
-        scheme.validate(1, "decoder")
-    if args.bounds == "scheme" and (args.budget is not None or args.ratio is not None or args.method != "concept"):
-        raise InputError("--bounds scheme cuts where the scheme's encoding does: no --budget/--ratio, method concept")
-    ratio = args.ratio if args.budget is None and args.bounds != "scheme" else None
-    if ratio is None and args.budget is None and args.bounds != "scheme":
-        ratio = 4.0
+    text, scheme, ratio = _explain_options(args)
     check_outputs(args)
     lm = load(args)
     cache = ConceptCache(args.cache) if args.cache else None
@@ -156,33 +144,56 @@ def run(args: argparse.Namespace) -> int:
             cache.close()
     _print(rep, args)
     if args.json:
-        c = rep.compacted
-        write_json(
-            args.json,
-            {
-                "model": lm.name,
-                "method": c.method,
-                "bounds": c.bounds,
-                "scheme": c.scheme,
-                "k": c.k,
-                "tokens": len(c.token_ids),
-                "compacted_tokens": c.n_compacted,
-                "recent": len(c.tail_ids),
-                "ratio": c.ratio,
-                "vectors": [
-                    {"span": list(s), "segment": t, "nearest": [list(n) for n in nb]}
-                    for s, t, nb in zip(c.spans, c.segments, rep.neighbours)
-                ],
-                "continuation": rep.continuation,
-                "continuation_tokens": len(rep.continuation_ids),
-                "full": rep.full,
-                "compacted": rep.compact,
-                "delta_per_token": rep.delta_per_token,
-                "metric": rep.metric,
-                "vector_values": c.vectors,
-            },
-        )
+        write_json(args.json, _explain_document(lm.name, rep))
     return 0
+
+
+def _explain_options(args: argparse.Namespace) -> tuple[str, Any, float | None]:
+    """The text to compact, the scheme (None: the standard one) and the ratio (None: a budget or the scheme's
+    own bounds), each checked before the model loads."""
+    from ..concepts.schemes import Scheme
+
+    text = read_text(args.text)
+    if not text.strip():
+        raise InputError("the text to compact is empty")
+    if args.continuation is not None and args.holdout is not None:
+        raise InputError("give --continuation or --holdout, not both")
+    scheme = None if args.scheme == "standard" else Scheme.parse(args.scheme)
+    if scheme is not None:
+        scheme.validate(1, "decoder")
+    if args.bounds == "scheme" and (args.budget is not None or args.ratio is not None or args.method != "concept"):
+        raise InputError("--bounds scheme cuts where the scheme's encoding does: no --budget/--ratio, method concept")
+    ratio = args.ratio if args.budget is None and args.bounds != "scheme" else None
+    if ratio is None and args.budget is None and args.bounds != "scheme":
+        ratio = 4.0
+    return text, scheme, ratio
+
+
+def _explain_document(model: str, rep: Any) -> dict[str, Any]:
+    """The ``--json`` document: the vectors' spans, segments and nearest tokens, the scores, the vectors."""
+    c = rep.compacted
+    return {
+        "model": model,
+        "method": c.method,
+        "bounds": c.bounds,
+        "scheme": c.scheme,
+        "k": c.k,
+        "tokens": len(c.token_ids),
+        "compacted_tokens": c.n_compacted,
+        "recent": len(c.tail_ids),
+        "ratio": c.ratio,
+        "vectors": [
+            {"span": list(s), "segment": t, "nearest": [list(n) for n in nb]}
+            for s, t, nb in zip(c.spans, c.segments, rep.neighbours)
+        ],
+        "continuation": rep.continuation,
+        "continuation_tokens": len(rep.continuation_ids),
+        "full": rep.full,
+        "compacted": rep.compact,
+        "delta_per_token": rep.delta_per_token,
+        "metric": rep.metric,
+        "vector_values": c.vectors,
+    }
 
 
 def _print(rep: Any, args: argparse.Namespace) -> None:
@@ -303,28 +314,18 @@ def run_curves(args: argparse.Namespace) -> int:
     from ..experiments.curves import CurveGrid
     from ..experiments.curves import run_curves as curves
     from ..experiments.runsetup import RunSetup
-    from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
+    from ..hellaswag.data import data_id
     from ..hellaswag.store import ResultStore
-    from ..outputs import make_dir, write_atomic
+    from ..outputs import make_dir
     from ..reports.compaction import build
 
     shots, whats, strategies, ratios, candidates = _curve_options(args)
     check_outputs(args)
     db = check_db(args.db)
     out_dir = make_dir(args.out, "--out")
-    everything = load_hellaswag(args.data)
-    if args.limit + args.tune > len(everything):
-        raise InputError(f"--limit {args.limit} + --tune {args.tune} exceeds the {len(everything)} items")
-    items = everything[: args.limit]
-    tune_items = everything[len(everything) - args.tune :] if args.tune else []
-    pool = fewshot_pool(args.data, everything, max(shots), None)
+    items, tune_items, pool = _curve_items(args, max(shots))
     lm = load(args)
-    timings_path = out_dir / "timings.json"
-    timings = _read_timings(timings_path) if timings_path.exists() else {}
-
-    def save_timings(t: dict[str, dict[str, float]]) -> None:
-        write_atomic(timings_path, json.dumps(t, indent=1), replaces_input=True)  # its own resume file
-
+    timings, save_timings = _timings(out_dir / "timings.json")
     cache = ConceptCache(args.cache) if args.cache else None
     con = console(args, stderr=True)
     try:
@@ -364,6 +365,35 @@ def run_curves(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, result)
     return 0
+
+
+def _curve_items(args: argparse.Namespace, shots: int) -> tuple[list[Any], list[Any], Any]:
+    """The items scored (the first --limit), the items the strategies are tuned on (the last --tune) and the
+    few-shot pool of ``shots`` examples at most."""
+    from ..hellaswag.data import fewshot_pool, load_hellaswag
+
+    everything = load_hellaswag(args.data)
+    if args.limit + args.tune > len(everything):
+        raise InputError(f"--limit {args.limit} + --tune {args.tune} exceeds the {len(everything)} items")
+    items = everything[: args.limit]
+    tune_items = everything[len(everything) - args.tune :] if args.tune else []
+    pool = fewshot_pool(args.data, everything, shots, None)
+    return items, tune_items, pool
+
+
+def _timings(
+    path: Path,
+) -> tuple[dict[str, dict[str, float]], Callable[[dict[str, dict[str, float]]], None]]:
+    """The curves' timings read back from their resume file ``path`` (none yet: empty), and the function that
+    saves them there."""
+    from ..outputs import write_atomic
+
+    timings = _read_timings(path) if path.exists() else {}
+
+    def save_timings(t: dict[str, dict[str, float]]) -> None:
+        write_atomic(path, json.dumps(t, indent=1), replaces_input=True)  # its own resume file
+
+    return timings, save_timings
 
 
 def _read_timings(path: Path) -> dict[str, dict[str, float]]:

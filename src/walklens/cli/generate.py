@@ -99,8 +99,18 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.json:
         write_json(args.json, generate_report.document(dw, lm.name))
+    _print(args, lm.name, prompt, target, dw)
+    if args.out:
+        path = generate_report.build(dw, title=f"Decoding walk — {lm.name}").save(args.out)
+        written(path)
+    return 0
+
+
+def _print(args: argparse.Namespace, model: str, prompt: str, target: str | None, dw: Any) -> None:
+    """The walk on the terminal: one row per step (the token, its P and rank, whether it stays on the target path
+    or is the greedy pick, |d_t|, the step, the nearest tokens), the output, and where it leaves the path."""
     con = console(args)
-    title = f"{lm.name}: decoding walk of {prompt[-60:]!r}" + (" (teacher-forced target)" if target else "")
+    title = f"{model}: decoding walk of {prompt[-60:]!r}" + (" (teacher-forced target)" if target else "")
     cols = [
         Col("step", justify="right"),
         Col("token"),
@@ -141,7 +151,3 @@ def run(args: argparse.Namespace) -> int:
             if dw.left_path_at < 0
             else f"the walk leaves the target path at step {dw.left_path_at}",
         )
-    if args.out:
-        path = generate_report.build(dw, title=f"Decoding walk — {lm.name}").save(args.out)
-        written(path)
-    return 0

@@ -285,7 +285,7 @@ def _plan_heads(lm: Any, text: str, args: argparse.Namespace, maps: list[int] | 
 
 
 def run_heads(args: argparse.Namespace) -> int:
-    from ..attention import attention_identity, cluster_view, head_matrices, head_stats, self_mass
+    from ..attention import attention_identity, cluster_view, head_matrices, head_stats
 
     lm = load(args)
     text = read_text(args.text)
@@ -293,11 +293,7 @@ def run_heads(args: argparse.Namespace) -> int:
     if not -n <= args.layer < n:
         raise InputError(f"--layer {args.layer} out of range: the model has {n} layers")
     maps = _layers(args.maps, n)
-    stack = args.stack or lm.adapter.stacks[-1].name
-    if stack not in [s.name for s in lm.adapter.stacks]:
-        raise InputError(f"{lm.name} has no stack {stack!r}; stacks: {[s.name for s in lm.adapter.stacks]}")
-    if args.cross and not lm.adapter.stack(stack).cross_attn:
-        raise InputError(f"{lm.name} has no cross-attention in stack {stack!r}")
+    stack = _stack(lm, args)
     b, map_layers, T = _plan_heads(lm, text, args, maps)
     if not -T <= args.position < T:  # before the forward pass
         raise InputError(f"--position {args.position} out of range for {T} tokens")
@@ -314,16 +310,7 @@ def run_heads(args: argparse.Namespace) -> int:
     if not -len(tr.tokens) <= args.position < len(tr.tokens):
         raise InputError(f"--position {args.position} out of range for {len(tr.tokens)} tokens")
     views = [cluster_view(tr, hm, h, args.position) for h in range(hm.n_heads)]
-    masses = {
-        (s.name or "model") + (", position 0 removed" if sink else ""): self_mass(
-            trace.encoder if (s is not lm.adapter.stacks[-1] and trace.encoder is not None) else trace,
-            causal=s.causal,
-            sink=sink,
-        )
-        for sink in (False, True)
-        for s in lm.adapter.stacks
-        if not sink or len(tr.tokens) >= 3
-    }
+    masses = _self_masses(lm, trace, len(tr.tokens))
     stats = {s.name or "model": head_stats(lm, s.name) for s in lm.adapter.stacks}
     _print_heads(lm.name, ident, views, tr.tokens, hm.layer, masses, args)
     if args.json:
@@ -347,6 +334,33 @@ def run_heads(args: argparse.Namespace) -> int:
         )
         say(console(args), f"report: {rep.save(args.out)}")
     return 0
+
+
+def _stack(lm: Any, args: argparse.Namespace) -> str:
+    """The stack --stack names (default: the last), checked to exist and, with --cross, to have cross-attention."""
+    stack: str = args.stack or lm.adapter.stacks[-1].name
+    if stack not in [s.name for s in lm.adapter.stacks]:
+        raise InputError(f"{lm.name} has no stack {stack!r}; stacks: {[s.name for s in lm.adapter.stacks]}")
+    if args.cross and not lm.adapter.stack(stack).cross_attn:
+        raise InputError(f"{lm.name} has no cross-attention in stack {stack!r}")
+    return stack
+
+
+def _self_masses(lm: Any, trace: Any, n_tokens: int) -> dict[str, Any]:
+    """The self-attention mass of every stack, and with the attention-sink control (position 0 removed) where the
+    stack read has at least 3 tokens (``n_tokens``)."""
+    from ..attention import self_mass
+
+    return {
+        (s.name or "model") + (", position 0 removed" if sink else ""): self_mass(
+            trace.encoder if (s is not lm.adapter.stacks[-1] and trace.encoder is not None) else trace,
+            causal=s.causal,
+            sink=sink,
+        )
+        for sink in (False, True)
+        for s in lm.adapter.stacks
+        if not sink or n_tokens >= 3
+    }
 
 
 def _print_heads(

@@ -131,7 +131,6 @@ def run_concept_eval(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from ..concepts.schemes import Scheme
-    from ..experiments.runner import baseline_scorer, normalised, run_test, scorer
     from ..experiments.runsetup import RunSetup
     from ..hellaswag.data import data_id
     from ..hellaswag.encode import arch_of
@@ -162,27 +161,50 @@ def run(args: argparse.Namespace) -> int:
             cache=cache,
             progress=not args.no_progress,
         )
-        if arch_of(lm) == "encoder" and args.test != "baseline":
-            base = None  # a masked LM has no HellaSwag likelihood baseline: Test 2 is reported unnormalised
-        else:
-            base = run_test(lm, items, baseline_scorer(), setup, desc=f"{lm.name} baseline")
-        if spec is not None:
-            from ..experiments.compaction import compact_run
-
-            summ = compact_run(lm, items, spec, setup)
-        else:
-            if args.test == "baseline":
-                assert base is not None  # only an encoder's base is None, and only off the baseline test
-                summ = base
-            else:
-                summ = run_test(lm, items, scorer(lm, args.test, scheme), setup, desc=f"{lm.name} {args.test}")
+        summ, base = _scored(lm, items, args, spec, scheme, setup)
     finally:
         if store is not None:
             store.close()
         if cache is not None:
             cache.close()
-    out = {
-        "model": lm.name,
+    out = _document(args, lm.name, did, spec, scheme, summ, base, store)
+    _print(out, args)
+    if args.json:
+        write_json(args.json, out)
+    return 0
+
+
+def _scored(lm: Any, items: list[Any], args: argparse.Namespace, spec: Any, scheme: Any, setup: Any) -> tuple[Any, Any]:
+    """The run of ``args.test`` (or of the compacted context ``spec``) over ``items`` and the baseline beside it
+    (None for a masked LM off the baseline test: it has no HellaSwag likelihood baseline)."""
+    from ..experiments.runner import baseline_scorer, run_test, scorer
+    from ..hellaswag.encode import arch_of
+
+    if arch_of(lm) == "encoder" and args.test != "baseline":
+        base = None  # a masked LM has no HellaSwag likelihood baseline: Test 2 is reported unnormalised
+    else:
+        base = run_test(lm, items, baseline_scorer(), setup, desc=f"{lm.name} baseline")
+    if spec is not None:
+        from ..experiments.compaction import compact_run
+
+        summ = compact_run(lm, items, spec, setup)
+    else:
+        if args.test == "baseline":
+            assert base is not None  # only an encoder's base is None, and only off the baseline test
+            summ = base
+        else:
+            summ = run_test(lm, items, scorer(lm, args.test, scheme), setup, desc=f"{lm.name} {args.test}")
+    return summ, base
+
+
+def _document(
+    args: argparse.Namespace, model: str, did: str, spec: Any, scheme: Any, summ: Any, base: Any, store: Any
+) -> dict[str, Any]:
+    """The run's document (its ``--json``): the accuracies, the baseline's, the normalised scores, the picks."""
+    from ..experiments.runner import normalised
+
+    return {
+        "model": model,
         "data": did,
         "split": summ.key.split,
         "shots": args.shots,
@@ -203,10 +225,6 @@ def run(args: argparse.Namespace) -> int:
         "skip": args.skip,
         **_per_item(summ, base),
     }
-    _print(out, args)
-    if args.json:
-        write_json(args.json, out)
-    return 0
 
 
 def _items(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:

@@ -45,6 +45,12 @@ a card runs for an hour or more and resumes) and --max-memory."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _register_power(sub)
+    _register_steer(sub)
+
+
+def _register_power(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``walklens power``: spectra, alignment through depth, the idealised dynamics and shared weights."""
     p = sub.add_parser(
         "power",
         help="power-method view: spectra of W_V W_O, alignment through depth, shared weights",
@@ -73,6 +79,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_limit_args(p)
     p.set_defaults(func=run_power)
 
+
+def _register_steer(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``walklens steer``: eigen-steering next to activation addition, or the steering card (--card)."""
     s = sub.add_parser(
         "steer",
         help="eigen-steering (rank-one W_O edit) next to activation addition",
@@ -238,6 +247,26 @@ def run_power(args: argparse.Namespace) -> int:
             lm, texts, layer=k, n_layers=args.shared_depth, skip_first=args.skip_first, seed=args.seed, progress=True
         )
 
+    con = console(args)
+    _print_layers(con, lm.name, spectra, al)
+    say(con, power_report.band_counts(al))
+    if sw is not None:
+        say(
+            con,
+            f"shared weights: layer {sw.layer} x {sw.n_layers}: rate |λ2/λ1| = {sw.rate:.3f} "
+            f"(I+F: {sw.rate_residual:.4f}); alignment {sw.measured[0]:.3f} -> {sw.measured[-1]:.3f} "
+            f"(power method {sw.power[-1]:.3f}, analytic {sw.predicted[-1]:.3f}, random {sw.random_mean:.3f})",
+        )
+    if args.json:
+        write_json(args.json, power_report.document(spectra, al, dyn, sw, texts))
+    if args.out:
+        say(con, f"report: {power_report.build(spectra, al, dyn, sw).save(args.out)}")
+    return 0
+
+
+def _print_layers(con: Any, model: str, spectra: Any, al: Any) -> None:
+    """One row per layer: lambda1 of F = W_V W_O and its gap, the alignment at the layer's output next to the
+    random and other-layer baselines, and the tokens nearest v1."""
     rows = []
     for s in spectra.layers:
         i = al.points.index(f"L{s.layer}.resid_post")
@@ -254,10 +283,9 @@ def run_power(args: argparse.Namespace) -> int:
                 escape(" ".join(repr(t) for t in s.nearest[:4])),
             ]
         )
-    con = console(args)
     print_table(
         con,
-        f"{lm.name}: F = W_V W_O per layer (seed 002); alignment = mean |cos(x, v1)| at the layer output",
+        f"{model}: F = W_V W_O per layer (seed 002); alignment = mean |cos(x, v1)| at the layer output",
         [
             Col("layer", justify="right"),
             "|λ1|",
@@ -271,19 +299,6 @@ def run_power(args: argparse.Namespace) -> int:
         rows,
         short="F per layer",
     )
-    say(con, power_report.band_counts(al))
-    if sw is not None:
-        say(
-            con,
-            f"shared weights: layer {sw.layer} x {sw.n_layers}: rate |λ2/λ1| = {sw.rate:.3f} "
-            f"(I+F: {sw.rate_residual:.4f}); alignment {sw.measured[0]:.3f} -> {sw.measured[-1]:.3f} "
-            f"(power method {sw.power[-1]:.3f}, analytic {sw.predicted[-1]:.3f}, random {sw.random_mean:.3f})",
-        )
-    if args.json:
-        write_json(args.json, power_report.document(spectra, al, dyn, sw, texts))
-    if args.out:
-        say(con, f"report: {power_report.build(spectra, al, dyn, sw).save(args.out)}")
-    return 0
 
 
 def _mean(values: Iterable[float | int | None]) -> float:

@@ -67,22 +67,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check every input (options, grid, output paths, database, data) before the model loads; then the grid's
     layers against the model, then the sweep."""
-    from ..concepts.cache import open_cache
-    from ..concepts.schemes import canonical_layer, resolve_layer
-    from ..experiments.grid import DEFAULT_LAYERS, GridSpec
-    from ..experiments.runsetup import RunSetup
-    from ..experiments.sweep import SweepSpec, run_sweep
-    from ..hellaswag.data import data_id, fewshot_pool, load_hellaswag
+    from ..concepts.schemes import resolve_layer
+    from ..experiments.grid import GridSpec
+    from ..hellaswag.data import fewshot_pool, load_hellaswag
     from ..hellaswag.encode import arch_of
-    from ..hellaswag.store import ResultStore
 
     check_outputs(args)
-    layers = DEFAULT_LAYERS
-    if args.layers:
-        layers = tuple(canonical_layer(x) for x in args.layers.split(",") if x.strip())
-        if not layers:
-            raise InputError("--layers is empty")
-    chosen = layers if args.layers else None
+    chosen = _chosen_layers(args)
     GridSpec.resolve(args.grid, args.test, "decoder", chosen)  # a bad grid fails before anything loads
     backend = backend_from_args(args)  # local, or Ray actors (docs/scale.md)
     items: Any = None
@@ -116,6 +107,36 @@ def run(args: argparse.Namespace) -> int:
     if not schemes:
         raise InputError("the grid holds no valid scheme")
     t0 = time.perf_counter()
+    out = _sweep(args, lm, items, pool, db, schemes, backend)
+    wall = time.perf_counter() - t0
+    _print_done(con, out, wall, db)
+    if args.json:
+        _write_result(args, lm, items, out, refused, wall, db)
+    return 0
+
+
+def _chosen_layers(args: argparse.Namespace) -> tuple[Any, ...] | None:
+    """The layers --layers chooses, each in its canonical form (None without the option: the grid's own)."""
+    from ..concepts.schemes import canonical_layer
+    from ..experiments.grid import DEFAULT_LAYERS
+
+    layers = DEFAULT_LAYERS
+    if args.layers:
+        layers = tuple(canonical_layer(x) for x in args.layers.split(",") if x.strip())
+        if not layers:
+            raise InputError("--layers is empty")
+    return layers if args.layers else None
+
+
+def _sweep(args: argparse.Namespace, lm: Any, items: Any, pool: Any, db: Path, schemes: list[Any], backend: Any) -> Any:
+    """The sweep of ``schemes`` over ``items`` on the backend's workers, stored in the database ``db`` (the
+    concept cache --cache kept open meanwhile)."""
+    from ..concepts.cache import open_cache
+    from ..experiments.runsetup import RunSetup
+    from ..experiments.sweep import SweepSpec, run_sweep
+    from ..hellaswag.data import data_id
+    from ..hellaswag.store import ResultStore
+
     cache = open_cache(args.cache)
     try:
         with ResultStore(db) as store, backend.workers(lm) as workers:
@@ -139,11 +160,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if cache is not None:
             cache.close()
-    wall = time.perf_counter() - t0
-    _print_done(con, out, wall, db)
-    if args.json:
-        _write_result(args, lm, items, out, refused, wall, db)
-    return 0
+    return out
 
 
 def _print_done(con: Any, out: Any, wall: float, db: Any) -> None:

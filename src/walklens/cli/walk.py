@@ -133,12 +133,27 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: Any) -> tuple[An
 
 
 def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str, args: argparse.Namespace) -> None:
+    """The walk on the terminal: the nearest token of each position at each layer, and per position the rank and
+    P of w_t+1 and its escape points in every reading."""
     con = console(args)
     main_key = "final" if "final" in walks else next(iter(walks))
     w = walks[main_key]
     T = len(w.tokens)
     n = min(T, MAX_TERMINAL_COLS)
-    fi = w.points.index("final") if "final" in w.points else len(w.points) - 1
+    _nearest_table(con, w, labels, model, main_key)
+    _position_table(con, walks, w, main_key)
+    if n < T:
+        con.print(
+            f"[dim](the nearest tokens of {n} of {T} positions, the escape points of "
+            f"{min(T, MAX_TERMINAL_ROWS)}; --json / --out hold all of them)[/dim]"
+        )
+
+
+def _nearest_table(con: Any, w: Any, labels: dict[int, str], model: str, main_key: str) -> None:
+    """The nearest token of each position (at most :data:`MAX_TERMINAL_COLS`) at each residual point of ``w``
+    (at most 40): green where it is w_t+1, dim where it is w_t."""
+    T = len(w.tokens)
+    n = min(T, MAX_TERMINAL_COLS)
     ids = w.token_ids.tolist()
     rows = [i for i, p in enumerate(w.points) if p in ("embed", "final") or p.endswith(".resid_post")]
     rows = rows or list(range(len(w.points)))
@@ -163,6 +178,13 @@ def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str, args: a
             cells.append(s)
         grid.append(cells)
     print_table(con, title, cols, grid, short="nearest token")
+
+
+def _position_table(con: Any, walks: dict[str, Any], w: Any, main_key: str) -> None:
+    """Per position (at most :data:`MAX_TERMINAL_ROWS`): the rank and P of w_t+1 at the last point of ``w``, and
+    where w_t+1 first outranks w_t and from where it stays ahead, in every reading of ``walks`` (A.2)."""
+    T = len(w.tokens)
+    fi = w.points.index("final") if "final" in w.points else len(w.points) - 1
     cols = [
         Col("t", justify="right"),
         Col("w_t"),
@@ -198,11 +220,6 @@ def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str, args: a
         keys=2,
         short="per position",
     )
-    if n < T:
-        con.print(
-            f"[dim](the nearest tokens of {n} of {T} positions, the escape points of "
-            f"{min(T, MAX_TERMINAL_ROWS)}; --json / --out hold all of them)[/dim]"
-        )
 
 
 def _self_rank(args: argparse.Namespace) -> int:
