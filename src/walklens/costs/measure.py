@@ -1,0 +1,125 @@
+"""The timed runs of ``walklens calibrate`` (:mod:`walklens.costs.calibration` stores what they measure): a float32
+matrix product (the rate work is counted at), eager forward passes of a model at two lengths (what an attention
+score costs beyond the matrix products, from the difference: what is paid once per pass cancels) and the
+``--json`` writer and a report's heatmap writing the same scores (what a byte of output costs).  Each timing is the
+fastest of several runs, interleaved so a busy spell slows them alike."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import InputError
+from . import attention_scores, forward_work, model_shape
+from . import calibration as machine
+
+if TYPE_CHECKING:
+    from ..loading import LoadedModel
+
+MATMUL_SIZE = 512  # the side of the square float32 product the matmul rate is timed on
+MIN_SECONDS = 0.2  # each timing repeats its run for at least this long, and keeps the fastest
+OUTPUT_SCORES = (64, 1024)  # the scores the writers are timed on
+
+
+def fastest(*runs: Callable[[], Any], min_seconds: float = MIN_SECONDS) -> list[float]:
+    """The fastest time of each of ``runs``, called in turn (interleaved, so a busy spell slows them alike) at
+    least three times each and for at least ``min_seconds``, after one warm-up each."""
+    for run in runs:
+        run()
+    times: list[list[float]] = [[] for _ in runs]
+    start = time.perf_counter()
+    while len(times[0]) < 3 or time.perf_counter() - start < min_seconds:
+        for run, took in zip(runs, times):
+            t0 = time.perf_counter()
+            run()
+            took.append(time.perf_counter() - t0)
+    return [min(took) for took in times]
+
+
+def matmul_rate(n: int = MATMUL_SIZE) -> float:
+    """FLOP per second of an [n, n] x [n, n] float32 product."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    return 2 * n**3 / fastest(lambda: torch.mm(a, b))[0]
+
+
+def tiny_llama() -> LoadedModel:
+    """A random Llama small enough that the attention's element-wise passes dominate its forward pass."""
+    import transformers
+
+    from ..loading import wrap
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=512,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=4096,
+    )
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    return wrap(model, None, name="a tiny random Llama")
+
+
+def attention_element(lm: LoadedModel, tokens: int, rate: float) -> float:
+    """Matrix-product operations per attention score of an eager forward pass: the time two passes (``tokens``
+    and half as many) differ by, at ``rate``, less the difference of their matrix products, per score more."""
+    from ..capture import context_limit
+
+    sh = model_shape(lm)
+    limit = context_limit(lm)
+    long = min(tokens, limit) if limit else tokens
+    if long < 32:
+        raise InputError(f"--model: a context of {limit} positions is too short to time (32 needed)")
+    short = long // 2
+    g = torch.Generator().manual_seed(0)
+    ids = {t: torch.randint(0, sh.vocab, (1, t), generator=g) for t in (short, long)}
+
+    def forward(t: int) -> Callable[[], Any]:
+        both = {"decoder_input_ids": ids[t]} if lm.is_encoder_decoder else {}  # T5: the decoder reads as many
+
+        def run() -> Any:
+            with torch.no_grad():
+                return lm.model(input_ids=ids[t], **both)
+
+        return run
+
+    def matmuls(t: int) -> float:  # the estimate without its attention scores' element-wise share
+        return forward_work(sh, t) - machine.rates().attn_element * attention_scores(sh, t)
+
+    fast, slow = fastest(forward(short), forward(long))
+    paid = (slow - fast) * rate - (matmuls(long) - matmuls(short))
+    if paid <= 0:
+        raise InputError(
+            f"the attention of {long} tokens took no time beyond its matrix products ({slow - fast:.3g} s more than "
+            f"{short} tokens): the machine is too busy to time it; run walklens calibrate again, or with more --tokens"
+        )
+    return paid / (attention_scores(sh, long) - attention_scores(sh, short))
+
+
+def write_work(rate: float, shape: tuple[int, int] = OUTPUT_SCORES) -> float:
+    """Matrix-product operations per byte written by the ``--json`` writer and a report's heatmap, on the same
+    float32 scores."""
+    from ..outputs import json_text
+    from ..reports.html import Report
+
+    scores = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    size = len(json_text({"scores": scores})) + len(Report("").heatmap(scores).parts[-1])
+    took = sum(fastest(lambda: json_text({"scores": scores}), lambda: Report("").heatmap(scores)))
+    return took * rate / size
+
+
+def measure(lm: LoadedModel, tokens: int) -> machine.Rates:
+    """This machine's rates, timed on ``lm``."""
+    rate = matmul_rate()
+    return machine.Rates(
+        attn_element=attention_element(lm, tokens, rate), write_work=write_work(rate), matmul_gflops=rate / 1e9
+    )
+
+
+__all__ = ["attention_element", "fastest", "matmul_rate", "measure", "tiny_llama", "write_work"]
