@@ -1,6 +1,6 @@
 """The size rules of docs/architecture.md hold, and they can fail.
 
-* no function in ``src/`` over :data:`MAX_LINES` lines;
+* no function in ``src/`` over :data:`MAX_LINES` lines, and no module over :data:`MAX_MODULE_LINES` lines;
 * no signature over :data:`MAX_PARAMS` parameters, except that a public verb (a public function or method; not a
   constructor) may take more keyword-only options;
 * no top-level room (a module or package right under ``walklens``) over :data:`MAX_SHARE` of the package's lines.
@@ -13,7 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "walklens"
-MAX_LINES = 80
+MAX_LINES = 60
+MAX_MODULE_LINES = 600
 MAX_PARAMS = 8
 MAX_SHARE = 0.20
 
@@ -48,6 +49,12 @@ def violations(source: str, where: str = "") -> list[str]:
     return out
 
 
+def module_violations(source: str, where: str = "") -> list[str]:
+    """``source``, one module, as ``[where is N lines]`` when it is over :data:`MAX_MODULE_LINES` lines, else ``[]``."""
+    lines = len(source.splitlines())
+    return [f"{where} is {lines} lines"] if lines > MAX_MODULE_LINES else []
+
+
 def _lines(path: Path) -> int:
     return sum(1 for _ in path.open(encoding="utf-8"))
 
@@ -57,6 +64,15 @@ def test_functions_are_short_and_take_few_parameters() -> None:
         v
         for p in sorted(PACKAGE.rglob("*.py"))
         for v in violations(p.read_text(encoding="utf-8"), str(p.relative_to(ROOT)))
+    ]
+    assert found == []
+
+
+def test_modules_are_short() -> None:
+    found = [
+        v
+        for p in sorted(PACKAGE.rglob("*.py"))
+        for v in module_violations(p.read_text(encoding="utf-8"), str(p.relative_to(ROOT)))
     ]
     assert found == []
 
@@ -88,3 +104,10 @@ def test_the_rules_can_fail() -> None:
     assert (
         violations(f"class C:\n    def m(self, {', '.join(f'a{i}' for i in range(MAX_PARAMS))}):\n        pass\n") == []
     )
+
+
+def test_the_module_rule_can_fail() -> None:
+    at_limit = "".join(f"x{i} = {i}\n" for i in range(MAX_MODULE_LINES))
+    assert module_violations(at_limit, "m.py") == []
+    assert module_violations(at_limit + "y = 0\n", "m.py") == [f"m.py is {MAX_MODULE_LINES + 1} lines"]
+    assert module_violations(at_limit + "y = 0", "m.py") == [f"m.py is {MAX_MODULE_LINES + 1} lines"]  # no last newline
