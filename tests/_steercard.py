@@ -1,15 +1,27 @@
-"""A small steering set and the steering card's command line over the tiny saved Llama (shared by
-tests/test_steering_card_inputs.py and tests/test_steering_card_store.py)."""
+"""A small steering set, the steering card's command line over the tiny saved Llama, and the fixtures the steering
+card's test files share (tests/test_steering_card.py, test_steering_card_inputs.py, test_steering_card_store.py)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from _cli import run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """Tiny models run far faster on one thread when the cores are shared."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
 
 #: one token target (rows with a rank) and one topic target (rows without), two prompts each, two neutral texts
 MINI: list[dict[str, Any]] = [

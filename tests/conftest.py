@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -113,3 +114,21 @@ def every_result(tmp_path_factory):
     from walklens.testing import tiny_model
 
     return build(tiny_model("llama"), tmp_path_factory.mktemp("views"))
+
+
+@pytest.fixture
+def no_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Loading a model records the call and fails loudly: an output check that comes after the load shows up (the
+    commands check their outputs against their inputs before any model loads)."""
+    calls: list[str] = []
+
+    def refuse(spec: str, *a: Any, **k: Any) -> Any:
+        calls.append(spec)
+        raise AssertionError("a model was loaded before the outputs were checked against the inputs")
+
+    import walklens.cli.common as common
+    import walklens.loading as loading
+
+    monkeypatch.setattr(loading, "load_model", refuse)
+    monkeypatch.setattr(common, "load_model", refuse)
+    return calls

@@ -14,23 +14,6 @@ from _toy import ROWS, write_items
 from walklens.cli import main
 
 
-@pytest.fixture
-def no_model(monkeypatch) -> list[str]:
-    """Loading a model records the call and fails loudly: a check that comes too late shows up."""
-    calls: list[str] = []
-
-    def refuse(spec: str, *a: Any, **k: Any) -> Any:
-        calls.append(spec)
-        raise AssertionError("a model was loaded before the outputs were checked against the inputs")
-
-    import walklens.cli.common as common
-    import walklens.loading as loading
-
-    monkeypatch.setattr(loading, "load_model", refuse)
-    monkeypatch.setattr(common, "load_model", refuse)
-    return calls
-
-
 def _refused(capsys: Any, calls: list[str], argv: list[str], *needles: str) -> None:
     code = main(argv)
     err = capsys.readouterr().err

@@ -11,7 +11,6 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -201,22 +200,6 @@ def test_every_path_option_is_known() -> None:
                 if a.dest not in INPUTS and a.dest not in OUTPUTS and a.dest not in TEXTS | NOT_PATHS:
                     unknown.append(f"{words} {a.dest}")
     assert unknown == []
-
-
-@pytest.fixture
-def no_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    calls: list[str] = []
-
-    def refuse(spec: str, *a: Any, **k: Any) -> Any:
-        calls.append(spec)
-        raise AssertionError("a model was loaded before the outputs were checked against the inputs")
-
-    import walklens.cli.common as common
-    import walklens.loading as loading
-
-    monkeypatch.setattr(loading, "load_model", refuse)
-    monkeypatch.setattr(common, "load_model", refuse)
-    return calls
 
 
 def _snapshot(path: Path) -> dict[str, bytes]:

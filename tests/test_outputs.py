@@ -124,23 +124,6 @@ def test_export_follows_the_rule(tmp_path):
 # ---- output paths are checked before any model loads -----------------------------------------------------------------
 
 
-@pytest.fixture
-def no_model(monkeypatch) -> list[str]:
-    """Loading a model records the call and fails loudly: a check that comes too late shows up."""
-    calls: list[str] = []
-
-    def refuse(spec: str, *a: Any, **k: Any) -> Any:
-        calls.append(spec)
-        raise AssertionError("a model was loaded before the output paths were checked")
-
-    import walklens.cli.common as common
-    import walklens.loading as loading
-
-    monkeypatch.setattr(loading, "load_model", refuse)
-    monkeypatch.setattr(common, "load_model", refuse)
-    return calls
-
-
 def _one_error(capsys, argv: list[str], calls: list[str], *needles: str) -> None:
     """``main(argv)`` exits 2 with one ``walklens: error:`` line holding every needle, and loads no model."""
     code = main(argv)

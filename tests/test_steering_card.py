@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import torch
 
 import walklens
 from _cli import run
+from _steercard import one_thread  # noqa: F401  # shared fixtures
 from walklens.steeringcard import card as card_module
 from walklens.steeringcard import load_steering_set, shipped_sets, steering_card
 from walklens.steeringcard.stats import bootstrap, choose, pareto, repetition, wrong_way
@@ -44,15 +44,6 @@ def write_set(path: Path) -> Path:
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models run far faster on one thread when the cores are shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

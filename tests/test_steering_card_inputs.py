@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +15,11 @@ import torch
 
 import walklens
 from _cli import run
-from _steercard import MINI, card_argv, refused, write_mini
+from _steercard import MINI, card_argv, one_thread, refused, write_mini  # noqa: F401  # shared fixtures
 from walklens.errors import InputError
 from walklens.steeringcard import card as card_module
 from walklens.steeringcard import load_steering_set, steering_card
 from walklens.testing import tiny_model
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

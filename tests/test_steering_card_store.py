@@ -9,31 +9,22 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from _cli import run
-from _steercard import MINI, card_argv, one_error, write_mini
+from _steercard import MINI, card_argv, one_error, one_thread, write_mini  # noqa: F401  # shared fixtures
 
 FUZZ = dict(deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 #: what differs between two runs of one card: how many units it generated and read from the store
 COUNTS = ("units_generated", "units_stored")
 #: the tiny Llama's vocabulary; the card runs with --max-new-tokens 3
 VOCAB, NEW = 126, 3
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class Stored:
