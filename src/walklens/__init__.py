@@ -23,6 +23,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# The interventions' export list is kept once, in the module, and read here (cheap: capture loads torch anyway).
+from . import interventions as _interventions
 from ._version import __version__ as __version__
 
 # Imported eagerly: the function ``capture`` shares its name with the module ``walklens.capture``, and a lazy
@@ -135,19 +137,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     # hooks and interventions
     "hooks": ("Hooks",),
-    "interventions": (
-        "ablate_mlps",
-        "add_to_residual",
-        "ablate_direction",
-        "edit_weights",
-        "eigen_edit",
-        "tied_layers",
-        "SteerEdit",
-        "upcast",
-        "outside_layers",
-        "attention_kernel",
-        "prepacked_linears",
-    ),
+    "interventions": tuple(_interventions.__all__),
     # tables as data frames (pandas, an optional extra): every result's to_pandas(), a results database
     "frames": ("similarity_frame",),
     "database": ("summarise_db",),
