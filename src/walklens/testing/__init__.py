@@ -5,7 +5,6 @@ Used by the test-suite and handy for users who want to try walklens without weig
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,153 +42,6 @@ def tiny_tokenizer() -> Any:
     )
 
 
-def _configs(V: int) -> dict[str, Callable[[], Any]]:
-    """Builders of every tiny config, by family key, over a vocabulary of ``V``."""
-    return {**_decoder_configs(V), **_falcon_configs(V), **_encoder_configs(V)}
-
-
-def _decoder_configs(V: int) -> dict[str, Callable[[], Any]]:
-    """Builders of the GPT, Llama and Gemma tiny configs."""
-    import transformers as T
-
-    return {
-        "gpt2": lambda: T.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64),
-        "gpt_neo": lambda: T.GPTNeoConfig(
-            vocab_size=V,
-            hidden_size=32,
-            num_layers=2,
-            num_heads=4,
-            attention_types=[[["global", "local"], 1]],
-            window_size=4,
-            max_position_embeddings=64,
-        ),
-        "gpt_neox": lambda: T.GPTNeoXConfig(
-            vocab_size=V,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            rope_parameters={"rope_theta": 10000.0, "partial_rotary_factor": 0.5},
-            use_parallel_residual=True,
-        ),
-        "gpt_neox_seq": lambda: T.GPTNeoXConfig(
-            vocab_size=V,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            use_parallel_residual=False,
-        ),
-        "llama": lambda: T.LlamaConfig(
-            vocab_size=V,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            tie_word_embeddings=True,
-        ),
-        "gemma3": lambda: T.Gemma3TextConfig(
-            vocab_size=V,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            sliding_window=4,
-            max_position_embeddings=64,
-            layer_types=["sliding_attention", "full_attention"],
-        ),
-    }
-
-
-def _falcon_configs(V: int) -> dict[str, Callable[[], Any]]:
-    """Builders of the Falcon tiny configs (the new decoder architecture, ALiBi with parallel attention, and the
-    sequential layer)."""
-    import transformers as T
-
-    return {
-        "falcon": lambda: T.FalconConfig(
-            vocab_size=V,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            new_decoder_architecture=True,
-            num_kv_heads=2,
-            alibi=False,
-            max_position_embeddings=64,
-        ),
-        "falcon_alibi": lambda: T.FalconConfig(
-            vocab_size=V,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            multi_query=True,
-            parallel_attn=True,
-            alibi=True,
-            new_decoder_architecture=False,
-            max_position_embeddings=64,
-        ),
-        "falcon_seq": lambda: T.FalconConfig(
-            vocab_size=V,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            multi_query=False,
-            parallel_attn=False,
-            alibi=False,
-            new_decoder_architecture=False,
-            bias=True,
-            max_position_embeddings=64,
-        ),
-    }
-
-
-def _encoder_configs(V: int) -> dict[str, Callable[[], Any]]:
-    """Builders of the T5, BERT and ALBERT tiny configs."""
-    import transformers as T
-
-    return {
-        # decoder_start_token_id (T5 shifts its labels right with it) is no field of transformers 5's T5Config:
-        # PretrainedConfig keeps it from **kwargs as an attribute
-        "t5": lambda: T.T5Config(
-            vocab_size=V,
-            d_model=32,
-            d_kv=8,
-            d_ff=64,
-            num_layers=2,
-            num_decoder_layers=2,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            relative_attention_max_distance=16,
-            pad_token_id=0,
-            eos_token_id=1,
-            decoder_start_token_id=0,
-        ),  # type: ignore[call-arg]  # a **kwargs extra: see above
-        "bert": lambda: T.BertConfig(
-            vocab_size=V,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=64,
-        ),
-        "albert": lambda: T.AlbertConfig(
-            vocab_size=V,
-            embedding_size=16,
-            hidden_size=32,
-            num_hidden_layers=3,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=64,
-        ),
-    }
-
-
 #: Small sizes for any config class: each is set where the config has the attribute (names via attribute_map too).
 SMALL: dict[str, Any] = dict(
     hidden_size=32,
@@ -203,6 +55,12 @@ SMALL: dict[str, Any] = dict(
 )
 
 
+def _settable(cls: type, attr: str) -> bool:
+    """Whether a config class lets ``attr`` be set (not a read-only property, as Falcon's ``head_dim``)."""
+    prop = getattr(cls, attr, None)
+    return not isinstance(prop, property) or prop.fset is not None
+
+
 def tiny_config(model_type: str, vocab_size: int, **overrides: Any) -> Any:
     """A tiny config of any Hugging Face ``model_type``: :data:`SMALL` sizes where the config class has them,
     then ``overrides``."""
@@ -210,16 +68,61 @@ def tiny_config(model_type: str, vocab_size: int, **overrides: Any) -> Any:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     defaults = CONFIG_MAPPING[model_type]()
-    kw = {k: v for k, v in SMALL.items() if hasattr(defaults, k)}
+    kw = {k: v for k, v in SMALL.items() if hasattr(defaults, k) and _settable(type(defaults), k)}
     for attr, tiny_id in (("pad_token_id", 0), ("bos_token_id", 1), ("eos_token_id", 1)):  # ids of tiny_tokenizer
         if isinstance(getattr(defaults, attr, None), int) and getattr(defaults, attr) >= vocab_size:
             kw[attr] = tiny_id
     return AutoConfig.for_model(model_type, vocab_size=vocab_size, **{**kw, **overrides})
 
 
-#: Tiny variants of the families with an adapter file: name -> (model_type, config overrides).  A name that is
-#: a model_type and not listed here gets :func:`tiny_config` with no overrides.
+#: The tiny families: name -> (model_type, config overrides of :func:`tiny_config`).  A name that is a model_type
+#: and not listed here gets :func:`tiny_config` with no overrides.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # GPT-2 and GPT-Neo keep the ids of their default configs (beyond the tiny vocabulary)
+    "gpt2": ("gpt2", dict(bos_token_id=50256, eos_token_id=50256)),
+    "gpt_neo": (
+        "gpt_neo",
+        dict(
+            attention_types=[[["global", "local"], 1]],
+            window_size=4,
+            intermediate_size=None,
+            bos_token_id=50256,
+            eos_token_id=50256,
+        ),
+    ),
+    "gpt_neox": (
+        "gpt_neox",
+        dict(rope_parameters={"rope_theta": 10000.0, "partial_rotary_factor": 0.5}, use_parallel_residual=True),
+    ),
+    "gpt_neox_seq": ("gpt_neox", dict(use_parallel_residual=False)),
+    "llama": ("llama", dict(tie_word_embeddings=True)),
+    "gemma3": ("gemma3_text", dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"])),
+    # Falcon: the new decoder architecture, ALiBi with parallel attention, and the sequential layer
+    "falcon": ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2, alibi=False)),
+    "falcon_alibi": (
+        "falcon",
+        dict(multi_query=True, parallel_attn=True, alibi=True, new_decoder_architecture=False),
+    ),
+    "falcon_seq": (
+        "falcon",
+        dict(multi_query=False, parallel_attn=False, alibi=False, new_decoder_architecture=False, bias=True),
+    ),
+    # decoder_start_token_id (T5 shifts its labels right with it) is no field of transformers 5's T5Config:
+    # PretrainedConfig keeps it from **kwargs as an attribute
+    "t5": (
+        "t5",
+        dict(
+            d_ff=64,
+            num_decoder_layers=2,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=16,
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+        ),
+    ),
+    "bert": ("bert", {}),
+    "albert": ("albert", dict(embedding_size=16, num_hidden_layers=3)),
     "qwen3": ("qwen3", {}),
     "qwen3_sliding": (
         "qwen3",
@@ -339,28 +242,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-TINY_FAMILIES = (
-    "gpt2",
-    "gpt_neo",
-    "gpt_neox",
-    "gpt_neox_seq",
-    "llama",
-    "gemma3",
-    "falcon",
-    "falcon_alibi",
-    "falcon_seq",
-    "t5",
-    "bert",
-    "albert",
-    *VARIANTS,
-)
+TINY_FAMILIES = tuple(VARIANTS)
 
 
 def tiny_config_of(family: str, vocab_size: int) -> Any:
     """The tiny config of a family variant (:data:`TINY_FAMILIES`) or of any model_type."""
-    named = _configs(vocab_size)
-    if family in named:
-        return named[family]()
     model_type, overrides = VARIANTS.get(family, (family, {}))
     return tiny_config(model_type, vocab_size, **overrides)
 
