@@ -171,16 +171,11 @@ def compact_items(
 def compact_scorer(spec: CompactSpec, stats: dict[str, Any] | None = None) -> Scorer:
     """:func:`compact_items` as the runner's scorer: stored under test ``compact`` and scheme ``str(spec)``;
     ``stats`` (when given) accumulates what :func:`compact_requests` counts."""
-
-    def batch(
-        lm: LoadedModel,
-        items: Sequence[HellaswagItem],
-        examples: Sequence[Sequence[HellaswagItem]],
-        cache: ConceptCache | None,
-    ) -> list[ItemResult]:
-        return compact_items(lm, items, examples, spec, cache, stats)
-
-    return Scorer(test="compact", scheme=str(spec), batch=batch)
+    return Scorer(
+        test="compact",
+        scheme=str(spec),
+        batch=lambda lm, items, examples, cache: compact_items(lm, items, examples, spec, cache, stats),
+    )
 
 
 def compact_run(

@@ -134,50 +134,35 @@ class Scorer:
     batch: BatchFn
 
 
-def _baseline_batch(
-    lm: LoadedModel,
-    items: Sequence[HellaswagItem],
-    examples: Sequence[Sequence[HellaswagItem]],
-    cache: ConceptCache | None,
-) -> list[ItemResult]:
-    return baseline_items(lm, items, examples)
-
-
 def baseline_scorer() -> Scorer:
     """The lm-evaluation-harness baseline (sec. 5: ``acc``/``acc_norm``), its chunks packed
     (:mod:`walklens.hellaswag.packing`); stored under scheme ``baseline``."""
-    return Scorer(test="baseline", scheme=BASELINE_SCHEME, batch=_baseline_batch)
+    return Scorer(
+        test="baseline",
+        scheme=BASELINE_SCHEME,
+        batch=lambda lm, items, examples, cache: baseline_items(lm, items, examples),
+    )
 
 
 def test1_scorer(lm: LoadedModel, scheme: Scheme) -> Scorer:
     """Test 1, pyramidal generation (sec. 5.1.1), with ``scheme`` checked for Test 1 on this model: the chunk's
     forward passes packed, its segment vectors read from and written to the concept cache."""
     scheme.validate(1, arch_of(lm))
-
-    def batch(
-        lm: LoadedModel,
-        items: Sequence[HellaswagItem],
-        examples: Sequence[Sequence[HellaswagItem]],
-        cache: ConceptCache | None,
-    ) -> list[ItemResult]:
-        return test1_items(lm, items, examples, scheme, cache)
-
-    return Scorer(test="test1", scheme=str(scheme), batch=batch)
+    return Scorer(
+        test="test1",
+        scheme=str(scheme),
+        batch=lambda lm, items, examples, cache: test1_items(lm, items, examples, scheme, cache),
+    )
 
 
 def test2_scorer(lm: LoadedModel, scheme: Scheme) -> Scorer:
     """Test 2, concept similarity (sec. 5.1.2), with ``scheme`` checked for Test 2 on this model: item by item."""
     scheme.validate(2, arch_of(lm))
-
-    def batch(
-        lm: LoadedModel,
-        items: Sequence[HellaswagItem],
-        examples: Sequence[Sequence[HellaswagItem]],
-        cache: ConceptCache | None,
-    ) -> list[ItemResult]:
-        return [test2_item(lm, it, ex, scheme) for it, ex in zip(items, examples)]
-
-    return Scorer(test="test2", scheme=str(scheme), batch=batch)
+    return Scorer(
+        test="test2",
+        scheme=str(scheme),
+        batch=lambda lm, items, examples, cache: [test2_item(lm, it, ex, scheme) for it, ex in zip(items, examples)],
+    )
 
 
 def scorer(lm: LoadedModel, test: str, scheme: Scheme | None = None) -> Scorer:
