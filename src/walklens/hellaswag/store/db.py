@@ -19,11 +19,11 @@ import math
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal, NamedTuple, overload
 
 from ...errors import InputError
+from ...sqlite import closed_on_error, create_tables, foreign, quick_check, schema_version, set_mode
 from ...sqlite import connect as sqlite_connect
-from ...sqlite import create_tables, foreign, quick_check, schema_version, set_mode
 
 #: What to do about a damaged file (the end of every refusal of one).
 FIX = "restore it or start a new database"
@@ -73,6 +73,28 @@ def connect(path: Path, *, timeout: float = 60.0, readonly: bool = False) -> sql
     except BaseException:
         conn.close()
         raise
+    return conn
+
+
+class StoreTables(NamedTuple):
+    """One store's tables: ``what`` they hold, the ``meta`` ``key`` of their schema ``version``, their ``ddl``,
+    and what a database that fails to open is called (``not a usable {unusable}``)."""
+
+    what: str
+    key: str
+    version: int
+    ddl: Sequence[str]
+    unusable: str
+
+
+def open_store(path: Path, tables: StoreTables, *, timeout: float, readonly: bool) -> sqlite3.Connection:
+    """:func:`connect` and :func:`open_tables` for one store's ``tables``: on a database error the connection is
+    closed and the error is one line, ``{path}: not a usable {tables.unusable} (error); `` and :data:`FIX`."""
+    conn = connect(path, timeout=timeout, readonly=readonly)
+    with closed_on_error(conn, lambda e: f"{path}: not a usable {tables.unusable} ({e}); {FIX}"):
+        open_tables(
+            conn, path, what=tables.what, key=tables.key, version=tables.version, ddl=tables.ddl, readonly=readonly
+        )
     return conn
 
 

@@ -33,8 +33,8 @@ from platformdirs import user_data_dir
 from ...errors import InputError
 from ...extras import missing_extra
 from ...outputs import atomic_open, check_file, csv_row
-from ...sqlite import closed_on_error, tables, transaction
-from .db import FIX, Row, connect, open_tables
+from ...sqlite import tables, transaction
+from .db import Row, StoreTables, open_store
 
 SCHEMA_VERSION = 1
 KEY_COLUMNS: tuple[str, ...] = ("model", "data", "split", "shots", "test", "scheme")
@@ -54,6 +54,7 @@ _SCHEMA = (
     PRIMARY KEY (model, data, split, shots, test, scheme, item)
 ) WITHOUT ROWID""",
 )
+_TABLES = StoreTables("results", "schema", SCHEMA_VERSION, _SCHEMA, "results database")
 
 
 _TEXT = ("model", "data", "split", "test", "scheme", "created", "updated")
@@ -143,17 +144,7 @@ class ResultStore:
         writes (no schema, no journal-mode change).  A database of a newer schema is refused
         (:func:`~.db.open_tables`)."""
         self.path = Path(path).expanduser() if path is not None else default_db_path()
-        self._conn = connect(self.path, timeout=timeout, readonly=readonly)
-        with closed_on_error(self._conn, lambda e: f"{self.path}: not a usable results database ({e}); {FIX}"):
-            open_tables(
-                self._conn,
-                self.path,
-                what="results",
-                key="schema",
-                version=SCHEMA_VERSION,
-                ddl=_SCHEMA,
-                readonly=readonly,
-            )
+        self._conn = open_store(self.path, _TABLES, timeout=timeout, readonly=readonly)
 
     # ---- plumbing ------------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 from ...errors import InputError
 from ...sqlite import closed_on_error, tables, transaction
 from .counts import Cells, Counts, cell_counts, count_cells
-from .db import FIX, Row, connect, int_list, open_tables, str_list
+from .db import FIX, Row, StoreTables, int_list, open_store, str_list
 
 #: the shape of a stored scheme name: ``key=value`` parts joined by commas
 _NAME = re.compile(r"[a-z_]+=[^,=\s]+(?:,[a-z_]+=[^,=\s]+)*")
@@ -67,6 +67,7 @@ _SCHEMA = (
   PRIMARY KEY (run_id, shard)
 )""",
 )
+_TABLES = StoreTables("sweep", "sweep_schema", SCHEMA_VERSION, _SCHEMA, "SQLite database")
 
 _RUN_COLUMNS = (
     "id",
@@ -272,17 +273,8 @@ class SweepStore:
 
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
-        self.con = connect(self.path, timeout=60.0, readonly=readonly)
+        self.con = open_store(self.path, _TABLES, timeout=60.0, readonly=readonly)
         with closed_on_error(self.con, lambda e: f"{self.path}: not a usable SQLite database ({e}); {FIX}"):
-            open_tables(
-                self.con,
-                self.path,
-                what="sweep",
-                key="sweep_schema",
-                version=SCHEMA_VERSION,
-                ddl=_SCHEMA,
-                readonly=readonly,
-            )
             self._has_tables = {"sweep_runs", "sweep_groups"} <= tables(self.con)
 
     def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
