@@ -7,6 +7,7 @@
   readers: ``query_only``);
 * :func:`transaction`: ``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back when the block raises;
 * :func:`closed_on_error`: the connection closed when opening fails, a database error phrased by the caller;
+* :class:`ClosedOnExit`: a store as its own context manager (``with`` closes it);
 * :func:`tables`, :func:`meta_value`, :func:`schema_version` and :func:`create_tables`: the ``meta`` table
   (``key TEXT PRIMARY KEY, value TEXT``) in which each owner of a set of tables records their schema version;
 * :func:`foreign`: a file is recognised by its own ``meta`` table: one that holds tables but no ``meta`` naming
@@ -22,6 +23,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Self
 
 from .errors import InputError
 
@@ -55,6 +57,19 @@ def set_mode(conn: sqlite3.Connection, *, readonly: bool) -> None:
     else:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+
+
+class ClosedOnExit:
+    """A store that is its own context manager: ``with Store(...) as s:`` calls its :meth:`close` on exit."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @contextmanager

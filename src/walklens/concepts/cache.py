@@ -46,7 +46,7 @@ from ..errors import InputError, StaleCacheWarning
 from ..outputs import make_dir
 from ..precision import dtype_name
 from ..records import confined
-from ..sqlite import closed_on_error, connect, create_tables, foreign, meta_value, set_mode, transaction
+from ..sqlite import ClosedOnExit, closed_on_error, connect, create_tables, foreign, meta_value, set_mode, transaction
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
@@ -184,7 +184,7 @@ def default_max_bytes() -> int:
     return int(gb * 2**30)
 
 
-class ConceptCache:
+class ConceptCache(ClosedOnExit):
     """A concept cache folder (module docstring): ``get`` and ``put`` word-aggregated vectors by key."""
 
     def __init__(self, root: str | os.PathLike[str], max_bytes: int | None = None, timeout: float = 60.0) -> None:
@@ -223,12 +223,6 @@ class ConceptCache:
     # ---- plumbing ------------------------------------------------------------------------------------------
     def close(self) -> None:
         self._conn.close()
-
-    def __enter__(self) -> ConceptCache:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _space_id(self, space: Space, create: bool) -> int | None:
         q = "SELECT id, d_model FROM spaces WHERE model=? AND weights=? AND dtype=? AND device=?"

@@ -33,7 +33,7 @@ from platformdirs import user_data_dir
 from ...errors import InputError
 from ...extras import missing_extra
 from ...outputs import atomic_open, check_file, csv_row
-from ...sqlite import tables, transaction
+from ...sqlite import ClosedOnExit, tables, transaction
 from .db import Row, StoreTables, open_store
 
 SCHEMA_VERSION = 1
@@ -134,7 +134,7 @@ class ItemResult:
     scores: tuple[float, ...]
 
 
-class ResultStore:
+class ResultStore(ClosedOnExit):
     """SQLite store of runs and per-item results (WAL mode, transactions, ``INSERT OR IGNORE`` resume)."""
 
     def __init__(
@@ -149,12 +149,6 @@ class ResultStore:
     # ---- plumbing ------------------------------------------------------------------------------------------
     def close(self) -> None:
         self._conn.close()
-
-    def __enter__(self) -> ResultStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on error)."""

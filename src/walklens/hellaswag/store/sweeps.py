@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputError
-from ...sqlite import closed_on_error, tables, transaction
+from ...sqlite import ClosedOnExit, closed_on_error, tables, transaction
 from .counts import Cells, Counts, cell_counts, count_cells
 from .db import FIX, Row, StoreTables, int_list, open_store, str_list
 
@@ -261,7 +261,7 @@ class _Group:
         return unpack_predictions(self.packed, M * O * n).reshape(M, O, n)
 
 
-class SweepStore:
+class SweepStore(ClosedOnExit):
     """The sweep's tables inside an SQLite database file (WAL mode; every write one transaction).
 
     Two processes may sweep into the same file at once: each group is written with ``INSERT OR IGNORE``
@@ -286,12 +286,6 @@ class SweepStore:
 
     def close(self) -> None:
         self.con.close()
-
-    def __enter__(self) -> SweepStore:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     # ---- runs ----------------------------------------------------------------------------------------------
     def run_id(self, run: SweepRun) -> int:
