@@ -190,10 +190,7 @@ class Report:
             "vmax": vmax,
             "cell": cell,
         }
-        if title:
-            self.parts.append(f"<h3>{_esc(title)}</h3>")
-        self.parts.append(f"<div class='wl-heatmap' data-spec='{_esc(json.dumps(spec))}'></div>")
-        return self
+        return self._widget("heatmap", spec, title)
 
     def lines(
         self,
@@ -215,9 +212,14 @@ class Report:
             "width": width,
             "height": height,
         }
+        return self._widget("lines", spec, title)
+
+    def _widget(self, kind: str, spec: dict[str, Any], title: str) -> Report:
+        """A chart drawn by the page's script from its ``spec`` (``<div class='wl-{kind}'>``, the spec as JSON in
+        an escaped attribute), under an ``<h3>`` when there is a ``title``."""
         if title:
             self.parts.append(f"<h3>{_esc(title)}</h3>")
-        self.parts.append(f"<div class='wl-lines' data-spec='{_esc(json.dumps(spec))}'></div>")
+        self.parts.append(f"<div class='wl-{kind}' data-spec='{_esc(json.dumps(spec))}'></div>")
         return self
 
     def result(self, kind: str, doc: Any) -> Report:
