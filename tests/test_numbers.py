@@ -167,7 +167,7 @@ def test_layer_ranges_are_checked_against_the_depth_before_expanding(
         return real_range(*a)
 
     monkeypatch.setattr(walklens.steering, "steering_sweep", lambda *a, **k: pytest.fail("steered"))
-    monkeypatch.setattr("walklens.cli.power.range", small_range, raising=False)
+    monkeypatch.setattr("walklens.cli.steer.range", small_range, raising=False)
     for spec in ("0-999999999", "-999999999-1", "0-99999999,1"):
         rc, err = run(capfd, "steer", "the king", "--toward", " river", f"--layers={spec}", "--model", tiny_dir)
         assert rc == 2 and len(err) == 1 and "out of range: the model has 2 layers" in err[0], err

@@ -620,13 +620,27 @@ def test_soft_cluster_cosine_where_the_average_cancels() -> None:
     assert bool(((got - truth).abs() <= 1e-6 * scale).all()), (got, truth)
 
 
-def test_sweep_is_also_a_hellaswag_subcommand():
-    from walklens.cli import build_parser
+def test_sweep_and_hellaswag_sweep_are_one_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """`walklens hellaswag sweep` is the name, `walklens sweep` its alias: both parse to the same function with the
+    same options, and both helps say they are the same command."""
+    from walklens.cli import build_parser, sweep
 
-    args = build_parser().parse_args(["hellaswag", "sweep", "--test", "2", "--grid", "standard"])
-    from walklens.cli import sweep
-
-    assert args.func is sweep.run and args.test == 2
+    argv = ["--test", "2", "--grid", "standard", "--limit", "3"]
+    named = build_parser().parse_args(["hellaswag", "sweep", *argv])
+    alias = build_parser().parse_args(["sweep", *argv])
+    assert named.func is alias.func is sweep.run
+    chosen = ("command", "hellaswag_command")  # which name was typed, and nothing else, differs
+    assert {k: v for k, v in vars(named).items() if k not in chosen} == {
+        k: v for k, v in vars(alias).items() if k not in chosen
+    }
+    for prefix, said in ((["hellaswag"], "(also `walklens sweep`)"), ([], "alias of `walklens hellaswag sweep`")):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*prefix, "--help"])
+        assert said in " ".join(capsys.readouterr().out.split())
+    for prefix in (["hellaswag", "sweep"], ["sweep"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*prefix, "--help"])
+        assert "are the same command" in " ".join(capsys.readouterr().out.split())
 
 
 def test_bank_cache_is_reused_and_serves_subsets(tmp_path, monkeypatch) -> None:

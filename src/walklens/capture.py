@@ -340,9 +340,8 @@ def capture(
     ``points``: glob patterns of point names to keep (e.g. ``["embed", "L*.resid_post"]``); ``final`` is always
     kept.  ``dtype``: the dtype the vectors are recorded in, whatever the model's (default float32: exact for a
     bfloat16 or float16 model too; ``torch.float16`` halves memory; None: the model's dtype).  ``attentions``: also
-    keep each
-    attention module's probabilities [H, T, S] and its normed input X (for the A.3 identity).
-    For T5, ``decoder_text`` is the decoder's input (default: the text itself, shifted right as in training).
+    keep each attention module's probabilities [H, T, S] and its normed input X (for the A.3 identity).  For T5,
+    ``decoder_text`` is the decoder's input (default: the text itself, shifted right as in training).
     ``names="transformerlens"``: ``points`` are TransformerLens hook names (``"blocks.*.hook_resid_post"``) and the
     Trace is labelled by them, without ``final`` (:mod:`walklens.tlnames`, docs/ecosystem.md).
     """

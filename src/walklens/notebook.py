@@ -83,12 +83,12 @@ VIEWS: dict[str, Callable[[Any], Report]] = {
     "alignment": lambda a: _titled("Alignment with v1", lambda r: power.add_alignment(r, a)),
     "dynamics": lambda d: _titled("Idealised dynamics", lambda r: power.add_dynamics(r, d)),
     "shared_weights": lambda s: _titled("Shared weights", lambda r: power.add_shared(r, s)),
-    "steering": lambda s: steer.build(s),
-    "steer": parts.steer_result,
+    "steering_sweep": lambda s: steer.build(s),  # SteeringSweep: the `walklens steer` sweep
+    "steering_edit": parts.steer_result,  # SteerResult: what one `steer(...)` context edited
     "steering_card": lambda c: steercard.build(c),
     "parity": lambda c: parity.build(c),
-    "compacted": parts.compacted,
-    "compaction": parts.compaction,
+    "compacted_text": parts.compacted,  # Compacted: a text compacted into concept vectors
+    "compaction_explained": parts.compaction,  # CompactionReport: neighbours and the continuation scored
     "curves": compaction_report.build,
     "run": parts.run,
     "summary": lambda s: sweep.build([s]),

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class SteerResult(Shown, view="steer"):
+class SteerResult(Shown, view="steering_edit"):
     """What a :func:`steer` context did: the unit direction ``u``, its label and target token id, and for
     eigen-steering one :class:`SteerEdit` per edited module."""
 
@@ -154,7 +154,7 @@ class SteerRow:
 
 
 @dataclass
-class SteeringSweep(Shown, view="steering"):
+class SteeringSweep(Shown, view="steering_sweep"):
     """Eigen-steering and activation addition across alphas, layer sets and prompts."""
 
     model_name: str

@@ -1,5 +1,5 @@
 """The backend options of the sweep commands (``--backend local|ray``, ``--address``, ``--workers``; docs/scale.md),
-shared by ``walklens sweep`` (``walklens hellaswag sweep``) and ``walklens experiment run``."""
+shared by ``walklens hellaswag sweep`` (alias ``walklens sweep``) and ``walklens experiment run``."""
 
 from __future__ import annotations
 

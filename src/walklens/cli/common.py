@@ -33,6 +33,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=DEVICES, default="cpu", help="where the model runs (default: cpu)")
 
 
+def add_model_arg(p: argparse.ArgumentParser) -> None:
+    """The model as a positional argument, with ``--dtype`` (default float32) and ``--device``: the commands about
+    the model itself (``verify``, ``adapter``)."""
+    p.add_argument("model", help="short name, .gguf path, local directory or hub id")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32", help="the dtype (default float32)")
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="where the model runs (default: cpu)")
+
+
 def add_output_args(p: argparse.ArgumentParser, out: bool = True) -> None:
     p.add_argument("--json", metavar="FILE", help="write every number to this JSON file")
     if out:

@@ -4,7 +4,8 @@ A.6) over HellaSwag items, one forward pass per distinct segment text serving ev
 Prints how many schemes the grid holds (and how many combinations were refused, with the reason), then runs
 them; results stream into the SQLite results database (the same file as ``walklens hellaswag``), so killing
 the command and running it again continues where it stopped.  ``walklens report --db PATH --out DIR`` draws
-the paper-style report.  The same command is ``walklens hellaswag sweep``.
+the paper-style report.  Its name is ``walklens hellaswag sweep``; ``walklens sweep`` is an alias of it: one
+command (one parser's options, one function), listed under both names, each help saying so.
 """
 
 from __future__ import annotations
@@ -19,16 +20,28 @@ from .backend import add_backend_args, backend_from_args
 from .common import add_hellaswag_args, check_db, check_outputs, load, write_json
 from .terminal import Col, console, print_table, say
 
+HELP = "run a whole grid of composition schemes (Test 1 or 2) on HellaSwag"
+DESCRIPTION = (
+    "Run every composition scheme of a grid (seed 000, A.6) over HellaSwag items, one forward pass per distinct "
+    "segment text serving every scheme. `walklens hellaswag sweep` and `walklens sweep` (its alias) are the same "
+    "command: the same options, the same run."
+)
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("sweep", help="run a whole grid of composition schemes (Test 1 or 2) on HellaSwag")
-    add_arguments(p)
-    p.set_defaults(func=run)
+    """``walklens sweep``: the alias of ``walklens hellaswag sweep``, said so in its help."""
+    _add(sub, "alias of `walklens hellaswag sweep` (the same command): " + HELP)
 
 
 def register_hellaswag(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The same command as ``walklens hellaswag sweep`` (the issue's spelling)."""
-    register(sub)
+    """``walklens hellaswag sweep``: the command's name."""
+    _add(sub, HELP + " (also `walklens sweep`)")
+
+
+def _add(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
+    p = sub.add_parser("sweep", help=summary, description=DESCRIPTION)
+    add_arguments(p)
+    p.set_defaults(func=run)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,14 +1,12 @@
-"""``walklens verify MODEL``: the parity card (every recomputation against the model itself), and
-``walklens adapter MODEL --write``: the adapter derived for a family with no adapter file, as a file."""
+"""``walklens verify MODEL``: the parity card (every recomputation against the model itself)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ..errors import InputError
 from ..reports import parity as parity_report
-from .common import add_output_args, command_inputs, load, write_json
+from .common import add_model_arg, add_output_args, load, write_json
 from .terminal import Col, ParagraphHelp, console, print_table, say
 
 DESCRIPTION = """\
@@ -25,28 +23,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=ParagraphHelp,
     )
-    _model_args(p)
+    add_model_arg(p)
     p.add_argument("--quick", action="store_true", help="only the checks a derived adapter is accepted on")
     add_output_args(p)
     p.set_defaults(func=run)
-    a = sub.add_parser(
-        "adapter",
-        help="the adapter walklens uses for a model (derived ones can be written out)",
-        formatter_class=ParagraphHelp,
-        description="Show the adapter of a model; --write FILE writes a derived adapter as a "
-        "reviewable file for src/walklens/models/.",
-    )
-    _model_args(a)
-    a.add_argument("--write", metavar="FILE", help="write the derived adapter's roles as a Python file")
-    a.set_defaults(func=run_adapter)
-
-
-def _model_args(p: argparse.ArgumentParser) -> None:
-    from ..precision import DEVICES, DTYPES
-
-    p.add_argument("model", help="short name, .gguf path, local directory or hub id")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32", help="the dtype (default float32)")
-    p.add_argument("--device", choices=DEVICES, default="cpu", help="where the model runs (default: cpu)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,33 +60,3 @@ def run(args: argparse.Namespace) -> int:
         path = parity_report.build(card).save(args.out)
         sys.stderr.write(f"walklens: report written to {path!s}\n")
     return 0 if card.passed else 1
-
-
-def run_adapter(args: argparse.Namespace) -> int:
-    from ..models.derive import derive_roles
-    from ..models.roles import render
-
-    if args.write:
-        from ..outputs import check_file, check_not_inputs
-
-        check_file(args.write, "--write")
-        check_not_inputs(args.write, "--write", command_inputs(args))  # never over the model's own files
-    lm = load(args)
-    con = console(args)
-    if not lm.adapter.family.startswith("derived:"):
-        if args.write:
-            raise InputError(
-                f"{lm.config.model_type!r} has an adapter file already "
-                f"(src/walklens/models/, family {lm.adapter.family}); nothing to write"
-            )
-        say(con, f"{lm.name}: adapter file of family {lm.adapter.family}")
-        return 0
-    text = render(derive_roles(lm.model))
-    if args.write:
-        from ..outputs import write_atomic
-
-        path = write_atomic(args.write, text, "--write")
-        sys.stderr.write(f"walklens: derived adapter written to {path!s}\n")
-    else:
-        sys.stdout.write(text)
-    return 0

@@ -71,7 +71,7 @@ class Cut:
 
 
 @dataclass
-class Compacted(Shown, view="compacted"):
+class Compacted(Shown, view="compacted_text"):
     """A text compacted into concept vectors (module docstring).
 
     ``vectors`` ``[k, D]`` (float32) stand for ``token_ids[a:b]`` of each span in ``spans`` (``segments``: their

@@ -42,7 +42,7 @@ class Continuation:
 
 
 @dataclass
-class CompactionReport(Shown, view="compaction"):
+class CompactionReport(Shown, view="compaction_explained"):
     """A compaction (:class:`~.core.Compacted`), each vector's nearest tokens ``neighbours[i]`` as ``(token,
     score)`` (``metric`` against V, the input embedding matrix), and the continuation scored after the full and
     the compacted context."""
