@@ -227,6 +227,17 @@ def test_a_neutral_text_of_one_token_is_refused(llama: walklens.LoadedModel, tmp
         steering_card(llama, sset, layers=[1], doses=[1.0], max_new_tokens=2, n_boot=100)
 
 
+def test_a_prompt_longer_than_the_context_is_one_line_without_truncate(
+    llama: walklens.LoadedModel, tmp_path: Path
+) -> None:
+    """The card has no --truncate: a set's prompt over the context is refused naming its length, not offering one."""
+    long = {"type": "prompt", "target": "paris", "split": "heldout", "text": " ".join(["the man walks"] * 60)}
+    sset = write_mini(tmp_path / "s.jsonl", [*MINI, long])
+    with pytest.raises(InputError, match="more than the model's context of 64 positions; shorten it") as e:
+        steering_card(llama, sset, layers=[1], doses=[1.0], max_new_tokens=2, n_boot=100)
+    assert "truncate" not in str(e.value)
+
+
 def test_a_target_without_prompts_is_refused(tmp_path: Path) -> None:
     sset = write_mini(tmp_path / "s.jsonl", [r for r in MINI if r.get("target") != "animals"])
     with pytest.raises(InputError, match="target 'animals' has no prompt"):

@@ -32,7 +32,7 @@ import torch
 
 from ..backends.base import LocalWorkers, Workers
 from ..capture import context_limit, tokenize
-from ..errors import InputError, UnsupportedFamilyError
+from ..errors import ContextTooLongError, InputError, UnsupportedFamilyError
 from ..interventions import resolve_layers
 from ..numbers import MAX_ALPHA, Range, show
 from .cells import SteeringCard, summarise
@@ -136,6 +136,11 @@ def _tokens(lm: LoadedModel, text: str, where: str) -> list[int]:
     """A text of the set as the card tokenises it; an empty or over-long one is one line naming it."""
     try:
         return [int(t) for t in tokenize(lm, text)[0].tolist()]
+    except ContextTooLongError:  # capture's message offers --truncate, which the card has not: a set's text is cut
+        n = len(lm.tokenizer(text)["input_ids"])  # by nobody but its author
+        raise InputError(
+            f"{where}: has {_n(n)}, more than the model's context of {context_limit(lm)} positions; shorten it"
+        ) from None
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
 
