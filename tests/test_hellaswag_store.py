@@ -327,3 +327,21 @@ def test_a_database_without_a_sweep_version_is_the_first_layout(tmp_path: Path) 
     with SweepStore(db) as st:
         assert st.con.execute("SELECT value FROM meta WHERE key='sweep_schema'").fetchone() == ("1",)
         assert np.array_equal(st.load(run["id"]).labels, run["labels"])
+
+
+@pytest.mark.parametrize("item", ["x", 1.5, -1, b"\x00"])
+def test_a_tampered_item_index_is_one_line_naming_it(tmp_path: Path, item: object) -> None:
+    """``done_items`` (what a resumed run skips) checks every stored item index: a tampered one is one line naming
+    the table, row and field, never an internal error or an item silently skipped."""
+    from walklens.errors import InputError
+
+    db = tmp_path / "r.sqlite"
+    with ResultStore(db) as st:
+        st.add_results(KEY, [ItemResult(0, 1, 1, 2, (-1.0, -2.0, -3.0, -4.0))])
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute("UPDATE results SET item=?", (item,))
+    conn.close()
+    with ResultStore(db) as st, pytest.raises(InputError, match="table results, row item=.*field item"):
+        st.done_items(KEY)

@@ -187,7 +187,7 @@ class ResultStore(ClosedOnExit):
             "SELECT item FROM results WHERE model=? AND data=? AND split=? AND shots=? AND test=? AND scheme=?",
             key.values(),
         )
-        return {int(r[0]) for r in cur}
+        return {Row(self.path, "results", f"item={r[0]!r}"[:80]).integer("item", r[0], 0, 2**63 - 1) for r in cur}
 
     def results(self, key: RunKey, items: Sequence[int] | None = None) -> dict[int, ItemResult]:
         """Stored results of a run, by item index (only ``items`` when given)."""
