@@ -6,8 +6,8 @@
 
 Reads the runs that ``benchmarks/agreement_bf16.sh`` (or any ``walklens hellaswag`` / ``walklens sweep``
 commands with ``--dtype``) stored, compares each model's reference and other dtype
-(:func:`walklens.experiments.agreement.agreement_study`) and prints Markdown tables
-(:func:`walklens.reports.agreement.agreement_markdown`); ``--json`` writes every number, ``--out`` the Markdown.
+(:func:`walklens.lab.experiments.agreement.agreement_study`) and prints Markdown tables
+(:func:`walklens.lab.reports.agreement.agreement_markdown`); ``--json`` writes every number, ``--out`` the Markdown.
 Nothing is computed with a model.  A missing run, database or bad option is one line
 ``walklens: error: ...`` and exit code 2.
 """
@@ -26,9 +26,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
+    from walklens.base.precision import DTYPES
     from walklens.cli.common import count_arg, positive_arg
-    from walklens.experiments.agreement import PARTS
-    from walklens.precision import DTYPES
+    from walklens.lab.experiments.agreement import PARTS
 
     ap = _Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", required=True, metavar="PATH", help="the results database holding both dtypes' runs")
@@ -63,16 +63,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from walklens.base.errors import WalklensError
     from walklens.cli import one_line
     from walklens.cli.common import write_json
-    from walklens.errors import WalklensError
 
     args = parser().parse_args(argv)
     try:
-        from walklens.experiments.agreement import Ranking, Scope, agreement_study
-        from walklens.hellaswag.data import data_id
-        from walklens.outputs import check_file, write_atomic
-        from walklens.reports.agreement import agreement_markdown
+        from walklens.base.outputs import check_file, write_atomic
+        from walklens.lab.experiments.agreement import Ranking, Scope, agreement_study
+        from walklens.lab.hellaswag.data import data_id
+        from walklens.lab.reports.agreement import agreement_markdown
 
         if args.json and args.json != "-":
             check_file(args.json, "--json")

@@ -4,7 +4,7 @@
                                                                  [--eager] [--json FILE]
 
 Both sides run the same code on the same items (the bundled validation set, first N) with the same threads:
-the walklens baseline runner (:func:`walklens.experiments.runner.run_test`, packed scoring with SDPA attention),
+the walklens baseline runner (:func:`walklens.lab.experiments.runner.run_test`, packed scoring with SDPA attention),
 the model loaded once per dtype (``load_model(..., dtype=)``), the fastest of ``--repeats`` alternating runs
 after a warm-up.  Printed:
 
@@ -44,7 +44,7 @@ def _matmul_gflops(dtype: torch.dtype) -> float:
 
 def useful_flops(lm: Any, requests: Sequence[Any]) -> float:
     """FLOPs that scoring ``requests`` needs (see the module docstring), from the packed layout."""
-    from walklens.hellaswag.packing import _row
+    from walklens.core.scoring.packing import _row
 
     cfg = lm.model.config
     inside = tuple(spec.layers + "." for spec in lm.adapter.stacks)
@@ -63,10 +63,10 @@ def useful_flops(lm: Any, requests: Sequence[Any]) -> float:
 
 def _time(lm: Any, items: Sequence[Any], eager: bool) -> tuple[float, float, list[Any]]:
     """(CPU seconds, wall seconds, results) of the baseline runner on ``items``."""
-    from walklens.experiments.runner import baseline_scorer, run_test
-    from walklens.experiments.runsetup import RunSetup
-    from walklens.hellaswag import packing
-    from walklens.interventions import attention_kernel
+    from walklens.core.interventions import attention_kernel
+    from walklens.core.scoring import packing
+    from walklens.lab.experiments.runner import baseline_scorer, run_test
+    from walklens.lab.experiments.runsetup import RunSetup
 
     patch = contextlib.ExitStack()
     if eager:
@@ -89,9 +89,9 @@ def main() -> None:
     args = ap.parse_args()
 
     import walklens
-    from walklens.hellaswag.baseline import baseline_request
-    from walklens.hellaswag.data import load_hellaswag
-    from walklens.precision import DTYPES
+    from walklens.base.precision import DTYPES
+    from walklens.lab.hellaswag.baseline import baseline_request
+    from walklens.lab.hellaswag.data import load_hellaswag
 
     items = load_hellaswag(limit=args.n)
     models = {name: walklens.load_model(args.model, dtype=name) for name in ("float32", "bfloat16")}

@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 
 import walklens
-from walklens.hellaswag import packing
-from walklens.hellaswag.baseline import baseline_items, baseline_request
-from walklens.hellaswag.data import load_hellaswag
+from walklens.core.scoring import packing
+from walklens.lab.hellaswag.baseline import baseline_items, baseline_request
+from walklens.lab.hellaswag.data import load_hellaswag
 
 
 def fastest(fn: Callable[[], object], repeats: int) -> tuple[float, object]:

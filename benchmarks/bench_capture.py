@@ -17,7 +17,7 @@ import time
 import torch
 
 import walklens
-from walklens.capture import tokenize
+from walklens.core.capture import tokenize
 
 MODEL = os.environ.get("WALKLENS_BENCH_MODEL", "smollm2-135m")
 TEXT = (
@@ -35,7 +35,7 @@ def _child(code: str, env: dict[str, str] | None = None) -> dict:
 
 LOAD = """
 import json, time
-import torch, transformers, walklens, walklens.loading  # imports are not part of the load
+import torch, transformers, walklens, walklens.core.loading  # imports are not part of the load
 t = time.perf_counter()
 lm = walklens.load_model({model!r})
 print(json.dumps({{"seconds": time.perf_counter() - t}}))
@@ -101,11 +101,11 @@ def main() -> None:
     )
 
     body_plain = (
-        "from walklens.capture import tokenize\nids = tokenize(lm, ids_text, truncate=True)[:, :2048]\n"
+        "from walklens.core.capture import tokenize\nids = tokenize(lm, ids_text, truncate=True)[:, :2048]\n"
         "with torch.no_grad(): lm.model(ids, use_cache=False)\nstored = 0"
     )
     body_cap = (
-        "from walklens.capture import tokenize\nids = tokenize(lm, ids_text, truncate=True)[:, :2048]\n"
+        "from walklens.core.capture import tokenize\nids = tokenize(lm, ids_text, truncate=True)[:, :2048]\n"
         "text = lm.tokenizer.decode(ids[0])\n"
         "tr = walklens.capture(lm, text, dtype=torch.float16)\n"
         "stored = tr.hidden.numel() * tr.hidden.element_size()"

@@ -36,8 +36,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import walklens
-from walklens.hellaswag.baseline import baseline_items
-from walklens.hellaswag.data import load_hellaswag
+from walklens.lab.hellaswag.baseline import baseline_items
+from walklens.lab.hellaswag.data import load_hellaswag
 
 BF16 = torch.bfloat16
 Call = tuple[tuple[int, ...], torch.Tensor]  # (input shape, the module's weight)

@@ -19,7 +19,6 @@ Both sides time the evaluation only, after loading the model.  Usage::
 
     .venv/bin/python benchmarks/bench_lmeval.py [--n 200] [--dtype float32|bfloat16]
         [--lmeval-python .lmeval-venv/bin/python] [--lmeval-batch 1,8] [--json docs/results/bench_lmeval.json]
-
 Without an lm-eval environment the comparison is skipped (and said so); the FLOP/s ratio is still measured.
 """
 
@@ -110,7 +109,7 @@ def work(lm: object, items: list) -> dict:
     inputs; the LM head only where an ending token is predicted) against lm-eval's full sequences (context +
     ending minus its last token, four times per item; the LM head at every position).  FLOPs = 2 x weights x
     positions, split into the body and the LM head."""
-    from walklens.hellaswag.baseline import baseline_request
+    from walklens.lab.hellaswag.baseline import baseline_request
 
     reqs = [baseline_request(lm, it) for it in items]
     head = lm.model.get_output_embeddings().weight
@@ -136,8 +135,8 @@ def work(lm: object, items: list) -> dict:
 
 
 def walklens_baseline(lm: object, items: list) -> dict:
-    from walklens.experiments.runner import baseline_scorer, run_test
-    from walklens.experiments.runsetup import RunSetup
+    from walklens.lab.experiments.runner import baseline_scorer, run_test
+    from walklens.lab.experiments.runsetup import RunSetup
 
     w = work(lm, items)
     n_params, tokens = w["params"], w["walklens_positions"]  # tokens actually needed: context + ending trees
@@ -187,8 +186,8 @@ def main() -> None:
     torch.manual_seed(0)
 
     import walklens
-    from walklens.hellaswag.data import load_hellaswag
-    from walklens.loading import NAMED_MODELS, _gguf_cache_path
+    from walklens.core.loading import NAMED_MODELS, _gguf_cache_path
+    from walklens.lab.hellaswag.data import load_hellaswag
 
     items = load_hellaswag(limit=args.n)
     lm = walklens.load_model("smollm2-135m", dtype=args.dtype)

@@ -2,7 +2,7 @@
 
 - **the exact heatmap's floor**: a plain capture of a 1,000-token text, then the exact rank maps of every walk
   point (``encoding_walk(k=0, probs=False)``, what the exact pass computes), with the seconds its float32
-  products take (:meth:`walklens.ranking.Linear.tile`'s ``torch.mm``, timed inside the walk).  The exact
+  products take (:meth:`walklens.core.ranking.Linear.tile`'s ``torch.mm``, timed inside the walk).  The exact
   heatmap cannot come before the capture and these products: ``(capture + products) / capture`` is a floor
   of its ratio to a capture (target <= 3);
 - **the first paint's screen** of a 64-token text (the screened points, bfloat16 products): with the token
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 import walklens
-from walklens import kept as kept_tensors
-from walklens import ranking
+from walklens.core import kept as kept_tensors
+from walklens.core import ranking
 from walklens.server.api_walks import screen_points
 from walklens.server.traces import WALK_POINTS
 

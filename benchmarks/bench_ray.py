@@ -25,7 +25,7 @@ from walklens.cli.common import write_json
 
 
 def snapshot(db: Path) -> list[Any]:
-    from walklens.hellaswag.store import SweepStore
+    from walklens.lab.hellaswag.store import SweepStore
 
     with SweepStore(db, readonly=True) as st:
         return [(r["model"], r["test"], st.load(r["id"]).preds.tobytes()) for r in st.runs()]
@@ -44,15 +44,15 @@ def main() -> None:
 
     import ray
 
-    from walklens.backends import LocalBackend
-    from walklens.backends.ray_backend import RayBackend
-    from walklens.concepts.cache import ConceptCache
-    from walklens.experiments.grid import GridSpec
-    from walklens.experiments.runsetup import RunSetup
-    from walklens.experiments.sweep import SweepSpec, run_sweep
-    from walklens.hellaswag.data import load_hellaswag
-    from walklens.hellaswag.encode import arch_of
-    from walklens.hellaswag.store import ResultStore
+    from walklens.analyses.concepts.cache import ConceptCache
+    from walklens.core.backends import LocalBackend
+    from walklens.core.backends.ray_backend import RayBackend
+    from walklens.core.scoring.encode import arch_of
+    from walklens.lab.experiments.grid import GridSpec
+    from walklens.lab.experiments.runsetup import RunSetup
+    from walklens.lab.experiments.sweep import SweepSpec, run_sweep
+    from walklens.lab.hellaswag.data import load_hellaswag
+    from walklens.lab.hellaswag.store import ResultStore
 
     torch.set_num_threads(1)  # the local backend runs with one thread, as each worker does
     lm = LocalBackend().driver_model(args.model)

@@ -1,7 +1,7 @@
 """A synthetic sweep database of the full Test 2 grid over the whole HellaSwag validation set, for measuring
 ``walklens report`` at scale (issue 12): 726,000 schemes (13,200 context groups x 55 choice encodings, the real
 scheme names of ``GridSpec.full(2)``) x 10,042 items, random 2-bit predictions written straight into a
-:class:`~walklens.hellaswag.store.SweepStore` (about 1.8 GB).
+:class:`~walklens.lab.hellaswag.store.SweepStore` (about 1.8 GB).
 
     .venv/bin/python benchmarks/bench_report_scale.py --db /tmp/full.sqlite [--fraction 0.1]
     /usr/bin/time -v .venv/bin/walklens report --db /tmp/full.sqlite --out /tmp/full-report
@@ -27,8 +27,8 @@ def main() -> None:
     ap.add_argument("--fraction", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    from walklens.experiments.grid import GridSpec, group_by_context
-    from walklens.hellaswag.store import SweepRun, SweepStore, unpack_predictions
+    from walklens.lab.experiments.grid import GridSpec, group_by_context
+    from walklens.lab.hellaswag.store import SweepRun, SweepStore, unpack_predictions
 
     if a.db.exists():
         raise SystemExit(f"{a.db} exists")

@@ -2,7 +2,7 @@
 
 - **request to rendered heatmap**: in headless Chromium, from the page starting the encoding-walk request to
   the heatmap drawn on its canvas, for a 64-token and a 1,000-token text, as a ratio to a plain
-  ``walklens.capture`` of the same text in the same process: the first paint (the bfloat16 screen's provisional
+  ``walklens.core.capture`` of the same text in the same process: the first paint (the bfloat16 screen's provisional
   ranks; target <= 1.5) and the exact heatmap that replaces it, piece by piece, up to its last piece and the whole
   walk's escape points (target <= 3), side by side.  The server's caches are
   emptied before every request, so each one captures and walks from scratch.  The time the server spends in

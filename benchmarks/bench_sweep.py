@@ -30,14 +30,14 @@ def main() -> None:
     args = ap.parse_args()
 
     import walklens
-    from walklens.concepts.schemes import Scheme
-    from walklens.experiments.grid import GridSpec
-    from walklens.experiments.runner import run_test, scorer
-    from walklens.experiments.runsetup import RunSetup
-    from walklens.experiments.sweep import SweepSpec, run_sweep
-    from walklens.hellaswag.data import load_hellaswag
-    from walklens.hellaswag.encode import arch_of
-    from walklens.hellaswag.store import ResultStore, SweepStore
+    from walklens.analyses.concepts.schemes import Scheme
+    from walklens.core.scoring.encode import arch_of
+    from walklens.lab.experiments.grid import GridSpec
+    from walklens.lab.experiments.runner import run_test, scorer
+    from walklens.lab.experiments.runsetup import RunSetup
+    from walklens.lab.experiments.sweep import SweepSpec, run_sweep
+    from walklens.lab.hellaswag.data import load_hellaswag
+    from walklens.lab.hellaswag.store import ResultStore, SweepStore
 
     items = load_hellaswag(limit=args.n)
     lm = walklens.load_model(args.model)

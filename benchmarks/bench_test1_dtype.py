@@ -4,8 +4,8 @@ asserted.
     .venv/bin/python benchmarks/bench_test1_dtype.py [--n 20] [--model smollm2-135m] [--threads 2]
         [--grid docs/results/test1_grid.toml] [--repeats 2] [--profile] [--json FILE]
 
-Both dtypes run the sweep's own Test 1 path (:func:`walklens.experiments.sweep.run_sweep`, ``test=1``: concept
-sequences composed from the bank, identical sequences once, :func:`~walklens.hellaswag.packing.packed_logliks`
+Both dtypes run the sweep's own Test 1 path (:func:`walklens.lab.experiments.sweep.run_sweep`, ``test=1``: concept
+sequences composed from the bank, identical sequences once, :func:`~walklens.core.scoring.packing.packed_logliks`
 scoring the endings after them) on the same items (the first N of the bundled validation set, zero-shot) with
 the same threads, for two scheme sets: Test 1's standard scheme and a grid slice (``--grid``; default the
 80 schemes of ``docs/results/test1_grid.toml``, inside every Test 1 grid of docs/sweep.md).  A warm-up run of
@@ -17,12 +17,10 @@ building them is not part of the timed scoring.  Printed per scheme set:
   positions/s of the scoring calls (CPU time of this process inside ``packed_logliks``, fastest repeat), in
   each dtype, and the bfloat16 / float32 ratio (target >= 3; wall-time ratio too);
 - whether the picks agree: the bfloat16 sweep against the float32 one, per metric, through
-  :func:`walklens.experiments.agreement.compare_sweeps` (share of identical picks, schemes whose accuracy moved).
-
-``--profile``: one more bfloat16 run of the grid slice under ``torch.profiler``, printing the operators that
-take the most CPU time.  Each timed run is logged to stderr as it ends.  CPU time (``time.process_time``) counts every
-thread of the process,
-so with 2 threads positions/s is per 2 cores' worth of CPU time; wall-time ratios are printed too.
+  :func:`walklens.lab.experiments.agreement.compare_sweeps` (share of identical picks, schemes whose accuracy moved).
+``--profile``: one more bfloat16 run of the grid slice under ``torch.profiler``, printing the operators that take the
+most CPU time.  Each timed run is logged to stderr as it ends.  CPU time (``time.process_time``) counts every thread
+of the process, so with 2 threads positions/s is per 2 cores' worth of CPU time; wall-time ratios are printed too.
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ from walklens.cli.common import write_json
 @contextlib.contextmanager
 def counting(tally: dict[str, float]) -> Iterator[None]:
     """Count the positions and the CPU/wall time of every Test 1 scoring call of the sweep (the real scorer runs)."""
-    from walklens.experiments.sweep import batched
+    from walklens.lab.experiments.sweep import batched
 
     real = batched.packed_logliks
 
@@ -66,10 +64,10 @@ def counting(tally: dict[str, float]) -> Iterator[None]:
 
 def sweep_once(lm: Any, items: list[Any], schemes: list[Any], db: Path, cache: Path) -> dict[str, float]:
     """One Test 1 sweep of ``schemes``; the tally of its scoring calls."""
-    from walklens.concepts.cache import ConceptCache
-    from walklens.experiments.runsetup import RunSetup
-    from walklens.experiments.sweep import SweepSpec, run_sweep
-    from walklens.hellaswag.store import ResultStore
+    from walklens.analyses.concepts.cache import ConceptCache
+    from walklens.lab.experiments.runsetup import RunSetup
+    from walklens.lab.experiments.sweep import SweepSpec, run_sweep
+    from walklens.lab.hellaswag.store import ResultStore
 
     tally = {"cpu": 0.0, "wall": 0.0, "positions": 0.0, "requests": 0.0}
     with counting(tally), ResultStore(db) as store, ConceptCache(cache) as concepts:
@@ -101,11 +99,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     import walklens
-    from walklens.experiments.agreement import Ranking, Scope, compare_sweeps
-    from walklens.experiments.grid import GridSpec
-    from walklens.hellaswag.data import load_hellaswag
-    from walklens.hellaswag.encode import arch_of
-    from walklens.hellaswag.store import SweepStore
+    from walklens.core.scoring.encode import arch_of
+    from walklens.lab.experiments.agreement import Ranking, Scope, compare_sweeps
+    from walklens.lab.experiments.grid import GridSpec
+    from walklens.lab.hellaswag.data import load_hellaswag
+    from walklens.lab.hellaswag.store import SweepStore
 
     items = load_hellaswag(limit=args.n)
     models = {name: walklens.load_model(args.model, dtype=name) for name in ("float32", "bfloat16")}

@@ -13,8 +13,8 @@ groups x 55 choice encodings (the full grid's), with different (seg, ex, sim); t
 bundles per NORM and encoding.
 
 * old: ``tests/oracles.test2_bundle_v1``, the evaluation before (walklens 12e298f), one call per bundle;
-* new: :func:`walklens.experiments.sweep.batched.test2_bundles_batched`, one call per NORM (a batch, as
-  :func:`~walklens.experiments.sweep.shards.test2_batch` runs it).
+* new: :func:`walklens.lab.experiments.sweep.batched.test2_bundles_batched`, one call per NORM (a batch, as
+  :func:`~walklens.lab.experiments.sweep.shards.test2_batch` runs it).
 
 Each repeat runs old then new; printed: the fastest CPU seconds (``time.process_time``, robust to other
 processes on shared cores) and wall seconds of each, per bundle and 1,000 items, the old / new ratio, and
@@ -56,9 +56,9 @@ COMBOS = [
 
 def synthetic(n: int, seed: int = 0) -> tuple[object, object]:
     """A bank ``[texts, 5, 11, 576]`` and the ``sentence_level_segmentation`` layout of ``n`` zero-shot items."""
-    from walklens.concepts.schemes import WORD_AGG_SCHEMES
-    from walklens.concepts.vectors import VectorBank
-    from walklens.experiments.sweep import EncLayout
+    from walklens.analyses.concepts.schemes import WORD_AGG_SCHEMES
+    from walklens.analyses.concepts.vectors import VectorBank
+    from walklens.lab.experiments.sweep import EncLayout
 
     g = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -92,9 +92,9 @@ def main() -> None:
         ap.error(f"--bundles must be 1..{len(COMBOS)}")
 
     import oracles
-    from walklens.concepts.schemes import WORD_AGG_SCHEMES, Scheme
-    from walklens.experiments.sweep.batched import test2_bundles_batched
-    from walklens.experiments.sweep.shards import TEST2_CHUNK
+    from walklens.analyses.concepts.schemes import WORD_AGG_SCHEMES, Scheme
+    from walklens.lab.experiments.sweep.batched import test2_bundles_batched
+    from walklens.lab.experiments.sweep.shards import TEST2_CHUNK
 
     torch.set_num_threads(args.threads)
     enc = "sentence_level_segmentation"

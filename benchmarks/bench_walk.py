@@ -42,8 +42,8 @@ def child(trace_path: str, norm: str, metric: str) -> None:
     import torch
 
     import walklens
-    from walklens.trace import Trace
-    from walklens.walks import _CHUNK_BYTES
+    from walklens.analyses.walks import _CHUNK_BYTES
+    from walklens.core.trace import Trace
 
     lm = walklens.load_model("smollm2-135m")
     trace = Trace.load(trace_path, lm=lm)

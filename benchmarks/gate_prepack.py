@@ -2,7 +2,7 @@
 
 The HellaSwag baseline (``baseline_items``, bfloat16) scores the first ``--n`` items in chunks; each chunk is
 scored with ``WALKLENS_PREPACK=0`` (``F.linear``, the weight reordered at every call) and ``=1``
-(:func:`walklens.interventions.prepacked_linears`), alternating which goes first, so the machine's load falls
+(:func:`walklens.core.interventions.prepacked_linears`), alternating which goes first, so the machine's load falls
 on both alike.  Prints and writes: identical log-likelihoods (bit for bit) and picks, the largest difference,
 and the CPU-time ratio.  Usage::
 
@@ -20,8 +20,8 @@ import time
 from typing import Any
 
 import walklens
-from walklens.hellaswag.baseline import baseline_items
-from walklens.hellaswag.data import load_hellaswag
+from walklens.lab.hellaswag.baseline import baseline_items
+from walklens.lab.hellaswag.data import load_hellaswag
 
 
 def scored(lm: walklens.LoadedModel, items: list[Any], prepack: bool) -> tuple[list[Any], float]:

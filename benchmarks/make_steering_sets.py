@@ -1,4 +1,4 @@
-"""Write the steering sets shipped with walklens (src/walklens/data/steering/*.jsonl) from templates.
+"""Write the steering sets shipped with walklens (src/walklens/lab/data/steering/*.jsonl) from templates.
 
 Run from the repository root: ``python benchmarks/make_steering_sets.py``.  The sets are deterministic (no
 randomness): every third prompt of a target goes to the ``choose`` split, the rest to ``heldout``.  The texts

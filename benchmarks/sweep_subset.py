@@ -18,9 +18,9 @@ import dataclasses
 import json
 import sys
 
-from walklens.concepts.schemes import Scheme
-from walklens.experiments.summary import summarise_run
-from walklens.hellaswag.store.sweeps import SweepStore
+from walklens.analyses.concepts.schemes import Scheme
+from walklens.lab.experiments.summary import summarise_run
+from walklens.lab.hellaswag.store.sweeps import SweepStore
 
 
 def matches(name: str, where: dict[str, set[str]]) -> bool:

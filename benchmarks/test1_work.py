@@ -31,15 +31,15 @@ def main() -> None:
     args = ap.parse_args()
 
     import walklens
-    from walklens.concepts.cache import open_cache
-    from walklens.experiments import sweep
-    from walklens.experiments.grid import GridSpec
-    from walklens.experiments.runsetup import RunSetup
-    from walklens.experiments.sweep import batched
-    from walklens.hellaswag import packing
-    from walklens.hellaswag.data import load_hellaswag
-    from walklens.hellaswag.encode import arch_of
-    from walklens.hellaswag.store import ResultStore
+    from walklens.analyses.concepts.cache import open_cache
+    from walklens.core.scoring import packing
+    from walklens.core.scoring.encode import arch_of
+    from walklens.lab.experiments import sweep
+    from walklens.lab.experiments.grid import GridSpec
+    from walklens.lab.experiments.runsetup import RunSetup
+    from walklens.lab.experiments.sweep import batched
+    from walklens.lab.hellaswag.data import load_hellaswag
+    from walklens.lab.hellaswag.store import ResultStore
 
     rows: dict[tuple, list[list[bytes]]] = collections.defaultdict(list)  # item (its endings) -> concept rows
     ending_nodes: dict[tuple, int] = {}

@@ -26,7 +26,7 @@ def context(layer: str, norm: str) -> str:
 def sweep_db(path: Path, model: str = EVIL_MODEL, n_items: int = 40, seed: int = 0) -> Path:
     """A results database with one Test 2 sweep run of 3 x 2 context groups x 3 outputs = 18 schemes over
     ``n_items`` items (random picks, seeded), and a baseline."""
-    from walklens.hellaswag.store import SweepRun, SweepStore
+    from walklens.lab.hellaswag.store import SweepRun, SweepStore
 
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 4, size=n_items).astype(np.uint8)
@@ -66,7 +66,7 @@ def evil_card(tmp: Path) -> Any:
     import torch
 
     from test_steering_card import write_set
-    from walklens.steeringcard import steering_card
+    from walklens.lab.steeringcard import steering_card
     from walklens.testing import tiny_model
 
     threads = torch.get_num_threads()

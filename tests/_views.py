@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 import walklens
-from walklens.loading import LoadedModel
+from walklens.core.loading import LoadedModel
 
 #: a text whose tokens (each character of the tiny tokenizer) include markup
 TEXT = "the cat and the dog walk to the house"
@@ -17,12 +17,12 @@ TEXT = "the cat and the dog walk to the house"
 def every_result(lm: LoadedModel, tmp: Path) -> dict[str, Any]:
     """Type name -> one result of that type (``summary.RunSummary`` from a small results database)."""
     from test_frames import _database, _items
-    from walklens.compaction import explain
-    from walklens.experiments.curves import CurvePoint, CurveSet
-    from walklens.experiments.runner import baseline_scorer, run_test
-    from walklens.experiments.runsetup import RunSetup
-    from walklens.experiments.summary import summarise_db
-    from walklens.parity import verify
+    from walklens.analyses.compaction import explain
+    from walklens.analyses.parity import verify
+    from walklens.lab.experiments.curves import CurvePoint, CurveSet
+    from walklens.lab.experiments.runner import baseline_scorer, run_test
+    from walklens.lab.experiments.runsetup import RunSetup
+    from walklens.lab.experiments.summary import summarise_db
 
     ident = walklens.attention_identity(lm, TEXT)
     tr = walklens.capture(lm, TEXT, attentions=True)
@@ -35,24 +35,26 @@ def every_result(lm: LoadedModel, tmp: Path) -> dict[str, Any]:
         "DecodingWalk": walklens.decoding_walk(lm, "the dog", max_new_tokens=2),
         "HeadMatrices": hm,
         "IdentityResult": ident,
-        "ClusterView": walklens.cluster_view(ident.trace, hm, 0, 3),
-        "SelfMass": walklens.self_mass(tr),
-        "HeadStats": walklens.head_stats(lm),
+        "ClusterView": walklens.analyses.cluster_view(ident.trace, hm, 0, 3),
+        "SelfMass": walklens.analyses.self_mass(tr),
+        "HeadStats": walklens.analyses.head_stats(lm),
         "PositionKernels": walklens.position_kernels(lm, max_distance=4, progress=False),
         "PowerSpectra": spectra,
         "Alignment": walklens.alignment(lm, [TEXT], spectra=spectra, n_random=4, n_shuffles=2),
-        "Dynamics": walklens.dynamics(lm, [TEXT]),
-        "SharedWeights": walklens.shared_weights(lm, [TEXT], layer=0, n_layers=3),
-        "SteeringSweep": walklens.steering_sweep(
+        "Dynamics": walklens.analyses.dynamics(lm, [TEXT]),
+        "SharedWeights": walklens.analyses.shared_weights(lm, [TEXT], layer=0, n_layers=3),
+        "SteeringSweep": walklens.analyses.steering_sweep(
             lm, ["the dog"], " cat", [[1]], alphas=[0.0, 4.0], add_alphas=[2.0], max_new_tokens=2
         ),
         "ParityCard": verify(lm, texts=("the cat sat",), quick=True),
         "CompactionReport": explain(lm, TEXT + " . the king runs", continuation=" and the", budget=3, top=3),
-        "ControlVector": walklens.ControlVector({1: torch.ones(8), 2: -torch.ones(8)}, "llama", "add", 2.0, "cat"),
-        "BlockContrast": walklens.block_contrast(
+        "ControlVector": walklens.analyses.ControlVector(
+            {1: torch.ones(8), 2: -torch.ones(8)}, "llama", "add", 2.0, "cat"
+        ),
+        "BlockContrast": walklens.analyses.block_contrast(
             torch.eye(4) + 0.5, ["number", "number", "word", "word"], name="V/dot", n_perm=20, n_boot=20
         ),
-        "Cooccurrence": walklens.cooccurrence(
+        "Cooccurrence": walklens.analyses.cooccurrence(
             [[1, 2, 3, 1, 2, 4, 5, 1, 3] * 3] * 6, torch.randn(8, 4), n_groups=3, min_count=2, n_matched=2
         ),
     }
@@ -88,7 +90,7 @@ def every_result(lm: LoadedModel, tmp: Path) -> dict[str, Any]:
     out["runner.RunSummary"] = run_test(lm, _items(), baseline_scorer(), RunSetup(data="toy", progress=False))
     from test_steering_card import write_set
 
-    out["SteeringCard"] = walklens.steering_card(
+    out["SteeringCard"] = walklens.lab.steering_card(
         lm, write_set(tmp / "set.jsonl"), layers=[1], doses=[0.5], methods=["add"], max_new_tokens=2, n_boot=20, limit=1
     )
     db = tmp / "results.sqlite"

@@ -127,7 +127,7 @@ def no_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         raise AssertionError("a model was loaded before the outputs were checked against the inputs")
 
     import walklens.cli.common as common
-    import walklens.loading as loading
+    import walklens.core.loading as loading
 
     monkeypatch.setattr(loading, "load_model", refuse)
     monkeypatch.setattr(common, "load_model", refuse)

@@ -1,6 +1,7 @@
 """Reference implementations the tests compare walklens against (slow and plain on purpose; not shipped).
 
-- :func:`eigen_dense`: the eigen-structure of a dense F [D, D] (O(D^3)), for :func:`walklens.ov.eigen_factored`,
+- :func:`eigen_dense`: the eigen-structure of a dense F [D, D] (O(D^3)), for
+:func:`walklens.core.ov.eigen_factored`,
   which works through the small product B A.
 - :func:`reference_logliks`: lm-evaluation-harness's own way of scoring continuations, each (context,
   continuation) pair as one full sequence with no sharing, for the one-context-pass and packed scorers.
@@ -18,19 +19,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from walklens.concepts.compose import compose_context
-from walklens.concepts.schemes import Scheme, normalize
-from walklens.concepts.similarity import batched_scores, tie_identical
-from walklens.concepts.vectors import VectorBank
-from walklens.experiments.sweep import EncLayout, ItemPlan, NormedBank
-from walklens.ov import Eigen, eig, is_complex_pair, phase_fix, real_basis
+from walklens.analyses.concepts.compose import compose_context
+from walklens.analyses.concepts.schemes import Scheme, normalize
+from walklens.analyses.concepts.vectors import VectorBank
+from walklens.core.ov import Eigen, eig, is_complex_pair, phase_fix, real_basis
+from walklens.lab.concepts.similarity import batched_scores, tie_identical
+from walklens.lab.experiments.sweep import EncLayout, ItemPlan, NormedBank
 
 if TYPE_CHECKING:
-    from walklens.loading import LoadedModel
+    from walklens.core.loading import LoadedModel
 
 
 def eigen_dense(F: torch.Tensor) -> Eigen:
-    """The quantities of :func:`walklens.ov.eigen_factored` from a dense [D, D] F."""
+    """The quantities of :func:`walklens.core.ov.eigen_factored` from a dense [D, D] F."""
     F = F.double()
     ev, Y = eig(F.T)
     order = torch.argsort(ev.abs(), descending=True, stable=True)
@@ -98,10 +99,10 @@ def reference_test2_bundle(
     """Test 2 of context groups that share (enc, norm, seg, ex, sim) and the choice encodings (out_layer,
     out_word), differing in (layer, word), one item at a time: predictions ``[groups, outs, items]`` and the
     scores they were picked from ``[groups, outs, items, C]`` (after
-    :func:`~walklens.concepts.similarity.tie_identical`).
+    :func:`~walklens.lab.concepts.similarity.tie_identical`).
 
     ``nbank`` is the bank after the groups' NORM.  Per item, the context sequences ``[P, m, D]`` are composed by
-    :func:`~walklens.concepts.compose.compose_context` and scored with :func:`score_batch`."""
+    :func:`~walklens.analyses.concepts.compose.compose_context` and scored with :func:`score_batch`."""
     s0 = groups[0][0]
     pl = torch.tensor([bank.layer_pos(layer_key[g[0].layer]) for g in groups])
     pw = torch.tensor([bank.word_pos(g[0].word) for g in groups])

@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from _toy import write_items
-from walklens.concepts.schemes import Scheme
-from walklens.errors import InputError
-from walklens.experiments.agreement import (
+from walklens.analyses.concepts.schemes import Scheme
+from walklens.base.errors import InputError
+from walklens.lab.experiments.agreement import (
     Ranking,
     Scope,
     agreement_study,
@@ -30,7 +30,7 @@ from walklens.experiments.agreement import (
     compare_sweeps,
     paired_difference,
 )
-from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepRun, SweepStore
+from walklens.lab.hellaswag.store import ItemResult, ResultStore, RunKey, SweepRun, SweepStore
 
 ROOT = Path(__file__).resolve().parents[1]
 REF, BF = "m", "m@bfloat16"
@@ -302,8 +302,8 @@ def tiny_dir(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_tiny_model_end_to_end(tiny_dir: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from walklens.cli import main
-    from walklens.experiments.grid import GridSpec
-    from walklens.hellaswag.data import data_id
+    from walklens.lab.experiments.grid import GridSpec
+    from walklens.lab.hellaswag.data import data_id
 
     model, d = tiny_dir
     db = tmp_path / "a.sqlite"

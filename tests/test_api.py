@@ -15,20 +15,24 @@ import walklens
 
 SRC = pathlib.Path(walklens.__file__).parent
 
-#: The modules whose ``__all__`` make up ``walklens.__all__`` (with loading, models and errors).
+#: The modules whose ``__all__`` make up their group's ``__all__`` (walklens.core, walklens.analyses).
 ANALYSES = (
-    "capture",
-    "trace",
-    "walks",
-    "decoding",
-    "attention",
-    "kernels",
-    "ov",
-    "power",
-    "idealised",
-    "steering",
-    "interventions",
+    "core.capture",
+    "core.trace",
+    "analyses.walks",
+    "analyses.decoding",
+    "analyses.attention",
+    "analyses.kernels",
+    "core.ov",
+    "analyses.power",
+    "analyses.idealised",
+    "analyses.steering",
+    "core.interventions",
 )
+
+
+#: the packages whose ``__all__`` presents their modules' public names lazily (``_PUBLIC``)
+GROUPS = ("walklens.core", "walklens.analyses", "walklens.lab", "walklens.base")
 
 
 def _modules() -> list[str]:
@@ -36,43 +40,52 @@ def _modules() -> list[str]:
 
 
 @pytest.mark.parametrize("name", ANALYSES)
-def test_every_public_name_of_an_analysis_module_is_top_level(name):
+def test_every_public_name_of_an_analysis_module_is_in_its_group(name):
     mod = importlib.import_module(f"walklens.{name}")
+    group = importlib.import_module(f"walklens.{name.split('.')[0]}")
     assert mod.__all__, name
     for public in mod.__all__:
-        assert public in walklens.__all__, f"walklens.{name}.{public} missing from walklens.__all__"
-        assert getattr(walklens, public) is getattr(mod, public)
+        assert public in group.__all__, f"walklens.{name}.{public} missing from {group.__name__}.__all__"
+        assert getattr(group, public) is getattr(mod, public)
 
 
 def test_all_resolves_and_holds_the_verbs_and_result_types():
-    for name in walklens.__all__:
-        assert getattr(walklens, name) is not None
-    assert len(set(walklens.__all__)) == len(walklens.__all__)
-    for name in (
-        "capture",
-        "capture_batch",
-        "encoding_walk",
-        "decoding_walk",
-        "power_spectra",
-        "alignment",
-        "dynamics",
-        "shared_weights",
-        "steer",
-        "steering_sweep",
-        "ablate_mlps",
-        "tied_layers",
-        "Trace",
-        "PowerSpectra",
-        "Dynamics",
-        "SharedWeights",
-        "SteerRow",
-        "SteeringSweep",
-        "EncodingWalk",
-        "DecodingWalk",
-        "Alignment",
-    ):
-        assert name in walklens.__all__, name
-    assert callable(walklens.capture) and walklens.capture.__module__ == "walklens.capture"
+    import walklens.lab
+
+    for group in (walklens, walklens.core, walklens.analyses, walklens.lab, walklens.base):
+        for name in group.__all__:
+            assert getattr(group, name) is not None, f"{group.__name__}.{name}"
+        assert len(set(group.__all__)) == len(group.__all__), group.__name__
+    first = ("capture", "load_model", "encoding_walk", "decoding_walk", "power_spectra", "steer", "verify", "Trace")
+    assert set(first) <= set(walklens.__all__) and len(walklens.__all__) <= 30
+    for name in ("capture_batch", "ablate_mlps", "tied_layers", "Trace"):
+        assert name in walklens.core.__all__, name
+    for name in ("dynamics", "shared_weights", "steering_sweep", "PowerSpectra", "SteerRow", "EncodingWalk"):
+        assert name in walklens.analyses.__all__, name
+    assert callable(walklens.capture) and walklens.capture.__module__ == "walklens.core.capture"
+    assert walklens.capture is walklens.core.capture
+
+
+def test_a_moved_name_answers_one_release_more_with_a_warning() -> None:
+    """Every name the root exported before the groups still resolves there, to the same object, with one
+    FutureWarning naming its new home; a name that never existed is an AttributeError."""
+    import warnings
+
+    import walklens.lab
+
+    before = set(walklens._MOVED) | set(walklens.__all__)
+    assert {"cluster_view", "steering_card", "summarise_db", "ablate_mlps", "get_adapter"} <= set(walklens._MOVED)
+    assert set(walklens.lab.__all__) <= before and set(walklens.analyses.__all__) <= before
+    for name, home in walklens._MOVED.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = getattr(walklens, name)
+        assert value is getattr(importlib.import_module(home), name), name
+        assert [str(w.message) for w in caught] == [
+            f"walklens.{name} is now {home}.{name}; the short alias goes in the next release"
+        ] and caught[0].category is FutureWarning
+    with pytest.raises(AttributeError, match="no attribute 'no_such_verb'"):
+        walklens.no_such_verb  # noqa: B018
 
 
 def test_the_loaded_model_parameter_is_lm_everywhere():
@@ -148,22 +161,22 @@ def test_module_level_imports_form_no_cycle():
     "name",
     ANALYSES
     + (
-        "hellaswag.encode",
-        "hellaswag.packing",
-        "hellaswag.request",
-        "experiments.runner",
-        "experiments.runsetup",
-        "concepts.similarity",
-        "experiments.sweep.plan",
-        "experiments.sweep.bank",
-        "experiments.sweep.batched",
-        "experiments.sweep.run",
-        "experiments.sweep.keys",
-        "experiments.sweep.generation",
-        "experiments.sweep.similarity",
-        "hellaswag.store.db",
-        "hellaswag.store.results",
-        "hellaswag.store.sweeps",
+        "core.scoring.encode",
+        "core.scoring.packing",
+        "core.scoring.request",
+        "lab.experiments.runner",
+        "lab.experiments.runsetup",
+        "lab.concepts.similarity",
+        "lab.experiments.sweep.plan",
+        "lab.experiments.sweep.bank",
+        "lab.experiments.sweep.batched",
+        "lab.experiments.sweep.run",
+        "lab.experiments.sweep.keys",
+        "lab.experiments.sweep.generation",
+        "lab.experiments.sweep.similarity",
+        "lab.hellaswag.store.db",
+        "lab.hellaswag.store.results",
+        "lab.hellaswag.store.sweeps",
     ),
 )
 def test_no_function_level_imports_of_walklens_modules(name):
@@ -180,7 +193,7 @@ def test_no_function_level_imports_of_walklens_modules(name):
 
 
 def test_hooks_are_registered_in_one_place():
-    """Every forward hook goes through walklens.hooks.Hooks, which removes it on exit."""
+    """Every forward hook goes through walklens.base.hooks.Hooks, which removes it on exit."""
     hits = [
         str(p.relative_to(SRC))
         for p in SRC.rglob("*.py")
@@ -193,9 +206,12 @@ def test_hooks_are_registered_in_one_place():
 
 
 def _exports() -> dict[str, dict[str, object]]:
-    """Every walklens module's ``__all__``: {module: {name: object}} (the package itself left out: ``_PUBLIC``)."""
+    """Every walklens module's ``__all__``: {module: {name: object}} (the package and its groups left out: each
+    presents its modules' names lazily, ``_PUBLIC``)."""
     out = {}
     for name in _modules():
+        if name in GROUPS:
+            continue
         mod = importlib.import_module(name)
         out[name] = {n: getattr(mod, n) for n in getattr(mod, "__all__", ())}
     return out
@@ -236,38 +252,47 @@ def test_the_top_level_names_come_from_the_module_that_exports_them():
 
 def test_a_name_exported_by_two_modules_is_found():
     exports = _exports()
-    import walklens.hooks
-    import walklens.interventions
+    import walklens.base.hooks
+    import walklens.core.interventions
 
-    exports["walklens.interventions"]["Hooks"] = walklens.hooks.Hooks  # a re-export from a module beside it
-    exports["walklens.steering"]["SteerEdit"] = walklens.interventions.SteerEdit
-    exports["walklens.compaction"]["Trace"] = walklens.Trace  # a package presenting what it does not hold
-    assert misplaced_exports(exports) == [
-        "walklens.compaction.Trace and walklens.trace.Trace",
-        "walklens.hooks.Hooks and walklens.interventions.Hooks",
-        "walklens.interventions.SteerEdit and walklens.steering.SteerEdit",
-    ]
+    exports["walklens.core.interventions"]["Hooks"] = walklens.base.hooks.Hooks  # a re-export from a module beside it
+    exports["walklens.analyses.steering"]["SteerEdit"] = walklens.core.interventions.SteerEdit
+    exports["walklens.analyses.compaction"]["Trace"] = walklens.Trace  # a package presenting what it does not hold
+    assert misplaced_exports(exports) == sorted(
+        [
+            "walklens.analyses.compaction.Trace and walklens.core.trace.Trace",
+            "walklens.base.hooks.Hooks and walklens.core.interventions.Hooks",
+            "walklens.analyses.steering.SteerEdit and walklens.core.interventions.SteerEdit",
+        ]
+    )
 
 
 def test_no_public_name_turns_into_its_module() -> None:
     """``import walklens.X`` binds ``walklens.X`` to the module when it first loads it, so a public verb named like
     a module that is imported lazily would turn into that module once anything imports it (``walklens.verify``
-    lives in ``walklens.parity`` for this reason).  A name may share its module's name only when ``walklens``
+    lives in ``walklens.analyses.parity`` for this reason).  A name may share its module's name only when ``walklens``
     binds it eagerly, after loading the module (``capture``); checked in a fresh interpreter."""
     import pkgutil
     import subprocess
     import sys
 
     import walklens
+    import walklens.lab
 
-    modules = {m.name for m in pkgutil.iter_modules(walklens.__path__)}
-    shared = sorted(set(walklens.__all__) & modules)
-    assert "parity" in modules and "capture" in shared  # the rule reads the real module list
+    shared = [
+        f"{group.__name__}.{name}"
+        for group in (walklens, *(importlib.import_module(g) for g in GROUPS))
+        for name in sorted(set(group.__all__) & {m.name for m in pkgutil.iter_modules(group.__path__)})
+    ]
+    assert shared == ["walklens.core.capture"]  # the rule reads the real module lists (capture: bound eagerly)
+    analyses = {m.name for m in pkgutil.iter_modules(walklens.analyses.__path__)}
+    assert "parity" in analyses and "verify" in walklens.analyses.__all__
     code = (
         "import importlib, types, walklens\n"
         f"for n in {shared!r}:\n"
-        "    importlib.import_module('walklens.' + n)\n"
-        "    assert not isinstance(getattr(walklens, n), types.ModuleType), n\n"
+        "    group, _, name = n.rpartition('.')\n"
+        "    importlib.import_module(n)\n"
+        "    assert not isinstance(getattr(importlib.import_module(group), name), types.ModuleType), n\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-400:]

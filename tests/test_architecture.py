@@ -7,7 +7,7 @@ into one node and never looks at a package's own ``__init__``, so a cycle betwee
 modules (``walklens.cli`` -> ``walklens.cli.hellaswag`` -> ``walklens.cli``, the shape of a plugin scan) passes
 it; the module-level check below finds it.
 
-grimp never sees an import by name (``importlib.import_module("walklens.notebook")``), so a scan of the source
+grimp never sees an import by name (``importlib.import_module("walklens.reports.notebook")``), so a scan of the source
 does (:func:`imports_by_name`): each must run downward (:func:`below`), and the loops of the import graph are
 counted with them (:func:`loops`).
 """
@@ -42,7 +42,7 @@ LAYERS = [
     for container in c["containers"]
 ]
 #: modules whose imports by name no scan can read, and why they never reach walklens
-UNREAD_BY_NAME = {"walklens.extras": "the third-party modules of each optional extra (EXTRAS), never walklens"}
+UNREAD_BY_NAME = {"walklens.base.extras": "the third-party modules of each optional extra (EXTRAS), never walklens"}
 
 
 def lint(src: Path, config: Path) -> tuple[int, dict[str, str], str]:
@@ -226,30 +226,36 @@ def _plant(path: Path, call: str) -> None:
 
 def test_an_upward_import_by_name_is_found(tree: Path) -> None:
     package = tree / "src" / "walklens"
-    _plant(package / "display.py", 'importlib.import_module("walklens.notebook").html(name)')  # the old upward call
-    _plant(package / "trace.py", '__import__("walklens")')  # the package root: above every layer
+    _plant(
+        package / "base" / "display.py", 'importlib.import_module("walklens.reports.notebook").html(name)'
+    )  # the old upward call
+    _plant(package / "core" / "trace.py", '__import__("walklens")')  # the package root: above every layer
     _plant(package / "reports" / "html.py", 'importlib.import_module(f"walklens.cli.{name}")')  # any command
     _plant(package / "cli" / "walk.py", 'importlib.import_module(".generate", __package__)')  # a sibling
-    _plant(package / "steering.py", 'importlib.import_module(".ov", package="walklens")')  # downward: fine
+    # downward: fine
+    _plant(package / "analyses" / "steering.py", 'importlib.import_module(".core.ov", package="walklens")')
     _plant(package / "models" / "base.py", "importlib.import_module(name)")  # unread
     found = imports_by_name(package)
     assert sorted((i.importer, i.target) for i in found if i.target and not below(i.importer, i.target)) == [
+        ("walklens.base.display", "walklens.reports.notebook"),
         ("walklens.cli.walk", "walklens.cli.generate"),
-        ("walklens.display", "walklens.notebook"),
+        ("walklens.core.trace", "walklens"),
         ("walklens.reports.html", "walklens.cli.*"),
-        ("walklens.trace", "walklens"),
     ]
-    assert ("walklens.steering", "walklens.ov") in {(i.importer, i.target) for i in found}
-    assert {i.importer for i in found if i.target is None} == {"walklens.extras", "walklens.models.base"}
+    assert ("walklens.analyses.steering", "walklens.core.ov") in {(i.importer, i.target) for i in found}
+    assert {i.importer for i in found if i.target is None} == {"walklens.base.extras", "walklens.models.base"}
 
 
 def test_the_upward_call_of_the_display_closes_a_loop(tree: Path) -> None:
-    """``_repr_html_`` importing ``walklens.notebook`` by name (as it did before the views registered themselves)
+    """``_repr_html_`` importing ``walklens.reports.notebook`` by name (as it did before the views registered
+    themselves)
     closes one loop through the results, the analyses and the reports."""
-    display = tree / "src" / "walklens" / "display.py"
-    _plant(display, 'importlib.import_module("walklens.notebook").html(name)')
+    display = tree / "src" / "walklens" / "base" / "display.py"
+    _plant(display, 'importlib.import_module("walklens.reports.notebook").html(name)')
     found = loops(graph_with_names(tree / "src" / "walklens"))
-    assert len(found) == 1 and {"walklens.display", "walklens.notebook", "walklens.trace"} <= found[0], found
+    assert (
+        len(found) == 1 and {"walklens.base.display", "walklens.reports.notebook", "walklens.core.trace"} <= found[0]
+    ), found
 
 
 @pytest.fixture
@@ -273,32 +279,33 @@ def lint_broken(tree: Path, broken: set[str]) -> str:
 def test_a_model_importing_the_cli_breaks_the_contracts(tree: Path) -> None:
     base = tree / "src" / "walklens" / "models" / "base.py"
     base.write_text("from walklens.cli import common\n" + base.read_text())
-    out = lint_broken(tree, {"layers", "analyses-never-draw", "models-at-the-bottom", "no-cycles"})
+    broken = {"layers", "instrument-never-imports-lab", "analyses-never-draw", "models-at-the-bottom", "no-cycles"}
+    out = lint_broken(tree, broken)  # the CLI reaches the lab: a model importing it reaches the lab too
     assert "walklens.models.base -> walklens.cli.common" in out
 
 
 def test_a_lazy_import_cycle_breaks_the_contracts(tree: Path) -> None:
-    """A cycle that no layer forbids (inside walklens.concepts), closed by an import inside a function."""
+    """A cycle that no layer forbids (inside walklens.analyses.concepts), closed by an import inside a function."""
     graph = grimp.build_graph("walklens", cache_dir=None)
     a, b = min(
         (a, b)
-        for a in graph.find_descendants("walklens.concepts")
+        for a in graph.find_descendants("walklens.analyses.concepts")
         for b in graph.find_modules_directly_imported_by(a)
-        if b.startswith("walklens.concepts.") and not graph.find_children(a) and not graph.find_children(b)
+        if b.startswith("walklens.analyses.concepts.") and not graph.find_children(a) and not graph.find_children(b)
     )
     path = tree / "src" / Path(*b.split(".")).with_suffix(".py")
     path.write_text(path.read_text() + f"\n\ndef _close_a_cycle() -> None:\n    import {a}  # noqa: F401\n")
     out = lint_broken(tree, {"no-cycles"})
-    assert "No cycles are allowed in walklens.concepts." in out
+    assert "No cycles are allowed in walklens.analyses.concepts." in out
 
 
 def test_a_lazy_import_of_the_package_root_breaks_the_contracts(tree: Path) -> None:
     """The package root imports the notebook views (to register them), so a module below that imports the root,
     even inside a function, reaches the reports: the forbidden contracts see it."""
-    trace = tree / "src" / "walklens" / "trace.py"
+    trace = tree / "src" / "walklens" / "core" / "trace.py"
     trace.write_text(trace.read_text() + "\n\ndef _root() -> None:\n    import walklens  # noqa: F401\n")
-    out = lint_broken(tree, {"layers", "analyses-never-draw"})
-    assert "walklens.trace -> walklens (l." in out and "walklens -> walklens.notebook (l." in out
+    out = lint_broken(tree, {"layers", "core-rooms", "analyses-rooms", "analyses-never-draw"})
+    assert "walklens.core.trace -> walklens (l." in out and "walklens -> walklens.reports.notebook (l." in out
 
 
 def test_an_undeclared_module_breaks_the_layers(tree: Path) -> None:
@@ -322,12 +329,12 @@ def test_every_layer_is_documented() -> None:
 
 
 def kind_tests_outside_adapters(package: Path) -> list[str]:
-    """``file:line`` of every line of the package that names ``auto_class`` outside ``models/`` and ``loading.py``:
+    """``file:line`` of every line of the package that names ``auto_class`` outside ``models/`` and ``core/loading.py``:
     a model's kind is asked of its adapter (``lm.kind``, ``lm.is_causal``, ...), never tested on the auto class."""
     hits = []
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package)
-        if rel.parts[0] == "models" or rel == Path("loading.py"):
+        if rel.parts[0] == "models" or rel == Path("core/loading.py"):
             continue
         hits += [f"{rel}:{n}" for n, line in enumerate(path.read_text().splitlines(), 1) if "auto_class" in line]
     return hits
@@ -339,10 +346,27 @@ def test_the_model_kind_is_asked_of_the_adapters() -> None:
 
 def test_a_kind_test_outside_the_adapters_is_found(tree: Path) -> None:
     package = tree / "src" / "walklens"
-    for rel in ("steering.py", "hellaswag/encode.py"):
+    for rel in ("analyses/steering.py", "core/scoring/encode.py"):
         (package / rel).write_text(
             (package / rel).read_text() + '\n\nCAUSAL = lambda lm: lm.adapter.auto_class == "causal"\n'
         )
     (package / "models" / "llama.py").write_text((package / "models" / "llama.py").read_text() + "\n# auto_class\n")
     hits = kind_tests_outside_adapters(package)
-    assert [h.rpartition(":")[0] for h in hits] == ["hellaswag/encode.py", "steering.py"], hits
+    assert [h.rpartition(":")[0] for h in hits] == ["analyses/steering.py", "core/scoring/encode.py"], hits
+
+
+def test_the_instrument_importing_the_lab_breaks_the_contracts(tree: Path) -> None:
+    """An analysis reaching the HellaSwag harness inside a function (as compaction and the concepts once did) breaks
+    the lab contract and the layers; one by name is found by the scan."""
+    package = tree / "src" / "walklens"
+    encoding = package / "analyses" / "walks" / "encoding.py"
+    encoding.write_text(
+        encoding.read_text() + "\n\ndef _lab() -> None:\n    from walklens.lab.hellaswag import data  # noqa: F401\n"
+    )
+    out = lint_broken(tree, {"layers", "instrument-never-imports-lab", "no-cycles"})  # the lab stands on walks
+    assert "walklens.analyses.walks.encoding -> walklens.lab.hellaswag.data" in out
+    _plant(package / "reports" / "walk.py", 'importlib.import_module("walklens.lab.claims")')
+    found = imports_by_name(package)
+    assert [(i.importer, i.target) for i in found if i.target and not below(i.importer, i.target)] == [
+        ("walklens.reports.walk", "walklens.lab.claims")
+    ]

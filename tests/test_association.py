@@ -1,5 +1,5 @@
-"""The associative organisation, measured (walklens.association; seed 000, sec. 2.2, Result 4, Figs. 3, 11, 12):
-each statistic against an independent oracle on synthetic cases with a known answer, and the commands'
+"""The associative organisation, measured (walklens.analyses.association; seed 000, sec. 2.2, Result 4, Figs. 3, 11,
+12): each statistic against an independent oracle on synthetic cases with a known answer, and the commands'
 one-line errors (`walklens simmap --blocks`, `walklens cooccur`)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from scipy.stats import spearmanr
 
 from _cli import run as run_cli
-from walklens.association import (
+from walklens.analyses.association import (
     block_contrast,
     cooccurrence,
     pair_counts,
@@ -24,7 +24,7 @@ from walklens.association import (
     spearman,
     token_class,
 )
-from walklens.claims import CLAIMS, assess
+from walklens.lab.claims import CLAIMS, assess
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -213,7 +213,7 @@ def test_walks_md_tables_are_their_files() -> None:
 
 
 def test_verdicts_are_no_stronger_than_interval_and_controls() -> None:
-    from walklens.claims import RULES, Measured
+    from walklens.lab.claims import RULES, Measured
 
     f = {"partial_cos": 0.1, "partial_cos_lo": 0.02, "excess_cos": 0.1, "excess_cos_lo": 0.01}
     rule = RULES["associative"]

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import walklens
-from walklens.attention import HeadMatrices, cluster_view, self_mass
-from walklens.errors import InputError
-from walklens.ov import FactoredMatrix
+from walklens.analyses.attention import HeadMatrices, cluster_view, self_mass
+from walklens.base.errors import InputError
+from walklens.core.ov import FactoredMatrix
 from walklens.testing import TINY_FAMILIES, tiny_model
 
 TEXT = "the capital of france is paris and the king ran to the river"

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 import walklens
+from walklens.analyses.walks import labels_for
 from walklens.reports import generate as generate_report
 from walklens.reports import simmap as simmap_report
 from walklens.reports import walk as walk_report
 from walklens.reports.html import show
 from walklens.testing import tiny_model
-from walklens.walks import labels_for
 
 pytestmark = pytest.mark.browser  # a real headless Chromium
 
@@ -120,7 +120,7 @@ def test_the_steering_runs_show_control_characters_escaped(chromium, tmp_path):
     ESC show as \\x00 and \\x1b (reports/html.py's visible()), and the page's source holds neither."""
     from walklens.reports import steer as steer_report
 
-    sw = walklens.steering_sweep(
+    sw = walklens.analyses.steering_sweep(
         tiny_model("llama"),
         ["the\x00 king\x1b"],
         " river",
@@ -223,7 +223,7 @@ def test_model_strings_are_text_on_hover(chromium, tmp_path):
         xlabel=EVIL[1],
     )
     pages["generic"] = rep.save(tmp_path / "g")
-    from walklens.power import alignment, power_spectra
+    from walklens.analyses.power import alignment, power_spectra
     from walklens.reports import power as power_report
 
     spectra = power_spectra(lm, nearest=4)

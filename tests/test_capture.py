@@ -132,7 +132,7 @@ def test_bad_input_is_refused_with_typed_errors():
 
 def test_unsupported_family_lists_supported():
     with pytest.raises(walklens.UnsupportedFamilyError, match="llama"):
-        walklens.get_adapter("mamba")
+        walklens.models.get_adapter("mamba")
 
 
 def test_capture_hooks_are_removed_even_on_error():
@@ -185,7 +185,7 @@ def test_capture_batch_rows_equal_capture_and_stop_early(family):
     texts = ["the capital of france is paris", "the king ran", "a big red dog runs to the river and the city"]
     traces = [walklens.capture(lm, t) for t in texts]
     seqs = [tr.encoder.token_ids.tolist() if tr.encoder is not None else tr.token_ids.tolist() for tr in traces]
-    b = walklens.capture_batch(lm, seqs, ["L*.resid_pre", "final"])
+    b = walklens.core.capture_batch(lm, seqs, ["L*.resid_pre", "final"])
     assert b.points == [f"L{l}.resid_pre" for l in range(lm.n_layers)] + ["final"]
     assert b.mask.tolist() == [[1] * len(s) + [0] * (max(map(len, seqs)) - len(s)) for s in seqs]
     for i, (tr, s) in enumerate(zip(traces, seqs)):
@@ -195,30 +195,30 @@ def test_capture_batch_rows_equal_capture_and_stop_early(family):
     stack = "enc" if family == "t5" else None
     hooks, runs = _layer_runs(lm, stack)
     with hooks:
-        one = walklens.capture_batch(lm, seqs, ["L1.resid_pre"])
+        one = walklens.core.capture_batch(lm, seqs, ["L1.resid_pre"])
     assert len(runs) == 1 and one.points == ["L1.resid_pre"]  # layer 0 ran; layer 1 itself never ran
     assert torch.equal(one["L1.resid_pre"], b["L1.resid_pre"])
     hooks, runs = _layer_runs(lm, stack)
     with hooks:
-        walklens.capture_batch(lm, seqs, ["L1.resid_pre"], stop_early=False)
+        walklens.core.capture_batch(lm, seqs, ["L1.resid_pre"], stop_early=False)
     assert len(runs) == lm.n_layers
 
 
 def test_capture_batch_bad_input():
     lm = tiny_model("llama")
     with pytest.raises(walklens.InputError, match="no point"):
-        walklens.capture_batch(lm, [[7, 8]], ["L9.nothing"])
+        walklens.core.capture_batch(lm, [[7, 8]], ["L9.nothing"])
     with pytest.raises(walklens.EmptyTextError):
-        walklens.capture_batch(lm, [[7, 8], []], ["final"])
+        walklens.core.capture_batch(lm, [[7, 8], []], ["final"])
     with pytest.raises(walklens.InputError):
-        walklens.capture_batch(lm, [[7, 8]], ["final"], stack="dec")
+        walklens.core.capture_batch(lm, [[7, 8]], ["final"], stack="dec")
     assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in lm.model.modules()) == 0
 
 
 def test_record_steps_one_record_per_call():
     lm = tiny_model("llama")
     ids = lm.tokenizer("the capital of france", return_tensors="pt").input_ids
-    with walklens.record_steps(lm) as steps, torch.no_grad():
+    with walklens.core.record_steps(lm) as steps, torch.no_grad():
         out = lm.model(input_ids=ids)
         lm.model(input_ids=ids[:, :2])
     assert len(steps) == 2 and steps[0].final.shape == (ids.shape[1], 32) and steps[1].final.shape[0] == 2

@@ -1,4 +1,4 @@
-"""The claims registry as data: src/walklens/claims/claims.toml, checked on load (a planted fault is one line naming
+"""The claims registry as data: src/walklens/lab/claims/claims.toml, checked on load (a planted fault is one line naming
 the claim and the key), shipped in the package, and the one source of docs/claims.md's table (a number edited in
 it, or in a timings file it names, is a number edited in the render)."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from walklens.claims import CLAIMS, load, render
-from walklens.claims.registry import DATA
-from walklens.claims.timings import TIME, cost, why
-from walklens.errors import InputError
+from walklens.base.errors import InputError
+from walklens.lab.claims import CLAIMS, load, render
+from walklens.lab.claims.registry import DATA
+from walklens.lab.claims.timings import TIME, cost, why
 
 ROOT = Path(__file__).resolve().parents[1]
 T1_TIMINGS = "docs/results/test1_fullset/timings.txt"

@@ -12,13 +12,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walklens.compaction import CompactSpec, compact, explain
-from walklens.compaction.core import choose_cuts, sentence_starts, word_starts
-from walklens.concepts.schemes import Scheme
-from walklens.experiments.compaction import compact_items, plan_item
-from walklens.hellaswag.baseline import baseline_items
-from walklens.hellaswag.data import HellaswagItem, fewshot_examples
-from walklens.hellaswag.encode import input_embeddings
+from walklens.analyses.compaction import CompactSpec, compact, explain
+from walklens.analyses.compaction.core import choose_cuts, sentence_starts, word_starts
+from walklens.analyses.concepts.schemes import Scheme
+from walklens.core.scoring.encode import input_embeddings
+from walklens.lab.experiments.compaction import compact_items, plan_item
+from walklens.lab.hellaswag.baseline import baseline_items
+from walklens.lab.hellaswag.data import HellaswagItem, fewshot_examples
 from walklens.testing import WORDS, tiny_model
 
 FUZZ = dict(deadline=None, derandomize=True, database=None)
@@ -102,7 +102,7 @@ def test_compact_covers_the_text_within_the_budget(llama, bounds: str, budget: i
 def test_concept_vectors_are_the_a6_composition(llama) -> None:
     """Each vector is the segment encoded on its own, word-aggregated and normed as Test 1 does (compose.py, one
     padded batch) -- here from text_vectors (equal-length batches): equal to float rounding."""
-    from walklens.concepts.compose import segment_vectors
+    from walklens.analyses.concepts.compose import segment_vectors
 
     for scheme in (
         "enc=concat_all_examples,layer=-1,word=w1mean,norm=None",
@@ -157,7 +157,7 @@ def test_explain_reads_each_vector_with_the_walk(llama) -> None:
 
 def test_compacting_with_the_scheme_cut_is_test1(gemma) -> None:
     """what=both with the A.6 scheme's own cut is Test 1 itself, bit for bit (same vectors, same packed pass)."""
-    from walklens.concepts.generation import test1_items
+    from walklens.lab.concepts.generation import test1_items
 
     items = toy_items()
     exs = [fewshot_examples(items, 1, it.index) for it in items]
@@ -199,7 +199,7 @@ def test_endings_are_scored_as_the_baseline(gemma) -> None:
 
 @pytest.mark.real
 def test_the_parts_are_the_examples_and_the_query(smollm2) -> None:
-    from walklens.hellaswag.data import load_hellaswag
+    from walklens.lab.hellaswag.data import load_hellaswag
 
     items = load_hellaswag(limit=40)[30:34]
     for it in items:
@@ -218,7 +218,7 @@ def test_the_parts_are_the_examples_and_the_query(smollm2) -> None:
 def test_a_blank_part_before_the_recent_window_stays_verbatim(smollm2) -> None:
     """A short context's recent window can leave only the examples' "\\n\\n" separator to compact (items 476,
     498 ... at 5 shots, recent=16): no concept stands for white space, so it stays verbatim, for every method."""
-    from walklens.hellaswag.data import load_hellaswag
+    from walklens.lab.hellaswag.data import load_hellaswag
 
     every = load_hellaswag(limit=40)
     it = every[31]
@@ -252,7 +252,7 @@ def test_a_blank_part_before_the_recent_window_stays_verbatim(smollm2) -> None:
 @pytest.fixture
 def passes(monkeypatch):
     """Counts the forward passes that compute segment vectors (every command computes them in one place)."""
-    from walklens.concepts import vectors
+    from walklens.analyses.concepts import vectors
 
     calls = []
     real = vectors.hidden_states
@@ -266,11 +266,11 @@ def passes(monkeypatch):
 
 
 def test_the_cache_is_shared_and_changes_no_bit(llama, tmp_path, passes) -> None:
-    from walklens.concepts.cache import ConceptCache
-    from walklens.concepts.generation import scheme_bank
-    from walklens.experiments.runner import run_test, scorer
-    from walklens.experiments.runsetup import RunSetup
-    from walklens.experiments.sweep import build_bank
+    from walklens.analyses.concepts.cache import ConceptCache
+    from walklens.lab.concepts.generation import scheme_bank
+    from walklens.lab.experiments.runner import run_test, scorer
+    from walklens.lab.experiments.runsetup import RunSetup
+    from walklens.lab.experiments.sweep import build_bank
 
     items = toy_items(8, seed=1)
     scheme = Scheme.standard(1, "decoder")
@@ -326,9 +326,9 @@ def test_compaction_runs_through_the_runner_as_a_typed_scorer(llama, tmp_path) -
     """compact_run is the runner with compaction's scorer: stored under test ``compact`` and scheme ``str(spec)``
     (the few-shot seed in the data key when not the default), the items' scores compact_items', resumed from the
     store with nothing computed again."""
-    from walklens.experiments.compaction import compact_run, compact_scorer
-    from walklens.experiments.runsetup import RunSetup
-    from walklens.hellaswag.store import ResultStore
+    from walklens.lab.experiments.compaction import compact_run, compact_scorer
+    from walklens.lab.experiments.runsetup import RunSetup
+    from walklens.lab.hellaswag.store import ResultStore
 
     items = toy_items(5, seed=2)
     spec = CompactSpec.parse("what=examples,ratio=2,bounds=even")

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from _toy import cli_runner, write_toy
-from walklens.compaction import CompactSpec
-from walklens.errors import InputError
-from walklens.experiments.curves import kept
+from walklens.analyses.compaction import CompactSpec
+from walklens.base.errors import InputError
+from walklens.lab.experiments.curves import kept
 
 
 @pytest.fixture
@@ -249,7 +249,7 @@ def test_the_curve_runner_is_resumable_and_draws(toy, run, tmp_path) -> None:
 
 def test_test1_command_shares_the_cache(toy, run, tmp_path, monkeypatch) -> None:
     """``walklens hellaswag test1 --cache DIR``: the second run computes no segment vector, same numbers."""
-    from walklens.concepts import vectors
+    from walklens.analyses.concepts import vectors
 
     calls = []
     real = vectors.hidden_states
@@ -283,8 +283,8 @@ def test_the_curves_legend_hides_no_point() -> None:
     inside an axes covered points of a full panel (the gemma3 10-shot context figure's ratio-8 points)."""
     import matplotlib.pyplot as plt
 
-    from walklens.experiments.curves import CurvePoint, CurveSet
-    from walklens.reports.compaction import figure
+    from walklens.lab.experiments.curves import CurvePoint, CurveSet
+    from walklens.lab.reports.curves import figure
 
     strategies = [
         "bounds=even",

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from walklens.concepts.cache import ConceptCache, Space, model_space, weights_hash
-from walklens.errors import InputError
+from walklens.analyses.concepts.cache import ConceptCache, Space, model_space, weights_hash
+from walklens.base.errors import InputError
 
 SPACE = Space(model="toy", weights="0" * 64, dtype="float32", device="cpu", d_model=4)
 
@@ -197,7 +197,7 @@ def test_a_tampered_entry_is_a_miss_said_in_one_warning(tmp_path: Path, how: str
 
     from safetensors.torch import save_file
 
-    from walklens.errors import StaleCacheWarning
+    from walklens.base.errors import StaleCacheWarning
 
     texts, layers, words = ["a b", "c"], ["E"], ["mean"]
     root = tmp_path / "c"

@@ -13,8 +13,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from walklens.controlvectors import ControlVector, control_vector, read_control_vector, write_control_vector
-from walklens.errors import InputError
+from walklens.analyses.controlvectors import ControlVector, control_vector, read_control_vector, write_control_vector
+from walklens.base.errors import InputError
 from walklens.testing import tiny_model
 
 

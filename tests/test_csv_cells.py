@@ -7,8 +7,8 @@ import csv
 
 import pytest
 
+from walklens.base.outputs import csv_cell
 from walklens.cli import main
-from walklens.outputs import csv_cell
 
 EVIL = ['=HYPERLINK("http://evil")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\t=1", "\r=1", " =1"]
 
@@ -23,7 +23,7 @@ def test_formula_cells_are_neutralised(value):
 
 @pytest.mark.parametrize("table", ["runs", "results"])
 def test_export_neutralises_every_text_cell(table, tmp_path, capsys):
-    from walklens.hellaswag.store import ItemResult, ResultStore, RunKey
+    from walklens.lab.hellaswag.store import ItemResult, ResultStore, RunKey
 
     db = tmp_path / "r.sqlite"
     with ResultStore(db) as store:
@@ -46,7 +46,7 @@ def test_export_neutralises_every_text_cell(table, tmp_path, capsys):
 
 
 def test_sweep_report_csv_neutralises_model_names(tmp_path):
-    from walklens.reports.sweep import csv_text
+    from walklens.lab.reports.sweep import csv_text
 
     text = csv_text(["model", "acc"], [['=HYPERLINK("http://evil")', -0.5], ["@x", None]])
     rows = list(csv.reader(text.splitlines()))

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from walklens.base.errors import InputError
 from walklens.cli import main
-from walklens.errors import InputError
 
 
 def _one_error(capsys: Any, argv: list[str], *needles: str) -> str:
@@ -54,7 +54,7 @@ FOREIGN = {
     ],
 )
 def test_foreign_sqlite_file_refused_untouched(kind, argv, tmp_path, capsys, monkeypatch):
-    import walklens.loading as loading
+    import walklens.core.loading as loading
 
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     db = tmp_path / "other.sqlite"
@@ -69,7 +69,7 @@ def test_foreign_sqlite_file_refused_untouched(kind, argv, tmp_path, capsys, mon
 
 
 def test_walklens_databases_and_new_files_are_accepted(tmp_path):
-    from walklens.hellaswag.store import ResultStore, SweepStore
+    from walklens.lab.hellaswag.store import ResultStore, SweepStore
 
     for store, other in ((ResultStore, SweepStore), (SweepStore, ResultStore)):
         path = tmp_path / f"{store.__name__}.sqlite"
@@ -82,7 +82,7 @@ def test_walklens_databases_and_new_files_are_accepted(tmp_path):
 
 
 def test_concept_cache_refuses_a_foreign_index_untouched(tmp_path):
-    from walklens.concepts.cache import ConceptCache
+    from walklens.analyses.concepts.cache import ConceptCache
 
     for kind, ddl in FOREIGN.items():
         root = tmp_path / kind.replace(" ", "_")
@@ -107,7 +107,7 @@ def template(tmp_path_factory) -> bytes:
     import numpy as np
 
     from _explorer import sweep_db
-    from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepStore
+    from walklens.lab.hellaswag.store import ItemResult, ResultStore, RunKey, SweepStore
 
     path = sweep_db(tmp_path_factory.mktemp("template") / "r.sqlite", model="tiny", n_items=8)
     with SweepStore(path) as st:
@@ -195,7 +195,7 @@ def test_bad_values_are_one_line_naming_table_row_and_field(table, field, value,
 
 
 def test_results_values_are_checked(template, tmp_path, capsys):
-    from walklens.hellaswag.store import ResultStore, RunKey
+    from walklens.lab.hellaswag.store import ResultStore, RunKey
 
     key = RunKey(model="tiny", data="toy", split="validation", shots=0, test="baseline", scheme="baseline")
     for field, value in (("gold", 9), ("scores", "[1, "), ("scores", '"x"'), ("pred", "two")):
@@ -338,8 +338,8 @@ def test_fuzz_database_contents_never_an_internal_error(template, tmp_path_facto
     from hypothesis import given
     from hypothesis import strategies as st
 
-    import walklens.reports.sweep as sweep_report
-    from walklens.outputs import jsonable
+    import walklens.lab.reports.sweep as sweep_report
+    from walklens.base.outputs import jsonable
 
     class Stub:
         def __init__(self, summaries: Any, source: str) -> None:

@@ -17,15 +17,16 @@ from starlette.testclient import TestClient
 
 import walklens
 from _explorer import TEST_TEXT
-from walklens.power import Alignment
-from walklens.reports import compaction as compaction_report
+from walklens.analyses.power import Alignment
+from walklens.analyses.walks import EncodingWalk
+from walklens.lab.reports import curves as compaction_report
+from walklens.lab.reports import sweep as sweep_report
 from walklens.reports import generate as generate_report
 from walklens.reports import heads as heads_report
 from walklens.reports import kernels as kernels_report
 from walklens.reports import power as power_report
 from walklens.reports import simmap as simmap_report
 from walklens.reports import steer as steer_report
-from walklens.reports import sweep as sweep_report
 from walklens.reports import walk as walk_report
 from walklens.reports.html import DIGITS
 from walklens.server import api_power, api_walks
@@ -33,7 +34,6 @@ from walklens.server.app import create_app
 from walklens.server.security import allowed_hosts
 from walklens.server.state import Explorer
 from walklens.testing import tiny_model
-from walklens.walks import EncodingWalk
 
 HOST = "127.0.0.1:8765"
 TOKEN = "test-token_0123456789"
@@ -68,7 +68,7 @@ def embedded(page: str) -> dict[str, dict[str, Any]]:
 
 
 def jsonify(x: Any) -> Any:
-    return json.loads(json.dumps(walklens.outputs.jsonable(x)))
+    return json.loads(json.dumps(walklens.base.outputs.jsonable(x)))
 
 
 # ---- a field added to a result dataclass reaches every reader, with no other edit ---------------------------------
@@ -225,7 +225,7 @@ def test_the_steering_json_and_page_are_the_document(llama, tmp_path, monkeypatc
     doc = json.loads(js.read_text())
     assert doc["planted"] == "walklens.reports.steer.document" and len(doc["rows"]) == 2
     page = embedded((out / "index.html").read_text(encoding="utf-8"))
-    assert page["steering"] == walklens.outputs.jsonable(doc, DIGITS)  # the page's numbers: 6 decimals
+    assert page["steering"] == walklens.base.outputs.jsonable(doc, DIGITS)  # the page's numbers: 6 decimals
 
 
 def test_a_curve_added_to_a_document_reaches_the_png_and_the_page(llama, monkeypatch):
@@ -248,18 +248,20 @@ def test_a_curve_added_to_a_document_reaches_the_png_and_the_page(llama, monkeyp
 
 # ---- the documents of every report; the requests' fields ------------------------------------------------------------
 
-TOPICS = ("walk", "generate", "simmap", "heads", "kernels", "power", "steer", "sweep", "compaction")
+TOPICS = ("walk", "generate", "simmap", "heads", "kernels", "power", "steer", "lab.reports.sweep", "lab.reports.curves")
 
 
 def test_every_report_has_a_document() -> None:
     import importlib
 
+    from test_reports import report_module
+
     for topic in TOPICS:
-        assert callable(importlib.import_module(f"walklens.reports.{topic}").document), topic
+        assert callable(importlib.import_module(report_module(topic)).document), topic
 
 
 def test_the_sweep_and_compaction_files_hold_their_documents(tmp_path) -> None:
-    from walklens.experiments.curves import CurvePoint, CurveSet
+    from walklens.lab.experiments.curves import CurvePoint, CurveSet
 
     point = CurvePoint(
         shots=0,

@@ -27,17 +27,17 @@ import torch
 
 import walklens
 from oracles import reference_logliks
-from walklens import precision
-from walklens.capture import tokenize
-from walklens.errors import InputError, SlowDtypeWarning
-from walklens.hellaswag import packing
-from walklens.hellaswag.baseline import baseline_items, baseline_request, item_result
-from walklens.hellaswag.data import load_hellaswag
-from walklens.hellaswag.packing import packed_logliks
-from walklens.hellaswag.request import ScoreRequest
-from walklens.interventions import attention_kernel, sdpa_possible
-from walklens.loading import wrap
-from walklens.precision import UNIT_ROUNDOFF, check_device, model_label, parse_dtype, slow_reason, warn_if_slow
+from walklens.base import precision
+from walklens.base.errors import InputError, SlowDtypeWarning
+from walklens.base.precision import UNIT_ROUNDOFF, check_device, model_label, parse_dtype, slow_reason, warn_if_slow
+from walklens.core.capture import tokenize
+from walklens.core.interventions import attention_kernel, sdpa_possible
+from walklens.core.loading import wrap
+from walklens.core.scoring import packing
+from walklens.core.scoring.packing import packed_logliks
+from walklens.core.scoring.request import ScoreRequest
+from walklens.lab.hellaswag.baseline import baseline_items, baseline_request, item_result
+from walklens.lab.hellaswag.data import load_hellaswag
 from walklens.testing import TINY_FAMILIES, tiny_model
 
 TEXT = "the king ran to the river and the queen walks to the city of paris"
@@ -163,7 +163,7 @@ def test_cli_cuda_without_gpu_is_one_line(tiny_dir, tmp_path):
 def test_cli_dtype_runs_and_warns_once(tiny_dir, tmp_path):
     out = tmp_path / "w.json"
     r = _cli(
-        "import sys; import walklens.precision as p; p.cpu_flags = lambda: {'avx2'}; "
+        "import sys; import walklens.base.precision as p; p.cpu_flags = lambda: {'avx2'}; "
         "from walklens.cli import main; "
         f"sys.exit(main(['walk', 'the king ran', '--model', {str(tiny_dir)!r}, '--dtype', 'bfloat16', "
         f"'--json', {str(out)!r}]))"
@@ -209,7 +209,7 @@ def test_record_dtype_is_independent_of_the_model_dtype(tmp_path):
     assert torch.equal(tr.hidden, own.hidden.float())  # bfloat16 -> float32 is exact
     back = walklens.Trace.load(tr.save(tmp_path / "t.safetensors"))
     assert back.model_dtype == "bfloat16" and torch.equal(back.hidden, tr.hidden)
-    batch = walklens.capture_batch(lm, [[7, 8, 9]], ["L1.resid_pre"], dtype=None)
+    batch = walklens.core.capture_batch(lm, [[7, 8, 9]], ["L1.resid_pre"], dtype=None)
     assert batch.hidden.dtype is torch.bfloat16
 
 
@@ -281,8 +281,8 @@ def test_eigenvalues_in_float64_from_bfloat16_weights():
     al = walklens.alignment(lm, TEXT, spectra=got, n_random=8, n_shuffles=4)
     assert al.model_dtype == "bfloat16"
     hm = walklens.head_matrices(lm, 0)
-    fm = walklens.FactoredMatrix(hm.weights.w_v[0].bfloat16(), hm.weights.w_o[0].bfloat16())
-    assert torch.equal(fm.eigenvalues(), walklens.FactoredMatrix(fm.A.float(), fm.B.float()).eigenvalues())
+    fm = walklens.core.FactoredMatrix(hm.weights.w_v[0].bfloat16(), hm.weights.w_o[0].bfloat16())
+    assert torch.equal(fm.eigenvalues(), walklens.core.FactoredMatrix(fm.A.float(), fm.B.float()).eigenvalues())
 
 
 # ---- scoring: SDPA and bfloat16 -------------------------------------------------------------------------------
@@ -397,7 +397,7 @@ def test_cuda_path(tiny_dir, dtype):
 def test_float32_embeddings_feed_a_bfloat16_model(family):
     """Test 1 feeds vectors (recorded in float32) back through ``inputs_embeds``: they enter the bfloat16 model
     in its dtype, and its own embeddings give exactly the scores of the token ids."""
-    from walklens.hellaswag.encode import continuation_logliks, input_embeddings
+    from walklens.core.scoring.encode import continuation_logliks, input_embeddings
 
     lm = tiny_model(family, dtype="bfloat16")
     ids, conts = [7, 8, 9, 10, 11], [[12, 13], [14], [15, 16, 17]]

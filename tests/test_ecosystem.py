@@ -14,10 +14,15 @@ import torch
 import torch.nn.functional as F
 
 import walklens
-from walklens.controlvectors import apply_control_vector, control_vector, read_control_vector, write_control_vector
-from walklens.errors import InputError
+from walklens.analyses.controlvectors import (
+    apply_control_vector,
+    control_vector,
+    read_control_vector,
+    write_control_vector,
+)
+from walklens.base.errors import InputError
+from walklens.core.tlnames import tl_cache, tl_name, to_transformerlens, to_walklens, walklens_point
 from walklens.testing import tiny_model
-from walklens.tlnames import tl_cache, tl_name, to_transformerlens, to_walklens, walklens_point
 
 TEXT = "the cat and the dog walk to the house"
 TL = "transformerlens"
@@ -188,7 +193,7 @@ def deep():
     """A tiny Llama with 4 layers (llama.cpp steers layers 1 to n_layer - 1)."""
     import transformers
 
-    from walklens.loading import wrap
+    from walklens.core.loading import wrap
     from walklens.testing import tiny_tokenizer
 
     tok = tiny_tokenizer()
@@ -219,7 +224,7 @@ def _logits(lm, text: str = "the dog and the") -> torch.Tensor:
 
 def test_activation_addition_round_trips_and_steers_as_walklens_does(deep, tmp_path):
     cv = control_vector(deep, " cat", [1, -1, 2], 3.0, method="add")
-    u = walklens.direction(deep, " cat")[0]
+    u = walklens.analyses.direction(deep, " cat")[0]
     assert cv.layers == [1, 2, 3] and all(torch.equal(v, (3.0 * u).float()) for v in cv.directions.values())
     path = write_control_vector(cv, tmp_path / "cat.gguf")
     back = read_control_vector(path, deep)
@@ -237,7 +242,7 @@ def test_activation_addition_round_trips_and_steers_as_walklens_does(deep, tmp_p
 
 def test_eigen_steering_exports_its_write_along_u(deep):
     cv = control_vector(deep, " cat", [1, 3], 50.0, method="eigen", texts=[TEXT, "paris is the capital"])
-    u = walklens.direction(deep, " cat")[0]
+    u = walklens.analyses.direction(deep, " cat")[0]
     for k in (1, 3):
         v = cv.directions[k].double()
         assert cv.along_u[k] == pytest.approx(1.0, abs=1e-6) or cv.along_u[k] == pytest.approx(-1.0, abs=1e-6)
@@ -246,8 +251,8 @@ def test_eigen_steering_exports_its_write_along_u(deep):
     one = walklens.capture(deep, "the", attentions=True)
     assert len(one.tokens) == 1
     cv1 = control_vector(deep, " cat", [2], 50.0, method="eigen", texts=["the"])
-    A, _ = walklens.ov_factors(deep, 2)
-    _, w = walklens.value_projection(A, u)
+    A, _ = walklens.core.ov_factors(deep, 2)
+    _, w = walklens.core.value_projection(A, u)
     expected = 50.0 * float(one.attn_inputs["L2.attn"][0].double() @ w) * u
     assert torch.allclose(cv1.directions[2].double(), expected, rtol=1e-4, atol=1e-6)
 
@@ -331,7 +336,7 @@ def test_files_of_independent_writers_are_read(deep, tmp_path):
     with apply_control_vector(deep, read_control_vector(raw)):
         applied = _logits(deep)
     r1, r3 = torch.from_numpy(rows[1]), torch.from_numpy(rows[3])
-    with walklens.add_to_residual(deep, [1], r1), walklens.add_to_residual(deep, [3], r3):
+    with walklens.core.add_to_residual(deep, [1], r1), walklens.core.add_to_residual(deep, [3], r3):
         assert torch.equal(_logits(deep), applied)  # direction.k at the output of walklens' layer k
     assert not torch.equal(applied, _logits(deep))
 

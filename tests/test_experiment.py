@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from walklens.errors import InputError
-from walklens.experiments.experiment import Experiment, ModelEntry, read_experiment
+from walklens.base.errors import InputError
+from walklens.lab.experiments.experiment import Experiment, ModelEntry, read_experiment
 
 GOOD = """
 name = "two models"

@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 
 from _cli import run
 from _explorer import EVIL_GENERATION, EVIL_MODEL, evil_card
-from walklens.outputs import jsonable
-from walklens.reports import steercard as card_report
+from walklens.base.outputs import jsonable
+from walklens.lab.reports import steercard as card_report
 from walklens.server import bounds
 from walklens.server.app import create_app
 from walklens.server.state import Explorer

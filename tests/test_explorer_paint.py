@@ -1,8 +1,9 @@
-"""The explorer paints at once: the bfloat16 screen's provisional ranks (walklens.ranking.screen_ranks) first, marked
-provisional, then the exact ranks in their place, piece by piece.  The screen counts by definition where bfloat16 is
-exact (small integers) and never counts a target against itself; the exact kernel's row-blocked counting equals the
-definition on more rows than a block, with ties; the server's provisional reply is the screen's, its exact reply the
-walk's; the exact pass read in pieces (each kept, none read twice) joins to the walk read at once, bit for bit; and a
+"""The explorer paints at once: the bfloat16 screen's provisional ranks (walklens.core.ranking.screen_ranks) first,
+marked provisional, then the exact ranks in their place, piece by piece.  The screen counts by definition where
+bfloat16 is exact (small integers) and never counts a target against itself; the exact kernel's row-blocked counting
+equals the definition on more rows than a block, with ties; the server's provisional reply is the screen's, its exact
+reply the walk's; the exact pass read in pieces (each kept, none read twice) joins to the walk read at once, bit for
+bit; and a
 click sent while the pieces are read is answered after the piece in progress, not after the pass."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 from starlette.testclient import TestClient
 
 import walklens
-from walklens.ranking import ROW_BLOCK, Linear, read_rows, screen_ranks
+from walklens.core.ranking import ROW_BLOCK, Linear, read_rows, screen_ranks
 from walklens.server import api_walks
 from walklens.server.api_walks import screen_points
 from walklens.server.app import create_app
@@ -82,7 +83,7 @@ def test_lens_screen_screens_every_chunk_and_refuses_a_head_that_is_not_plain(mo
     """norm="final": the screen decides on a few rows whether the head is x·W_U (+ bias) and then screens every
     chunk, the first too (not the model's head on the whole chunk and a float32 product to compare it with);
     a head that is not a plain linear map (Gemma 2's soft-capping) is read exactly instead."""
-    from walklens.walks import reading
+    from walklens.analyses.walks import reading
 
     calls: list[int] = []
     real = reading.screen_ranks
@@ -104,7 +105,7 @@ def test_lens_screen_screens_every_chunk_and_refuses_a_head_that_is_not_plain(mo
 
 
 def test_screen_rows_are_kept_and_follow_an_edited_embedding():
-    """The screen's bfloat16 token rows and the rows' norms are made once per model (walklens.kept) and made again
+    """The screen's bfloat16 token rows and the rows' norms are made once per model (walklens.core.kept) and made again
     when the weight is edited in place: the screen after an edit is the screen of a fresh model."""
     lm = tiny_model("llama")
     tr = walklens.capture(lm, TEXT)
@@ -161,7 +162,7 @@ CELLS = ("rank_of_input", "rank_of_next", "dot_input", "dot_next", "cos_input", 
 EXACT = (*CELLS, "prob_of_input", "top_ids", "step_length", "step_angle", "escape_point", "escape_stable", "token_ids")
 
 
-def assert_same_walk(got: walklens.EncodingWalk, want: walklens.EncodingWalk) -> None:
+def assert_same_walk(got: walklens.analyses.EncodingWalk, want: walklens.analyses.EncodingWalk) -> None:
     assert type(got) is type(want) and got.points == want.points and got.residual == want.residual
     for name in EXACT:
         a, b = getattr(got, name), getattr(want, name)
@@ -192,12 +193,12 @@ def test_pieces_join_to_the_walk_read_at_once(family, metric, norm, groups):
         walklens.encoding_walk(tr, 0, metric, norm, points=[tr.points[i] for i in g], probs=False, progress=False)
         for g in groups
     ]
-    joined = walklens.walks.join_walks(tr, parts)
+    joined = walklens.analyses.walks.join_walks(tr, parts)
     assert_same_walk(joined, whole)
     assert (joined.escape_point >= 0).any() and (joined.escape_stable >= 0).any()  # the escape points say something
     assert torch.isfinite(joined.step_length[1:]).all()  # each piece's first point measured from the point before
     a, b = groups[-1][0], groups[-1][-1] + 1
-    rows = walklens.walks.walk_rows(joined, a, b)  # the inverse: the rows of one piece
+    rows = walklens.analyses.walks.walk_rows(joined, a, b)  # the inverse: the rows of one piece
     assert rows.points == parts[-1].points and rows.escape_point.max() < b - a
     for name in CELLS:
         assert torch.equal(getattr(rows, name).nan_to_num(), getattr(parts[-1], name).nan_to_num()), name
@@ -321,7 +322,7 @@ def test_a_piece_is_one_of_the_whole_walks_chunks(T: int, P: int, chunk: int) ->
     """The one-shot walk reads whole points per product (or a point's rows from its first row), so each explorer
     piece -- ``chunk // T`` consecutive points -- is read by exactly the product that reads it in the whole walk:
     the same rows, hence the same rounding at any row count (not only on tiny models)."""
-    from walklens.walks import point_aligned_chunks
+    from walklens.analyses.walks import point_aligned_chunks
 
     spans = point_aligned_chunks(P * T, T, chunk)
     assert [r for a, b in spans for r in range(a, b)] == list(range(P * T))  # every row once, in order

@@ -1,5 +1,5 @@
 """Every command that needs an optional extra says, when the extra is not installed, one line with the install
-command and exits 2 (walklens.extras): each missing module is simulated in a fresh process
+command and exits 2 (walklens.base.extras): each missing module is simulated in a fresh process
 (``sys.modules[name] = None``, which makes ``import name`` fail as if it were not installed)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from walklens.extras import EXTRAS
+from walklens.base.extras import EXTRAS
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -94,7 +94,7 @@ def test_experiment_on_ray_without_the_ray_extra(tiny_llama_inputs: dict[str, st
 
 @pytest.mark.slow
 def test_parquet_export_without_the_data_extra(tmp_path: Path) -> None:
-    from walklens.hellaswag.store import ResultStore
+    from walklens.lab.hellaswag.store import ResultStore
 
     db, out = tmp_path / "r.sqlite", tmp_path / "r.parquet"
     ResultStore(db).close()  # an empty results database

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import walklens
-from walklens.capture import tokenize
-from walklens.interventions import ablate_mlps, eigen_edit
+from walklens.core.capture import tokenize
+from walklens.core.interventions import ablate_mlps, eigen_edit
 from walklens.models.base import lm_head_logits
 from walklens.testing import tiny_model
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import walklens
-from walklens.capture import tokenize
-from walklens.errors import UnsupportedFamilyError
+from walklens.base.errors import UnsupportedFamilyError
+from walklens.core.capture import tokenize
 from walklens.models.heads import attention_heads
 from walklens.testing import VARIANTS, tiny_model
 

@@ -17,7 +17,7 @@ import torch
 import walklens
 from test_interventions import INTERVENTIONS
 from test_interventions import test_intervention_acts_then_restores_bit_for_bit as restores_bit_for_bit
-from walklens.capture import tokenize
+from walklens.core.capture import tokenize
 from walklens.models import ADAPTERS, HeadWeights, base
 from walklens.testing import tiny_model
 

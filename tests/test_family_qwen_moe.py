@@ -19,7 +19,7 @@ import torch
 
 import walklens
 from test_interventions import INTERVENTIONS, _assert_restored, _logits, _snapshot
-from walklens.errors import UnsupportedFamilyError
+from walklens.base.errors import UnsupportedFamilyError
 from walklens.testing import VARIANTS, tiny_model
 
 FAMILIES = ("qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "starcoder2")

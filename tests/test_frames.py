@@ -1,5 +1,6 @@
 """Tables as data frames (docs/notebooks.md, "Tables"): every tabular result's ``to_pandas()`` holds the numbers of
-its ``--json`` document (the reports' ``document()``, or ``walklens.outputs.jsonable``), ``walklens.summarise_db``
+its ``--json`` document (the reports' ``document()``, or ``walklens.base.outputs.jsonable``),
+``walklens.lab.summarise_db``
 reads a results database read-only, and a missing pandas is one line naming the extra."""
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import numpy as np
 import pytest
 
 import walklens
-from walklens.errors import InputError, MissingDependencyError
-from walklens.outputs import jsonable
+from walklens.base.errors import InputError, MissingDependencyError
+from walklens.base.outputs import jsonable
 from walklens.testing import tiny_model
 
 pd = pytest.importorskip("pandas")
@@ -168,14 +169,14 @@ def test_similarity_frame_is_the_json_document(llama) -> None:
     tr = walklens.capture(llama, TEXT)
     maps = {"embed/dot": walklens.similarity_map(tr), "final/cosine": walklens.similarity_map(tr, "final", "cosine")}
     doc = document(maps, tr.tokens, tr.token_ids, llama.name, TEXT)
-    df = walklens.similarity_frame(maps, tr.tokens)
+    df = walklens.analyses.similarity_frame(maps, tr.tokens)
     documented("similarity_frame", "map", df)
     for key in maps:
         same(df.loc[df["map"] == key, "similarity"], doc["maps"][key])
-    one = walklens.similarity_frame(maps["embed/dot"])
+    one = walklens.analyses.similarity_frame(maps["embed/dot"])
     assert "map" not in one.columns and one["token_i"].isna().all()
     with pytest.raises(InputError, match="tokens"):
-        walklens.similarity_frame(maps["embed/dot"], tr.tokens[:-1])
+        walklens.analyses.similarity_frame(maps["embed/dot"], tr.tokens[:-1])
 
 
 def test_decoding_walk_frame_is_the_json_document(llama) -> None:
@@ -220,9 +221,9 @@ def test_attention_frames_are_the_json_document(llama) -> None:
     ident = walklens.attention_identity(llama, TEXT)
     tr = ident.trace
     hm = walklens.head_matrices(llama, 1)
-    views = [walklens.cluster_view(tr, hm, h, 3) for h in range(hm.n_heads)]
-    masses = {"model": walklens.self_mass(tr)}
-    stats = {"model": walklens.head_stats(llama)}
+    views = [walklens.analyses.cluster_view(tr, hm, h, 3) for h in range(hm.n_heads)]
+    masses = {"model": walklens.analyses.self_mass(tr)}
+    stats = {"model": walklens.analyses.head_stats(llama)}
     doc = jsonable(document(ident, views, masses, stats, llama.name))
     checks = ident.to_pandas()
     documented("IdentityResult", "checks", checks)
@@ -290,7 +291,7 @@ def test_kernel_frames_are_the_json_document(family: str) -> None:
 
 
 def test_power_frames_are_the_json_document(llama) -> None:
-    from walklens.idealised import dynamics, shared_weights
+    from walklens.analyses.idealised import dynamics, shared_weights
     from walklens.reports.power import document
 
     spectra = walklens.power_spectra(llama, nearest=3)
@@ -366,7 +367,7 @@ def test_power_frames_are_the_json_document(llama) -> None:
 
 
 def test_steering_sweep_frame_is_the_json_document(llama) -> None:
-    sw = walklens.steering_sweep(
+    sw = walklens.analyses.steering_sweep(
         llama,
         ["the dog and the", "a big red"],
         " cat",
@@ -403,7 +404,7 @@ def test_steering_sweep_frame_is_the_json_document(llama) -> None:
 
 
 def test_parity_card_frame_is_the_json_document(llama) -> None:
-    from walklens.parity import verify
+    from walklens.analyses.parity import verify
     from walklens.reports.parity import document
 
     card = verify(llama, texts=("the cat sat on the mat",), quick=True)
@@ -426,7 +427,7 @@ def test_parity_card_frame_is_the_json_document(llama) -> None:
 
 
 def test_compaction_frames_are_the_json_document(llama) -> None:
-    from walklens.compaction import explain
+    from walklens.analyses.compaction import explain
 
     rep = explain(llama, TEXT + " . the king runs to the city", continuation=" and the queen", budget=3, top=4)
     c = rep.compacted
@@ -449,7 +450,7 @@ def test_compaction_frames_are_the_json_document(llama) -> None:
 
 
 def test_curve_set_frame_is_the_json_document() -> None:
-    from walklens.experiments.curves import CurvePoint, CurveSet
+    from walklens.lab.experiments.curves import CurvePoint, CurveSet
 
     pts = [
         CurvePoint(
@@ -500,7 +501,7 @@ def test_curve_set_frame_is_the_json_document() -> None:
 
 def _items(n: int = 4) -> list[Any]:
     from _toy import ROWS
-    from walklens.hellaswag.data import make_item
+    from walklens.lab.hellaswag.data import make_item
 
     return [
         make_item({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l}, i)
@@ -509,8 +510,8 @@ def _items(n: int = 4) -> list[Any]:
 
 
 def test_run_summary_frame_is_the_json_document(llama) -> None:
-    from walklens.experiments.runner import baseline_scorer, run_test
-    from walklens.experiments.runsetup import RunSetup
+    from walklens.lab.experiments.runner import baseline_scorer, run_test
+    from walklens.lab.experiments.runsetup import RunSetup
 
     summary = run_test(llama, _items(), baseline_scorer(), RunSetup(data="toy", progress=False))
     doc = jsonable(summary)
@@ -528,7 +529,7 @@ def test_run_summary_frame_is_the_json_document(llama) -> None:
 
 def _database(path: Path) -> None:
     """A results database with two single runs and one Test 2 sweep of 40 schemes over 30 items."""
-    from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, SweepRun, SweepStore
+    from walklens.lab.hellaswag.store import ItemResult, ResultStore, RunKey, SweepRun, SweepStore
 
     rng = np.random.default_rng(0)
     with ResultStore(path) as st:
@@ -572,13 +573,13 @@ def _database(path: Path) -> None:
 
 
 def test_summarise_db_frames_are_the_summary_document(tmp_path: Path) -> None:
-    from walklens.experiments.summary import summarise_db as summaries
-    from walklens.hellaswag.store import ResultStore, SweepStore
+    from walklens.lab.experiments.summary import summarise_db as summaries
+    from walklens.lab.hellaswag.store import ResultStore, SweepStore
 
     db = tmp_path / "results.sqlite"
     _database(db)
     before = db.read_bytes()
-    frames = walklens.summarise_db(db)
+    frames = walklens.lab.summarise_db(db)
     assert db.read_bytes() == before  # read-only
     assert set(frames) == {
         "runs",
@@ -651,18 +652,18 @@ def test_summarise_db_refuses_a_bad_file_in_one_line(tmp_path: Path) -> None:
     bad.write_bytes(b"not a database at all" * 100)
     for path in (bad, tmp_path / "missing.sqlite", tmp_path):
         with pytest.raises(InputError) as info:
-            walklens.summarise_db(path)
+            walklens.lab.summarise_db(path)
         assert "\n" not in str(info.value)
     assert not (tmp_path / "missing.sqlite").exists()
 
 
 def test_summarise_db_of_a_sweep_only_database(tmp_path: Path) -> None:
-    from walklens.hellaswag.store import SweepStore
+    from walklens.lab.hellaswag.store import SweepStore
 
     db = tmp_path / "s.sqlite"
     with SweepStore(db):
         pass
-    frames = walklens.summarise_db(db)
+    frames = walklens.lab.summarise_db(db)
     assert frames["runs"].empty and "acc" in frames["runs"].columns and frames["schemes"].empty
 
 
@@ -677,8 +678,8 @@ def test_missing_pandas_is_one_line_naming_the_extra(llama, tmp_path: Path, monk
     calls = [
         tr.to_pandas,
         walk.to_pandas,
-        lambda: walklens.similarity_frame(walklens.similarity_map(tr)),
-        lambda: walklens.summarise_db(tmp_path / "r.sqlite"),
+        lambda: walklens.analyses.similarity_frame(walklens.similarity_map(tr)),
+        lambda: walklens.lab.summarise_db(tmp_path / "r.sqlite"),
     ]
     for call in calls:
         with pytest.raises(MissingDependencyError) as info:

@@ -26,9 +26,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from walklens.claims import CLAIMS, schemas
+from walklens.base.records import Schema
 from walklens.cli import main
-from walklens.records import Schema
+from walklens.lab.claims import CLAIMS, schemas
 
 FUZZ: dict[str, Any] = dict(
     deadline=None,

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import walklens.cli.common
-import walklens.loading
+import walklens.core.loading
 from walklens.cli import main
 
 FUZZ = dict(
@@ -48,14 +48,14 @@ def cli(
     tiny: dict[str, str], monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> Callable[..., tuple[int, list[str]]]:
     """``cli(*argv)`` runs ``walklens.cli.main`` and checks the one-line rule; returns (exit code, stderr lines)."""
-    real = walklens.loading.load_model
+    real = walklens.core.loading.load_model
 
     def memo(spec: str, **kw: Any) -> Any:
         if spec not in _LOADED:
             _LOADED[spec] = real(spec, **kw)
         return _LOADED[spec]
 
-    monkeypatch.setattr(walklens.loading, "load_model", memo)
+    monkeypatch.setattr(walklens.core.loading, "load_model", memo)
     monkeypatch.setattr(walklens.cli.common, "load_model", memo)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
@@ -258,14 +258,14 @@ def test_huge_shared_depth_is_refused_up_front(
     cli: Callable[..., Any], tiny: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``power --shared-depth=10**30`` used to allocate until the OOM killer ended it."""
-    import walklens.idealised
-    import walklens.power
+    import walklens.analyses.idealised
+    import walklens.analyses.power
 
     _no_work(
         monkeypatch,
-        (walklens.power, "power_spectra"),
-        (walklens.power, "alignment"),
-        (walklens.idealised, "shared_weights"),
+        (walklens.analyses.power, "power_spectra"),
+        (walklens.analyses.power, "alignment"),
+        (walklens.analyses.idealised, "shared_weights"),
     )
     rc, lines = cli(*_base(tiny, "power"), f"--shared-depth={10**30}")
     assert rc == 2 and "a smaller --shared-depth" in lines[0] and "of memory (--max-memory 4)" in lines[0], lines
@@ -277,10 +277,10 @@ def test_huge_max_new_tokens_is_refused_up_front(
 ) -> None:
     """``steer --max-new-tokens=10**30`` used to generate without end; both commands bound the new tokens by the
     model's context window (64 positions for the tiny model), even when the work limit is raised."""
-    import walklens.decoding
-    import walklens.steering
+    import walklens.analyses.decoding
+    import walklens.analyses.steering
 
-    _no_work(monkeypatch, (walklens.steering, "steering_sweep"), (walklens.decoding, "decoding_walk"))
+    _no_work(monkeypatch, (walklens.analyses.steering, "steering_sweep"), (walklens.analyses.decoding, "decoding_walk"))
     for steps in (10**30, 63):
         rc, lines = cli(*_base(tiny, command), f"--max-new-tokens={steps}", "--max-work=1e300")
         assert (

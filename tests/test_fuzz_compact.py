@@ -1,6 +1,6 @@
 """Fuzzing the ``--compact SPEC`` grammar (issue 17), bounded and deterministic like tests/test_fuzz_inputs.py:
 whatever the text, :meth:`CompactSpec.parse` gives a spec whose string form parses back to it, or one
-:class:`~walklens.errors.InputError` line; through the command line, one ``walklens: error:`` line and exit 2
+:class:`~walklens.base.errors.InputError` line; through the command line, one ``walklens: error:`` line and exit 2
 before any model loads."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from walklens.compaction import CompactSpec
-from walklens.compaction.spec import WHATS
-from walklens.errors import InputError
+from walklens.analyses.compaction import CompactSpec
+from walklens.analyses.compaction.spec import WHATS
+from walklens.base.errors import InputError
 
 FUZZ = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 

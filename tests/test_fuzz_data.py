@@ -1,5 +1,5 @@
 """Fuzzing the HellaSwag loaders (hypothesis): whatever the bytes, ``load_hellaswag`` returns valid items or raises
-:class:`~walklens.errors.InputError` (never another exception), and the CLI answers a bad ``--data`` with one
+:class:`~walklens.base.errors.InputError` (never another exception), and the CLI answers a bad ``--data`` with one
 ``walklens: error:`` line and exit code 2 before any model is loaded.
 
 Bounded and deterministic: every test has ``max_examples``, ``derandomize=True`` and no example database.
@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from walklens.errors import DataFormatError, InputError
-from walklens.hellaswag.data import HellaswagItem, bundled_path, load_hellaswag, preprocess
+from walklens.base.errors import DataFormatError, InputError
+from walklens.lab.hellaswag.data import HellaswagItem, bundled_path, load_hellaswag, preprocess
 
 FUZZ = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 SUFFIXES = (".txt", ".txt.bz2", ".jsonl", ".jsonl.bz2")

@@ -1,6 +1,6 @@
 """Fuzzing the inputs of part D (hypothesis): the A.6 scheme grammar, grid TOML files and ``load_model`` specs.
 
-Whatever the input, the answer is a valid object or one :class:`~walklens.errors.WalklensError` (``InputError``
+Whatever the input, the answer is a valid object or one :class:`~walklens.base.errors.WalklensError` (``InputError``
 for schemes and grids; ``UnknownModelError`` / ``UnsupportedFamilyError`` for models), never another exception;
 through the CLI that is one ``walklens: error:`` line and exit code 2.
 
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import walklens
-from walklens.concepts.schemes import (
+from walklens.analyses.concepts.schemes import (
     ALL_ENCODING_SCHEMES,
     EXAMPLE_AGG_SCHEMES,
     LAYER_NAMES,
@@ -32,8 +32,8 @@ from walklens.concepts.schemes import (
     WORD_AGG_SCHEMES,
     Scheme,
 )
-from walklens.errors import InputError, UnsupportedFamilyError, WalklensError
-from walklens.experiments.grid import FIELDS, GridSpec
+from walklens.base.errors import InputError, UnsupportedFamilyError, WalklensError
+from walklens.lab.experiments.grid import FIELDS, GridSpec
 from walklens.models import ADAPTERS
 
 FUZZ = dict(
@@ -489,7 +489,7 @@ def test_garbage_directories_are_refused(files: dict[str, bytes]) -> None:
 @example(spec="x\x00/y")
 def test_any_spec_loads_or_is_refused_offline(spec: str) -> None:
     """With the hub offline and no model at the spec, every string is refused with one line."""
-    if spec.strip() in walklens.loading.NAMED_MODELS:
+    if spec.strip() in walklens.core.loading.NAMED_MODELS:
         return
     _refused(spec)
 

@@ -1,7 +1,7 @@
-"""``walklens.summarise_db`` and the sweep summaries' ``to_pandas`` over tampered databases: any value in any cell
+"""``walklens.lab.summarise_db`` and the sweep summaries' ``to_pandas`` over tampered databases: any value in any cell
 (wrong types, NULLs, BLOBs, NaN, huge numbers, numbers as strings, text of undecodable bytes, scheme names the
 grammar refuses) gives data frames or one :class:`InputError` line naming the table, the row and the field, never
-another exception (the values a store reads back are checked by its :class:`~walklens.hellaswag.store.db.Row`)."""
+another exception (the values a store reads back are checked by its :class:`~walklens.lab.hellaswag.store.db.Row`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import test_db_contents
 from test_db_contents import _CELLS, _fuzz, _value_strategy
-from walklens.errors import InputError
+from walklens.base.errors import InputError
 
 template = test_db_contents.template  # the fixture: a valid walklens database's bytes
 
@@ -111,7 +111,7 @@ def _one_line_naming_the_cell(e: InputError, changes: Any) -> None:
 @pytest.mark.slow
 def test_the_hostile_values_one_by_one(template: bytes, tmp_path: Path) -> None:
     """Each hostile value in each cell it could be mistaken for: frames or one line naming the cell."""
-    from walklens.database import summarise_db
+    from walklens.lab.database import summarise_db
 
     for i, value in enumerate(HOSTILE):
         for cell in _CELLS:
@@ -140,7 +140,7 @@ def test_the_hostile_values_one_by_one(template: bytes, tmp_path: Path) -> None:
 def test_bad_values_that_escaped_or_named_no_cell(
     template: bytes, tmp_path: Path, cell: tuple[str, str], value: Any, field: str
 ) -> None:
-    from walklens.database import summarise_db
+    from walklens.lab.database import summarise_db
 
     db = _write(template, tmp_path / "bad.sqlite", [(cell, True, value)])
     with pytest.raises(InputError) as e:
@@ -151,7 +151,7 @@ def test_bad_values_that_escaped_or_named_no_cell(
 
 def test_nan_and_infinite_scores_are_read_as_stored(template: bytes, tmp_path: Path) -> None:
     """The writer stores a score of NaN or -inf (a float16 log-likelihood) as JSON's NaN / -Infinity: read back."""
-    from walklens.database import summarise_db
+    from walklens.lab.database import summarise_db
 
     db = _write(template, tmp_path / "nan.sqlite", [(("results", "scores"), True, "[NaN, -Infinity, 0.5, 1e999]")])
     row = summarise_db(db)["results"].iloc[0]
@@ -162,7 +162,7 @@ def test_nan_and_infinite_scores_are_read_as_stored(template: bytes, tmp_path: P
 def test_fuzz_summarise_db(template: bytes, tmp_path_factory: pytest.TempPathFactory) -> None:
     import pandas as pd
 
-    from walklens.database import summarise_db
+    from walklens.lab.database import summarise_db
 
     @_fuzz(150)
     @given(_changes())
@@ -180,9 +180,9 @@ def test_fuzz_summarise_db(template: bytes, tmp_path_factory: pytest.TempPathFac
 
 @pytest.mark.filterwarnings("ignore")
 def test_fuzz_run_summaries_to_pandas(template: bytes, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """The sweep summaries (``walklens.experiments.summary.summarise_db``, the report's reader) and every table of
+    """The sweep summaries (``walklens.lab.experiments.summary.summarise_db``, the report's reader) and every table of
     their ``to_pandas``."""
-    from walklens.experiments.summary import summarise_db
+    from walklens.lab.experiments.summary import summarise_db
 
     tables = ("estimates", "top10", "marginals", "folds", "distribution", "histogram")
 

@@ -1,4 +1,4 @@
-"""The held-out best's statistics (walklens.experiments.heldout) against independent oracles: a brute-force
+"""The held-out best's statistics (walklens.lab.experiments.heldout) against independent oracles: a brute-force
 enumeration of the sign test, scipy's exact binomial interval, the k-fold estimate itself, and a bootstrap that
 physically resamples items."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from walklens.experiments.heldout import (
+from walklens.lab.experiments.heldout import (
     _replicate_scores,
     _weights,
     bootstrap_heldout,
@@ -22,8 +22,8 @@ from walklens.experiments.heldout import (
     paired_test,
     sign_test_p,
 )
-from walklens.experiments.stats import kfold_from
-from walklens.hellaswag.store.counts import Cells, cell_counts
+from walklens.lab.experiments.stats import kfold_from
+from walklens.lab.hellaswag.store.counts import Cells, cell_counts
 
 
 def _brute_p(b: int, c: int) -> float:
@@ -110,10 +110,10 @@ def test_bootstrap_is_seeded_and_carries_the_baseline() -> None:
 def test_the_report_carries_the_procedure_statistics(tmp_path: Path) -> None:
     """summarise_db streams the chosen rows back (SweepStore.load_rows) and gives the paired test and the
     bootstrap the dense predictions give; the difference is the k-fold accuracy minus the baseline's."""
-    from walklens.experiments.summary import summarise_db, summarise_run
-    from walklens.hellaswag.store import SweepRun, SweepStore
-    from walklens.outputs import jsonable
-    from walklens.reports.sweep import build
+    from walklens.base.outputs import jsonable
+    from walklens.lab.experiments.summary import summarise_db, summarise_run
+    from walklens.lab.hellaswag.store import SweepRun, SweepStore
+    from walklens.lab.reports.sweep import build
 
     n, rng = 60, np.random.default_rng(5)
     labels = rng.integers(0, 4, n).astype(np.uint8)
@@ -141,7 +141,7 @@ def test_the_report_carries_the_procedure_statistics(tmp_path: Path) -> None:
 
 
 def test_expected_share_above_the_chance_band_by_enumeration() -> None:
-    from walklens.experiments.stats import distribution
+    from walklens.lab.experiments.stats import distribution
 
     for n in (7, 40, 200):
         d = distribution(np.array([0.1, 0.5]), n)

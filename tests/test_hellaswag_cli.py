@@ -11,10 +11,10 @@ import pytest
 from _ties import assert_picks_match
 from _toy import cli_runner, write_toy
 from oracles import reference_logliks
-from walklens.concepts import generation as t1
-from walklens.concepts.schemes import Scheme
-from walklens.hellaswag.baseline import baseline_scores, item_tokens
-from walklens.hellaswag.data import fewshot_examples, load_hellaswag
+from walklens.analyses.concepts.schemes import Scheme
+from walklens.lab.concepts import generation as t1
+from walklens.lab.hellaswag.baseline import baseline_scores, item_tokens
+from walklens.lab.hellaswag.data import fewshot_examples, load_hellaswag
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def test_skip_and_the_paired_test(toy, run):
         assert pair["paired"]["only_best"] == sum(a and not b for a, b in zip(got, base))
         assert pair["paired"]["only_base"] == sum(b and not a for a, b in zip(got, base))
     # the claims registry reads such a file as a scheme chosen elsewhere, scored on these items
-    from walklens.claims import Claim, assess
+    from walklens.lab.claims import Claim, assess
 
     c = Claim("x", "000", "says", "cmd", "s.json", "scheme_heldout", {"metric": "acc_norm"}, "below_baseline")
     m, verdict = assess(c, d)

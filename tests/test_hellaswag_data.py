@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from walklens.errors import DataFormatError, InputError, MissingDependencyError
-from walklens.hellaswag.data import (
+from walklens.base.errors import DataFormatError, InputError, MissingDependencyError
+from walklens.lab.hellaswag.data import (
     HellaswagItem,
     bundled_path,
     data_id,
@@ -132,7 +132,7 @@ def test_bundled_file_and_env(tmp_path, monkeypatch):
     monkeypatch.delenv("WALKLENS_HELLASWAG", raising=False)
     p = default_path()
     assert p == bundled_path() and p.is_file() and p.name == "hellaswag_val_full.txt.bz2"
-    assert p.parent.parent == Path(walklens.__file__).resolve().parent  # walklens/data/, inside the package
+    assert p.parent.parent == Path(walklens.__file__).resolve().parent / "lab"  # walklens/lab/data/, inside the package
     assert hashlib.sha256(bz2.decompress(p.read_bytes())).hexdigest() == BUNDLED_TEXT_SHA256
     items = load_hellaswag()
     assert len(items) == 10_042 and [it.index for it in items] == list(range(10_042))

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from oracles import reference_logliks
-from walklens.concepts import generation as t1
-from walklens.concepts import similarity as t2
-from walklens.concepts.schemes import Scheme
-from walklens.concepts.segment import segment_context, split_sentences
-from walklens.hellaswag.baseline import baseline_scores, item_tokens
-from walklens.hellaswag.data import HellaswagItem
-from walklens.hellaswag.encode import continuation_logliks, hidden_states, input_embeddings
+from walklens.analyses.concepts.schemes import Scheme
+from walklens.core.scoring.encode import continuation_logliks, hidden_states, input_embeddings
+from walklens.lab.concepts import generation as t1
+from walklens.lab.concepts import similarity as t2
+from walklens.lab.concepts.segment import segment_context, split_sentences
+from walklens.lab.hellaswag.baseline import baseline_scores, item_tokens
+from walklens.lab.hellaswag.data import HellaswagItem
 from walklens.testing import tiny_model
 
 SCORING = (
@@ -228,7 +228,7 @@ def test_test2_on_an_encoder_only_model():
     s = Scheme.standard(2, "encoder").validate(2, "encoder")
     scores = t2.test2_scores(lm, ITEM, [SHOT], s)
     assert len(scores) == 4 and len(set(scores)) == 4
-    from walklens.errors import InputError, UnsupportedFamilyError
+    from walklens.base.errors import InputError, UnsupportedFamilyError
 
     with pytest.raises(InputError, match="causal or encoder-decoder"):
         Scheme.standard(1, "encoder-decoder").validate(1, "encoder")

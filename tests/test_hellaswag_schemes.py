@@ -9,9 +9,8 @@ import math
 import pytest
 import torch
 
-from walklens.concepts import similarity as t2
-from walklens.concepts.compose import compose_context
-from walklens.concepts.schemes import (
+from walklens.analyses.concepts.compose import compose_context
+from walklens.analyses.concepts.schemes import (
     ENCODING_SCHEMES,
     EXAMPLE_AGG_SCHEMES,
     NORMS,
@@ -24,11 +23,12 @@ from walklens.concepts.schemes import (
     similarity,
     word_aggregate,
 )
-from walklens.errors import InputError
-from walklens.experiments.grid import GridSpec
-from walklens.hellaswag.baseline import accuracy, argmax_first, item_result, picks
-from walklens.hellaswag.data import HellaswagItem
-from walklens.hellaswag.store import ItemResult
+from walklens.base.errors import InputError
+from walklens.lab.concepts import similarity as t2
+from walklens.lab.experiments.grid import GridSpec
+from walklens.lab.hellaswag.baseline import accuracy, argmax_first, item_result, picks
+from walklens.lab.hellaswag.data import HellaswagItem
+from walklens.lab.hellaswag.store import ItemResult
 
 
 def test_round_trip_over_a_grid():

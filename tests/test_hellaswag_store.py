@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from _toy import write_items
-from walklens.concepts.schemes import Scheme
-from walklens.experiments import runner
-from walklens.experiments.runsetup import RunSetup
-from walklens.hellaswag.data import HellaswagItem
-from walklens.hellaswag.store import ItemResult, ResultStore, RunKey, default_db_path
+from walklens.analyses.concepts.schemes import Scheme
+from walklens.lab.experiments import runner
+from walklens.lab.experiments.runsetup import RunSetup
+from walklens.lab.hellaswag.data import HellaswagItem
+from walklens.lab.hellaswag.store import ItemResult, ResultStore, RunKey, default_db_path
 from walklens.testing import tiny_model
 
 KEY = RunKey(model="m", data="d:abc", split="validation", shots=0, test="test1", scheme="enc=x")
@@ -116,7 +116,7 @@ def _finished_db(path: Path) -> None:
     """A small finished database: single-run results and a sweep whose groups span several pages each."""
     import numpy as np
 
-    from walklens.hellaswag.store import SweepRun, SweepStore
+    from walklens.lab.hellaswag.store import SweepRun, SweepStore
 
     rng = np.random.default_rng(0)
     with ResultStore(path) as rs:
@@ -161,9 +161,9 @@ def test_a_damaged_page_is_refused_by_every_command(tmp_path: Path, capsys: pyte
     a single run) refuse it with one line naming the file, never an internal error or a 'done'."""
     import numpy as np
 
+    from walklens.base.errors import InputError
     from walklens.cli import main
-    from walklens.errors import InputError
-    from walklens.hellaswag.store import SweepStore
+    from walklens.lab.hellaswag.store import SweepStore
 
     good = tmp_path / "good.sqlite"
     _finished_db(good)
@@ -237,9 +237,9 @@ def test_sweep_command_refuses_a_damaged_database(tmp_path: Path, capsys: pytest
 def test_reading_commands_refuse_a_missing_database_and_never_create_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from walklens.base.errors import InputError
     from walklens.cli import main
-    from walklens.errors import InputError
-    from walklens.hellaswag.store import SweepStore
+    from walklens.lab.hellaswag.store import SweepStore
 
     missing = tmp_path / "sub" / "missing.sqlite"
     csv_out = tmp_path / "out.csv"
@@ -282,9 +282,9 @@ def test_reading_commands_refuse_a_missing_database_and_never_create_it(
 def test_a_newer_schema_is_refused_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str) -> None:
     """Each store records its tables' schema version in ``meta``; a database written by a newer walklens (a
     higher version, for either store) is refused on open, by every command, and left as it is."""
+    from walklens.base.errors import InputError
     from walklens.cli import main
-    from walklens.errors import InputError
-    from walklens.hellaswag.store import SweepStore
+    from walklens.lab.hellaswag.store import SweepStore
 
     db = tmp_path / "r.sqlite"
     _finished_db(db)
@@ -314,7 +314,7 @@ def test_a_database_without_a_sweep_version_is_the_first_layout(tmp_path: Path) 
     recorded by the next writer."""
     import numpy as np
 
-    from walklens.hellaswag.store import SweepStore
+    from walklens.lab.hellaswag.store import SweepStore
 
     db = tmp_path / "r.sqlite"
     _finished_db(db)
@@ -333,7 +333,7 @@ def test_a_database_without_a_sweep_version_is_the_first_layout(tmp_path: Path) 
 def test_a_tampered_item_index_is_one_line_naming_it(tmp_path: Path, item: object) -> None:
     """``done_items`` (what a resumed run skips) checks every stored item index: a tampered one is one line naming
     the table, row and field, never an internal error or an item silently skipped."""
-    from walklens.errors import InputError
+    from walklens.base.errors import InputError
 
     db = tmp_path / "r.sqlite"
     with ResultStore(db) as st:

@@ -25,7 +25,7 @@ def _refused(capsys: Any, calls: list[str], argv: list[str], *needles: str) -> N
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
-    from walklens.hellaswag.store import ResultStore
+    from walklens.lab.hellaswag.store import ResultStore
 
     path = tmp_path / "results.sqlite"
     ResultStore(path).close()
@@ -103,7 +103,7 @@ def test_json_never_replaces_the_default_data(tmp_path, data, db, monkeypatch, n
     ],
 )
 def test_outputs_never_land_in_the_cache(argv, opt, db, data, tmp_path, no_model, capsys):
-    from walklens.concepts.cache import ConceptCache
+    from walklens.analyses.concepts.cache import ConceptCache
 
     cache = tmp_path / "cache"
     ConceptCache(cache).close()

@@ -8,8 +8,8 @@ import contextlib
 import pytest
 import torch
 
-from walklens.errors import InputError
-from walklens.interventions import (
+from walklens.base.errors import InputError
+from walklens.core.interventions import (
     Hooks,
     ablate_mlps,
     add_to_residual,

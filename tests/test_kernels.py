@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import walklens
-from walklens.errors import InputError
-from walklens.interventions import Hooks
-from walklens.kernels import StackKernels, classify_kernel, empirical_kernels
+from walklens.analyses.kernels import StackKernels, classify_kernel, empirical_kernels
+from walklens.base.errors import InputError
+from walklens.core.interventions import Hooks
 from walklens.testing import WORDS, tiny_model
 
 LONG = " ".join(WORDS[i % len(WORDS)] for i in range(0, 7 * 40, 7))  # 40 words -> 40 tokens
@@ -73,7 +73,7 @@ def test_t5_kernel_changes_with_the_weights(t5):
 
 
 def _zero_input_attention(lm, T):
-    """Independent of walklens.kernels: attention with every attention input zeroed (position bias only)."""
+    """Independent of walklens.analyses.kernels: attention with every attention input zeroed (position bias only)."""
     mods = [lm.adapter.attention_module(lm.model, layer) for layer in range(lm.n_layers)]
     probs = []
     with Hooks() as hooks, torch.no_grad():

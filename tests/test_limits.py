@@ -36,7 +36,7 @@ def long_llama():
     """A tiny random Llama (D=32, 2 layers, 4 heads) with a 4096-token context."""
     import transformers as T
 
-    from walklens.loading import wrap
+    from walklens.core.loading import wrap
 
     tok = tiny_tokenizer()
     cfg = T.LlamaConfig(

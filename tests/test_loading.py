@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import walklens
-from walklens import loading
+from walklens.core import loading
 from walklens.testing import tiny_model
 
 
@@ -230,7 +230,7 @@ def test_cached_hub_id_loads_without_the_network(tiny_dir, tmp_path):
 
 @pytest.mark.parametrize("family, kind", [("llama", "decoder"), ("t5", "encoder-decoder"), ("bert", "encoder")])
 def test_the_adapter_answers_the_model_kind(family, kind):
-    from walklens.hellaswag.encode import arch_of
+    from walklens.core.scoring.encode import arch_of
 
     lm = tiny_model(family)
     assert lm.kind == arch_of(lm) == kind
@@ -253,7 +253,7 @@ def test_every_adapter_has_one_kind():
 
 def test_lm_eval_prefixes_bos_for_the_gemma_adapters_only():
     """lm-evaluation-harness adds BOS when the model type contains "gemma"; the adapters declare it."""
-    from walklens.hellaswag.encode import adds_bos
+    from walklens.core.scoring.encode import adds_bos
     from walklens.models import ADAPTERS
 
     assert {mt for mt, a in ADAPTERS.items() if a.harness_bos} == {"gemma", "gemma2", "gemma3_text"}
@@ -263,7 +263,7 @@ def test_lm_eval_prefixes_bos_for_the_gemma_adapters_only():
 
 
 def test_token_strings_decode_each_id_on_its_own():
-    from walklens.walks import labels_for
+    from walklens.analyses.walks import labels_for
 
     lm = tiny_model("gpt2")
     ids = lm.tokenizer("the king ran", add_special_tokens=False)["input_ids"]

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import walklens
+from walklens.base.errors import InputError
+from walklens.base.outputs import write_atomic
 from walklens.cli import main
-from walklens.errors import InputError
-from walklens.outputs import write_atomic
 from walklens.testing import tiny_model
 
 TEXT = "the king ran to the river"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import walklens
+from walklens.base.errors import WalklensError
 from walklens.cli import main
-from walklens.errors import WalklensError
 from walklens.testing import tiny_model
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from walklens.base.errors import InputError, UnknownModelError
 from walklens.cli import main
-from walklens.errors import InputError, UnknownModelError
-from walklens.loading import cache_dir, load_model
+from walklens.core.loading import cache_dir, load_model
 from walklens.testing import tiny_model
 
 

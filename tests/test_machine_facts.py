@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from walklens import costs as C
+from walklens.base.errors import StaleCacheWarning
 from walklens.cli import limits as L
 from walklens.costs import calibration as M
 from walklens.costs import sizes as S
-from walklens.errors import StaleCacheWarning
 from walklens.server import bounds
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "walklens"
@@ -145,7 +145,7 @@ def test_a_tampered_calibration_file_is_discarded_with_one_warning(cache, how):
 
 
 def test_a_bad_measurement_is_never_written(cache):
-    from walklens.errors import InputError
+    from walklens.base.errors import InputError
 
     with pytest.raises(InputError, match="attn_element"):
         M.save(M.Rates(attn_element=float("nan"), write_work=1.0, matmul_gflops=1.0), model="x", threads=1)
@@ -158,7 +158,7 @@ def test_a_bad_measurement_is_never_written(cache):
 def test_sizes_follow_the_writers():
     """The bytes per number are the writers' own: the ``--json`` writer on float32 scores, a report's heatmap
     on rounded cells, a token id of the vocabulary, and the page rendered empty."""
-    from walklens.outputs import json_text
+    from walklens.base.outputs import json_text
     from walklens.reports.html import Report
 
     x = torch.randn(64, 256, generator=torch.Generator().manual_seed(3))
@@ -211,13 +211,22 @@ def test_both_callers_use_the_cost_models_block_size(monkeypatch):
 # ---- modules ------------------------------------------------------------------------------------------------------
 
 
+FLOORS = ("analyses", "base", "core", "lab")  #: packages made of packages (docs/architecture.md, "Rooms")
+
+
+def room(parts: tuple[str, ...]) -> tuple[str, ...]:
+    """The top-level module or package a dotted name is in; inside a floor, the floor's module or package."""
+    return parts[:3] if len(parts) > 2 and parts[1] in FLOORS else parts[:2]
+
+
 def private_imports_across_packages(root: Path) -> list[str]:
     """``file:line name`` of every import of a private name (``_x``) of a walklens module from outside its own
-    top-level module or package (``walklens.walks.reading._x`` is ``walks``' own: only ``walks/`` may import it)."""
+    top-level module or package (``walklens.analyses.walks.reading._x`` is ``walks``' own: only ``walks/`` may import
+    it)."""
     bad = []
     for f in sorted(root.rglob("*.py")):
         here = ("walklens", *f.relative_to(root).with_suffix("").parts)[:-1]  # the package relative imports start at
-        own = ("walklens", *f.relative_to(root).with_suffix("").parts)[:2]
+        own = room(("walklens", *f.relative_to(root).with_suffix("").parts))
         for node in ast.walk(ast.parse(f.read_text())):
             if not isinstance(node, ast.ImportFrom):
                 continue
@@ -229,7 +238,7 @@ def private_imports_across_packages(root: Path) -> list[str]:
                 continue
             for alias in node.names:
                 private = alias.name.startswith("_") and not alias.name.startswith("__")
-                if private and target[:2] != own:
+                if private and room(target) != own:
                     bad.append(f"{f.relative_to(root)}:{node.lineno} {'.'.join(target)}.{alias.name}")
     return bad
 
@@ -247,12 +256,12 @@ def test_no_module_imports_a_private_name_of_another_package(tmp_path):
 
 
 def test_prepacking_lives_in_its_own_module():
-    """interventions switches layers to prepacked products; the oneDNN machinery is walklens.prepack."""
-    import walklens.interventions as I
-    import walklens.prepack as P
+    """interventions switches layers to prepacked products; the oneDNN machinery is walklens.core.prepack."""
+    import walklens.core.interventions as I
+    import walklens.core.prepack as P
 
-    text = (SRC / "interventions.py").read_text()
+    text = (SRC / "core" / "interventions.py").read_text()
     assert "mkldnn" not in text and "packed_linear" in text
     lin = torch.nn.Linear(8, 4)
     assert P.packed_linear(lin) is None and not P.can_prepack(lin.weight)  # float32: MKL's products, never packed
-    assert I.prepacked_linears.__module__ == "walklens.interventions"
+    assert I.prepacked_linears.__module__ == "walklens.core.interventions"

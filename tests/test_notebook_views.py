@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 import walklens
-from walklens import notebook
-from walklens.display import MAX_LINES, WIDTH, Shown, registered_views, text
+from walklens.base.display import MAX_LINES, WIDTH, Shown, registered_views, text
+from walklens.reports import notebook
 
 #: public classes that are not results of their own: parts of a result, settings, the model, stores, errors
 PARTS = {
@@ -118,11 +118,14 @@ def offline(doc: str) -> None:
 
 
 def test_every_public_result_type_shows_itself() -> None:
-    from walklens.experiments import curves, runner, summary
+    from walklens.lab.experiments import curves, runner, summary
 
-    classes = {n: getattr(walklens, n) for n in walklens.__all__ if inspect.isclass(getattr(walklens, n))}
+    import walklens.lab
+
+    groups = (walklens, walklens.core, walklens.analyses, walklens.lab)
+    classes = {n: getattr(g, n) for g in groups for n in g.__all__ if inspect.isclass(getattr(g, n))}
     classes = {n: c for n, c in classes.items() if not issubclass(c, BaseException)}
-    # results of the HellaSwag study, reached through walklens.experiments
+    # results of the HellaSwag study, reached through walklens.lab.experiments
     classes.update({"runner.RunSummary": runner.RunSummary, "summary.RunSummary": summary.RunSummary})
     classes["CurveSet"] = curves.CurveSet
     shown = {n: c for n, c in classes.items() if n not in PARTS}
@@ -135,7 +138,7 @@ def test_every_public_result_type_shows_itself() -> None:
 
 
 def test_every_view_registers_itself_with_the_display_protocol() -> None:
-    """The results never import the views: each view registers its renderer (walklens.display.register_view)."""
+    """The results never import the views: each view registers its renderer (walklens.base.display.register_view)."""
     assert registered_views() == {name: notebook.html for name in notebook.VIEWS}
 
     class Unseen(Shown, view="no_such_view"):
@@ -146,11 +149,12 @@ def test_every_view_registers_itself_with_the_display_protocol() -> None:
 
 
 def test_a_result_module_imported_alone_shows_itself() -> None:
-    """``import walklens.controlvectors`` alone, in a fresh interpreter: the package root runs first and registers
+    """``import walklens.analyses.controlvectors`` alone, in a fresh interpreter: the package root runs first and
+    registers
     every view, so the result draws its view."""
     code = (
         "import torch\n"
-        "from walklens.controlvectors import ControlVector\n"
+        "from walklens.analyses.controlvectors import ControlVector\n"
         "out = ControlVector({1: torch.ones(8), 2: -torch.ones(8)}, 'llama', 'add', 2.0, 'cat')._repr_html_()\n"
         "assert 'srcdoc' in out and 'ControlVector' in out, out[:300]\n"
     )
@@ -232,7 +236,7 @@ def test_a_view_over_the_limit_is_a_summary_with_a_note(
     small = r._repr_html_()
     assert len(full) > 100_000 > len(small)
     page = html.unescape(frame_page(small))
-    assert "over walklens.notebook.LIMIT_MB = 0.05" in page and "walklens.notebook.save" in page
+    assert "over walklens.reports.notebook.LIMIT_MB = 0.05" in page and "walklens.reports.notebook.save" in page
     assert text(r).splitlines()[1] in page  # the text repr
     offline(frame_page(small))
     assert notebook.html(r, limit_mb=10).count("srcdoc") == 1

@@ -1,4 +1,4 @@
-"""Numeric options are finite and range-checked by one shared validator (:mod:`walklens.numbers`) used by the
+"""Numeric options are finite and range-checked by one shared validator (:mod:`walklens.base.numbers`) used by the
 command line, the explorer's JSON API and experiment files alike; a computation that overflows reports NaN and
 never ranks it; empty option values are refused; layer ranges are checked against the model's depth before
 they are expanded."""
@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _cli import run
-from walklens.errors import InputError, NonFiniteWarning
-from walklens.experiments.experiment import _Reader
-from walklens.numbers import ALPHA, POSITIVE, POSITIVE_INT, SEED, NumberError, Range
+from walklens.base.errors import InputError, NonFiniteWarning
+from walklens.base.numbers import ALPHA, POSITIVE, POSITIVE_INT, SEED, NumberError, Range
+from walklens.lab.experiments.experiment import _Reader
 from walklens.server.bounds import ApiError, float_arg, int_arg
 
 FUZZ = dict(max_examples=200, deadline=None, derandomize=True, database=None)
@@ -137,7 +137,7 @@ def test_steer_refuses_overflowing_alphas_before_loading(capfd: pytest.CaptureFi
 def test_an_overflowing_steer_is_reported_as_nan_never_ranked() -> None:
     """The library accepts any finite alpha: when the logits overflow, p(target) is NaN, the rank and the top
     token are absent (never rank 0, token id 0) and a warning says so."""
-    from walklens.steering import steering_sweep
+    from walklens.analyses.steering import steering_sweep
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -158,7 +158,7 @@ def test_layer_ranges_are_checked_against_the_depth_before_expanding(
     """``steer --layers 0-999999999`` used to expand the range first (MemoryError, or 20 s for 10**8)."""
     import builtins
 
-    import walklens.steering
+    import walklens.analyses.steering
 
     real_range = builtins.range
 
@@ -166,7 +166,7 @@ def test_layer_ranges_are_checked_against_the_depth_before_expanding(
         assert len(real_range(*a)) < 10**6, f"range{a} expanded"
         return real_range(*a)
 
-    monkeypatch.setattr(walklens.steering, "steering_sweep", lambda *a, **k: pytest.fail("steered"))
+    monkeypatch.setattr(walklens.analyses.steering, "steering_sweep", lambda *a, **k: pytest.fail("steered"))
     monkeypatch.setattr("walklens.cli.steer.range", small_range, raising=False)
     for spec in ("0-999999999", "-999999999-1", "0-99999999,1"):
         rc, err = run(capfd, "steer", "the king", "--toward", " river", f"--layers={spec}", "--model", tiny_dir)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from _cli import run
-from walklens.errors import InputError
-from walklens.experiments.experiment import read_experiment
+from walklens.base.errors import InputError
+from walklens.lab.experiments.experiment import read_experiment
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_more_shots_than_the_pool_holds_are_refused_before_the_model_loads(
     tiny: dict[str, str], tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``shots = [100000]`` used to be refused only after the model loaded, under a progress line."""
-    from walklens.backends.base import LocalBackend
+    from walklens.core.backends.base import LocalBackend
 
     monkeypatch.setattr(LocalBackend, "driver_model", lambda *a, **k: pytest.fail("the model loaded"))
     exp = tmp_path / "exp.toml"
@@ -100,8 +100,8 @@ def test_kernels_length_cut_to_the_context_says_so(
 
 def test_report_tables_show_control_characters_escaped(tmp_path: Path) -> None:
     """The steer report's prompt column used to hold raw NUL characters; the page holds none."""
+    from walklens.analyses.steering import steering_sweep
     from walklens.reports import steer as steer_report
-    from walklens.steering import steering_sweep
     from walklens.testing import tiny_model
 
     sw = steering_sweep(

@@ -51,7 +51,7 @@ def _data(tmp: Path) -> Path:
 
 @_input("db")
 def _db(tmp: Path) -> Path:
-    from walklens.hellaswag.store import ResultStore
+    from walklens.lab.hellaswag.store import ResultStore
 
     ResultStore(tmp / "results.sqlite").close()
     return tmp / "results.sqlite"
@@ -71,17 +71,17 @@ def _corpus(tmp: Path) -> Path:
 
 @_input("card")
 def _card(tmp: Path) -> Path:
-    from walklens.steeringcard.sets import shipped_sets
+    from walklens.lab.steeringcard.sets import shipped_sets
 
     assert "token" in shipped_sets()
-    source = Path(__import__("walklens").__file__).parent / "data" / "steering" / "token.jsonl"
+    source = Path(__import__("walklens").__file__).parent / "lab" / "data" / "steering" / "token.jsonl"
     (tmp / "set.jsonl").write_bytes(source.read_bytes())
     return tmp / "set.jsonl"
 
 
 @_input("store")
 def _store(tmp: Path) -> Path:
-    from walklens.steeringcard.store import CardStore
+    from walklens.lab.steeringcard.store import CardStore
 
     CardStore(tmp / "store.sqlite").close()
     return tmp / "store.sqlite"
@@ -89,7 +89,7 @@ def _store(tmp: Path) -> Path:
 
 @_input("cache")
 def _cache(tmp: Path) -> Path:
-    from walklens.concepts.cache import ConceptCache
+    from walklens.analyses.concepts.cache import ConceptCache
 
     ConceptCache(tmp / "cache").close()
     return tmp / "cache"

@@ -1,4 +1,4 @@
-"""Output safety: the one rule for written files (walklens.outputs), output paths refused before any model loads,
+"""Output safety: the one rule for written files (walklens.base.outputs), output paths refused before any model loads,
 model strings escaped in every report field, and each report view shown once (PNGs linked, not repeated)."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 import walklens
+from walklens.base.errors import InputError
+from walklens.base.outputs import check_dir, write_atomic
 from walklens.cli import main
 from walklens.cli.common import write_json
-from walklens.errors import InputError
-from walklens.outputs import check_dir, write_atomic
 from walklens.testing import tiny_model
 
 EVIL = ["<img src=x onerror=\"document.title='pwned'\">", "</script><b>x</b>", "<filename>", "a&amp;b\u2028"]
@@ -110,7 +110,7 @@ def test_report_save_follows_the_rule(tmp_path):
 
 
 def test_export_follows_the_rule(tmp_path):
-    from walklens.hellaswag.store import ResultStore
+    from walklens.lab.hellaswag.store import ResultStore
 
     link = tmp_path / "x.csv"
     link.symlink_to(_device(tmp_path))
@@ -203,8 +203,6 @@ def _unprivileged() -> Iterator[None]:
 
 
 def test_read_only_folder_refused_before_loading(no_model, capsys):
-    import walklens.capture
-    import walklens.walks  # noqa: F401
     from walklens.cli import command_modules
 
     # found while privileged: a clone in a private folder (mktemp -d, mode 0700) is unreadable to nobody
@@ -343,7 +341,7 @@ def test_walk_and_simmap_reports_escape_every_field(llama):
 
 
 def test_power_and_heads_reports_escape_every_field(llama):
-    from walklens.power import alignment, power_spectra
+    from walklens.analyses.power import alignment, power_spectra
     from walklens.reports import power as power_report
     from walklens.reports.heads import add_attention_maps
 
@@ -381,7 +379,7 @@ def test_each_view_shown_once_pngs_linked(llama, tmp_path):
     tr = walklens.capture(llama, "the capital of france is paris")
     walks = {"none": walklens.encoding_walk(tr, k=3), "final": walklens.encoding_walk(tr, k=3, norm="final")}
     ids = sorted(set().union(*[set(w.label_ids()) for w in walks.values()]))
-    labels = walklens.walks.labels_for(llama.tokenizer, ids)
+    labels = walklens.analyses.walks.labels_for(llama.tokenizer, ids)
     path = walk_report.build(walks, labels, "walk").save(tmp_path / "walk")
     html = path.read_text()
     assert html.count("class='wl-heatmap'") == 4 and "<img" not in html

@@ -1,4 +1,4 @@
-"""Packed scoring (many contexts and their endings in one forward pass, walklens.hellaswag.packing) equals
+"""Packed scoring (many contexts and their endings in one forward pass, walklens.core.scoring.packing) equals
 scoring each ending as its own full sequence, on every causal family, from token ids and from embeddings."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from oracles import reference_logliks
-from walklens.errors import ContextTooLongError, EmptyTextError
-from walklens.hellaswag import packing
-from walklens.hellaswag.baseline import baseline_items, baseline_scores
-from walklens.hellaswag.data import HellaswagItem
-from walklens.hellaswag.encode import continuation_logliks, input_embeddings
-from walklens.hellaswag.packing import can_pack, packed_logliks, plan_batches
-from walklens.hellaswag.request import ScoreRequest
+from walklens.base.errors import ContextTooLongError, EmptyTextError
+from walklens.core.scoring import packing
+from walklens.core.scoring.encode import continuation_logliks, input_embeddings
+from walklens.core.scoring.packing import can_pack, packed_logliks, plan_batches
+from walklens.core.scoring.request import ScoreRequest
+from walklens.lab.hellaswag.baseline import baseline_items, baseline_scores
+from walklens.lab.hellaswag.data import HellaswagItem
 from walklens.testing import TINY_FAMILIES, tiny_model
 
 CAUSAL = tuple(f for f in TINY_FAMILIES if f not in ("t5", "bert", "albert"))
@@ -163,7 +163,7 @@ BF16_ONEDNN = torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is
 @pytest.mark.parametrize("family", ["llama", "gemma3", "opt"])  # opt: linear layers with biases
 def test_prepacked_scoring_is_bit_identical(family, monkeypatch):
     """bfloat16 packed scoring from prepacked weights gives exactly the log-likelihoods of ``F.linear``'s."""
-    from walklens.interventions import prepacked_linears
+    from walklens.core.interventions import prepacked_linears
 
     lm = tiny_model(family, dtype=torch.bfloat16)
     reqs = _requests(lm, 9, seed=3)
@@ -180,8 +180,8 @@ def test_prepacked_scoring_is_bit_identical(family, monkeypatch):
 def test_prepacked_weights_follow_an_edit_and_keep_hooks() -> None:
     """A weight edited in place is packed again (never a stale product); hooks on a switched layer still run;
     a float32 model (MKL's products, not oneDNN's) is never switched."""
-    from walklens.hooks import Hooks
-    from walklens.interventions import edit_weights, prepacked_linears
+    from walklens.base.hooks import Hooks
+    from walklens.core.interventions import edit_weights, prepacked_linears
 
     lm = tiny_model("llama", dtype=torch.bfloat16)
     lin = next(m for m in lm.hf.modules() if type(m) is torch.nn.Linear)

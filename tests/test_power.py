@@ -12,12 +12,18 @@ import torch
 import walklens
 from _ties import assert_picks_match, assert_ranks_match
 from oracles import eigen_dense
-from walklens.errors import InputError
-from walklens.idealised import dynamics, shared_weights
-from walklens.interventions import ablate_mlps, tied_layers
-from walklens.ov import eigen_factored, ov_factors, ov_matrix, residual_gap
-from walklens.power import alignment_from_states, fitted_rate, power_iterate, power_spectra, predicted_alignment
-from walklens.steering import direction, steering_sweep
+from walklens.analyses.idealised import dynamics, shared_weights
+from walklens.analyses.power import (
+    alignment_from_states,
+    fitted_rate,
+    power_iterate,
+    power_spectra,
+    predicted_alignment,
+)
+from walklens.analyses.steering import direction, steering_sweep
+from walklens.base.errors import InputError
+from walklens.core.interventions import ablate_mlps, tied_layers
+from walklens.core.ov import eigen_factored, ov_factors, ov_matrix, residual_gap
 from walklens.testing import tiny_model
 
 TEXTS = ["the cat and the dog walk to the house", "paris is the capital of france"]
@@ -156,10 +162,10 @@ def test_alignment_baselines_and_per_point_values():
     torch.manual_seed(0)
     D, L = 24, 3
     F, _ = _linear_model(D)
-    sp = walklens.power.PowerSpectra("constructed", D, [], False)
+    sp = walklens.analyses.power.PowerSpectra("constructed", D, [], False)
     for l in range(L):
         e = eigen_dense(F)
-        sp.layers.append(walklens.power.LayerSpectrum(**e.__dict__, layer=l, residual_gap=float("nan")))
+        sp.layers.append(walklens.analyses.power.LayerSpectrum(**e.__dict__, layer=l, residual_gap=float("nan")))
     x0 = torch.randn(30, D, dtype=torch.float64)
     traj = power_iterate(F, x0, L)[1:]  # [L, N, D]: states "after" each layer
     al = alignment_from_states([traj.float()], [f"L{l}.resid_post" for l in range(L)], list(range(L)), sp, n_random=400)
@@ -187,7 +193,7 @@ def test_alignment_on_tiny_model(llama):
     for lo, m, hi in zip(al.random_lo, al.random_mean, al.random_hi):
         assert lo <= m <= hi
     # the count above each band, counted by hand, printed with the number expected by chance
-    from walklens.experiments.stats import count_above_p, expected_by_chance
+    from walklens.analyses.chance import count_above_p, expected_by_chance
     from walklens.reports.power import band_counts
 
     post = [i for i, p in enumerate(al.points) if p.endswith(".resid_post")]

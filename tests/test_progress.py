@@ -11,8 +11,8 @@ import pytest
 import tqdm.auto
 
 import walklens
-from walklens.experiments import runner
-from walklens.experiments.runsetup import RunSetup
+from walklens.lab.experiments import runner
+from walklens.lab.experiments.runsetup import RunSetup
 from walklens.testing import tiny_model
 
 TEXT = "the cat and the dog walk to the house"
@@ -42,7 +42,7 @@ def bars(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 def _items() -> list[Any]:
     from _toy import ROWS
-    from walklens.hellaswag.data import make_item
+    from walklens.lab.hellaswag.data import make_item
 
     return [
         make_item({"activity_label": a, "ctx_a": ca, "ctx_b": cb, "endings": e, "label": l}, i)
@@ -54,16 +54,19 @@ def _items() -> list[Any]:
 CALLS: list[tuple[str, Callable[[Any, bool], Any]]] = [
     ("power_spectra", lambda lm, p: walklens.power_spectra(lm, progress=p)),
     ("alignment", lambda lm, p: walklens.alignment(lm, [TEXT], n_random=4, n_shuffles=2, progress=p)),
-    ("dynamics", lambda lm, p: walklens.dynamics(lm, [TEXT], progress=p)),
-    ("shared_weights", lambda lm, p: walklens.shared_weights(lm, [TEXT], n_layers=3, progress=p)),
+    ("dynamics", lambda lm, p: walklens.analyses.dynamics(lm, [TEXT], progress=p)),
+    ("shared_weights", lambda lm, p: walklens.analyses.shared_weights(lm, [TEXT], n_layers=3, progress=p)),
     (
         "steering_sweep",
-        lambda lm, p: walklens.steering_sweep(
+        lambda lm, p: walklens.analyses.steering_sweep(
             lm, ["the dog"], " cat", [[1]], alphas=[0.0, 1.0], max_new_tokens=2, progress=p
         ),
     ),
     ("position_kernels", lambda lm, p: walklens.position_kernels(lm, samples=4, length=16, progress=p)),
-    ("encoding_walk", lambda lm, p: walklens.encoding_walk(walklens.capture(lm, TEXT), k=2, chunk_rows=4, progress=p)),
+    (
+        "encoding_walk",
+        lambda lm, p: walklens.encoding_walk(walklens.capture(lm, TEXT), k=2, chunk_rows=4, progress=p),
+    ),
     (
         "decoding_walk",
         lambda lm, p: walklens.decoding_walk(lm, "the king", max_new_tokens=16, stop_at_eos=False, progress=p),

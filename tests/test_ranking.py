@@ -1,4 +1,4 @@
-"""The tiled reading kernel (walklens.ranking) and what the explorer computes with it (issue 16's speed work):
+"""The tiled reading kernel (walklens.core.ranking) and what the explorer computes with it (issue 16's speed work):
 ranks, top k and log-sum-exp by definition whatever the tiling; a target whose score a tile does not reproduce
 bit for bit is read again (a token never outranks itself); ``encoding_walk(k=0, probs=False)`` gives the full
 walk's ranks; on smollm2-135m the walk equals the whole-matrix float32 reading (the code path before tiling)
@@ -14,12 +14,12 @@ from starlette.testclient import TestClient
 
 import walklens
 from _ties import assert_ranks_match, assert_topk_match
-from walklens.ranking import TILE, Dense, Linear, read_rows, scratch
+from walklens.analyses.walks import final_norm_fn
+from walklens.core.ranking import TILE, Dense, Linear, read_rows, scratch
 from walklens.server.app import create_app
 from walklens.server.security import allowed_hosts
 from walklens.server.state import Explorer
 from walklens.testing import tiny_model
-from walklens.walks import final_norm_fn
 
 
 def ranks_by_definition(S: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

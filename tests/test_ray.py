@@ -20,10 +20,10 @@ import pytest
 import ray
 
 from _ray import saved_tiny_llama, start_ray
-from walklens.backends.ray_backend import ActorOptions, RayBackend
-from walklens.experiments.grid import GridSpec
-from walklens.experiments.sweep import SweepSpec
-from walklens.hellaswag.store import SweepStore
+from walklens.core.backends.ray_backend import ActorOptions, RayBackend
+from walklens.lab.experiments.grid import GridSpec
+from walklens.lab.experiments.sweep import SweepSpec
+from walklens.lab.hellaswag.store import SweepStore
 from walklens.testing.faults import CrashOnce
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -111,8 +111,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("ray")
     start_ray(num_cpus=2, store_mb=100)
     mdir = saved_tiny_llama(tmp)
-    from walklens.backends import LocalBackend
-    from walklens.hellaswag.data import load_hellaswag
+    from walklens.core.backends import LocalBackend
+    from walklens.lab.hellaswag.data import load_hellaswag
 
     lm = LocalBackend().driver_model(str(mdir))
     items = load_hellaswag(items_jsonl(tmp / "items.jsonl"))
@@ -147,7 +147,7 @@ def sweep(env: dict[str, Any], db: Path, test: int, items: Any = None, **kw: Any
 def test_ray_stores_the_local_bits_with_1_and_2_workers(setup: dict[str, Any], n: int) -> None:
     import torch
 
-    from walklens.experiments.sweep import build_bank
+    from walklens.lab.experiments.sweep import build_bank
 
     db = setup["tmp"] / f"ray{n}.sqlite"
     texts = [f"{a} {b} ran to the {c}" for a in ("the", "a") for b in ("man", "dog", "cat") for c in ("river", "city")]
@@ -189,14 +189,14 @@ import torch
 torch.set_num_threads(1)
 sys.path.insert(0, {tests!r})
 from test_ray import setup_for_driver
-from walklens.backends.ray_backend import ActorOptions, RayBackend
+from walklens.core.backends.ray_backend import ActorOptions, RayBackend
 env = setup_for_driver({tmp!r}, {mdir!r}, address={address!r})
 
 def kill(kind, n):
     if kind == "test1" and n == {kill_at}:
         os.kill(os.getpid(), signal.SIGKILL)
 
-from walklens.experiments.sweep import SweepSpec
+from walklens.lab.experiments.sweep import SweepSpec
 from test_sweep import sweep_db
 with RayBackend(workers=1).workers(env["lm"]) as w:
     sweep_db(env["lm"], env["items"], {db!r}, SweepSpec(1, env["schemes"][1], test1_shard_items={items}), shots=1,
@@ -207,8 +207,8 @@ with RayBackend(workers=1).workers(env["lm"]) as w:
 def setup_for_driver(tmp: str, mdir: str, address: str) -> dict[str, Any]:
     """What the killed driver of :func:`test_a_killed_driver_resumes_without_recomputing` needs (a separate
     process connected to this test's Ray instance)."""
-    from walklens.backends.ray_backend import RayBackend
-    from walklens.hellaswag.data import load_hellaswag
+    from walklens.core.backends.ray_backend import RayBackend
+    from walklens.lab.hellaswag.data import load_hellaswag
 
     ray.init(address=address, logging_level=logging.WARNING)
     lm = RayBackend(address=address).driver_model(mdir)
@@ -249,8 +249,8 @@ def test_a_killed_driver_resumes_without_recomputing(setup: dict[str, Any]) -> N
 def test_ray_errors_are_one_line(
     setup: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from walklens.base.errors import InputError
     from walklens.cli import main
-    from walklens.errors import InputError
 
     with pytest.raises(InputError, match="5 Ray worker.*need 5 CPUs; the cluster has 2"):
         RayBackend(workers=5).workers(setup["lm"])

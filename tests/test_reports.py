@@ -1,10 +1,11 @@
 """One JSON converter, one summary of a database, one report builder per topic, one few-shot pool rule.
 
-* :func:`walklens.outputs.jsonable` is the only converter of JSON (``--json``, chart specs, ``summary.json``);
-* :func:`walklens.experiments.summary.summarise_db` returns dataclasses; :func:`walklens.reports.sweep.build` draws
+* :func:`walklens.base.outputs.jsonable` is the only converter of JSON (``--json``, chart specs, ``summary.json``);
+* :func:`walklens.lab.experiments.summary.summarise_db` returns dataclasses; :func:`walklens.lab.reports.sweep.build`
+draws
   them without the database (and says the real number of folds);
 * every topic of :mod:`walklens.reports` has ``build``; no command assembles a report itself;
-* :func:`walklens.hellaswag.data.fewshot_pool` decides where few-shot examples come from.
+* :func:`walklens.lab.hellaswag.data.fewshot_pool` decides where few-shot examples come from.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import pytest
 import torch
 
 from _toy import write_items
-from walklens.hellaswag.store import SweepRun, SweepStore
-from walklens.outputs import jsonable
+from walklens.base.outputs import jsonable
+from walklens.lab.hellaswag.store import SweepRun, SweepStore
 
 # ---- the JSON converter ---------------------------------------------------------------------------------------
 
@@ -111,9 +112,9 @@ def _db(path: Path, n: int = 24) -> None:
 
 
 def test_summary_of_a_database_is_dataclasses_and_the_report_draws_them(tmp_path: Path) -> None:
-    from walklens.experiments.heldout import REPLICATES
-    from walklens.experiments.summary import MetricSummary, RunSummary, summarise_db, summarise_run
-    from walklens.reports import sweep
+    from walklens.lab.experiments.heldout import REPLICATES
+    from walklens.lab.experiments.summary import MetricSummary, RunSummary, summarise_db, summarise_run
+    from walklens.lab.reports import sweep
 
     db = tmp_path / "r.sqlite"
     _db(db)
@@ -156,7 +157,7 @@ def test_summary_of_a_database_is_dataclasses_and_the_report_draws_them(tmp_path
 
 
 def test_empty_report_and_attachment_names(tmp_path: Path) -> None:
-    from walklens.reports import sweep
+    from walklens.lab.reports import sweep
     from walklens.reports.html import Report
 
     rep = sweep.build([])
@@ -167,7 +168,12 @@ def test_empty_report_and_attachment_names(tmp_path: Path) -> None:
 
 # ---- one builder per topic; commands only parse, call and render -----------------------------------------------
 
-TOPICS = ("walk", "generate", "simmap", "heads", "kernels", "power", "steer", "sweep")
+#: each topic's report module: the instrument's in walklens.reports, the lab's in walklens.lab.reports
+TOPICS = ("walk", "generate", "simmap", "heads", "kernels", "power", "steer", "lab.reports.sweep")
+
+
+def report_module(topic: str) -> str:
+    return f"walklens.{topic}" if "." in topic else f"walklens.reports.{topic}"
 
 
 def test_every_topic_has_one_builder_and_no_command_assembles_a_report() -> None:
@@ -176,7 +182,7 @@ def test_every_topic_has_one_builder_and_no_command_assembles_a_report() -> None
     import walklens.cli as cli
 
     for topic in TOPICS:
-        assert callable(importlib.import_module(f"walklens.reports.{topic}").build), topic
+        assert callable(importlib.import_module(report_module(topic)).build), topic
     for path in Path(cli.__file__).parent.glob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
@@ -193,7 +199,7 @@ def test_every_topic_has_one_builder_and_no_command_assembles_a_report() -> None
 def test_fewshot_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Few-shot examples come from the whole file even when only the first items are evaluated, from the hub's
     train split for hf:..., and nothing is loaded without shots."""
-    import walklens.hellaswag.data as data
+    import walklens.lab.hellaswag.data as data
 
     p = write_items(
         tmp_path / "items.jsonl", [(f"item {i} runs", "", ["a.", "b.", "c.", "d."], i % 4) for i in range(6)]

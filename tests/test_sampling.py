@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import walklens
 from _cli import run
-from walklens.decoding import _sampler
+from walklens.analyses.decoding import _sampler
 from walklens.testing import tiny_model
 
 

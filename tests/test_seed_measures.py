@@ -13,15 +13,15 @@ import torch
 
 import walklens
 from _cli import run
-from walklens.concepteval import compare, concept_eval, concept_scores, shuffle_words
-from walklens.concepts.vectors import text_vectors
-from walklens.encoderself import derangement, self_ranks, stack_self_rank
-from walklens.errors import InputError
-from walklens.hellaswag.data import HellaswagItem
-from walklens.kernels import PositionKernels, StackKernels, empirical_kernels
-from walklens.selfbias import self_bias_count, self_gaps
+from walklens.analyses.concepts.vectors import text_vectors
+from walklens.analyses.encoderself import derangement, self_ranks, stack_self_rank
+from walklens.analyses.kernels import PositionKernels, StackKernels, empirical_kernels
+from walklens.analyses.selfbias import self_bias_count, self_gaps
+from walklens.base.errors import InputError
+from walklens.core.trace import Trace
+from walklens.lab.concepteval import compare, concept_eval, concept_scores, shuffle_words
+from walklens.lab.hellaswag.data import HellaswagItem
 from walklens.testing import tiny_model
-from walklens.trace import Trace
 
 # ---- negative self-bias ----------------------------------------------------------------------------------------
 
@@ -231,7 +231,7 @@ def test_walks_md_self_rank_numbers_are_their_files():
 
 
 def test_verdicts_follow_the_evidence():
-    from walklens.claims import RULES, Measured
+    from walklens.lab.claims import RULES, Measured
 
     m = Measured("m", 10, 0.9, 0.8, 1.0, "", {"encoder": 1.0, "trained": 0.0})
     assert RULES["self_rank"](m, None).startswith("not measurable here: no trained")

@@ -186,7 +186,7 @@ def test_walk_payload_is_the_encoding_walk(client, models):
     assert c["top_ids"] == w.top_ids[2, 3].tolist()
     assert c["top_scores"] == pytest.approx(w.top_scores[2, 3].tolist(), abs=1e-5)
     assert c["rank_of_next"] == int(w.rank_of_next[2, 3]) and c["escape_point"] == int(w.escape_point[3])
-    names = walklens.walks.labels_for(models["llama"].tokenizer, w.top_ids[2, 3].tolist())
+    names = walklens.analyses.walks.labels_for(models["llama"].tokenizer, w.top_ids[2, 3].tolist())
     assert [c["labels"][str(i)] for i in c["top_ids"]] == [names[i] for i in w.top_ids[2, 3].tolist()]
     r = post(client, "/api/walk/cell", model="llama", text=TEST_TEXT, point=4, position=0)
     assert r.status_code == 400 and "4 points and 6 positions" in r.json()["error"]
@@ -198,7 +198,10 @@ def test_long_walks_are_reduced_by_blocks(client, models, monkeypatch):
     monkeypatch.setattr(bounds, "MAX_CELLS", 8)
     d = post(client, "/api/walk", model="llama", text=TEST_TEXT).json()
     w = walklens.encoding_walk(
-        walklens.capture(models["llama"], TEST_TEXT), k=1, points=["embed", "L*.resid_post", "final"], progress=False
+        walklens.capture(models["llama"], TEST_TEXT),
+        k=1,
+        points=["embed", "L*.resid_post", "final"],
+        progress=False,
     )
     assert d["block"] == 3 and len(d["columns"]) == 2 and d["columns"][1] == "3-5  france"
     for name, full in (("rank_of_input", w.rank_of_input), ("rank_of_next", w.rank_of_next)):
@@ -240,10 +243,10 @@ def test_attention_payload(client, models):
     d = post(client, "/api/attention", model="llama", text=TEST_TEXT, layer=1, head=2, query=4).json()
     tr = walklens.capture(models["llama"], TEST_TEXT, attentions=True)
     assert torch.allclose(torch.tensor(d["map"]), tr.attentions["L1.attn"][2], atol=1e-5)
-    cv = walklens.cluster_view(tr, walklens.head_matrices(models["llama"], 1), 2, 4, top=10)
+    cv = walklens.analyses.cluster_view(tr, walklens.head_matrices(models["llama"], 1), 2, 4, top=10)
     assert d["cluster"]["self_mass"] == pytest.approx(cv.self_mass, abs=1e-5)
     assert [m[0] for m in d["cluster"]["top_members"]] == [j for j, _, _ in cv.top_members]
-    assert torch.allclose(torch.tensor(d["self_mass"]["mass"]), walklens.self_mass(tr).mass, atol=1e-5)
+    assert torch.allclose(torch.tensor(d["self_mass"]["mass"]), walklens.analyses.self_mass(tr).mass, atol=1e-5)
     assert torch.tensor(d["head_stats"]["vo_norm"]).shape == (2, 4)
     r = post(client, "/api/attention", model="llama", text=TEST_TEXT, head=4)
     assert r.status_code == 400 and "head must be from 0 to 3" in r.json()["error"]
@@ -278,7 +281,7 @@ def test_steer_payload_is_the_steering_sweep(client, models):
         method="add",
         max_new_tokens=4,
     ).json()
-    sw = walklens.steering_sweep(
+    sw = walklens.analyses.steering_sweep(
         models["llama"], TEST_TEXT, " paris", [[1]], [0.0, 50.0], methods=["add"], max_new_tokens=4
     )
     unsteered, steered = d["rows"]
@@ -303,8 +306,8 @@ def test_steer_payload_is_the_steering_sweep(client, models):
 
 
 def test_sweeps_browse_filter_and_held_out_best(client, db):
-    from walklens.experiments.summary import summarise_run
-    from walklens.hellaswag.store import SweepStore
+    from walklens.lab.experiments.summary import summarise_run
+    from walklens.lab.hellaswag.store import SweepStore
 
     runs = client.get("/api/sweeps", headers=H).json()
     assert runs["db"] and runs["name"] == "r.sqlite" and runs["runs"][0]["model"] == EVIL_MODEL
@@ -403,7 +406,7 @@ def test_cli_refuses_in_one_line(args, message, capsys, tmp_path, monkeypatch):
     bad.write_bytes(b"not a database" * 100)
 
     # cli.common first: importing it after loading.load_model is patched would bind the patch into it for good
-    for where in ("walklens.cli.common.load_model", "walklens.loading.load_model"):
+    for where in ("walklens.cli.common.load_model", "walklens.core.loading.load_model"):
         monkeypatch.setattr(where, lambda *a, **k: pytest.fail("a model was loaded"))
     assert main(["serve", *[str(bad) if a == "DAMAGED" else a for a in args]]) == 2
     out, err = capsys.readouterr()

@@ -16,7 +16,7 @@ import safetensors.torch
 import torch
 from safetensors import safe_open
 
-from walklens.errors import InputError
+from walklens.base.errors import InputError
 from walklens.testing import shapes
 from walklens.testing.shapes import (
     REAL_SHAPES,

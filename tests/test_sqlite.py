@@ -1,4 +1,4 @@
-"""walklens.sqlite, the SQLite plumbing of the result store and the concept cache: a transaction commits or rolls
+"""walklens.base.sqlite, the SQLite plumbing of the result store and the concept cache: a transaction commits or rolls
 back as a whole, a second writer waits for the first under ``busy_timeout`` (and fails at once without it), and
 the ``meta`` table records each owner's schema version once."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from walklens.errors import InputError
-from walklens.sqlite import (
+from walklens.base.errors import InputError
+from walklens.base.sqlite import (
     closed_on_error,
     connect,
     create_tables,

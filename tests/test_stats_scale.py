@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from walklens.experiments import stats
-from walklens.hellaswag.store import SweepRun, SweepStore, counts
+from walklens.lab.experiments import stats
+from walklens.lab.hellaswag.store import SweepRun, SweepStore, counts
 
 N_HELLASWAG = 10_042
 
@@ -128,8 +128,8 @@ def _store(
 def test_streamed_statistics_equal_the_dense_ones(
     tmp_path: Path, n: int, k: int, seed: int, metrics: list[str], outs: int
 ) -> None:
-    from walklens.experiments.summary import summarise_run
-    from walklens.outputs import jsonable
+    from walklens.base.outputs import jsonable
+    from walklens.lab.experiments.summary import summarise_run
 
     rid, labels = _store(tmp_path / "s.sqlite", n, 40, outs, metrics, seed=seed)
     with SweepStore(tmp_path / "s.sqlite", readonly=True) as st:
@@ -169,12 +169,12 @@ def test_report_on_full_width_store_has_bounded_memory(tmp_path: Path, monkeypat
     """20,000 schemes x 10,042 items (the dense matrix: 200 MB of predictions and 200 MB of booleans): the
     streamed statistics stay within a fraction of that, over many chunks, and are exact (every scheme's hit
     count equals the accuracy stored with its predictions; the planted perfect scheme wins every estimate)."""
-    from walklens.experiments.summary import summarise_run
-    from walklens.outputs import jsonable
+    from walklens.base.outputs import jsonable
+    from walklens.lab.experiments.summary import summarise_run
 
     n, outs, groups = N_HELLASWAG, 50, 400
     rid, labels = _store(tmp_path / "big.sqlite", n, groups, outs, ["acc"])
-    from walklens.hellaswag.store import sweeps
+    from walklens.lab.hellaswag.store import sweeps
 
     calls = []
     monkeypatch.setattr(sweeps, "count_cells", lambda *a, **kw: calls.append(1) or counts.count_cells(*a, **kw))

@@ -17,9 +17,9 @@ import torch
 import walklens
 from _cli import run
 from _steercard import one_thread  # noqa: F401  # shared fixtures
-from walklens.steeringcard import card as card_module
-from walklens.steeringcard import load_steering_set, shipped_sets, steering_card
-from walklens.steeringcard.stats import bootstrap, choose, pareto, repetition, wrong_way
+from walklens.lab.steeringcard import card as card_module
+from walklens.lab.steeringcard import load_steering_set, shipped_sets, steering_card
+from walklens.lab.steeringcard.stats import bootstrap, choose, pareto, repetition, wrong_way
 from walklens.testing import tiny_model
 
 TARGETS = [
@@ -214,10 +214,10 @@ def test_cli_card_json_and_report(
 def test_committed_card_documents_read_back_as_themselves() -> None:
     """Every committed card (``docs/results/steering``) is a card again (``walklens serve --card FILE``) whose
     document is the file's, and a document that is not a card is one line."""
-    from walklens.errors import InputError
-    from walklens.outputs import jsonable
-    from walklens.reports.steercard import document
-    from walklens.steeringcard import SteeringCard
+    from walklens.base.errors import InputError
+    from walklens.base.outputs import jsonable
+    from walklens.lab.reports.steercard import document
+    from walklens.lab.steeringcard import SteeringCard
 
     files = sorted((Path(__file__).resolve().parents[1] / "docs/results/steering").rglob("*.json"))
     assert files

@@ -16,9 +16,9 @@ import torch
 import walklens
 from _cli import run
 from _steercard import MINI, card_argv, one_thread, refused, write_mini  # noqa: F401  # shared fixtures
-from walklens.errors import InputError
-from walklens.steeringcard import card as card_module
-from walklens.steeringcard import load_steering_set, steering_card
+from walklens.base.errors import InputError
+from walklens.lab.steeringcard import card as card_module
+from walklens.lab.steeringcard import load_steering_set, steering_card
 from walklens.testing import tiny_model
 
 
@@ -74,7 +74,7 @@ def test_the_set_is_never_replaced_by_a_report_file(
 
 
 def test_the_set_read_through_records_is_an_input(tmp_path: Path) -> None:
-    from walklens.records import forget_inputs, inputs_read
+    from walklens.base.records import forget_inputs, inputs_read
 
     forget_inputs()
     sset = write_mini(tmp_path / "s.jsonl")
@@ -155,9 +155,9 @@ def test_api_new_tokens_bounded_by_the_context(llama: walklens.LoadedModel, tmp_
 def test_steer_without_card_names_the_new_tokens_that_fit(
     capfd: pytest.CaptureFixture[str], model: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import walklens.steering
+    import walklens.analyses.steering
 
-    monkeypatch.setattr(walklens.steering, "steering_sweep", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(walklens.analyses.steering, "steering_sweep", lambda *a, **k: pytest.fail("ran"))
     base = ["steer", "the king", "--toward", " river", "--layers", "0", "--model", model, "--alpha", "1"]
     line = refused(capfd, *base, "--max-new-tokens", "1000000000")
     assert "context of 64 positions" in line and "at most 62 new tokens fit" in line, line
@@ -252,7 +252,7 @@ def test_a_non_finite_unit_is_refused_never_stored(
 ) -> None:
     """An overflowing model's NaN score is one line when the unit is computed (its rank would read 0, the top):
     never a unit written that the store then refuses, never a silently smaller card."""
-    from walklens.steeringcard.store import CardStore
+    from walklens.lab.steeringcard.store import CardStore
 
     real = card_module.unit_rows
 

@@ -16,13 +16,13 @@ import torch
 from _cli import run
 from _ray import saved_tiny_llama, start_ray
 from test_steering_card import write_set
-from walklens.backends import LocalBackend, Workers
-from walklens.backends.base import ShardFn
-from walklens.backends.ray_backend import RayBackend
-from walklens.outputs import jsonable
-from walklens.reports.steercard import document
-from walklens.steeringcard import steering_card
-from walklens.steeringcard.store import CardStore
+from walklens.base.outputs import jsonable
+from walklens.core.backends import LocalBackend, Workers
+from walklens.core.backends.base import ShardFn
+from walklens.core.backends.ray_backend import RayBackend
+from walklens.lab.reports.steercard import document
+from walklens.lab.steeringcard import steering_card
+from walklens.lab.steeringcard.store import CardStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 

@@ -19,11 +19,11 @@ from hypothesis import strategies as hst
 from _ties import assert_picks_match, assert_same_picks
 from _toy import write_items
 from oracles import reference_test2_bundle, score_batch
-from walklens.concepts.schemes import Scheme
-from walklens.errors import InputError
-from walklens.experiments import stats
-from walklens.experiments.grid import DEFAULT_LAYERS, GridSpec, group_by_context
-from walklens.hellaswag.store import SweepRun, SweepStore, pack_predictions, unpack_predictions
+from walklens.analyses.concepts.schemes import Scheme
+from walklens.base.errors import InputError
+from walklens.lab.experiments import stats
+from walklens.lab.experiments.grid import DEFAULT_LAYERS, GridSpec, group_by_context
+from walklens.lab.hellaswag.store import SweepRun, SweepStore, pack_predictions, unpack_predictions
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -275,7 +275,7 @@ _W = (
 
 
 def _items(n: int = 8, seed: int = 0) -> list:
-    from walklens.hellaswag.data import HellaswagItem
+    from walklens.lab.hellaswag.data import HellaswagItem
 
     rng = np.random.default_rng(seed)
 
@@ -301,13 +301,13 @@ def sweep_db(
     stop_after: int | None = None,
     **setup: Any,
 ) -> Any:
-    """:func:`~walklens.experiments.sweep.run_sweep` of ``spec`` into the database ``db`` (and the concept cache
+    """:func:`~walklens.lab.experiments.sweep.run_sweep` of ``spec`` into the database ``db`` (and the concept cache
     folder ``cache``), opened for the call; ``setup``: the other :class:`RunSetup` fields (data ``toy``, no
     progress bars unless given)."""
-    from walklens.concepts.cache import open_cache
-    from walklens.experiments.runsetup import RunSetup
-    from walklens.experiments.sweep import run_sweep
-    from walklens.hellaswag.store import ResultStore
+    from walklens.analyses.concepts.cache import open_cache
+    from walklens.lab.experiments.runsetup import RunSetup
+    from walklens.lab.experiments.sweep import run_sweep
+    from walklens.lab.hellaswag.store import ResultStore
 
     setup = {"data": "toy", "progress": False, **setup}
     concepts = open_cache(cache)
@@ -338,9 +338,9 @@ def test_test2_sweep_matches_single_scheme_runner(
 ) -> None:
     """Zero-shot, the example-level encodings cut each item identically and E equals hidden state 0 (both
     are computed once and shared); 2-shot, every encoding differs."""
-    from walklens.concepts.similarity import test2_item
-    from walklens.experiments.sweep import SweepSpec
-    from walklens.hellaswag.data import fewshot_examples
+    from walklens.lab.concepts.similarity import test2_item
+    from walklens.lab.experiments.sweep import SweepSpec
+    from walklens.lab.hellaswag.data import fewshot_examples
     from walklens.testing import tiny_model
 
     lm = tiny_model(family)
@@ -378,9 +378,9 @@ def test_test2_sweep_matches_single_scheme_runner(
 
 
 def test_test1_sweep_matches_single_scheme_runner(tmp_path: Path) -> None:
-    from walklens.concepts.generation import test1_item
-    from walklens.experiments.sweep import SweepSpec
-    from walklens.hellaswag.data import fewshot_examples
+    from walklens.lab.concepts.generation import test1_item
+    from walklens.lab.experiments.sweep import SweepSpec
+    from walklens.lab.hellaswag.data import fewshot_examples
     from walklens.testing import tiny_model
 
     lm = tiny_model("gemma3")  # scales its input embeddings and prefixes a BOS: the harder case
@@ -408,7 +408,7 @@ def test_test1_sweep_matches_single_scheme_runner(tmp_path: Path) -> None:
 
 
 def test_interrupted_sweep_resumes_to_the_identical_table(tmp_path: Path) -> None:
-    from walklens.experiments.sweep import SweepSpec
+    from walklens.lab.experiments.sweep import SweepSpec
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -430,7 +430,7 @@ def test_interrupted_sweep_resumes_to_the_identical_table(tmp_path: Path) -> Non
     assert ra.schemes == rb.schemes
     # the resumed bundles hold fewer groups (other matrix shapes): equal picks but for near-ties of the
     # single-scheme runner's scores, computed only where the two tables differ
-    from walklens.concepts.similarity import test2_item
+    from walklens.lab.concepts.similarity import test2_item
 
     def ref(p: tuple[int, ...]) -> list[float]:
         return list(test2_item(lm, items[p[2]], [], Scheme.parse(ra.schemes[p[1]])).scores)
@@ -502,8 +502,8 @@ def test_cli_sweep_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_batched_evaluation_equals_the_per_item_reference() -> None:
     """test2_bundle_batched (items in chunks, masked padding, soft_cluster via the Gram matrix, tie handling)
     gives the per-item reference's predictions for every scheme of a grid covering every enc/norm/seg/ex/sim."""
-    from walklens.concepts.schemes import WORD_AGG_SCHEMES
-    from walklens.experiments.sweep import (
+    from walklens.analyses.concepts.schemes import WORD_AGG_SCHEMES
+    from walklens.lab.experiments.sweep import (
         EncLayout,
         NormedBank,
         build_bank,
@@ -511,7 +511,7 @@ def test_batched_evaluation_equals_the_per_item_reference() -> None:
         plan_item,
         test2_bundle_batched,
     )
-    from walklens.hellaswag.data import fewshot_examples
+    from walklens.lab.hellaswag.data import fewshot_examples
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -579,7 +579,7 @@ def test_one_scorer_for_the_runner_and_the_sweep(
     positions change no score beyond rounding, and identical endings score identically."""
     import torch
 
-    from walklens.concepts.similarity import batched_scores, test2_from_vectors
+    from walklens.lab.concepts.similarity import batched_scores, test2_from_vectors
 
     g = torch.Generator().manual_seed(seed)
     ctx, ends = torch.randn(m, d, generator=g), torch.randn(c, d, generator=g)
@@ -607,7 +607,7 @@ def test_soft_cluster_cosine_where_the_average_cancels() -> None:
     alone is off by ~1e-4 of it)."""
     import torch
 
-    from walklens.concepts.similarity import test2_from_vectors
+    from walklens.lab.concepts.similarity import test2_from_vectors
 
     g = torch.Generator().manual_seed(1)
     v, u = torch.randn(8, generator=g), torch.randn(8, generator=g)
@@ -648,8 +648,10 @@ def test_bank_cache_is_reused_and_serves_subsets(tmp_path, monkeypatch) -> None:
     word aggregations (a Test 1 grid after a Test 2 grid) is served from the larger cache by slicing."""
     import torch
 
-    from walklens.concepts import vectors as bank_mod  # where the bank's forward passes run (the concept cache)
-    from walklens.experiments.sweep import build_bank
+    from walklens.analyses.concepts import (
+        vectors as bank_mod,
+    )  # where the bank's forward passes run (the concept cache)
+    from walklens.lab.experiments.sweep import build_bank
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -667,9 +669,9 @@ def test_bank_cache_is_reused_and_serves_subsets(tmp_path, monkeypatch) -> None:
 def test_report_keeps_the_baseline_scheme_out_of_the_best() -> None:
     """Test 1's enc=cross_encoding scheme is the baseline itself; a best chosen among schemes that include it
     would be the baseline, trivially.  The summary leaves it out of selection and of the scheme count."""
-    from walklens.experiments.summary import summarise_run
-    from walklens.hellaswag.store import SweepResults
-    from walklens.outputs import jsonable
+    from walklens.base.outputs import jsonable
+    from walklens.lab.experiments.summary import summarise_run
+    from walklens.lab.hellaswag.store import SweepResults
 
     rng = np.random.default_rng(0)
     n = 60
@@ -720,10 +722,10 @@ def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) ->
     """Each range's context holds only the bank rows its items read, at most the workers' bound (one 8-item chunk
     at least), and gives every item exactly the padded vectors the whole bank gives it; the stored table is the
     one-range table bit for bit."""
-    from walklens.backends import LocalWorkers
-    from walklens.experiments.sweep import SweepSpec
-    from walklens.experiments.sweep.shards import TEST2_CHUNK
-    from walklens.experiments.sweep.similarity import TEST2_WAVE
+    from walklens.core.backends import LocalWorkers
+    from walklens.lab.experiments.sweep import SweepSpec
+    from walklens.lab.experiments.sweep.shards import TEST2_CHUNK
+    from walklens.lab.experiments.sweep.similarity import TEST2_WAVE
     from walklens.testing import tiny_model
 
     class Recording(LocalWorkers):
@@ -772,7 +774,7 @@ def test_test2_item_ranges_read_the_numbers_of_the_whole_bank(tmp_path: Path) ->
 def _grid_sweeper(tmp_path: Path, grid: str, *, n: int, seed: int, shots: int) -> Callable[..., Any]:
     """``sweep(db, **kw)``: the Test 2 sweep of ``grid`` (TOML text) on a tiny llama over ``n`` toy items, into
     ``tmp_path / db``."""
-    from walklens.experiments.sweep import SweepSpec
+    from walklens.lab.experiments.sweep import SweepSpec
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -816,9 +818,9 @@ def test_a_range_context_holds_its_rows_and_pads_as_the_whole_bank() -> None:
     every entry, padded ones included, reads the whole bank's vector; ranges are cut at 8-item chunks to fit."""
     import torch
 
-    from walklens.concepts.vectors import VectorBank
-    from walklens.experiments.sweep.batched import EncLayout
-    from walklens.experiments.sweep.shards import Test2Ctx, item_ranges, range_rows
+    from walklens.analyses.concepts.vectors import VectorBank
+    from walklens.lab.experiments.sweep.batched import EncLayout
+    from walklens.lab.experiments.sweep.shards import Test2Ctx, item_ranges, range_rows
 
     g = torch.Generator().manual_seed(0)
     vectors = torch.randn(30, 2, 2, 4, generator=g)

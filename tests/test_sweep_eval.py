@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 import oracles
-from walklens.concepts.schemes import NORMS, WORD_AGG_SCHEMES, Scheme
-from walklens.concepts.vectors import VectorBank
-from walklens.experiments.sweep import EncLayout, NormedBank, batched
+from walklens.analyses.concepts.schemes import NORMS, WORD_AGG_SCHEMES, Scheme
+from walklens.analyses.concepts.vectors import VectorBank
+from walklens.lab.experiments.sweep import EncLayout, NormedBank, batched
 
 ENCS = ("sentence_level_segmentation", "concat_each_example")
 LK = {"E": "E", "0": "0", "-1": "2"}  # scheme layer -> bank layer; E and 0 bit-identical (aliased)
@@ -182,7 +182,7 @@ def test_sweep_tables_do_not_depend_on_the_batches(tmp_path: Path, monkeypatch: 
     ranges; a sweep killed after its 3rd bundle has stored those bundles' groups, and resumed computes only the
     others and ends with the same table, no kept shard left over."""
     from test_sweep import _grid_sweeper, _table
-    from walklens.experiments.sweep import similarity as run_mod
+    from walklens.lab.experiments.sweep import similarity as run_mod
 
     sweep = _grid_sweeper(tmp_path, GRID, n=11, seed=4, shots=1)
 

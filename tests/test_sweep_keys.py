@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from test_sweep import T2_RANGE_GRID, _items, _table, sweep_db
-from walklens.experiments.grid import GridSpec
-from walklens.experiments.sweep import SweepSpec, keys
+from walklens.lab.experiments.grid import GridSpec
+from walklens.lab.experiments.sweep import SweepSpec, keys
 
 #: The shard names an interrupted sweep stored before the keys were typed (recorded from that code): Test 2's
 #: grid T2_RANGE_GRID over 21 items in 8-item ranges, 2-shot, stopped after its 4th shard; Test 1's grid T1_GRID
@@ -134,11 +134,11 @@ def test_the_planners_skip_what_is_stored(tmp_path: Path) -> None:
     name is new to the store."""
     import numpy as np
 
-    from walklens.backends import LocalWorkers
-    from walklens.experiments.sweep import Sink, build_bank, layer_keys, plan_item
-    from walklens.experiments.sweep.generation import plan_test1
-    from walklens.experiments.sweep.similarity import plan_test2
-    from walklens.hellaswag.store import SweepRun, SweepStore
+    from walklens.core.backends import LocalWorkers
+    from walklens.lab.experiments.sweep import Sink, build_bank, layer_keys, plan_item
+    from walklens.lab.experiments.sweep.generation import plan_test1
+    from walklens.lab.experiments.sweep.similarity import plan_test2
+    from walklens.lab.hellaswag.store import SweepRun, SweepStore
     from walklens.testing import tiny_model
 
     lm = tiny_model("llama")
@@ -206,10 +206,10 @@ def test_one_default_few_shot_seed_and_its_data_key() -> None:
     with another seed is stored under ``DATA#seed=S``."""
     import inspect
 
-    from walklens.experiments import compaction, curves, runner
-    from walklens.experiments.runsetup import RunSetup
-    from walklens.experiments.sweep import run as sweep_run
-    from walklens.hellaswag.data import FEWSHOT_SEED, HellaswagItem
+    from walklens.lab.experiments import compaction, curves, runner
+    from walklens.lab.experiments.runsetup import RunSetup
+    from walklens.lab.experiments.sweep import run as sweep_run
+    from walklens.lab.hellaswag.data import FEWSHOT_SEED, HellaswagItem
 
     assert RunSetup().fewshot_seed == FEWSHOT_SEED
     assert RunSetup(data="d").data_key == "d" and RunSetup(data="d", fewshot_seed=7).data_key == "d#seed=7"

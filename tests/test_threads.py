@@ -1,4 +1,4 @@
-"""The CPU threads a command runs (walklens.threads, the CLI's ``--threads``): the count given, else torch's own,
+"""The CPU threads a command runs (walklens.base.threads, the CLI's ``--threads``): the count given, else torch's own,
 never one the machine's load decides; on a busy machine, one line on a terminal and nothing changed."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from walklens.base.threads import busy_note, runnable_others
 from walklens.cli import main
-from walklens.threads import busy_note, runnable_others
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def busy(monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine whose every core is held by other processes, with no count chosen in the environment."""
     for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.delenv(k, raising=False)
-    monkeypatch.setattr("walklens.threads.runnable_others", lambda: 10**6)
+    monkeypatch.setattr("walklens.base.threads.runnable_others", lambda: 10**6)
 
 
 def test_runnable_others_is_the_least_reading_minus_this_process() -> None:
@@ -59,7 +59,7 @@ def test_a_note_names_the_threads_that_fit_when_others_hold_cores(
 
 
 def test_no_note_where_the_load_cannot_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("walklens.threads.runnable_others", lambda: None)
+    monkeypatch.setattr("walklens.base.threads.runnable_others", lambda: None)
     assert busy_note(2, cores=2) is None
 
 

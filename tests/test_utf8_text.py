@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import walklens
 from _cli import run
-from walklens.errors import InputError, displayable, utf8_text
+from walklens.base.errors import InputError, displayable, utf8_text
 
 #: a name from a folder whose name holds the byte 0xff (os.fsdecode: surrogateescape), and a lone high surrogate
 NAME = os.fsdecode(b"model-\xff")
@@ -30,7 +30,7 @@ TOKEN_FIELDS = {"tokens", "prompt_tokens", "prompts"}
 
 def _tainted(r: Any) -> Any:
     """A copy of result ``r`` with :data:`NAME` in its name fields and :data:`LONE` in its texts and first token."""
-    if isinstance(r, walklens.SimilarityMap):
+    if isinstance(r, walklens.analyses.SimilarityMap):
         return type(r).of(r.plain(), [LONE + t for t in r.tokens], r.point, r.metric, r.normed, NAME)
     out = copy.copy(r)
     for f in dataclasses.fields(r):
@@ -93,8 +93,8 @@ def tiny() -> Any:
 
 def test_analyses_refuse_a_lone_surrogate_in_one_line(tiny: Any) -> None:
     """``capture`` and the analyses that tokenise a text of their own refuse it before the tokenizer sees it."""
-    from walklens.compaction import explain
-    from walklens.parity import verify
+    from walklens.analyses.compaction import explain
+    from walklens.analyses.parity import verify
 
     calls = {
         "capture": lambda: walklens.capture(tiny, "the cat " + LONE),
@@ -162,7 +162,7 @@ def test_hellaswag_data_with_an_escaped_lone_surrogate_is_refused(tmp_path: Any)
     """JSON spells a lone surrogate ``"\\ud800"``: the item is refused naming its line and field, not tokenised."""
     import json
 
-    from walklens.hellaswag.data import load_hellaswag
+    from walklens.lab.hellaswag.data import load_hellaswag
 
     doc = {"activity_label": "Run", "ctx_a": "a man", "ctx_b": "runs", "endings": ["a", "b", "c", "d"], "label": 0}
     for field, value in (("ctx_a", "a \ud800 man"), ("endings", ["a", "b", "\udcff", "d"])):

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import walklens
+from walklens.analyses.parity import verify
+from walklens.base.errors import UnsupportedFamilyError
 from walklens.cli import main
-from walklens.errors import UnsupportedFamilyError
 from walklens.models import derive
 from walklens.models import roles as roles_module
 from walklens.models.base import lm_head_logits
-from walklens.parity import verify
 from walklens.testing import TINY_FAMILIES, tiny_model
 
 TEXT = ("the capital of france is paris and the king ran to the river",)
@@ -107,7 +107,7 @@ def test_derived_roles_render_as_an_adapter_file(tmp_path):
     ns: dict = {}
     exec(compile(text.replace("from .roles import", "from walklens.models.roles import"), "f.py", "exec"), ns)
     assert ns["ROLES"] == roles and ns["ADAPTER"].family == "arcee"  # kept in models/, a family of its own
-    lm = walklens.wrap(tiny_model("arcee").model, tiny_model("arcee").tokenizer, adapter=ns["ADAPTER"])
+    lm = walklens.core.wrap(tiny_model("arcee").model, tiny_model("arcee").tokenizer, adapter=ns["ADAPTER"])
     assert verify(lm, texts=TEXT, quick=True).passed
 
 
@@ -121,7 +121,7 @@ def test_load_model_derives_caches_and_cli(tmp_path, monkeypatch, capsys):
     cached = list((tmp_path / "cache" / "derived").glob("smollm3-*.json"))
     assert a.adapter.family == "derived:smollm3" and len(cached) == 1
     calls = []
-    monkeypatch.setattr("walklens.loading.derive_roles", lambda m: calls.append(1))
+    monkeypatch.setattr("walklens.core.loading.derive_roles", lambda m: calls.append(1))
     b = walklens.load_model(str(d))  # from the cache: no probe
     assert not calls and b.adapter.family == "derived:smollm3"
     tr = walklens.capture(b, "the king ran to the river")
@@ -157,8 +157,8 @@ def test_a_type_that_cannot_be_derived_is_refused_in_one_line(tmp_path, capsys):
 
 
 def test_head_stats_say_when_w_qk_is_only_a_summary():
-    assert walklens.head_stats(tiny_model("llama")).qk_note == ""
-    note = walklens.head_stats(tiny_model("qwen3")).qk_note
+    assert walklens.analyses.head_stats(tiny_model("llama")).qk_note == ""
+    note = walklens.analyses.head_stats(tiny_model("qwen3")).qk_note
     assert "summarises the raw projections" in note and "normalised" in note
 
 

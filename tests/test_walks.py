@@ -11,11 +11,11 @@ import torch
 
 import walklens
 from _ties import assert_picks_match, assert_ranks_match, assert_topk_match, near
-from walklens.capture import tokenize
-from walklens.errors import InputError
+from walklens.analyses.walks import final_norm_fn
+from walklens.base.errors import InputError
+from walklens.core.capture import tokenize
 from walklens.models import get_module
 from walklens.testing import TINY_FAMILIES, tiny_model
-from walklens.walks import final_norm_fn
 
 TEXT = "the capital of france is paris and the city is big"
 
@@ -386,7 +386,7 @@ def test_real_paris_is_rank_0_next_at_final(smollm2):
         w = walklens.encoding_walk(tr, k=10, norm=norm, points="residual")
         fi = w.point_index("final")
         assert int(w.rank_of_next[fi, -2]) == 0
-        labels = walklens.walks.labels_for(smollm2.tokenizer, w.top_ids[fi, -2, :1].tolist())
+        labels = walklens.analyses.walks.labels_for(smollm2.tokenizer, w.top_ids[fi, -2, :1].tolist())
         assert list(labels.values()) == [" Paris"]
     assert_picks_match(w.top_ids[fi, :, 0], tr.logits(), "real lens vs logits")
 

@@ -25,8 +25,8 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from .._version import __version__
-from ..errors import WalklensError, WalklensWarning
-from ..records import one_command
+from ..base.errors import WalklensError, WalklensWarning
+from ..base.records import one_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _threads_option(parser: argparse.ArgumentParser, default: Any) -> None:
     """``--threads N``; ``default``: ``None`` on the top parser, ``SUPPRESS`` on the commands, so that a count given
     before the command is kept and one given after it wins."""
-    from ..threads import THREADS
+    from ..base.threads import THREADS
 
     parser.add_argument(
         "--threads",
@@ -124,9 +124,9 @@ def _one_line(show: Any) -> Any:
 
 def _threads(chosen: int | None) -> None:
     """Run torch on ``--threads`` when given, else on its own count, whatever else the machine runs
-    (:mod:`walklens.threads`).  On a terminal, when the count was not chosen (neither ``--threads`` nor
+    (:mod:`walklens.base.threads`).  On a terminal, when the count was not chosen (neither ``--threads`` nor
     ``OMP_NUM_THREADS``) and other processes hold cores it needs, one line says so; nothing is changed."""
-    from ..threads import busy_note, set_threads
+    from ..base.threads import busy_note, set_threads
 
     n = set_threads(chosen)
     if chosen is None and not os.environ.get("OMP_NUM_THREADS") and sys.stderr.isatty():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .common import add_model_arg, command_inputs, load
 from .terminal import ParagraphHelp, console, say
 
@@ -28,7 +28,7 @@ def run_adapter(args: argparse.Namespace) -> int:
     from ..models.roles import render
 
     if args.write:
-        from ..outputs import check_file, check_not_inputs
+        from ..base.outputs import check_file, check_not_inputs
 
         check_file(args.write, "--write")
         check_not_inputs(args.write, "--write", command_inputs(args))  # never over the model's own files
@@ -44,7 +44,7 @@ def run_adapter(args: argparse.Namespace) -> int:
         return 0
     text = render(derive_roles(lm.model))
     if args.write:
-        from ..outputs import write_atomic
+        from ..base.outputs import write_atomic
 
         path = write_atomic(args.write, text, "--write")
         sys.stderr.write(f"walklens: derived adapter written to {path!s}\n")

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from ..backends import BACKENDS
-from ..errors import InputError
-from ..numbers import POSITIVE_INT
+from ..base.errors import InputError
+from ..base.numbers import POSITIVE_INT
+from ..core.backends import BACKENDS
 
 if TYPE_CHECKING:
-    from ..backends import Backend
+    from ..core.backends import Backend
 
 
 def add_backend_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -42,7 +42,7 @@ def add_backend_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
 def backend_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> Backend:
     """The backend the options ask for; ``defaults`` (an experiment file's ``[backend]`` table) fill in what the
     command line leaves out.  Ray options without the ray backend, and ray not installed, are one-line errors."""
-    from ..backends import make_backend
+    from ..core.backends import make_backend
 
     opts = dict(defaults or {})
     name = getattr(args, "backend", None) or opts.pop("name", None) or "local"

@@ -15,10 +15,10 @@ import math
 
 import torch
 
+from ..base.numbers import Range
 from ..costs import MAX_WORK_TFLOP, TFLOP
 from ..costs import calibration as machine
 from ..costs.measure import measure, tiny_llama
-from ..numbers import Range
 from .common import load
 from .terminal import console, print_table, say
 

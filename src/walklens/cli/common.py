@@ -9,13 +9,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .. import records
-from ..errors import InputError, utf8_text
-from ..loading import DEFAULT_MODEL, LoadedModel, cache_dir, load_model
-from ..numbers import COUNT, FINITE, POSITIVE, POSITIVE_INT, SEED
-from ..outputs import STDOUT, check_dir, check_file, check_not_inputs, json_text, write_atomic
-from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
-from ..records import Input
+from ..base import records
+from ..base.errors import InputError, utf8_text
+from ..base.numbers import COUNT, FINITE, POSITIVE, POSITIVE_INT, SEED
+from ..base.outputs import STDOUT, check_dir, check_file, check_not_inputs, json_text, write_atomic
+from ..base.precision import DEFAULT_DTYPE, DEVICES, DTYPES
+from ..base.records import Input
+from ..core.loading import DEFAULT_MODEL, LoadedModel, cache_dir, load_model
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -54,7 +54,7 @@ def add_text_args(p: argparse.ArgumentParser, name: str = "text") -> None:
 
 SEED_LIMIT = 2**63  # torch.manual_seed and numpy accept 0 <= seed < 2**63 (and more, but not for both)
 
-# argparse ``type=`` of the numeric options: the shared ranges of :mod:`walklens.numbers` (one line on refusal)
+# argparse ``type=`` of the numeric options: the shared ranges of :mod:`walklens.base.numbers` (one line on refusal)
 seed_arg = SEED.arg("a seed")  # an integer 0 <= seed < 2**63
 positive_arg = POSITIVE_INT.arg()  # a count that must be at least 1 (--limit)
 count_arg = COUNT.arg()  # a count that may be 0 (--shots)
@@ -63,8 +63,8 @@ positive_number_arg = POSITIVE.arg()  # a finite number > 0
 
 
 def add_fewshot_seed_arg(p: argparse.ArgumentParser) -> None:
-    """``--seed``: the few-shot sampling seed (default :data:`~walklens.hellaswag.data.FEWSHOT_SEED`)."""
-    from ..hellaswag.data import FEWSHOT_SEED
+    """``--seed``: the few-shot sampling seed (default :data:`~walklens.lab.hellaswag.data.FEWSHOT_SEED`)."""
+    from ..lab.hellaswag.data import FEWSHOT_SEED
 
     p.add_argument(
         "--seed",
@@ -103,7 +103,7 @@ def check_db(path: str | os.PathLike[str] | None) -> Path:
     """The results database ``--db`` (default: ``$WALKLENS_DB`` or the user data dir's), checked before any
     model loads: a regular file that can be written or created, and, when it exists, a walklens database both
     stores can read (opened read-only: nothing is created or changed here)."""
-    from ..hellaswag.store import ResultStore, SweepStore, default_db_path
+    from ..lab.hellaswag.store import ResultStore, SweepStore, default_db_path
 
     db = Path(path).expanduser() if path else default_db_path()
     check_file(db, "--db")
@@ -163,11 +163,11 @@ def command_inputs(args: argparse.Namespace) -> list[Input]:
             p = Path(value).expanduser()
             found.append(Input(label, p, folder=p.is_dir()))
     if "data" in opts and opts["data"] is None:
-        from ..hellaswag.data import default_path
+        from ..lab.hellaswag.data import default_path
 
         found.append(Input("--data", default_path()))
     if "db" in opts and not opts.get("no_db"):
-        from ..hellaswag.store import default_db_path
+        from ..lab.hellaswag.store import default_db_path
 
         found += _db_inputs(opts["db"] or default_db_path())
     if opts.get("cache"):
@@ -184,7 +184,7 @@ def command_inputs(args: argparse.Namespace) -> list[Input]:
 def check_outputs(args: argparse.Namespace, *, out_file: bool = False, inputs: Iterable[Input] = ()) -> None:
     """Refuse bad output paths (``--json`` FILE or ``-``, ``--out`` DIR, or FILE with ``out_file``, ``--cache``
     DIR) before any model loads or any computation: one :class:`InputError` line naming the option (rules:
-    :mod:`walklens.outputs`), also for an output that would replace an input of the command
+    :mod:`walklens.base.outputs`), also for an output that would replace an input of the command
     (:func:`command_inputs` and ``inputs``)."""
     outs: list[tuple[str, str]] = []
     js = getattr(args, "json", None)
@@ -217,8 +217,8 @@ def model_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> Path | None:
-    """Write JSON (:func:`walklens.outputs.json_text` of ``data``) to standard output (``-``) or to a file by the
-    rules of :mod:`walklens.outputs` (atomic replace of a regular file, symlinks written through,
+    """Write JSON (:func:`walklens.base.outputs.json_text` of ``data``) to standard output (``-``) or to a file by the
+    rules of :mod:`walklens.base.outputs` (atomic replace of a regular file, symlinks written through,
     devices/FIFOs/folders refused)."""
     text = json_text(data)
     if str(path) == STDOUT:

@@ -15,9 +15,9 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..errors import InputError
-from ..numbers import NumberError, Range
-from ..records import read_json
+from ..base.errors import InputError
+from ..base.numbers import NumberError, Range
+from ..base.records import read_json
 from ..reports.html import show
 from .common import (
     add_fewshot_seed_arg,
@@ -44,7 +44,7 @@ vectors in the concept cache shared with the sweep and Test 1."""
 
 
 def _ratio(text: str) -> float:
-    from ..compaction.spec import ratio_value
+    from ..analyses.compaction.spec import ratio_value
 
     r = ratio_value(text)
     if r is None:
@@ -52,11 +52,11 @@ def _ratio(text: str) -> float:
     return r
 
 
-_count = count_arg  # a count that may be 0 (the shared range of walklens.numbers)
+_count = count_arg  # a count that may be 0 (the shared range of walklens.base.numbers)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from ..compaction.core import BOUNDS, METHODS
+    from ..analyses.compaction.core import BOUNDS, METHODS
 
     p = sub.add_parser(
         "compact",
@@ -116,8 +116,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..compaction.explain import explain
-    from ..concepts.cache import ConceptCache
+    from ..analyses.compaction.explain import explain
+    from ..analyses.concepts.cache import ConceptCache
 
     text, scheme, ratio = _explain_options(args)
     check_outputs(args)
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 def _explain_options(args: argparse.Namespace) -> tuple[str, Any, float | None]:
     """The text to compact, the scheme (None: the standard one) and the ratio (None: a budget or the scheme's
     own bounds), each checked before the model loads."""
-    from ..concepts.schemes import Scheme
+    from ..analyses.concepts.schemes import Scheme
 
     text = read_text(args.text)
     if not text.strip():
@@ -246,7 +246,7 @@ def _print(rep: Any, args: argparse.Namespace) -> None:
 
 def register_hellaswag(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``walklens hellaswag compaction``: the compression-retention curves."""
-    from ..experiments.curves import DEFAULT_CANDIDATES, DEFAULT_RATIOS, DEFAULT_STRATEGIES
+    from ..lab.experiments.curves import DEFAULT_CANDIDATES, DEFAULT_RATIOS, DEFAULT_STRATEGIES
 
     p = sub.add_parser("compaction", help="compression-retention curves of context compaction (resumable)")
     add_model_args(p)
@@ -310,14 +310,14 @@ def _list(text: str, sep: str, what: str) -> list[str]:
 
 
 def run_curves(args: argparse.Namespace) -> int:
-    from ..concepts.cache import ConceptCache
-    from ..experiments.curves import CurveGrid
-    from ..experiments.curves import run_curves as curves
-    from ..experiments.runsetup import RunSetup
-    from ..hellaswag.data import data_id
-    from ..hellaswag.store import ResultStore
-    from ..outputs import make_dir
-    from ..reports.compaction import build
+    from ..analyses.concepts.cache import ConceptCache
+    from ..base.outputs import make_dir
+    from ..lab.experiments.curves import CurveGrid
+    from ..lab.experiments.curves import run_curves as curves
+    from ..lab.experiments.runsetup import RunSetup
+    from ..lab.hellaswag.data import data_id
+    from ..lab.hellaswag.store import ResultStore
+    from ..lab.reports.curves import build
 
     shots, whats, strategies, ratios, candidates = _curve_options(args)
     check_outputs(args)
@@ -370,7 +370,7 @@ def run_curves(args: argparse.Namespace) -> int:
 def _curve_items(args: argparse.Namespace, shots: int) -> tuple[list[Any], list[Any], Any]:
     """The items scored (the first --limit), the items the strategies are tuned on (the last --tune) and the
     few-shot pool of ``shots`` examples at most."""
-    from ..hellaswag.data import fewshot_pool, load_hellaswag
+    from ..lab.hellaswag.data import fewshot_pool, load_hellaswag
 
     everything = load_hellaswag(args.data)
     if args.limit + args.tune > len(everything):
@@ -386,7 +386,7 @@ def _timings(
 ) -> tuple[dict[str, dict[str, float]], Callable[[dict[str, dict[str, float]]], None]]:
     """The curves' timings read back from their resume file ``path`` (none yet: empty), and the function that
     saves them there."""
-    from ..outputs import write_atomic
+    from ..base.outputs import write_atomic
 
     timings = _read_timings(path) if path.exists() else {}
 
@@ -411,7 +411,7 @@ def _read_timings(path: Path) -> dict[str, dict[str, float]]:
 
 def _curve_options(args: argparse.Namespace) -> tuple[list[int], list[str], list[str], list[float], list[str]]:
     """(shots, whats, strategies, ratios, candidates) from the options; a bad one fails before anything loads."""
-    from ..compaction.spec import WHATS, CompactSpec
+    from ..analyses.compaction.spec import WHATS, CompactSpec
 
     shots = [_shot(s) for s in _list(args.shots, ",", "shots")]
     whats = _list(args.what, ",", "what")

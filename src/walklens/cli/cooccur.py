@@ -1,6 +1,6 @@
 """``walklens cooccur``: Result 4 of seed 000 (sec. 2.2) on a model's token vectors: co-occurrence in a corpus
 against the tokens' inner product and cosine, with a jackknife interval and two frequency controls
-(:func:`walklens.association.cooccurrence`).
+(:func:`walklens.analyses.association.cooccurrence`).
 
 The corpus is the HellaSwag validation text bundled with walklens (each item's context and its gold ending, one
 document each; documents clustered by activity label for the jackknife), or ``--data FILE`` in the same forms
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .common import add_model_args, check_outputs, load, positive_arg, seed_arg, write_json
 from .terminal import console, print_table
 
@@ -42,8 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..association import MAX_MATCHED, cooccurrence
-    from ..hellaswag.data import bundled_path, load_hellaswag
+    from ..analyses.association import MAX_MATCHED, cooccurrence
+    from ..lab.hellaswag.data import bundled_path, load_hellaswag
 
     if args.groups < 2:
         raise InputError(f"--groups: at least 2 groups make a jackknife, got {args.groups}")

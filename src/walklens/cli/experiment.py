@@ -1,5 +1,5 @@
 """``walklens experiment run FILE``: a whole study from a TOML experiment file (models x tests x shots x seeds over
-an item range; :mod:`walklens.experiments.experiment`) into one database, locally or on Ray (docs/scale.md).
+an item range; :mod:`walklens.lab.experiments.experiment`) into one database, locally or on Ray (docs/scale.md).
 
 Every key of the file, the grids, the data and the database are checked before any model loads; each run
 resumes where an interrupted one stopped, so running the same command again continues the study.
@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..records import Input
+from ..base.errors import InputError
+from ..base.records import Input
 from .backend import add_backend_args, backend_from_args
 from .common import check_db, check_outputs, write_json
 from .terminal import console, say
@@ -42,8 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _inputs(exp: Any, db: str) -> list[Input]:
     """What a study reads besides FILE and its database: its data, model folders, grid files and the vector
     bank's cache."""
-    from ..experiments.sweep.study import default_cache
-    from ..hellaswag.data import default_path
+    from ..lab.experiments.sweep.study import default_cache
+    from ..lab.hellaswag.data import default_path
 
     found = [Input("experiment data", Path(exp.data).expanduser() if exp.data else default_path())]
     for m in exp.models:
@@ -62,7 +62,7 @@ def _inputs(exp: Any, db: str) -> list[Input]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..experiments.experiment import read_experiment
+    from ..lab.experiments.experiment import read_experiment
 
     exp = read_experiment(args.file)
     args.db = args.db or exp.db
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             )
         return 0
     backend = backend_from_args(args, exp.backend)
-    from ..experiments.sweep.study import StudyRun, run_experiment
+    from ..lab.experiments.sweep.study import StudyRun, run_experiment
 
     rows: list[dict[str, Any]] = []
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..errors import InputError
-from ..numbers import COUNT, POSITIVE, POSITIVE_INT, PROBABILITY
+from ..base.errors import InputError
+from ..base.numbers import COUNT, POSITIVE, POSITIVE_INT, PROBABILITY
 from ..reports import generate as generate_report
 from ..reports.html import show
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, seed_arg, write_json
@@ -75,7 +75,7 @@ def _plan(lm: Any, prompt: str, target: str | None, args: argparse.Namespace) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..decoding import decoding_walk
+    from ..analyses.decoding import decoding_walk
 
     if args.k < 1:
         raise InputError(f"k must be a positive integer, not {args.k}")

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..errors import InputError
+from ..base.errors import InputError
 from ..reports import heads as heads_report
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, write_json
 from .limits import add_limit_args
@@ -118,7 +118,7 @@ def _plan_heads(lm: Any, text: str, args: argparse.Namespace, maps: list[int] | 
 
 
 def run_heads(args: argparse.Namespace) -> int:
-    from ..attention import attention_identity, cluster_view, head_matrices, head_stats
+    from ..analyses.attention import attention_identity, cluster_view, head_matrices, head_stats
 
     lm = load(args)
     text = read_text(args.text)
@@ -151,7 +151,7 @@ def run_heads(args: argparse.Namespace) -> int:
     if args.out:
         pk = None
         if args.kernels or lm.adapter.position_scheme(lm.config) in ("t5_relative", "alibi"):
-            from ..kernels import position_kernels
+            from ..analyses.kernels import position_kernels
 
             pk = position_kernels(lm)
         rep = heads_report.build(
@@ -182,7 +182,7 @@ def _stack(lm: Any, args: argparse.Namespace) -> str:
 def _self_masses(lm: Any, trace: Any, n_tokens: int) -> dict[str, Any]:
     """The self-attention mass of every stack, and with the attention-sink control (position 0 removed) where the
     stack read has at least 3 tokens (``n_tokens``)."""
-    from ..attention import self_mass
+    from ..analyses.attention import self_mass
 
     return {
         (s.name or "model") + (", position 0 removed" if sink else ""): self_mass(

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .common import (
     add_hellaswag_args,
     add_model_args,
@@ -109,9 +109,9 @@ def register(
 
 
 def run_concept_eval(args: argparse.Namespace) -> int:
-    """``walklens hellaswag concept-eval``: :func:`walklens.concepteval.concept_eval`, one line per comparison."""
-    from ..concepteval import concept_eval
-    from ..hellaswag.data import load_hellaswag
+    """``walklens hellaswag concept-eval``: :func:`walklens.lab.concepteval.concept_eval`, one line per comparison."""
+    from ..lab.concepteval import concept_eval
+    from ..lab.hellaswag.data import load_hellaswag
 
     check_outputs(args)
     items = load_hellaswag(args.data, limit=args.limit)
@@ -130,18 +130,18 @@ def run_concept_eval(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..concepts.schemes import Scheme
-    from ..experiments.runsetup import RunSetup
-    from ..hellaswag.data import data_id
-    from ..hellaswag.encode import arch_of
-    from ..hellaswag.store import ResultStore
+    from ..analyses.concepts.schemes import Scheme
+    from ..core.scoring.encode import arch_of
+    from ..lab.experiments.runsetup import RunSetup
+    from ..lab.hellaswag.data import data_id
+    from ..lab.hellaswag.store import ResultStore
 
     if args.test != "baseline" and args.scheme != "standard":
         Scheme.parse(args.scheme)  # a malformed (or empty) --scheme fails before any data or model loads
     spec = _compact_spec(args)
     check_outputs(args)
     db = None if args.no_db else check_db(args.db)
-    from ..concepts.cache import open_cache
+    from ..analyses.concepts.cache import open_cache
 
     cache = open_cache(getattr(args, "cache", None))  # a bad cache folder fails before the model loads
     items, pool = _items(args)
@@ -177,15 +177,15 @@ def run(args: argparse.Namespace) -> int:
 def _scored(lm: Any, items: list[Any], args: argparse.Namespace, spec: Any, scheme: Any, setup: Any) -> tuple[Any, Any]:
     """The run of ``args.test`` (or of the compacted context ``spec``) over ``items`` and the baseline beside it
     (None for a masked LM off the baseline test: it has no HellaSwag likelihood baseline)."""
-    from ..experiments.runner import baseline_scorer, run_test, scorer
-    from ..hellaswag.encode import arch_of
+    from ..core.scoring.encode import arch_of
+    from ..lab.experiments.runner import baseline_scorer, run_test, scorer
 
     if arch_of(lm) == "encoder" and args.test != "baseline":
         base = None  # a masked LM has no HellaSwag likelihood baseline: Test 2 is reported unnormalised
     else:
         base = run_test(lm, items, baseline_scorer(), setup, desc=f"{lm.name} baseline")
     if spec is not None:
-        from ..experiments.compaction import compact_run
+        from ..lab.experiments.compaction import compact_run
 
         summ = compact_run(lm, items, spec, setup)
     else:
@@ -201,7 +201,7 @@ def _document(
     args: argparse.Namespace, model: str, did: str, spec: Any, scheme: Any, summ: Any, base: Any, store: Any
 ) -> dict[str, Any]:
     """The run's document (its ``--json``): the accuracies, the baseline's, the normalised scores, the picks."""
-    from ..experiments.runner import normalised
+    from ..lab.experiments.runner import normalised
 
     return {
         "model": model,
@@ -230,7 +230,7 @@ def _document(
 def _items(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
     """The items scored (``--skip``, then ``--limit``) and the pool their few-shot examples come from (the whole
     file when only some of its items are scored)."""
-    from ..hellaswag.data import fewshot_pool, load_hellaswag
+    from ..lab.hellaswag.data import fewshot_pool, load_hellaswag
 
     items = load_hellaswag(args.data, limit=None if args.limit is None else args.skip + args.limit)
     if args.skip >= len(items):
@@ -241,8 +241,8 @@ def _items(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
 
 def _per_item(summ: Any, base: Any) -> dict[str, Any]:
     """The run's picks and gold per item; beside the baseline, the baseline's picks on the same items and the
-    paired test of the run against them (:func:`walklens.experiments.heldout.paired_against`)."""
-    from ..experiments.heldout import paired_against
+    paired test of the run against them (:func:`walklens.lab.experiments.heldout.paired_against`)."""
+    from ..lab.experiments.heldout import paired_against
 
     paired = base is not None and base is not summ
     return {
@@ -257,8 +257,8 @@ def _compact_spec(args: argparse.Namespace) -> Any:
     """The parsed ``--compact`` SPEC (None without one); a bad SPEC fails before any data or model loads."""
     if getattr(args, "compact", None) is None:
         return None
-    from ..compaction import CompactSpec
-    from ..errors import InputError
+    from ..analyses.compaction import CompactSpec
+    from ..base.errors import InputError
 
     spec = CompactSpec.parse(args.compact)
     if spec.what == "examples" and not args.shots:
@@ -288,7 +288,7 @@ def _print(out: dict[str, Any], args: argparse.Namespace) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from ..hellaswag.store import ResultStore
+    from ..lab.hellaswag.store import ResultStore
 
     filters = {k[2:]: v for k, v in vars(args).items() if k.startswith("f_") and v is not None}
     check_outputs(args, out_file=True)  # the database is never the export file

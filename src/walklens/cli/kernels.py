@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..errors import InputError, ReducedWarning
+from ..base.errors import InputError, ReducedWarning
 from ..reports import kernels as kernels_report
 from .common import add_model_args, add_output_args, finite_arg, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
@@ -88,8 +88,8 @@ def _print_kernels(pk: Any, args: argparse.Namespace) -> None:
 def _self_bias(pk: Any, ctl: Any, args: argparse.Namespace) -> dict[str, list[Any]]:
     """The negative-self-bias counts of the empirical kernels, as measured and (``ctl``) with position 0
     removed, printed with the number expected by chance; ``{}`` for kernels read from the weights."""
-    from ..experiments.stats import above_band
-    from ..selfbias import self_bias_count
+    from ..analyses.chance import above_band
+    from ..analyses.selfbias import self_bias_count
 
     out: dict[str, list[Any]] = {}
     for name, kernels in (("as measured", pk), ("position 0 removed", ctl)):
@@ -107,7 +107,7 @@ def _self_bias(pk: Any, ctl: Any, args: argparse.Namespace) -> dict[str, list[An
 
 def _plan_kernels(lm: Any, args: argparse.Namespace) -> None:
     """Refuse, before any forward pass, kernels whose memory, work or files exceed the limits."""
-    from ..capture import context_limit
+    from ..core.capture import context_limit
     from ..costs import kernels_need, model_shape
     from .limits import check
 
@@ -151,7 +151,7 @@ def _plan_kernels(lm: Any, args: argparse.Namespace) -> None:
 
 
 def run_kernels(args: argparse.Namespace) -> int:
-    from ..kernels import position_kernels
+    from ..analyses.kernels import position_kernels
 
     if args.samples < 2 or args.length < 8:
         raise InputError("--samples must be >= 2 and --length >= 8")

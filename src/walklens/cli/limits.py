@@ -15,12 +15,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from .. import costs
+from ..base.errors import InputError
+from ..base.numbers import POSITIVE
 from ..costs import MAX_MEMORY_GB, MAX_OUTPUT_MB, MAX_WORK_TFLOP, LimitValues, Need, refusal
-from ..errors import InputError
-from ..numbers import POSITIVE
 
 if TYPE_CHECKING:
-    from ..loading import LoadedModel
+    from ..core.loading import LoadedModel
 
 HEATMAP_CELLS = 250_000  # most cells one heatmap of a report holds (500 x 500); larger maps show block means
 
@@ -29,7 +29,7 @@ class LimitError(InputError):
     """A computation or an output file would exceed a size limit (--max-memory, --max-output, --max-work)."""
 
 
-_positive = POSITIVE.arg()  # a finite number > 0 (the shared range of walklens.numbers)
+_positive = POSITIVE.arg()  # a finite number > 0 (the shared range of walklens.base.numbers)
 
 
 def add_limit_args(p: argparse.ArgumentParser, files: bool = True) -> None:
@@ -76,7 +76,7 @@ def check(need: Need, args: LimitValues, what: str, hint: str) -> None:
 
 def text_tokens(lm: LoadedModel, text: str, truncate: bool) -> int:
     """Tokens the analyses will see (the same tokenisation, and the same errors, as capture)."""
-    from ..capture import tokenize
+    from ..core.capture import tokenize
 
     return int(tokenize(lm, text, truncate=truncate).shape[1])
 
@@ -84,7 +84,7 @@ def text_tokens(lm: LoadedModel, text: str, truncate: bool) -> int:
 def check_context(lm: LoadedModel, prompt: int, steps: int, option: str) -> None:
     """Refuse, before generating, ``steps`` new tokens after a ``prompt``-token prompt beyond the model's
     context window (models with relative positions have none: the work limit bounds them)."""
-    from ..capture import context_limit
+    from ..core.capture import context_limit
 
     limit = context_limit(lm)
     if limit is not None and prompt + steps > limit:

@@ -9,8 +9,8 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..errors import InputError
-from ..numbers import POSITIVE_INT, Range
+from ..base.errors import InputError
+from ..base.numbers import POSITIVE_INT, Range
 from ..reports import power as power_report
 from .common import add_model_args, add_output_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
@@ -93,8 +93,8 @@ def _plan_power(lm: Any, texts: list[str], args: argparse.Namespace) -> None:
 
 
 def run_power(args: argparse.Namespace) -> int:
-    from ..idealised import dynamics, shared_weights
-    from ..power import alignment, power_spectra
+    from ..analyses.idealised import dynamics, shared_weights
+    from ..analyses.power import alignment, power_spectra
 
     texts = _texts(args)
     lm = load(args)

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .common import check_outputs, seed_arg
 from .terminal import Col, console, print_table, say
 
@@ -32,7 +32,7 @@ def _print(summaries: Any, path: Any) -> None:
     """Per run and metric (the key columns, repeated when the table is wrapped): the baseline, the standard
     scheme, the in-sample and the k-fold held-out best, each with its normalised score, the bootstrap interval
     of held-out / baseline and the paired difference from the baseline with its McNemar p."""
-    from ..reports.sweep import kfold_label
+    from ..lab.reports.sweep import kfold_label
 
     con = console()
     if summaries:
@@ -79,8 +79,8 @@ def _print(summaries: Any, path: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..experiments.summary import summarise_db
-    from ..reports.sweep import build
+    from ..lab.experiments.summary import summarise_db
+    from ..lab.reports.sweep import build
 
     check_outputs(args)
     if args.folds < 2:

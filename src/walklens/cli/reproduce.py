@@ -1,4 +1,4 @@
-"""``walklens reproduce``: the claims of both seeds (:mod:`walklens.claims`) measured and tabled.
+"""``walklens reproduce``: the claims of both seeds (:mod:`walklens.lab.claims`) measured and tabled.
 
 * ``--render``: docs/claims.md's table from the committed result files (no model runs);
 * ``--quick``: a Test 1 and a Test 2 sweep on a few items with tiny grids and their report, on ``--model`` (a tiny
@@ -15,9 +15,9 @@ import shlex
 import time
 from pathlib import Path
 
-from ..errors import InputError
-from ..outputs import make_dir, write_atomic
-from ..records import Input, note_input
+from ..base.errors import InputError
+from ..base.outputs import make_dir, write_atomic
+from ..base.records import Input, note_input
 from .common import check_outputs, positive_arg
 from .terminal import console, say
 
@@ -62,7 +62,7 @@ def _quick(args: argparse.Namespace, out: Path) -> None:
 
 def _full(out: Path) -> None:
     """Each claim's command, once each, with ``$DB``, ``$C`` and ``$OUT`` in ``out``."""
-    from ..claims import CLAIMS
+    from ..lab.claims import CLAIMS
 
     done: set[str] = set()
     env = {"$DB": str(out / "study.sqlite"), "$C": str(out / "cache"), "$OUT": str(out)}
@@ -78,7 +78,7 @@ def _full(out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..claims import committed, quick, render
+    from ..lab.claims import committed, quick, render
 
     if args.render:  # the committed result files are its inputs: --out may not lie among them, nor may a link
         # planted in --out lead into them (refused when claims.md is written: no output replaces an input)

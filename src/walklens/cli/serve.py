@@ -12,8 +12,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..precision import DEFAULT_DTYPE, DEVICES, DTYPES
+from ..base.errors import InputError
+from ..base.precision import DEFAULT_DTYPE, DEVICES, DTYPES
 from .limits import add_limit_args
 from .terminal import ParagraphHelp
 
@@ -73,7 +73,7 @@ def _spec(spec: str, default: str) -> tuple[str, str]:
 
 
 def _check_db(value: str) -> Path:
-    from ..hellaswag.store import SweepStore
+    from ..lab.hellaswag.store import SweepStore
 
     path = Path(value).expanduser().resolve()
     if not path.is_file():
@@ -85,8 +85,8 @@ def _check_db(value: str) -> Path:
 
 def _cards(values: list[str]) -> list[tuple[str, Any]]:
     """Each ``--card`` file read as a steering card (its ``--json`` document), refused in one line otherwise."""
-    from ..records import read_json
-    from ..steeringcard import SteeringCard
+    from ..base.records import read_json
+    from ..lab.steeringcard import SteeringCard
 
     out = []
     for value in values:
@@ -102,11 +102,11 @@ def _cards(values: list[str]) -> list[tuple[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..extras import require
+    from ..base.extras import require
 
     require("serve", "walklens serve")  # before anything is checked, bound or loaded
+    from ..core.loading import DEFAULT_MODEL, load_model
     from ..costs import Limits
-    from ..loading import DEFAULT_MODEL, load_model
     from ..server.app import bind, serve
     from ..server.security import check_bind_host
     from ..server.state import Explorer

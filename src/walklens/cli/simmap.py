@@ -14,9 +14,9 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..errors import InputError
+from ..analyses.walks import Metric
+from ..base.errors import InputError
 from ..reports import simmap as simmap_report
-from ..walks import Metric
 from .common import add_model_args, add_output_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
 from .terminal import ParagraphHelp, console, print_table, written
@@ -80,7 +80,7 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: list[str], n_map
     """Check the limits before capturing; returns the block size b of the report's maps (b x b positions
     averaged per cell, 1 = every position), chosen so that each map has at most HEATMAP_CELLS cells and the
     page fits --max-output."""
-    from ..capture import point_names
+    from ..core.capture import point_names
     from ..costs import MB, fit_hint, model_shape, simmap_need
     from .limits import block_size, check, note, text_tokens
 
@@ -116,7 +116,7 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: list[str], n_map
 
 def _check_blocks(args: argparse.Namespace) -> None:
     """``--blocks FILE``: a writable regular file, not standard output and not another output of the command."""
-    from ..outputs import check_file, check_not_inputs
+    from ..base.outputs import check_file, check_not_inputs
     from .common import command_inputs
 
     check_file(args.blocks, "--blocks")
@@ -129,9 +129,10 @@ def _check_blocks(args: argparse.Namespace) -> None:
 def _write_blocks(
     args: argparse.Namespace, maps: dict[str, Any], tokens: list[str], ids: list[int], model: str
 ) -> None:
-    """Each map's :func:`walklens.association.block_contrast` over the tokens' classes, pairs of two copies of one
+    """Each map's :func:`walklens.analyses.association.block_contrast` over the tokens' classes, pairs of two copies
+    of one
     token left out, as one JSON document."""
-    from ..association import CLASS_RULES, block_contrast, token_classes
+    from ..analyses.association import CLASS_RULES, block_contrast, token_classes
 
     classes = token_classes(tokens)
     doc = {
@@ -152,8 +153,8 @@ def _write_blocks(
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..capture import capture
-    from ..walks import similarity_map
+    from ..analyses.walks import similarity_map
+    from ..core.capture import capture
 
     if (args.text is None) == (args.example is None):
         raise InputError("give either a TEXT or --example NAME")

@@ -10,9 +10,9 @@ from typing import Any
 
 from rich.markup import escape
 
+from ..base.errors import InputError
+from ..base.numbers import ALPHA, MAX_ALPHA, POSITIVE_INT, numbers_list, show
 from ..costs import MAX_WORK_TFLOP
-from ..errors import InputError
-from ..numbers import ALPHA, MAX_ALPHA, POSITIVE_INT, numbers_list, show
 from ..reports import steer as steer_report
 from .common import add_model_args, add_output_args, load, read_text, write_json
 from .limits import add_limit_args
@@ -150,7 +150,7 @@ def _mean(values: Iterable[float | int | None]) -> float:
 def _check_export(args: argparse.Namespace, alphas: list[float], add_alphas: list[float]) -> None:
     """``--export-control-vector FILE``, before the model loads: one steering to export, and a file that may be
     written and is no input (nor the --json file) of the command."""
-    from ..outputs import check_file, check_not_inputs, same_file
+    from ..base.outputs import check_file, check_not_inputs, same_file
     from .common import command_inputs
 
     path, label = args.export_control_vector, "--export-control-vector"
@@ -168,7 +168,7 @@ def _check_export(args: argparse.Namespace, alphas: list[float], add_alphas: lis
 
 def _export(lm: Any, args: argparse.Namespace, prompts: list[str], layers: list[int], alpha: float) -> None:
     """Write the one steering of the command as a llama.cpp control vector (after the layer check)."""
-    from ..controlvectors import control_layers, control_vector, write_control_vector
+    from ..analyses.controlvectors import control_layers, control_vector, write_control_vector
 
     layers = control_layers(lm, layers)
     cv = control_vector(lm, args.toward, layers, alpha, method=args.method, texts=prompts)
@@ -182,7 +182,7 @@ def _export(lm: Any, args: argparse.Namespace, prompts: list[str], layers: list[
 
 
 def run_steer(args: argparse.Namespace) -> int:
-    from ..steering import steering_sweep
+    from ..analyses.steering import steering_sweep
 
     spans = [parse_layers(v) for v in args.layers or []]
     if args.card is not None:
@@ -206,7 +206,7 @@ def run_steer(args: argparse.Namespace) -> int:
     lm = load(args)
     sets = [expand_layers(sp, lm.n_layers, text) for sp, text in zip(spans, args.layers)]
     if args.export_control_vector:
-        from ..controlvectors import control_layers
+        from ..analyses.controlvectors import control_layers
 
         control_layers(lm, sets[0])  # layer 0 refused before any computation
     _plan_steer(lm, prompts, sum(len(sets) * len(alphas if m == "eigen" else add_alphas) for m in methods), args)

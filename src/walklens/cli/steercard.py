@@ -12,11 +12,11 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..errors import InputError
-from ..numbers import Range, numbers_list
-from ..outputs import check_file
-from ..records import Input
-from ..reports import steercard as card_report
+from ..base.errors import InputError
+from ..base.numbers import Range, numbers_list
+from ..base.outputs import check_file
+from ..base.records import Input
+from ..lab.reports import steercard as card_report
 from .backend import add_backend_args, backend_from_args
 from .common import check_outputs, load, write_json
 from .terminal import Col, console, print_table, say
@@ -78,7 +78,7 @@ def _methods(text: str) -> list[str]:
 
 def run_card(args: argparse.Namespace, layer_values: Any) -> int:
     """The steering card command (module docstring); ``layer_values(lm)`` gives the --layers as ints or None."""
-    from ..steeringcard import load_steering_set
+    from ..lab.steeringcard import load_steering_set
 
     for bad, name in (
         (args.prompts, "PROMPT"),
@@ -87,7 +87,7 @@ def run_card(args: argparse.Namespace, layer_values: Any) -> int:
     ):
         if bad:
             raise InputError(f"--card takes no {name}: the steering set gives the prompts and targets")
-    from ..steeringcard.card import DOSE
+    from ..lab.steeringcard.card import DOSE
 
     sset = load_steering_set(args.card)  # a file is read as an input: no output may replace it
     doses = numbers_list(args.doses, DOSE, "--doses")
@@ -114,7 +114,7 @@ def run_card(args: argparse.Namespace, layer_values: Any) -> int:
 
 
 def _shipped(name: str) -> bool:
-    from ..steeringcard import shipped_sets
+    from ..lab.steeringcard import shipped_sets
 
     return name in shipped_sets() or name == "all"
 
@@ -124,7 +124,7 @@ def _plan_card(lm: Any, sset: Any, grid: tuple[list[int], list[float], list[str]
     limits (--max-work, default :data:`CARD_WORK_TFLOP`, and --max-memory): one line naming the largest
     --max-new-tokens that fits."""
     from ..costs import CardPlan, Limits, card_need, model_shape, tokens_that_fit
-    from ..steeringcard.card import check_set
+    from ..lab.steeringcard.card import check_set
     from .limits import LimitError, check_context, text_tokens
 
     layers, doses, methods = grid
@@ -162,7 +162,7 @@ def _card(
     store: Any,
     workers: Any,
 ) -> Any:
-    from ..steeringcard import steering_card
+    from ..lab.steeringcard import steering_card
 
     layers, doses, methods = grid
     return steering_card(

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .backend import add_backend_args, backend_from_args
 from .common import add_hellaswag_args, check_db, check_outputs, load, write_json
 from .terminal import Col, console, print_table, say
@@ -80,10 +80,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check every input (options, grid, output paths, database, data) before the model loads; then the grid's
     layers against the model, then the sweep."""
-    from ..concepts.schemes import resolve_layer
-    from ..experiments.grid import GridSpec
-    from ..hellaswag.data import fewshot_pool, load_hellaswag
-    from ..hellaswag.encode import arch_of
+    from ..analyses.concepts.schemes import resolve_layer
+    from ..core.scoring.encode import arch_of
+    from ..lab.experiments.grid import GridSpec
+    from ..lab.hellaswag.data import fewshot_pool, load_hellaswag
 
     check_outputs(args)
     chosen = _chosen_layers(args)
@@ -130,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _chosen_layers(args: argparse.Namespace) -> tuple[Any, ...] | None:
     """The layers --layers chooses, each in its canonical form (None without the option: the grid's own)."""
-    from ..concepts.schemes import canonical_layer
-    from ..experiments.grid import DEFAULT_LAYERS
+    from ..analyses.concepts.schemes import canonical_layer
+    from ..lab.experiments.grid import DEFAULT_LAYERS
 
     layers = DEFAULT_LAYERS
     if args.layers:
@@ -144,11 +144,11 @@ def _chosen_layers(args: argparse.Namespace) -> tuple[Any, ...] | None:
 def _sweep(args: argparse.Namespace, lm: Any, items: Any, pool: Any, db: Path, schemes: list[Any], backend: Any) -> Any:
     """The sweep of ``schemes`` over ``items`` on the backend's workers, stored in the database ``db`` (the
     concept cache --cache kept open meanwhile)."""
-    from ..concepts.cache import open_cache
-    from ..experiments.runsetup import RunSetup
-    from ..experiments.sweep import SweepSpec, run_sweep
-    from ..hellaswag.data import data_id
-    from ..hellaswag.store import ResultStore
+    from ..analyses.concepts.cache import open_cache
+    from ..lab.experiments.runsetup import RunSetup
+    from ..lab.experiments.sweep import SweepSpec, run_sweep
+    from ..lab.hellaswag.data import data_id
+    from ..lab.hellaswag.store import ResultStore
 
     cache = open_cache(args.cache)
     try:
@@ -235,7 +235,7 @@ def _held_out(db: Any, run_id: int) -> dict[str, Any] | None:
     procedure and the paired test against the baseline on the same items (what ``walklens report`` shows)."""
     from dataclasses import asdict
 
-    from ..experiments.summary import summarise_stored
+    from ..lab.experiments.summary import summarise_stored
 
     s = summarise_stored(db, run_id)
     if s is None:

@@ -25,7 +25,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from ..outputs import STDOUT
+from ..base.outputs import STDOUT
 
 WRAP_MIN = 24  # a free-text column keeps at least this many cells per line (or its header's width)
 _BORDER = 3  # a column's padding (2) and its right border (1); the table's left border adds 1

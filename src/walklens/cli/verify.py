@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..parity import verify
+    from ..analyses.parity import verify
 
     card = verify(load(args), quick=args.quick)
     if args.json:

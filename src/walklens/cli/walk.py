@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..errors import InputError
+from ..base.errors import InputError
 from ..reports import walk as walk_report
 from ..reports.html import show
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, write_json
@@ -78,7 +78,7 @@ def _short(point: str | None) -> str:
 
 
 def _selected(names: list[str], spec: Any) -> list[str]:
-    """The point names a --points value selects (as :func:`walklens.walks.encoding_walk` does)."""
+    """The point names a --points value selects (as :func:`walklens.analyses.walks.encoding_walk` does)."""
     if spec == "all":
         return names
     if spec == "residual":
@@ -89,7 +89,7 @@ def _selected(names: list[str], spec: Any) -> list[str]:
 def _plan(lm: Any, text: str, args: argparse.Namespace, points: Any) -> tuple[Any, Any]:
     """Check the limits before capturing: (points to read, patterns to capture).  The default (all points)
     narrows to the residual points, then to :data:`POST`, with a note; anything else over a limit is refused."""
-    from ..capture import point_names
+    from ..core.capture import point_names
     from ..costs import WalkPlan, fit_hint, model_shape, walk_need
     from .limits import check, note, text_tokens
 
@@ -223,9 +223,10 @@ def _position_table(con: Any, walks: dict[str, Any], w: Any, main_key: str) -> N
 
 
 def _self_rank(args: argparse.Namespace) -> int:
-    """``--self-rank``: the reading of :mod:`walklens.encoderself`, one line per stack, the JSON with --json."""
-    from ..capture import capture
-    from ..encoderself import self_ranks
+    """``--self-rank``: the reading of :mod:`walklens.analyses.encoderself`, one line per stack, the JSON with
+    --json."""
+    from ..analyses.encoderself import self_ranks
+    from ..core.capture import capture
 
     if args.out or args.points:
         raise InputError("--self-rank writes --json only: drop --out and --points")
@@ -254,8 +255,8 @@ def _self_rank(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..capture import capture
-    from ..walks import encoding_walk
+    from ..analyses.walks import encoding_walk
+    from ..core.capture import capture
 
     if args.k < 1:
         raise InputError(f"k must be a positive integer, not {args.k}")

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from ..analyses.walks import walk_chunk_rows  # the rows the encoding walk scores against the vocabulary at once
 from ..reports.walk import MAX_COLS as WALK_COLS  # positions the walk report shows
-from ..walks import walk_chunk_rows  # the rows the encoding walk scores against the vocabulary at once
 from .calibration import rates
 from .sizes import (
     FIGURE_MEMORY,
@@ -40,7 +40,7 @@ from .sizes import (
 )
 
 if TYPE_CHECKING:
-    from ..loading import LoadedModel
+    from ..core.loading import LoadedModel
 
 MAX_MEMORY_GB = 4.0
 MAX_OUTPUT_MB = 100.0
@@ -168,7 +168,7 @@ class Shape:
 
 def model_shape(lm: LoadedModel) -> Shape:
     """The :class:`Shape` of a loaded model, read from its config, its V and its parameters."""
-    from ..capture import point_names
+    from ..core.capture import point_names
 
     cfg = lm.config
 
@@ -391,7 +391,7 @@ def steer_need(
 
 @dataclass(frozen=True)
 class CardPlan:
-    """What a steering card runs (:func:`walklens.steering_card`): the token counts of its ``prompts`` (each
+    """What a steering card runs (:func:`walklens.lab.steering_card`): the token counts of its ``prompts`` (each
     continued in every cell), ``neutral`` texts (a pass per cell and target) and ``pairs`` texts (positive and
     negative, every target's); ``cells`` (the unsteered one included), ``targets``, ``layers``, whether it
     calibrates eigen-steering (``eigen``) and reads mean differences (``meandiff``); its batches of continuations

@@ -3,7 +3,7 @@ output in Python cost, in the FLOP of a matrix product on the same machine.  The
 memory bandwidth and its Python speed against its matmul rate), so they are measured here, not written in code:
 ``walklens calibrate`` times small runs and stores them in the walklens cache (:data:`FILE_NAME`), and
 :func:`rates` reads them back, checked against :data:`SCHEMA`.  Until a machine is calibrated, or when its file is
-bad (one :class:`~walklens.errors.StaleCacheWarning` line; the file is left for ``walklens calibrate`` to replace),
+bad (one :class:`~walklens.base.errors.StaleCacheWarning` line; the file is left for ``walklens calibrate`` to replace),
 the shipped :data:`DEFAULTS` are used: conservative figures that overstate work rather than understate it.
 """
 
@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, StaleCacheWarning
-from ..loading import cache_dir
-from ..numbers import POSITIVE, POSITIVE_INT
-from ..outputs import write_atomic
-from ..records import Field, Schema, note_input, read_json
+from ..base.errors import InputError, StaleCacheWarning
+from ..base.numbers import POSITIVE, POSITIVE_INT
+from ..base.outputs import write_atomic
+from ..base.records import Field, Schema, note_input, read_json
+from ..core.loading import cache_dir
 
 FILE_NAME = "calibration.json"
 LABEL = "the calibration file"
@@ -58,7 +58,7 @@ _READ: dict[tuple[str, int, int, int], Rates] = {}  # the file last read, by pat
 
 
 def calibration_path() -> Path:
-    """Where ``walklens calibrate`` stores the rates: the walklens cache (:func:`walklens.loading.cache_dir`)."""
+    """Where ``walklens calibrate`` stores the rates: the walklens cache (:func:`walklens.core.loading.cache_dir`)."""
     return cache_dir() / FILE_NAME
 
 

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..errors import InputError
+from ..base.errors import InputError
 from . import attention_scores, forward_work, model_shape
 from . import calibration as machine
 
 if TYPE_CHECKING:
-    from ..loading import LoadedModel
+    from ..core.loading import LoadedModel
 
 MATMUL_SIZE = 512  # the side of the square float32 product the matmul rate is timed on
 MIN_SECONDS = 0.2  # each timing repeats its run for at least this long, and keeps the fastest
@@ -50,7 +50,7 @@ def tiny_llama() -> LoadedModel:
     """A random Llama small enough that the attention's element-wise passes dominate its forward pass."""
     import transformers
 
-    from ..loading import wrap
+    from ..core.loading import wrap
 
     cfg = transformers.LlamaConfig(
         vocab_size=512,
@@ -69,7 +69,7 @@ def tiny_llama() -> LoadedModel:
 def attention_element(lm: LoadedModel, tokens: int, rate: float) -> float:
     """Matrix-product operations per attention score of an eager forward pass: the time two passes (``tokens``
     and half as many) differ by, at ``rate``, less the difference of their matrix products, per score more."""
-    from ..capture import context_limit
+    from ..core.capture import context_limit
 
     sh = model_shape(lm)
     limit = context_limit(lm)
@@ -105,7 +105,7 @@ def attention_element(lm: LoadedModel, tokens: int, rate: float) -> float:
 def write_work(rate: float, shape: tuple[int, int] = OUTPUT_SCORES) -> float:
     """Matrix-product operations per byte written by the ``--json`` writer and a report's heatmap, on the same
     float32 scores."""
-    from ..outputs import json_text
+    from ..base.outputs import json_text
     from ..reports.html import Report
 
     scores = torch.randn(*shape, generator=torch.Generator().manual_seed(0))

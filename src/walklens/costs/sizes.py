@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..outputs import json_text
+from ..base.outputs import json_text
 from ..reports.html import DIGITS, Report
 from ..reports.walk import TOP_HOVER
 
@@ -62,7 +62,7 @@ def _spec(values: list[Any]) -> str:
     return html.escape(json.dumps(values))
 
 
-#: a float32 written by the ``--json`` writer (:func:`walklens.outputs.json_text`): ``0.12345678359270096,``
+#: a float32 written by the ``--json`` writer (:func:`walklens.base.outputs.json_text`): ``0.12345678359270096,``
 JSON_FLOAT = per_number(_scores(), json_text)
 #: an attention probability in the ``--json`` file: ``0.0,`` above the diagonal of a causal map, a float32 below
 JSON_ATTN = (per_number([0.0] * 8, json_text) + per_number(_probabilities(), json_text)) / 2

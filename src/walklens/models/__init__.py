@@ -2,7 +2,7 @@
 
 Every module of this package that defines ``ADAPTER`` is a family; the registry finds them (one scan), so a
 new family is one new file.  A model_type with no file gets an adapter derived from its module tree
-(:mod:`.derive`), accepted only when the parity checks pass on the loaded model (:mod:`walklens.parity`).
+(:mod:`.derive`), accepted only when the parity checks pass on the loaded model (:mod:`walklens.analyses.parity`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 from typing import Any
 
-from ..errors import UnsupportedFamilyError
+from ..base.errors import UnsupportedFamilyError
 from .base import Adapter, HeadWeights, StackSpec, get_module
 
 #: Modules of this package that are machinery, not families.

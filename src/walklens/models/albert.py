@@ -26,7 +26,7 @@ def logits(model: HFModule, final: torch.Tensor) -> torch.Tensor:
 
 def n_layers(config: Any) -> int:
     if config.num_hidden_groups != 1 or config.inner_group_num != 1:
-        from ..errors import UnsupportedFamilyError
+        from ..base.errors import UnsupportedFamilyError
 
         raise UnsupportedFamilyError("ALBERT with num_hidden_groups != 1 or inner_group_num != 1 is not supported")
     return config.num_hidden_layers

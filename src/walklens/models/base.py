@@ -22,7 +22,8 @@ from torch import nn
 Residual = Literal["pre_norm", "parallel", "post_norm"]
 Position = Literal["learned", "rotary", "t5_relative", "alibi", "none"]
 AutoClass = Literal["causal", "seq2seq", "masked"]
-#: The architecture words of seed 000's A.6 (the names :meth:`walklens.concepts.schemes.Scheme.validate` takes).
+#: The architecture words of seed 000's A.6 (the names :meth:`walklens.analyses.concepts.schemes.Scheme.validate`
+# takes).
 Kind = Literal["decoder", "encoder-decoder", "encoder"]
 
 #: The A.6 architecture word of each transformers auto class an adapter declares.
@@ -153,7 +154,7 @@ class Adapter:
 
     Its kind is declared once, by ``auto_class`` (the transformers auto class that builds it); every question
     about the kind is answered here (:attr:`kind`, :attr:`is_causal`, :attr:`is_encoder_decoder`,
-    :attr:`is_masked`, :meth:`reading_stack`) and by :class:`walklens.loading.LoadedModel`, never by testing
+    :attr:`is_masked`, :meth:`reading_stack`) and by :class:`walklens.core.loading.LoadedModel`, never by testing
     ``auto_class`` elsewhere.
     """
 
@@ -175,7 +176,7 @@ class Adapter:
     limits: dict[str, str] | Callable[[Any], dict[str, str]] = field(default_factory=dict)
     #: the adapter of one config, when its module tree depends on the config beyond what the callable fields
     #: say (OPT's final norm exists only in pre-norm checkpoints); may refuse a config it does not support
-    #: by raising :class:`~walklens.errors.UnsupportedFamilyError`.
+    #: by raising :class:`~walklens.base.errors.UnsupportedFamilyError`.
     for_config: Callable[[Adapter, Any], Adapter] | None = None
     #: whether lm-evaluation-harness prefixes the BOS token to this family's inputs (it does for Gemma:
     #: ``add_bos_token`` is set when the model type contains "gemma"); HellaSwag encodes as the harness does.
@@ -227,7 +228,7 @@ class Adapter:
 
     def require(self, config: Any, identity: str, analysis: str) -> None:
         """Refuse, in one line naming the reason, an analysis that relies on an identity this model breaks."""
-        from ..errors import UnsupportedFamilyError
+        from ..base.errors import UnsupportedFamilyError
 
         if identity not in IDENTITIES:
             raise KeyError(identity)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UnsupportedFamilyError
+from ..base.errors import UnsupportedFamilyError
 from .base import Adapter, HeadWeights, HFModule, causal_lm
 from .heads import attention_heads
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, UnknownModelError, WalklensError
-from ..numbers import kind
-from ..records import Field, Schema, confined, parse_json, read_bytes, read_head, read_json
+from ..base.errors import InputError, UnknownModelError, WalklensError
+from ..base.numbers import kind
+from ..base.records import Field, Schema, confined, parse_json, read_bytes, read_head, read_json
 from . import get_adapter, has_adapter
 from .base import Adapter
 from .derive import K_NAMES, Q_NAMES

@@ -10,7 +10,7 @@ the A.3 identity (W_v, W_o) and by attention scores rebuilt from W_q, W_k at pos
 
 A derived adapter is accepted only when, on the probe: the logits recomputed from ``final`` equal the model's,
 each layer's contributions add up to its output, and the A.3 identity holds on every layer; otherwise
-:class:`~walklens.errors.UnsupportedFamilyError` names the check that failed and the module paths it tried.
+:class:`~walklens.base.errors.UnsupportedFamilyError` names the check that failed and the module paths it tried.
 Where the scores cannot be rebuilt from W_q, W_k (q/k norms, soft-capping, an unknown position term) the
 adapter declares ``qk_bilinear`` broken instead of guessing.  :func:`render` writes the roles as a reviewable
 adapter file (``walklens adapter MODEL --write``).
@@ -25,7 +25,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ..errors import UnsupportedFamilyError
+from ..base.errors import UnsupportedFamilyError
 from .base import Adapter, HeadWeights, HFModule, Position, get_module, has_module, sliding_window_limit
 from .heads import LAYOUTS
 from .probe import (

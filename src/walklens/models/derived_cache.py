@@ -1,12 +1,12 @@
 """The derived-adapter cache: the roles confirmed for one checkpoint (:mod:`.derive`), kept as one JSON entry so
 that later loads skip the probe.
 
-An entry is an input like any other, checked before use: read through :mod:`walklens.records` (a regular file of
+An entry is an input like any other, checked before use: read through :mod:`walklens.base.records` (a regular file of
 at most :data:`MAX_ENTRY` bytes, shallow JSON), against its declared :data:`ENTRY` schema and its digest (the roles
 the probe confirmed cannot be confirmed again without it: an entry changed since it was written fails its digest),
 then against the model itself: the fields the module names and the config give must equal the model's
 (:func:`~.derive.static_roles`), and every other module path must name a submodule of the expected kind (no private
-or dunder attribute is ever followed).  A bad entry raises :class:`~walklens.errors.InputError`; the loader then
+or dunder attribute is ever followed).  A bad entry raises :class:`~walklens.base.errors.InputError`; the loader then
 derives the roles again, with one warning line.
 """
 
@@ -21,9 +21,9 @@ from typing import Any, cast, get_args
 
 from torch import nn
 
-from ..errors import InputError
-from ..numbers import Range
-from ..records import Field, Schema, read_json
+from ..base.errors import InputError
+from ..base.numbers import Range
+from ..base.records import Field, Schema, read_json
 from .base import IDENTITIES, HFModule, Position
 from .derive import LOGIT_SCALES, _is_norm, static_roles
 from .heads import LAYOUTS

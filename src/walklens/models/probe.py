@@ -1,5 +1,5 @@
 """The data-flow probe and the identities it checks, shared by derived adapters (:mod:`.derive`) and the parity
-card (:mod:`walklens.parity`): one forward pass records chosen modules' inputs, outputs and attention
+card (:mod:`walklens.analyses.parity`): one forward pass records chosen modules' inputs, outputs and attention
 probabilities; :func:`close` compares two tensors to a dtype's tolerance; :func:`scores_error` rebuilds attention
 from W_q, W_k at position 0; :func:`identity_ok` checks the A.3 identity on one attention module.
 
@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from ..errors import UnknownModelError, WalklensError
-from ..hooks import Hooks
-from ..precision import UNIT_ROUNDOFF
+from ..base.errors import UnknownModelError, WalklensError
+from ..base.hooks import Hooks
+from ..base.precision import UNIT_ROUNDOFF
 from .base import HeadWeights, get_module, has_module, soft_cap
 
 #: names of the q and k norm modules inside an attention module, in (q, k) pairs
@@ -41,7 +41,7 @@ def probe_ids(model: nn.Module) -> torch.Tensor:
 
 def own_forward(run: Callable[[], T], model_type: str) -> T:
     """``run()``, the model's own forward pass on the probe; its failure (any exception but a walklens error) is
-    one :class:`~walklens.errors.UnknownModelError` line: the checkpoint or its config is inconsistent."""
+    one :class:`~walklens.base.errors.UnknownModelError` line: the checkpoint or its config is inconsistent."""
     try:
         return run()
     except WalklensError:

@@ -13,16 +13,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from .base import (
-    Adapter,
-    HeadWeights,
-    Position,
-    Residual,
-    StackSpec,
-    act_from_config,
-    get_module,
-    lm_head_logits,
-)
+from .base import Adapter, HeadWeights, Position, Residual, StackSpec, act_from_config, get_module, lm_head_logits
 from .heads import attention_heads
 
 

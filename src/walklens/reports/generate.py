@@ -1,5 +1,5 @@
 """The decoding-walk report (``walklens generate``; seed 000, sec. 2.1, eqs. 10-15, the target path of A.1)
-and its JSON document.  Both draw a :class:`~walklens.decoding.DecodingWalk`; nothing here runs a model."""
+and its JSON document.  Both draw a :class:`~walklens.analyses.decoding.DecodingWalk`; nothing here runs a model."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .html import Report, fields_of, pyplot, show
 
 if TYPE_CHECKING:
-    from ..decoding import DecodingWalk
+    from ..analyses.decoding import DecodingWalk
 
 
 def document(dw: DecodingWalk, model: str, *, vectors: bool = True) -> dict[str, Any]:

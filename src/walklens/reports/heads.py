@@ -1,6 +1,6 @@
 """The attention-heads report (``walklens heads``; seed 000, sec. 2.2.1, A.2, A.3; Figs. 5, 7) and its JSON.
 
-:func:`build` draws the results of :mod:`walklens.attention` (the A.3 identity with its trace, the cluster
+:func:`build` draws the results of :mod:`walklens.analyses.attention` (the A.3 identity with its trace, the cluster
 views, self masses and per-head statistics; position kernels too when given) into a
 :class:`~walklens.reports.html.Report`; :func:`document` is the ``--json`` output, made of one document per
 result (:func:`cluster_document`, :func:`self_mass_document`, :func:`head_stats_document`), which the
@@ -19,9 +19,9 @@ from .html import Report, block_labels, block_mean, fields_of
 from .kernels import add_kernels
 
 if TYPE_CHECKING:
-    from ..attention import ClusterView, HeadStats, IdentityResult, SelfMass
-    from ..kernels import PositionKernels
-    from ..trace import Trace
+    from ..analyses.attention import ClusterView, HeadStats, IdentityResult, SelfMass
+    from ..analyses.kernels import PositionKernels
+    from ..core.trace import Trace
 
 
 def _tok(s: str) -> str:
@@ -196,18 +196,18 @@ CLUSTER_LEAVE_OUT = ("tokens", "centroid", "filtered_centroid")
 
 
 def cluster_document(view: ClusterView) -> dict[str, Any]:
-    """The document of a :class:`~walklens.attention.ClusterView` (sec. 2.2.1, A.2): every field but
+    """The document of a :class:`~walklens.analyses.attention.ClusterView` (sec. 2.2.1, A.2): every field but
     :data:`CLUSTER_LEAVE_OUT`, and ``head_output_norm`` (|filtered centroid|, the head's output)."""
     return {**fields_of(view, CLUSTER_LEAVE_OUT), "head_output_norm": float(view.filtered_centroid.norm())}
 
 
 def self_mass_document(sm: SelfMass) -> dict[str, Any]:
-    """The document of a :class:`~walklens.attention.SelfMass` (A.2): every field."""
+    """The document of a :class:`~walklens.analyses.attention.SelfMass` (A.2): every field."""
     return fields_of(sm)
 
 
 def head_stats_document(stats: HeadStats) -> dict[str, Any]:
-    """The document of a :class:`~walklens.attention.HeadStats` (A.3): every field."""
+    """The document of a :class:`~walklens.analyses.attention.HeadStats` (A.3): every field."""
     return fields_of(stats)
 
 

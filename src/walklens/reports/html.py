@@ -16,7 +16,7 @@ read the same dict as the explorer's API sends and its views draw, with the same
 Every string (token, text, database value) reaches the page as text, never markup: Python escapes it with
 :func:`html.escape` (JSON specs live in attributes, escaped the same way), and ``plots.js`` inserts labels,
 tooltips and chart text with ``textContent`` only.  Every page and attached text file passes
-:func:`~walklens.errors.displayable` on its way out (:meth:`Report.render`, :meth:`Report.save`): a name holding
+:func:`~walklens.base.errors.displayable` on its way out (:meth:`Report.render`, :meth:`Report.save`): a name holding
 a lone surrogate (a path of undecodable bytes) shows as ``\\udcff``, never a ``UnicodeEncodeError``.
 """
 
@@ -36,8 +36,8 @@ from urllib.parse import quote
 
 import torch
 
-from ..errors import displayable
-from ..outputs import jsonable, make_dir, write_atomic
+from ..base.errors import displayable
+from ..base.outputs import jsonable, make_dir, write_atomic
 
 _CSS = """
 body{font-family:system-ui,-apple-system,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
@@ -97,7 +97,7 @@ def pyplot() -> Any:
 
 
 def fields_of(result: Any, leave_out: Iterable[str] = ()) -> dict[str, Any]:
-    """A result dataclass's public fields as a dict, values as they are (:func:`walklens.outputs.jsonable`
+    """A result dataclass's public fields as a dict, values as they are (:func:`walklens.base.outputs.jsonable`
     converts them when the document is written), less ``leave_out``: where every document starts, so that a
     field added to a result reaches ``--json``, the report and the explorer without another edit."""
     skip = set(leave_out)
@@ -267,7 +267,7 @@ class Report:
 
     def save(self, out_dir: str | Path, name: str = "index.html") -> Path:
         """Write the PNGs, the attached files and then ``name`` into ``out_dir`` (rules of
-        :mod:`walklens.outputs`); returns the HTML path."""
+        :mod:`walklens.base.outputs`); returns the HTML path."""
         out = Path(out_dir)
         make_dir(out, "report folder")
         for fname, data in {**self.images, **self.files}.items():

@@ -1,5 +1,5 @@
 """The position-kernels report (``walklens kernels``; seed 000, A.2, Figs. 6, 8) and its JSON document: each
-head's kernel per stack and the self-bias fractions.  Draws a :class:`~walklens.kernels.PositionKernels`."""
+head's kernel per stack and the self-bias fractions.  Draws a :class:`~walklens.analyses.kernels.PositionKernels`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .html import Report, fields_of
 
 if TYPE_CHECKING:
-    from ..kernels import PositionKernels, StackKernels
+    from ..analyses.kernels import PositionKernels, StackKernels
 
 
 #: the fields of a stack's kernels in their own units; ``logit_only`` documents keep ``log_values`` alone
@@ -16,7 +16,7 @@ RAW = ("values", "spread", "ci95")
 
 
 def stack_document(s: StackKernels, *, logit_only: bool = False) -> dict[str, Any]:
-    """The document of one :class:`~walklens.kernels.StackKernels` (A.2): every field, each kernel's class
+    """The document of one :class:`~walklens.analyses.kernels.StackKernels` (A.2): every field, each kernel's class
     label (``labels`` [K][H]) and the fractions per class; ``logit_only``: without :data:`RAW`."""
     return {
         **fields_of(s, (*RAW, "samples") if logit_only else ("samples",)),

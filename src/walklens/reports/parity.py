@@ -1,5 +1,5 @@
 """The parity card (``walklens verify``): one table of every check with its error, tolerance and verdict, and
-the identities the family breaks.  Draws a :class:`~walklens.parity.ParityCard`; nothing here runs a model."""
+the identities the family breaks.  Draws a :class:`~walklens.analyses.parity.ParityCard`; nothing here runs a model."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .html import Report
 
 if TYPE_CHECKING:
-    from ..parity import ParityCard
+    from ..analyses.parity import ParityCard
 
 
 def verdict(passed: bool | None) -> str:

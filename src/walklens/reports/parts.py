@@ -1,7 +1,7 @@
 """Views of the results no command draws on its own page: a trace, one steering result, a compacted context and
 its explanation, a run's items, head matrices, a control vector.  Each builder takes the result and returns a
 :class:`~walklens.reports.html.Report`, as every topic's ``build`` does; a notebook shows them
-(:mod:`walklens.notebook`).  The tables are the result's own ``to_pandas()`` columns (the same names and
+(:mod:`walklens.reports.notebook`).  The tables are the result's own ``to_pandas()`` columns (the same names and
 numbers), cut to :data:`ROWS` rows with a note saying so.
 """
 
@@ -14,13 +14,12 @@ from .heads import add_attention_maps
 from .html import Report, show
 
 if TYPE_CHECKING:
-    from ..association import BlockContrast, Cooccurrence
-    from ..attention import HeadMatrices
-    from ..compaction import Compacted, CompactionReport
-    from ..controlvectors import ControlVector
-    from ..experiments.runner import RunSummary
-    from ..steering import SteerResult
-    from ..trace import Trace
+    from ..analyses.association import BlockContrast, Cooccurrence
+    from ..analyses.attention import HeadMatrices
+    from ..analyses.compaction import Compacted, CompactionReport
+    from ..analyses.controlvectors import ControlVector
+    from ..analyses.steering import SteerResult
+    from ..core.trace import Trace
 
 ROWS = 200  #: rows of a table a view shows (``to_pandas()`` holds them all)
 
@@ -99,12 +98,6 @@ def compaction(r: CompactionReport) -> Report:
     return add_columns(rep, r._columns("continuation"), "CompactionReport")
 
 
-def run(s: RunSummary) -> Report:
-    """A run's items: each item's gold, pick and scores (Tests 1 and 2, the baseline)."""
-    rep = Report(f"Run {s.key}", f"acc {s.acc}, acc_norm {s.acc_norm}; {len(s.results)} items")
-    return add_columns(rep, s._columns("items"), "RunSummary")
-
-
 def head_matrices(hm: HeadMatrices) -> Report:
     """A layer's per-head filters W_vo,h and W_qk,h (A.3): each head's norms and copying score."""
     rep = Report(f"Head matrices of layer {hm.layer}{f' ({hm.stack})' if hm.stack else ''}", hm.family)
@@ -126,7 +119,6 @@ __all__ = [
     "compaction",
     "control_vector",
     "head_matrices",
-    "run",
     "steer_result",
     "trace",
 ]

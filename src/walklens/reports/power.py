@@ -1,6 +1,6 @@
 """The power-method report (``walklens power``; seed 002) and its JSON document: spectra of F = W_V W_O,
 alignment through depth with chance bands, idealised dynamics and shared-weight convergence.  They draw the
-dataclasses of :mod:`walklens.power` and :mod:`walklens.idealised`; they never load models.
+dataclasses of :mod:`walklens.analyses.power` and :mod:`walklens.analyses.idealised`; they never load models.
 
 One document per result (:func:`spectra_document`, :func:`alignment_document`, :func:`dynamics_document`,
 :func:`shared_document`; :func:`document` gathers them for ``--json``): the report's page draws them with
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..experiments.stats import above_band
+from ..analyses.chance import above_band
 from .html import Report, fields_of, pyplot
 
 if TYPE_CHECKING:
-    from ..idealised import Dynamics, SharedWeights
-    from ..power import Alignment, HeadSpectrum, LayerSpectrum, PowerSpectra
+    from ..analyses.idealised import Dynamics, SharedWeights
+    from ..analyses.power import Alignment, HeadSpectrum, LayerSpectrum, PowerSpectra
 
 
 def spectra_figure(spectra: PowerSpectra, top: int = 40) -> Any:
@@ -126,7 +126,7 @@ def shared_figure(doc: Mapping[str, Any]) -> Any:
     return fig
 
 
-#: the curves of the alignment charts (names of :class:`~walklens.power.Alignment` fields): the own layer's v1
+#: the curves of the alignment charts (names of :class:`~walklens.analyses.power.Alignment` fields): the own layer's v1
 #: and the three chance bands (5-95 %); matplotlib and ``assets/results.js`` draw them from the document
 ALIGNMENT_CURVES = (
     {"name": "own layer's v1", "y": "mean"},
@@ -134,7 +134,7 @@ ALIGNMENT_CURVES = (
     {"name": "other layers' v1", "y": "other_mean", "band": ["other_lo", "other_hi"], "dash": True},
     {"name": "shuffled layers", "y": "shuffled_mean", "band": ["shuffled_lo", "shuffled_hi"], "dash": True},
 )
-#: the curves of the shared-weight chart (names of :class:`~walklens.idealised.SharedWeights` fields)
+#: the curves of the shared-weight chart (names of :class:`~walklens.analyses.idealised.SharedWeights` fields)
 SHARED_CURVES = (
     {"name": "tied model (measured)", "y": "measured", "band": ["measured_lo", "measured_hi"]},
     {"name": "power method x F", "y": "power"},
@@ -158,26 +158,26 @@ def _spectrum(s: LayerSpectrum | HeadSpectrum, eigenvalues: int | None, vectors:
 
 
 def spectra_document(spectra: PowerSpectra, *, eigenvalues: int | None = None, vectors: bool = True) -> dict[str, Any]:
-    """The document of :class:`~walklens.power.PowerSpectra` (seed 002): every field of every layer's and head's
-    spectrum; ``eigenvalues``: only the leading ones (None: all); ``vectors=False``: without
+    """The document of :class:`~walklens.analyses.power.PowerSpectra` (seed 002): every field of every layer's and
+    head's spectrum; ``eigenvalues``: only the leading ones (None: all); ``vectors=False``: without
     :data:`VECTORS` (D numbers each)."""
     return {**fields_of(spectra, ("layers",)), "layers": [_spectrum(s, eigenvalues, vectors) for s in spectra.layers]}
 
 
 def alignment_document(align: Alignment, *, per_token: bool = True) -> dict[str, Any]:
-    """The document of :class:`~walklens.power.Alignment` (seed 002): every field, and ``curves``
+    """The document of :class:`~walklens.analyses.power.Alignment` (seed 002): every field, and ``curves``
     (:data:`ALIGNMENT_CURVES`); ``per_token=False``: without ``per_token`` and ``tokens`` (points x tokens
     numbers)."""
     return {**fields_of(align, () if per_token else ("per_token", "tokens")), "curves": ALIGNMENT_CURVES}
 
 
 def dynamics_document(dyn: Dynamics) -> dict[str, Any]:
-    """The document of :class:`~walklens.idealised.Dynamics` (seed 002): every field."""
+    """The document of :class:`~walklens.analyses.idealised.Dynamics` (seed 002): every field."""
     return fields_of(dyn)
 
 
 def shared_document(shared: SharedWeights) -> dict[str, Any]:
-    """The document of :class:`~walklens.idealised.SharedWeights` (seed 002): every field, and ``curves``
+    """The document of :class:`~walklens.analyses.idealised.SharedWeights` (seed 002): every field, and ``curves``
     (:data:`SHARED_CURVES`)."""
     return {**fields_of(shared), "curves": SHARED_CURVES}
 

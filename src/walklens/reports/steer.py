@@ -1,6 +1,6 @@
 """The steering report (``walklens steer``; seed 002) and its JSON document: target probability, rank,
 perplexity and push against the strength for eigen-steering and activation addition, and every run.  It draws
-a :class:`~walklens.steering.SteeringSweep`; it never loads a model.
+a :class:`~walklens.analyses.steering.SteeringSweep`; it never loads a model.
 
 :func:`document` is the ``--json`` document; the page's table of runs is drawn from it by
 ``assets/results.js``, and the explorer's steering playground (``walklens serve``) gets the same document from
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from .html import Report, fields_of, pyplot
 
 if TYPE_CHECKING:
-    from ..steering import SteeringSweep
+    from ..analyses.steering import SteeringSweep
 
-#: the curves against alpha, each a :class:`~walklens.steering.SteerRow` field: (field, label, statistic over
+#: the curves against alpha, each a :class:`~walklens.analyses.steering.SteerRow` field: (field, label, statistic over
 #: the prompts); the page's charts and the PNG both draw these
 METRICS = (
     ("target_prob", "p(target)", "mean"),
@@ -28,7 +28,7 @@ NAMES = {"eigen": "Eigen-steering", "add": "Activation addition"}
 
 def document(sweep: SteeringSweep) -> dict[str, Any]:
     """The ``--json`` document (seed 002): every field of the sweep, each run a row of every
-    :class:`~walklens.steering.SteerRow` field."""
+    :class:`~walklens.analyses.steering.SteerRow` field."""
     return fields_of(sweep)
 
 

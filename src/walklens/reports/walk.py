@@ -1,6 +1,6 @@
 """The encoding-walk report (``walklens walk``; seed 000, sec. 2.2.2, Fig. 9, A.2) and its JSON document.
 
-:func:`build` draws the result dataclasses of :mod:`walklens.walks` plus a ``labels`` mapping from token id to
+:func:`build` draws the result dataclasses of :mod:`walklens.analyses.walks` plus a ``labels`` mapping from token id to
 its text; :func:`document` is the ``--json`` output, made of one :func:`walk_document` per reading; the
 explorer's walk views (``walklens serve``) send the same document, or its part at one point
 (:func:`point_document`) or one cell (:func:`cell_document`).  Nothing here loads a model or recomputes an
@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..outputs import jsonable
+from ..base.outputs import jsonable
 from .html import Report, fields_of, pyplot, show
 
 if TYPE_CHECKING:
-    from ..walks import EncodingWalk
+    from ..analyses.walks import EncodingWalk
 
 TOP_HOVER = 5  # nearest tokens in each heatmap cell's tooltip
 MAX_COLS = 96  # positions the report shows (the JSON holds all of them)
 
 
 def walk_document(walk: EncodingWalk) -> dict[str, Any]:
-    """The document of one :class:`~walklens.walks.EncodingWalk` (sec. 2.2.2, A.2): every field (the encoder's
+    """The document of one :class:`~walklens.analyses.walks.EncodingWalk` (sec. 2.2.2, A.2): every field (the encoder's
     walk as its own document) and the names of the escape points.  The explorer's walk views send it too."""
     return {
         **fields_of(walk, ("encoder", "labels")),

@@ -1,9 +1,11 @@
 """``walklens serve``: the explorer in the browser, a local web app over the analyses.
 
 The server is a top layer like :mod:`walklens.cli` (which starts it): it loads the models once, captures on
-request and calls the analyses (:mod:`walklens.walks`, :mod:`~walklens.decoding`, :mod:`~walklens.attention`,
-:mod:`~walklens.kernels`, :mod:`~walklens.power`, :mod:`~walklens.steering`, the sweep statistics of
-:mod:`walklens.concepts`); it never re-implements one.  Modules, one job each:
+request and calls the analyses (:mod:`walklens.analyses.walks`, :mod:`~walklens.analyses.decoding`,
+:mod:`~walklens.analyses.attention`,
+:mod:`~walklens.analyses.kernels`, :mod:`~walklens.analyses.power`, :mod:`~walklens.analyses.steering`, the sweep
+statistics of
+:mod:`walklens.analyses.concepts`); it never re-implements one.  Modules, one job each:
 
 - :mod:`.security` -- the guard every request passes: token, Host header (DNS rebinding), body size, headers;
 - :mod:`.bounds` -- argument limits with clear JSON errors, and the reductions that bound every payload;

@@ -1,6 +1,6 @@
 """The steering cards view: the cards given at start (``walklens serve --card FILE``, each the ``--json``
 document of ``walklens steer --card SET``; the browser never names a file), listed, and one drawn as its report
-draws it: the report's own parts (:func:`walklens.reports.steercard.view`: dose-response curves with their
+draws it: the report's own parts (:func:`walklens.lab.reports.steercard.view`: dose-response curves with their
 bootstrap bands, Pareto fronts, the choices table and example continuations), sent as data and drawn by the
 reports' script (``results.js``, ``parts``), every string as text."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ..reports import steercard as card_report
+from ..lab.reports import steercard as card_report
 from .bounds import ApiError, int_arg
 from .routing import api
 from .state import Explorer, Job, run_job

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from starlette.requests import Request
 
-from ..attention import cluster_view, head_matrices, head_stats, self_mass
-from ..kernels import position_kernels
+from ..analyses.attention import cluster_view, head_matrices, head_stats, self_mass
+from ..analyses.kernels import position_kernels
 from ..reports import heads as heads_report
 from ..reports import kernels as kernels_report
 from ..reports.html import block_labels, block_mean

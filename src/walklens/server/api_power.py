@@ -5,8 +5,8 @@ activation addition toward a target, the steered continuation next to the unstee
 Each reply is the result's document, the dict the report module writes as ``--json``
 (:mod:`walklens.reports.power`, :mod:`walklens.reports.steer`), and the page draws it with the reports' own
 script (``reports/assets/results.js``).  Spectra are computed once per model (from the weights); the
-playground runs :func:`walklens.steering.steering_sweep` with the alphas ``[0, alpha]``, so both continuations
-come from the same code path and the model is restored bit for bit after each (:mod:`walklens.interventions`).
+playground runs :func:`walklens.analyses.steering.steering_sweep` with the alphas ``[0, alpha]``, so both continuations
+come from the same code path and the model is restored bit for bit after each (:mod:`walklens.core.interventions`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ..power import alignment, power_spectra
+from ..analyses.power import alignment, power_spectra
+from ..analyses.steering import steering_sweep
 from ..reports import power as power_report
 from ..reports import steer as steer_report
-from ..steering import steering_sweep
 from .bounds import (
     MAX_ALPHA,
     MAX_STEER_TOKENS,

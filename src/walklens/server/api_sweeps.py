@@ -1,9 +1,9 @@
 """The sweeps view: browse the results database named at start (``--db``; the browser never names a file).
 
-Runs are listed from :class:`~walklens.hellaswag.store.SweepStore` opened read-only; a run's schemes are
-loaded once as per-cell hit counts (:meth:`~walklens.hellaswag.store.SweepStore.load_counts`), filtered by any
+Runs are listed from :class:`~walklens.lab.hellaswag.store.SweepStore` opened read-only; a run's schemes are
+loaded once as per-cell hit counts (:meth:`~walklens.lab.hellaswag.store.SweepStore.load_counts`), filtered by any
 scheme parameter (``layer=-1``, ``norm=L2``, ...), and summarised by the report's own statistics
-(:func:`walklens.experiments.summary.summarise_run`: the histogram of accuracies next to chance, the top 10, the
+(:func:`walklens.lab.experiments.summary.summarise_run`: the histogram of accuracies next to chance, the top 10, the
 in-sample, split-half and k-fold held-out best with Wilson intervals, the marginal effect of each value).
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ..experiments.summary import stored_schemes, summarise_run
-from ..hellaswag.store import SweepResults, SweepStore
+from ..lab.experiments.summary import stored_schemes, summarise_run
+from ..lab.hellaswag.store import SweepResults, SweepStore
 from .bounds import ApiError, int_arg
 from .routing import api
 from .state import Explorer, Job, run_job

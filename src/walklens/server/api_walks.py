@@ -1,8 +1,9 @@
 """The walk views: the encoding walk heatmap and its cells, the decoding walk, the similarity map (seed 000,
 sec. 2.1, 2.2.2, A.1, A.2; Figs. 3, 9, 11, 12).  The compare view asks :func:`walk` once per model.
 
-Each route checks its arguments, then runs the analysis of :mod:`walklens.walks` / :mod:`walklens.decoding`
-on a cached trace (:mod:`.traces`) and sends its result's document, the dict the report module writes as
+Each route checks its arguments, then runs the analysis of :mod:`walklens.analyses.walks` /
+:mod:`walklens.analyses.decoding` on a cached trace (:mod:`.traces`) and sends its result's document, the dict the
+report module writes as
 ``--json`` (:mod:`walklens.reports.walk`, :mod:`~walklens.reports.generate`, :mod:`~walklens.reports.simmap`),
 with the fields the page asks for (``fields``): ranks as integers (-1: undefined, the last position has no
 next token), maps of at most :data:`~.bounds.MAX_CELLS` cells, top-k lists cut to the k asked.  The heatmap
@@ -19,7 +20,7 @@ maps of the bfloat16 screen at every :data:`SCREEN_STRIDE`-th walk point and ``f
 walk's points), marked ``provisional``, unless the exact maps are already kept; then it asks for each piece of the
 exact pass (``piece: n``; :func:`pieces_of`, :func:`get_piece`: a few consecutive points, each piece one job,
 kept) and puts its rows in place; then for the whole walk, joined from the pieces kept (:func:`get_walk`,
-:func:`walklens.walks.join_walks`), which brings the escape points.  The pieces are background jobs
+:func:`walklens.analyses.walks.join_walks`), which brings the escape points.  The pieces are background jobs
 (:func:`~.state.run_job`): a click waits for the piece in progress only, and reads its own point alone.
 """
 
@@ -29,12 +30,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from starlette.requests import Request
 
-from ..decoding import decoding_walk
-from ..reports import generate as generate_report
-from ..reports import simmap as simmap_report
-from ..reports import walk as walk_report
-from ..reports.html import block_labels, block_mean
-from ..walks import (
+from ..analyses.decoding import decoding_walk
+from ..analyses.walks import (
     EncodingWalk,
     Metric,
     Norm,
@@ -45,6 +42,10 @@ from ..walks import (
     walk_chunk_rows,
     walk_rows,
 )
+from ..reports import generate as generate_report
+from ..reports import simmap as simmap_report
+from ..reports import walk as walk_report
+from ..reports.html import block_labels, block_mean
 from .bounds import (
     MAX_K,
     MAX_NEW_TOKENS,
@@ -64,11 +65,11 @@ from .state import Explorer, Job, run_job
 from .traces import WALK_POINTS, n_tokens, trace
 
 if TYPE_CHECKING:
-    from ..trace import Trace
+    from ..core.trace import Trace
 
 
 #: points of each piece of the exact pass (None: as many as one chunk of the walk's reading holds, so that a
-#: piece is one of the chunks a one-shot walk reads: :func:`walklens.walks.point_aligned_chunks`)
+#: piece is one of the chunks a one-shot walk reads: :func:`walklens.analyses.walks.point_aligned_chunks`)
 PIECE_POINTS: int | None = None
 
 
@@ -113,7 +114,8 @@ def _piece(ex: Explorer, job: Job, tr: Trace, args: tuple[str, str, Norm, Metric
 
 def get_walk(ex: Explorer, job: Job, model: str, text: str, norm: Norm, metric: Metric) -> EncodingWalk:
     """The ranks of the encoding walk of ``text`` at :data:`~.traces.WALK_POINTS` (no top k, no probabilities;
-    cached): its pieces (:func:`get_piece`, those not kept read now) joined (:func:`walklens.walks.join_walks`)."""
+    cached): its pieces (:func:`get_piece`, those not kept read now) joined
+    (:func:`walklens.analyses.walks.join_walks`)."""
     tr = trace(ex, job, model, text, WALK_POINTS, MAX_TOKENS, "walk")
 
     def join() -> EncodingWalk:

@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..capture import capture
-from ..precision import dtype_name
+from ..base.precision import dtype_name
+from ..core.capture import capture
 from . import api_cards, api_heads, api_power, api_sweeps, api_walks
 from .bounds import (
     MAX_ALPHA,

@@ -25,6 +25,9 @@ from typing import Any
 import torch
 
 from .. import costs
+from ..base.errors import WalklensError
+from ..base.numbers import MAX_ALPHA as MAX_ALPHA  # |alpha| of steering, the command line's bound too
+from ..base.numbers import NumberError, Range
 from ..costs import (
     LimitValues,
     Need,
@@ -40,9 +43,6 @@ from ..costs import (
     tokens_that_fit,
     walk_need,
 )
-from ..errors import WalklensError
-from ..numbers import MAX_ALPHA as MAX_ALPHA  # |alpha| of steering, the command line's bound too
-from ..numbers import NumberError, Range
 
 MAX_BODY = 256 * 1024  # bytes of a request body
 MAX_DEPTH = 32  # levels of nesting of a request body (lists and objects)
@@ -94,7 +94,7 @@ def text_arg(body: dict[str, Any], name: str = "text", required: bool = True) ->
 
 def int_arg(body: dict[str, Any], name: str, default: int | None, lo: int, hi: int) -> int:
     """An integer in [lo, hi] (booleans and floats with a fraction are refused): the shared check of
-    :mod:`walklens.numbers`, its refusal a 400."""
+    :mod:`walklens.base.numbers`, its refusal a 400."""
     return number_arg(body, name, default, Range(lo, hi, integer=True))
 
 
@@ -104,7 +104,7 @@ def float_arg(body: dict[str, Any], name: str, default: float, bound: float) -> 
 
 
 def number_arg(body: dict[str, Any], name: str, default: Any, rng: Range) -> Any:
-    """``body[name]`` (``default`` when absent or null) checked by ``rng`` (:class:`walklens.numbers.Range`)."""
+    """``body[name]`` (``default`` when absent or null) checked by ``rng`` (:class:`walklens.base.numbers.Range`)."""
     try:
         return rng.check(_get(body, name, default), name)
     except NumberError as e:

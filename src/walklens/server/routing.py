@@ -1,5 +1,5 @@
 """How an API route reads its request and answers: a JSON object in, a JSON object out (through
-:func:`walklens.outputs.jsonable`: NaN as null, map values rounded to :data:`~.bounds.DIGITS` decimals), every
+:func:`walklens.base.outputs.jsonable`: NaN as null, map values rounded to :data:`~.bounds.DIGITS` decimals), every
 refusal ``{"error": "..."}`` with a 4xx status, a job whose client left 499 (a client that leaves before its body
 has arrived too, logged as one line naming the route), and anything unexpected one line with status 500 (never a
 traceback)."""
@@ -15,7 +15,7 @@ from typing import Any, overload
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from ..outputs import jsonable
+from ..base.outputs import jsonable
 from .bounds import DIGITS, MAX_BODY, MAX_DEPTH, ApiError
 from .security import BodyTooLarge
 from .state import Cancelled, Explorer

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from ..errors import InputError
+from ..base.errors import InputError
 from .bounds import MAX_BODY
 
 TOKEN_HEADER = "x-walklens-token"

@@ -2,7 +2,7 @@
 of traces and results, the database path fixed at start, and the jobs that compute for a request.
 
 **One computation per model at a time.**  Steering edits a model's weights inside a ``with`` block
-(:mod:`walklens.interventions` restores them on exit), so every computation on a model holds that model's
+(:mod:`walklens.core.interventions` restores them on exit), so every computation on a model holds that model's
 lock.  **A disconnected client costs nothing more.**  :func:`run_job` computes in a worker thread while the
 request's connection is watched; when the browser drops it (the page aborts a superseded request with an
 ``AbortController``) the job is marked cancelled: a job still waiting for its model's lock never starts, and
@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
+from ..base.errors import WalklensError
 from ..costs import Limits, Shape, model_shape
-from ..errors import WalklensError
 from .bounds import ApiError, from_walklens
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from ..loading import LoadedModel
-    from ..steeringcard import SteeringCard
+    from ..core.loading import LoadedModel
+    from ..lab.steeringcard import SteeringCard
 
 
 class Cancelled(Exception):

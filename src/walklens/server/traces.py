@@ -1,4 +1,4 @@
-"""The traces the views read: one :func:`walklens.capture` per (model, text, points), kept in the explorer's
+"""The traces the views read: one :func:`walklens.core.capture` per (model, text, points), kept in the explorer's
 small caches so that switching a reading, clicking a cell or changing a point does not run the model again.
 
 Only the points a view needs are captured (the walk: ``embed``, every ``resid_post`` and ``final``); the
@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..capture import capture, tokenize
+from ..core.capture import capture, tokenize
 from .bounds import check_cost, check_tokens
 from .state import Explorer, Job
 
 if TYPE_CHECKING:
-    from ..trace import Trace
+    from ..core.trace import Trace
 
 #: the points of the layer x position views: the stream after every layer, between the embeddings and `final`
 WALK_POINTS = ("embed", "L*.resid_post", "final")
@@ -26,7 +26,7 @@ WALK_POINTS = ("embed", "L*.resid_post", "final")
 def n_tokens(explorer: Explorer, model: str, text: str, limit: int, view: str) -> int:
     """The token count of ``text`` for ``model``, refused (413) over the view's ``limit`` or over the explorer's
     limits; an empty text or one longer than the model's context is refused by
-    :func:`walklens.capture.tokenize` (400)."""
+    :func:`walklens.core.capture.tokenize` (400)."""
     lm = explorer.model(model)
     if text.strip():
         check_tokens(int(lm.tokenizer(text, return_tensors="pt")["input_ids"].shape[1]), limit, view)

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from ..loading import LoadedModel, auto_model_class, wrap
+from ..base.precision import model_label, parse_dtype
+from ..core.loading import LoadedModel, auto_model_class, wrap
 from ..models import get_adapter, has_adapter
-from ..precision import model_label, parse_dtype
 
 WORDS = (
     "the a of to and in is was it that he she they on for with as at by from this his her their "
@@ -267,7 +267,7 @@ def tiny_model(
     ``init_std`` re-draws every weight matrix with a larger std than HF's 0.02 so that attention patterns
     and logits are far from uniform (numerical checks are then meaningful).  ``dtype``: the weights are drawn
     in float32 (the same for every dtype) and then cast; the name carries a dtype other than float32, as
-    :func:`~walklens.loading.load_model` names it.
+    :func:`~walklens.core.loading.load_model` names it.
     """
     dtype = parse_dtype(dtype)
     tok = tiny_tokenizer()

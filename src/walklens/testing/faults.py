@@ -1,4 +1,4 @@
-"""Faults to inject into a distributed sweep's workers (the tests of :mod:`walklens.backends`)."""
+"""Faults to inject into a distributed sweep's workers (the tests of :mod:`walklens.core.backends`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class CrashOnce:
-    """A worker hook (:class:`~walklens.backends.ray_backend.RayBackend` ``hook``) that kills its worker process
+    """A worker hook (:class:`~walklens.core.backends.ray_backend.RayBackend` ``hook``) that kills its worker process
     (``os._exit``, no cleanup: as a node failure would) before the ``at``-th shard it runs, the first time only:
     ``marker`` is created just before, and a worker that finds it runs on.  Every worker shares the marker, so
     exactly one crash happens in a run."""

@@ -51,8 +51,8 @@ def one(model_type: str) -> dict[str, Any]:
     """The record of one model type (run in a child process)."""
     from transformers.utils import logging
 
-    from ..errors import WalklensError
-    from ..parity import TEXTS, verify
+    from ..analyses.parity import TEXTS, verify
+    from ..base.errors import WalklensError
     from . import tiny_model
 
     logging.set_verbosity_error()

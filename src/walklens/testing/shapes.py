@@ -34,8 +34,8 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..errors import InputError, WalklensError
-from ..precision import dtype_name, parse_dtype
+from ..base.errors import InputError, WalklensError
+from ..base.precision import dtype_name, parse_dtype
 
 _LLAMA_3_1_8B: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
@@ -387,7 +387,7 @@ def _default_tokenizer() -> Any:
 
     import transformers
 
-    from ..loading import DEFAULT_MODEL, NAMED_MODELS
+    from ..core.loading import DEFAULT_MODEL, NAMED_MODELS
 
     gguf = NAMED_MODELS[DEFAULT_MODEL]()
     with warnings.catch_warnings(), _quiet():
@@ -446,7 +446,7 @@ def write_real_shape(
     ``layers``: only the first ``layers`` layers (``num_hidden_layers=layers``); ``config_overrides``: config
     values replaced (tests shrink the width with them); ``shard_bytes``: the most bytes of a shard (a bigger tensor
     is a shard alone) and, with one tensor, the most held in memory.  ``config.json`` is written last: a folder
-    without it is an interrupted write.  One :class:`~walklens.errors.InputError` line for a folder that exists
+    without it is an interrupted write.  One :class:`~walklens.base.errors.InputError` line for a folder that exists
     and is not empty, or a disk without the room.
     """
     from tqdm.auto import tqdm

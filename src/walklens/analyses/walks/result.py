@@ -1,0 +1,176 @@
+"""The encoding walk's result type (seed 000, sec. 2.2.2, Fig. 9, A.2): :class:`EncodingWalk`, its shapes checked
+when it is made, its escape points by name and its long table; the names of the walk's readings (``Metric``,
+``Norm``, ``Against``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from ...base.display import Shown
+from ...base.errors import InputError
+from ...base.frames import Columns, DataFrame, concat_columns, frame, long_table, pick, point_kind, point_layer
+
+Metric = Literal["dot", "cosine"]
+Norm = Literal["none", "final"]
+Against = Literal["auto", "embed", "unembed"]
+
+# the [points, positions] readings of an EncodingWalk, in its columns' order
+_WALK_CELLS = (
+    "rank_of_input",
+    "rank_of_next",
+    "prob_of_input",
+    "prob_of_next",
+    "dot_input",
+    "dot_next",
+    "cos_input",
+    "cos_next",
+    "vector_norm",
+    "step_length",
+    "step_angle",
+)
+
+
+@dataclass
+class EncodingWalk(Shown, view="walk"):
+    """The encoding walk of every position through every selected point (sec. 2.2.2, Fig. 9, A.2).
+
+    Per point p and position t (tensors [points, tokens]): ``top_ids``/``top_scores`` [points, tokens, k]
+    (nearest tokens by ``metric``; k = 0: none read), ``rank_of_input``/``rank_of_next`` (rank of w_t /
+    w_{t+1}; 0 = nearest; the last position has no next token: -1), ``prob_of_input``/``prob_of_next``
+    (softmax of the inner products, eq. 12; NaN where undefined, and everywhere if read with ``probs=False``),
+    ``dot_input``/``dot_next`` and ``cos_input``/``cos_next`` (inner product and cosine with the token's row),
+    ``vector_norm`` (|x|), ``step_length`` and ``step_angle`` (distance and angle in degrees from the previous
+    residual point, measured on the raw captured vectors; NaN for the first residual point and for
+    contribution points such as ``attn_out``).  Per position: ``escape_point`` — index into ``points`` of the
+    first residual point where w_{t+1} outranks w_t (the escape from the self-neighbourhood, A.2), -1 if never
+    (or the last position); ``escape_stable`` — the first residual point from which w_{t+1} stays ahead of w_t
+    up to the top.
+    ``encoder`` holds the encoder stack's walk for encoder-decoder models (A.2, "Encoder vs Decoder Walks").
+    """
+
+    tokens: list[str]
+    token_ids: torch.Tensor
+    points: list[str]
+    residual: list[bool]
+    k: int
+    metric: str
+    norm: str
+    matrix: str
+    top_ids: torch.Tensor
+    top_scores: torch.Tensor
+    rank_of_input: torch.Tensor
+    rank_of_next: torch.Tensor
+    prob_of_input: torch.Tensor
+    prob_of_next: torch.Tensor
+    dot_input: torch.Tensor
+    dot_next: torch.Tensor
+    cos_input: torch.Tensor
+    cos_next: torch.Tensor
+    vector_norm: torch.Tensor
+    step_length: torch.Tensor
+    step_angle: torch.Tensor
+    escape_point: torch.Tensor
+    escape_stable: torch.Tensor
+    stack: str = ""
+    model_name: str = ""
+    n_layers: int = 0
+    encoder: EncodingWalk | None = None
+    model_dtype: str = "float32"
+    #: the text of each token id the walk names (its tokens and their nearest tokens): what its view shows
+    labels: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def _headline(self) -> str:
+        """The head line of its text repr (:mod:`walklens.base.display`)."""
+        return f"{self.model_name} · {len(self.tokens)} tokens × {len(self.points)} points · {self.metric}/{self.norm}"
+
+    def __post_init__(self) -> None:
+        P, T = len(self.points), len(self.tokens)
+        if len(self.residual) != P:
+            raise ValueError(f"residual flags: {len(self.residual)} for {P} points")
+        for name in _WALK_CELLS:
+            shape = tuple(getattr(self, name).shape)
+            if shape != (P, T):
+                raise ValueError(f"{name} has shape {shape}, expected {(P, T)}")
+        for name in ("top_ids", "top_scores"):
+            if tuple(getattr(self, name).shape) != (P, T, self.k):
+                raise ValueError(f"{name} has shape {tuple(getattr(self, name).shape)}, expected {(P, T, self.k)}")
+        for name in ("escape_point", "escape_stable"):
+            if tuple(getattr(self, name).shape) != (T,):
+                raise ValueError(f"{name} has shape {tuple(getattr(self, name).shape)}, expected {(T,)}")
+
+    @property
+    def residual_points(self) -> list[str]:
+        """The points on the residual stream, in walk order."""
+        return [p for p, r in zip(self.points, self.residual) if r]
+
+    @property
+    def escape_names(self) -> list[str | None]:
+        """Name of the escape point of each position (None: w_{t+1} never outranks w_t)."""
+        return [self.points[i] if i >= 0 else None for i in self.escape_point.tolist()]
+
+    @property
+    def escape_stable_names(self) -> list[str | None]:
+        """Name of the point from which w_{t+1} stays ahead of w_t to the top (None: it does not)."""
+        return [self.points[i] if i >= 0 else None for i in self.escape_stable.tolist()]
+
+    def point_index(self, name: str) -> int:
+        try:
+            return self.points.index(name)
+        except ValueError:
+            raise InputError(f"no point {name!r} in this walk") from None
+
+    def label_ids(self) -> list[int]:
+        """Every token id this walk mentions (inputs and top-k), for decoding labels once."""
+        ids = torch.cat([self.token_ids.reshape(-1), self.top_ids.reshape(-1)]).unique()
+        out = [int(i) for i in ids.tolist() if i >= 0]
+        if self.encoder is not None:
+            out = sorted(set(out) | set(self.encoder.label_ids()))
+        return out
+
+    def _columns(self, table: str = "walk") -> Columns:
+        """The plain columns of :meth:`to_pandas` (encoder rows first on an encoder-decoder model)."""
+
+        def walk(w: EncodingWalk) -> Columns:
+            ids = [int(i) for i in w.token_ids.reshape(-1).tolist()]
+            return long_table(
+                [("point", w.points), ("position", range(len(w.tokens)))],
+                {name: getattr(w, name) for name in _WALK_CELLS},
+                constants={"stack": w.stack},
+                by_axis={
+                    "point": {
+                        "layer": [point_layer(p) for p in w.points],
+                        "kind": [point_kind(p) for p in w.points],
+                        "residual": w.residual,
+                    },
+                    "position": {
+                        "token": w.tokens,
+                        "token_id": ids,
+                        "next_token_id": ids[1:] + [None],
+                        "escape_point": w.escape_names,
+                        "escape_stable": w.escape_stable_names,
+                    },
+                },
+                wide={"top_id": w.top_ids, "top_score": w.top_scores},
+            )
+
+        parts = ([self.encoder] if self.encoder is not None else []) + [self]
+        return pick(table, {"walk": lambda: concat_columns([walk(w) for w in parts])}, "an EncodingWalk")
+
+    def to_pandas(self, table: str = "walk") -> DataFrame:
+        """The walk as a long table (pandas; docs/notebooks.md, "Tables"): one row per (stack, point, position)
+        with the fields above under their own names, the escape points by name and the top-k as ``top_id_i``,
+        ``top_score_i`` (i = rank, 0 = nearest)."""
+        return frame(
+            self._columns(table),
+            {
+                "model": self.model_name,
+                "metric": self.metric,
+                "norm": self.norm,
+                "matrix": self.matrix,
+                "k": self.k,
+                "model_dtype": self.model_dtype,
+            },
+        )

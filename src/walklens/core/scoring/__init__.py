@@ -1,0 +1,1 @@
+"""Scoring continuations: hidden states, log-likelihoods of continuations, packed scoring requests."""

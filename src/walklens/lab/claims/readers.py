@@ -1,0 +1,419 @@
+"""Reading the committed result files: each reader turns one file (and a run selection) into a :class:`Measured`.
+
+Every value a reader uses is checked against its document's declared schema (:mod:`.schemas`) as it is read:
+a bad file is one :class:`~walklens.base.errors.InputError` line naming the file, the row or key path and the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import walklens.lab.claims.schemas as sc  # the module, not the package (whose __init__ imports this one)
+
+from ...base.errors import InputError
+from ...base.numbers import Range
+from .base import BAND_ALPHA, Measured
+
+# ---- reading the result files ------------------------------------------------------------------------------------
+
+
+def _run(path: Path, select: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The one run of a ``summary.json`` matching ``select`` (model, test, shots, n_items; absent keys: any), every
+    run checked; with the run's place in messages."""
+    doc = sc.load_json(path)
+    runs = doc["runs"] if isinstance(doc, dict) and "runs" in doc else doc if isinstance(doc, list) else [doc]
+    checked = sc.SWEEP_RUN.check_all(runs, str(path), sc.MAX_ROWS)
+    keys = ("model", "test", "shots", "n_items")
+    hits = [(i, r) for i, r in enumerate(checked) if all(r.get(k) == select[k] for k in keys if k in select)]
+    if len(hits) != 1:
+        raise InputError(f"{path}: {len(hits)} runs match {dict(select)}, want one")
+    return f"{path} row {hits[0][0]}", hits[0][1]
+
+
+def _paired(doc: Any, where: str) -> dict[str, Any]:
+    """A paired test against the baseline (``diff`` inside its interval, ``p`` a probability)."""
+    pair = sc.PAIRED.check(doc, where)
+    sc.ordered(pair, where, "lo", "diff", "hi")
+    return pair
+
+
+def heldout(path: Path, select: Mapping[str, Any]) -> Measured:
+    """The k-fold held-out best of one run of a sweep report's ``summary.json`` and its baseline."""
+    where, run = _run(path, select)
+    metric = select.get("metric", "acc")
+    m = sc.key(run["metrics"], metric, f"{where} metrics", "metric")
+    where += f" metrics.{metric}"
+    m = sc.SWEEP_METRIC.check(m, where)
+    kf, base = sc.KFOLD.check(m["kfold"], where + ".kfold"), m["baseline"]
+    sc.ordered(kf, where + ".kfold", "lo", "acc", "hi")
+    facts = {"baseline": base, "norm": kf["acc"] / base, "norm_lo": kf["lo"] / base, "norm_hi": kf["hi"] / base}
+    text = (
+        f"{run['model']}, Test {run['test']}, {run['shots']}-shot, {run['n_schemes']:,} schemes, "
+        f"n={run['n_items']:,}: held out {kf['acc']:.3f} [{kf['lo']:.3f}, {kf['hi']:.3f}] vs baseline {base:.3f} "
+        f"({facts['norm']:.2f} normalised)"
+    )
+    boot, pair = m.get("bootstrap"), m.get("paired")
+    if boot:
+        boot = sc.BOOTSTRAP.check(boot, where + ".bootstrap")
+        sc.ordered(boot, where + ".bootstrap", "norm_lo", "norm_hi")
+        facts |= {"boot_norm_lo": boot["norm_lo"], "boot_norm_hi": boot["norm_hi"]}
+        text += f"; bootstrap of the procedure {boot['norm_lo']:.2f}-{boot['norm_hi']:.2f} normalised"
+    if pair:
+        pair = _paired(pair, where + ".paired")
+        facts |= {"paired_p": pair["p"], "paired_lo": pair["lo"], "paired_hi": pair["hi"]}
+        text += f"; paired vs baseline {pair['diff']:+.3f} [{pair['lo']:+.3f}, {pair['hi']:+.3f}], p={pair['p']:.2g}"
+    return Measured(str(run["model"]), int(run["n_items"]), kf["acc"], kf["lo"], kf["hi"], text, facts)
+
+
+_RATIO = Range(0, open_lo=True, what="a positive number or max")
+
+
+def _ratio(r: Mapping[str, Any], where: str) -> float | None:
+    """A compaction point's ratio: none (the zero-shot and full rows), ``max`` (one vector) or a number."""
+    cell = r["ratio"]
+    if cell is None or cell == "max":
+        return math.inf if cell else None
+    try:
+        return float(_RATIO.parse(cell, "field 'ratio'"))
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+
+
+def compaction(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From a compaction ``curves.csv``: the concept compaction keeping the most of the full run's ``acc`` at
+    ``ratio`` (a NaN share is never ranked), against dropping the examples altogether (the zero-shot row)."""
+    rows = sc.read_csv(path, sc.COMPACTION_POINT)
+    for where, r in rows:
+        sc.ordered(r, where, "kept_acc_lo", "kept_acc", "kept_acc_hi")
+        r["ratio"] = _ratio(r, where)
+    ratio = float(select["ratio"])
+    concept = [r for _, r in rows if "method=concept" in r["spec"] and r["ratio"] == ratio]
+    zero = [r for _, r in rows if r["strategy"] == "zero-shot"]
+    if not concept or len(zero) != 1:
+        raise InputError(f"{path}: no concept compaction at ratio {ratio:g} or no zero-shot row")
+    ranked = [r for r in concept if not math.isnan(r["kept_acc"])]
+    if not ranked:
+        raise InputError(f"{path}: every concept compaction at ratio {ratio:g} keeps NaN of the full run's acc")
+    best = max(ranked, key=lambda r: float(r["kept_acc"]))
+    json_path = path.with_suffix(".json")
+    model = str(sc.COMPACTION_DOC.check(sc.load_json(json_path), str(json_path)).get("model", select["model"]))
+    z = zero[0]
+    v, lo, hi = (float(best[k]) for k in ("kept_acc", "kept_acc_lo", "kept_acc_hi"))
+    zv, zlo, zhi = (float(z[k]) for k in ("kept_acc", "kept_acc_lo", "kept_acc_hi"))
+    text = (
+        f"{model}, {best['shots']}-shot prefixes, n={int(best['n']):,}: best concept compaction at ratio "
+        f"{ratio:g} ({best['strategy']}) keeps {v:.2f} [{lo:.2f}, {hi:.2f}] of the full run's acc; dropping the "
+        f"examples keeps {zv:.2f} [{zlo:.2f}, {zhi:.2f}]"
+    )
+    return Measured(model, int(best["n"]), v, lo, hi, text, {"drop": zv, "drop_lo": zlo, "drop_hi": zhi})
+
+
+def _below_uniform(sm: Mapping[str, Any], where: str = "self mass") -> tuple[float, int, float, float]:
+    sm = sc.SELF_MASS.check(sm, where)
+    mass, uni = (sc.numbers(sm[k], sc.ACC, where, k, depth=2) for k in ("mass", "uniform"))
+    if not mass or len(mass) != len(uni):
+        raise InputError(f"{where}: fields 'mass' and 'uniform' hold {len(mass)} and {len(uni)} heads, want as many")
+    below = sum(1 for m, u in zip(mass, uni) if m < u)
+    return below / len(mass), len(mass), sum(mass) / len(mass), sum(uni) / len(uni)
+
+
+def self_mass_share(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens heads --json``: the share of heads whose mean self mass is below uniform attention, as
+    measured and with the attention sink removed (key 0 dropped, rows renormalised)."""
+    doc = sc.SELF_MASS_DOC.check(sc.load_json(path), str(path))
+    stack, where = select.get("stack", "model"), f"{path} self_mass"
+    raw, n, m, u = _below_uniform(sc.key(doc["self_mass"], stack, where, "stack"), f"{where}.{stack}")
+    removed = f"{stack}, position 0 removed"
+    sink, _, ms, us = _below_uniform(sc.key(doc["self_mass"], removed, where, "stack"), f"{where}.{removed}")
+    text = (
+        f"{doc.get('model', select.get('model', '?'))}, {n} heads, one text: {raw:.1%} below uniform self mass "
+        f"(mean {m:.3f} vs {u:.3f}); with position 0 removed (attention-sink control) {sink:.1%} (mean {ms:.3f} "
+        f"vs {us:.3f})"
+    )
+    return Measured(str(doc.get("model", "")), n, raw, raw, raw, text, {"sink": sink})
+
+
+def alignment_counts(doc: Mapping[str, Any], where: str = "power document") -> dict[str, float]:
+    """From ``walklens power --json``'s alignment at the layer outputs: the means over layers (own v1, random
+    directions, other layers' v1), the layers above each band's top and how many layers gain alignment."""
+    a = sc.key(doc, "alignment", where, "key")
+    where += " alignment"
+    a = sc.ALIGNMENT.check(a, where)
+    points = a["points"]
+    if not all(isinstance(p, str) for p in points):
+        raise InputError(f"{where}: field 'points' must be a list of strings")
+    s = {k: sc.numbers(a[k], sc.DIFF, where, k) for k in sc.ALIGNMENT_SERIES}
+    short = next((k for k in sc.ALIGNMENT_SERIES if len(s[k]) != len(points)), None)
+    if short:
+        raise InputError(f"{where}: field {short!r} holds {len(s[short])} numbers for {len(points)} points")
+    post = [i for i, p in enumerate(points) if p.endswith(".resid_post")]
+    pre = [i for i, p in enumerate(points) if p.endswith(".resid_pre")]
+    n = len(post)
+    if not n:
+        raise InputError(f"{where}: no layer output (a point named L<i>.resid_post)")
+    mean = s["mean"]
+    return {
+        "layers": n,
+        "tokens": a["n_tokens"],
+        "mean": sum(mean[i] for i in post) / n,
+        "random": sum(s["random_mean"][i] for i in post) / n,
+        "other": sum(s["other_mean"][i] for i in post) / n,
+        "above_random": sum(1 for i in post if mean[i] > s["random_hi"][i]),
+        "above_other": sum(1 for i in post if mean[i] > s["other_hi"][i]),
+        "gain": sum(1 for i, j in zip(post, pre) if mean[i] > mean[j]),
+        "change": sum(mean[i] - mean[j] for i, j in zip(post, pre)) / n,
+    }
+
+
+def alignment(path: Path, select: Mapping[str, Any]) -> Measured:
+    """Alignment with v1 of F through depth (seed 002), each count above a band with the number expected by
+    chance (5 % of the layers: the bands are 5-95 %)."""
+    from scipy.stats import binom
+
+    doc = sc.ALIGNMENT_DOC.check(sc.load_json(path), str(path))
+    c = alignment_counts(doc, str(path))
+    n = int(c["layers"])
+    facts = dict(c) | {
+        "p_random": float(binom.sf(c["above_random"] - 1, n, BAND_ALPHA)),
+        "p_other": float(binom.sf(c["above_other"] - 1, n, BAND_ALPHA)),
+    }
+    text = (
+        f"{doc['model']}, {n} layers, {int(c['tokens'])} tokens: mean alignment at the layer output {c['mean']:.3f} "
+        f"(random {c['random']:.3f}, other layers' v1 {c['other']:.3f}); above the random band "
+        f"{int(c['above_random'])} of {n}, above the other-layer band {int(c['above_other'])} of {n} "
+        f"({n * BAND_ALPHA:.3g} expected by chance each; P = {facts['p_random']:.2g} / {facts['p_other']:.2g} "
+        "were layers independent)"
+    )
+    return Measured(str(doc["model"]), n, c["mean"], c["mean"], c["mean"], text, facts)
+
+
+def steering_settings(
+    doc: Mapping[str, Any], where: str = "steering document"
+) -> dict[tuple[str, str, float], tuple[int, int, float]]:
+    """From ``walklens steer --json``: per (method, layers, alpha) the prompts where the target became the most
+    likely next token, the prompts, and the mean probability of the target (NaN where a probability is)."""
+    out: dict[tuple[str, str, float], list[Mapping[str, Any]]] = {}
+    for i, r in enumerate(sc.STEER_ROW.check_all(sc.key(doc, "rows", where, "key"), where, sc.MAX_ROWS)):
+        layers = sc.numbers(r["layers"], sc.LAYER, f"{where} row {i}", "layers")
+        out.setdefault((r["method"], ",".join(str(int(x)) for x in layers), r["alpha"]), []).append(r)
+    return {
+        k: (sum(1 for r in rs if r["target_rank"] == 0), len(rs), sum(float(r["target_prob"]) for r in rs) / len(rs))
+        for k, rs in out.items()
+    }
+
+
+def steering(path: Path, select: Mapping[str, Any]) -> Measured:
+    """Eigen-steering's best setting (most prompts with the target on top, then the highest mean probability, a NaN
+    one never ranked above a number) next to activation addition's."""
+    doc = sc.STEER_DOC.check(sc.load_json(path), str(path))
+    st = steering_settings(doc, str(path))
+
+    def rank(k: tuple[str, str, float]) -> tuple[int, float]:
+        return st[k][0], -math.inf if math.isnan(st[k][2]) else st[k][2]
+
+    best = {m: max((k for k in st if k[0] == m), key=rank) for m in ("eigen", "add") if any(k[0] == m for k in st)}
+    if "eigen" not in best:
+        raise InputError(f"{path}: no eigen-steering row (method 'eigen')")
+    parts = [
+        f"{m} at layers {k[1]}, alpha {k[2]:g}: {st[k][0]}/{st[k][1]} prompts top-1 (mean p {st[k][2]:.3g})"
+        for m, k in best.items()
+    ]
+    e = st[best["eigen"]]
+    text = f"{doc['model_name']}, toward {doc['target_token']!r}, best of each method: " + "; ".join(parts)
+    return Measured(str(doc["model_name"]), e[1], e[0], e[0], e[0], text, {"eigen_top1": e[0], "prompts": e[1]})
+
+
+def cooccur(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens cooccur --json``: Spearman PMI-cosine with its interval, the other two sides of Result 4's
+    triangle and both frequency controls (seed 000, sec. 2.2)."""
+    d = sc.COOCCUR.check(sc.load_json(path), str(path))
+    for k in sc.COOCCUR_STATS:
+        d[k] = sc.CORRELATION.check(d[k], f"{path} {k}")
+        sc.ordered(d[k], f"{path} {k}", "lo", "rho", "hi")
+    f = {f"{k}{s}": float(d[k][j]) for k in sc.COOCCUR_STATS for s, j in (("", "rho"), ("_lo", "lo"), ("_hi", "hi"))}
+
+    def ci(k: str) -> str:
+        return f"{f[k]:+.3f} [{f[k + '_lo']:+.3f}, {f[k + '_hi']:+.3f}]"
+
+    text = (
+        f"{d['model_name']}, {d['n_pairs']:,} token pairs (within {d['window']} tokens, seen >= {d['min_count']} "
+        f"times) in {d['n_tokens']:,} tokens of HellaSwag; Spearman vs PMI: cosine {ci('pmi_cos')}, inner product "
+        f"{ci('pmi_dot')}; inner product vs cosine {f['dot_cos']:+.3f}; controls: given both log frequencies "
+        f"{ci('partial_cos')}, partner swapped for a frequency-matched token {f['matched_cos']:+.3f} (excess "
+        f"{ci('excess_cos')}); jackknife over {d['n_groups']} groups of {d['n_clusters']} activity labels"
+    )
+    return Measured(str(d["model_name"]), int(d["n_pairs"]), f["pmi_cos"], f["pmi_cos_lo"], f["pmi_cos_hi"], text, f)
+
+
+def _classes(maps: Mapping[str, Any], path: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per map, its class contrasts by class (the three a claim reads must be there)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for k, m in maps.items():
+        where = f"{path} maps.{sc.name(k)}"
+        cs = sc.BLOCK_CLASS.check_all(sc.BLOCK_MAP.check(m, where)["classes"], f"{where} classes", sc.MAX_ROWS)
+        for i, c in enumerate(cs):
+            sc.ordered(c, f"{where} classes row {i}", "lo", "hi")
+        out[k] = {c["cls"]: c for c in reversed(cs)}  # the first of a repeated class, as a search finds it
+        missing = next((c for c in ("number", "bracket", "separator") if c not in out[k]), None)
+        if missing:
+            raise InputError(f"{where}: no class {missing!r}")
+    return out
+
+
+def blocks(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens simmap --blocks``: per class, in how many maps the class is alike (within above between
+    beyond the permutation null, Bonferroni over the maps), and the contrast of ``select['map']``."""
+    d = sc.BLOCKS_DOC.check(sc.load_json(path), str(path))
+    if not d["maps"]:
+        raise InputError(f"{path}: field 'maps' holds no map")
+    maps = _classes(d["maps"], path)
+    chosen = sc.key(maps, select["map"], str(path), "map")
+    alpha = 0.05 / len(maps)
+    facts: dict[str, float] = {"maps": len(maps)}
+    parts = []
+    for cls in ("number", "bracket", "separator"):
+        per = [m[cls] for m in maps.values()]
+        facts[f"{cls}_alike"] = sum(1 for c in per if c["p_above"] < alpha)
+        facts[f"{cls}_below"] = sum(1 for c in per if c["hi"] < 0)
+        c = chosen[cls]
+        facts |= {cls: c["contrast"], f"{cls}_lo": c["lo"], f"{cls}_hi": c["hi"], f"{cls}_n": c["n"]}
+        parts.append(
+            f"{cls}s (n={c['n']}) {c['contrast']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}], alike in "
+            f"{int(facts[f'{cls}_alike'])}/{len(maps)} maps"
+        )
+    text = (
+        f"{d['model']}, the A.4 grading prompt, {len(d['tokens'])} tokens, {len(maps)} maps; within - between class "
+        f"similarity at {select['map']}: " + "; ".join(parts) + f" (alike: permutation p < 0.05/{len(maps)})"
+    )
+    num = facts["number"]
+    return Measured(str(d["model"]), len(d["tokens"]), num, facts["number_lo"], facts["number_hi"], text, facts)
+
+
+def _self_bias_count(doc: Mapping[str, Any], k: str, where: str) -> dict[str, Any]:
+    rows = sc.key(doc["self_bias"], k, where + " self_bias", "control")
+    where += f" self_bias.{k} row 0"
+    if not isinstance(rows, list) or not rows:
+        raise InputError(f"{where.rsplit(' row', 1)[0]}: must be a non-empty list of counts")
+    c = sc.SELF_BIAS.check(rows[0], where)
+    if max(c["negative"], c["significant"]) > c["heads"]:
+        raise InputError(f"{where}: counts {c['negative']} and {c['significant']} of {c['heads']} heads")
+    return c
+
+
+def self_bias(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens kernels --sink-control --json``: heads with negative self-bias, flagged at the margin and
+    below zero by a one-sided t-test (with the number chance gives), as measured and with position 0 removed."""
+    doc = sc.SELF_BIAS_DOC.check(sc.load_json(path), str(path))
+    a, b = (_self_bias_count(doc, k, str(path)) for k in ("as measured", "position 0 removed"))
+    n = int(a["heads"])
+    if b["heads"] != n:
+        raise InputError(f"{path}: {b['heads']} heads with position 0 removed, {n} as measured")
+    text = (
+        f"{doc['model']}, {n} empirical kernels: {a['negative']} ({a['negative'] / n:.1%}) flagged at "
+        f"{a['margin']:g} nats, {a['significant']} below zero at one-sided {a['alpha']:g} ({a['expected']:.3g} "
+        f"by chance); with position 0 removed {b['negative']} ({b['negative'] / n:.1%}) and {b['significant']} "
+        f"({b['expected']:.3g} by chance)"
+    )
+    facts = {"sink": b["negative"] / n, "sig": a["significant"], "sig_sink": b["significant"],
+             "expected": a["expected"], "p_sink": b["p_chance"]}  # fmt: skip
+    v = a["negative"] / n
+    return Measured(str(doc["model"]), n, v, v, v, text, facts)
+
+
+def self_rank(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens walk --self-rank --json``: per stack the own token's median rank and the share of
+    positions where it outranks another position's token."""
+    doc = sc.SELF_RANK_DOC.check(sc.load_json(path), str(path))
+    stacks = sc.SELF_RANK.check_all(doc["stacks"], f"{path} stacks", 16)
+    if not stacks:
+        raise InputError(f"{path}: field 'stacks' holds no stack")
+    for i, s in enumerate(stacks):
+        sc.ordered(s, f"{path} stacks row {i}", "closer_lo", "closer", "closer_hi")
+        s["summary"] = sc.RANK_SUMMARY.check(s["summary"], f"{path} stacks row {i} summary")
+    st = {s["stack"] or "model": s for s in stacks}
+    parts = [
+        f"{k}: own token median rank {s['summary']['median_rank_own']:g} of {s['vocab']} (control "
+        f"{s['summary']['median_rank_control']:g}), ahead of the control at {s['closer']:.0%} "
+        f"[{s['closer_lo']:.0%}, {s['closer_hi']:.0%}] of {len(s['token_ids'])} positions"
+        for k, s in st.items()
+    ]
+    e = st.get("enc") or next(iter(st.values()))
+    note = f" ({select['note']})" if "note" in select else ""
+    facts = {"encoder": float(bool(doc["encoder_decoder"])), "trained": float(select.get("trained", 1))}
+    text = f"{doc['model']}{note}: " + "; ".join(parts)
+    return Measured(str(doc["model"]), len(e["token_ids"]), e["closer"], e["closer_lo"], e["closer_hi"], text, facts)
+
+
+#: the comparisons of a concept evaluation that its claim and verdict read
+COMPARISONS = ("own_vs_offtopic", "own_vs_shuffled", "gold_vs_distractors", "chance_control")
+
+
+def concept_eval(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens hellaswag concept-eval --json``: each comparison's share with its interval."""
+    doc = sc.CONCEPT_DOC.check(sc.load_json(path), str(path))
+    where = f"{path} comparisons"
+    if len(doc["comparisons"]) > 64 or any(len(k) > 80 for k in doc["comparisons"]):
+        raise InputError(f"{where}: over 64 comparisons, or a name over 80 characters")
+    cs = {k: sc.COMPARISON.check(c, f"{where}.{k}") for k, c in doc["comparisons"].items()}
+    for k, c in cs.items():
+        sc.ordered(c, f"{where}.{k}", "lo", "share", "hi")
+    for k in COMPARISONS:
+        sc.key(cs, k, where, "comparison")
+    parts = [f"{k} {c['share']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}] (chance {c['chance']:g})" for k, c in cs.items()]
+    o = cs["own_vs_offtopic"]
+    facts = {f"{k}_{x}": float(c[x]) for k, c in cs.items() for x in ("lo", "hi")}
+    text = f"{doc['model']}, n={doc['n_items']} HellaSwag items: " + "; ".join(parts)
+    return Measured(str(doc["model"]), int(doc["n_items"]), o["share"], o["lo"], o["hi"], text, facts)
+
+
+def scheme_heldout(path: Path, select: Mapping[str, Any]) -> Measured:
+    """One scheme, chosen on other items, scored on the items of a ``walklens hellaswag test1|test2 --skip N --json``
+    file, against the baseline on the same items: accuracy (Wilson), the normalised figure with its paired
+    bootstrap interval (the baseline's uncertainty in it) and the exact McNemar test."""
+    doc = sc.HELDOUT_RUN.check(sc.load_json(path), str(path))
+    metric = select.get("metric", "acc")
+    pair = (doc.get("paired") or {}).get(metric)
+    if not pair:
+        raise InputError(f"{path}: no paired test against the baseline (a run of `walklens hellaswag ... --json`)")
+    where = f"{path} paired.{metric}"
+    pair = sc.HELDOUT_METRIC.check(pair, where)
+    for fields in (("lo", "acc", "hi"), ("baseline_lo", "baseline", "baseline_hi"), ("norm_lo", "norm_hi")):
+        sc.ordered(pair, where, *fields)
+    mc = _paired(pair["paired"], where + ".paired")
+    facts = {
+        "baseline": pair["baseline"],
+        "norm": pair["norm"],
+        "norm_lo": pair["norm_lo"],
+        "norm_hi": pair["norm_hi"],
+        "boot_norm_lo": pair["norm_lo"],
+        "boot_norm_hi": pair["norm_hi"],
+        "paired_p": mc["p"],
+        "paired_lo": mc["lo"],
+        "paired_hi": mc["hi"],
+    }
+    text = (
+        f"{doc['model']}, Test {str(doc['test'])[-1]}, {doc['shots']}-shot, scheme {doc['scheme']} chosen on items "
+        f"0-{doc['skip'] - 1}, scored on the next n={doc['n']:,}: {pair['acc']:.3f} [{pair['lo']:.3f}, "
+        f"{pair['hi']:.3f}] vs baseline {pair['baseline']:.3f} [{pair['baseline_lo']:.3f}, {pair['baseline_hi']:.3f}] "
+        f"({pair['norm']:.2f} normalised, bootstrap {pair['norm_lo']:.2f}-{pair['norm_hi']:.2f}); paired vs baseline "
+        f"{mc['diff']:+.3f} [{mc['lo']:+.3f}, {mc['hi']:+.3f}], p={mc['p']:.2g}"
+    )
+    return Measured(str(doc["model"]), int(doc["n"]), pair["acc"], pair["lo"], pair["hi"], text, facts)
+
+
+MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {
+    "scheme_heldout": scheme_heldout,
+    "self_bias": self_bias,
+    "self_rank": self_rank,
+    "concept_eval": concept_eval,
+    "cooccur": cooccur,
+    "blocks": blocks,
+    "steering": steering,
+    "alignment": alignment,
+    "heldout": heldout,
+    "compaction": compaction,
+    "self_mass": self_mass_share,
+}

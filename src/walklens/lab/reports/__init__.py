@@ -1,0 +1,1 @@
+"""The lab's reports: the sweep, the agreement study, the steering card."""
