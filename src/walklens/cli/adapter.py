@@ -7,16 +7,16 @@ import sys
 
 from ..base.errors import InputError
 from .common import add_model_arg, command_inputs, load
-from .terminal import ParagraphHelp, console, say
+from .terminal import add_command, console, say
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    a = sub.add_parser(
+    a = add_command(
+        sub,
         "adapter",
-        help="the adapter walklens uses for a model (derived ones can be written out)",
-        formatter_class=ParagraphHelp,
-        description="Show the adapter of a model; --write FILE writes a derived adapter as a "
-        "reviewable file for src/walklens/models/.",
+        "the adapter walklens uses for a model (derived ones can be written out)",
+        "Show the adapter of a model; --write FILE writes a derived adapter as a reviewable file for "
+        "src/walklens/models/.",
     )
     add_model_arg(a)
     a.add_argument("--write", metavar="FILE", help="write the derived adapter's roles as a Python file")

@@ -30,7 +30,7 @@ from .common import (
     read_text,
     write_json,
 )
-from .terminal import Col, ParagraphHelp, console, print_table, say
+from .terminal import Col, add_command, console, print_table, say
 
 DESCRIPTION = """\
 Compact TEXT into at most K concept vectors (seed 000, footnote 11): the tokens before the recent window are
@@ -58,12 +58,7 @@ _count = count_arg  # a count that may be 0 (the shared range of walklens.base.n
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ..analyses.compaction.core import BOUNDS, METHODS
 
-    p = sub.add_parser(
-        "compact",
-        help="compact a text into K concept vectors and see what they keep",
-        description=DESCRIPTION,
-        formatter_class=ParagraphHelp,
-    )
+    p = add_command(sub, "compact", "compact a text into K concept vectors and see what they keep", DESCRIPTION)
     p.add_argument("text", help="the text (use @FILE to read it from a file)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--budget", type=positive_arg, default=None, metavar="K", help="at most K vectors")

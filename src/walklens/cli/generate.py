@@ -14,7 +14,7 @@ from ..reports import generate as generate_report
 from ..reports.html import show
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
-from .terminal import Col, ParagraphHelp, console, print_table, say, written
+from .terminal import Col, add_command, console, print_table, say, written
 
 DESCRIPTION = """\
 The decoding walk: generate from a prompt (greedy by default, 20 tokens) and record at every step the
@@ -25,11 +25,8 @@ attention grows with the square of the prompt) is checked against --max-memory /
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "generate",
-        help="the decoding walk: generate and record d_t, its neighbours, P and rank",
-        description=DESCRIPTION,
-        formatter_class=ParagraphHelp,
+    p = add_command(
+        sub, "generate", "the decoding walk: generate and record d_t, its neighbours, P and rank", DESCRIPTION
     )
     add_text_args(p, "prompt")
     add_model_args(p)

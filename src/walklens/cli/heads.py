@@ -12,7 +12,7 @@ from ..base.errors import InputError
 from ..reports import heads as heads_report
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, write_json
 from .limits import add_limit_args
-from .terminal import Col, ParagraphHelp, console, print_table, say
+from .terminal import Col, add_command, console, print_table, say
 
 HEADS_DESCRIPTION = """\
 Attention heads of a text: the A.3 identity on every attention module, every layer's attention maps, the
@@ -28,11 +28,8 @@ layers when given); a JSON over --max-output is refused."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "heads",
-        help="attention heads: A.3 identity, attention maps, cluster & aggregate, W_vo/W_qk",
-        description=HEADS_DESCRIPTION,
-        formatter_class=ParagraphHelp,
+    p = add_command(
+        sub, "heads", "attention heads: A.3 identity, attention maps, cluster & aggregate, W_vo/W_qk", HEADS_DESCRIPTION
     )
     add_text_args(p)
     add_model_args(p)

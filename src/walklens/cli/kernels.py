@@ -12,7 +12,7 @@ from ..base.errors import InputError, ReducedWarning
 from ..reports import kernels as kernels_report
 from .common import add_model_args, add_output_args, finite_arg, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
-from .terminal import ParagraphHelp, console, print_table, say
+from .terminal import add_command, console, print_table, say
 
 MAX_DISTANCE = 65536  # largest --max-distance (the window of distances; the model's context bounds it further)
 
@@ -24,11 +24,8 @@ tokens (--samples, --length), 4 samples per forward pass, every layer and head. 
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    k = sub.add_parser(
-        "kernels",
-        help="position kernels of every head and self-bias fractions per stack (A.2)",
-        description=KERNELS_DESCRIPTION,
-        formatter_class=ParagraphHelp,
+    k = add_command(
+        sub, "kernels", "position kernels of every head and self-bias fractions per stack (A.2)", KERNELS_DESCRIPTION
     )
     add_model_args(k)
     add_output_args(k)

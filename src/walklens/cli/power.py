@@ -14,7 +14,7 @@ from ..base.numbers import POSITIVE_INT, Range
 from ..reports import power as power_report
 from .common import add_model_args, add_output_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
-from .terminal import Col, ParagraphHelp, console, print_table, say
+from .terminal import Col, add_command, console, print_table, say
 
 POWER_DESCRIPTION = """\
 The power-method view (seed 002): the spectrum of F = W_V W_O of every layer (from the weights), the
@@ -27,11 +27,11 @@ numbers per token and point); it and the work are checked against --max-memory /
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``walklens power``: spectra, alignment through depth, the idealised dynamics and shared weights."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "power",
-        help="power-method view: spectra of W_V W_O, alignment through depth, shared weights",
-        description=POWER_DESCRIPTION,
-        formatter_class=ParagraphHelp,
+        "power-method view: spectra of W_V W_O, alignment through depth, shared weights",
+        POWER_DESCRIPTION,
     )
     p.add_argument("texts", nargs="*", help="texts (use @FILE to read one from a file)")
     p.add_argument("--corpus", metavar="FILE", help="more texts, one per line")

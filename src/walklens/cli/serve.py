@@ -15,7 +15,7 @@ from typing import Any
 from ..base.errors import InputError
 from ..base.precision import DEFAULT_DTYPE, DEVICES, DTYPES
 from .limits import add_limit_args
-from .terminal import ParagraphHelp
+from .terminal import add_command
 
 DESCRIPTION = """\
 A local web app over the analyses: type a text, pick a model, and move through the encoding walk (click a
@@ -28,11 +28,8 @@ that dtype, e.g. --model smollm2-135m --model smollm2-135m@bfloat16 to compare t
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "serve",
-        help="the explorer in the browser: every view of a text, offline, on localhost",
-        description=DESCRIPTION,
-        formatter_class=ParagraphHelp,
+    p = add_command(
+        sub, "serve", "the explorer in the browser: every view of a text, offline, on localhost", DESCRIPTION
     )
     p.add_argument(
         "--model",

@@ -19,7 +19,7 @@ from ..base.errors import InputError
 from ..reports import simmap as simmap_report
 from .common import add_model_args, add_output_args, load, read_text, seed_arg, write_json
 from .limits import add_limit_args
-from .terminal import ParagraphHelp, console, print_table, written
+from .terminal import add_command, console, print_table, written
 
 EXAMPLES = {"grading": "grading_prompt.txt"}
 
@@ -34,11 +34,8 @@ over --max-memory / --max-work, is refused before anything is computed."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "simmap",
-        help="similarity maps of token vectors at any captured point (Figs. 3, 11, 12)",
-        description=DESCRIPTION,
-        formatter_class=ParagraphHelp,
+    p = add_command(
+        sub, "simmap", "similarity maps of token vectors at any captured point (Figs. 3, 11, 12)", DESCRIPTION
     )
     p.add_argument("text", nargs="?", help="the text (use @FILE to read it from a file)")
     p.add_argument("--example", choices=sorted(EXAMPLES), help="use a bundled text (grading: the A.4 prompt)")

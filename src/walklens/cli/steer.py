@@ -17,7 +17,7 @@ from ..reports import steer as steer_report
 from .common import add_model_args, add_output_args, load, read_text, write_json
 from .limits import add_limit_args
 from .steercard import add_card_args, refuse_backend, run_card
-from .terminal import Col, ParagraphHelp, console, print_table, say
+from .terminal import Col, add_command, console, print_table, say
 
 STEER_DESCRIPTION = """\
 Eigen-steering (a rank-one edit of W_O along the target's direction) next to activation addition: for
@@ -35,12 +35,7 @@ a card runs for an hour or more and resumes) and --max-memory."""
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``walklens steer``: eigen-steering next to activation addition, or the steering card (--card)."""
-    s = sub.add_parser(
-        "steer",
-        help="eigen-steering (rank-one W_O edit) next to activation addition",
-        description=STEER_DESCRIPTION,
-        formatter_class=ParagraphHelp,
-    )
+    s = add_command(sub, "steer", "eigen-steering (rank-one W_O edit) next to activation addition", STEER_DESCRIPTION)
     s.add_argument("prompts", nargs="*", help="prompts (use @FILE to read one from a file); none with --card")
     s.add_argument(
         "--toward",

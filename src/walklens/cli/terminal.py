@@ -151,4 +151,22 @@ class ParagraphHelp(argparse.HelpFormatter):
         return "\n\n".join(textwrap.fill(p, width, initial_indent=indent, subsequent_indent=indent) for p in paragraphs)
 
 
-__all__ = ["ParagraphHelp", "Col", "console", "say", "cell_width", "split_columns", "print_table", "WRAP_MIN"]
+def add_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, summary: str, description: str
+) -> argparse.ArgumentParser:
+    """The parser of the command ``name``: ``summary`` in ``walklens --help``, ``description`` in its own
+    ``--help``, each of its paragraphs kept (:class:`ParagraphHelp`)."""
+    return sub.add_parser(name, help=summary, description=description, formatter_class=ParagraphHelp)
+
+
+__all__ = [
+    "ParagraphHelp",
+    "add_command",
+    "Col",
+    "console",
+    "say",
+    "cell_width",
+    "split_columns",
+    "print_table",
+    "WRAP_MIN",
+]

@@ -7,7 +7,7 @@ import sys
 
 from ..reports import parity as parity_report
 from .common import add_model_arg, add_output_args, load, write_json
-from .terminal import Col, ParagraphHelp, console, print_table, say
+from .terminal import Col, add_command, console, print_table, say
 
 DESCRIPTION = """\
 The parity card of one model in one dtype: logits recomputed from `final`, the captured points against
@@ -17,12 +17,7 @@ with a tolerance per dtype. Exit 0 when every check passes, 1 when one fails."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "verify",
-        help="the parity card: every recomputation checked against the model itself",
-        description=DESCRIPTION,
-        formatter_class=ParagraphHelp,
-    )
+    p = add_command(sub, "verify", "the parity card: every recomputation checked against the model itself", DESCRIPTION)
     add_model_arg(p)
     p.add_argument("--quick", action="store_true", help="only the checks a derived adapter is accepted on")
     add_output_args(p)

@@ -18,7 +18,7 @@ from ..reports import walk as walk_report
 from ..reports.html import show
 from .common import add_model_args, add_output_args, add_text_args, load, read_text, write_json
 from .limits import add_limit_args
-from .terminal import Col, ParagraphHelp, console, print_table, written
+from .terminal import Col, add_command, console, print_table, written
 
 MAX_TERMINAL_COLS = 12
 MAX_TERMINAL_ROWS = 64
@@ -39,12 +39,7 @@ resid_post and final (tables wrapped to the terminal's width) and the first 64 p
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "walk",
-        help="the encoding walk of a text: nearest tokens, ranks and escape layers",
-        description=DESCRIPTION,
-        formatter_class=ParagraphHelp,
-    )
+    p = add_command(sub, "walk", "the encoding walk of a text: nearest tokens, ranks and escape layers", DESCRIPTION)
     add_text_args(p)
     add_model_args(p)
     add_output_args(p)
