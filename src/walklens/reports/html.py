@@ -31,7 +31,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote
 
 import torch
@@ -125,7 +125,39 @@ def block_labels(tokens: Sequence[str], b: int) -> list[str]:
     return [f"{i}-{min(i + b, len(tokens)) - 1} {tokens[i]}" for i in range(0, len(tokens), b)]
 
 
-class Report:
+class Charts:
+    """The charts a page's script draws from a spec, one spec for both renderings of a view: the HTML
+    :class:`Report` and the explorer's parts (:class:`walklens.lab.reports.steercard.Parts`), each of which says in
+    ``_widget`` where a chart goes."""
+
+    def lines(
+        self,
+        x: Sequence[Any],
+        series: Sequence[dict[str, Any]],
+        title: str = "",
+        xlabel: str = "",
+        width: int = 720,
+        height: int = 320,
+    ) -> Self:
+        """SVG line chart; each series is ``{"name", "y", optional "band": [lo, hi], "dash", "color"}``."""
+        spec = {
+            "x": [str(v) for v in x],
+            "series": [
+                {**s, "y": jsonable(s["y"], DIGITS), **({"band": jsonable(s["band"], DIGITS)} if "band" in s else {})}
+                for s in series
+            ],
+            "xlabel": xlabel,
+            "width": width,
+            "height": height,
+        }
+        return self._widget("lines", spec, title)
+
+    def _widget(self, kind: str, spec: dict[str, Any], title: str) -> Self:
+        """Add the chart ``kind`` drawn from ``spec``, titled ``title``."""
+        raise NotImplementedError
+
+
+class Report(Charts):
     """An HTML report being built; ``save(out_dir)`` writes ``index.html`` plus PNG figures and any files
     attached with :meth:`attach` (tables as CSV, a summary as JSON or Markdown)."""
 
@@ -192,29 +224,7 @@ class Report:
         }
         return self._widget("heatmap", spec, title)
 
-    def lines(
-        self,
-        x: Sequence[Any],
-        series: Sequence[dict[str, Any]],
-        title: str = "",
-        xlabel: str = "",
-        width: int = 720,
-        height: int = 320,
-    ) -> Report:
-        """SVG line chart; each series is ``{"name", "y", optional "band": [lo, hi], "dash", "color"}``."""
-        spec = {
-            "x": [str(v) for v in x],
-            "series": [
-                {**s, "y": jsonable(s["y"], DIGITS), **({"band": jsonable(s["band"], DIGITS)} if "band" in s else {})}
-                for s in series
-            ],
-            "xlabel": xlabel,
-            "width": width,
-            "height": height,
-        }
-        return self._widget("lines", spec, title)
-
-    def _widget(self, kind: str, spec: dict[str, Any], title: str) -> Report:
+    def _widget(self, kind: str, spec: dict[str, Any], title: str) -> Self:
         """A chart drawn by the page's script from its ``spec`` (``<div class='wl-{kind}'>``, the spec as JSON in
         an escaped attribute), under an ``<h3>`` when there is a ``title``."""
         if title:

@@ -5,17 +5,17 @@ their ``heldout`` numbers, and example continuations per dose.  It draws a
 :class:`~walklens.lab.steeringcard.SteeringCard`; it never loads a model.
 
 One builder, two renderings: :func:`_fill` writes the card's headings, notes, charts and tables into a
-:class:`Sink`, which is the HTML :class:`~walklens.reports.html.Report` (:func:`build`) or the list of parts the
+:data:`Sink`, which is the HTML :class:`~walklens.reports.html.Report` (:func:`build`) or the list of parts the
 explorer's cards view draws with the reports' own script (:func:`view`; ``assets/results.js``, ``parts``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ...base.outputs import jsonable
-from ...reports.html import DIGITS, Report, fields_of
+from ...reports.html import Charts, Report, fields_of
 
 if TYPE_CHECKING:
     from ..steeringcard import CardCell, SteeringCard
@@ -46,25 +46,8 @@ def document(card: SteeringCard) -> dict[str, Any]:
     return fields_of(card)
 
 
-class Sink(Protocol):
-    """What the card's builder writes into (the methods of :class:`~walklens.reports.html.Report` it uses)."""
-
-    def h2(self, text: str) -> Any: ...
-    def p(self, text: str, note: bool = False) -> Any: ...
-    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "{:.4g}") -> Any: ...
-    def lines(
-        self,
-        x: Sequence[Any],
-        series: Sequence[dict[str, Any]],
-        title: str = "",
-        xlabel: str = "",
-        width: int = 720,
-        height: int = 320,
-    ) -> Any: ...
-
-
-class Parts:
-    """A :class:`Sink` that keeps each part as plain data (``{"part": "h2" | "p" | "table" | "lines", ...}``),
+class Parts(Charts):
+    """A :data:`Sink` that keeps each part as plain data (``{"part": "h2" | "p" | "table" | "lines", ...}``),
     for the explorer's page to draw with ``walklensResults.draw.parts`` (strings as text, never markup)."""
 
     def __init__(self) -> None:
@@ -83,21 +66,14 @@ class Parts:
         self.parts.append({"part": "table", "headers": list(headers), "rows": jsonable(cells)})
         return self
 
-    def lines(
-        self,
-        x: Sequence[Any],
-        series: Sequence[dict[str, Any]],
-        title: str = "",
-        xlabel: str = "",
-        width: int = 720,
-        height: int = 320,
-    ) -> Parts:
-        spec = {"x": [str(v) for v in x], "series": jsonable(list(series), DIGITS), "xlabel": xlabel}
-        self.parts.append({"part": "lines", "title": title, "spec": {**spec, "width": width, "height": height}})
+    def _widget(self, kind: str, spec: dict[str, Any], title: str) -> Self:
+        self.parts.append({"part": kind, "title": title, "spec": spec})
         return self
 
 
-S = TypeVar("S", bound=Sink)
+#: what the card's builder writes into: the HTML report or the explorer's parts
+Sink = Report | Parts
+S = TypeVar("S", Report, Parts)
 
 
 def _label(c: CardCell) -> str:
@@ -190,7 +166,7 @@ def view(card: SteeringCard) -> list[dict[str, Any]]:
 
 
 def _fill(r: S, card: SteeringCard) -> S:
-    """Every part of the card's report, written into ``r`` (a :class:`Sink`); returns ``r``."""
+    """Every part of the card's report, written into ``r`` (a :data:`Sink`); returns ``r``."""
     r.p(
         f"set {card.set_name} ({card.set_id}); layers {card.layers}; doses {card.doses}; {card.max_new_tokens}-token "
         f"greedy continuations; {card.n_boot} bootstrap resamples (seed {card.seed}); the choice on 'choose' keeps "
