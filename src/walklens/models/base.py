@@ -12,7 +12,7 @@ are returned by :func:`Adapter.head_weights` in that row convention.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -284,6 +284,10 @@ class Adapter:
 # ---- helpers shared by adapters ------------------------------------------------------------------------------
 
 
+#: The norms of most families, Llama's names: the attention's input norm and the MLP's.
+NORMS: Mapping[str, str] = {"attn": "input_layernorm", "mlp": "post_attention_layernorm"}
+
+
 def causal_lm(
     family: str,
     *,
@@ -291,17 +295,24 @@ def causal_lm(
     layers: str,
     attn: str,
     final_norm: str | None,
-    norms: dict[str, str],
+    norms: Mapping[str, str] = NORMS,
     attn_out: str | None = None,
     mlp_out: str = "mlp",
     **fields: Any,
 ) -> Adapter:
     """The adapter of a decoder-only causal LM of model type ``family``, with one stack (``layers``; per layer the
     attention module ``attn``, the contributions ``attn_out``, by default ``attn`` itself, and ``mlp_out``, the
-    ``norms``; ``final_norm``) and logits from its ``lm_head`` (:func:`lm_head_logits`) unless ``fields``, the
+    ``norms``; ``final_norm``), a pre-norm residual stream, the MLP activation the config's ``hidden_act`` names
+    (:func:`act_from_config`) and logits from its ``lm_head`` (:func:`lm_head_logits`) unless ``fields``, the
     other fields of :class:`Adapter`, say otherwise."""
-    spec = StackSpec("", layers, attn, attn_out or attn, mlp_out, final_norm=final_norm, norms=norms)
-    defaults: dict[str, Any] = {"model_types": (family,), "logits_fn": lm_head_logits("lm_head"), "unembed": "lm_head"}
+    spec = StackSpec("", layers, attn, attn_out or attn, mlp_out, final_norm=final_norm, norms=dict(norms))
+    defaults: dict[str, Any] = {
+        "model_types": (family,),
+        "residual": "pre_norm",
+        "logits_fn": lm_head_logits("lm_head"),
+        "mlp_act_fn": act_from_config("hidden_act"),
+        "unembed": "lm_head",
+    }
     return Adapter(
         **{"family": family, "auto_class": "causal", "embed": embed, "stacks": (spec,), **defaults, **fields}
     )

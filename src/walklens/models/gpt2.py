@@ -26,7 +26,6 @@ ADAPTER = causal_lm(
     final_norm="transformer.ln_f",
     norms={"attn": "ln_1", "mlp": "ln_2"},
     position="learned",
-    residual="pre_norm",
     head_weights_fn=head_weights,
     n_layers_fn=lambda c: c.n_layer,
     mlp_act_fn=act_from_config("activation_function"),

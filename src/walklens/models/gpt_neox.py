@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import HeadWeights, HFModule, act_from_config, causal_lm
+from .base import HeadWeights, HFModule, causal_lm
 from .heads import attention_heads
 
 
@@ -22,9 +22,7 @@ ADAPTER = causal_lm(
     layers="gpt_neox.layers",
     attn="attention",
     final_norm="gpt_neox.final_layer_norm",
-    norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"},
     position="rotary",
     residual=lambda c: "parallel" if c.use_parallel_residual else "pre_norm",
     head_weights_fn=head_weights,
-    mlp_act_fn=act_from_config("hidden_act"),
 )

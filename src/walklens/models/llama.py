@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Adapter, HeadWeights, HFModule, act_from_config, causal_lm, sliding_window_limit, variant
+from .base import Adapter, HeadWeights, HFModule, causal_lm, sliding_window_limit, variant
 from .heads import config_heads
 
 #: the norms of a parallel block, whose attention and MLP both read the one input norm (Phi, Cohere)
@@ -26,11 +26,8 @@ ADAPTER = causal_lm(
     layers="model.layers",
     attn="self_attn",
     final_norm="model.norm",
-    norms={"attn": "input_layernorm", "mlp": "post_attention_layernorm"},
     position="rotary",
-    residual="pre_norm",
     head_weights_fn=head_weights,
-    mlp_act_fn=act_from_config("hidden_act"),
     limits=sliding_window_limit,  # Mistral, Qwen 2
 )
 

@@ -48,7 +48,6 @@ ADAPTER = causal_lm(
     final_norm="transformer.norm_f",
     norms={"attn": "norm_1", "mlp": "norm_2"},
     position="alibi",
-    residual="pre_norm",
     head_weights_fn=head_weights,
     n_layers_fn=lambda c: c.n_layers,
     mlp_act_fn=lambda model, layer: model.transformer.blocks[layer].ffn.act,
