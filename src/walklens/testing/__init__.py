@@ -20,26 +20,28 @@ WORDS = (
 ).split()
 
 
+#: The special tokens of :func:`tiny_tokenizer`, by role, in the order of their ids (0 to 5).
+SPECIALS = {
+    "pad_token": "<pad>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+    "cls_token": "[CLS]",
+    "sep_token": "[SEP]",
+    "mask_token": "[MASK]",
+}
+
+
 def tiny_tokenizer() -> Any:
     """A word-level fast tokenizer over :data:`WORDS` with <pad>=0, </s>=1, <unk>=2, [CLS]=3, [SEP]=4, [MASK]=5."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    specials = ["<pad>", "</s>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
-    vocab = {w: i for i, w in enumerate(specials + [w for w in WORDS])}
+    vocab = {w: i for i, w in enumerate([*SPECIALS.values(), *WORDS])}
     vocab.update({"Ġ" + w: len(vocab) + i for i, w in enumerate(WORDS)})
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token=SPECIALS["unk_token"]))
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        pad_token="<pad>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tk, **SPECIALS)
 
 
 #: Small sizes for any config class: each is set where the config has the attribute (names via attribute_map too).
