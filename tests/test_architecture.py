@@ -279,7 +279,8 @@ def lint_broken(tree: Path, broken: set[str]) -> str:
 def test_a_model_importing_the_cli_breaks_the_contracts(tree: Path) -> None:
     base = tree / "src" / "walklens" / "models" / "base.py"
     base.write_text("from walklens.cli import common\n" + base.read_text())
-    broken = {"layers", "instrument-never-imports-lab", "analyses-never-draw", "models-at-the-bottom", "no-cycles"}
+    broken = {"layers", "instrument-never-imports-lab", "core-rooms", "analyses-never-draw", "models-at-the-bottom"}
+    broken |= {"no-cycles"}
     out = lint_broken(tree, broken)  # the CLI reaches the lab: a model importing it reaches the lab too
     assert "walklens.models.base -> walklens.cli.common" in out
 

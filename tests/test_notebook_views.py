@@ -118,11 +118,10 @@ def offline(doc: str) -> None:
 
 
 def test_every_public_result_type_shows_itself() -> None:
+    from walklens import lab
     from walklens.lab.experiments import curves, runner, summary
 
-    import walklens.lab
-
-    groups = (walklens, walklens.core, walklens.analyses, walklens.lab)
+    groups = (walklens, walklens.core, walklens.analyses, lab)
     classes = {n: getattr(g, n) for g in groups for n in g.__all__ if inspect.isclass(getattr(g, n))}
     classes = {n: c for n, c in classes.items() if not issubclass(c, BaseException)}
     # results of the HellaSwag study, reached through walklens.lab.experiments

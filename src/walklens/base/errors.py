@@ -87,6 +87,12 @@ def displayable(text: str) -> str:
     return text
 
 
+def first_line(e: BaseException, limit: int = 240) -> str:
+    """An exception's message on one line (its lines joined), cut to ``limit`` characters."""
+    text = " ".join(str(e).split()) or e.__class__.__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 __all__ = [
     "WalklensError",
     "UnknownModelError",
@@ -102,5 +108,6 @@ __all__ = [
     "ReducedWarning",
     "StaleCacheWarning",
     "displayable",
+    "first_line",
     "utf8_text",
 ]

@@ -30,9 +30,10 @@ class Hooks:
     def __init__(self) -> None:
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
-    def post(self, module: nn.Module, fn: Callable[..., Any]) -> None:
-        """A forward hook: ``fn(module, args, output)``; a non-None return replaces the output."""
-        self._handles.append(module.register_forward_hook(fn))
+    def post(self, module: nn.Module, fn: Callable[..., Any], *, always: bool = False) -> None:
+        """A forward hook: ``fn(module, args, output)``; a non-None return replaces the output.  ``always``: called
+        even when the module's forward raises (then with ``output`` None)."""
+        self._handles.append(module.register_forward_hook(fn, always_call=always))
 
     def pre(self, module: nn.Module, fn: Callable[..., Any], *, with_kwargs: bool = False) -> None:
         """A forward pre-hook: ``fn(module, args)`` (``fn(module, args, kwargs)`` with ``with_kwargs``)."""

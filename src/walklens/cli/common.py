@@ -208,7 +208,8 @@ def load(args: argparse.Namespace) -> LoadedModel:
     """Check the output paths, then load ``--model`` in ``--dtype`` on ``--device`` (a GGUF's first load draws a
     progress bar on stderr unless ``--no-progress``)."""
     check_outputs(args)
-    return load_model(args.model, **model_options(args), progress=not getattr(args, "no_progress", False))
+    dtype, device = model_options(args).values()
+    return load_model(args.model, dtype=dtype, device=device, progress=not getattr(args, "no_progress", False))
 
 
 def model_options(args: argparse.Namespace) -> dict[str, str]:

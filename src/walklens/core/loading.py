@@ -15,12 +15,9 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
 import socket
-import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -28,12 +25,13 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
-from ..base.errors import InputError, MissingDependencyError, StaleCacheWarning, UnknownModelError, WalklensError
+from ..base.errors import InputError, MissingDependencyError, StaleCacheWarning, UnknownModelError, first_line
 from ..base.outputs import write_atomic
 from ..base.precision import check_device, model_label, parse_dtype, warn_if_slow
 from ..models import Adapter, get_adapter, has_adapter
 from ..models.base import Kind, StackSpec
 from ..models.checkpoint import (
+    Weights,
     check_config,
     check_depth,
     check_family,
@@ -45,6 +43,8 @@ from ..models.derive import derive_adapter, derive_roles
 from ..models.derived_cache import entry_name, entry_text, read_entry
 from ..models.probe import check_forward
 from ..models.roles import build_adapter
+from .gguf import gguf_cached
+from .streaming import LayerStream, quiet_transformers, skeleton, stream_weights, streams
 
 if TYPE_CHECKING:
     from transformers.modeling_utils import PreTrainedModel
@@ -115,12 +115,15 @@ class LoadedModel:
 
     Its kind is the adapter's (:class:`~walklens.models.base.Adapter`): ``kind``, ``is_causal``,
     ``is_encoder_decoder``, ``is_masked``, ``harness_bos`` and ``reading_stack`` are what the analyses ask.
+    ``stream``: for a model larger than memory, its layers' weights read from disk as they run
+    (:mod:`walklens.core.streaming`); None: every weight in memory.
     """
 
     model: nn.Module
     tokenizer: Any
     adapter: Adapter
     name: str
+    stream: LayerStream | None = None
 
     @property
     def config(self) -> Any:
@@ -247,130 +250,6 @@ def _gguf_cache_path(gguf: Path) -> Path:
     return cache_dir() / "models" / f"{gguf.stem}-{key}"
 
 
-def _first_line(e: BaseException, limit: int = 240) -> str:
-    """An exception's message on one line (its lines joined), cut to ``limit`` characters."""
-    text = " ".join(str(e).split()) or e.__class__.__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _check_gguf(gguf: Path) -> None:
-    """Refuse an empty, truncated or non-GGUF file with one line.  ``gguf.GGUFReader`` memory-maps the file and
-    parses the header, metadata and tensor table (a tensor cut short fails to take its shape), reading no
-    tensor data into memory."""
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(str(gguf))
-        arch = reader.fields.get("general.architecture")
-        del reader
-    except Exception as e:  # the reader raises ValueError, IndexError, OSError, ... on malformed files
-        raise UnknownModelError(f"{gguf}: not a valid GGUF file ({_first_line(e)})") from None
-    if arch is None:
-        raise UnknownModelError(f"{gguf}: not a valid GGUF file (no general.architecture)")
-
-
-@contextmanager
-def _counted_gguf_tensors(count: Callable[[int], None], advance: Callable[[], None]) -> Iterator[None]:
-    """transformers de-quantizes a GGUF's tensors in one loop under its own ``tqdm.auto`` bar, which the quiet
-    load does not silence: for the duration, that loop counts its tensors on walklens' bar instead (``count``
-    once with their number, ``advance`` after each)."""
-    try:
-        from transformers import modeling_gguf_pytorch_utils as gguf_utils
-    except ImportError:  # pragma: no cover - a transformers without GGUF support fails the load anyway
-        yield
-        return
-    real = getattr(gguf_utils, "tqdm", None)
-    if real is None:  # pragma: no cover - the pinned transformers has it
-        yield
-        return
-
-    def counted(iterable: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        count(len(iterable))
-        for item in iterable:
-            yield item
-            advance()
-
-    gguf_utils.tqdm = counted  # type: ignore[attr-defined,assignment]  # the loader's own tqdm, stood in for during a load
-    try:
-        yield
-    finally:
-        gguf_utils.tqdm = real  # type: ignore[attr-defined]  # restored
-
-
-def _dequantize_gguf(gguf: Path, target: Path, progress: bool = True) -> None:
-    """Load a GGUF through transformers (de-quantizing it) and save a plain safetensors copy to ``target``;
-    ``progress``: one ``tqdm.auto`` bar over its tensors, the copy and the save (a widget in a notebook, a line on
-    stderr in a terminal), none with ``False``."""
-    for pkg in ("gguf", "accelerate"):
-        if importlib.util.find_spec(pkg) is None:
-            raise MissingDependencyError(f"loading a .gguf needs the package {pkg!r}; run: pip install {pkg}")
-    _check_gguf(gguf)
-    import transformers
-    from tqdm.auto import tqdm
-
-    where = dict(pretrained_model_name_or_path=str(gguf.parent), gguf_file=gguf.name)
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    bar: Any = None
-
-    def count(n: int) -> None:
-        if bar is not None:
-            bar.total += n
-            bar.refresh()
-
-    def advance() -> None:
-        if bar is not None:
-            bar.update(1)
-
-    with warnings.catch_warnings(), _quiet_transformers(), _counted_gguf_tensors(count, advance):
-        warnings.simplefilter("ignore")
-        try:
-            # an unsupported family is refused before de-quantizing (and before a bar is drawn: one line)
-            check_family(transformers.AutoConfig.from_pretrained(**where).model_type)
-            bar = tqdm(
-                total=2,
-                desc=f"de-quantizing {gguf.name} (once)",
-                unit="tensor",
-                file=sys.stderr,
-                leave=False,
-                disable=not progress,
-            )
-            _save_plain(where, tmp, bar)
-        except WalklensError:
-            raise
-        except Exception as e:  # transformers' GGUF reader fails in many ways on a file it cannot use
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise UnknownModelError(f"{gguf}: could not be loaded as a model ({_first_line(e)})") from None
-        finally:
-            if bar is not None:
-                bar.close()
-    try:
-        tmp.rename(target)
-    except OSError:  # another process finished the same cache first: keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not target.is_dir():
-            raise
-
-
-def _save_plain(where: dict[str, str], tmp: Path, bar: Any) -> None:
-    """The GGUF at ``where`` loaded de-quantized in float32 and saved to ``tmp`` as plain safetensors with its
-    tokenizer (``bar`` advanced after the load and after the save)."""
-    import transformers
-
-    tok = transformers.AutoTokenizer.from_pretrained(**where)
-    q = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32)
-    config = q.config
-    if hasattr(config, "quantization_config"):
-        delattr(config, "quantization_config")
-    plain = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(q.state_dict(), strict=False)
-    plain.tie_weights()
-    bar.set_postfix_str("saving as safetensors")
-    bar.update(1)
-    plain.save_pretrained(str(tmp), safe_serialization=True)
-    tok.save_pretrained(str(tmp))
-    bar.update(1)
-
-
 def _is_hub_id(spec: str) -> bool:
     return "/" in spec and not spec.startswith((".", "/", "~")) and spec.count("/") == 1
 
@@ -414,7 +293,7 @@ def _hub_folder(spec: str) -> tuple[Path, bool]:
     try:
         cached = try_to_load_from_cache(spec, "config.json")
     except ValueError as e:  # HFValidationError
-        raise UnknownModelError(f"{spec!r} is not a valid hub id ({_first_line(e)})") from None
+        raise UnknownModelError(f"{spec!r} is not a valid hub id ({first_line(e)})") from None
     if isinstance(cached, str):
         return Path(cached).parent, True
     if _hub_offline_env():
@@ -428,28 +307,16 @@ def _hub_folder(spec: str) -> tuple[Path, bool]:
         raise UnknownModelError(
             f"{spec!r} is not in the local hub cache, and the hub ({constants.ENDPOINT}) cannot be reached (offline?)"
         )
-    with _quiet_transformers():
+    with quiet_transformers():
         try:
             config = hf_hub_download(spec, "config.json")
         except Exception as e:  # RepositoryNotFoundError, EntryNotFoundError, HTTP errors
-            raise UnknownModelError(f"{spec!r}: not found on the hub ({_first_line(e)})") from None
+            raise UnknownModelError(f"{spec!r}: not found on the hub ({first_line(e)})") from None
         try:
             hf_hub_download(spec, "tokenizer_config.json")  # checked for remote code with config.json
         except Exception:
             pass
     return Path(config).parent, False
-
-
-def _gguf_cached(path: Path, progress: bool) -> Path:
-    """The de-quantized cache folder of the ``.gguf`` at ``path``, made (once) when missing."""
-    cached = _gguf_cache_path(path)
-    if not cached.is_dir():
-        try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise InputError(f"{cached.parent}: cannot create the model cache ({e.strerror or e})") from None
-        _dequantize_gguf(path, cached, progress=progress)
-    return cached
 
 
 def _source(spec: str, progress: bool) -> tuple[str, Path, bool, dict[str, Any]]:
@@ -462,7 +329,7 @@ def _source(spec: str, progress: bool) -> tuple[str, Path, bool, dict[str, Any]]
     if path.suffix == ".gguf":
         if not path.is_file():
             raise UnknownModelError(f"{path}: no such .gguf file")
-        cached = _gguf_cached(path, progress)
+        cached = gguf_cached(path, _gguf_cache_path(path), progress)
         return str(cached), cached, False, kw
     if path.is_dir():
         return str(path), path, False, kw
@@ -481,6 +348,8 @@ def load_model(
     dtype: str | torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
     progress: bool = True,
+    stream: bool | None = None,
+    max_memory: float | None = None,
 ) -> LoadedModel:
     """Load a model by short name (``smollm2-135m``, ``gemma3-270m``), ``.gguf`` path, local dir or hub id.
 
@@ -491,7 +360,9 @@ def load_model(
     the device gives one :class:`~walklens.base.errors.SlowDtypeWarning` (:mod:`walklens.base.precision`).  In any
     dtype but float32 the model's ``name`` carries it (``smollm2-135m@bfloat16``), so that stored results of
     different dtypes never mix.  ``progress``: a ``tqdm.auto`` bar while a GGUF is de-quantized (the first load
-    of a ``.gguf`` or named model; later loads read the cache); ``False``: none.
+    of a ``.gguf`` or named model; later loads read the cache); ``False``: none.  ``stream``: read the layers'
+    weights from disk as they run (:mod:`walklens.core.streaming`); None (default): when the weights do not fit
+    ``max_memory`` GB (default: the memory free now), else in memory.
     """
     import transformers
 
@@ -503,60 +374,62 @@ def load_model(
     source, folder, hub, kw = _source(spec, progress)
     raw = check_model_files(folder, spec)
     weights = read_weights(folder, hub=hub)  # the safetensors headers, before anything is built
-    with warnings.catch_warnings(), _quiet_transformers():
+    with warnings.catch_warnings(), quiet_transformers():
         warnings.simplefilter("ignore")
-        try:
-            config = transformers.AutoConfig.from_pretrained(source, **kw)
-        except Exception as e:  # OSError, ValueError, huggingface_hub's strict-dataclass errors, TypeError, ...
-            raise UnknownModelError(f"{spec}: config.json is not usable ({_first_line(e)})") from None
-        check_family(config.model_type)
-        adapter = get_adapter(config) if has_adapter(config) else None
-        if adapter is not None:
-            check_depth(adapter, config, spec)
-        if weights is not None:
-            check_config(config, raw, weights, adapter, spec)
-        load_kw: dict[str, Any] = dict(
-            kw, dtype=dtype, attn_implementation="eager", use_safetensors=True, output_loading_info=True
+        config, adapter = _config(source, kw, raw, weights, spec)
+        streamed = streams(stream, max_memory, weights, adapter, dtype, dev, spec)
+        model = (
+            skeleton(auto_model_class(adapter), config, dtype)
+            if streamed
+            else _weights(source, kw, adapter, dtype, spec)
         )
-        try:
-            model, info = auto_model_class(adapter).from_pretrained(source, **load_kw)
-        except Exception as e:
-            raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({_first_line(e)})") from None
-        check_loading_info(spec, info)
         try:
             tok = transformers.AutoTokenizer.from_pretrained(source, **kw)
         except Exception as e:
-            raise UnknownModelError(f"{spec!r}: the tokenizer could not be loaded ({_first_line(e)})") from None
-    model.to(dev)
+            raise UnknownModelError(f"{spec!r}: the tokenizer could not be loaded ({first_line(e)})") from None
     warn_if_slow(dtype, dev)
     model.config._attn_implementation = "eager"
     model.eval()
+    if streamed:
+        assert adapter is not None and weights is not None  # (streams refused the rest)
+        lm = wrap(model, tok, name=name, adapter=adapter)
+        lm.stream = stream_weights(model, adapter, weights, dtype, spec)
+        return lm
+    model.to(dev)
     check_forward(model, "causal" if adapter is None else adapter.auto_class)  # its own forward pass runs
     return wrap(model, tok, name=name, adapter=adapter if adapter is not None else _derived_adapter(model, folder))
 
 
-@contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """No progress bars, info logs, config warnings or hub retry messages during a load: a load either works
-    or ends in one error line."""
-    from huggingface_hub.utils import logging as hub_logging
-    from transformers.utils import logging as hf_logging
+def _config(
+    source: str, kw: dict[str, Any], raw: dict[str, Any], weights: Weights | None, spec: str
+) -> tuple[Any, Adapter | None]:
+    """The model's config, checked against its files, and its adapter (None: a family with no adapter file)."""
+    import transformers
 
-    bars, level, hub_level = (
-        hf_logging.is_progress_bar_enabled(),
-        hf_logging.get_verbosity(),
-        hub_logging.get_verbosity(),
-    )
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    hub_logging.set_verbosity_error()
     try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-        hub_logging.set_verbosity(hub_level)
-        if bars:
-            hf_logging.enable_progress_bar()
+        config = transformers.AutoConfig.from_pretrained(source, **kw)
+    except Exception as e:  # OSError, ValueError, huggingface_hub's strict-dataclass errors, TypeError, ...
+        raise UnknownModelError(f"{spec}: config.json is not usable ({first_line(e)})") from None
+    check_family(config.model_type)
+    adapter = get_adapter(config) if has_adapter(config) else None
+    if adapter is not None:
+        check_depth(adapter, config, spec)
+    if weights is not None:
+        check_config(config, raw, weights, adapter, spec)
+    return config, adapter
+
+
+def _weights(source: str, kw: dict[str, Any], adapter: Adapter | None, dtype: torch.dtype, spec: str) -> Any:
+    """The model with every weight in memory, by transformers' ``from_pretrained`` (safetensors only)."""
+    load_kw: dict[str, Any] = dict(
+        kw, dtype=dtype, attn_implementation="eager", use_safetensors=True, output_loading_info=True
+    )
+    try:
+        model, info = auto_model_class(adapter).from_pretrained(source, **load_kw)
+    except Exception as e:
+        raise UnknownModelError(f"{spec!r}: no safetensors weights could be loaded ({first_line(e)})") from None
+    check_loading_info(spec, info)
+    return model
 
 
 __all__ = [

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..base.errors import InputError, UnknownModelError, WalklensError
+from ..base.errors import InputError, UnknownModelError, WalklensError, first_line
 from ..base.numbers import kind
 from ..base.records import Field, Schema, confined, parse_json, read_bytes, read_head, read_json
 from . import get_adapter, has_adapter
@@ -124,12 +124,24 @@ def check_safetensors(path: Path) -> None:
         with safe_open(str(path), framework="pt") as f:
             f.keys()
     except Exception as e:  # SafetensorError, OSError
-        raise UnknownModelError(f"{path}: not a valid safetensors file ({_first_line(e)})") from None
+        raise UnknownModelError(f"{path}: not a valid safetensors file ({first_line(e)})") from None
 
 
-def read_header(path: Path) -> dict[str, tuple[int, ...]]:
-    """The shape of every tensor in a safetensors file, from its header alone (read without blocking, its length
-    checked against the file's size before it is read)."""
+@dataclass(frozen=True)
+class Entry:
+    """One tensor of a safetensors file, as its header states it: its file, dtype name (``BF16``, ``F32``, ...),
+    shape, and where its bytes lie (``begin``, ``end``: absolute offsets in the file)."""
+
+    path: Path
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+def read_entries(path: Path) -> dict[str, Entry]:
+    """Every tensor of a safetensors file, from its header alone (read without blocking, its length checked
+    against the file's size before it is read; each tensor's bytes checked to lie inside the file)."""
     where = f"{path}: not a valid safetensors file"
     head, size = read_head(path, "the weights", 8)
     n = int.from_bytes(head, "little")
@@ -141,15 +153,26 @@ def read_header(path: Path) -> dict[str, tuple[int, ...]]:
         raise UnknownModelError(str(e)) from None
     if not isinstance(doc, dict):
         raise UnknownModelError(f"{where} (its header is not a JSON object)")
-    shapes = {}
+    entries = {}
     for name, info in doc.items():
         if name == "__metadata__":
             continue
-        shape = info.get("shape") if isinstance(info, dict) else None
+        info = info if isinstance(info, dict) else {}
+        shape, offsets = info.get("shape"), info.get("data_offsets")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise UnknownModelError(f"{where} (tensor {str(name)[:80]!r} has no shape)")
-        shapes[str(name)] = tuple(shape)
-    return shapes
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)) or not (
+            0 <= offsets[0] <= offsets[1] <= size - 8 - n
+        ):
+            raise UnknownModelError(f"{where} (tensor {str(name)[:80]!r} lies outside the file)")
+        dtype = info.get("dtype")
+        entries[str(name)] = Entry(path, str(dtype), tuple(shape), 8 + n + offsets[0], 8 + n + offsets[1])
+    return entries
+
+
+def read_header(path: Path) -> dict[str, tuple[int, ...]]:
+    """The shape of every tensor in a safetensors file, from its header alone (:func:`read_entries`)."""
+    return {name: e.shape for name, e in read_entries(path).items()}
 
 
 def _shard_path(folder: Path, name: str, where: str, hub: bool) -> Path:
@@ -162,9 +185,11 @@ def _shard_path(folder: Path, name: str, where: str, hub: bool) -> Path:
 
 @dataclass(frozen=True)
 class Weights:
-    """Every tensor's shape, by name, over a checkpoint's safetensors files (headers only)."""
+    """Every tensor's shape, by name, over a checkpoint's safetensors files (headers only), and where each lies
+    (``entries``: its file, dtype and byte range; what a streamed model reads, :mod:`walklens.core.streaming`)."""
 
     shapes: dict[str, tuple[int, ...]]
+    entries: dict[str, Entry]
 
     def stacks(self) -> dict[str, set[int]]:
         """The numbered lists: the indices below each prefix (``model.layers`` -> {0, 1}), by the first number in
@@ -203,7 +228,8 @@ def read_weights(folder: Path, hub: bool = False) -> Weights | None:
     ``model.safetensors.index.json`` (checked against the index); None when the folder holds neither (or, for a
     hub snapshot, not every shard yet: they are downloaded at load)."""
     if os.path.lexists(folder / SINGLE):
-        return Weights(read_header(folder / SINGLE))
+        single = read_entries(folder / SINGLE)
+        return Weights({n: e.shape for n, e in single.items()}, single)
     index = folder / INDEX
     if not os.path.lexists(index):
         return None
@@ -213,14 +239,14 @@ def read_weights(folder: Path, hub: bool = False) -> Weights | None:
         if not isinstance(shard, str) or not shard:
             raise InputError(f"{index}: the tensor {name[:80]!r} is mapped to {kind(shard)}, not a shard's name")
         by_shard.setdefault(shard, set()).add(name)
-    shapes: dict[str, tuple[int, ...]] = {}
+    entries: dict[str, Entry] = {}
     for shard, names in sorted(by_shard.items()):
         path = _shard_path(folder, shard, str(index), hub)
         if not os.path.exists(path):  # (False for a name too long to exist, too)
             if hub:
                 return None
             raise InputError(f"{index}: the shard {shard[:80]!r} it names is missing")
-        held = read_header(path)
+        held = read_entries(path)
         check_safetensors(path)
         lost, stray = sorted(names - held.keys()), sorted(held.keys() - names)
         if lost:
@@ -229,8 +255,8 @@ def read_weights(folder: Path, hub: bool = False) -> Weights | None:
             raise InputError(
                 f"{index}: the shard {shard!r} holds the tensor {stray[0][:80]!r}, which the index does not map to it"
             )
-        shapes.update(held)
-    return Weights(shapes)
+        entries.update(held)
+    return Weights({n: e.shape for n, e in entries.items()}, entries)
 
 
 # ---- the config against the weights ----------------------------------------------------------------------------
@@ -350,7 +376,7 @@ def check_depth(adapter: Adapter, config: Any, spec: str) -> None:
     except WalklensError:
         raise
     except Exception as e:  # a missing, non-numeric or inconsistent layer count
-        raise UnknownModelError(f"{spec}: config.json gives no usable layer count ({_first_line(e)})") from None
+        raise UnknownModelError(f"{spec}: config.json gives no usable layer count ({first_line(e)})") from None
     if n < 1:
         raise UnknownModelError(f"{spec}: config.json gives {n} layers; a model needs at least 1")
 
@@ -369,12 +395,6 @@ def check_loading_info(spec: str, info: dict[str, Any]) -> None:
             f"{spec!r}: the safetensors weights do not fit the config ({len(unused)} tensors "
             f"the config does not use, e.g. {unused[0]})"
         )
-
-
-def _first_line(e: BaseException, limit: int = 240) -> str:
-    """An exception's message on one line (its lines joined), cut to ``limit`` characters."""
-    text = " ".join(str(e).split()) or e.__class__.__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 __all__ = [

@@ -1,0 +1,117 @@
+"""Models larger than memory (walklens.core.streaming): a model streamed layer by layer equals the model in memory
+bit for bit, on every family with an adapter file, in float32 and bfloat16; each layer's weights are read once per
+forward pass (one batch) and released after; the refusals are one line."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import walklens
+from walklens.base.errors import InputError, WalklensError
+from walklens.core.capture import capture_batch
+from walklens.core.loading import load_model
+from walklens.testing import TINY_FAMILIES, tiny_model
+
+TEXT = "The capital of France is Paris, and"
+
+
+def _saved(family: str, dtype: str, root: Path) -> Path:
+    """The tiny ``family`` model saved as safetensors (in ``dtype``) with its tokenizer."""
+    lm = tiny_model(family, dtype=dtype)
+    folder = root / f"{family}-{dtype}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lm.model.save_pretrained(str(folder))
+        lm.tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_streamed_equals_in_memory_bit_for_bit(family: str, dtype: str, tmp_path: Path) -> None:
+    folder = _saved(family, dtype, tmp_path)
+    whole = load_model(str(folder), dtype=dtype, progress=False, stream=False)
+    streamed = load_model(str(folder), dtype=dtype, progress=False, stream=True)
+    assert whole.stream is None and streamed.stream is not None
+    a, b = walklens.capture(whole, TEXT), walklens.capture(streamed, TEXT)
+    assert a.points == b.points and a.tokens == b.tokens
+    differ = [p for i, p in enumerate(a.points) if not torch.equal(a.hidden[i], b.hidden[i])]
+    assert differ == []
+    # between forward passes no layer holds a weight: every layer tensor is back on meta
+    for path, layer in streamed.stream.layers.items():
+        assert all(p.device.type == "meta" for p in layer.parameters()), path
+
+
+def test_each_weight_is_read_once_per_batch(tmp_path: Path) -> None:
+    """A batch of four texts runs each layer once: the layers are loaded once each, and the bytes read are the
+    layers' bytes in the files, whatever the batch holds."""
+    lm = load_model(str(_saved("llama", "float32", tmp_path)), progress=False, stream=True)
+    stream = lm.stream
+    assert stream is not None
+    before = (stream.stats.layers_loaded, stream.stats.bytes_read)
+    seqs = [lm.tokenizer(t)["input_ids"] for t in (TEXT, "One two three", "A longer text of several words here", "x")]
+    capture_batch(lm, seqs, ["*"], stop_early=False)
+    loaded = stream.stats.layers_loaded - before[0]
+    read = stream.stats.bytes_read - before[1]
+    assert loaded == lm.n_layers == len(stream.layers)
+    assert read == sum(stream._file_bytes(p) for p in stream.layers) == lm.n_layers * stream.layer_bytes()
+    assert stream.resident_file_bytes() > 0
+
+
+def test_a_held_layer_reads_its_weights_once(tmp_path: Path) -> None:
+    lm = load_model(str(_saved("llama", "float32", tmp_path)), progress=False, stream=True)
+    stream = lm.stream
+    assert stream is not None
+    whole = load_model(str(tmp_path / "llama-float32"), progress=False, stream=False)
+    n = stream.stats.layers_loaded
+    with stream.held("model.layers.1"):
+        w = stream.layers["model.layers.1"].self_attn.o_proj.weight
+        assert torch.equal(w, whole.model.model.layers[1].self_attn.o_proj.weight)
+        walklens.capture(lm, TEXT)  # the forward pass finds it held: not read again
+        assert stream.stats.layers_loaded == n + 1 + (lm.n_layers - 1)
+    assert stream.layers["model.layers.1"].self_attn.o_proj.weight.device.type == "meta"
+
+
+def test_the_budget_decides_when_not_asked(tmp_path: Path) -> None:
+    folder = str(_saved("llama", "float32", tmp_path))
+    assert load_model(folder, progress=False, max_memory=64.0).stream is None
+    assert load_model(folder, progress=False, max_memory=1e-6).stream is not None
+
+
+def test_a_family_without_an_adapter_file_is_refused(tmp_path: Path) -> None:
+    """A derived adapter is confirmed on weights in memory, so such a model does not stream (one line)."""
+    from walklens.testing import tiny_config
+
+    cfg = tiny_config("arcee", vocab_size=128)
+    model = __import__("transformers").AutoModelForCausalLM.from_config(cfg)
+    model.save_pretrained(str(tmp_path / "arcee"))
+    tiny_model("llama").tokenizer.save_pretrained(str(tmp_path / "arcee"))
+    with pytest.raises(InputError, match="cannot stream the model layer by layer: its family has no adapter file"):
+        load_model(str(tmp_path / "arcee"), progress=False, stream=True)
+
+
+def test_a_truncated_shard_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    folder = _saved("llama", "float32", tmp_path)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])
+    with pytest.raises(WalklensError, match="lies outside the file") as e:
+        load_model(str(folder), progress=False, stream=True)
+    assert "\n" not in str(e.value)
+
+
+def test_the_stream_reads_by_the_index_of_a_sharded_checkpoint(tmp_path: Path) -> None:
+    """Shards named by model.safetensors.index.json: each tensor read from its own shard."""
+    lm = tiny_model("llama")
+    folder = tmp_path / "sharded"
+    lm.model.save_pretrained(str(folder), max_shard_size="20KB")
+    lm.tokenizer.save_pretrained(str(folder))
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    whole = load_model(str(folder), progress=False, stream=False)
+    streamed = load_model(str(folder), progress=False, stream=True)
+    assert torch.equal(walklens.capture(whole, TEXT).hidden, walklens.capture(streamed, TEXT).hidden)
