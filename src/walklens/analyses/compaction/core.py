@@ -36,7 +36,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 import torch
 
@@ -413,36 +413,32 @@ def _scheme_label(s: Scheme, bounds: str) -> str:
     return str(s) if bounds == "scheme" else f"layer={s.layer},word={s.word},norm={s.norm}"
 
 
+class CompactOptions(TypedDict, total=False):
+    """The keyword options of :func:`compact_ids` that :func:`compact` passes on (both documented there)."""
+
+    ratio: float | None
+    bounds: str
+    method: str
+    recent: int
+    cache: ConceptCache | None
+
+
 def compact(
     lm: LoadedModel,
     text: str,
     scheme: Scheme | str | None = None,
     budget: int | None = None,
-    *,
-    ratio: float | None = None,
-    bounds: str = "sentence",
-    method: str = "concept",
-    recent: int = 0,
-    cache: ConceptCache | None = None,
+    **options: Unpack[CompactOptions],
 ) -> Compacted:
     """Compact ``text`` into at most ``budget`` concept vectors (module docstring).
 
     ``scheme``: the A.6 scheme whose layer, word aggregation and NORM make each vector (a :class:`Scheme`, its
     string form or ``"standard"``/None; its ``enc`` matters only for ``bounds="scheme"``).  ``budget`` or
-    ``ratio`` (compacted tokens per vector; ``math.inf``: one vector) sets ``k``; ``recent``: tokens kept
-    verbatim at the end; ``cache``: the concept cache the segment vectors are read from and stored in."""
-    return compact_ids(
-        lm,
-        text_ids(lm, text),
-        scheme=scheme,
-        budget=budget,
-        ratio=ratio,
-        bounds=bounds,
-        method=method,
-        recent=recent,
-        cache=cache,
-        text=text,
-    )
+    ``ratio`` (compacted tokens per vector; ``math.inf``: one vector) sets ``k``; ``bounds``: where the text
+    is cut (:data:`BOUNDS`, default ``"sentence"``); ``method``: how a region becomes a vector (:data:`METHODS`,
+    default ``"concept"``); ``recent`` (default 0): tokens kept verbatim at the end; ``cache``: the concept
+    cache the segment vectors are read from and stored in."""
+    return compact_ids(lm, text_ids(lm, text), scheme=scheme, budget=budget, text=text, **options)
 
 
 def compacted_embeds(lm: LoadedModel, c: Compacted) -> torch.Tensor:
@@ -453,6 +449,7 @@ def compacted_embeds(lm: LoadedModel, c: Compacted) -> torch.Tensor:
 __all__ = [
     "BOUNDS",
     "METHODS",
+    "CompactOptions",
     "Compacted",
     "Cut",
     "budget_of",
