@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from ..base.display import WIDTH, Shown, headline
-from ..base.frames import Columns, DataFrame, frame, pick, record_table
+from ..base.frames import Columns, DataFrame, attribute_table, frame, pick, record_table
 from ..base.precision import UNIT_ROUNDOFF, dtype_name
 from ..core.capture import capture
 from ..models.base import get_module, has_module
@@ -130,19 +130,8 @@ class ParityCard(Shown, view="parity"):
         return pick(
             table,
             {
-                "checks": lambda: record_table(
-                    [
-                        {
-                            "name": c.name,
-                            "what": c.what,
-                            "error": c.error,
-                            "tolerance": c.tolerance,
-                            "passed": c.passed,
-                            "note": c.note,
-                        }
-                        for c in self.checks
-                    ],
-                    ["name", "what", "error", "tolerance", "passed", "note"],
+                "checks": lambda: attribute_table(
+                    self.checks, ("name", "what", "error", "tolerance", "passed", "note")
                 ),
                 "detail": lambda: record_table(
                     [{"check": c.name, "key": k, "value": v} for c in self.checks for k, v in c.detail.items()],

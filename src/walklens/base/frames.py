@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +129,11 @@ def record_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
     return {k: values([r.get(k) for r in rows]) for k in names}
 
 
+def attribute_table(items: Iterable[Any], names: Sequence[str]) -> Columns:
+    """Columns of the attributes ``names`` (fields or properties) of each item, in that order: one row an item."""
+    return record_table([{k: getattr(item, k) for k in names} for item in items], names)
+
+
 def concat_columns(parts: Sequence[Columns]) -> Columns:
     """The rows of several tables one after the other (a column some lack is None there)."""
     names = list(dict.fromkeys(k for p in parts for k in p))
@@ -230,6 +235,7 @@ __all__ = [
     "Columns",
     "DataFrame",
     "INSTALL",
+    "attribute_table",
     "concat_columns",
     "frame",
     "long_table",

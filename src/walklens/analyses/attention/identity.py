@@ -12,7 +12,7 @@ import torch
 
 from ...base.display import Shown
 from ...base.errors import InputError
-from ...base.frames import Columns, DataFrame, frame, pick, record_table
+from ...base.frames import Columns, DataFrame, attribute_table, frame, pick
 from ...base.hooks import Hooks, distinct, first_output
 from ...base.precision import IDENTITY_REL_TOL, dtype_name, is_low_precision, parse_dtype
 from ...core.capture import capture
@@ -91,26 +91,8 @@ class IdentityResult(Shown, Mapping[str, float], view="identity"):
 
     def _columns(self, table: str = "checks") -> Columns:
         """The plain columns of :meth:`to_pandas`."""
-        return pick(
-            table,
-            {
-                "checks": lambda: record_table(
-                    [
-                        {
-                            "name": c.name,
-                            "stack": c.stack,
-                            "layer": c.layer,
-                            "kind": c.kind,
-                            "max_abs_error": c.max_abs_error,
-                            "max_abs_output": c.max_abs_output,
-                            "rel_error": c.rel_error,
-                        }
-                        for c in self.checks
-                    ]
-                )
-            },
-            "an IdentityResult",
-        )
+        names = ("name", "stack", "layer", "kind", "max_abs_error", "max_abs_output", "rel_error")
+        return pick(table, {"checks": lambda: attribute_table(self.checks, names)}, "an IdentityResult")
 
     def to_pandas(self, table: str = "checks") -> DataFrame:
         """The A.3 identity's errors, one row per attention module (pandas; docs/notebooks.md, "Tables")."""
