@@ -19,11 +19,10 @@ import numpy as np
 from ....analyses.concepts.schemes import Scheme
 from ....analyses.concepts.vectors import VectorBank
 from ....core.backends import Workers
-from ..runner import progress_bar
 from .keys import BlockKey, Test1ShardKey
 from .plan import ItemPlan
 from .shards import Test1Shard, test1_shard
-from .sink import Sink, Tally
+from .sink import GroupRow, GroupRun, Sink, Tally
 
 #: Items per Test 1 shard (fixed: it decides which concept sequences share a packed forward pass).
 TEST1_SHARD_ITEMS = 64
@@ -114,16 +113,13 @@ def _payload(bank: VectorBank, items: Test1Items, block: Block, key: Test1ShardK
     )
 
 
-class _Test1Run:
+class _Test1Run(GroupRun):
     """The executor's state: stores a block's groups once all its ranges are in, and counts the groups stored."""
 
     def __init__(self, plan: Test1Plan, sink: Sink, tally: Tally, computed: int) -> None:
-        self.plan, self.sink, self.tally, self.computed = plan, sink, tally, computed
-        self.bar = progress_bar(
-            total=sum(len(b.schemes) for b in plan.blocks.values()),
-            desc="Test 1 schemes",
-            disable=not tally.progress or not plan.blocks,
-        )
+        total = sum(len(b.schemes) for b in plan.blocks.values())
+        super().__init__(sink, tally, computed, total, "Test 1 schemes", show=bool(plan.blocks))
+        self.plan = plan
 
     def finish(self, block: Block) -> bool:
         """Store ``block`` if all its ranges are in; True when ``stop_after`` is reached."""
@@ -131,13 +127,8 @@ class _Test1Run:
             return False
         preds = np.concatenate([p for _, p, _ in sorted(block.parts.values(), key=lambda x: x[0])], axis=2)
         seconds = sum(sec for _, _, sec in block.parts.values()) / len(block.schemes)
-        rows = self.tally.limit(
-            [(s.context_part(), [""], preds[:, j : j + 1]) for j, s in enumerate(block.schemes)], self.computed
-        )
-        self.sink.put_groups(rows, ["acc", "acc_norm"], seconds, drop=[k.name for k in block.parts])
-        self.computed += len(rows)
-        self.bar.update(len(rows))
-        return self.tally.stop(self.computed)
+        rows: list[GroupRow] = [(s.context_part(), [""], preds[:, j : j + 1]) for j, s in enumerate(block.schemes)]
+        return self.store(rows, ["acc", "acc_norm"], seconds, drop=[k.name for k in block.parts])
 
 
 def run_test1(
@@ -146,8 +137,7 @@ def run_test1(
     """Run the shards of ``plan`` on ``workers`` (:func:`~.shards.test1_shard`) and store them; blocks whose every
     range was kept by an interrupted call are stored first.  Returns the number of groups stored (``computed``:
     those stored before, counted against ``stop_after``); ``tally.shards["test1"]`` counts the shards computed."""
-    run = _Test1Run(plan, sink, tally, computed)
-    try:
+    with _Test1Run(plan, sink, tally, computed) as run:
         for block in plan.blocks.values():
             if run.finish(block):
                 return run.computed
@@ -159,8 +149,6 @@ def run_test1(
             tally.shard("test1")
             if run.finish(plan.blocks[key.block]):
                 return run.computed
-    finally:
-        run.bar.close()
     return run.computed
 
 

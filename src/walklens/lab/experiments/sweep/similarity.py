@@ -22,12 +22,11 @@ from ....analyses.concepts.schemes import Scheme
 from ....analyses.concepts.vectors import VectorBank
 from ....core.backends import Workers
 from ..grid import group_by_context
-from ..runner import progress_bar
 from .batched import EncLayout
 from .keys import BundleKey, Test2ShardKey
 from .plan import ItemPlan
 from .shards import TEST2_BATCH, Test2Ctx, Test2Shard, item_ranges, test2_batch
-from .sink import Sink, Tally
+from .sink import GroupRow, GroupRun, Sink, Tally
 
 #: Test 2 bundles per wave where the items are cut into ranges: each wave puts every range's bank rows in the
 #: workers' reach once (the whole bank once per wave), and keeps at most this many bundles' picks in
@@ -205,14 +204,13 @@ def plan_test2(
     return Test2Plan(bundles=bundles, ranges=ranges, layouts=encs.layouts, done=done, wave=wave, work=work, todo=todo)
 
 
-class _Test2Run:
+class _Test2Run(GroupRun):
     """The executor's state: stores a bundle's groups once all its ranges are in, keeps a range's picks until
     then, and counts the groups stored."""
 
     def __init__(self, plan: Test2Plan, sink: Sink, tally: Tally) -> None:
-        self.plan, self.sink, self.tally = plan, sink, tally
-        self.computed = 0
-        self.bar = progress_bar(total=plan.todo, desc="Test 2 scheme groups", disable=not tally.progress)
+        super().__init__(sink, tally, 0, plan.todo, "Test 2 scheme groups")
+        self.plan = plan
 
     def finish(self, b: Bundle) -> bool:
         """Store bundle ``b``'s groups if all its ranges are in; True when ``stop_after`` is reached."""
@@ -223,18 +221,12 @@ class _Test2Run:
         seconds = sum(sec for _, sec in b.got.values())
         b.got = {}
         for j, target in enumerate(b.targets):
-            rows = self.tally.limit(
-                [
-                    (m[0].context_part(), b.key.outs, preds[g : g + 1])
-                    for g, m in enumerate(target)
-                    if m[0].context_part() not in self.plan.done
-                ],
-                self.computed,
-            )
-            self.sink.put_groups(rows, ["acc"], seconds / len(target), drop=b.names if j == len(b.targets) - 1 else ())
-            self.computed += len(rows)
-            self.bar.update(len(rows))
-            if self.tally.stop(self.computed):
+            rows: list[GroupRow] = [
+                (m[0].context_part(), b.key.outs, preds[g : g + 1])
+                for g, m in enumerate(target)
+                if m[0].context_part() not in self.plan.done
+            ]
+            if self.store(rows, ["acc"], seconds / len(target), drop=b.names if j == len(b.targets) - 1 else ()):
                 return True
         return False
 
@@ -272,8 +264,7 @@ def run_test2(
     """Run the shards of ``plan`` on ``workers`` (in batches: :func:`~.shards.test2_batch`) and store them
     (:class:`_Test2Run`); bundles whose every range was kept by an interrupted call are stored first.  Returns
     the number of groups stored; ``tally.shards["test2"]`` counts the (bundle, range) shards computed."""
-    run = _Test2Run(plan, sink, tally)
-    try:
+    with _Test2Run(plan, sink, tally) as run:
         for b in plan.bundles:
             if run.finish(b):
                 return run.computed
@@ -282,8 +273,6 @@ def run_test2(
             for i, preds in zip(w.bundles, batch):
                 if run.take(i, w.r, preds, seconds / len(w.bundles)):
                     return run.computed
-    finally:
-        run.bar.close()
     return run.computed
 
 

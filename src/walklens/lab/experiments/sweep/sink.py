@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
 
 import numpy as np
 
 from ...hellaswag.store import SweepStore
+from ..runner import progress_bar
 
 #: ``on_shard(kind, n)``: called after the n-th shard of a kind (baseline, forward, test2, test1) is stored.
 OnShard = Callable[[str, int], None]
@@ -73,4 +76,28 @@ class Tally:
         return self.stop_after is not None and stored >= self.stop_after
 
 
-__all__ = ["GroupRow", "OnShard", "Sink", "Tally"]
+class GroupRun:
+    """An executor's groups stored so far (``computed``, those stored before counted too) and its progress bar,
+    closed when the run ends (``with run: ...``)."""
+
+    def __init__(self, sink: Sink, tally: Tally, computed: int, total: int, desc: str, show: bool = True) -> None:
+        self.sink, self.tally, self.computed = sink, tally, computed
+        self.bar = progress_bar(total=total, desc=desc, disable=not (tally.progress and show))
+
+    def store(self, rows: list[GroupRow], metrics: Sequence[str], seconds: float, drop: Sequence[str] = ()) -> bool:
+        """Store ``rows``, as many as ``stop_after`` still allows, dropping the kept shards named ``drop``, and
+        count them; True when ``stop_after`` is reached."""
+        rows = self.tally.limit(rows, self.computed)
+        self.sink.put_groups(rows, metrics, seconds, drop=drop)
+        self.computed += len(rows)
+        self.bar.update(len(rows))
+        return self.tally.stop(self.computed)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.bar.close()
+
+
+__all__ = ["GroupRow", "GroupRun", "OnShard", "Sink", "Tally"]
