@@ -91,7 +91,7 @@ class ControlVector(Shown, view="control_vector"):
 
 def residual_dim(lm: LoadedModel) -> int:
     """The size of the model's residual stream (n_embd)."""
-    return lm.adapter.head_weights(lm.model, 0).d_model
+    return lm.head_weights(0).d_model
 
 
 def control_layers(lm: LoadedModel, layers: int | Sequence[int]) -> list[int]:

@@ -50,7 +50,7 @@ def _linear_layer_fn(lm: LoadedModel, layer: int) -> Callable[[torch.Tensor], to
     spec = lm.adapter.stack()
     residual = lm.adapter.residual_kind(lm.model.config)
     mod = lm.adapter.layer_modules(lm.model)[layer]
-    hw = lm.adapter.head_weights(lm.model, layer)
+    hw = lm.head_weights(layer)
     A, B = ov_factors(lm, layer, hw=hw, grouped=True)
     F = (A @ B).float()
     b = (
@@ -65,12 +65,13 @@ def _linear_layer_fn(lm: LoadedModel, layer: int) -> Callable[[torch.Tensor], to
 
     def step(x: torch.Tensor) -> torch.Tensor:
         xd = x.to(dev)
-        if residual == "post_norm":
-            return norm(xd + (xd @ F.to(dev)) + b.to(dev)).cpu()
-        a = norm(xd) @ F.to(dev) + b.to(dev)
-        if post is not None:
-            a = post(a)
-        return (xd + a).cpu()
+        with lm.held(layer):  # the layer's norms (read from disk for a streamed model)
+            if residual == "post_norm":
+                return norm(xd + (xd @ F.to(dev)) + b.to(dev)).cpu()
+            a = norm(xd) @ F.to(dev) + b.to(dev)
+            if post is not None:
+                a = post(a)
+            return (xd + a).cpu()
 
     return step
 

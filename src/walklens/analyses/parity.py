@@ -238,10 +238,10 @@ def _scores(lm: LoadedModel, text: str) -> tuple[float | None, str]:
     errs = []
     for l, name in enumerate(attns):
         if name in probe.extra and name in probe.ins:
-            hw = head_matrices(lm, l).weights
-            errs.append(
-                scores_error(hw, probe.ins[name][0], probe.extra[name][0], *qk_norms(attns[name]), softcap=softcap)
-            )
+            with lm.held(l):  # its q/k norms too (read from disk for a streamed model)
+                hw = head_matrices(lm, l).weights
+                X, A = probe.ins[name][0], probe.extra[name][0]
+                errs.append(scores_error(hw, X, A, *qk_norms(attns[name]), softcap=softcap))
     if not errs:
         return None, "the attention modules return no probabilities"
     return max(errs), ""

@@ -17,7 +17,7 @@ import json
 import os
 import socket
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -29,7 +29,7 @@ from ..base.errors import InputError, MissingDependencyError, StaleCacheWarning,
 from ..base.outputs import write_atomic
 from ..base.precision import check_device, model_label, parse_dtype, warn_if_slow
 from ..models import Adapter, get_adapter, has_adapter
-from ..models.base import Kind, StackSpec
+from ..models.base import HeadWeights, Kind, StackSpec
 from ..models.checkpoint import (
     Weights,
     check_config,
@@ -188,6 +188,22 @@ class LoadedModel:
     def token_strings(self, ids: Sequence[int]) -> list[str]:
         """Each id decoded on its own (:func:`token_strings`)."""
         return token_strings(self.tokenizer, ids)
+
+    @contextlib.contextmanager
+    def held(self, layer: int, stack: str | None = None) -> Iterator[nn.Module]:
+        """Layer ``layer``'s module of ``stack``, its weights in memory for the block: read from disk for a
+        streamed model (:meth:`~walklens.core.streaming.LayerStream.held`), as they are otherwise."""
+        module = self.adapter.layer_modules(self.model, stack)[layer]
+        if self.stream is None:
+            yield module
+            return
+        with self.stream.held(self.stream.path_of(module)):
+            yield module
+
+    def head_weights(self, layer: int, stack: str | None = None, cross: bool = False) -> HeadWeights:
+        """Layer ``layer``'s per-head W_q, W_k, W_v, W_o (A.3), read from disk for a streamed model."""
+        with self.held(layer, stack):
+            return self.adapter.head_weights(self.model, layer, stack, cross)
 
 
 def auto_model_class(adapter: Adapter | None) -> Any:

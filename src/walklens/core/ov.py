@@ -151,7 +151,7 @@ def ov_factors(
     Row convention (seed 000, A.3): ``x F = sum_h (x W_v,kv(h)) W_o,h``.  ``grouped``: with grouped-query
     attention, one block per key/value head, ``F = sum_g W_v,g (sum_{h in g} W_o,h)`` (same F, smaller factors)."""
     if hw is None:
-        hw = lm.adapter.head_weights(lm.model, layer)
+        hw = lm.head_weights(layer)
     if head is not None and not 0 <= head < hw.n_heads:
         raise InputError(f"layer {layer} has {hw.n_heads} heads; no head {head}")
     heads = list(range(hw.n_heads)) if head is None else [head]

@@ -150,6 +150,10 @@ class LayerStream:
                 if b is not None and name not in module._non_persistent_buffers_set:
                     module._buffers[name] = b.to("meta")
 
+    def path_of(self, module: nn.Module) -> str:
+        """The path of the layer module ``module`` (a streamed layer)."""
+        return next(path for path, m in self.layers.items() if m is module)
+
     @contextmanager
     def held(self, layer: str) -> Iterator[None]:
         """``layer``'s weights in memory for the block (an analysis reading them)."""

@@ -213,7 +213,7 @@ def head_matrices(lm: LoadedModel, layer: int, stack: str | None = None, cross: 
         raise InputError(f"layer {layer} out of range: the model has {n} layers")
     layer %= n
     try:
-        hw = lm.adapter.head_weights(lm.model, layer, spec_name, cross)
+        hw = lm.head_weights(layer, spec_name, cross)
     except KeyError as e:
         raise InputError(str(e.args[0])) from None
     hw = _map_tensors(hw, lambda t: t.detach().float().cpu() if isinstance(t, torch.Tensor) else t)

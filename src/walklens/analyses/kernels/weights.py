@@ -44,6 +44,12 @@ def t5_kernel_values(attn: T5Attention, distances: Sequence[int]) -> torch.Tenso
     return attn.relative_attention_bias.weight.detach().float().cpu()[buckets].T.contiguous()
 
 
+def _held_values(lm: LoadedModel, layer: int, stack: str, attn: T5Attention, dist: list[int]) -> torch.Tensor:
+    """:func:`t5_kernel_values` with layer ``layer``'s weights in memory (read from disk for a streamed model)."""
+    with lm.held(layer, stack):
+        return t5_kernel_values(attn, dist)
+
+
 def _t5_kernels(lm: LoadedModel, max_distance: int | None) -> tuple[list[StackKernels], str]:
     out = []
     for spec in lm.adapter.stacks:
@@ -53,7 +59,7 @@ def _t5_kernels(lm: LoadedModel, max_distance: int | None) -> tuple[list[StackKe
         W = max_distance or int(mods[0][1].relative_attention_max_distance)
         causal = bool(mods[0][1].is_decoder)
         dist = list(range(-W, 1)) if causal else list(range(-W, W + 1))
-        vals = torch.stack([t5_kernel_values(m, dist) for _, m in mods])
+        vals = torch.stack([_held_values(lm, l, spec.name, m, dist) for l, m in mods])
         layers: list[int | None] = [None] if [l for l, _ in mods] == [0] else [l for l, _ in mods]
         out.append(StackKernels(spec.name, causal, dist, layers, vals, vals.clone()))
     return out, (
@@ -116,7 +122,7 @@ def _alibi_kernels(lm: LoadedModel, window: int | None) -> tuple[list[StackKerne
     """ALiBi kernels measured on the position-only probe: each head's logit slope per position is fitted to the
     log-ratios of its attention row (exact when the bias is linear in delta), whatever the family's layout;
     the declared slopes, where the model's module has a builder, split it into slope_h * scale."""
-    hw = lm.adapter.head_weights(lm.model, 0)
+    hw = lm.head_weights(0)
     H = hw.n_heads
     T = min(64, window + 2 if window else 64)
     probs = position_only_attention(lm, T)  # [L, H, T, T]

@@ -196,7 +196,7 @@ def _nearest_tokens(
 
 
 def _layer_spectrum(lm: LoadedModel, layer: int, heads: bool, nearest: int, Vn: torch.Tensor | None) -> LayerSpectrum:
-    hw = lm.adapter.head_weights(lm.model, layer)
+    hw = lm.head_weights(layer)
     A, B = ov_factors(lm, layer, hw=hw, grouped=True)
     e = eigen_factored(A, B)
     basis, near, near_c, opp, opp_c = _nearest_tokens(lm, e.basis, nearest, Vn)
