@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypedDict, cast
 
 import torch
 from torch import nn
@@ -286,6 +286,16 @@ class Adapter:
 
 #: The norms of most families, Llama's names: the attention's input norm and the MLP's.
 NORMS: Mapping[str, str] = {"attn": "input_layernorm", "mlp": "post_attention_layernorm"}
+
+
+class Tree(TypedDict):
+    """The module tree of :func:`causal_lm`'s first paths, one value that families sharing it pass on: the token
+    embeddings, the layer list and the final norm (below the model root) and each layer's attention module."""
+
+    embed: str
+    layers: str
+    attn: str
+    final_norm: str | None
 
 
 def causal_lm(

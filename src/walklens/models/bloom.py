@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base.errors import UnsupportedFamilyError
-from .base import Adapter, HeadWeights, HFModule, causal_lm
+from .base import Adapter, HeadWeights, HFModule, Tree, causal_lm
 from .heads import attention_heads
 
 
@@ -36,14 +36,16 @@ def for_config(adapter: Adapter, config: Any) -> Adapter:
     return adapter
 
 
+#: BLOOM's module tree, which Falcon keeps
+TREE = Tree(
+    embed="transformer.word_embeddings", layers="transformer.h", attn="self_attention", final_norm="transformer.ln_f"
+)
+
 ADAPTER = causal_lm(
     "bloom",
-    embed="transformer.word_embeddings",
-    layers="transformer.h",
-    attn="self_attention",
+    **TREE,
     attn_out="self_attention.dense",
     mlp_out="mlp.dense_4h_to_h",
-    final_norm="transformer.ln_f",
     position="alibi",
     head_weights_fn=head_weights,
     mlp_act_fn=lambda model, layer: model.transformer.h[layer].mlp.gelu_impl,

@@ -1,10 +1,12 @@
-"""Falcon: rotary or ALiBi positions, fused query_key_value (multi-query, grouped 'new decoder
-architecture', or per-head [q|k|v]), parallel attention + MLP in most checkpoints."""
+"""Falcon: BLOOM's module tree (:data:`.bloom.TREE`), rotary or ALiBi positions, fused query_key_value
+(multi-query, grouped 'new decoder architecture', or per-head [q|k|v]), parallel attention + MLP in most
+checkpoints."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import bloom
 from .base import HeadWeights, HFModule, act_from_config, causal_lm
 from .heads import attention_heads
 
@@ -23,10 +25,7 @@ def head_weights(attn: HFModule, config: Any) -> HeadWeights:
 
 ADAPTER = causal_lm(
     "falcon",
-    embed="transformer.word_embeddings",
-    layers="transformer.h",
-    attn="self_attention",
-    final_norm="transformer.ln_f",
+    **bloom.TREE,
     norms={"attn": "ln_attn|input_layernorm", "mlp": "ln_mlp|post_attention_layernorm|input_layernorm"},
     position=lambda c: "alibi" if c.alibi else "rotary",
     residual=lambda c: "parallel" if (c.new_decoder_architecture or c.parallel_attn) else "pre_norm",
