@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import walklens
 from _cli import run
-from walklens.analyses.decoding import _sampler
+from walklens.core.sampling import sampler as _sampler
 from walklens.testing import tiny_model
 
 

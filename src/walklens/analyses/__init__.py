@@ -21,7 +21,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "Cooccurrence",
         "Correlation",
     ),
-    "decoding": ("decoding_walk", "DecodingWalk"),
+    "decoding": ("decoding_walk", "decoding_walks", "DecodingWalk"),
     "parity": ("verify", "ParityCard", "ParityCheck"),
     "attention": (
         "head_matrices",

@@ -1,11 +1,12 @@
 """The decoding walk (seed 000, sec. 2.1, eqs. 8-15; A.1): the decoding vector d_t of every generated token.
 
-- Free generation runs the model's own ``generate`` (its key/value cache, its stopping criteria).  A
-  :class:`~transformers.LogitsProcessor` makes each step's choice -- the greedy argmax, or a draw from P_t with
-  ``temperature``/``top_k``/``top_p`` (transformers' own warpers) and a seeded generator -- from the model's raw
-  logits, records the step, and hands ``generate`` scores in which only that token is finite.  d_t and the raw
-  logits are read by :func:`walklens.core.capture.record_steps` (hooks on the final norm and the model's output), so
-  no logits processor of the model's generation config changes what is recorded.
+- Free generation is :func:`walklens.core.generation.generate_batch`: the model's own ``generate`` (its key/value
+  cache), many prompts in left-padded batches (:func:`decoding_walks`), each walk the one its prompt gives alone.
+  A :class:`~transformers.LogitsProcessor` makes each step's choice -- the greedy argmax, or a draw from P_t with
+  ``temperature``/``top_k``/``top_p`` (transformers' own warpers) and the sequence's own seeded generator -- from
+  the model's raw logits, records the step, and hands ``generate`` scores in which only that token is finite.  d_t
+  and the raw logits are read by hooks on the final norm and the model's output, so no logits processor of the
+  model's generation config changes what is recorded.
 - A teacher-forced walk (``target=``, A.1) is one forward pass over the prompt and the target (minus its last
   token): position P-1+i predicts target token i.
 
@@ -14,8 +15,7 @@ Ranks are 0-based: rank 0 is the nearest token, the one greedy decoding picks.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +24,9 @@ import torch
 from ..base.display import Shown
 from ..base.errors import ContextTooLongError, EmptyTextError, InputError, utf8_text
 from ..base.frames import Columns, DataFrame, frame, long_table, pick
-from ..base.numbers import POSITIVE, POSITIVE_INT, PROBABILITY
-from ..core.capture import Step, context_limit, record_steps, tokenize
+from ..core.capture import context_limit, record_steps, tokenize
+from ..core.generation import generate_batch
+from ..core.sampling import StepRecord, check_sampling, eos_ids, read_step
 from .walks import labels_for
 
 if TYPE_CHECKING:
@@ -150,160 +151,9 @@ class DecodingWalk(Shown, view="decoding"):
         )
 
 
-@dataclass
-class _Record:
-    """What one step contributes to the walk (read from the raw logits, eq. 12)."""
-
-    choice: int
-    greedy: int
-    rank: int
-    prob: float
-    top_ids: torch.Tensor
-    top_probs: torch.Tensor
-    d: torch.Tensor
-
-
-def _read(logits: torch.Tensor, choice: int, d: torch.Tensor, k: int) -> _Record:
-    logp = logits.log_softmax(-1)
-    _, ti = logits.topk(min(k, logits.shape[-1]))
-    return _Record(
-        choice=choice,
-        greedy=int(logits.argmax()),
-        rank=int((logits > logits[choice]).sum()),
-        prob=float(logp[choice].exp()),
-        top_ids=ti,
-        top_probs=logp[ti].exp(),
-        d=d,
-    )
-
-
-def _eos_ids(lm: LoadedModel) -> set[int]:
-    ids: set[int] = set()
-    for src in (getattr(lm.model, "generation_config", None), lm.config):
-        e = getattr(src, "eos_token_id", None) if src is not None else None
-        if isinstance(e, int):
-            ids.add(e)
-        elif isinstance(e, (list, tuple)):
-            ids.update(int(v) for v in e)
-        if ids:
-            break
-    return ids
-
-
-def _decoder_start(lm: LoadedModel) -> int:
-    start = lm.config.decoder_start_token_id
-    return start if start is not None else (lm.config.pad_token_id or 0)
-
-
-def _check_sampling(sample: bool, temperature: float, top_k: int | None, top_p: float | None) -> None:
-    """The sampling options' ranges (one line on refusal): any positive finite temperature (:func:`_sampler`)."""
-    if sample:
-        POSITIVE.check(temperature, "temperature")
-    if top_k is not None:
-        POSITIVE_INT.check(top_k, "top_k")
-    if top_p is not None:
-        PROBABILITY.check(top_p, "top_p")
-
-
-def _sampler(temperature: float, top_k: int | None, top_p: float | None, seed: int) -> Callable[[torch.Tensor], int]:
-    """Draw from P_t filtered by temperature, top-k and nucleus (top-p), with a generator seeded once.  A temperature
-    so small that logits / temperature overflows (or is 0 in the logits' dtype) draws the limit: the most probable
-    token, uniformly among ties."""
-    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
-    warpers = LogitsProcessorList([TemperatureLogitsWarper(float(temperature))])
-    if top_k is not None:
-        warpers.append(TopKLogitsWarper(int(top_k)))
-    if top_p is not None and top_p < 1.0:
-        warpers.append(TopPLogitsWarper(float(top_p)))
-    gen = torch.Generator().manual_seed(int(seed))
-
-    def pick(logits: torch.Tensor) -> int:
-        p = warpers(None, logits[None])[0].softmax(-1)  # type: ignore[arg-type]  # these warpers ignore input_ids
-        if not bool(torch.isfinite(p).all()):  # inf / inf or 0 / 0: temperature -> 0 is greedy decoding
-            top = logits == logits.max()
-            p = top.float() / top.sum()
-        return int(torch.multinomial(p, 1, generator=gen))
-
-    return pick
-
-
-def _generated(
-    lm: LoadedModel,
-    ids: torch.Tensor,
-    n_steps: int,
-    pick: Callable[[torch.Tensor], int] | None,
-    eos: set[int],
-    k: int,
-    progress: bool,
-) -> tuple[list[_Record], torch.Tensor | None]:
-    """Free generation through ``model.generate``: the step records and the prompt's second-to-last d."""
-    from tqdm.auto import tqdm
-    from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
-
-    records: list[_Record] = []
-    prev: list[torch.Tensor] = []
-    bar = tqdm(
-        total=n_steps,
-        desc="decoding walk",
-        unit="tok",
-        disable=not progress or n_steps < 16,
-        file=sys.stderr,
-        leave=False,
-    )
-
-    class Walker(LogitsProcessor):
-        """Chooses each step's token from the raw logits recorded for it, records the step, and leaves
-        ``generate`` (greedy) nothing else to pick."""
-
-        def __init__(self, steps: list[Step]) -> None:
-            self.steps = steps
-
-        def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-            step = self.steps.pop()  # consumed here: the logits of a long walk are never kept
-            if not records and step.final.shape[0] >= 2:
-                prev.append(step.final[-2])
-            choice = int(step.logits.argmax()) if pick is None else pick(step.logits)
-            records.append(_read(step.logits, choice, step.final[-1], k))
-            bar.update(1)
-            forced = torch.full_like(scores, float("-inf"))
-            forced[:, choice] = 0.0
-            return forced  # type: ignore[return-value]  # full_like of a FloatTensor is one; torch types it Tensor
-
-    try:
-        with record_steps(lm) as steps:
-            out = lm.hf.generate(  # type: ignore[operator]  # GenerationMixin, not in PreTrainedModel's type
-                ids,
-                attention_mask=torch.ones_like(ids),
-                generation_config=GenerationConfig(**_generation_config(lm, n_steps, eos)),
-                logits_processor=LogitsProcessorList([Walker(steps)]),
-            )
-    finally:
-        bar.close()
-    n_new = out.shape[1] - (ids.shape[1] if lm.is_causal else 1)
-    return records[:n_new], (prev[0] if prev else None)
-
-
-def _generation_config(lm: LoadedModel, n_steps: int, eos: set[int]) -> dict[str, Any]:
-    """The ``GenerationConfig`` of a free walk: ``n_steps`` new tokens at most, greedy over the logits the walk's
-    processor leaves (it has chosen the token already), with the key/value cache, stopping at ``eos``."""
-    pad = lm.tokenizer.pad_token_id
-    cfg: dict[str, Any] = dict(
-        max_new_tokens=n_steps,
-        do_sample=False,
-        num_beams=1,
-        use_cache=True,
-        eos_token_id=sorted(eos),
-        pad_token_id=pad if pad is not None else 0,
-    )
-    if lm.is_encoder_decoder:
-        cfg["decoder_start_token_id"] = _decoder_start(lm)
-    return cfg
-
-
 def _teacher_forced(
     lm: LoadedModel, ids: torch.Tensor, target_ids: torch.Tensor, k: int
-) -> tuple[list[_Record], torch.Tensor | None]:
+) -> tuple[list[StepRecord], torch.Tensor | None]:
     """One forward pass over the prompt and the target minus its last token (A.1)."""
     P, n = ids.shape[1], len(target_ids)
     tail = target_ids[:-1].view(1, -1).to(ids.device)
@@ -316,8 +166,20 @@ def _teacher_forced(
             logits = lm.model(input_ids=torch.cat([ids, tail], dim=1), use_cache=False).logits[0].float().cpu()
             first = P - 1
     d_all = steps[0].final
-    records = [_read(logits[first + i], int(target_ids[i]), d_all[first + i], k) for i in range(n)]
+    records = [read_step(logits[first + i], int(target_ids[i]), d_all[first + i], k) for i in range(n)]
     return records, (d_all[first - 1] if first >= 1 else None)
+
+
+def _decoder_start(lm: LoadedModel) -> int:
+    start = lm.config.decoder_start_token_id
+    return start if start is not None else (lm.config.pad_token_id or 0)
+
+
+def _refuse_masked(lm: LoadedModel) -> None:
+    if lm.is_masked:
+        raise InputError(
+            f"{lm.name} is a masked LM ({lm.adapter.family}); a decoding walk needs a causal or encoder-decoder model"
+        )
 
 
 @torch.no_grad()
@@ -342,37 +204,34 @@ def decoding_walk(
     by a hook on the final norm.  Greedy by default (reproduces ``model.generate``); ``sample=True`` draws from
     P_t with ``temperature``/``top_k``/``top_p`` and a seeded generator.  ``target="..."`` teacher-forces the
     target tokens instead (a text, or a list of token ids), in one forward pass, and reports, step by step,
-    whether d_t lies in the target token's neighbourhood (A.1).
+    whether d_t lies in the target token's neighbourhood (A.1).  Many prompts in batches: :func:`decoding_walks`.
     """
-    if lm.is_masked:
-        raise InputError(
-            f"{lm.name} is a masked LM ({lm.adapter.family}); a decoding walk needs a causal or encoder-decoder model"
-        )
-    _check_sampling(sample, temperature, top_k, top_p)
+    _refuse_masked(lm)
+    if target is None:
+        return decoding_walks(
+            lm,
+            [prompt],
+            max_new_tokens,
+            sample,
+            seed,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            k=k,
+            stop_at_eos=stop_at_eos,
+            progress=progress,
+        )[0]
+    check_sampling(sample, temperature, top_k, top_p)
     ids = tokenize(lm, prompt).to(lm.device)
-    target_ids, target_text = _target(lm, target) if target is not None else (None, None)
-    if target_ids is not None:
-        n_steps = len(target_ids)
-    else:
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be a positive integer, not {max_new_tokens!r}")
-        n_steps = max_new_tokens
-    _check_context(lm, ids, n_steps)
-    if target_ids is not None:
-        records, prompt_prev = _teacher_forced(lm, ids, target_ids, k)
-        eos: set[int] = set()
-    else:
-        eos = _eos_ids(lm) if stop_at_eos else set()
-        pick = _sampler(temperature, top_k, top_p, seed) if sample else None
-        records, prompt_prev = _generated(lm, ids, n_steps, pick, eos, k, progress)
+    target_ids, target_text = _target(lm, target)
+    _check_context(lm, ids, len(target_ids))
+    records, prompt_prev = _teacher_forced(lm, ids, target_ids, k)
     return _assemble(
         lm,
         prompt,
         ids,
-        records,
-        prompt_prev,
-        eos,
-        sample=sample and target is None,
+        (records, prompt_prev, False),
+        sample=False,
         seed=seed,
         temperature=temperature,
         top_k=top_k,
@@ -380,6 +239,62 @@ def decoding_walk(
         target=target_text,
         target_ids=target_ids,
     )
+
+
+@torch.no_grad()
+def decoding_walks(
+    lm: LoadedModel,
+    prompts: Sequence[str],
+    max_new_tokens: int = 20,
+    sample: bool = False,
+    seeds: int | Sequence[int] = 0,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    k: int = 10,
+    stop_at_eos: bool = True,
+    batch_size: int | None = None,
+    progress: bool = True,
+) -> list[DecodingWalk]:
+    """The decoding walks of many prompts, generated together in left-padded batches with the model's own
+    ``generate`` and key/value cache (:func:`walklens.core.generation.generate_batch`); each walk is the one
+    :func:`decoding_walk` gives its prompt alone (sampled walks too: each prompt draws from its own generator,
+    ``seeds`` one for all or one per prompt).  ``batch_size``: prompts per batch (None: one batch)."""
+    _refuse_masked(lm)
+    if isinstance(prompts, str):
+        raise InputError("decoding_walks takes a list of prompts; one prompt: decoding_walk")
+    eos = eos_ids(lm) if stop_at_eos else set()
+    gens = generate_batch(
+        lm,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        sample=sample,
+        seeds=seeds,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        eos=eos,
+        walk=k,
+        batch_size=batch_size,
+        progress=progress,
+    )
+    return [
+        _assemble(
+            lm,
+            p,
+            torch.tensor([g.prompt_ids]),
+            (g.steps, g.prompt_prev, g.stopped_at_eos),
+            sample=sample,
+            seed=g.seed,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            target=None,
+            target_ids=None,
+        )
+        for p, g in zip(prompts, gens)
+    ]
 
 
 def _target(lm: LoadedModel, target: str | Sequence[int]) -> tuple[torch.Tensor, str]:
@@ -413,14 +328,17 @@ def _assemble(
     lm: LoadedModel,
     prompt: str,
     ids: torch.Tensor,
-    records: list[_Record],
-    prompt_prev: torch.Tensor | None,
-    eos: set[int],
+    walked: tuple[list[StepRecord], torch.Tensor | None, bool],
     *,
     target: str | None,
     target_ids: torch.Tensor | None,
     **settings: Any,
 ) -> DecodingWalk:
+    """The walk from its step records, the prompt's second-to-last d and whether it stopped at an end of
+    sequence (``walked``)."""
+    records, prompt_prev, stopped = walked
+    if not records:  # a walk whose first logits were not finite (an overflowing intervention) has no step
+        raise InputError("the model's first logits are not finite (NaN or inf): the walk has no step")
     tok = lm.tokenizer
     out_ids = [r.choice for r in records]
     d = torch.stack([r.d for r in records])
@@ -447,7 +365,7 @@ def _assemble(
         d_norm=d.norm(dim=-1),
         step_length=step_len,
         step_angle=torch.rad2deg(torch.arccos(cos)),
-        stopped_at_eos=bool(out_ids) and out_ids[-1] in eos,
+        stopped_at_eos=stopped,
         target=target,
         target_ids=target_ids,
         in_neighbourhood=in_nb,
@@ -458,4 +376,4 @@ def _assemble(
     )
 
 
-__all__ = ["DecodingWalk", "decoding_walk"]
+__all__ = ["DecodingWalk", "decoding_walk", "decoding_walks"]
