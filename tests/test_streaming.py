@@ -59,7 +59,7 @@ def test_each_weight_is_read_once_per_batch(tmp_path: Path) -> None:
     loaded = stream.stats.layers_loaded - before[0]
     read = stream.stats.bytes_read - before[1]
     assert loaded == lm.n_layers == len(stream.layers)
-    assert read == sum(stream._file_bytes(p) for p in stream.layers) == lm.n_layers * stream.layer_bytes()
+    assert read == sum(stream.file_bytes(p) for p in stream.layers) == lm.n_layers * stream.layer_bytes()
     assert stream.resident_file_bytes() > 0
 
 
@@ -192,3 +192,15 @@ def test_every_analysis_of_a_streamed_model_equals_in_memory(family: str, tmp_pa
     assert len(differ) >= 6, refused
     for path, layer in streamed.stream.layers.items():  # nothing left in memory after them
         assert all(p.device.type == "meta" for p in layer.parameters()), path
+
+
+def test_a_worker_streams_the_model_its_driver_streams(tmp_path: Path) -> None:
+    """A backend's workers load the model by its spec: a streamed model's spec streams (each Ray actor reads the
+    layers from disk for its share), an in-memory one's does not."""
+    from walklens.core.backends.base import ModelSpec
+
+    folder = str(_saved("llama", "float32", tmp_path))
+    streamed = load_model(folder, progress=False, stream=True)
+    spec = ModelSpec.of(streamed)
+    assert spec.stream and spec.load().stream is not None
+    assert not ModelSpec.of(load_model(folder, progress=False, stream=False)).stream

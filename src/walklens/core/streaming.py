@@ -171,13 +171,13 @@ class LayerStream:
 
     def layer_bytes(self) -> int:
         """The most bytes one layer's tensors take in the files."""
-        return max((self._file_bytes(p) for p in self.layers), default=0)
+        return max((self.file_bytes(p) for p in self.layers), default=0)
 
     def resident_file_bytes(self) -> int:
         """The bytes of the resident tensors (embedding, final norm, head) in the files."""
-        return self._file_bytes("")
+        return self.file_bytes("")
 
-    def _file_bytes(self, part: str) -> int:
+    def file_bytes(self, part: str) -> int:
         return sum(self.weights.entries[k].end - self.weights.entries[k].begin for k in self.sources[part])
 
 

@@ -34,16 +34,17 @@ ShardFn = Callable[["LoadedModel", Any, Any], Any]
 @dataclass(frozen=True)
 class ModelSpec:
     """How a worker loads its model: :func:`~walklens.core.loading.load_model` ``(spec, dtype=dtype,
-    device=device)``."""
+    device=device, stream=stream)``: a model the driver streams layer by layer streams in every worker too."""
 
     spec: str
     dtype: str = "float32"
     device: str = "cpu"
+    stream: bool = False
 
     def load(self) -> LoadedModel:
         from ..loading import load_model
 
-        return load_model(self.spec, dtype=self.dtype, device=self.device)
+        return load_model(self.spec, dtype=self.dtype, device=self.device, stream=self.stream)
 
     @classmethod
     def of(cls, lm: LoadedModel, device: str | None = None) -> ModelSpec:
@@ -53,7 +54,7 @@ class ModelSpec:
         name, dt = lm.name, dtype_name(lm.dtype)
         if lm.dtype != torch.float32 and name.endswith(f"@{dt}"):
             name = name[: -len(dt) - 1]
-        return cls(name, dt, device or str(lm.device))
+        return cls(name, dt, device or str(lm.device), lm.stream is not None)
 
 
 class Workers(ABC):

@@ -315,7 +315,7 @@ class RayBackend(Backend):
         name = dtype_name(parse_dtype(dtype))
         lm = load_model(spec, dtype=name, device="cpu")
         path = os.path.abspath(spec) if os.path.exists(spec) else spec  # actors may run in another folder
-        self._specs[id(lm)] = ModelSpec(path, name, dev)
+        self._specs[id(lm)] = ModelSpec(path, name, dev, lm.stream is not None)
         return lm
 
     def workers(self, lm: LoadedModel) -> RayWorkers:

@@ -1,0 +1,285 @@
+"""Models larger than memory (docs/scale.md): a model streamed layer by layer under a memory limit, measured.
+
+    python benchmarks/bench_stream.py MODEL_DIR [--prompts 8] [--tokens 256] [--limit-gb 6] [--points PATTERNS]
+                                      [--dtype bfloat16] [--json FILE] [--no-cgroup]
+
+MODEL_DIR is a safetensors folder, e.g. a random-weight model of real shape written by
+``python -m walklens.testing.shapes qwen3-14b DIR`` (random weights: memory, time and exactness, never what a trained
+model does).  As root, the script moves itself into a new memory cgroup (v1 controller) limited to ``--limit-gb``
+before loading anything, so the whole process (weights, activations, the page cache it fills) is held to the
+limit; it reports the cgroup's peak, the process's peak RSS (VmHWM), the OOM events and the failures to charge.
+
+One batch of ``--prompts`` texts of ``--tokens`` tokens (HellaSwag contexts, cut) runs through the streamed model in
+one forward pass, keeping the points ``--points`` (float32 records).  Printed, from this one run:
+
+- the bytes the stream read (its own count) against the checkpoint's bytes: one read of the weights per batch;
+- the bytes read by the process (``/proc/self/io`` rchar: every read, page-cache hits too; read_bytes: from disk);
+- the wall time of the pass against the time to read the layers' weights once (their share of every file read
+  once, fresh, with the page cache dropped first when root) plus the same layers' compute measured in memory (one
+  layer loaded, run on the same hidden states, times the number of layers): the ratio the issue bounds by 1.3.
+  The pass also runs the embedding, the final norm and the head (read once at load, not streamed), which the
+  ratio's denominator leaves out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+CGROUP = Path("/sys/fs/cgroup/memory")
+
+
+def enter_cgroup(limit_gb: float) -> Path | None:
+    """Move this process into a new memory cgroup limited to ``limit_gb`` (root only; removed at exit); None when
+    it cannot."""
+    if os.geteuid() != 0 or not CGROUP.is_dir():
+        return None
+    group = CGROUP / f"walklens-bench-{os.getpid()}"
+    group.mkdir(exist_ok=True)
+    (group / "memory.limit_in_bytes").write_text(str(int(limit_gb * 2**30)))
+    try:
+        (group / "memory.memsw.limit_in_bytes").write_text(str(int(limit_gb * 2**30)))
+    except OSError:
+        pass  # no swap accounting: the limit holds memory alone
+    (group / "cgroup.procs").write_text(str(os.getpid()))
+    atexit.register(_leave, group)
+    return group
+
+
+def _leave(group: Path) -> None:
+    """Back to the root cgroup, and the benchmark's cgroup removed."""
+    try:
+        (CGROUP / "cgroup.procs").write_text(str(os.getpid()))
+        group.rmdir()
+    except OSError:
+        pass
+
+
+def cgroup_report(group: Path | None) -> dict[str, Any]:
+    if group is None:
+        return {}
+    read = lambda name: (group / name).read_text().strip()  # noqa: E731
+    oom = dict(line.split() for line in read("memory.oom_control").splitlines())
+    stat = dict(line.split() for line in read("memory.stat").splitlines())
+    return {
+        "cgroup_limit_gib": int(read("memory.limit_in_bytes")) / 2**30,
+        "cgroup_peak_gib": int(read("memory.max_usage_in_bytes")) / 2**30,
+        "cgroup_failcnt": int(read("memory.failcnt")),
+        "cgroup_oom_kills": int(oom.get("oom_kill", 0)),
+        "cgroup_peak_rss_like_gib": (int(stat.get("total_rss", 0)) + int(stat.get("total_mapped_file", 0))) / 2**30,
+    }
+
+
+def proc_io() -> dict[str, int]:
+    with open("/proc/self/io") as f:
+        return {k: int(v) for k, v in (line.split(": ") for line in f)}
+
+
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def drop_caches() -> bool:
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def read_once(folder: Path) -> tuple[float, int]:
+    """Seconds to read every safetensors file of ``folder`` once (1 MiB reads), and the bytes read."""
+    t0, n = time.perf_counter(), 0
+    buf = bytearray(2**20)
+    for path in sorted(folder.glob("*.safetensors")):
+        with open(path, "rb", buffering=0) as f:
+            while k := f.readinto(buf):
+                n += k
+    return time.perf_counter() - t0, n
+
+
+def texts(n: int) -> list[str]:
+    from walklens.lab.hellaswag.data import load_hellaswag
+
+    items = load_hellaswag(limit=max(n * 4, 16))
+    out, i = [], 0
+    while len(out) < n:
+        it = items[i % len(items)]
+        out.append(" ".join([it.ctx, *it.endings] * 8))
+        i += 1
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--limit-gb", type=float, default=6.0)
+    ap.add_argument("--points", default="L*.resid_post,final")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--no-cgroup", action="store_true")
+    ap.add_argument("--warm", action="store_true", help="leave the weights in the page cache (read once first)")
+    ap.add_argument("--in-memory", action="store_true", help="load every weight in memory (no stream): the reference")
+    ap.add_argument("--save", default=None, metavar="FILE", help="the records as safetensors (to compare two runs)")
+    ap.add_argument(
+        "--compare", action="store_true", help="run in memory, then streamed (two processes), and compare: fits mode"
+    )
+    args = ap.parse_args(argv)
+    if args.compare:
+        return compare(args)
+    folder = Path(args.model)
+    group = None if args.no_cgroup else enter_cgroup(args.limit_gb)
+    dropped = drop_caches()
+    t_read, file_bytes = read_once(folder)  # the weights read once, fresh (page cache dropped when root)
+    if not args.warm:
+        dropped = drop_caches() and dropped  # the pass reads from disk (a model larger than memory cannot be cached)
+
+    import torch
+
+    from walklens.core.capture import capture_batch
+    from walklens.core.loading import load_model
+
+    io0, t0 = proc_io(), time.perf_counter()
+    lm = load_model(str(folder), dtype=args.dtype, stream=not args.in_memory, progress=False)
+    t_load = time.perf_counter() - t0
+    seqs = [lm.tokenizer(t)["input_ids"][: args.tokens] for t in texts(args.prompts)]
+    points = [p for p in args.points.split(",") if p]
+    s1 = lm.stream.stats.bytes_read if lm.stream else 0
+    io1 = proc_io()
+    t1 = time.perf_counter()
+    batch = capture_batch(lm, seqs, points, dtype=None)  # records in the model dtype; the head (after final) never runs
+    t_pass = time.perf_counter() - t1
+    io2 = proc_io()
+    kept = batch.hidden.numel() * batch.hidden.element_size()
+    if args.save:
+        from safetensors.torch import save_file
+
+        save_file({"hidden": batch.hidden.contiguous()}, args.save)
+    if lm.stream is None:
+        out = {"mode": "in memory", "seconds_load": t_load, "seconds_pass": t_pass, "peak_rss_gib": peak_rss_gib()}
+        return report(out, args.json)
+    pass_read = lm.stream.stats.bytes_read - s1
+
+    # the same layers' compute in memory: layer 0 held, run on the batch's hidden states (the pass's own input)
+    t_layer = layer_compute(lm, seqs)
+    compute = t_layer * len(lm.stream.layers)
+    layers_bytes = sum(lm.stream.file_bytes(p) for p in lm.stream.layers)
+    t_read_layers = t_read * layers_bytes / file_bytes  # the layers' share of one read of every file
+    out = {
+        "cpu": cpu_name(),
+        "model": str(folder),
+        "dtype": args.dtype,
+        "prompts": args.prompts,
+        "tokens": args.tokens,
+        "points": points,
+        "layers": len(lm.stream.layers),
+        "checkpoint_bytes": file_bytes,
+        "resident_bytes_read_at_load": lm.stream.resident_file_bytes(),
+        "layers_bytes": layers_bytes,
+        "stream_bytes_read_per_pass": pass_read,
+        "reads_of_the_layers_per_pass": pass_read / layers_bytes,
+        "proc_rchar_pass": io2["rchar"] - io1["rchar"],
+        "proc_read_bytes_pass": io2["read_bytes"] - io1["read_bytes"],
+        "proc_rchar_load": io1["rchar"] - io0["rchar"],
+        "page_cache_dropped": dropped,
+        "seconds_load": t_load,
+        "seconds_pass": t_pass,
+        "seconds_read_weights_once": t_read,
+        "seconds_read_layers_once": t_read_layers,
+        "seconds_compute_in_memory": compute,
+        "ratio_pass_to_read_plus_compute": t_pass / (t_read_layers + compute),
+        "records_bytes": kept,
+        "peak_rss_gib": peak_rss_gib(),
+        **cgroup_report(group),
+        "torch_threads": torch.get_num_threads(),
+    }
+    return report(out, args.json)
+
+
+def report(out: dict[str, Any], path: str | None) -> int:
+    text = json.dumps(out, indent=1)
+    print(text)
+    if path:
+        Path(path).write_text(text + "\n")
+    return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Fits mode: the same batch in memory, then streamed with the weights in the page cache (each in its own
+    process, so each peak is its own); the records compared bit for bit, the time and peak memory as ratios."""
+    import subprocess
+    import tempfile
+
+    from safetensors.torch import load_file
+
+    tmp = Path(tempfile.mkdtemp())
+    common = [sys.executable, __file__, args.model, "--prompts", str(args.prompts), "--tokens", str(args.tokens)]
+    common += ["--points", args.points, "--dtype", args.dtype, "--no-cgroup", "--warm"]
+    runs = {}
+    for mode, extra in (("memory", ["--in-memory"]), ("stream", [])):
+        out = tmp / f"{mode}.json"
+        subprocess.run([*common, *extra, "--save", str(tmp / f"{mode}.safetensors"), "--json", str(out)], check=True)
+        runs[mode] = json.loads(out.read_text())
+    a, b = (load_file(str(tmp / f"{m}.safetensors"))["hidden"] for m in ("memory", "stream"))
+    import torch
+
+    result = {
+        "cpu": cpu_name(),
+        "model": args.model,
+        "bit_for_bit": bool(torch.equal(a, b)),
+        "records_shape": list(a.shape),
+        "seconds_pass_in_memory": runs["memory"]["seconds_pass"],
+        "seconds_pass_streamed": runs["stream"]["seconds_pass"],
+        "ratio_streamed_to_in_memory": runs["stream"]["seconds_pass"] / runs["memory"]["seconds_pass"],
+        "peak_rss_gib_in_memory": runs["memory"]["peak_rss_gib"],
+        "peak_rss_gib_streamed": runs["stream"]["peak_rss_gib"],
+        "peak_ratio_streamed_to_in_memory": runs["stream"]["peak_rss_gib"] / runs["memory"]["peak_rss_gib"],
+    }
+    return report(result, args.json)
+
+
+def layer_compute(lm: Any, seqs: list[list[int]]) -> float:
+    """Seconds one layer's forward takes in memory on the batch (layer 0 held; its input captured first)."""
+    import torch
+
+    from walklens.core.capture import capture_batch
+
+    x = capture_batch(lm, seqs, ["L0.resid_pre"], stop_early=True, dtype=None).hidden[0]
+    path = next(iter(lm.stream.layers))
+    layer = lm.stream.layers[path]
+    best = float("inf")
+    with lm.stream.held(path), torch.no_grad():
+        inner: Any = lm.model.model if hasattr(lm.model, "model") else lm.model
+        T = x.shape[1]
+        pos = torch.arange(T)[None].expand(x.shape[0], T)
+        emb = inner.rotary_emb(x.to(lm.dtype), pos) if hasattr(inner, "rotary_emb") else None
+        mask = torch.full((T, T), float("-inf")).triu(1)[None, None].to(lm.dtype)
+        for _ in range(2):
+            t0 = time.perf_counter()
+            layer(x.to(lm.dtype), attention_mask=mask, position_ids=pos, position_embeddings=emb)
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip() + f", {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
