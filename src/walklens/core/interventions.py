@@ -9,7 +9,8 @@ config back):
   * :func:`ablate_mlps` -- every feed-forward contribution (``mlp_out``) zeroed (seed 002's simplified layer
     "disregarding the feedforward neural network");
   * :func:`add_to_residual` -- activation addition: ``alpha v`` added to the residual at some layers' outputs
-    (also the mean-difference steering of contrastive pairs, with ``v`` their mean residual difference);
+    (also the mean-difference steering of contrastive pairs, with ``v`` their mean residual difference); a batch of
+    doses in one pass takes one ``alpha`` (and/or one ``v``) per sequence of the batch;
   * :func:`ablate_direction` -- projection ablation: the residual's component along a unit ``u`` removed at
     some layers' outputs (the steering card's control);
   * :func:`edit_weights` -- in-place additions to parameters, copied back on exit; :func:`eigen_edit` uses it
@@ -22,6 +23,10 @@ config back):
   * :func:`prepacked_linears` -- a bfloat16/float16 model's linear layers run from weights reordered once for
     the matrix library, bit for bit the same products (packed scoring; docs/dtype.md); the machinery,
     oneDNN's reordered weights and their exactness check, is :mod:`walklens.core.prepack`.
+
+During batched generation (:func:`walklens.core.generation.generate_batch`) every intervention acts on each
+sequence of the batch as on that sequence alone (tests/test_generation_interventions.py); a weight edit
+(:func:`edit_weights`, :func:`eigen_edit`) is one model for the whole batch, so one dose per pass.
 
 Layers are 0-based and may be negative (from the top).  A shared-weight stack (ALBERT) has one module at
 every depth, which is hooked or edited once.
@@ -82,22 +87,43 @@ def ablate_mlps(lm: LoadedModel) -> Iterator[None]:
 
 @contextmanager
 def add_to_residual(
-    lm: LoadedModel, layers: int | Sequence[int], vector: torch.Tensor, alpha: float = 1.0
+    lm: LoadedModel, layers: int | Sequence[int], vector: torch.Tensor, alpha: float | Sequence[float] = 1.0
 ) -> Iterator[None]:
     """Activation addition: ``alpha * vector`` ([D]) added to the residual stream at the output of ``layers``
-    (every position), inside the block."""
+    (every position), inside the block.  A batch of doses in one pass: ``alpha`` one number per sequence of the
+    batch and/or ``vector`` one row per sequence ([B, D]); sequence b gets ``alpha[b] * vector[b]``, the very
+    numbers it gets alone with its own dose (and a batch of another size is refused in one line)."""
     mods = lm.adapter.layer_modules(lm.model)
     ls = resolve_layers(lm, layers)
-    delta = alpha * vector
+    delta = _deltas(vector, alpha)
 
     def add(_m: nn.Module, _inp: Any, output: Any) -> Any:
         h = first_output(output)
+        if delta.dim() == 3 and delta.shape[0] != h.shape[0]:
+            raise InputError(f"{delta.shape[0]} per-sequence doses for a batch of {h.shape[0]} sequences")
         return replace_first(output, h + delta.to(dtype=h.dtype, device=h.device))
 
     with Hooks() as hooks:
         for m in distinct(mods[l] for l in ls):
             hooks.post(m, add)
         yield
+
+
+def _deltas(vector: torch.Tensor, alpha: float | Sequence[float]) -> torch.Tensor:
+    """``alpha * vector`` [D], or one row per sequence [B, 1, D] when ``alpha`` is a sequence or ``vector`` [B, D]:
+    each row computed as its sequence's own scalar dose would be (the same bits)."""
+    if isinstance(alpha, (int, float)):
+        if vector.dim() == 1:
+            return alpha * vector
+        alphas = [float(alpha)] * vector.shape[0]
+    else:
+        alphas = [float(a) for a in alpha]
+    vectors = list(vector) if vector.dim() == 2 else [vector] * len(alphas)
+    if len(alphas) != len(vectors):
+        raise InputError(f"{len(alphas)} doses for {len(vectors)} vectors: give one dose, or one per vector")
+    if not alphas:
+        raise InputError("no per-sequence dose given")
+    return torch.stack([a * v for a, v in zip(alphas, vectors)])[:, None, :]
 
 
 @contextmanager
