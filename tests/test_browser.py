@@ -60,12 +60,13 @@ def colourful_pixels(chromium: str, html: Path, height: int = 2400) -> int:
 
 def _check_page(chromium: str, path: Path, labels: list[str]) -> None:
     html = path.read_text(encoding="utf-8")
-    n_plots = len(re.findall(r"class='wl-(heatmap|lines)'", html))
-    assert n_plots > 0
+    assert re.search(r"class='wl-(heatmap|lines)'", html)
     dom = dump_dom(chromium, path)
     assert re.search(r"<body[^>]*data-plots-rendered=\"1\"", dom)
+    assert dom.count('data-drawn="1"') == html.count("<div class='wl-result' data-result='")  # each document drawn
+    n_plots = len(re.findall(r"class=\"wl-(heatmap|lines)\"", dom))  # the page's own and those its documents drew
     assert dom.count('data-rendered="1"') == n_plots  # every plot was drawn
-    assert len(re.findall(r"<canvas [^>]*class=\"wl-canvas\"", dom)) == len(re.findall(r"class='wl-heatmap'", html))
+    assert len(re.findall(r"<canvas [^>]*class=\"wl-canvas\"", dom)) == len(re.findall(r"class=\"wl-heatmap\"", dom))
     body = re.sub(r"<script>.*?</script>", "", dom, flags=re.S)
     svg_text = " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", body))  # only the script creates <text>
     for label in labels:

@@ -1,8 +1,8 @@
 """The notebook views of the lab's results (:mod:`walklens.reports.notebook`): a HellaSwag run, a sweep's summary,
 compaction's curves and the steering card, drawn by the same builders as their commands' reports.
 
-Imported by :mod:`walklens.lab` itself, so any lab result has its view once its module is imported; the instrument
-never imports the lab (docs/architecture.md).
+Imported by :mod:`walklens.lab` itself, so any lab result has its view once its module is imported, and the lab's
+documents their schemas (:mod:`.reports.schemas`); the instrument never imports the lab (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from ..reports.html import Report
 from ..reports.notebook import add_views
 from ..reports.parts import add_columns
 from .reports import curves, steercard, sweep
+from .reports import schemas as _schemas  # noqa: F401  # registers the lab's documents (walklens.reports.schemas)
 
 if TYPE_CHECKING:
     from .experiments.runner import RunSummary

@@ -131,48 +131,22 @@ def add_cluster_views(report: Report, views: Sequence[ClusterView]) -> Report:
 
 
 def add_self_mass(report: Report, sm: SelfMass, title: str = "") -> Report:
-    """Heatmap layers x heads of self mass / uniform (below 1: the head attenuates the query itself)."""
+    """Layers x heads of self mass / uniform (below 1: the head attenuates the query itself), drawn from
+    :func:`self_mass_document` by ``walklensResults.selfMass`` (the explorer's attention view draws it too)."""
     report.h2(title or f"self-attention mass per layer and head{f' ({sm.stack})' if sm.stack else ''}")
     report.p(
-        "colour: mean A_h[t,t] divided by its value under uniform attention; < 1 means the query's own "
-        "position is attenuated (negative self-bias in effect), > 1 amplified.",
+        "colour: log2 of mean A_h[t,t] divided by its value under uniform attention; < 0 means the query's own "
+        "position is attenuated (negative self-bias in effect), > 0 amplified.",
         note=True,
     )
-    L, H = sm.mass.shape
-    hover = [
-        [f"self mass {float(sm.mass[l, h]):.3f}, uniform {float(sm.uniform[l, h]):.3f}" for h in range(H)]
-        for l in range(L)
-    ]
-    report.heatmap(
-        sm.ratio.log2(),
-        row_labels=[f"L{l}" for l in range(L)],
-        col_labels=[f"h{h}" for h in range(H)],
-        hover=hover,
-        diverging=True,
-        cell=18,
-    )
-    report.p("(colour is log2 of the ratio)", note=True)
-    return report
+    return report.result("self_mass", self_mass_document(sm))
 
 
-def add_head_stats(report: Report, stats: Mapping[str, Any], title: str = "") -> Report:
-    """Per-head W_vo / W_qk summaries: Frobenius norms, copying score (computed from the factors).
-
-    ``stats``: ``layers`` (row labels) and [L, H] tensors ``vo_norm``, ``qk_norm``, ``vo_copying``."""
+def add_head_stats(report: Report, stats: HeadStats, title: str = "") -> Report:
+    """Per-head W_vo / W_qk summaries: Frobenius norms, copying score (computed from the factors), drawn from
+    :func:`head_stats_document` by ``walklensResults.headStats`` (the explorer's attention view draws it too)."""
     report.h2(title or "per-head filters W_vo,h and W_qk,h (factored, A.3)")
-    labels = stats["layers"]
-    H = len(stats["vo_norm"][0])
-    for key, title, div in (
-        ("vo_norm", "||W_vo,h||_F", False),
-        ("qk_norm", "||W_qk,h||_F", False),
-        ("vo_copying", "W_vo copying score: sum Re(eig) / sum |eig| (+1 copies, -1 negates)", True),
-    ):
-        report.heatmap(
-            stats[key], row_labels=labels, col_labels=[f"h{h}" for h in range(H)], title=title, diverging=div, cell=18
-        )
-        if key == "qk_norm" and stats.get("qk_note"):
-            report.p(str(stats["qk_note"]), note=True)
-    return report
+    return report.result("head_stats", head_stats_document(stats))
 
 
 def _layer(key: str) -> int:
@@ -298,17 +272,7 @@ def build(
     for name, sm in masses.items():
         add_self_mass(rep, sm, title=f"self-attention mass ({name})")
     for name, st in stats.items():
-        add_head_stats(
-            rep,
-            {
-                "layers": [f"{name} L{l}" for l in st.layers],
-                "vo_norm": st.vo_norm,
-                "qk_norm": st.qk_norm,
-                "vo_copying": st.vo_copying,
-                "qk_note": st.qk_note,
-            },
-            title=f"per-head filters W_vo,h and W_qk,h ({name}; factored, A.3)",
-        )
+        add_head_stats(rep, st, title=f"per-head filters W_vo,h and W_qk,h ({name}; factored, A.3)")
     if kernels is not None:
         add_kernels(rep, kernels)
     return rep

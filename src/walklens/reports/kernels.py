@@ -72,33 +72,15 @@ def _class_tables(report: Report, pk: PositionKernels) -> None:
 
 
 def _stack_kernels(report: Report, s: StackKernels, units: str) -> None:
-    """One stack's kernels (Figs. 6, 8): a heatmap of every kernel relative to distance 0, the curves, and each
-    kernel's class."""
-    name = s.stack or "model"
-    K, H, n = s.values.shape
+    """One stack's kernels (Figs. 6, 8): every kernel relative to distance 0, drawn from :func:`stack_document` by
+    ``walklensResults.kernelStack`` (the explorer's kernels view draws it too), the curves, and each kernel's
+    class."""
+    H = s.values.shape[1]
     row_labels = [f"{'L' + str(l) + ' ' if l is not None else ''}h{h}" for l in s.layers for h in range(H)]
     labels = [c.label for row in s.classes for c in row]
-    z = s.log_values.reshape(K * H, n)
-    z = z - z[:, s.distances.index(0)][:, None]  # relative to distance 0
-    hover = [
-        [
-            f"{labels[r]}; value {float(s.values.reshape(K * H, n)[r, j]):.4g}"
-            + (f" +- {float(s.ci95.reshape(K * H, n)[r, j]):.2g}" if s.ci95 is not None else "")
-            for j in range(n)
-        ]
-        for r in range(K * H)
-    ]
-    report.heatmap(
-        z,
-        row_labels=row_labels,
-        col_labels=[str(d) for d in s.distances],
-        hover=hover,
-        diverging=True,
-        title=f"{name}: kernel minus its value at distance 0 (logit units; columns: distance key - query)",
-        cell=max(3, min(16, 900 // n)),
-    )
+    report.result("kernel_stack", stack_document(s))
     _kernel_curves(report, s, labels, units)
-    report.table(["kernel", "class"], [[row_labels[r], labels[r]] for r in range(K * H)])
+    report.table(["kernel", "class"], [[row_labels[r], labels[r]] for r in range(len(labels))])
 
 
 def _kernel_curves(report: Report, s: StackKernels, labels: list[str], units: str) -> None:

@@ -46,19 +46,7 @@ def _titled(title: str, add: Callable[[Report], Any]) -> Report:
 
 
 def _head_stats(st: Any) -> Report:
-    return _titled(
-        f"Per-head filters of {st.stack or 'the model'}",
-        lambda r: heads.add_head_stats(
-            r,
-            {
-                "layers": [f"L{l}" for l in st.layers],
-                "vo_norm": st.vo_norm,
-                "qk_norm": st.qk_norm,
-                "vo_copying": st.vo_copying,
-                "qk_note": st.qk_note,
-            },
-        ),
-    )
+    return _titled(f"Per-head filters of {st.stack or 'the model'}", lambda r: heads.add_head_stats(r, st))
 
 
 #: view name -> the builder that draws a result of that view

@@ -26,6 +26,13 @@ def document(
     return {"model": model, "text": text, "tokens": tokens, "token_ids": token_ids, "maps": maps}
 
 
+def view_document(maps: Mapping[str, Any], labels: Sequence[str], block: int = 1) -> dict[str, Any]:
+    """What a page draws of similarity maps (``walklensResults.draw.simmap_view``; the explorer's similarity view
+    draws its reply, :func:`document` with ``block`` and ``labels``, with the same function): the maps, a label
+    per row (a block of positions when ``block`` > 1)."""
+    return {"maps": dict(maps), "labels": list(labels), "block": block}
+
+
 def build(
     maps: Mapping[str, torch.Tensor],
     tokens: Sequence[str],
@@ -34,7 +41,8 @@ def build(
     figures: bool = True,
     block: int = 1,
 ) -> Report:
-    """The ``walklens simmap`` report (Figs. 3, 11, 12): one labelled heatmap per ``"point/metric"`` key.
+    """The ``walklens simmap`` report (Figs. 3, 11, 12): one labelled heatmap per ``"point/metric"`` key, drawn
+    from :func:`view_document` by ``walklensResults`` (coloured over its 1st-99th percentile off the diagonal).
 
     ``block`` > 1 draws each map as means over ``block`` x ``block`` positions (:func:`.html.block_mean`, a
     note says so; the JSON keeps every value)."""
@@ -46,31 +54,13 @@ def build(
             "(labels: first-last position)"
         )
     rep = Report(title, subtitle)
-    labels = [show(t) for t in tokens]
     for key, m in maps.items():
         rep.h2(f"similarity map: {key}")
-        cosine = key.endswith("cosine")
         z = m.float()
-        n = len(labels)
-        lo, hi, diverging = _colour_range(z, n)
-        rep.p(
-            f"colour range {lo:.4g} .. {hi:.4g} (1st-99th percentile off the diagonal); min {float(z.min()):.4g}, "
-            f"max {float(z.max()):.4g}",
-            note=True,
-        )
         zq = [[float(f"{v:.3g}") for v in row] for row in z.tolist()]  # 3 significant digits keep the page small
-        rep.heatmap(
-            zq,
-            row_labels=labels,
-            col_labels=labels,
-            diverging=diverging,
-            vmin=lo,
-            vmax=hi,
-            title=f"{key}: {'cosine' if cosine else 'inner product'} between every pair of positions",
-            cell=None if n <= 150 else 4,
-        )
+        rep.result("simmap_view", view_document({key: zq}, tokens, block))
         if figures:
-            _figure(rep, key, z, labels, (lo, hi, diverging))
+            _figure(rep, key, z, [show(t) for t in tokens], _colour_range(z, len(tokens)))
     return rep
 
 
@@ -110,4 +100,4 @@ def _figure(rep: Report, key: str, z: torch.Tensor, labels: list[str], scale: tu
     )  # the interactive map above shows the same view
 
 
-__all__ = ["build", "document", "key"]
+__all__ = ["build", "document", "key", "view_document"]

@@ -204,22 +204,25 @@ def _summary_table(report: Report, walk: EncodingWalk, labels: Mapping[int, str]
     )
 
 
-def _hover(walk: EncodingWalk, labels: Mapping[int, str], rows: list[int], n_cols: int) -> list[list[str]]:
-    """Each heatmap cell's tooltip: the ranks of w_t and w_t+1 and the nearest tokens (plain text: plots.js
-    inserts it with textContent)."""
-    hover = []
-    for t in range(n_cols):
-        line = []
-        for i in rows:
-            tops = ", ".join(repr(labels.get(int(j), str(int(j)))) for j in walk.top_ids[i, t, :TOP_HOVER])
-            rn = int(walk.rank_of_next[i, t])
-            line.append(
-                f"rank of w_t {int(walk.rank_of_input[i, t])}"
-                + (f", of w_t+1 {rn}" if rn >= 0 else "")
-                + f"\nnearest: {tops}"
-            )
-        hover.append(line)
-    return hover
+def rank_map_document(
+    walk: EncodingWalk, labels: Mapping[int, str], rows: Sequence[int], n_cols: int, top: int = TOP_HOVER
+) -> dict[str, Any]:
+    """The document of a walk's rank maps (sec. 2.2.2, A.2), drawn by ``walklensResults.rankMap`` of
+    ``assets/results.js`` (the explorer's walk view draws its :func:`walk_document` reply with the same function):
+    the ranks of w_t and w_t+1 at the points ``rows`` and the first ``n_cols`` positions, the escape points as rows
+    of the map (-1: none, or not a row shown) and each cell's ``top`` nearest tokens."""
+    row = {int(i): r for r, i in enumerate(rows)}
+    cols = range(n_cols)
+    return {
+        "points": [walk.points[i] for i in rows],
+        "columns": walk.tokens[:n_cols],
+        "block": 1,
+        "rank_of_input": walk.rank_of_input[list(rows), :n_cols],
+        "rank_of_next": walk.rank_of_next[list(rows), :n_cols],
+        "escape_point": [row.get(int(p), -1) for p in walk.escape_point[:n_cols]],
+        "escape_stable": [row.get(int(p), -1) for p in walk.escape_stable[:n_cols]],
+        "nearest": [[[labels.get(int(j), str(int(j))) for j in walk.top_ids[i, t, :top]] for t in cols] for i in rows],
+    }
 
 
 def _rank_maps(
@@ -231,31 +234,26 @@ def _rank_maps(
     name: tuple[str, str],
     figures: bool,
 ) -> None:
-    """The rank heatmaps of w_t and w_t+1 with hover: one row per position, one column per point (reading left to
-    right = up the stack); ``name``: (key, heading) of the walk, for the PNGs."""
+    """The rank maps of w_t and w_t+1 (one row per point, one column per position, hover for the nearest tokens),
+    drawn on the page from :func:`rank_map_document` by the explorer's own function; ``name``: (key, heading) of
+    the walk, for the PNGs."""
     key, heading = name
+    report.result("rank_map", rank_map_document(walk, labels, rows, n_cols))
+    if not figures:
+        return
     cols = _pos_labels(walk.tokens, n_cols)
     row_names = [walk.points[i] for i in rows]
-    hover = _hover(walk, labels, rows, n_cols)
     for what, ranks in (("input", walk.rank_of_input), ("next", walk.rank_of_next)):
-        r = ranks[rows, :n_cols].t()
+        r = ranks[rows, :n_cols]
         z = torch.log10(1 + r.clamp_min(0).float())
         z[r < 0] = float("nan")
         sym = "w_t" if what == "input" else "w_t+1"
-        report.heatmap(
-            z,
-            row_labels=cols,
-            col_labels=row_names,
-            hover=hover,
-            title=f"rank of {sym} at each point, log10(1 + rank): dark = near (hover for the nearest tokens)",
-        )
-        if figures:
-            report.figure(
-                _rank_figure(z, cols, row_names, f"{heading}: rank of {sym}"),
-                f"rank_{what}_{key}",
-                caption=f"log10(1 + rank of {sym}) for each position (rows) at each point (columns)",
-                embed=False,
-            )  # the interactive heatmap above shows the same view
+        report.figure(
+            _rank_figure(z, row_names, cols, f"{heading}: rank of {sym}"),
+            f"rank_{what}_{key}",
+            caption=f"log10(1 + rank of {sym}) at each point (rows) and position (columns)",
+            embed=False,
+        )  # the interactive map above shows the same view
 
 
 def _curves(report: Report, walk: EncodingWalk, rows: list[int]) -> None:
@@ -355,4 +353,13 @@ def build(
     return rep
 
 
-__all__ = ["MAX_COLS", "add_walk", "build", "cell_document", "document", "point_document", "walk_document"]
+__all__ = [
+    "MAX_COLS",
+    "add_walk",
+    "build",
+    "cell_document",
+    "document",
+    "point_document",
+    "rank_map_document",
+    "walk_document",
+]

@@ -1,4 +1,6 @@
 // walklens inline plots: heatmaps on <canvas> with a hover tooltip, and SVG line charts. No network, no CDN.
+// The one heatmap renderer of the report pages and the explorer: nothing else draws on a canvas
+// (tests/test_schemas.py checks); a heatmap's geometry answers which cell a pointer is on and marks cells.
 // Every label, tooltip and legend comes from a model, a text or a database: it is inserted with textContent
 // (or drawn on the canvas), never parsed as markup.
 (function () {
@@ -64,8 +66,21 @@
       tip.style.top = (e.clientY - el.getBoundingClientRect().top + 12) + "px";
     });
     canvas.addEventListener("mouseleave", function () { tip.style.display = "none"; });
+    var geo = {canvas: canvas, left: left, top: top, cell: cell, rows: rows, cols: cols};
+    ["left", "top", "cell", "rows", "cols"].forEach(function (k) { el.setAttribute("data-" + k, geo[k]); });
+    geo.at = function (ev) {  // the cell under a mouse event, or null
+      var r = canvas.getBoundingClientRect();
+      var j = Math.floor((ev.clientX - r.left - left) / cell), i = Math.floor((ev.clientY - r.top - top) / cell);
+      return (i < 0 || j < 0 || i >= rows || j >= cols) ? null : {row: i, col: j};
+    };
+    geo.mark = function (i, j, colour, dot) {  // a box (or a dot) on cell (i, j)
+      var x = left + j * cell, y = top + i * cell;
+      ctx.strokeStyle = colour; ctx.fillStyle = colour; ctx.lineWidth = 2;
+      if (dot) { ctx.beginPath(); ctx.arc(x + cell / 2, y + cell / 2, Math.max(1.5, cell / 6), 0, 7); ctx.fill(); }
+      else ctx.strokeRect(x + 1, y + 1, cell - 2, cell - 2);
+    };
     el.setAttribute("data-rendered", "1");
-    return {canvas: canvas, left: left, top: top, cell: cell, rows: rows, cols: cols};
+    return geo;
   }
   function lines(el) {
     var spec = JSON.parse(el.getAttribute("data-spec"));

@@ -53,12 +53,11 @@
     });
     return t;
   }
-  function plot(parent, kind, spec, title) {  // kind: "lines" or "heatmap" of plots.js
+  function plot(parent, kind, spec, title) {  // kind: "lines" or "heatmap" of plots.js; returns what it returns
     if (title) el(parent, "h3", {}, title);
     var div = el(parent, "div", {"class": "wl-" + kind});
     div.setAttribute("data-spec", JSON.stringify(spec));
-    window.walklensPlots[kind](div);
-    return div;
+    return window.walklensPlots[kind](div);
   }
   function where(list, test) {
     var out = [];
@@ -79,6 +78,125 @@
       if (c.band) s.band = [at(c.band[0]), at(c.band[1])];
       return s;
     });
+  }
+
+  // ---- the encoding walk's rank maps (seed 000, sec. 2.2.2, A.2): reports/walk.py rank_map_document -----------
+  function rankZ(r) { return r === null || r < 0 ? null : Math.log(1 + r) / Math.LN10; }  // colour: log10(1 + rank)
+  // the rank of w_t (which: "input") or of w_t+1 ("next") at each point (rows) and position (columns; a block of
+  // positions when doc.block > 1), the escape points marked: a walk's rank_map_document on a report's page, the
+  // explorer's /api/walk reply in its walk and compare views (walks.js).  opts: title, vmax (the top of the colour
+  // scale; default: the largest rank shown), note(i) (row i's note in its tooltips), nearest ([row][column]: each
+  // cell's nearest tokens, in its tooltip).  Returns the heatmap's geometry (plots.js).
+  function rankMap(parent, doc, which, opts) {
+    opts = opts || {};
+    var ranks = which === "input" ? doc.rank_of_input : doc.rank_of_next, b = doc.block || 1;
+    var cols = doc.columns.map(function (c, j) { return b > 1 ? show(c) : j + ": " + show(c); });
+    var hover = doc.points.map(function (p, i) {
+      return doc.columns.map(function (c, j) {
+        var next = doc.rank_of_next[i][j];
+        var s = (opts.note ? opts.note(i) : "") + (b > 1 ? "best ranks in block\n" : "") + "rank(w_t) = " +
+          doc.rank_of_input[i][j] + "\nrank(w_t+1) = " + (next === null || next < 0 ? "-" : next);
+        if (b === 1 && doc.escape_point[j] === i) s += "\nescape: w_t+1 first outranks w_t here";
+        if (b === 1 && doc.escape_stable[j] === i) s += "\nw_t+1 stays ahead from here";
+        if (opts.nearest) s += "\nnearest: " + opts.nearest[i][j].map(quote).join(", ");
+        return s;
+      });
+    });
+    var geo = plot(parent, "heatmap", {z: ranks.map(function (row) { return row.map(rankZ); }), row_labels: doc.points,
+      col_labels: cols, hover: hover, vmin: 0, vmax: opts.vmax === undefined ? null : opts.vmax,
+      cell: Math.max(4, Math.min(22, Math.floor(1100 / Math.max(cols.length, 1))))}, opts.title);
+    if (b === 1) doc.escape_point.forEach(function (p, t) {
+      var q = doc.escape_stable[t];
+      if (p !== null && p >= 0) geo.mark(p, t, "#e0002a");
+      if (q !== null && q >= 0) geo.mark(q, t, "#ffffff", true);
+    });
+    return geo;
+  }
+  function rankMaps(parent, doc) {  // rank_map_document: both maps of a report's walk, each cell's nearest tokens
+    [["input", "w_t"], ["next", "w_t+1"]].forEach(function (w) {
+      rankMap(parent, doc, w[0], {nearest: doc.nearest, title: "rank of " + w[1] + " at each point, log10(1 + " +
+        "rank): dark = near (red box: w_t+1 first outranks w_t; white dot: it stays ahead; hover: nearest tokens)"});
+    });
+  }
+
+  // ---- similarity maps (seed 000, Figs. 3, 11, 12): reports/simmap.py view_document, or the explorer's reply -------
+  function quantile(sorted, q) {  // linear between neighbours, as torch.quantile
+    var x = q * (sorted.length - 1), i = Math.floor(x);
+    return i + 1 < sorted.length ? sorted[i] + (x - i) * (sorted[i + 1] - sorted[i]) : sorted[i];
+  }
+  // each map of doc.maps ([positions, positions], or blocks of doc.block positions, a label each), coloured over
+  // its 1st-99th percentile off the diagonal (a few huge entries do not wash it out; the tooltip has every value),
+  // diverging when both signs occur; returns the maps' geometry
+  function similarityMaps(parent, doc) {
+    var labels = doc.labels.map(show);
+    return Object.keys(doc.maps).map(function (key) {
+      var z = doc.maps[key], n = z.length, off = [], lo, hi;
+      z.forEach(function (row, i) {
+        row.forEach(function (v, j) { if (v !== null && (i !== j || n === 1)) off.push(v); });
+      });
+      off.sort(function (a, b) { return a - b; });
+      lo = off.length ? quantile(off, 0.01) : 0; hi = off.length ? quantile(off, 0.99) : 1;
+      var diverging = lo < 0 && 0 < hi, m = Math.max(-lo, hi);
+      if (diverging) { lo = -m; hi = m; }
+      el(parent, "p", {"class": "note"}, "colour range " + fmt(lo) + " .. " + fmt(hi) +
+        " (1st-99th percentile off the diagonal); min " + fmt(off[0]) + ", max " + fmt(off[off.length - 1]));
+      return plot(parent, "heatmap", {z: z, row_labels: labels, col_labels: labels, diverging: diverging,
+        vmin: hi > lo ? lo : null, vmax: hi > lo ? hi : null,
+        cell: Math.max(4, Math.min(24, Math.floor(800 / Math.max(n, 1))))},
+        key + ": " + (/cosine$/.test(key) ? "cosine" : "inner product") + " between every pair of positions");
+    });
+  }
+
+  // ---- attention heads and position kernels (seed 000, sec. 2.2.1, A.2, A.3): reports/heads.py, kernels.py -----
+  // a [layers, heads] map in a box of its own (its title, the map): columns h<head>; returns its geometry
+  function layerHeadMap(parent, title, z, rows, spec) {
+    return plot(el(parent, "div", {}), "heatmap", Object.assign({z: z, row_labels: rows,
+      col_labels: (z[0] || []).map(function (v, h) { return "h" + h; }), cell: 18}, spec), title);
+  }
+  // self_mass_document: each head's mean self mass A_h[t, t] over its value under uniform attention, as log2 (below
+  // 0: the query's own position attenuated); returns the map's geometry
+  function selfMass(parent, doc) {
+    var rows = doc.mass.map(function (r, l) { return "L" + l; });
+    var z = doc.mass.map(function (r, l) { return r.map(function (m, h) {
+      var u = doc.uniform[l][h];
+      return m === null || u === null || !(m > 0 && u > 0) ? null : Math.log(m / u) / Math.LN2; }); });
+    var hover = doc.mass.map(function (r, l) { return r.map(function (m, h) {
+      return "self mass " + Number(m).toFixed(3) + ", uniform " + Number(doc.uniform[l][h]).toFixed(3); }); });
+    return layerHeadMap(parent, "self mass over uniform, log2 (per layer and head)", z, rows,
+      {hover: hover, diverging: true});
+  }
+  // head_stats_document: |W_vo,h|, |W_qk,h| and W_vo,h's copying score per layer and head (factored, A.3); returns
+  // the three maps' geometry
+  function headStats(parent, doc) {
+    var rows = doc.layers.map(function (l) { return (doc.stack ? doc.stack + " " : "") + "L" + l; });
+    var maps = [layerHeadMap(parent, "||W_vo,h||_F", doc.vo_norm, rows, {}),
+                layerHeadMap(parent, "||W_qk,h||_F", doc.qk_norm, rows, {})];
+    if (doc.qk_note) el(parent, "p", {"class": "note"}, doc.qk_note);
+    maps.push(layerHeadMap(parent, "W_vo copying score: sum Re(eig) / sum |eig| (+1 copies, -1 negates)",
+                           doc.vo_copying, rows, {diverging: true}));
+    return maps;
+  }
+  // stack_document: every kernel of a stack (a row per layer and head; per layer when opts.meanOf: each layer's
+  // mean over that many heads) minus its value at distance 0, logit units; the tooltip: its class, its value and
+  // 95 % interval where the document holds them; returns the map's geometry
+  function kernelStack(parent, doc, opts) {
+    opts = opts || {};
+    var at0 = doc.distances.indexOf(0), rows = [], z = [], hover = [];
+    doc.log_values.forEach(function (perHead, r) {
+      var layer = doc.layers[r] === null ? "" : "L" + doc.layers[r] + " ";
+      perHead.forEach(function (v, h) {
+        rows.push(opts.meanOf ? layer + "(mean of " + opts.meanOf + " heads)" : layer + "h" + h);
+        z.push(v.map(function (x) { return x === null || v[at0] === null ? null : x - v[at0]; }));
+        hover.push(v.map(function (x, j) {
+          var s = doc.labels.length ? doc.labels[r][h] : "";
+          if (doc.values) s += "; value " + fmt(doc.values[r][h][j]);
+          if (doc.ci95) s += " +- " + Number(doc.ci95[r][h][j]).toPrecision(2);
+          return s; }));
+      });
+    });
+    return plot(parent, "heatmap", {z: z, row_labels: rows, col_labels: doc.distances.map(String), hover: hover,
+      diverging: true, cell: Math.max(3, Math.min(16, Math.floor(900 / doc.distances.length)))},
+      (doc.stack || "model") + ": kernel minus its value at distance 0 (logit units; columns: distance key - query)");
   }
 
   // ---- the power-method view (seed 002): reports/power.py ---------------------------------------------------
@@ -151,8 +269,11 @@
   }
 
   var draw = {alignment: alignment, spectra: spectra, dynamics: dynamics, shared_weights: sharedWeights,
-              steering: steering, parts: parts};
-  window.walklensResults = {draw: draw, show: show, quote: quote, visible: visible, fmt: fmt, table: table};
+              steering: steering, parts: parts, rank_map: rankMaps, self_mass: selfMass, head_stats: headStats,
+              kernel_stack: kernelStack, simmap_view: similarityMaps};
+  window.walklensResults = {draw: draw, rankMap: rankMap, selfMass: selfMass, headStats: headStats,
+                            kernelStack: kernelStack, show: show, quote: quote, visible: visible, fmt: fmt,
+                            table: table};
   function render() {  // the documents a report embeds: <div class='wl-result' data-result=kind data-doc=json>
     document.querySelectorAll(".wl-result:not([data-drawn])").forEach(function (e) {
       var f = draw[e.getAttribute("data-result")];

@@ -47,23 +47,11 @@
   };
 
   // ---- plots: the reports' plots.js, fed a spec through the data-spec attribute -----------------------------
-  W.heatmap = function (parent, spec) {
+  W.heatmap = function (parent, spec) {  // its geometry: the cell under a pointer (at), marks on cells (mark)
     var div = W.add(parent, "div", {"class": "wl-heatmap"});
     div.setAttribute("data-spec", JSON.stringify(spec));
     var geo = window.walklensPlots.heatmap(div);
     geo.div = div;
-    ["left", "top", "cell", "rows", "cols"].forEach(function (k) { div.setAttribute("data-" + k, geo[k]); });
-    geo.at = function (ev) {  // the cell under a mouse event, or null
-      var r = geo.canvas.getBoundingClientRect();
-      var j = Math.floor((ev.clientX - r.left - geo.left) / geo.cell), i = Math.floor((ev.clientY - r.top - geo.top) / geo.cell);
-      return (i < 0 || j < 0 || i >= geo.rows || j >= geo.cols) ? null : {row: i, col: j};
-    };
-    geo.mark = function (i, j, colour, dot) {
-      var ctx = geo.canvas.getContext("2d"), x = geo.left + j * geo.cell, y = geo.top + i * geo.cell;
-      ctx.strokeStyle = colour; ctx.fillStyle = colour; ctx.lineWidth = 2;
-      if (dot) { ctx.beginPath(); ctx.arc(x + geo.cell / 2, y + geo.cell / 2, Math.max(1.5, geo.cell / 6), 0, 7); ctx.fill(); }
-      else ctx.strokeRect(x + 1, y + 1, geo.cell - 2, geo.cell - 2);
-    };
     return geo;
   };
   W.lines = function (parent, spec) {

@@ -4,11 +4,8 @@
   var W = window.walklens, $ = W.$;
   function int(id, dflt) { var v = parseInt($(id).value, 10); return isNaN(v) ? dflt : v; }
 
-  // a [layers, heads] heatmap; clicking a cell selects that layer and head
-  function layerHeadMap(parent, title, z, diverging) {
-    W.add(parent, "h3", {}, title);
-    var geo = W.heatmap(parent, {z: z, row_labels: z.map(function (r, l) { return "L" + l; }),
-      col_labels: (z[0] || []).map(function (v, h) { return "h" + h; }), diverging: !!diverging, cell: 14});
+  // a [layers, heads] map (drawn by the reports' results.js): clicking a cell selects that layer and head
+  function selects(geo) {
     geo.canvas.addEventListener("click", function (ev) {
       var c = geo.at(ev);
       if (!c) return;
@@ -34,11 +31,8 @@
         [[c.move_distance, c.foreign_distance, c.cos_query_centroid, c.head_output_norm]]);
       W.table(out, ["key position", "token", "membership A[t, s]"], c.top_members.map(function (m) {
         return [m[0], W.label(m[1]), m[2]]; })).setAttribute("id", "attn-members");
-      var grid = W.add(out, "div", {"class": "side-by-side"});
-      layerHeadMap(W.add(grid, "div", {}), "self mass A[t, t] (mean over queries)", d.self_mass.mass);
-      layerHeadMap(W.add(grid, "div", {}), "|W_vo,h| (Frobenius)", d.head_stats.vo_norm);
-      layerHeadMap(W.add(grid, "div", {}), "|W_qk,h| (Frobenius)", d.head_stats.qk_norm);
-      layerHeadMap(W.add(grid, "div", {}), "copying score of W_vo,h", d.head_stats.vo_copying, true);
+      var grid = W.add(out, "div", {"class": "side-by-side"});  // the heads report's maps, drawn by its function
+      [W.results.selfMass(grid, d.self_mass)].concat(W.results.headStats(grid, d.head_stats)).forEach(selects);
       W.add(out, "p", {"class": "note"}, "click a cell of the layer x head maps to show that head");
       out.setAttribute("data-rendered", "1");
     }, W.quiet);
@@ -48,18 +42,11 @@
       var out = W.clear($("kernels-out"));
       W.add(out, "h2", {}, "position kernels (" + d.scheme + ", " + d.units + ")");
       W.add(out, "p", {"class": "note"}, d.estimator);
-      d.stacks.forEach(function (s) {  // reports/kernels.py stack_document, logit units
-        var fr = s.fractions, names = s.layers.map(function (l) { return l === null ? "all layers" : "L" + l; });
-        var rows = [], z = [], hover = [];
-        s.log_values.forEach(function (perHead, r) { perHead.forEach(function (v, h) {
-          rows.push(s.mean_of_heads ? names[r] + " (mean of " + s.mean_of_heads + " heads)" : names[r] + " h" + h);
-          z.push(v);
-          hover.push(s.distances.map(function () { return s.labels.length ? s.labels[r][h] : ""; }));
-        }); });
+      d.stacks.forEach(function (s) {  // reports/kernels.py stack_document, logit units, drawn as the report draws it
+        var fr = s.fractions;
         W.table(out, ["stack", "negative self-bias", "far-amplifying", "local", "flat"],
           [[s.stack || "model", fr.negative_self, fr.far_amplifying, fr.local, fr.flat]]);
-        W.heatmap(out, {z: z, row_labels: rows, col_labels: s.distances.map(String), diverging: true, hover: hover,
-          cell: 10});
+        W.results.kernelStack(out, s, {meanOf: s.mean_of_heads});
       });
       out.setAttribute("data-rendered", "1");
     }, W.quiet);

@@ -3,37 +3,19 @@
   "use strict";
   var W = window.walklens, $ = W.$;
 
-  function rankZ(r) { return r < 0 ? null : Math.log(1 + r) / Math.LN10; }  // colour: log10(1 + rank)
-
   // the fields of the walk's document (reports/walk.py walk_document) the map and the compare view draw
   var WALK_FIELDS = ["tokens", "points", "rank_of_input", "rank_of_next", "escape_point", "escape_stable"];
 
-  // the layer x position rank map of one walk document; returns the heatmap's geometry
-  function walkMap(parent, d, which) {
-    var ranks = which === "input" ? d.rank_of_input : d.rank_of_next, b = d.block;
-    var cols = d.columns.map(function (c, j) { return b > 1 ? W.label(c) : j + ": " + W.label(c); });
-    var hover = d.points.map(function (p, i) {
-      return d.columns.map(function (c, j) {
-        var s = (d.exact && !d.exact[i] ? "provisional (bfloat16 screen)\n" : "") +
-          (b > 1 ? "best ranks in block\n" : "") + "rank(w_t) = " + d.rank_of_input[i][j] +
-          "\nrank(w_t+1) = " + (d.rank_of_next[i][j] < 0 ? "-" : d.rank_of_next[i][j]);
-        if (b === 1 && d.escape_point[j] === i) s += "\nescape: w_t+1 first outranks w_t here";
-        if (b === 1 && d.escape_stable[j] === i) s += "\nw_t+1 stays ahead from here";
-        return s;
-      });
-    });
-    var geo = W.heatmap(parent, {z: ranks.map(function (row) { return row.map(rankZ); }), row_labels: d.points,
-      col_labels: cols, hover: hover, vmin: 0, vmax: Math.log(d.n_vocab) / Math.LN10,
-      cell: Math.max(4, Math.min(22, Math.floor(1100 / Math.max(cols.length, 1))))});
-    if (b === 1) d.escape_point.forEach(function (p, t) {
-      if (p >= 0) geo.mark(p, t, "#e0002a");
-      if (d.escape_stable[t] >= 0) geo.mark(d.escape_stable[t], t, "#ffffff", true);
-    });
-    return geo;
+  // the layer x position rank map of one walk reply, drawn by the reports' rankMap (results.js, as a walk report's
+  // page draws it), its colour scale up to log10(the vocabulary); exact: which rows are exact (null: all);
+  // returns the heatmap's geometry
+  function walkMap(parent, d, which, exact) {
+    return W.results.rankMap(parent, d, which, {vmax: Math.log(d.n_vocab) / Math.LN10,
+      note: function (i) { return exact && !exact[i] ? "provisional (bfloat16 screen)\n" : ""; }});
   }
 
   // ---- encoding walk ---------------------------------------------------------------------------------------
-  var walkData = null, walkArgs = null, selected = null, cellAgain = null, walkRuns = 0;
+  var walkData = null, walkExact = null, walkArgs = null, selected = null, cellAgain = null, walkRuns = 0;
   // painted at once from the bfloat16 screen (every 4th point; each row not screened shows the screened row above
   // it), marked provisional; then the exact rows piece by piece, each replacing its rows in place; after the last
   // piece the whole exact walk (joined on the server from the pieces it kept) brings the escape points. One channel:
@@ -45,19 +27,19 @@
     W.call("walk", "/api/walk", Object.assign({fields: WALK_FIELDS, provisional: true}, args)).then(function (d) {
       if (run !== walkRuns) return;
       walkData = d.provisional ? spread(d) : d; walkArgs = args; selected = null; cellAgain = null;
+      walkExact = d.provisional ? walkData.points.map(function () { return false; }) : null;
       walkDraw();
       W.clear($("walk-cell"));
       if (d.provisional) walkPiece(run, args, 0, d.pieces);
     }, W.quiet);
   }
-  // the screen's reply at every walk point: each row from the screened point at or above it; exact: none yet
+  // the screen's reply at every walk point: each row from the screened point at or above it (none exact yet)
   function spread(d) {
-    var e = Object.assign({}, d, {points: d.walk_points, rank_of_input: [], rank_of_next: [], exact: []}), s = 0;
+    var e = Object.assign({}, d, {points: d.walk_points, rank_of_input: [], rank_of_next: []}), s = 0;
     d.walk_points.forEach(function (p, i) {
       while (s + 1 < d.point_index.length && d.point_index[s + 1] <= i) s++;
       e.rank_of_input.push(d.rank_of_input[s]);
       e.rank_of_next.push(d.rank_of_next[s]);
-      e.exact.push(false);
     });
     var at = function (p) { return p >= 0 ? d.point_index[p] : -1; };  // the screen's escape points, as walk rows
     e.escape_point = d.escape_point.map(at);
@@ -68,7 +50,7 @@
     if (n >= count) {  // every row exact: the whole walk, with its escape points and `final`
       W.call("walk", "/api/walk", Object.assign({fields: WALK_FIELDS}, args)).then(function (e) {
         if (run !== walkRuns) return;
-        walkData = e;
+        walkData = e; walkExact = null;
         walkDraw();
         if (cellAgain) walkCell(cellAgain.point, cellAgain.position, true);  // its escape points are known now
       }, W.quiet);
@@ -79,7 +61,7 @@
       p.point_index.forEach(function (row, j) {
         walkData.rank_of_input[row] = p.rank_of_input[j];
         walkData.rank_of_next[row] = p.rank_of_next[j];
-        walkData.exact[row] = true;
+        walkExact[row] = true;
       });
       walkDraw();
       walkPiece(run, args, n + 1, count);
@@ -87,11 +69,11 @@
   }
   function walkDraw() {
     var d = walkData, out = W.clear($("walk-map"));
-    var exact = d.exact ? d.exact.filter(function (x) { return x; }).length : 0;
+    var exact = walkExact ? walkExact.filter(function (x) { return x; }).length : 0;
     $("walk-echo").textContent = (d.provisional ? "PROVISIONAL ranks (bfloat16 screen; exact rows so far: " + exact +
       " of " + d.points.length + "): " : "") + "text (" + d.tokens.length + " tokens" +
       (d.block > 1 ? "; each column: the best rank among " + d.block + " positions" : "") + "): " + walkArgs.text;
-    var geo = walkMap(out, d, $("walk-show").value);
+    var geo = walkMap(out, d, $("walk-show").value, walkExact);
     out.setAttribute("data-rendered", "1");
     out.setAttribute("data-provisional", d.provisional ? "1" : "0");
     out.setAttribute("data-exact-rows", String(d.provisional ? exact : d.points.length));
@@ -181,12 +163,11 @@
     var args = {model: W.model(), text: W.text(), point: $("simmap-point").value, metric: $("simmap-metric").value,
       normed: $("simmap-normed").checked};
     W.call("similarity", "/api/simmap", args).then(function (d) {  // reports/simmap.py document: one map
-      var out = W.clear($("simmap-out")), z = d.maps[Object.keys(d.maps)[0]], labels = d.labels.map(W.label);
+      var out = W.clear($("simmap-out"));
       W.add(out, "p", {"class": "note"}, args.metric + " similarity at " + args.point +
         (args.normed ? " (final norm first)" : "") +
         (d.block > 1 ? "; each cell: the mean over " + d.block + " x " + d.block + " positions" : ""));
-      W.heatmap(out, {z: z, row_labels: labels, col_labels: labels, diverging: args.metric === "cosine",
-        cell: Math.max(4, Math.min(24, Math.floor(800 / Math.max(labels.length, 1))))});
+      W.results.draw.simmap_view(out, d);  // as the similarity report's page draws it
       out.setAttribute("data-rendered", "1");
     }, W.quiet);
   }
@@ -220,7 +201,7 @@
       ds.forEach(function (d) {
         var col = W.add(out, "div", {});
         W.add(col, "h3", {}, d.model + ": rank of w_t+1");
-        walkMap(col, d, "next");
+        walkMap(col, d, "next", null);
       });
       var tbl = W.add(out, "div", {});
       W.table(tbl, ["model", "tokens", "median rank of w_t+1 at final", "top-1 at final", "mean escape depth (0-1)"],
