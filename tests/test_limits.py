@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import re
 import subprocess
@@ -99,13 +100,24 @@ REFUSED = [
 ]
 
 
+def smallest_budget(model: str) -> str:
+    """The smallest --max-memory that loads ``model`` and runs one token (the plan's), rounded up to a kB: what a
+    command needs beyond it is over the budget."""
+    from walklens.costs.planning import plan
+
+    return f"{math.ceil(plan(model, tokens=1).smallest / 1e3) / 1e6:g}"
+
+
 @pytest.mark.parametrize("args,option,what", REFUSED)
 def test_over_a_limit_one_line_exit_2_nothing_written(tiny, tmp_path, capsys, args, option, what):
     js, out = tmp_path / "r.json", tmp_path / "report"
-    code, stdout, err = cli(capsys, *args, "--model", tiny, option, "1e-12", "--json", str(js), "--out", str(out))
+    value = smallest_budget(tiny) if option == "--max-memory" else "1e-12"
+    code, stdout, err = cli(capsys, *args, "--model", tiny, option, value, "--json", str(js), "--out", str(out))
     assert code == 2
     line = one_error(err)
-    assert what in line and "would need" in line and f"({option} 1e-12)" in line, line
+    assert what in line and "would need" in line and f"({option} {value})" in line, line
+    if option == "--max-memory":  # the budget is the whole process: the command's need beside the model's weights
+        assert "of memory beside the model's" in line, line
     assert not js.exists() and not (out / "index.html").exists() and stdout == ""
 
 
@@ -239,12 +251,18 @@ def test_heads_report_keeps_the_layers_that_fit(long, tmp_path, capsys):
 
 
 def test_heads_refusal_names_the_text_that_fits(long, capsys):
+    """--max-memory is the whole process: the text that fits is the one whose need fits beside the weights."""
+    from walklens.core.loading import load_model
+    from walklens.costs.planning import model_memory
+
     sh = C.model_shape(long_llama())
+    weights = model_memory(load_model(long, progress=False))
     code, _, err = cli(capsys, "heads", words(2000), "--model", long, "--max-memory", "0.2")
     line = one_error(err)
     n = int(re.search(r"at most (\d+) tokens fits", line).group(1))
     need = lambda t: C.heads_need(sh, t, json_layers=2, map_layers=2, block=1, json=False, out=False)  # noqa: E731
-    assert code == 2 and need(n).memory <= 0.2 * C.GB < need(n + 1).memory
+    assert code == 2 and need(n).memory <= 0.2 * C.GB - weights < need(n + 1).memory
+    assert f"beside the model's {C.fmt_bytes(weights)} (--max-memory 0.2)" in line, line
 
 
 # ---- the estimates against measured sizes ---------------------------------------------------------------------

@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 import walklens.costs as C
 from test_limits import long_llama, words
+from walklens.costs.planning import model_memory
 from walklens.server.app import create_app
 from walklens.server.security import allowed_hosts
 from walklens.server.state import Explorer
@@ -56,16 +57,19 @@ def cli_simmap(capsys, model_dir: str, n: int) -> tuple[int, str]:
     return code, err
 
 
-def server_simmap(long_lm, n: int) -> tuple[int, str]:
-    """The explorer's similarity map of the same text, started as ``walklens serve --max-memory MEMORY_GB``."""
+def server_simmap(model_dir: str, n: int) -> tuple[int, str]:
+    """The explorer's similarity map of the same text, started as ``walklens serve --model DIR --max-memory
+    MEMORY_GB`` starts it: the models loaded within the budget, which they hold part of."""
     from walklens.cli import build_parser
+    from walklens.cli.serve import _load
 
-    args = build_parser().parse_args(["serve", "--max-memory", f"{MEMORY_GB}"])
-    explorer = Explorer({"long": long_lm}, limits=C.Limits(max_memory=args.max_memory, max_work=args.max_work))
+    args = build_parser().parse_args(["serve", "--model", model_dir, "--max-memory", f"{MEMORY_GB}"])
+    models, held = _load(args)
+    explorer = Explorer(models, limits=C.Limits(args.max_memory, args.max_work, model_bytes=held))
     with TestClient(create_app(explorer, TOKEN, allowed_hosts("127.0.0.1", 8765)), base_url=f"http://{HOST}") as c:
         r = c.post(
             "/api/simmap",
-            json={"model": "long", "text": words(n), "point": "final", "metric": "cosine"},
+            json={"model": next(iter(models)), "text": words(n), "point": "final", "metric": "cosine"},
             headers={"X-Walklens-Token": TOKEN},
         )
     return r.status_code, r.json().get("error", "")
@@ -83,14 +87,15 @@ def same_refusal(capsys, long_lm, model_dir: str, T: int) -> int:
     refuse N + 1.  Returns N."""
     code, err = cli_simmap(capsys, model_dir, T)
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith("walklens: error: simmap over"), err
-    status, error = server_simmap(long_lm, T)
+    status, error = server_simmap(model_dir, T)
     assert status == 413 and error.startswith(f"the similarity map view of {T:,} tokens would need"), error
     assert need_and_fit(err) == need_and_fit(error)
-    assert f"of memory (--max-memory {MEMORY_GB:g})" in error
+    held = C.fmt_bytes(model_memory(long_lm))  # the budget is the whole process: the map's need beside the weights
+    assert f"of memory beside the model's {held} (--max-memory {MEMORY_GB:g})" in error
     n = need_and_fit(error)[1]
     assert 0 < n < T
-    assert cli_simmap(capsys, model_dir, n)[0] == 0 and server_simmap(long_lm, n)[0] == 200
-    assert cli_simmap(capsys, model_dir, n + 1)[0] == 2 and server_simmap(long_lm, n + 1)[0] == 413
+    assert cli_simmap(capsys, model_dir, n)[0] == 0 and server_simmap(model_dir, n)[0] == 200
+    assert cli_simmap(capsys, model_dir, n + 1)[0] == 2 and server_simmap(model_dir, n + 1)[0] == 413
     return n
 
 

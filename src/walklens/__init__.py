@@ -55,6 +55,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "compact",
     ),
     "base": ("Hooks", *_base._PUBLIC["errors"]),
+    "costs.planning": ("plan",),  # what a run would take, from the model's files alone (walklens plan)
 }
 
 #: the lab's public names (walklens.lab.__all__; the lab is imported only when one is asked for: tests/test_api.py)

@@ -16,6 +16,8 @@ from ..base.outputs import STDOUT, check_dir, check_file, check_not_inputs, json
 from ..base.precision import DEFAULT_DTYPE, DEVICES, DTYPES
 from ..base.records import Input
 from ..core.loading import DEFAULT_MODEL, LoadedModel, cache_dir, load_model
+from ..costs import free_memory
+from ..costs.planning import check_budget, model_memory
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -31,6 +33,18 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         help=f"the dtype the model runs in (default: {DEFAULT_DTYPE}; see docs/dtype.md)",
     )
     p.add_argument("--device", choices=DEVICES, default="cpu", help="where the model runs (default: cpu)")
+    add_stream_arg(p)
+
+
+def add_stream_arg(p: argparse.ArgumentParser) -> None:
+    """``--stream/--no-stream`` (default None: decided by the memory budget, :func:`load_within`)."""
+    p.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="read each layer's weights from disk as it runs (a model larger than memory; docs/scale.md); "
+        "--no-stream: every weight in memory (default: layer by layer when the weights do not fit --max-memory)",
+    )
 
 
 def add_model_arg(p: argparse.ArgumentParser) -> None:
@@ -205,11 +219,39 @@ def check_outputs(args: argparse.Namespace, *, out_file: bool = False, inputs: I
 
 
 def load(args: argparse.Namespace) -> LoadedModel:
-    """Check the output paths, then load ``--model`` in ``--dtype`` on ``--device`` (a GGUF's first load draws a
-    progress bar on stderr unless ``--no-progress``)."""
+    """Check the output paths, then load ``--model`` in ``--dtype`` on ``--device`` within the memory budget
+    (:func:`load_within`; a GGUF's first load draws a progress bar on stderr unless ``--no-progress``).  The
+    budget (``--max-memory``, else the memory free now) and what the model holds of it are kept in ``args``
+    (``max_memory``, ``model_bytes``), which the commands' limits are checked against."""
     check_outputs(args)
     dtype, device = model_options(args).values()
-    return load_model(args.model, dtype=dtype, device=device, progress=not getattr(args, "no_progress", False))
+    lm = load_within(
+        args.model,
+        memory_budget(args),
+        dtype=dtype,
+        device=device,
+        stream=getattr(args, "stream", None),
+        progress=not getattr(args, "no_progress", False),
+    )
+    args.model_bytes = model_memory(lm)
+    return lm
+
+
+def memory_budget(args: argparse.Namespace) -> float:
+    """The memory budget in GB: ``--max-memory``, else the memory free now (read once: kept as ``args.max_memory``)."""
+    if getattr(args, "max_memory", None) is None:
+        args.max_memory = free_memory()
+    return float(args.max_memory)
+
+
+def load_within(
+    spec: str, budget: float, *, dtype: str, device: str, stream: bool | None = None, progress: bool = True
+) -> LoadedModel:
+    """Load ``spec`` within a budget of ``budget`` GB: refused first, in one line naming the smallest budget that
+    would do, when it cannot hold the model (:func:`walklens.costs.planning.check_budget`, from the files alone),
+    then in memory when its weights fit, else layer by layer (``stream`` overrides)."""
+    check_budget(spec, budget, dtype=dtype, device=device, stream=stream)
+    return load_model(spec, dtype=dtype, device=device, progress=progress, stream=stream, max_memory=budget)
 
 
 def model_options(args: argparse.Namespace) -> dict[str, str]:

@@ -5,7 +5,10 @@ fewer or averaged heatmaps) with a one-line note on stderr, or it refuses with o
 ``walklens: error: ...`` that says what it would need and which option reduces it.
 
 Every command takes ``--max-memory GB``, ``--max-output MB`` and ``--max-work TFLOP`` (defaults in
-:mod:`walklens.costs`, whose estimates and refusal rule the explorer's bounds use too).
+:mod:`walklens.costs`, whose estimates and refusal rule the explorer's bounds use too).  ``--max-memory`` is the
+budget of the whole process, the model's weights included (default: the memory free when the command starts):
+:func:`walklens.cli.common.load` refuses a model the budget cannot hold before loading it (or loads it layer by layer
+when its weights do not fit), and the commands' estimates are checked against what the loaded model leaves.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING
 from .. import costs
 from ..base.errors import InputError
 from ..base.numbers import POSITIVE
-from ..costs import MAX_MEMORY_GB, MAX_OUTPUT_MB, MAX_WORK_TFLOP, LimitValues, Need, refusal
+from ..costs import MAX_OUTPUT_MB, MAX_WORK_TFLOP, LimitValues, Need, refusal
 
 if TYPE_CHECKING:
     from ..core.loading import LoadedModel
@@ -39,10 +42,12 @@ def add_limit_args(p: argparse.ArgumentParser, files: bool = True) -> None:
     g.add_argument(
         "--max-memory",
         type=_positive,
-        default=MAX_MEMORY_GB,
+        default=None,
         metavar="GB",
-        help=f"working memory beyond the model's weights (default {MAX_MEMORY_GB:g})",
+        help="the memory budget of the whole process, the model's weights included; a model whose weights do not "
+        "fit runs layer by layer (default: the memory free when the command starts)",
     )
+    p.set_defaults(model_bytes=0.0)  # what the loaded model holds of the budget (set by common.load)
     if files:
         g.add_argument(
             "--max-output",

@@ -14,6 +14,8 @@ from typing import Any
 
 from ..base.errors import InputError
 from ..base.precision import DEFAULT_DTYPE, DEVICES, DTYPES
+from ..costs import GB
+from .common import load_within, memory_budget
 from .limits import add_limit_args
 from .terminal import add_command
 
@@ -98,11 +100,30 @@ def _cards(values: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
+def _load(args: argparse.Namespace) -> tuple[dict[str, Any], float]:
+    """Every ``--model``, each within what the budget (``--max-memory``, else the memory free now) leaves after
+    the ones before it (:func:`~walklens.cli.common.load_within`), by name; and the bytes they hold together."""
+    from ..core.loading import DEFAULT_MODEL
+    from ..costs.planning import model_memory
+
+    left = memory_budget(args) * GB
+    models: dict[str, Any] = {}
+    for spec in args.model or [DEFAULT_MODEL]:
+        name, dtype = _spec(spec, args.dtype)
+        if left <= 0:
+            raise InputError(f"--model {spec}: the models before it hold all of --max-memory {args.max_memory:g}")
+        lm = load_within(name, left / GB, dtype=dtype, device=args.device)
+        if lm.name in models:
+            raise InputError(f"--model {spec}: {lm.name} is loaded already")
+        models[lm.name] = lm
+        left -= model_memory(lm)
+    return models, memory_budget(args) * GB - left
+
+
 def run(args: argparse.Namespace) -> int:
     from ..base.extras import require
 
     require("serve", "walklens serve")  # before anything is checked, bound or loaded
-    from ..core.loading import DEFAULT_MODEL, load_model
     from ..costs import Limits
     from ..server.app import bind, serve
     from ..server.security import check_bind_host
@@ -118,14 +139,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise InputError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
     try:
-        models = {}
-        for spec in args.model or [DEFAULT_MODEL]:
-            name, dtype = _spec(spec, args.dtype)
-            lm = load_model(name, dtype=dtype, device=args.device)
-            if lm.name in models:
-                raise InputError(f"--model {spec}: {lm.name} is loaded already")
-            models[lm.name] = lm
-        limits = Limits(max_memory=args.max_memory, max_work=args.max_work)
+        models, held = _load(args)
+        limits = Limits(args.max_memory, args.max_work, model_bytes=held)
         serve(Explorer(models, db, limits=limits, cards=cards), args.host, sock)
     finally:
         sock.close()

@@ -18,7 +18,7 @@ from ..base.outputs import check_file
 from ..base.records import Input
 from ..lab.reports import steercard as card_report
 from .backend import add_backend_args, backend_from_args
-from .common import check_outputs, load, write_json
+from .common import check_outputs, load, memory_budget, write_json
 from .terminal import Col, console, print_table, say
 
 METHODS = ("eigen", "add", "meandiff", "ablate")
@@ -124,6 +124,7 @@ def _plan_card(lm: Any, sset: Any, grid: tuple[list[int], list[float], list[str]
     limits (--max-work, default :data:`CARD_WORK_TFLOP`, and --max-memory): one line naming the largest
     --max-new-tokens that fits."""
     from ..costs import CardPlan, Limits, card_need, model_shape, tokens_that_fit
+    from ..costs.planning import model_memory
     from ..lab.steeringcard.card import check_set
     from .limits import LimitError, check_context, text_tokens
 
@@ -141,7 +142,7 @@ def _plan_card(lm: Any, sset: Any, grid: tuple[list[int], list[float], list[str]
         eigen="eigen" in methods,
         meandiff=bool({"meandiff", "ablate"} & set(methods)),
     )
-    limits = Limits(args.max_memory, args.max_work or CARD_WORK_TFLOP, args.max_output)
+    limits = Limits(memory_budget(args), args.max_work or CARD_WORK_TFLOP, args.max_output, model_memory(lm))
     sh, files = model_shape(lm), {"json": bool(args.json), "out": bool(args.out)}
     over = card_need(sh, plan, steps=n, **files).over(limits)
     if over:

@@ -335,9 +335,10 @@ def _hub_folder(spec: str) -> tuple[Path, bool]:
     return Path(config).parent, False
 
 
-def _source(spec: str, progress: bool) -> tuple[str, Path, bool, dict[str, Any]]:
+def model_source(spec: str, progress: bool = True) -> tuple[str, Path, bool, dict[str, Any]]:
     """Where ``spec`` loads from: ``(source for from_pretrained, local folder, whether a hub id, its keywords)``;
-    a named model or a GGUF is de-quantized into the cache first (once)."""
+    a named model or a GGUF is de-quantized into the cache first (once).  What :func:`load_model` and the plan of
+    a run (:mod:`walklens.costs.planning`) read."""
     path = Path(spec).expanduser()
     if spec in NAMED_MODELS:
         path = NAMED_MODELS[spec]()
@@ -387,7 +388,7 @@ def load_model(
     if not isinstance(spec, str) or not spec.strip():
         raise UnknownModelError("no model given")
     name = model_label(spec, dtype)
-    source, folder, hub, kw = _source(spec, progress)
+    source, folder, hub, kw = model_source(spec, progress)
     raw = check_model_files(folder, spec)
     weights = read_weights(folder, hub=hub)  # the safetensors headers, before anything is built
     with warnings.catch_warnings(), quiet_transformers():
@@ -455,6 +456,7 @@ __all__ = [
     "auto_model_class",
     "cache_dir",
     "load_model",
+    "model_source",
     "token_strings",
     "wrap",
 ]

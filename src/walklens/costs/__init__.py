@@ -7,14 +7,17 @@ One rule refuses what is too large, in the command line (:mod:`walklens.cli.limi
 what an analysis allocates means one edit, in the estimate below; the analyses' own sizes (the encoding walk's
 score block, the positions the walk report shows) are imported from them, never copied.
 
-``memory`` is the working memory beyond the loaded model's weights; ``files`` the size of each file written (the
-``--json`` file, the ``--out`` report's index.html); ``work`` counts floating-point operations (a multiply-add is
-2; element-wise passes and Python-built output are counted at their cost in matmul FLOP, by the machine's rates of
-:mod:`.calibration`: measured by ``walklens calibrate``, conservative defaults until then).  The estimates follow what
-the analyses allocate (eager attention keeps two [H, T, T] score tensors per layer while it runs, the logits are
-[T, vocab], the A.3 check keeps every layer's attention probabilities, ...), with the sizes of :mod:`.sizes`
-derived from the writers' formats; tests/test_limits.py checks them against measured sizes (within a factor 2).
-1 GB = 10^9 bytes, 1 MB = 10^6.
+``--max-memory`` is the memory budget of the whole process, the model included (default: the memory free at start,
+:func:`free_memory`); ``memory`` is the working memory an estimate needs beside the loaded model, checked against
+the budget less what the model holds (:attr:`Limits.model_bytes`: its weights in memory, or for a model streamed
+layer by layer its resident tensors and one layer, :func:`.planning.model_memory`); ``files`` the size of each file
+written (the ``--json`` file, the ``--out`` report's index.html); ``work`` counts floating-point operations (a
+multiply-add is 2; element-wise passes and Python-built output are counted at their cost in matmul FLOP, by the
+machine's rates of :mod:`.calibration`: measured by ``walklens calibrate``, conservative defaults until then).  The
+estimates follow what the analyses allocate (eager attention keeps two [H, T, T] score tensors per layer while it
+runs, the logits are [T, vocab], the A.3 check keeps every layer's attention probabilities, ...), with the sizes of
+:mod:`.sizes` derived from the writers' formats; tests/test_limits.py checks them against measured sizes (within a
+factor 2).  1 GB = 10^9 bytes, 1 MB = 10^6.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..analyses.walks import walk_chunk_rows  # the rows the encoding walk scores against the vocabulary at once
+from ..core.streaming import available_memory
 from ..reports.walk import MAX_COLS as WALK_COLS  # positions the walk report shows
 from .calibration import rates
 from .sizes import (
@@ -41,8 +45,8 @@ from .sizes import (
 
 if TYPE_CHECKING:
     from ..core.loading import LoadedModel
+    from ..models.base import Adapter
 
-MAX_MEMORY_GB = 4.0
 MAX_OUTPUT_MB = 100.0
 MAX_WORK_TFLOP = 5.0
 GB, MB, TFLOP = 1e9, 1e6, 1e12
@@ -53,14 +57,24 @@ def fmt_bytes(n: float) -> str:
     return f"{n / GB:.3g} GB" if n >= 0.95 * GB else f"{n / MB:.3g} MB"
 
 
+def free_memory() -> float:
+    """The memory this process may use now, in GB (:func:`walklens.core.streaming.available_memory`: MemAvailable or
+    a cgroup's limit), rounded down to 0.01 GB: the default memory budget, read when a command starts."""
+    return math.floor(available_memory() / GB * 100) / 100
+
+
 # ---- limits, needs, the one rule ---------------------------------------------------------------------------------
 
 
 class LimitValues(Protocol):
-    """What a request may use, in the options' units: a :class:`Limits` or a command's parsed options."""
+    """What a request may use, in the options' units: a :class:`Limits` or a command's parsed options (whose
+    ``max_memory`` and ``model_bytes`` :func:`walklens.cli.common.load` sets)."""
 
     @property
-    def max_memory(self) -> float: ...  # GB
+    def max_memory(self) -> float: ...  # GB: the budget of the whole process
+
+    @property
+    def model_bytes(self) -> float: ...  # bytes of the budget the loaded model(s) hold
 
     @property
     def max_work(self) -> float: ...  # TFLOP
@@ -71,11 +85,14 @@ class LimitValues(Protocol):
 
 @dataclass(frozen=True)
 class Limits:
-    """The limits of the explorer (``walklens serve --max-memory/--max-work``): the commands' defaults."""
+    """The limits of the explorer (``walklens serve --max-memory/--max-work``), with the commands' defaults: the
+    memory budget ``max_memory`` (GB; default the memory free when made), of which the loaded models hold
+    ``model_bytes``."""
 
-    max_memory: float = MAX_MEMORY_GB
+    max_memory: float = field(default_factory=free_memory)
     max_work: float = MAX_WORK_TFLOP
     max_output: float = MAX_OUTPUT_MB
+    model_bytes: float = 0.0
 
 
 @dataclass
@@ -89,8 +106,10 @@ class Need:
     def over(self, limits: LimitValues) -> list[str]:
         """What exceeds its limit, as short phrases naming the option that raises it."""
         out = []
-        if self.memory > limits.max_memory * GB:
-            out.append(f"~{fmt_bytes(self.memory)} of memory (--max-memory {limits.max_memory:g})")
+        held = limits.model_bytes
+        if self.memory > limits.max_memory * GB - held:
+            beside = f" beside the model's {fmt_bytes(held)}" if held else ""
+            out.append(f"~{fmt_bytes(self.memory)} of memory{beside} (--max-memory {limits.max_memory:g})")
         if self.work > limits.max_work * TFLOP:
             out.append(f"~{self.work / TFLOP:.3g} TFLOP of work (--max-work {limits.max_work:g})")
         for name, size in self.files.items():
@@ -168,9 +187,22 @@ class Shape:
 
 def model_shape(lm: LoadedModel) -> Shape:
     """The :class:`Shape` of a loaded model, read from its config, its V and its parameters."""
-    from ..core.capture import point_names
+    return config_shape(
+        lm.config,
+        lm.adapter,
+        vocab=int(lm.embedding_matrix().shape[0]),
+        params=sum(p.numel() for p in lm.model.parameters()),
+        width=lm.d_model,
+    )
 
-    cfg = lm.config
+
+def config_shape(cfg: Any, adapter: Adapter | None, *, vocab: int, params: int, width: int) -> Shape:
+    """The :class:`Shape` of a model of config ``cfg``: depth, heads and widths from the config (``width``: D when
+    the config names none), its ``vocab`` and ``params``, its points from ``adapter``'s stacks (None, a family
+    without an adapter file: one pre-norm decoder stack, 2 + 5 per layer) - the same for a loaded model and for
+    the plan of one from its files (:mod:`.planning`)."""
+    from ..core.capture import point_names
+    from ..models.checkpoint import LAYER_FIELDS
 
     def get(*names: str, default: int = 0) -> int:
         for n in names:
@@ -179,21 +211,21 @@ def model_shape(lm: LoadedModel) -> Shape:
                 return v
         return default
 
-    d = get("hidden_size", "d_model", "n_embd", default=lm.d_model)
-    spec = lm.adapter.stacks[-1]
-    names = point_names(spec, lm.adapter.residual_kind(cfg), lm.n_layers)
+    d = get("hidden_size", "d_model", "n_embd", default=width)
     heads = get("num_attention_heads", "n_head", "num_heads", default=1)
+    layers = adapter.n_layers(cfg) if adapter is not None else get(*LAYER_FIELDS, default=1)
+    spec = adapter.stacks[-1] if adapter is not None else None
     return Shape(
-        layers=lm.n_layers,
+        layers=layers,
         heads=heads,
         kv_heads=get("num_key_value_heads", "num_kv_heads", default=heads),
         d_model=d,
         d_ff=get("intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * d),
-        vocab=int(lm.embedding_matrix().shape[0]),
-        params=sum(p.numel() for p in lm.model.parameters()),
-        stacks=len(lm.adapter.stacks),
-        points=len(names),
-        causal=bool(spec.causal),
+        vocab=vocab,
+        params=params,
+        stacks=len(adapter.stacks) if adapter is not None else 1,
+        points=len(point_names(spec, adapter.residual_kind(cfg), layers)) if adapter and spec else 2 + 5 * layers,
+        causal=bool(spec.causal) if spec is not None else True,
     )
 
 
@@ -438,13 +470,13 @@ def card_need(sh: Shape, plan: CardPlan, *, steps: int, json: bool = False, out:
 
 
 __all__ = [
-    "MAX_MEMORY_GB",
     "MAX_OUTPUT_MB",
     "MAX_WORK_TFLOP",
     "GB",
     "MB",
     "TFLOP",
     "fmt_bytes",
+    "free_memory",
     "LimitValues",
     "Limits",
     "Need",
@@ -454,6 +486,7 @@ __all__ = [
     "block_for",
     "Shape",
     "model_shape",
+    "config_shape",
     "forward_memory",
     "attention_scores",
     "forward_work",

@@ -1,0 +1,451 @@
+"""The plan of a run before it runs (``walklens plan``, :func:`plan`): from a model's config.json and its safetensors
+headers alone (no tensor is read, no model is built), what a capture of a text would take: the weights' size in the
+dtype, whether the model streams layer by layer under the memory budget, the peak memory, the trace's size on disk,
+the bytes read from disk and an estimated time.
+
+The same estimate gives the smallest budget a model runs in: layer by layer, its resident tensors (embeddings, final
+norm, head) + twice its largest layer (the tensors read, and transformers' converted copy) + the activations of the
+batch.  Every command checks it before it loads a model (:func:`check_budget`, called by
+:func:`walklens.cli.common.load`), and checks its own estimate after the load against the budget less what the model
+holds (:func:`model_memory`).  1 GB = 10^9 bytes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+
+from ..base.errors import InputError, UnknownModelError
+from ..base.precision import check_device, dtype_name, model_label, parse_dtype
+from ..core.capture import point_names, tokenize
+from ..core.loading import model_source
+from ..core.streaming import quiet_transformers, streams, weights_bytes
+from ..models import get_adapter, has_adapter
+from ..models.base import Adapter
+from ..models.checkpoint import Weights, check_config, check_depth, check_family, check_model_files, read_weights
+from . import GB, config_shape, fmt_bytes, forward_memory, forward_work, free_memory
+from .calibration import DEFAULTS, rates
+
+if TYPE_CHECKING:
+    from ..core.loading import LoadedModel
+
+#: the disk read rate the time estimate assumes (bytes per second): not measured, a plain SSD's order
+DISK_RATE = 1e9
+#: the text length a plan assumes when given neither a text nor a number of tokens
+DEFAULT_TOKENS = 512
+#: bytes of a recorded vector's number (capture records float32 by default)
+RECORD_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Files:
+    """A model's files read without its weights: where it loads from, its config and adapter (None: a family
+    without an adapter file) and its tensors' headers (None: no local safetensors)."""
+
+    spec: str
+    source: str
+    kw: dict[str, Any]
+    weights: Weights | None
+    config: Any
+    adapter: Adapter | None
+
+
+def read_files(spec: str, progress: bool = False) -> Files:
+    """``spec``'s config.json and safetensors headers, checked as :func:`walklens.core.loading.load_model` checks
+    them (a GGUF or named model is de-quantized into the cache first, once, as every load does)."""
+    import transformers
+
+    if not isinstance(spec, str) or not spec.strip():
+        raise UnknownModelError("no model given")
+    source, folder, hub, kw = model_source(spec, progress)
+    raw = check_model_files(folder, spec)
+    weights = read_weights(folder, hub=hub)
+    with quiet_transformers():
+        try:
+            config = transformers.AutoConfig.from_pretrained(source, **kw)
+        except Exception as e:  # OSError, ValueError, TypeError, ... (as load_model words it)
+            raise UnknownModelError(f"{spec}: config.json is not usable ({' '.join(str(e).split())[:200]})") from None
+    check_family(config.model_type)
+    adapter = get_adapter(config) if has_adapter(config) else None
+    if adapter is not None:
+        check_depth(adapter, config, spec)
+    if weights is not None:
+        check_config(config, raw, weights, adapter, spec)
+    return Files(spec, source, kw, weights, config, adapter)
+
+
+# ---- the checkpoint by the part a streamed model reads it for --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A checkpoint's tensors by part: the resident ones (``""``) and each layer's, by the layer module's path
+    (``model.layers.3``, as :class:`~walklens.core.streaming.LayerStream` names them), and how often a forward pass
+    runs each layer (a shared layer, ALBERT's, once per depth)."""
+
+    parts: dict[str, list[str]]
+    runs: dict[str, int]
+
+
+def _layer_of(key: str, stacks: Sequence[str]) -> str:
+    """The layer path ``key`` lies under (``model.layers.3``), matching a stack's path or its tail (checkpoints may
+    leave out the model's prefix: ``h.3`` for ``transformer.h``), else ``""`` (resident)."""
+    for path in stacks:
+        names = path.split(".")
+        for i in range(len(names)):
+            tail = ".".join(names[i:]) + "."
+            if key.startswith(tail):
+                index = key[len(tail) :].split(".", 1)[0]
+                if index.isdigit():
+                    return f"{path}.{index}"
+    return ""
+
+
+def layout(weights: Weights, adapter: Adapter | None, config: Any) -> Layout:
+    """The :class:`Layout` of ``weights``: by the adapter's stacks, or (no adapter) by the longest numbered list."""
+    if adapter is not None:
+        stacks = sorted((s.layers for s in adapter.stacks), key=len, reverse=True)
+        shared = {s.layers for s in adapter.stacks if s.shared_layer}
+        depth = adapter.n_layers(config)
+    else:
+        numbered = weights.stacks()
+        stacks = [max(numbered, key=lambda p: (len(numbered[p]), p))] if numbered else []
+        shared, depth = set(), 1
+    parts: dict[str, list[str]] = {"": []}
+    for key in weights.entries:
+        parts.setdefault(_layer_of(key, stacks), []).append(key)
+    runs = {p: (depth if p.rpartition(".")[0] in shared else 1) for p in parts if p}
+    return Layout(parts, runs)
+
+
+def file_bytes(weights: Weights, keys: Sequence[str]) -> int:
+    """The bytes of the tensors ``keys`` in the files (what reading them reads)."""
+    return sum(weights.entries[k].end - weights.entries[k].begin for k in keys)
+
+
+def dtype_bytes(weights: Weights, keys: Sequence[str], dtype: torch.dtype) -> int:
+    """The bytes the tensors ``keys`` take loaded in ``dtype`` (:func:`walklens.core.streaming.weights_bytes`)."""
+    part = {k: weights.entries[k] for k in keys}
+    return weights_bytes(Weights({k: e.shape for k, e in part.items()}, part), dtype)
+
+
+def model_memory(lm: LoadedModel) -> int:
+    """The bytes of the memory budget a loaded model holds: every weight in memory, or for a model streamed layer
+    by layer its resident tensors and its largest layer in the model's dtype."""
+    seen = {id(t): t for t in [*lm.model.parameters(), *lm.model.buffers()] if t.device.type != "meta"}
+    held = sum(t.numel() * t.element_size() for t in seen.values())
+    stream = lm.stream
+    if stream is None:
+        return held
+    layers = (dtype_bytes(stream.weights, keys, stream.dtype) for p, keys in stream.sources.items() if p)
+    return held + max(layers, default=0)
+
+
+# ---- the plan ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, repr=False)
+class Plan:
+    """What a capture of ``tokens`` tokens of ``model`` in ``dtype`` would take under a memory ``budget`` (GB; from
+    ``budget_from``), from the files alone: the weights' bytes in the dtype (``weights``; ``files``: in the files),
+    whether it ``streams``, the resident tensors and the largest layer in the dtype (``layer``; ``layer_file``: in
+    the files), the capture's ``activations`` (its forward pass and trace), the ``peak`` memory and the
+    ``smallest`` budget that runs it, the ``trace`` on disk (``points`` x ``tokens`` x ``width`` float32), the
+    bytes ``read`` from disk (the load and one forward pass), the ``work`` (FLOP) and the ``seconds`` it takes at
+    the ``rates`` named."""
+
+    model: str
+    dtype: str
+    tokens: int
+    budget: float
+    budget_from: str
+    weights: int
+    files: int
+    layers: int
+    streams: bool
+    resident: int
+    layer: int
+    layer_file: int
+    activations: float
+    peak: float
+    smallest: float
+    trace: int
+    points: int
+    width: int
+    read: int
+    work: float
+    seconds: float
+    rates: str
+
+    @property
+    def fits(self) -> bool:
+        """Whether the peak memory fits the budget."""
+        return self.peak <= self.budget * GB
+
+    def lines(self) -> list[str]:
+        """The plan as text, one quantity a line."""
+        how = (
+            f"layer by layer: the resident tensors {fmt_bytes(self.resident)} stay, each layer is read as it runs "
+            f"(the largest: {fmt_bytes(self.layer_file)} read, {fmt_bytes(self.layer)} converted)"
+            if self.streams
+            else "in memory: the weights fit the budget"
+        )
+        reading = self.read / DISK_RATE
+        return [
+            f"plan of {self.model}: a capture of {self.tokens:,} tokens in {self.dtype}",
+            f"  weights          {fmt_bytes(self.weights)} in {self.dtype} ({fmt_bytes(self.files)} in the files), "
+            f"{self.layers} layers",
+            f"  memory budget    {self.budget:g} GB ({self.budget_from})",
+            f"  runs             {how}",
+            f"  peak memory      ~{fmt_bytes(self.peak)} (activations and trace ~{fmt_bytes(self.activations)})",
+            f"  smallest budget  ~{fmt_bytes(self.smallest)}",
+            f"  trace on disk    {fmt_bytes(self.trace)}: {self.points} points x {self.tokens:,} tokens x "
+            f"{self.width} x {RECORD_BYTES} bytes",
+            f"  read from disk   {fmt_bytes(self.read)}: "
+            + ("the files once, the resident tensors at load, each layer as it runs" if self.streams else "at load"),
+            f"  estimated time   ~{self.seconds:.3g} s",
+            f"    reading        {reading:.3g} s at {DISK_RATE / GB:g} GB/s (an assumed disk rate)",
+            f"    computing      {self.seconds - reading:.3g} s: {self.work / 1e12:.3g} TFLOP at {self.rates}",
+        ]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a plan is asked: the dtype, the device, the budget (GB) and where it comes from, the streaming choice,
+    the text's tokens and the points captured (None: every point; an empty list: no trace)."""
+
+    dtype: torch.dtype
+    device: torch.device
+    budget: float
+    budget_from: str
+    stream: bool | None
+    tokens: int
+    points: Sequence[str] | None
+
+
+def _selected(names: list[str], patterns: Sequence[str] | None) -> list[str]:
+    """The points ``capture(points=patterns)`` records (``final`` always kept)."""
+    if patterns is None:
+        return names
+    keep = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    return keep + (["final"] if patterns and "final" not in keep else [])
+
+
+def _trace_points(files: Files, layers: int, patterns: Sequence[str] | None) -> int:
+    """The points a capture records over every stack."""
+    if files.adapter is None:
+        return len(_selected(["embed", *(f"L{i}.{p}" for i in range(layers) for p in _PRE_NORM), "final"], patterns))
+    residual = files.adapter.residual_kind(files.config)
+    return sum(len(_selected(point_names(s, residual, layers), patterns)) for s in files.adapter.stacks)
+
+
+_PRE_NORM = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post")  # a pre-norm decoder layer's points
+
+
+def _rates_used() -> tuple[float, str]:
+    """The matmul rate work is counted at (FLOP per second) and where it comes from."""
+    r = rates()
+    source = "shipped default; walklens calibrate measures this machine's" if r is DEFAULTS else "walklens calibrate"
+    return r.matmul_gflops * 1e9, f"{r.matmul_gflops:.3g} GFLOP/s ({source})"
+
+
+def _estimate(files: Files, run: _Run) -> Plan:
+    """The :class:`Plan` of ``run`` on ``files`` (whose weights are known)."""
+    weights = cast(Weights, files.weights)
+    lay = layout(weights, files.adapter, files.config)
+    layers = [p for p in lay.parts if p]
+    all_keys = list(weights.entries)
+    sh = config_shape(
+        files.config,
+        files.adapter,
+        vocab=int(getattr(files.config, "vocab_size", 0) or 0),
+        params=sum(_numel(e.shape) for e in weights.entries.values()),
+        width=0,
+    )
+    T = run.tokens
+    points = _trace_points(files, sh.layers, run.points) if run.points != [] else 0
+    trace = points * T * sh.d_model * RECORD_BYTES
+    activations = forward_memory(sh, T) + trace
+    whole = weights_bytes(weights, run.dtype)
+    resident = dtype_bytes(weights, lay.parts[""], run.dtype)
+    layer = max((dtype_bytes(weights, lay.parts[p], run.dtype) for p in layers), default=0)
+    layer_file = max((file_bytes(weights, lay.parts[p]) for p in layers), default=0)
+    streamed = streams(run.stream, run.budget, weights, files.adapter, run.dtype, run.device, files.spec)
+    streamed_peak = resident + layer_file + layer + activations
+    in_memory_peak = whole + activations
+    read = (
+        file_bytes(weights, lay.parts[""]) + sum(file_bytes(weights, lay.parts[p]) * lay.runs[p] for p in layers)
+        if streamed
+        else file_bytes(weights, all_keys)
+    )
+    work = forward_work(sh, T)
+    rate, rate_text = _rates_used()
+    return Plan(
+        model=model_label(files.spec, run.dtype),
+        dtype=dtype_name(run.dtype),
+        tokens=T,
+        budget=run.budget,
+        budget_from=run.budget_from,
+        weights=whole,
+        files=file_bytes(weights, all_keys),
+        layers=sh.layers,
+        streams=streamed,
+        resident=resident,
+        layer=layer,
+        layer_file=layer_file,
+        activations=activations,
+        peak=streamed_peak if streamed else in_memory_peak,
+        smallest=_smallest(files, run, in_memory_peak, streamed_peak, whole),
+        trace=trace,
+        points=points,
+        width=sh.d_model,
+        read=read,
+        work=work,
+        seconds=read / DISK_RATE + work / rate,
+        rates=rate_text,
+    )
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _can_stream(files: Files, run: _Run) -> bool:
+    """Whether the model can run layer by layer (the conditions of :func:`walklens.core.streaming.streams`)."""
+    return files.weights is not None and files.adapter is not None and run.device.type == "cpu"
+
+
+def _smallest(files: Files, run: _Run, in_memory: float, streamed: float, weights: int) -> float:
+    """The smallest budget (bytes) that runs it: layer by layer, or in memory (where the budget decides, only
+    from 1.1 x the weights up: below, the model streams)."""
+    if run.stream is True:
+        return streamed
+    memory = in_memory if run.stream is False else max(in_memory, 1.1 * weights)
+    return min(memory, streamed) if run.stream is None and _can_stream(files, run) else memory
+
+
+def refusal(p: Plan, what: str) -> str | None:
+    """The one line refusing a run whose peak memory exceeds the budget, naming the smallest budget that would
+    do; None when it fits."""
+    if p.fits:
+        return None
+    act = fmt_bytes(p.activations)
+    how = (
+        f"layer by layer: the resident tensors {fmt_bytes(p.resident)} + the largest layer read "
+        f"{fmt_bytes(p.layer_file)} and converted {fmt_bytes(p.layer)} + activations {act}"
+        if p.streams
+        else f"in memory: the weights {fmt_bytes(p.weights)} + activations {act}"
+    )
+    hint = " with --stream" if not p.streams and p.smallest < p.budget * GB else ""
+    return (
+        f"{p.model}: {what} would need ~{fmt_bytes(p.peak)} of memory ({how}), over --max-memory {p.budget:g}; "
+        f"the smallest budget that runs it is ~{fmt_bytes(p.smallest)}{hint}"
+    )
+
+
+def _run(
+    dtype: str | torch.dtype, device: str | torch.device, max_memory: float | None, stream: bool | None
+) -> tuple[torch.dtype, torch.device, float, str, bool | None]:
+    """The dtype, the device and the budget (GB) checked, and where the budget comes from."""
+    dt, dev = parse_dtype(dtype), check_device(device)
+    if max_memory is None:
+        return dt, dev, free_memory(), "the memory free now", stream
+    if isinstance(max_memory, bool) or not isinstance(max_memory, (int, float)) or not 0 < max_memory < float("inf"):
+        raise InputError(f"max_memory must be a positive number of GB, not {max_memory!r}")
+    return dt, dev, float(max_memory), "--max-memory", stream
+
+
+def _tokens(files: Files, text: str | None, tokens: int | None) -> int:
+    """The length planned for: ``tokens``, or ``text`` tokenised by the model's tokenizer as capture does."""
+    import transformers
+
+    if text is not None and tokens is not None:
+        raise InputError("give a text or a number of tokens, not both")
+    if text is None:
+        n = DEFAULT_TOKENS if tokens is None else tokens
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InputError(f"tokens must be a whole number of at least 1, not {n!r}")
+        return n
+    with quiet_transformers():
+        try:
+            tok = transformers.AutoTokenizer.from_pretrained(files.source, **files.kw)
+        except Exception as e:
+            raise UnknownModelError(f"{files.spec!r}: the tokenizer could not be loaded ({str(e)[:200]})") from None
+    # capture's own tokenisation (its refusals too): it reads only the tokenizer and the config
+    files_lm = SimpleNamespace(tokenizer=tok, model=SimpleNamespace(config=files.config))
+    return int(tokenize(cast("LoadedModel", files_lm), text).shape[1])
+
+
+def plan(
+    spec: str,
+    *,
+    text: str | None = None,
+    tokens: int | None = None,
+    dtype: str | torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    max_memory: float | None = None,
+    stream: bool | None = None,
+    points: Sequence[str] | None = None,
+) -> Plan:
+    """The :class:`Plan` of capturing ``text`` (or ``tokens`` tokens; default :data:`DEFAULT_TOKENS`) with ``spec``
+    in ``dtype`` under a budget of ``max_memory`` GB (the whole process, weights included; default the memory free
+    now), from config.json and the safetensors headers alone: no tensor is read, no model built.  ``stream`` as
+    :func:`~walklens.core.loading.load_model` takes it; ``points``: capture's patterns (None: every point).  A run
+    the budget cannot hold is refused in one line naming the smallest budget that would do."""
+    dt, dev, budget, source, stream = _run(dtype, device, max_memory, stream)
+    files = read_files(spec)
+    if files.weights is None:
+        raise InputError(
+            f"{spec}: no safetensors weights (model.safetensors or model.safetensors.index.json) to plan from"
+        )
+    n = _tokens(files, text, tokens)
+    got = _estimate(files, _Run(dt, dev, budget, source, stream, n, None if points is None else list(points)))
+    message = refusal(got, f"a capture of {n:,} tokens")
+    if message:
+        raise InputError(message)
+    return got
+
+
+def check_budget(
+    spec: str, max_memory: float, *, dtype: str | torch.dtype, device: str | torch.device, stream: bool | None
+) -> None:
+    """Refuse, before loading ``spec``, a budget of ``max_memory`` GB that cannot hold it with the activations of
+    one token (the commands' own estimates, checked after the load, bound their texts): one line naming the
+    smallest budget that would do.  A model without local safetensors is left to the load."""
+    dt, dev, budget, source, stream = _run(dtype, device, max_memory, stream)
+    files = read_files(spec)
+    if files.weights is None:
+        return
+    message = refusal(_estimate(files, _Run(dt, dev, budget, source, stream, 1, [])), "loading it")
+    if message:
+        raise InputError(message)
+
+
+__all__ = [
+    "DEFAULT_TOKENS",
+    "DISK_RATE",
+    "Files",
+    "Layout",
+    "Plan",
+    "check_budget",
+    "dtype_bytes",
+    "file_bytes",
+    "layout",
+    "model_memory",
+    "plan",
+    "read_files",
+    "refusal",
+]
