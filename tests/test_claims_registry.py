@@ -41,17 +41,18 @@ def test_the_registry_is_its_data_file_shipped_in_the_package() -> None:
     assert any(fnmatch.fnmatch(DATA.relative_to(ROOT / "src/walklens").as_posix(), p) for p in patterns), patterns
 
 
-# the first table of the file is T2-best-full (reader heldout, rule reaches, target 0.826, no cost); the first with
+# the first table of the file is T2-best-full (reader heldout, rule seed_figure, target 0.826, no cost); the first with
 # a cost is T1-best-full-set
 FIRST = '[[claim]]\nid = "T2-best-full"\n'
 COSTED = f'cost = {{ timings = "{T1_TIMINGS}", entry = "Test 1 on all 10,042 items", line = "total" }}\n'
 FAULTS: list[tuple[str, str, str, tuple[str, ...]]] = [
-    ('rule = "reaches"', 'rule = "reach"', "unknown rule", ("T2-best-full", "field 'rule'", "below_baseline")),
+    ('rule = "seed_figure"', 'rule = "reach"', "unknown rule", ("T2-best-full", "field 'rule'", "below_baseline")),
     ('reader = "heldout"', 'reader = "held_out"', "unknown reader", ("T2-best-full", "field 'reader'", "heldout")),
-    ('says = "Test 2 best reaches ~0.81 normalised"\n', "", "missing key", ("T2-best-full", "'says' is missing")),
+    ('says = "Test 2 best against the seed\'s figure, chance-corrected"\n', "", "missing key",
+     ("T2-best-full", "'says' is missing")),
     ("target = 0.826", 'target = "0.826"', "wrong type", ("T2-best-full", "field 'target' must be a float")),
     ("target = 0.826", "target = 82.6", "out of range", ("T2-best-full", "field 'target'", "82.6")),
-    ("target = 0.826\n", "", "a rule without its figure", ("T2-best-full", "'target' is missing", "'reaches'")),
+    ("target = 0.826\n", "", "a rule without its figure", ("T2-best-full", "'target' is missing", "'seed_figure'")),
     ("select = { test = 2,", "select = { test = [2],", "a list selecting", ("T2-best-full", "field 'select'")),
     ("select = { test = 2, shots = 0, n_items = 10042 }", "select = 3", "wrong type", ("T2-best-full", "'select'")),
     (FIRST, FIRST + 'colour = "red"\n', "unknown key", ("T2-best-full", "field 'colour' is not one of")),
@@ -64,7 +65,7 @@ FAULTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     (COSTED, "", "{cost} without a cost", ("T1-best-full-set", "field 'why'", "{cost}")),
     ('entry = "Test 1 on all 10,042 items", ', "", "a cost without its entry", ("T1-best-full-set", "'entry'")),
     (FIRST, FIRST.replace("claim", "claims", 1), "not a [[claim]] table", ("field 'claims' is not one of",)),
-    ('rule = "reaches"', "rule = ", "not TOML", ("not valid TOML",)),
+    ('rule = "seed_figure"', "rule = ", "not TOML", ("not valid TOML",)),
 ]  # fmt: skip
 
 
@@ -105,12 +106,12 @@ def _copy(tmp_path: Path) -> Path:
 
 
 def test_an_edited_number_of_the_data_file_is_an_edited_render(tmp_path: Path) -> None:
-    same, edited = load(_copy(tmp_path)), load(_planted(tmp_path, "target = 0.826", "target = 0.836"))
+    same, edited = load(_copy(tmp_path)), load(_planted(tmp_path, "target = 0.826", "target = 0.777"))
     before, after = render(ROOT, same), render(ROOT, edited)
     assert before == (ROOT / "docs/claims.md").read_text(encoding="utf-8")  # the copy renders the docs' table
-    assert "0.826" in _row(before, "T2-best-full") and "0.836" not in _row(before, "T2-best-full")
-    assert "0.836" in _row(after, "T2-best-full") and "0.826" not in _row(after, "T2-best-full")
-    assert [ln for ln in after.splitlines() if "0.836" in ln] == [_row(after, "T2-best-full")]
+    assert "0.826" in _row(before, "T2-best-full") and "0.777" not in before
+    assert "0.777" in _row(after, "T2-best-full") and "0.826" not in _row(after, "T2-best-full")
+    assert [ln for ln in after.splitlines() if "0.777" in ln] == [_row(after, "T2-best-full")]
 
 
 def _root_with_timings(tmp_path: Path, edit: Callable[[str], str] = lambda t: t) -> Path:

@@ -38,7 +38,7 @@ FUZZ: dict[str, Any] = dict(
 )
 ROOT = Path(__file__).resolve().parents[1]
 #: every result file the render reads (and, copied untouched beside each curves.csv, its curves.json)
-READ = sorted({c.file for c in CLAIMS if c.file})
+READ = sorted({c.file for c in CLAIMS if c.file and (ROOT / c.file).exists()})  # a run under way has none yet
 JSON_FILES = [f for f in READ if f.endswith(".json")]
 CSV_FILES = [f for f in READ if f.endswith(".csv")]
 #: the keys the readers read (their documents' declared fields, and the keys that lead to them): tampered 3 times

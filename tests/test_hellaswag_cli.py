@@ -107,12 +107,12 @@ def test_skip_and_the_paired_test(toy, run):
     # the claims registry reads such a file as a scheme chosen elsewhere, scored on these items
     from walklens.lab.claims import Claim, assess
 
-    c = Claim("x", "000", "says", "cmd", "s.json", "scheme_heldout", {"metric": "acc_norm"}, "below_baseline")
+    c = Claim("x", "000", "says", "cmd", "s.json", "scheme_picks", {"metric": "acc_norm"}, "below_baseline")
     m, verdict = assess(c, d)
     pair = part["paired"]["acc_norm"]
     assert m is not None and (m.value, m.lo, m.hi, m.n) == (pair["acc"], pair["lo"], pair["hi"], 2)
     assert m.facts["paired_p"] == pair["paired"]["p"] and m.facts["baseline"] == pair["baseline"]
-    assert verdict.startswith("not decided: paired test") or pair["paired"]["p"] < 0.05
+    assert verdict.startswith("not decided: the paired interval holds 0") or pair["paired"]["p"] < 0.05
     r = run("hellaswag", "test1", *common, "--skip", "4")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "leaves no item" in r.stderr
 

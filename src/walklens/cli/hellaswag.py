@@ -28,6 +28,8 @@ from .common import (
 )
 from .terminal import Col, console, print_table, say
 
+CONTROLS = ("ending", "shuffled", "random")  # walklens.lab.concepts.controls.CONTROLS (checked by a test)
+
 
 def _add_common(p: argparse.ArgumentParser, scheme: bool) -> None:
     add_hellaswag_args(
@@ -40,6 +42,13 @@ def _add_common(p: argparse.ArgumentParser, scheme: bool) -> None:
             metavar="S",
             help="'standard' (sec. 5.1) or key=value,... e.g. "
             "enc=concat_each_example,layer=-1,word=w1mean,norm=None,seg=mean,ex=mean",
+        )
+        p.add_argument(
+            "--control",
+            choices=CONTROLS,
+            default=None,
+            help="score a control on the same items: ending (a neutral context), shuffled (another item's "
+            "context), random (random directions of the same norms); docs/claims.md",
         )
     p.add_argument("--no-db", action="store_true", help="do not read or write the results database")
     p.add_argument(
@@ -91,6 +100,7 @@ def register(
     ce.add_argument("--seed", type=seed_arg, default=0, help="seed of the off-topic pairing and the shuffles")
     ce.add_argument("--json", metavar="FILE", help="write every score and comparison here")
     ce.set_defaults(func=run_concept_eval)
+    _add_folds(hs)
     ex = hs.add_parser("export", help="export stored runs or per-item results to .csv or .parquet")
     ex.add_argument("out", help="output file (.csv or .parquet)")
     ex.add_argument("--table", choices=("results", "runs"), default="results")
@@ -106,6 +116,70 @@ def register(
 
     p.set_defaults(func=usage)
     return hs
+
+
+def _add_folds(hs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    f = hs.add_parser(
+        "folds",
+        help="a committed sweep's k-fold held-out best item by item, beside the baseline and the controls "
+        "(docs/claims.md, paired evidence)",
+    )
+    add_hellaswag_args(f, "write the picks (one digit per item) of the baseline, the held-out best and each control")
+    f.add_argument("--summary", metavar="FILE", required=True, help="the sweep report's summary.json")
+    f.add_argument("--test", type=int, choices=(1, 2), required=True, help="Test 1 or Test 2")
+    f.add_argument("--summary-model", metavar="NAME", default=None, help="the run's model in the summary")
+    f.add_argument("--controls", default=",".join(CONTROLS), metavar="C,C", help="controls (default: all three)")
+    f.add_argument("--metrics", default="acc", metavar="M,M", help="acc (the seed's, default) and/or acc_norm")
+    f.add_argument("--cache", metavar="DIR", default=None, help="concept cache folder")
+    f.set_defaults(func=run_folds)
+
+
+def run_folds(args: argparse.Namespace) -> int:
+    """``walklens hellaswag folds``: :func:`walklens.lab.experiments.folds.run_folds` on the run of ``--summary``
+    with this model, test and shots over the first ``--limit`` items, its picks written to ``--json``."""
+    import json
+
+    from ..analyses.concepts.cache import open_cache
+    from ..lab.concepts.controls import make_control
+    from ..lab.experiments.folds import picks_document, plan_from_summary
+    from ..lab.experiments.folds import run_folds as score
+    from ..lab.experiments.runsetup import RunSetup
+    from ..lab.hellaswag.data import data_id, fewshot_pool, load_hellaswag
+    from ..lab.hellaswag.store import ResultStore
+
+    names = [c for c in args.controls.split(",") if c]
+    if any(c not in CONTROLS for c in names):
+        raise InputError(f"--controls: use some of {', '.join(CONTROLS)}, not {args.controls!r}")
+    doc = json.loads(open(args.summary, encoding="utf-8").read())
+    model = args.summary_model or args.model
+    wanted = [m for m in args.metrics.split(",") if m]
+    if not wanted or any(m not in ("acc", "acc_norm") for m in wanted):
+        raise InputError(f"--metrics: use acc and/or acc_norm, not {args.metrics!r}")
+    plan, metrics = plan_from_summary(doc, model, args.test, args.shots, args.limit or 0, wanted)
+    check_outputs(args)
+    db, cache = check_db(args.db), open_cache(args.cache)
+    everything = load_hellaswag(args.data)
+    items = everything[: plan.n]
+    pool = fewshot_pool(args.data, items, args.shots, plan.n)
+    lm = load(args)
+    store = ResultStore(db)
+    try:
+        setup = RunSetup(shots=args.shots, pool=pool, fewshot_seed=args.seed, data=data_id(args.data), store=store,
+                         cache=cache, progress=not args.no_progress)  # fmt: skip
+        controls = [make_control(c, everything, lambda it: setup.examples([it])[0]) for c in names]
+        picks = score(lm, items, args.test, plan, setup, controls)
+    finally:
+        store.close()
+        if cache is not None:
+            cache.close()
+    command = "walklens " + " ".join(sys.argv[1:])
+    head = {"model": lm.name, "summary_model": model, "test": args.test, "shots": args.shots,
+            "data": data_id(args.data), "pool": "validation", "command": command}  # fmt: skip
+    out = picks_document(picks, plan, head, metrics)
+    say(console(args), f"{lm.name}: k-fold held-out acc {out['kfold_acc']} (the report: {out['kfold_acc_report']})")
+    if args.json:
+        write_json(args.json, out)
+    return 0
 
 
 def run_concept_eval(args: argparse.Namespace) -> int:
@@ -161,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
             cache=cache,
             progress=not args.no_progress,
         )
-        summ, base = _scored(lm, items, args, spec, scheme, setup)
+        summ, base = _scored(lm, items, args, spec, scheme, _control(args, setup))
     finally:
         if store is not None:
             store.close()
@@ -174,12 +248,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _scored(lm: Any, items: list[Any], args: argparse.Namespace, spec: Any, scheme: Any, setup: Any) -> tuple[Any, Any]:
-    """The run of ``args.test`` (or of the compacted context ``spec``) over ``items`` and the baseline beside it
-    (None for a masked LM off the baseline test: it has no HellaSwag likelihood baseline)."""
+def _control(args: argparse.Namespace, setup: Any) -> tuple[Any, Any]:
+    """The run's setup and its ``--control`` (None without), whose donors are every item of the file."""
+    if getattr(args, "control", None) is None:
+        return setup, None
+    from ..lab.concepts.controls import make_control
+    from ..lab.hellaswag.data import load_hellaswag
+
+    everything = load_hellaswag(args.data)
+    return setup, make_control(args.control, everything, lambda it: setup.examples([it])[0])
+
+
+def _scored(
+    lm: Any, items: list[Any], args: argparse.Namespace, spec: Any, scheme: Any, setup_control: tuple[Any, Any]
+) -> tuple[Any, Any]:
+    """The run of ``args.test`` (or of the compacted context ``spec``, or of a control) over ``items`` and the
+    baseline beside it (None for a masked LM off the baseline test: it has no HellaSwag likelihood baseline)."""
     from ..core.scoring.encode import arch_of
     from ..lab.experiments.runner import baseline_scorer, run_test, scorer
 
+    setup, control = setup_control
     if arch_of(lm) == "encoder" and args.test != "baseline":
         base = None  # a masked LM has no HellaSwag likelihood baseline: Test 2 is reported unnormalised
     else:
@@ -193,7 +281,8 @@ def _scored(lm: Any, items: list[Any], args: argparse.Namespace, spec: Any, sche
             assert base is not None  # only an encoder's base is None, and only off the baseline test
             summ = base
         else:
-            summ = run_test(lm, items, scorer(lm, args.test, scheme), setup, desc=f"{lm.name} {args.test}")
+            desc = f"{lm.name} {args.test}" + (f" control={control.name}" if control else "")
+            summ = run_test(lm, items, scorer(lm, args.test, scheme, control), setup, desc=desc)
     return summ, base
 
 
@@ -210,7 +299,7 @@ def _document(
         "shots": args.shots,
         "test": "compact" if spec is not None else args.test,
         "compact": None if spec is None else str(spec),
-        "scheme": None if scheme is None else str(scheme),
+        "scheme": None if scheme is None else summ.key.scheme,  # a control's: control=C;SCHEME
         "n": summ.n,
         "acc": summ.acc,
         "acc_norm": summ.acc_norm,

@@ -15,7 +15,9 @@ import walklens.lab.claims.schemas as sc  # the module, not the package (whose _
 
 from ...base.errors import InputError
 from ...base.numbers import Range
+from ..experiments.heldout import corrected
 from .base import BAND_ALPHA, Measured
+from .pairs import fold_picks, scheme_picks
 
 # ---- reading the result files ------------------------------------------------------------------------------------
 
@@ -50,10 +52,13 @@ def heldout(path: Path, select: Mapping[str, Any]) -> Measured:
     kf, base = sc.KFOLD.check(m["kfold"], where + ".kfold"), m["baseline"]
     sc.ordered(kf, where + ".kfold", "lo", "acc", "hi")
     facts = {"baseline": base, "norm": kf["acc"] / base, "norm_lo": kf["lo"] / base, "norm_hi": kf["hi"] / base}
+    cc = [corrected(x, base) for x in (kf["acc"], kf["lo"], kf["hi"])]
+    facts |= {"cc": cc[0], "cc_lo": cc[1], "cc_hi": cc[2]}
     text = (
         f"{run['model']}, Test {run['test']}, {run['shots']}-shot, {run['n_schemes']:,} schemes, "
         f"n={run['n_items']:,}: held out {kf['acc']:.3f} [{kf['lo']:.3f}, {kf['hi']:.3f}] vs baseline {base:.3f} "
-        f"({facts['norm']:.2f} normalised)"
+        f"({facts['norm']:.2f} normalised, chance-corrected {cc[0]:.2f} [{cc[1]:.2f}, {cc[2]:.2f}] with the "
+        "baseline as a point: no per-item picks committed)"
     )
     boot, pair = m.get("bootstrap"), m.get("paired")
     if boot:
@@ -369,43 +374,9 @@ def concept_eval(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(str(doc["model"]), int(doc["n_items"]), o["share"], o["lo"], o["hi"], text, facts)
 
 
-def scheme_heldout(path: Path, select: Mapping[str, Any]) -> Measured:
-    """One scheme, chosen on other items, scored on the items of a ``walklens hellaswag test1|test2 --skip N --json``
-    file, against the baseline on the same items: accuracy (Wilson), the normalised figure with its paired
-    bootstrap interval (the baseline's uncertainty in it) and the exact McNemar test."""
-    doc = sc.HELDOUT_RUN.check(sc.load_json(path), str(path))
-    metric = select.get("metric", "acc")
-    pair = (doc.get("paired") or {}).get(metric)
-    if not pair:
-        raise InputError(f"{path}: no paired test against the baseline (a run of `walklens hellaswag ... --json`)")
-    where = f"{path} paired.{metric}"
-    pair = sc.HELDOUT_METRIC.check(pair, where)
-    for fields in (("lo", "acc", "hi"), ("baseline_lo", "baseline", "baseline_hi"), ("norm_lo", "norm_hi")):
-        sc.ordered(pair, where, *fields)
-    mc = _paired(pair["paired"], where + ".paired")
-    facts = {
-        "baseline": pair["baseline"],
-        "norm": pair["norm"],
-        "norm_lo": pair["norm_lo"],
-        "norm_hi": pair["norm_hi"],
-        "boot_norm_lo": pair["norm_lo"],
-        "boot_norm_hi": pair["norm_hi"],
-        "paired_p": mc["p"],
-        "paired_lo": mc["lo"],
-        "paired_hi": mc["hi"],
-    }
-    text = (
-        f"{doc['model']}, Test {str(doc['test'])[-1]}, {doc['shots']}-shot, scheme {doc['scheme']} chosen on items "
-        f"0-{doc['skip'] - 1}, scored on the next n={doc['n']:,}: {pair['acc']:.3f} [{pair['lo']:.3f}, "
-        f"{pair['hi']:.3f}] vs baseline {pair['baseline']:.3f} [{pair['baseline_lo']:.3f}, {pair['baseline_hi']:.3f}] "
-        f"({pair['norm']:.2f} normalised, bootstrap {pair['norm_lo']:.2f}-{pair['norm_hi']:.2f}); paired vs baseline "
-        f"{mc['diff']:+.3f} [{mc['lo']:+.3f}, {mc['hi']:+.3f}], p={mc['p']:.2g}"
-    )
-    return Measured(str(doc["model"]), int(doc["n"]), pair["acc"], pair["lo"], pair["hi"], text, facts)
-
-
 MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {
-    "scheme_heldout": scheme_heldout,
+    "scheme_picks": scheme_picks,
+    "fold_picks": fold_picks,
     "self_bias": self_bias,
     "self_rank": self_rank,
     "concept_eval": concept_eval,

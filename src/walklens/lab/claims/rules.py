@@ -1,4 +1,8 @@
-"""The verdict rules: how a measured figure becomes a verdict, never stronger than its interval and controls."""
+"""The verdict rules: how a measured figure becomes a verdict, never stronger than its interval and controls.
+
+Every verdict starts with one of :data:`VERDICTS`, each defined once in docs/claims.md ("Verdicts") with its
+rule; a Test 1/2 verdict reads paired evidence only (McNemar on the picks of the same items, paired bootstrap
+intervals: :mod:`.pairs`), never an interval set against a point baseline."""
 
 from __future__ import annotations
 
@@ -7,7 +11,31 @@ from collections.abc import Callable
 
 from .base import CHANCE, Measured
 
-# ---- verdict rules -------------------------------------------------------------------------------------------------
+#: the verdict words, defined in docs/claims.md: every verdict is ``WORD: why``
+VERDICTS = ("reproduced", "not reproduced", "not decided", "partly", "not measurable here")
+#: the level of every paired test a verdict reads
+ALPHA = 0.05
+#: each verdict word's rule, as docs/claims.md states it (rendered from here: the one definition)
+VERDICT_RULES = {
+    "reproduced": "the row's test decides for the seed's claim: a paired test on the same items (exact McNemar, "
+    "p < 0.05) in the claimed direction, or, where the claim is not a comparison of two scorers, its 95% interval "
+    "on the claimed side of a fixed reference (chance, 1/2, a chance band)",
+    "not reproduced": "the same test decides against the claim: significant in the other direction, or the "
+    "interval on the other side of the reference",
+    "not decided": "neither: the paired test has p >= 0.05, the interval holds the reference, no paired evidence "
+    "is committed for the row, or the seed's figure is not comparable like for like (its baseline and n not given)",
+    "partly": "the claim holds for a stated part only (some models, heads, layers or classes), or in a weaker "
+    "reading the verdict names",
+    "not measurable here": "what the claim needs cannot be had here (no trained weights reachable, a metric the "
+    "seed does not report), or the seed does not make it measurable",
+}
+
+
+def say(word: str, why: str) -> str:
+    """A verdict: one of :data:`VERDICTS`, then why."""
+    if word not in VERDICTS:
+        raise ValueError(f"{word!r} is not a verdict word ({', '.join(VERDICTS)})")
+    return f"{word}: {why}"
 
 
 def _nan(*xs: float) -> bool:
@@ -15,101 +43,150 @@ def _nan(*xs: float) -> bool:
     return any(math.isnan(x) for x in xs)
 
 
+def _paired(m: Measured, key: str, what: str) -> tuple[str, str] | None:
+    """The word and reason of a paired test ``key`` (facts ``key_p``, ``key_lo``, ``key_hi``: the Test minus
+    ``what`` on the same items), None when the file holds none."""
+    p = m.facts.get(f"{key}_p")
+    if p is None:
+        return None
+    lo, hi = m.facts[f"{key}_lo"], m.facts[f"{key}_hi"]
+    test = f"Test - {what} [{lo:+.3f}, {hi:+.3f}], McNemar p={p:.2g}"
+    if p < ALPHA and hi < 0:
+        return "below", test
+    if p < ALPHA and lo > 0:
+        return "above", test
+    return "undecided", test
+
+
 def _below_baseline(m: Measured, target: float | None) -> str:
-    """The seed: the scheme does not reach the ordinary run.  Decided by the paired test where the file holds
-    one, else only when the held-out interval excludes the baseline."""
-    p = m.facts.get("paired_p")
-    if p is not None:
-        if p < 0.05:
-            return "reproduced (paired test)" if m.facts["paired_hi"] < 0 else "contradicted (paired test)"
-        return "not decided: paired test p >= 0.05"
-    base = m.facts["baseline"]
-    if m.hi < base:
-        return "reproduced (interval below the baseline)"
-    if m.lo > base:
-        return "contradicted (interval above the baseline)"
-    return "not decided: the interval includes the baseline (no paired test in this file)"
+    """The seed: the best scheme does not reach the ordinary run; the paired test on the same items decides."""
+    got = _paired(m, "paired", "baseline")
+    if got is None:
+        return say("not decided", "no paired test on these items (no per-item picks committed)")
+    side, test = got
+    if side == "below":
+        return say("reproduced", f"below the baseline on the same items ({test})")
+    if side == "above":
+        return say("not reproduced", f"above the baseline on the same items ({test})")
+    return say("not decided", f"the paired interval holds 0 ({test})")
 
 
-def _reaches(m: Measured, target: float | None) -> str:
-    """The seed's normalised best (``target``) against the held-out normalised interval."""
+def _context(m: Measured, target: float | None) -> str:
+    """The concept vectors carry the context: the Test against the shuffled control (another item's concept vectors
+    on the same items and endings)."""
+    got = _paired(m, "shuffled", "shuffled context")
+    if got is None:
+        return say("not decided", "no shuffled-context control on these items")
+    side, test = got
+    if side == "above":
+        return say("reproduced", f"the item's own concept vectors beat another item's on the same items ({test})")
+    if side == "below":
+        return say("not reproduced", f"another item's concept vectors score higher ({test})")
+    return say("not decided", f"own and another item's concept vectors are not told apart ({test})")
+
+
+def _seed_baseline(r: float, x: float) -> float:
+    """The baseline at which the seed's raw ratio ``r`` is the chance-corrected ratio ``x``: solves
+    ``(r b - c) / (b - c) = x`` for ``b`` (infinite where ``x >= r``: no baseline gives it)."""
+    return CHANCE * (1 - x) / (r - x) if x < r else math.inf
+
+
+def _seed_figure(m: Measured, target: float | None) -> str:
+    """The seed's normalised best (``target``: in-sample, acc / baseline of gpt-neo-1.3B, its baseline and n not
+    given) against this row's chance-corrected interval: not comparable like for like; says which baseline of the
+    seed's would make them equal."""
     assert target is not None
-    boot = "boot_norm_lo" in m.facts
-    lo, hi = m.facts.get("boot_norm_lo", m.facts["norm_lo"]), m.facts.get("boot_norm_hi", m.facts["norm_hi"])
-    how = "bootstrap interval" if boot else "interval: Wilson / baseline, without the baseline's uncertainty"
+    lo, hi = m.facts.get("cc_lo", math.nan), m.facts.get("cc_hi", math.nan)
     if _nan(lo, hi):
-        return f"not decided: the held-out interval is NaN ({how})"
-    if lo > target:
-        return f"reaches it: held out above the seed's in-sample {target:.3f} ({how})"
-    if hi < target:
-        return f"not reproduced: held out below the seed's {target:.3f} ({how})"
-    return f"not decided: the held-out interval includes the seed's {target:.3f} ({how})"
+        return say("not decided", "no chance-corrected interval to set beside the seed's figure")
+    b1, b2 = max(_seed_baseline(target, lo), CHANCE), min(_seed_baseline(target, hi), 1.0)
+    where = f"only if that baseline lay in [{b1:.3f}, {b2:.3f}]" if b1 <= b2 else "at no baseline in (0.25, 1]"
+    return say(
+        "not decided",
+        f"not comparable like for like: the seed's {target:.3f} is acc / baseline of gpt-neo-1.3B chosen and scored "
+        f"on the same items, its baseline and n not given; it equals this row's chance-corrected [{lo:.3f}, "
+        f"{hi:.3f}] {where}",
+    )
+
+
+def _other_metric(m: Measured, target: float | None) -> str:
+    return say(
+        "not measurable here",
+        "the seed's figures are acc (hellaswag:acc:pct, Figs. 13-16); acc_norm has no seed figure to compare",
+    )
 
 
 def _above_chance(m: Measured, target: float | None) -> str:
+    """Above chance 0.25, a known constant (not an estimated baseline): the Wilson interval decides."""
     if m.lo > CHANCE:
-        return "reproduced (interval above chance 0.25)"
+        return say(
+            "reproduced",
+            "the interval lies above chance 0.25 (the scorer beats chance; whether it uses the context is the "
+            "shuffled-context rows')",
+        )
     if m.hi < CHANCE:
-        return "contradicted (interval below chance)"
-    return "not decided: the interval includes chance 0.25"
+        return say("not reproduced", "the interval lies below chance")
+    return say("not decided", "the interval holds chance 0.25")
 
 
 def _compaction(m: Measured, target: float | None) -> str:
     if _nan(m.lo, m.hi, m.facts["drop_lo"], m.facts["drop_hi"]):
-        return "not decided: an interval of compaction or dropping is NaN"
+        return say("not decided", "an interval of compaction or dropping is NaN")
     if m.hi < m.facts["drop_lo"]:
-        return "not reproduced here: keeps less than dropping the examples (HellaSwag prefixes, not long contexts)"
+        return say("not reproduced", "keeps less than dropping the examples (HellaSwag prefixes, not long contexts)")
     if m.lo > m.facts["drop_hi"]:
-        return "reproduced on HellaSwag prefixes: keeps more than dropping the examples"
-    return "not decided: the intervals of compaction and dropping overlap"
+        return say("reproduced", "on HellaSwag prefixes: keeps more than dropping the examples")
+    return say("not decided", "the intervals of compaction and dropping overlap")
 
 
 def _sink(m: Measured, target: float | None) -> str:
-    return (
-        f"not the seed's measure: low self mass is not A.2's kernel-based negative self-bias; the attention sink "
-        f"accounts for most of it ({m.value:.0%} -> {m.facts['sink']:.0%} of heads with position 0 removed)"
-        if m.facts["sink"] < m.value / 2
-        else "low self mass survives the attention-sink control; still not A.2's kernel-based definition"
-    )
+    if m.facts["sink"] < m.value / 2:
+        return say(
+            "not reproduced",
+            f"low self mass is the attention sink: {m.value:.0%} of heads below uniform, {m.facts['sink']:.0%} "
+            "with position 0 removed (and it is not A.2's kernel-based negative self-bias: its row is below)",
+        )
+    return say("partly", "low self mass survives the attention-sink control; still not A.2's kernel-based definition")
 
 
 def _tilt(m: Measured, target: float | None) -> str:
     """Tokens tilt toward v1: alignment above the other layers' v1 (the anisotropy-aware band) beyond chance."""
-    if m.facts["p_other"] < 0.05:
-        return "reproduced at some layers: more layers above the other-layer band than chance gives"
-    return (
-        f"not supported: {int(m.facts['above_other'])} of {int(m.facts['layers'])} layers above the other-layer "
-        f"band, as chance gives; the output gains alignment at {int(m.facts['gain'])} (mean change "
-        f"{m.facts['change']:+.3f})"
+    if m.facts["p_other"] < ALPHA:
+        return say("partly", "more layers above the other-layer band than chance gives (some layers, not all)")
+    return say(
+        "not reproduced",
+        f"{int(m.facts['above_other'])} of {int(m.facts['layers'])} layers above the other-layer band, as chance "
+        f"gives; the output gains alignment at {int(m.facts['gain'])} (mean change {m.facts['change']:+.3f})",
     )
 
 
 def _steer(m: Measured, target: float | None) -> str:
+    """A five-prompt demonstration decides nothing: its best setting is chosen and reported on the same prompts,
+    for one target; the held-out steering card (docs/power.md) is where eigen-steering is decided."""
     k, n = int(m.facts["eigen_top1"]), int(m.facts["prompts"])
-    if k == n:
-        return (
-            f"reproduced on these {n} prompts: eigen-steering puts the target on top of every one (top-1 only; "
-            "the coherence of the text and held-out prompts are the steering card's, docs/power.md)"
-        )
-    if k == 0:
-        return "not reproduced: eigen-steering puts the target on top of no prompt at any tried setting"
-    return f"partly: eigen-steering puts the target on top of {k} of {n} prompts at its best tried setting"
+    return say(
+        "not decided",
+        f"eigen-steering's best tried setting puts the target on top of {k} of {n} prompts, that setting chosen "
+        "and reported on the same prompts, one target, no coherence measured; the held-out steering card decides "
+        "(docs/power.md)",
+    )
 
 
 def _associative(m: Measured, target: float | None) -> str:
     """Result 4 on token vectors: PMI-similarity correlation above 0, surviving both frequency controls."""
     f = m.facts
     if m.hi < 0:
-        return "contradicted: co-occurrence and cosine correlate negatively"
+        return say("not reproduced", "co-occurrence and cosine correlate negatively")
     if not 0 < m.lo <= m.hi:  # a NaN bound (a jackknife of too few groups) decides nothing
-        return "not decided: the interval of the PMI-cosine correlation includes 0"
+        return say("not decided", "the interval of the PMI-cosine correlation includes 0")
     kept = f"given frequencies {f['partial_cos']:+.2f}, excess over matched partners {f['excess_cos']:+.2f}"
     if f["partial_cos_lo"] > 0 and f["excess_cos_lo"] > 0:
-        return (
-            f"reproduced weakly, token vectors only: rho {m.value:+.2f} survives both frequency controls ({kept}); "
-            "context vectors not measured"
+        return say(
+            "partly",
+            f"token vectors only: rho {m.value:+.2f} survives both frequency controls ({kept}); context vectors "
+            "not measured",
         )
-    return f"not decided: rho {m.value:+.2f} does not survive a frequency control ({kept})"
+    return say("not decided", f"rho {m.value:+.2f} does not survive a frequency control ({kept})")
 
 
 def _blocks(m: Measured, target: float | None) -> str:
@@ -118,47 +195,54 @@ def _blocks(m: Measured, target: float | None) -> str:
     num, br, sep = (int(f[f"{c}_alike"]) for c in ("number", "bracket", "separator"))
     parts = [f"numbers alike in {num}/{n} maps", f"brackets in {br}/{n}", f"separators not alike in {n - sep}/{n}"]
     if num == n and br == n and sep == 0:
-        return "reproduced: " + ", ".join(parts)
+        return say("reproduced", ", ".join(parts))
     if num == 0 and br == 0:
-        return "not reproduced: " + ", ".join(parts)
-    return "partly: " + ", ".join(parts)
+        return say("not reproduced", ", ".join(parts))
+    return say("partly", ", ".join(parts))
 
 
 def _self_bias(m: Measured, target: float | None) -> str:
-    if m.facts["p_sink"] < 0.05 and m.facts["sig_sink"] > m.facts["expected"]:
-        return (
-            f"partly: negative self-bias in {m.value:.0%} of a decoder-only model's heads ({m.facts['sink']:.0%} "
-            "with the sink removed), far above chance; the seed's ~80% concerns T5 encoders (not measurable here)"
+    if m.facts["p_sink"] < ALPHA and m.facts["sig_sink"] > m.facts["expected"]:
+        return say(
+            "partly",
+            f"negative self-bias in {m.value:.0%} of a decoder-only model's heads ({m.facts['sink']:.0%} with the "
+            "sink removed), far above chance; the seed's ~80% concerns T5 encoders (not measurable here)",
         )
-    return "not reproduced: no more heads below zero than chance gives once the attention sink is removed"
+    return say("not reproduced", "no more heads below zero than chance gives once the attention sink is removed")
 
 
 def _self_rank(m: Measured, target: float | None) -> str:
     if not m.facts["encoder"]:
-        return "not measurable here: the model has no encoder stack"
+        return say("not measurable here", "the model has no encoder stack")
     if not m.facts["trained"]:
-        return (
-            "not measurable here: no trained encoder-decoder weights reachable (PyPI has none; the hub is "
-            "unreachable); the command runs, on a random tiny T5 that can neither reproduce nor contradict it"
+        return say(
+            "not measurable here",
+            "no trained encoder-decoder weights reachable (PyPI has none; the hub is unreachable); the command runs, "
+            "on a random tiny T5 that can neither reproduce nor contradict it",
         )
     if m.lo > 0.5:
-        return "reproduced: the encoder's c_t ranks w_t above another position's token"
-    return "not reproduced: c_t does not rank w_t above another position's token beyond chance"
+        return say("reproduced", "the encoder's c_t ranks w_t above another position's token")
+    return say("not reproduced", "c_t does not rank w_t above another position's token beyond chance")
 
 
 def _concept_eval(m: Measured, target: float | None) -> str:
+    """Footnote 12's evaluator scores a model's output: it must tell the true ending from the distractors, not
+    only the model's own continuation from an off-topic one (a topic check)."""
     f = m.facts
     if not f["chance_control_lo"] <= 0.5 <= f["chance_control_hi"]:
-        return "not decided: the chance control is off 1/2"
-    if m.lo > 0.5:
-        order = "not word order" if f["own_vs_shuffled_lo"] <= 0.5 else "and word order"
-        gold = "does not tell" if f["gold_vs_distractors_lo"] <= 0.5 else "tells"
-        return (
-            "partly: the concept score tells the model's own continuation from an off-topic one (interval above "
-            f"1/2, chance control at 1/2): it reads the topic, {order}; it {gold} the true ending from the "
-            "distractors (a topical check, not a quality score)"
+        return say("not decided", "the chance control is off 1/2")
+    topic = m.lo > 0.5
+    gold = f["gold_vs_distractors_lo"] > 0.5
+    order = "and word order" if f["own_vs_shuffled_lo"] > 0.5 else "not word order"
+    if topic and gold:
+        return say("reproduced", f"tells own from off-topic and the true ending from the distractors ({order})")
+    if topic:
+        return say(
+            "not reproduced",
+            f"a topic check, not footnote 12's evaluator: it tells the model's own continuation from an off-topic "
+            f"one (interval above 1/2; it reads the topic, {order}) but not the true ending from the distractors",
         )
-    return "not reproduced: the concept score does not separate own from off-topic continuations beyond chance"
+    return say("not reproduced", "the concept score does not separate own from off-topic continuations")
 
 
 RULES: dict[str, Callable[[Measured, float | None], str]] = {
@@ -171,10 +255,12 @@ RULES: dict[str, Callable[[Measured, float | None], str]] = {
     "tilt": _tilt,
     "sink": _sink,
     "below_baseline": _below_baseline,
-    "reaches": _reaches,
+    "seed_figure": _seed_figure,
+    "other_metric": _other_metric,
+    "context": _context,
     "above_chance": _above_chance,
     "compaction": _compaction,
 }
 
 #: the rules that compare the figure with the seed's own (a claim with one of them names its ``target``)
-TAKES_TARGET = frozenset({"reaches"})
+TAKES_TARGET = frozenset({"seed_figure"})

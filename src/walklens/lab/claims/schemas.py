@@ -98,6 +98,16 @@ HELDOUT_METRIC = _doc("paired figures", _num("acc", ACC), *_interval(), _num("ba
                       *_interval("baseline_lo", "baseline_hi"), _num("norm", SCALE, nan=True),
                       *_interval("norm_lo", "norm_hi", SCALE, nan=True), _obj("paired"))  # fmt: skip
 
+HELDOUT_PICKS = _doc("held-out picks", _str("model"), Field("test", "str", choices=("test1", "test2")), _int("shots"),
+                     _str("scheme", 4000), _int("skip", POSITIVE), _list("gold"), _list("predictions"),
+                     _list("baseline_predictions", required=False, nullable=True))  # fmt: skip
+
+# ---- walklens hellaswag folds --json: a sweep's k-fold held-out best item by item, with its controls -----------
+
+FOLDS_DOC = _doc("fold picks", _str("model"), _int("test", Range(1, 2, integer=True)), _int("shots"),
+                 _int("n", POSITIVE), _str("gold", MAX_ROWS), _obj("baseline"), _obj("heldout"), _obj("controls"),
+                 _obj("fold_schemes"), _obj("kfold_acc_report"))  # fmt: skip
+
 # ---- walklens hellaswag compaction: curves.csv (its columns) and curves.json -------------------------------------
 
 COMPACTION_POINT = _doc("compaction point", _int("shots"), _str("strategy"), _str("ratio", 40, nullable=True),

@@ -11,7 +11,7 @@ from typing import Any
 from .base import Claim, Measured
 from .readers import MEASURES
 from .registry import CLAIMS
-from .rules import RULES
+from .rules import ALPHA, RULES, VERDICT_RULES, VERDICTS
 from .timings import why
 
 # ---- the table -----------------------------------------------------------------------------------------------------
@@ -49,12 +49,49 @@ def assess(claim: Claim, root: Path, src: Source | None = None) -> tuple[Measure
     """The claim's figure read from its result file (``src``: another source, for ``reproduce``) and its verdict."""
     src = src or committed(claim)
     if src.file is None:
-        return None, src.skipped or f"not measured yet: {why(claim, root)}"
+        return None, src.skipped or f"not measurable here: {why(claim, root)}"
     p = root / src.file
     if not os.path.lexists(p):  # anything there is read (a folder, a FIFO or a broken link: refused in one line)
-        return None, f"not measured yet: {src.file} is missing" + (f" ({why(claim, root)})" if claim.why else "")
+        return None, f"not decided: {src.file} is missing" + (f" ({why(claim, root)})" if claim.why else "")
     m = MEASURES[claim.measure](p, src.select)
-    return m, RULES[claim.rule](m, claim.target)
+    verdict = RULES[claim.rule](m, claim.target)
+    if not verdict.startswith(tuple(w + ":" for w in VERDICTS)):
+        raise ValueError(f"claim {claim.id}: verdict {verdict[:60]!r} starts with no verdict word")
+    return m, verdict
+
+
+def _preamble() -> list[str]:
+    """The verdict words with their rules, and what the Test 1/2 rows read (the definitions of the table)."""
+    words = [f"- **{w}**: {VERDICT_RULES[w]}." for w in VERDICTS]
+    return [
+        "## Verdicts",
+        "",
+        "Every verdict starts with one of these words, applied by code from the row's file:",
+        "",
+        *words,
+        "",
+        "## What the Test 1 and Test 2 rows read",
+        "",
+        "- **Paired evidence only.** Each verdict comes from the picks of the same items: the held-out scheme's, the "
+        "baseline's and the controls' (exact McNemar test, level "
+        f"{ALPHA:g}; paired bootstrap intervals, items resampled in pairs). An interval set against a point "
+        "baseline decides nothing. The 200-item rows read the k-fold held-out picks of the committed sweeps, "
+        "re-scored item by item (`walklens hellaswag folds`, `docs/results/folds/`); a row whose sweep has no "
+        "committed picks says so.",
+        "- **Chance-corrected ratio** (acc - 0.25) / (baseline - 0.25) beside acc / baseline: 0 at chance, 1 at the "
+        "baseline. The raw ratio has the floor 0.25 / baseline (0.76 at a baseline of 0.33). The seed's figures are "
+        "raw ratios of gpt-neo-1.3B chosen and scored on the same items, its baseline and n not given: a row "
+        "compares them by the baseline the seed's run would need for the two to agree.",
+        "- **Controls**, the same scheme on the same items and endings (`walklens.lab.concepts.controls`): "
+        '*ending* (the context and its examples replaced by the fixed text "Here is what happens next.", composed '
+        "by the same scheme: only the endings differ between items), *shuffled* (another item's context: a fixed "
+        "single-cycle permutation within each block of 200 consecutive items), *random* (each concept vector "
+        'replaced by a seeded Gaussian direction of its norm). "The concept vectors carry the context" is read '
+        "from the Test against *shuffled*.",
+        "",
+        "## The claims",
+        "",
+    ]
 
 
 def _cell(s: str) -> str:
@@ -73,10 +110,9 @@ def render(
         "(tests/test_claims.py re-renders it) -->",
         "",
         "Rendered by `walklens reproduce --render --out docs` from the committed result files (the registry: "
-        "`src/walklens/lab/claims/claims.toml`). A verdict says no more than its interval allows: where a file holds "
-        "no paired test or bootstrap of the held-out best (the sweep databases are not committed), a held-out "
-        'interval that holds the baseline or the seed\'s figure is "not decided".',
+        "`src/walklens/lab/claims/claims.toml`; the rules: `src/walklens/lab/claims/rules.py`).",
         "",
+        *_preamble(),
         "| claim | seed says | walklens measured (model, n, interval) | verdict | command | file |",
         "| --- | --- | --- | --- | --- | --- |",
     ]

@@ -45,6 +45,7 @@ from .segment import segment_context
 if TYPE_CHECKING:
     from ...analyses.concepts.cache import ConceptCache
     from ...core.loading import LoadedModel
+    from .controls import Control
 
 
 def scheme_bank(
@@ -103,13 +104,17 @@ def concept_sequence(
     *,
     bank: VectorBank | None = None,
     cache: ConceptCache | None = None,
+    control: Control | None = None,
 ) -> torch.Tensor:
     """The model input that replaces the context: ``[m', D]`` (concept vectors, with the baseline's special
     tokens around them: Gemma's BOS before, T5's ``</s>`` after; token_level keeps the baseline's own tokens).
     Text segments' vectors come from ``bank`` when given, else from :func:`scheme_bank` (with the concept
-    ``cache``)."""
-    segs = segment_context(item, examples, scheme.enc, lm)
+    ``cache``).  A ``control`` (:mod:`.controls`) picks the context composed and replaces its vectors."""
+    src, src_examples = (item, examples) if control is None else control.context(item, examples)
+    segs = segment_context(src, src_examples, scheme.enc, lm)
     ctx = compose_segments(lm, segs, scheme, bank, cache)
+    if control is not None:
+        ctx = control.vectors(item, ctx)
     if scheme.enc == "token_level":
         return ctx
     return special_around(lm, ctx)
@@ -123,12 +128,14 @@ def test1_request(
     *,
     bank: VectorBank | None = None,
     cache: ConceptCache | None = None,
+    control: Control | None = None,
 ) -> ScoreRequest:
-    """The concept sequence of the item's context and the baseline's four continuations after it."""
-    if scheme.enc == "cross_encoding":
+    """The concept sequence of the item's context (a ``control``'s, where given) and the baseline's four
+    continuations after it."""
+    if scheme.enc == "cross_encoding" and control is None:
         return baseline_request(lm, item, examples)
     _, conts = item_tokens(lm, item, examples)
-    seq = concept_sequence(lm, item, examples, scheme, bank=bank, cache=cache)
+    seq = concept_sequence(lm, item, examples, scheme, bank=bank, cache=cache, control=control)
     return ScoreRequest(conts, context_embeds=seq.to(lm.dtype))  # the dtype of the input embeddings
 
 
@@ -160,13 +167,14 @@ def test1_items(
     examples: Sequence[Sequence[HellaswagItem]],
     scheme: Scheme,
     cache: ConceptCache | None = None,
+    control: Control | None = None,
 ) -> list[ItemResult]:
     """:func:`test1_item` for many items: the segment vectors of all of them computed (or read from the
-    concept ``cache``) together, their requests packed into shared forward passes (:func:`~.packing.packed_logliks`)."""
+    concept ``cache``) together, their requests packed into shared forward passes (:func:`~.packing.packed_logliks`).
+    A ``control`` (:mod:`.controls`) scores the same endings after its concept vectors."""
     bank = None
     if scheme.enc not in ("cross_encoding", "token_level"):
-        bank = scheme_bank(
-            lm, [segment_context(it, ex, scheme.enc, lm) for it, ex in zip(items, examples)], scheme, cache
-        )
-    reqs = [test1_request(lm, it, ex, scheme, bank=bank) for it, ex in zip(items, examples)]
+        srcs = [(it, ex) if control is None else control.context(it, ex) for it, ex in zip(items, examples)]
+        bank = scheme_bank(lm, [segment_context(it, ex, scheme.enc, lm) for it, ex in srcs], scheme, cache)
+    reqs = [test1_request(lm, it, ex, scheme, bank=bank, control=control) for it, ex in zip(items, examples)]
     return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]

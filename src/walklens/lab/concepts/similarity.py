@@ -33,6 +33,7 @@ from .segment import segment_context
 
 if TYPE_CHECKING:
     from ...core.loading import LoadedModel
+    from .controls import Control
 
 
 def identical_choices(choices: torch.Tensor, cv_dim: int) -> list[tuple[int, int, torch.Tensor]]:
@@ -154,13 +155,27 @@ def test2_from_vectors(ctx: torch.Tensor, endings: torch.Tensor, scheme: Scheme)
 
 
 def test2_scores(
-    lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem], scheme: Scheme
+    lm: LoadedModel,
+    item: HellaswagItem,
+    examples: Sequence[HellaswagItem],
+    scheme: Scheme,
+    control: Control | None = None,
 ) -> list[float]:
-    segs = segment_context(item, examples, scheme.enc, lm)
+    """The four endings' scores against the context's concept vectors (a ``control``'s, :mod:`.controls`)."""
+    src, src_examples = (item, examples) if control is None else control.context(item, examples)
+    segs = segment_context(src, src_examples, scheme.enc, lm)
     ctx, ends = context_vectors(lm, segs, scheme, extra=list(item.endings))
     assert ends is not None
+    if control is not None:
+        ctx = control.vectors(item, ctx)
     return [float(x) for x in test2_from_vectors(ctx, ends, scheme)]
 
 
-def test2_item(lm: LoadedModel, item: HellaswagItem, examples: Sequence[HellaswagItem], scheme: Scheme) -> ItemResult:
-    return item_result(item, test2_scores(lm, item, examples, scheme), per_char=False)
+def test2_item(
+    lm: LoadedModel,
+    item: HellaswagItem,
+    examples: Sequence[HellaswagItem],
+    scheme: Scheme,
+    control: Control | None = None,
+) -> ItemResult:
+    return item_result(item, test2_scores(lm, item, examples, scheme, control), per_char=False)

@@ -228,6 +228,32 @@ def ratio_interval(
     return float(np.quantile(r, alpha / 2)), float(np.quantile(r, 1 - alpha / 2))
 
 
+#: HellaSwag's chance level (four endings): the floor of a chance-corrected ratio
+CHANCE = 0.25
+
+
+def corrected(acc: float, base: float, chance: float = CHANCE) -> float:
+    """The chance-corrected ratio ``(acc - chance) / (base - chance)``: 0 at chance, 1 at the baseline (NaN when
+    the baseline is not above chance).  The raw ``acc / base`` makes ``chance / base`` its floor (0.76 at a
+    baseline of 0.33), so a scorer at chance would seem to keep three quarters of the ordinary run."""
+    return (acc - chance) / (base - chance) if base > chance else math.nan
+
+
+def corrected_interval(
+    run: np.ndarray, base: np.ndarray, replicates: int = 2000, seed: int = 0, alpha: float = 0.05
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of :func:`corrected` over items resampled in pairs (both accuracies from the
+    same resample; NaN bounds when a resample's baseline is not above chance)."""
+    a, z = np.asarray(run, dtype=np.float64), np.asarray(base, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, a.size, size=(replicates, a.size))
+    num, den = a[idx].mean(axis=1) - CHANCE, z[idx].mean(axis=1) - CHANCE
+    if (den <= 0).any():
+        return math.nan, math.nan
+    r = num / den
+    return float(np.quantile(r, alpha / 2)), float(np.quantile(r, 1 - alpha / 2))
+
+
 def paired_against(run: RunSummary, base: RunSummary) -> dict[str, Any]:
     """One run against the baseline on the same items, per metric (``acc``, ``acc_norm``): both accuracies with
     Wilson intervals, the exact McNemar test (:func:`paired_test`) and the bootstrap interval of the normalised
@@ -258,6 +284,9 @@ def paired_against(run: RunSummary, base: RunSummary) -> dict[str, Any]:
 
 
 __all__ = [
+    "CHANCE",
+    "corrected",
+    "corrected_interval",
     "paired_against",
     "ratio_interval",
     "CANDIDATES",

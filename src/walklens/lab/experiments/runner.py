@@ -30,6 +30,7 @@ from .runsetup import RunSetup
 if TYPE_CHECKING:
     from ...analyses.concepts.cache import ConceptCache
     from ...core.loading import LoadedModel
+    from ..concepts.controls import Control
 
 TESTS = ("baseline", "test1", "test2")
 BASELINE_SCHEME = "baseline"
@@ -144,36 +145,45 @@ def baseline_scorer() -> Scorer:
     )
 
 
-def test1_scorer(lm: LoadedModel, scheme: Scheme) -> Scorer:
+def _key(scheme: Scheme, control: Control | None) -> str:
+    return str(scheme) if control is None else control.key(str(scheme))
+
+
+def test1_scorer(lm: LoadedModel, scheme: Scheme, control: Control | None = None) -> Scorer:
     """Test 1, pyramidal generation (sec. 5.1.1), with ``scheme`` checked for Test 1 on this model: the chunk's
-    forward passes packed, its segment vectors read from and written to the concept cache."""
+    forward passes packed, its segment vectors read from and written to the concept cache.  With a ``control``
+    (:mod:`walklens.lab.concepts.controls`) the same endings after the control's vectors, stored under its key."""
     scheme.validate(1, arch_of(lm))
     return Scorer(
         test="test1",
-        scheme=str(scheme),
-        batch=lambda lm, items, examples, cache: test1_items(lm, items, examples, scheme, cache),
+        scheme=_key(scheme, control),
+        batch=lambda lm, items, examples, cache: test1_items(lm, items, examples, scheme, cache, control),
     )
 
 
-def test2_scorer(lm: LoadedModel, scheme: Scheme) -> Scorer:
-    """Test 2, concept similarity (sec. 5.1.2), with ``scheme`` checked for Test 2 on this model: item by item."""
+def test2_scorer(lm: LoadedModel, scheme: Scheme, control: Control | None = None) -> Scorer:
+    """Test 2, concept similarity (sec. 5.1.2), with ``scheme`` checked for Test 2 on this model: item by item
+    (a ``control``'s vectors in place of the context's, as for Test 1)."""
     scheme.validate(2, arch_of(lm))
     return Scorer(
         test="test2",
-        scheme=str(scheme),
-        batch=lambda lm, items, examples, cache: [test2_item(lm, it, ex, scheme) for it, ex in zip(items, examples)],
+        scheme=_key(scheme, control),
+        batch=lambda lm, items, examples, cache: [
+            test2_item(lm, it, ex, scheme, control) for it, ex in zip(items, examples)
+        ],
     )
 
 
-def scorer(lm: LoadedModel, test: str, scheme: Scheme | None = None) -> Scorer:
-    """The scorer of ``test`` (one of :data:`TESTS`; Test 1 and Test 2 need a ``scheme``)."""
+def scorer(lm: LoadedModel, test: str, scheme: Scheme | None = None, control: Control | None = None) -> Scorer:
+    """The scorer of ``test`` (one of :data:`TESTS`; Test 1 and Test 2 need a ``scheme``, and take a
+    ``control``)."""
     if test == "baseline":
         return baseline_scorer()
     if test not in TESTS:
         raise InputError(f"unknown test {test!r}; use one of {TESTS}")
     if scheme is None:
         raise InputError(f"{test} needs a scheme")
-    return test1_scorer(lm, scheme) if test == "test1" else test2_scorer(lm, scheme)
+    return test1_scorer(lm, scheme, control) if test == "test1" else test2_scorer(lm, scheme, control)
 
 
 def run_test(
