@@ -20,8 +20,8 @@ from walklens.cli import build_parser, main
 #: Option dests that name something a command reads, and how to make a valid-looking one in a folder.
 INPUTS: dict[str, Callable[[Path], Path]] = {}
 #: Option dests that name a file (or a folder: ``DIR_OUTPUTS``) a command writes.
-OUTPUTS = {"json", "out", "write", "export_control_vector", "blocks"}
-DIR_OUTPUTS = {"out"}
+OUTPUTS = {"json", "out", "write", "export_control_vector", "blocks", "trace_dir"}
+DIR_OUTPUTS = {"out", "trace_dir"}
 #: Dests that hold a text or @FILE (an input only as @FILE).
 TEXTS = {"text", "prompt", "prompts", "texts", "target"}
 #: Path-like dests that are neither: `--address` is a Ray address, `--scheme` a name, `--host` an address.

@@ -1,7 +1,8 @@
 """``walklens walk TEXT``: the encoding walk of every position (seed 000, sec. 2.2.2, Fig. 9, A.2).
 
 Prints the nearest token of each position at every layer and where w_{t+1} overtakes w_t; ``--json`` writes
-every number, ``--out DIR`` a self-contained HTML report with PNG figures.
+every number, ``--out DIR`` a self-contained HTML report with PNG figures, ``--trace-dir DIR`` the captured points
+(a trace folder, written point by point as the forward pass computes them; a rerun resumes an interrupted one).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 from rich.markup import escape
 
 from ..base.errors import InputError
+from ..base.outputs import check_dir, check_not_inputs
 from ..reports import walk as walk_report
 from ..reports.html import show
-from .common import add_model_args, add_output_args, add_text_args, load, read_text, write_json
+from .common import add_model_args, add_output_args, add_text_args, command_inputs, load, read_text, write_json
 from .limits import add_limit_args
 from .terminal import Col, add_command, console, print_table, written
 
@@ -61,8 +63,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="instead of the walk: does each stack's output x_t stay near its own token w_t (A.2, Fig. 9)? The "
         "rank and cosine of w_t among the token vectors, against another position's token (seeded control)",
     )
+    p.add_argument(
+        "--trace-dir",
+        metavar="DIR",
+        default=None,
+        help="also write every captured point to this folder as the forward pass computes it (safetensors shards "
+        "and a manifest; memory holds one point at a time; rerun to resume an interrupted capture; docs/scale.md)",
+    )
     add_limit_args(p)
     p.set_defaults(func=run)
+
+
+def _check_trace_dir(args: argparse.Namespace) -> None:
+    """``--trace-dir``, before any model loads: a folder that is (or can be made) writable, and no input."""
+    if args.trace_dir:
+        check_dir(args.trace_dir, "--trace-dir")
+        check_not_inputs(args.trace_dir, "--trace-dir", command_inputs(args))
 
 
 def _short(point: str | None) -> str:
@@ -223,8 +239,8 @@ def _self_rank(args: argparse.Namespace) -> int:
     from ..analyses.encoderself import self_ranks
     from ..core.capture import capture
 
-    if args.out or args.points:
-        raise InputError("--self-rank writes --json only: drop --out and --points")
+    if args.out or args.points or args.trace_dir:
+        raise InputError("--self-rank writes --json only: drop --out, --points and --trace-dir")
     text = read_text(args.text)
     lm = load(args)
     trace = capture(lm, text, truncate=args.truncate, points=["final"])
@@ -252,6 +268,7 @@ def _self_rank(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from ..analyses.walks import encoding_walk
     from ..core.capture import capture
+    from ..core.tracewrite import NamedFolder
 
     if args.k < 1:
         raise InputError(f"k must be a positive integer, not {args.k}")
@@ -260,9 +277,11 @@ def run(args: argparse.Namespace) -> int:
     text = read_text(args.text)
     spec = args.points or "all"
     points: Any = spec if spec in ("all", "residual") else [p.strip() for p in spec.split(",")]
+    _check_trace_dir(args)
     lm = load(args)
     points, capture_points = _plan(lm, text, args, points)
-    trace = capture(lm, text, truncate=args.truncate, points=capture_points)
+    to = NamedFolder(args.trace_dir, "--trace-dir") if args.trace_dir else None
+    trace = capture(lm, text, truncate=args.truncate, points=capture_points, to=to)
     norms = ("none", "final") if args.norm == "both" else (args.norm,)
     walks = {}
     for norm in sorted(norms, key=lambda n: n == "none"):  # lens first: an error both share is raised, no note

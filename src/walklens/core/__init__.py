@@ -16,7 +16,7 @@ from .capture import capture
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
     "loading": ("load_model", "wrap", "LoadedModel", "DEFAULT_MODEL"),
-    "capture": ("capture_batch", "record_steps", "Batch", "Step"),
+    "capture": ("capture_batch", "capture_texts", "record_steps", "Batch", "Step"),
     "generation": ("generate_batch", "Generation"),
     "trace": ("Trace",),
     "ov": ("ov_factors", "ov_matrix", "value_projection", "eigen_factored", "residual_gap", "FactoredMatrix", "Eigen"),

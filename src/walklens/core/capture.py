@@ -6,6 +6,10 @@
   points asked for and stopping the forward pass right after the last of them is written (the hook of the
   last needed point raises a private exception that ends the pass), e.g. the hidden states of segment texts
   (:func:`walklens.core.scoring.encode.hidden_states`);
+- :func:`capture_texts` -- several texts as one right-padded batch, in one forward pass, every point written to a
+  trace folder as it is computed (``to=``; :func:`capture` and :func:`capture_batch` take ``to=`` too): memory
+  holds one point's activations at a time, an interrupted capture resumes (:mod:`walklens.core.tracewrite`), and
+  the traces are read back lazily (:meth:`~walklens.core.trace.Trace.open`);
 - :func:`record_steps` -- inside a ``with`` block, the final normed output d and the logits of every call of
   the model, e.g. one per generated token in ``model.generate`` (the decoding walk, :mod:`walklens.analyses.decoding`).
 
@@ -22,8 +26,9 @@ always recorded in float32.
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -38,6 +43,8 @@ from ..models.base import Adapter, StackSpec, get_module
 from .tlnames import TRANSFORMERLENS, naming, to_transformerlens
 from .tlnames import select as tl_select
 from .trace import Trace
+from .tracedir import PointStack, open_folder
+from .tracewrite import new_manifest, trace_writer
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -88,7 +95,8 @@ class _Stop(Exception):
 
 
 class _Recorder:
-    """Writes hook outputs straight into one preallocated [points, batch, tokens, D] buffer per stack.
+    """Writes hook outputs straight into one preallocated [points, batch, tokens, D] buffer per stack, or, with a
+    ``sink`` (a trace folder's writer), hands each point to it as it is computed and keeps nothing.
 
     Layer indices come from call order, so a shared layer (ALBERT) yields one entry per use.  The mid
     residual of pre-norm families (``resid_pre + attn_out``) is added inside the attention hook, while the
@@ -97,12 +105,18 @@ class _Recorder:
     """
 
     def __init__(
-        self, dtype: torch.dtype, residual: str, device: torch.device | str = "cpu", stop_early: bool = False
+        self,
+        dtype: torch.dtype,
+        residual: str,
+        device: torch.device | str = "cpu",
+        stop_early: bool = False,
+        sink: Callable[[str, str, torch.Tensor], None] | None = None,
     ) -> None:
         self.dtype = dtype
         self.residual = residual
         self.device = device
         self.stop_early = stop_early
+        self.sink = sink
         self.names: dict[str, list[str]] = {}
         self.index: dict[str, dict[str, int]] = {}
         self.hidden: dict[str, torch.Tensor] = {}
@@ -124,11 +138,14 @@ class _Recorder:
         i = self.index[stack].get(name)
         if i is None:
             return
-        buf = self.hidden.get(stack)
-        if buf is None:
-            buf = torch.empty(len(self.names[stack]), *x.shape, dtype=self.dtype, device=self.device)
-            self.hidden[stack] = buf
-        buf[i].copy_(x.detach())
+        if self.sink is not None:
+            self.sink(stack, name, x.detach())
+        else:
+            buf = self.hidden.get(stack)
+            if buf is None:
+                buf = torch.empty(len(self.names[stack]), *x.shape, dtype=self.dtype, device=self.device)
+                self.hidden[stack] = buf
+            buf[i].copy_(x.detach())
         self.missing.discard((stack, name))
         if self.stop_early and not self.missing:
             raise _Stop
@@ -290,6 +307,43 @@ def _forward_inputs(
     return kwargs, dec_ids
 
 
+def _stack_ids(stack: str, ids: torch.Tensor, dec_ids: torch.Tensor | None) -> torch.Tensor:
+    """The token ids the stack ``stack`` reads: the decoder's own, else the text's."""
+    return dec_ids if stack == "dec" and dec_ids is not None else ids
+
+
+@dataclass
+class _Pass:
+    """One forward pass recorded into a trace folder: its stacks, the points of each, each stack's token ids per
+    text (unpadded), the call that runs it, and whether it stops right after the last point it needs."""
+
+    specs: list[StackSpec]
+    names: dict[str, list[str]]
+    ids: dict[str, list[list[int]]]
+    run: Callable[[], Any]
+    stop_early: bool = True
+
+
+def _record_to(lm: LoadedModel, to: str | os.PathLike[str], p: _Pass, dtype: torch.dtype) -> None:
+    """Run ``p`` with each point it records written to the trace folder ``to`` as it is computed: only the points
+    an interrupted capture left (nothing runs when none is missing)."""
+    n_layers, residual = lm.adapter.n_layers(lm.config), lm.adapter.residual_kind(lm.config)
+    with trace_writer(to, new_manifest(lm, p.names, p.ids, dtype)) as writer:
+        missing = {s.name: writer.missing(s.name) for s in p.specs}
+        if any(missing.values()):
+            rec = _Recorder(dtype, residual, stop_early=p.stop_early, sink=writer.write)
+            for s in p.specs:
+                rec.add_stack(s.name, missing[s.name])
+            with Hooks() as hooks:
+                _register(rec, hooks, lm, p.specs, False, n_layers)
+                try:
+                    p.run()
+                except _Stop:
+                    pass
+            _check_written(rec)
+        writer.finish()
+
+
 def _traces(
     lm: LoadedModel, rec: _Recorder, ids: torch.Tensor, dec_ids: torch.Tensor | None, n_layers: int
 ) -> list[Trace]:
@@ -303,7 +357,7 @@ def _traces(
         st = rec.attn_store
         att = {f"L{l}.{k}": w for k in ("attn", "cross") for l, w in enumerate(st.get((s, k), []))}
         ain = {f"L{l}.{k}": x for k in ("attn", "cross") for l, x in enumerate(st.get((s, k + ".in"), []))}
-        stack_ids = (dec_ids if s == "dec" and dec_ids is not None else ids)[0].cpu()
+        stack_ids = _stack_ids(s, ids, dec_ids)[0].cpu()
         traces.append(
             Trace(
                 tokens=lm.token_strings(stack_ids.tolist()),
@@ -334,6 +388,7 @@ def capture(
     truncate: bool = False,
     decoder_text: str | None = None,
     names: str = "walklens",
+    to: str | os.PathLike[str] | None = None,
 ) -> Trace:
     """Run ``text`` through the model once and capture every embedding-space vector (seed 000, Fig. 1).
 
@@ -344,8 +399,14 @@ def capture(
     ``decoder_text`` is the decoder's input (default: the text itself, shifted right as in training).
     ``names="transformerlens"``: ``points`` are TransformerLens hook names (``"blocks.*.hook_resid_post"``) and the
     Trace is labelled by them, without ``final`` (:mod:`walklens.core.tlnames`, docs/ecosystem.md).
+    ``to``: a folder to write each point to as it is computed (a trace folder, :mod:`walklens.core.tracedir`; memory
+    holds one point at a time); the Trace returned reads it lazily (:meth:`~walklens.core.trace.Trace.open`), and
+    a rerun into the folder of an interrupted capture writes only the missing points.  Not with ``attentions`` or
+    TransformerLens names.
     """
     tl = naming(names) == TRANSFORMERLENS
+    if to is not None and (attentions or tl):
+        raise InputError("to= writes the points under walklens names, without attention maps: capture those in memory")
     dtype = _record_dtype(lm, dtype)
     model, adapter = lm.model, lm.adapter
     ids = tokenize(lm, text, truncate=truncate).to(lm.device)
@@ -357,6 +418,10 @@ def capture(
         rec.add_stack(spec.name, tl_select(lm, every, points) if tl else _select(every, points))
 
     kwargs, dec_ids = _forward_inputs(lm, ids, decoder_text, truncate)
+    if to is not None:
+        seqs = {s.name: [_stack_ids(s.name, ids, dec_ids)[0].tolist()] for s in adapter.stacks}
+        _record_to(lm, to, _Pass(list(adapter.stacks), rec.names, seqs, lambda: model(**kwargs)), dtype)
+        return Trace.open(to, lm)
     with Hooks() as hooks:
         _register(rec, hooks, lm, adapter.stacks, attentions, n_layers)
         model(**kwargs)
@@ -421,12 +486,15 @@ def capture_batch(
     stack: str | None = None,
     dtype: torch.dtype | None = torch.float32,
     stop_early: bool = True,
+    to: str | os.PathLike[str] | None = None,
 ) -> Batch:
     """Token-id sequences as one right-padded batch (with its attention mask) through one stack, keeping the
     points matching ``points`` (glob patterns; nothing is added).  With ``stop_early`` (default) the forward
     pass ends right after the last needed point is written: asking for ``L3.resid_pre`` runs the embeddings
     and layers 0-2 only, and no head runs.  ``stack``: default the one that reads text (``lm.reading_stack``;
-    encoder-decoder models run their encoder alone).  ``dtype``: the record dtype, as in :func:`capture`."""
+    encoder-decoder models run their encoder alone).  ``dtype``: the record dtype, as in :func:`capture`.
+    ``to``: each point written to this trace folder as it is computed, as in :func:`capture`; the Batch's
+    ``hidden`` then reads the folder lazily (a :class:`~walklens.core.tracedir.PointStack`)."""
     dtype = _record_dtype(lm, dtype)
     points = [points] if isinstance(points, str) else list(points)
     if not seqs or any(len(s) == 0 for s in seqs):
@@ -444,16 +512,48 @@ def capture_batch(
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     ids, mask = pad_batch(seqs, pad)
     body = _stack_body(lm, spec)
+
+    def run() -> None:
+        body(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), use_cache=False)
+
+    if to is not None:
+        listed = {spec.name: [[int(t) for t in s] for s in seqs]}
+        _record_to(lm, to, _Pass([spec], {spec.name: names}, listed, run, stop_early), dtype)
+        hidden = PointStack(open_folder(to, lm, "to"), spec.name, None)
+        return Batch(points=names, hidden=cast(torch.Tensor, hidden), mask=mask, token_ids=ids, stack=spec.name)
     rec = _Recorder(dtype, residual, device=lm.device, stop_early=stop_early)
     rec.add_stack(spec.name, names)
     with Hooks() as hooks:
         _register(rec, hooks, lm, [spec], False, n_layers)
         try:
-            body(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), use_cache=False)
+            run()
         except _Stop:
             pass
     _check_written(rec)
     return Batch(points=names, hidden=rec.hidden[spec.name], mask=mask, token_ids=ids, stack=spec.name)
+
+
+def capture_texts(
+    lm: LoadedModel,
+    texts: Sequence[str],
+    *,
+    to: str | os.PathLike[str],
+    points: Sequence[str] | None = None,
+    dtype: torch.dtype | None = torch.float32,
+    truncate: bool = False,
+) -> list[Trace]:
+    """Several texts through the stack that reads text as one right-padded batch, in ONE forward pass (a streamed
+    model reads each weight once for all of them), each point of every text written to the trace folder ``to`` as
+    it is computed; one :class:`~walklens.core.trace.Trace` per text, read lazily from the folder.  ``points``,
+    ``dtype``, ``truncate``: as in :func:`capture` (``final`` always kept); an interrupted capture resumes."""
+    if isinstance(texts, str) or not texts:
+        raise InputError("capture_texts takes a list of texts (capture takes one)")
+    seqs = [tokenize(lm, t, truncate=truncate)[0].tolist() for t in texts]
+    spec = lm.reading_stack
+    every = point_names(spec, lm.adapter.residual_kind(lm.config), lm.n_layers)
+    capture_batch(lm, seqs, _select(every, points), stack=spec.name, dtype=dtype, to=to)
+    source = open_folder(to, lm, "to")
+    return [Trace.open(source, lm, item=i) for i in range(len(seqs))]
 
 
 # ---- one record per call (generation) ----------------------------------------------------------------------------
@@ -494,4 +594,4 @@ def record_steps(lm: LoadedModel) -> Iterator[list[Step]]:
         yield steps
 
 
-__all__ = ["capture", "capture_batch", "record_steps", "Batch", "Step"]
+__all__ = ["capture", "capture_batch", "capture_texts", "record_steps", "Batch", "Step"]

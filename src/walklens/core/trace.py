@@ -14,21 +14,27 @@ Point names (one scheme for every family, TransformerLens-style):
 - ``final``                 the final normed output (c_t for an encoder, d_t for a decoder; eq. 8)
 
 A T5 trace holds the decoder stack in ``hidden`` and the encoder stack as ``trace.encoder`` (a Trace).
+
+Storage: :meth:`Trace.save` / :meth:`Trace.load`, one safetensors file read whole; or a trace folder written point by
+point as the forward pass computes them (``capture(..., to=DIR)``, :mod:`walklens.core.tracewrite`) and opened
+lazily by :meth:`Trace.open`, whose ``hidden`` reads one point at a time (:class:`~walklens.core.tracedir.PointStack`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from ..base.display import Shown
 from ..base.errors import InputError
 from ..base.frames import Columns, DataFrame, concat_columns, frame, long_table, pick
+from .tracedir import PointStack, TraceFolder, open_folder
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
@@ -186,6 +192,40 @@ class Trace(Shown, view="trace"):
         if "encoder/" in meta:
             tr.encoder = get("encoder/")
         return tr
+
+    @classmethod
+    def open(
+        cls, folder: str | os.PathLike[str] | TraceFolder, lm: LoadedModel | None = None, *, item: int | None = None
+    ) -> Trace:
+        """The trace in a trace folder (``capture(..., to=folder)``), read lazily: its ``hidden`` reads each point
+        from its memory-mapped shard when asked for (each shard's checksum checked the first time), so an analysis
+        that needs only the trace and the token matrix or head (:func:`~walklens.analyses.walks.encoding_walk`)
+        runs without the model's layers.  ``lm``: attached, refused when the folder was captured from another
+        model.  ``item``: which text of a folder of several (``capture_texts``)."""
+        source = folder if isinstance(folder, TraceFolder) else open_folder(folder, lm)
+        if item is None and source.texts > 1:
+            raise InputError(f"{source.where}: holds {source.texts} texts; pass item= (0 to {source.texts - 1})")
+        if item is not None and not 0 <= item < source.texts:
+            raise InputError(f"{source.where}: holds {source.texts} texts, no item {item}")
+        m, i = source.manifest, item or 0
+        traces = [
+            cls(
+                tokens=list(s["texts"][i]["tokens"]),
+                token_ids=torch.tensor(s["texts"][i]["token_ids"], dtype=torch.long),
+                points=list(s["points"]),
+                hidden=cast(torch.Tensor, PointStack(source, s["name"], i)),
+                model_name=m["model"]["name"],
+                family=str(m["model"].get("family", "")),
+                stack=s["name"],
+                n_layers=s["n_layers"],
+                lm=lm,
+                model_dtype=m["model_dtype"],
+            )
+            for s in m["stacks"]
+        ]
+        main = traces[-1]
+        main.encoder = traces[0] if len(traces) > 1 else None
+        return main
 
     # --- tables ------------------------------------------------------------------------------------------
     def _columns(self, table: str = "hidden") -> Columns:

@@ -14,7 +14,7 @@ import torch
 from ...base.errors import InputError
 from ...base.precision import dtype_name
 from ...core.loading import token_strings
-from .reading import _read_all, _Reading, _token_matrix
+from .reading import _read_all, _Reading, _token_matrix, point_rows
 from .result import Against, EncodingWalk, Metric, Norm
 
 if TYPE_CHECKING:
@@ -127,9 +127,8 @@ def _walk_stack(trace: Trace, lm: LoadedModel, opts: _Reading) -> EncodingWalk:
     mat = _token_matrix(lm, opts.norm, opts.against, D)
     if int(token_ids.max()) >= mat.M.shape[0]:
         raise InputError(f"token id {int(token_ids.max())} is outside the matrix of {mat.M.shape[0]} rows")
-    hidden = trace.hidden[sel] if sel != list(range(len(trace.points))) else trace.hidden
     final_rows = [j for j, n in enumerate(names) if n == "final"]
-    cols = _read_all(lm, trace, mat, opts, hidden.reshape(P * T, D), final_rows)
+    cols = _read_all(lm, trace, mat, opts, point_rows(trace.hidden, sel, T), P * T, final_rows)
     residual = [_is_residual(trace, n) for n in names]
     step_len, step_ang = _steps(trace, sel, residual)
     rank_in, rank_nx = cols.ranks[0].reshape(P, T), cols.ranks[1].reshape(P, T)

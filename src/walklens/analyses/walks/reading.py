@@ -20,6 +20,7 @@ from ...base.precision import is_low_precision
 from ...core.interventions import outside_layers, upcast
 from ...core.kept import kept
 from ...core.ranking import Dense, Linear, Rows, read_rows, scratch, screen_ranks
+from ...core.tracedir import PointStack
 from ...models.base import get_module
 
 if TYPE_CHECKING:
@@ -173,14 +174,46 @@ def point_aligned_chunks(rows_total: int, T: int, chunk: int) -> list[tuple[int,
     return [(p0 + r0, p0 + min(r0 + chunk, T)) for p0 in range(0, rows_total, T) for r0 in range(0, T, chunk)]
 
 
+#: the rows r0 .. r1 - 1 of a walk's points, [rows, D] (:func:`point_rows`)
+RowReader = Callable[[int, int], torch.Tensor]
+
+
+def point_rows(hidden: torch.Tensor, sel: list[int], T: int) -> RowReader:
+    """The rows ``r0 .. r1 - 1`` of the points ``sel`` of ``hidden`` (point-major, ``T`` rows a point): views of an
+    in-memory trace's tensor, or, for an opened trace (:class:`~walklens.core.tracedir.PointStack`), read from its
+    shards point by point, so that a walk holds no more than the points of one chunk.  Read rows are placed at the
+    alignment the in-memory rows have (a product's kernel may sum in another order at another address), so both
+    walks are the same bit for bit."""
+    if isinstance(hidden, PointStack):
+        stack = hidden
+
+        def read(r0: int, r1: int) -> torch.Tensor:
+            parts = [
+                stack.rows(sel[j], max(r0 - j * T, 0), min(r1 - j * T, T)) for j in range(r0 // T, (r1 + T - 1) // T)
+            ]
+            x = parts[0] if len(parts) == 1 else torch.cat(parts)
+            shift = r0 * x.shape[-1] * x.element_size() % 64  # where row r0 lies in a 64-byte aligned tensor
+            if x.data_ptr() % 64 == shift:
+                return x
+            n = x.numel() * x.element_size()
+            placed = torch.empty(n + 64, dtype=torch.uint8)[shift : shift + n].view(x.dtype).view(x.shape)
+            return placed.copy_(x)
+
+        return read
+    picked = hidden[sel] if sel != list(range(hidden.shape[0])) else hidden
+    flat = picked.reshape(len(sel) * T, -1)
+    return lambda r0, r1: flat[r0:r1]
+
+
 def _read_all(
-    lm: LoadedModel, trace: Trace, mat: _Matrix, opts: _Reading, flat: torch.Tensor, final_rows: list[int]
+    lm: LoadedModel, trace: Trace, mat: _Matrix, opts: _Reading, rows: RowReader, rows_total: int, final_rows: list[int]
 ) -> _Columns:
-    """Read the rows ``flat`` [points x tokens, D] chunk by chunk (at most :data:`_MAX_CHUNK_ROWS`; by default
-    as many as a :data:`_CHUNK_BYTES` score block holds); ``final_rows``: the points already final-normed."""
+    """Read the rows ``rows(r0, r1)`` of ``rows_total`` [points x tokens, D] chunk by chunk (at most
+    :data:`_MAX_CHUNK_ROWS`; by default as many as a :data:`_CHUNK_BYTES` score block holds); ``final_rows``: the
+    points already final-normed."""
     from tqdm.auto import tqdm
 
-    T, n_vocab, rows_total = len(trace.tokens), mat.M.shape[0], flat.shape[0]
+    T, n_vocab = len(trace.tokens), mat.M.shape[0]
     token_ids = trace.token_ids.reshape(-1).long().cpu()
     nxt = torch.full((T,), -1, dtype=torch.long)  # the next token of each position
     nxt[:-1] = token_ids[1:]
@@ -210,7 +243,7 @@ def _read_all(
     with torch.no_grad(), wide:
         for r0, r1 in bar:
             t_idx = torch.arange(r0, r1) % T
-            x = flat[r0:r1].to(device=lm.device, dtype=torch.float32)
+            x = rows(r0, r1).to(device=lm.device, dtype=torch.float32)
             cols.norms[r0:r1] = x.norm(dim=-1).cpu()
             if normf is not None:
                 xn = normf(x)
