@@ -197,6 +197,18 @@ def _cells(m: dict[str, object]) -> dict[str, str]:
     }
 
 
+def test_sweep_md_ratios_are_the_committed_files() -> None:
+    """docs/sweep.md's table of raw and chance-corrected ratios is re-rendered from the committed files."""
+    from walklens.lab.claims import ratios_markdown
+
+    doc = (ROOT / "docs" / "sweep.md").read_text(encoding="utf-8")
+    mark = "<!-- ratios: walklens.lab.claims.ratios_markdown -->\n"
+    at = doc.index(mark) + len(mark)
+    fresh = ratios_markdown(ROOT)
+    assert doc[at : at + len(fresh)] == fresh, "docs/sweep.md's ratios differ from their files"
+    assert _number_edited(fresh) != fresh and fresh.count("\n") >= 4
+
+
 def test_sweep_md_tables_are_their_reports() -> None:
     """The full-set table and the bfloat16 grid's rows of docs/sweep.md, number by number, from their files."""
     doc = (ROOT / "docs" / "sweep.md").read_text(encoding="utf-8")

@@ -18,6 +18,8 @@ from walklens.lab.experiments.heldout import (
     _weights,
     bootstrap_heldout,
     candidates,
+    corrected,
+    corrected_interval,
     kfold_picks,
     paired_test,
     sign_test_p,
@@ -107,6 +109,23 @@ def test_bootstrap_is_seeded_and_carries_the_baseline() -> None:
     assert p.p < 1e-10 and p.lo > 0.3
 
 
+def test_the_chance_corrected_ratio_is_zero_at_chance_and_its_intervals_hold_it() -> None:
+    """(acc - 0.25) / (baseline - 0.25): a scorer at chance keeps 0 of a baseline of 0.33 (the raw ratio: 0.76);
+    the paired bootstrap and the procedure's bootstrap give intervals holding the point (issue 54)."""
+    assert corrected(0.25, 0.33) == 0.0 and corrected(0.33, 0.33) == 1.0 and 0.25 / 0.33 > 0.75
+    assert math.isnan(corrected(0.3, 0.25))
+    rng = np.random.default_rng(3)
+    run, base = rng.random(400) < 0.3, rng.random(400) < 0.4
+    lo, hi = corrected_interval(run, base)
+    assert lo < corrected(run.mean(), base.mean()) < hi
+    correct, b = _grid(30, 200, 2)
+    boot = bootstrap_heldout(correct, b, k=5, replicates=60, seed=1)
+    assert boot.corrected_lo is not None and boot.corrected_hi is not None
+    assert boot.corrected_lo < boot.corrected_hi
+    acc_mid, base_mid = (boot.acc_lo + boot.acc_hi) / 2, b.mean()
+    assert boot.corrected_lo < corrected(acc_mid, base_mid) < boot.corrected_hi
+
+
 def test_the_report_carries_the_procedure_statistics(tmp_path: Path) -> None:
     """summarise_db streams the chosen rows back (SweepStore.load_rows) and gives the paired test and the
     bootstrap the dense predictions give; the difference is the k-fold accuracy minus the baseline's."""
@@ -138,6 +157,10 @@ def test_the_report_carries_the_procedure_statistics(tmp_path: Path) -> None:
         assert m.bootstrap.candidates == 4 and m.bootstrap.acc_lo <= m.bootstrap.acc_hi
     md, pa = str(build([s]).files["heldout.md"]), s.metrics["acc"].paired
     assert pa is not None and "McNemar p" in md and f"{pa.p:.3g}" in md
+    bo, m = s.metrics["acc"].bootstrap, s.metrics["acc"]
+    assert bo is not None  # a replicate whose baseline is not above chance leaves the interval open ("-")
+    assert (f"[{bo.corrected_lo:.2f}, {bo.corrected_hi:.2f}]" if bo.corrected_lo is not None else "[-, -]") in md
+    assert f"| {corrected(m.kfold.acc, m.baseline):.2f} |" in str(build([s]).files["summary.md"])
 
 
 def test_expected_share_above_the_chance_band_by_enumeration() -> None:

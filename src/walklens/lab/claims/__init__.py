@@ -12,7 +12,7 @@ from .base import Claim, Cost, Measured
 from .readers import MEASURES, alignment_counts, steering_settings
 from .registry import CLAIMS, load
 from .rules import RULES
-from .table import QUICK_SUMMARY, Source, assess, committed, quick, render
+from .table import QUICK_SUMMARY, Source, assess, committed, quick, ratios_markdown, render
 
 __all__ = [
     "CLAIMS",
@@ -28,6 +28,7 @@ __all__ = [
     "committed",
     "load",
     "quick",
+    "ratios_markdown",
     "render",
     "steering_settings",
 ]

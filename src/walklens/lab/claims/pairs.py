@@ -64,6 +64,7 @@ def paired_facts(gold: np.ndarray, test: np.ndarray, base: np.ndarray, controls:
         **{"acc": acc, "lo": lo, "hi": hi, "baseline": b, "norm": acc / b if b else float("nan")},
         **{"norm_lo": nlo, "norm_hi": nhi, "cc": corrected(acc, b), "cc_lo": clo, "cc_hi": chi},
         **{"paired_p": pair.p, "paired_lo": pair.lo, "paired_hi": pair.hi, "paired_diff": pair.diff},
+        "picks": 1.0,  # the intervals are paired bootstraps of per-item picks
     }
     text = (
         f"n={n:,}: held out {_ci(acc, lo, hi)} vs baseline {_ci(b, blo, bhi)}; acc/baseline "

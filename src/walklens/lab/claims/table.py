@@ -124,3 +124,24 @@ def render(
             f"| {src.file or '-'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def ratios_markdown(root: Path, claims: Sequence[Claim] = CLAIMS) -> str:
+    """docs/sweep.md's table of the two ratios side by side: per Test 1/2 row compared with the seed's figure
+    (rule ``seed_figure``) whose file is there, acc / baseline and the chance-corrected ratio with their
+    intervals (paired bootstrap where the file has picks; the baseline as a point where it has none)."""
+    lines = [
+        "| claim | model, n | acc / baseline [95%] | chance-corrected [95%] | intervals | seed's figure (raw) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in claims:
+        if c.rule != "seed_figure" or not c.file or not (root / c.file).exists():
+            continue
+        m, _ = assess(c, root)
+        assert m is not None
+        f = m.facts
+        raw = f"{f['norm']:.2f} [{f['norm_lo']:.2f}, {f['norm_hi']:.2f}]"
+        cc = f"{f['cc']:.2f} [{f['cc_lo']:.2f}, {f['cc_hi']:.2f}]"
+        how = "paired bootstrap" if f.get("picks") else "Wilson, the baseline as a point (no picks committed)"
+        lines.append(f"| {c.id} | {m.model}, {m.n:,} | {raw} | {cc} | {how} | {c.target:.3f} |")
+    return "\n".join(lines) + "\n"

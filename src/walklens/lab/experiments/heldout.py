@@ -33,6 +33,8 @@ from .stats import best_index
 if TYPE_CHECKING:
     from .runner import RunSummary
 
+#: HellaSwag's chance level (four endings): the floor of a chance-corrected ratio
+CHANCE = 0.25
 #: the bootstrap's default number of replicates and candidate schemes
 REPLICATES = 200
 CANDIDATES = 2000
@@ -73,6 +75,8 @@ class Bootstrap:
     diff_lo: float
     diff_hi: float
     share_below_baseline: float
+    corrected_lo: float | None = None  # (held-out - 0.25) / (baseline - 0.25), same replicates
+    corrected_hi: float | None = None
 
 
 def sign_test_p(b: int, c: int) -> float:
@@ -198,6 +202,8 @@ def bootstrap_heldout(
     ratio = np.quantile(acc[ok] / b[ok], q) if ok.any() else (math.nan, math.nan)
     alo, ahi = np.quantile(acc, q)
     point = float(base.mean())
+    above = b > CHANCE
+    cc = np.quantile((acc[above] - CHANCE) / (b[above] - CHANCE), q) if above.all() else (None, None)
     return Bootstrap(
         replicates=replicates,
         k=k,
@@ -212,6 +218,8 @@ def bootstrap_heldout(
         diff_lo=float(diff[0]),
         diff_hi=float(diff[1]),
         share_below_baseline=float((acc < b).mean()),
+        corrected_lo=None if cc[0] is None else float(cc[0]),
+        corrected_hi=None if cc[1] is None else float(cc[1]),
     )
 
 
@@ -226,10 +234,6 @@ def ratio_interval(
     num, den = a[idx].mean(axis=1), z[idx].mean(axis=1)
     r = num[den > 0] / den[den > 0]  # a resample with no baseline hit has no ratio (none at HellaSwag's n)
     return float(np.quantile(r, alpha / 2)), float(np.quantile(r, 1 - alpha / 2))
-
-
-#: HellaSwag's chance level (four endings): the floor of a chance-corrected ratio
-CHANCE = 0.25
 
 
 def corrected(acc: float, base: float, chance: float = CHANCE) -> float:

@@ -28,6 +28,7 @@ import numpy as np
 from ...analyses.concepts.schemes import Scheme
 from ...base.outputs import csv_cell, csv_row, jsonable
 from ...reports.html import Report, pyplot
+from ..experiments.heldout import corrected
 from ..experiments.summary import MetricSummary, RunSummary
 
 PARAMS = ("enc", "layer", "word", "norm", "seg", "ex", "sim", "out_layer", "out_word")
@@ -146,15 +147,21 @@ def kfold_label(summaries: Sequence[RunSummary]) -> str:
     return f"{ks.pop()}-fold" if len(ks) == 1 else "k-fold"
 
 
+def _cc(acc: float | None, baseline: float | None) -> str:
+    """The chance-corrected ratio (acc - 0.25) / (baseline - 0.25), two places."""
+    return "-" if acc is None or baseline is None else _fmt(corrected(acc, baseline), 2)
+
+
 def summary_markdown(summaries: Sequence[RunSummary]) -> str:
     """The summary as one Markdown table (the one docs/sweep.md quotes): per run and metric the baseline, the
     standard scheme, the in-sample, split-half and k-fold held-out best (normalised in brackets), the median
-    scheme and the expected best of as many coin-flip schemes."""
+    scheme and the expected best of as many coin-flip schemes; the k-fold held-out best also chance-corrected."""
     kf_ = kfold_label(summaries)
     lines = [
         "| model | test | shots | items | schemes | metric | baseline | standard (norm) | best in-sample (norm) "
-        f"| split-half held-out (norm) | {kf_} held-out [95% CI] (norm) | median scheme | E[best] if all chance |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| split-half held-out (norm) | {kf_} held-out [95% CI] (norm) | chance-corrected | median scheme "
+        "| E[best] if all chance |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         for metric, m in s.metrics.items():
@@ -164,7 +171,7 @@ def summary_markdown(summaries: Sequence[RunSummary]) -> str:
                 f"| {_fmt(m.baseline)} | {_fmt(std and std.acc)} ({_fmt(std and std.norm, 2)}) "
                 f"| {_fmt(ins.acc)} ({_fmt(ins.norm_score, 2)}) "
                 f"| {_fmt(m.split_mean)} ({_fmt(m.split_mean_norm, 2)}) "
-                f"| {_fmt(kf.acc)} [{_fmt(kf.lo)}, {_fmt(kf.hi)}] ({_fmt(kf.norm, 2)}) "
+                f"| {_fmt(kf.acc)} [{_fmt(kf.lo)}, {_fmt(kf.hi)}] ({_fmt(kf.norm, 2)}) | {_cc(kf.acc, m.baseline)} "
                 f"| {_fmt(m.distribution.quantiles['q50'])} "
                 f"| {_fmt(m.distribution.expected_best_if_all_chance)} |"
             )
@@ -178,20 +185,22 @@ def heldout_markdown(summaries: Sequence[RunSummary]) -> str:
     kf_ = kfold_label(summaries)
     lines = [
         f"| model | test | shots | items | schemes | metric | baseline | {kf_} held-out | Wilson 95% | bootstrap 95% "
-        "| held-out / baseline [bootstrap 95%] | held-out - baseline [paired 95%] | discordant (held-out / baseline) "
-        "| McNemar p |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| held-out / baseline [bootstrap 95%] | chance-corrected [bootstrap 95%] | held-out - baseline [paired 95%] "
+        "| discordant (held-out / baseline) | McNemar p |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         for metric, m in s.metrics.items():
             kf, b, p = m.kfold, m.bootstrap, m.paired
             boot = "-" if b is None else f"[{_fmt(b.acc_lo)}, {_fmt(b.acc_hi)}]"
             norm = f"{_fmt(kf.norm, 2)}" + ("" if b is None else f" [{_fmt(b.norm_lo, 2)}, {_fmt(b.norm_hi, 2)}]")
+            cc = _cc(kf.acc, m.baseline)
+            cc += "" if b is None else f" [{_fmt(b.corrected_lo, 2)}, {_fmt(b.corrected_hi, 2)}]"
             pair = "-" if p is None else f"{p.diff:+.3f} [{p.lo:+.3f}, {p.hi:+.3f}]"
             disc = "-" if p is None else f"{p.only_best} / {p.only_base}"
             lines.append(
                 f"| {s.model} | {s.test} | {s.shots} | {s.n_items} | {s.n_schemes:,} | {metric} | {_fmt(m.baseline)} "
-                f"| {_fmt(kf.acc)} | [{_fmt(kf.lo)}, {_fmt(kf.hi)}] | {boot} | {norm} | {pair} | {disc} "
+                f"| {_fmt(kf.acc)} | [{_fmt(kf.lo)}, {_fmt(kf.hi)}] | {boot} | {norm} | {cc} | {pair} | {disc} "
                 f"| {'-' if p is None else f'{p.p:.3g}'} |"
             )
     return "\n".join(lines) + "\n"
