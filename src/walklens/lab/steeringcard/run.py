@@ -1,6 +1,7 @@
 """What a steering card measures on the model (seed 002: steering "towards an arbitrary desired direction"),
 one unit of work at a time: the directions of each method, the one dose scale, batched greedy continuations
-and their scores under the unsteered model.
+(:func:`walklens.core.generation.generate_batch`, each the one its prompt gets alone) and their scores under the
+unsteered model.
 
 Methods (each an intervention of :mod:`walklens.core.interventions`, restored bit for bit on exit):
 
@@ -29,12 +30,13 @@ import contextlib
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ...base.hooks import Hooks, first_output
 from ...core.capture import tokenize
+from ...core.generation import generate_batch
 from ...core.interventions import ablate_direction, add_to_residual, eigen_edit
 from ...models.base import get_module
 from .sets import Target
@@ -192,37 +194,15 @@ def eos_ids(lm: LoadedModel) -> set[int]:
 
 @torch.no_grad()
 def generate(lm: LoadedModel, prompts: Sequence[list[int]], n: int) -> tuple[list[list[int]], torch.Tensor]:
-    """Greedy continuations of ``n`` tokens (ended at an end of sequence) of the prompts as one left-padded
-    batch, and the first step's next-token log-probs [B, V] (float32): the model's own ``generate``."""
-    from transformers import GenerationConfig
-
+    """Greedy continuations of ``n`` tokens (ended at an end of sequence, which is left out) of the prompts in
+    left-padded batches of :data:`GEN_BATCH` with the model's own ``generate`` and key/value cache
+    (:func:`walklens.core.generation.generate_batch`: each continuation the one its prompt gets alone), and the first
+    step's next-token log-probs [B, V] (float32; NaN where the steered model's logits were not finite, whose
+    continuation is then empty)."""
     ends = eos_ids(lm)
-    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else min(ends, default=0)
-    P = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), P), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), P), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, P - len(p) :] = torch.tensor(p)
-        mask[i, P - len(p) :] = 1
-    cfg = GenerationConfig(
-        max_new_tokens=n,
-        do_sample=False,
-        pad_token_id=pad,
-        eos_token_id=sorted(ends) or None,
-        use_cache=True,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
-    out = cast(Any, lm.hf).generate(
-        input_ids=ids.to(lm.device),
-        attention_mask=mask.to(lm.device),
-        generation_config=cfg,
-    )
-    conts = []
-    for row in out.sequences[:, P:].cpu().tolist():
-        cut = next((j for j, t in enumerate(row) if t in ends), len(row))
-        conts.append([int(t) for t in row[:cut]])
-    return conts, torch.log_softmax(out.logits[0].float().cpu(), -1)
+    gens = generate_batch(lm, list(prompts), max_new_tokens=n, eos=ends, logits=1, batch_size=GEN_BATCH)
+    conts = [g.token_ids[:-1] if g.stopped_at_eos else g.token_ids for g in gens]
+    return conts, torch.log_softmax(torch.stack([g.logits[0] for g in gens]).float().cpu(), -1)
 
 
 @torch.no_grad()
@@ -258,14 +238,8 @@ def unit_rows(
     sentiment: the word score after the continuation under the unsteered model), ``rank`` (token targets,
     0-based), ``log_ppl``, ``repetition`` (share of repeated 3-grams) and the continuation's ``text``."""
     ids = [p for _, p in prompts]
-    conts: list[list[int]] = []
-    firsts = []
     with ctx:
-        for b in range(0, len(ids), GEN_BATCH):
-            got, f = generate(lm, ids[b : b + GEN_BATCH], n)
-            conts += got
-            firsts.append(f)
-    first = torch.cat(firsts)
+        conts, first = generate(lm, ids, n)
     words = first_ids(lm, [target.token] if target.kind == "token" else target.words)
     negative = first_ids(lm, target.negative_words) if target.kind == "sentiment" else []
     scored = score(lm, ids, conts, words, negative)
