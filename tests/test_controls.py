@@ -104,3 +104,31 @@ def test_folds_rescore_each_fold_with_its_scheme_beside_the_baseline_and_the_con
     assert all(doc["heldout"]["acc"][i] == str(one["predictions"][i]["acc"]) for i in fold1)  # fold 1: its scheme
     again = sum(a == g for a, g in zip(doc["heldout"]["acc"], doc["gold"])) / 10
     assert doc["kfold_acc"]["acc"] == again and doc["kfold_acc_report"]["acc"] == 0.0
+
+
+def test_the_reserved_pool_is_a_fixed_tenth_never_scored_in_a_run_that_draws_from_it(toy, capsys) -> None:
+    """Issue 54: few-shot examples from items never scored in the same run; the baseline both ways compared."""
+    from walklens.lab.hellaswag.data import fewshot_pool, reserved, scored_items
+
+    d = toy.dir
+    data = write_items(d / "twenty.jsonl", [*ROWS, *ROWS, *ROWS, *ROWS[:2]])
+    items = load_hellaswag(data)
+    assert [it.index for it in items if reserved(it.index)] == [9, 19]
+    pool = fewshot_pool(data, items, 2, len(items), "reserved")
+    assert [it.index for it in pool] == [9, 19] and fewshot_pool(data, items, 2, len(items)) == items
+    assert [it.index for it in scored_items(items, 2, "reserved")] == [i for i in range(20) if i not in (9, 19)]
+    assert scored_items(items, 0, "reserved") == items  # zero-shot draws nothing
+    run = cli_runner(capsys)
+    common = ["--model", toy.model, "--data", str(data), "--db", str(d / "pool.sqlite"), "--no-progress"]
+    common += ["--shots", "2"]
+    r = run("hellaswag", "baseline", *common, "--pool", "reserved", "--json", str(d / "r.json"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((d / "r.json").read_text())
+    assert doc["n"] == 18 and doc["data"].endswith("#pool=reserved")
+    r = run("hellaswag", "pools", *common, "--json", str(d / "pools.json"))
+    assert r.returncode == 0, r.stderr
+    both = json.loads((d / "pools.json").read_text())
+    assert both["n"] == 18 and 9 not in both["items"] and set(both["picks"]) == {"validation", "reserved"}
+    ok = {k: [p["acc"] == g for p, g in zip(v, both["gold"])] for k, v in both["picks"].items()}
+    assert both["acc"]["diff"] == (sum(ok["reserved"]) - sum(ok["validation"])) / 18
+    assert both["acc"]["reserved"] == sum(p["acc"] == g for p, g in zip(doc["predictions"], doc["gold"])) / 18

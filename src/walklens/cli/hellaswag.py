@@ -50,6 +50,13 @@ def _add_common(p: argparse.ArgumentParser, scheme: bool) -> None:
             help="score a control on the same items: ending (a neutral context), shuffled (another item's "
             "context), random (random directions of the same norms); docs/claims.md",
         )
+    p.add_argument(
+        "--pool",
+        choices=("validation", "reserved"),
+        default="validation",
+        help="few-shot examples from the whole file (validation, as before) or from the reserved tenth of it "
+        "(items 9, 19, ...), which the run then never scores (docs/hellaswag.md)",
+    )
     p.add_argument("--no-db", action="store_true", help="do not read or write the results database")
     p.add_argument(
         "--skip",
@@ -101,6 +108,9 @@ def register(
     ce.add_argument("--json", metavar="FILE", help="write every score and comparison here")
     ce.set_defaults(func=run_concept_eval)
     _add_folds(hs)
+    pl = hs.add_parser("pools", help="the few-shot baseline on the same items with both few-shot pools, compared")
+    add_hellaswag_args(pl, "write both runs' picks and the paired difference (reserved - validation)")
+    pl.set_defaults(func=run_pools)
     ex = hs.add_parser("export", help="export stored runs or per-item results to .csv or .parquet")
     ex.add_argument("out", help="output file (.csv or .parquet)")
     ex.add_argument("--table", choices=("results", "runs"), default="results")
@@ -182,6 +192,49 @@ def run_folds(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_pools(args: argparse.Namespace) -> int:
+    """``walklens hellaswag pools``: the baseline over the first ``--limit`` items outside the reserved pool, its
+    few-shot examples drawn from the whole file (``validation``, as before) and from the reserved pool, in one
+    store; the paired difference of the two on the same items (docs/hellaswag.md, "Few-shot pool")."""
+    import numpy as np
+
+    from ..lab.experiments.heldout import paired_test
+    from ..lab.experiments.runner import baseline_scorer, run_test
+    from ..lab.experiments.runsetup import RunSetup
+    from ..lab.hellaswag.data import data_id, fewshot_pool, load_hellaswag, scored_items
+    from ..lab.hellaswag.store import ResultStore
+
+    if not args.shots:
+        raise InputError("pools compares few-shot examples: give --shots > 0")
+    check_outputs(args)
+    db = check_db(args.db)
+    everything = load_hellaswag(args.data)
+    items = scored_items(everything[: args.limit], args.shots, "reserved")
+    lm = load(args)
+    runs: dict[str, Any] = {}
+    with ResultStore(db) as store:
+        for kind in ("validation", "reserved"):
+            pool = fewshot_pool(args.data, everything, args.shots, len(everything), kind)
+            setup = RunSetup(shots=args.shots, pool=pool, fewshot_seed=args.seed, data=data_id(args.data),
+                             store=store, progress=not args.no_progress, pool_kind=kind)  # fmt: skip
+            runs[kind] = run_test(lm, items, baseline_scorer(), setup, desc=f"{lm.name} baseline, {kind} pool")
+    gold = [r.gold for r in runs["validation"].results]
+    out: dict[str, Any] = {"model": lm.name, "shots": args.shots, "n": len(items), "items": [it.index for it in items],
+                           "gold": gold, "command": "walklens " + " ".join(sys.argv[1:])}  # fmt: skip
+    for metric, field in (("acc", "pred"), ("acc_norm", "pred_norm")):
+        ok = {k: np.array([getattr(r, field) == g for r, g in zip(v.results, gold)]) for k, v in runs.items()}
+        t = paired_test(ok["reserved"], ok["validation"])
+        out[metric] = {"validation": float(ok["validation"].mean()), "reserved": float(ok["reserved"].mean()),
+                       "diff": t.diff, "lo": t.lo, "hi": t.hi, "p": t.p}  # fmt: skip
+        m = out[metric]
+        say(console(args), f"{metric}: validation pool {m['validation']:.4f}, reserved pool {m['reserved']:.4f}, "
+            f"reserved - validation {t.diff:+.4f} [{t.lo:+.4f}, {t.hi:+.4f}], p={t.p:.2g}")  # fmt: skip
+    out["picks"] = {k: [{"acc": r.pred, "acc_norm": r.pred_norm} for r in v.results] for k, v in runs.items()}
+    if args.json:
+        write_json(args.json, out)
+    return 0
+
+
 def run_concept_eval(args: argparse.Namespace) -> int:
     """``walklens hellaswag concept-eval``: :func:`walklens.lab.concepteval.concept_eval`, one line per comparison."""
     from ..lab.concepteval import concept_eval
@@ -234,6 +287,7 @@ def run(args: argparse.Namespace) -> int:
             store=store,
             cache=cache,
             progress=not args.no_progress,
+            pool_kind=args.pool,
         )
         summ, base = _scored(lm, items, args, spec, scheme, _control(args, setup))
     finally:
@@ -241,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
             store.close()
         if cache is not None:
             cache.close()
-    out = _document(args, lm.name, did, spec, scheme, summ, base, store)
+    out = _document(args, lm.name, summ.key.data, spec, scheme, summ, base, store)
     _print(out, args)
     if args.json:
         write_json(args.json, out)
@@ -319,13 +373,14 @@ def _document(
 def _items(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
     """The items scored (``--skip``, then ``--limit``) and the pool their few-shot examples come from (the whole
     file when only some of its items are scored)."""
-    from ..lab.hellaswag.data import fewshot_pool, load_hellaswag
+    from ..lab.hellaswag.data import fewshot_pool, load_hellaswag, scored_items
 
     items = load_hellaswag(args.data, limit=None if args.limit is None else args.skip + args.limit)
     if args.skip >= len(items):
         raise InputError(f"--skip {args.skip} leaves no item (the data has {len(items)})")
-    pool = fewshot_pool(args.data, items, args.shots, None if args.limit is None and not args.skip else len(items))
-    return items[args.skip :], pool
+    limit = None if args.limit is None and not args.skip else len(items)
+    pool = fewshot_pool(args.data, items, args.shots, limit, args.pool)
+    return scored_items(items[args.skip :], args.shots, args.pool), pool
 
 
 def _per_item(summ: Any, base: Any) -> dict[str, Any]:

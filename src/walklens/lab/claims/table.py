@@ -88,6 +88,9 @@ def _preamble() -> list[str]:
         "single-cycle permutation within each block of 200 consecutive items), *random* (each concept vector "
         'replaced by a seeded Gaussian direction of its norm). "The concept vectors carry the context" is read '
         "from the Test against *shuffled*.",
+        "- **Few-shot pool.** Every few-shot row here drew its examples from the whole validation file but the query "
+        "(pool *validation*: gold endings of scored items can appear in other items' prompts); runs with the "
+        "reserved pool (`--pool reserved`, docs/hellaswag.md) are labelled `#pool=reserved` in their data key.",
         "",
         "## The claims",
         "",

@@ -40,11 +40,14 @@ class RunSetup:
     cache: ConceptCache | None = None
     workers: Workers | None = None
     progress: bool = True
+    pool_kind: str = "validation"  # the few-shot pool: validation (the whole file) or reserved (a partition)
 
     @property
     def data_key(self) -> str:
-        """The data column of the store key: ``data``, with ``#seed=S`` unless the seed is the default."""
-        return self.data if self.fewshot_seed == FEWSHOT_SEED else f"{self.data}#seed={self.fewshot_seed}"
+        """The data column of the store key: ``data``, with ``#seed=S`` unless the seed is the default and
+        ``#pool=reserved`` for few-shot examples from the reserved pool (never resumed from another pool's rows)."""
+        key = self.data if self.fewshot_seed == FEWSHOT_SEED else f"{self.data}#seed={self.fewshot_seed}"
+        return key + ("#pool=reserved" if self.shots and self.pool_kind == "reserved" else "")
 
     def run_key(self, model: str, items: Sequence[HellaswagItem], test: str, scheme: str) -> RunKey:
         """The store key of a run of ``test`` (scheme name ``scheme``) of ``model`` over ``items``."""

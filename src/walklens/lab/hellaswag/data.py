@@ -347,17 +347,45 @@ def fewshot_examples(
     return chosen[:k]
 
 
+#: the few-shot pools: ``validation`` (every item of the file but the query: gold endings of items scored in the
+#: same run can appear in prompts) and ``reserved`` (the items :func:`reserved` names, never scored in a run that
+#: draws from them; docs/hellaswag.md, "Few-shot pool")
+POOLS = ("validation", "reserved")
+#: one item in RESERVED_EVERY is reserved for few-shot examples: those whose index ends in RESERVED_EVERY - 1
+RESERVED_EVERY = 10
+
+
+def reserved(index: int) -> bool:
+    """Whether the item with this index belongs to the reserved few-shot pool (a fixed partition of the file:
+    every tenth item, indices 9, 19, 29, ...; both sources of the validation file are in it)."""
+    return index % RESERVED_EVERY == RESERVED_EVERY - 1
+
+
+def scored_items(items: Sequence[HellaswagItem], shots: int, pool: str = "validation") -> list[HellaswagItem]:
+    """The items a run scores: with the ``reserved`` pool and shots, the items outside the pool."""
+    if pool not in POOLS:
+        raise InputError(f"unknown few-shot pool {pool!r}; use one of {', '.join(POOLS)}")
+    return [it for it in items if not (shots and pool == "reserved" and reserved(it.index))]
+
+
 def fewshot_pool(
-    path: str | os.PathLike[str] | None, items: Sequence[HellaswagItem], shots: int, limit: int | None = None
+    path: str | os.PathLike[str] | None,
+    items: Sequence[HellaswagItem],
+    shots: int,
+    limit: int | None = None,
+    pool: str = "validation",
 ) -> list[HellaswagItem]:
     """Where the few-shot examples of ``items`` (the first ``limit`` items of ``path``) come from: the hub's
     train split when ``path`` is ``hf:...``, else every item of the file, even when only the first ``limit``
-    are evaluated (as lm-evaluation-harness samples from the whole split).  Without shots nothing is loaded
+    are evaluated (as lm-evaluation-harness samples from the whole split), or with ``pool="reserved"`` the
+    file's reserved items (:func:`reserved`), which such a run never scores.  Without shots nothing is loaded
     and the pool is ``items``."""
     if not shots:
         return list(items)
     if path is not None and str(path).startswith(HF_PREFIX):
         return load_hellaswag(path, split="train")
+    if pool == "reserved":
+        return [it for it in load_hellaswag(path) if reserved(it.index)]
     return load_hellaswag(path) if limit is not None else list(items)
 
 
