@@ -29,6 +29,7 @@ import json
 import os
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -124,13 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--limit-gb", type=float, default=6.0)
-    ap.add_argument("--points", default="L*.resid_post,final")
+    ap.add_argument("--points", default="*", help="the points captured (glob patterns; default every point)")
+    ap.add_argument("--trace-dir", default=None, help="the records written here as computed (default: a temp folder)")
+    ap.add_argument("--walk-points", default="L*.resid_post", help="the points of the first text's encoding walk")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-cgroup", action="store_true")
     ap.add_argument("--warm", action="store_true", help="leave the weights in the page cache (read once first)")
     ap.add_argument("--in-memory", action="store_true", help="load every weight in memory (no stream): the reference")
-    ap.add_argument("--save", default=None, metavar="FILE", help="the records as safetensors (to compare two runs)")
     ap.add_argument(
         "--compare", action="store_true", help="run in memory, then streamed (two processes), and compare: fits mode"
     )
@@ -157,14 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     s1 = lm.stream.stats.bytes_read if lm.stream else 0
     io1 = proc_io()
     t1 = time.perf_counter()
-    batch = capture_batch(lm, seqs, points, dtype=None)  # records in the model dtype; the head (after final) never runs
+    trace_dir = Path(args.trace_dir or tempfile.mkdtemp(prefix="walklens-bench-trace-"))
+    # every point of every text to disk as computed (float32 records); the head (after final) never runs
+    batch = capture_batch(lm, seqs, points, to=trace_dir)
     t_pass = time.perf_counter() - t1
     io2 = proc_io()
-    kept = batch.hidden.numel() * batch.hidden.element_size()
-    if args.save:
-        from safetensors.torch import save_file
-
-        save_file({"hidden": batch.hidden.contiguous()}, args.save)
+    kept = sum(p.stat().st_size for p in trace_dir.glob("*.safetensors"))
+    t_walk, walk_points = walk_first(lm, trace_dir, args.walk_points) if args.walk_points else (0.0, 0)
     if lm.stream is None:
         out = {"mode": "in memory", "seconds_load": t_load, "seconds_pass": t_pass, "peak_rss_gib": peak_rss_gib()}
         return report(out, args.json)
@@ -198,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         "seconds_read_layers_once": t_read_layers,
         "seconds_compute_in_memory": compute,
         "ratio_pass_to_read_plus_compute": t_pass / (t_read_layers + compute),
-        "records_bytes": kept,
+        "points_captured": len(batch.points),
+        "trace_dir_bytes": kept,
+        "seconds_walk_first_text": t_walk,
+        "walk_points": walk_points,
         "peak_rss_gib": peak_rss_gib(),
         **cgroup_report(group),
         "torch_threads": torch.get_num_threads(),
@@ -224,20 +228,28 @@ def compare(args: argparse.Namespace) -> int:
 
     tmp = Path(tempfile.mkdtemp())
     common = [sys.executable, __file__, args.model, "--prompts", str(args.prompts), "--tokens", str(args.tokens)]
-    common += ["--points", args.points, "--dtype", args.dtype, "--no-cgroup", "--warm"]
+    common += ["--points", args.points, "--dtype", args.dtype, "--no-cgroup", "--warm", "--walk-points", ""]
     runs = {}
     for mode, extra in (("memory", ["--in-memory"]), ("stream", [])):
         out = tmp / f"{mode}.json"
-        subprocess.run([*common, *extra, "--save", str(tmp / f"{mode}.safetensors"), "--json", str(out)], check=True)
+        subprocess.run([*common, *extra, "--trace-dir", str(tmp / mode), "--json", str(out)], check=True)
         runs[mode] = json.loads(out.read_text())
-    a, b = (load_file(str(tmp / f"{m}.safetensors"))["hidden"] for m in ("memory", "stream"))
     import torch
+
+    shards = sorted(p.name for p in (tmp / "memory").glob("*.safetensors"))
+    same = shards == sorted(p.name for p in (tmp / "stream").glob("*.safetensors")) and all(
+        all(
+            torch.equal(x, y)
+            for x, y in zip(load_file(str(tmp / "memory" / n)).values(), load_file(str(tmp / "stream" / n)).values())
+        )
+        for n in shards
+    )
 
     result = {
         "cpu": cpu_name(),
         "model": args.model,
-        "bit_for_bit": bool(torch.equal(a, b)),
-        "records_shape": list(a.shape),
+        "bit_for_bit": same,
+        "shards_compared": len(shards),
         "seconds_pass_in_memory": runs["memory"]["seconds_pass"],
         "seconds_pass_streamed": runs["stream"]["seconds_pass"],
         "ratio_streamed_to_in_memory": runs["stream"]["seconds_pass"] / runs["memory"]["seconds_pass"],
@@ -246,6 +258,17 @@ def compare(args: argparse.Namespace) -> int:
         "peak_ratio_streamed_to_in_memory": runs["stream"]["peak_rss_gib"] / runs["memory"]["peak_rss_gib"],
     }
     return report(result, args.json)
+
+
+def walk_first(lm: Any, folder: Path, points: str) -> tuple[float, int]:
+    """Seconds of the first text's encoding walk at ``points``, read from the trace folder (no layer loaded)."""
+    from walklens.analyses import encoding_walk
+    from walklens.core.trace import Trace
+
+    trace = Trace.open(folder, lm=lm, item=0)
+    t0 = time.perf_counter()
+    walk = encoding_walk(trace, lm=lm, points=points, progress=False)
+    return time.perf_counter() - t0, len(walk.points)
 
 
 def layer_compute(lm: Any, seqs: list[list[int]]) -> float:

@@ -18,6 +18,8 @@ peak memory: :mod:`walklens.costs`) and count what it reads.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 import os
 from collections.abc import Iterator
@@ -149,6 +151,7 @@ class LayerStream:
                 b = module._buffers[name]
                 if b is not None and name not in module._non_persistent_buffers_set:
                     module._buffers[name] = b.to("meta")
+        _trim()
 
     def path_of(self, module: nn.Module) -> str:
         """The path of the layer module ``module`` (a streamed layer)."""
@@ -179,6 +182,24 @@ class LayerStream:
 
     def file_bytes(self, part: str) -> int:
         return sum(self.weights.entries[k].end - self.weights.entries[k].begin for k in self.sources[part])
+
+
+def _trim() -> None:
+    """Give the freed heap back to the system (glibc's ``malloc_trim``): a layer's smaller tensors live on the
+    heap, and without it each layer released leaves tens of MB the next cannot reuse (measured: 14B-shaped,
+    ~35 MB a layer).  Nothing where the C library has no such call."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+@functools.cache
+def _libc() -> Any:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
 
 
 def _tensors(module: nn.Module) -> list[torch.Tensor]:
