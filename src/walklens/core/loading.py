@@ -393,7 +393,7 @@ def load_model(
     weights = read_weights(folder, hub=hub)  # the safetensors headers, before anything is built
     with warnings.catch_warnings(), quiet_transformers():
         warnings.simplefilter("ignore")
-        config, adapter = _config(source, kw, raw, weights, spec)
+        config, adapter = model_config(source, kw, raw, weights, spec)
         streamed = streams(stream, max_memory, weights, adapter, dtype, dev, spec)
         model = (
             skeleton(auto_model_class(adapter), config, dtype)
@@ -417,10 +417,12 @@ def load_model(
     return wrap(model, tok, name=name, adapter=adapter if adapter is not None else _derived_adapter(model, folder))
 
 
-def _config(
+def model_config(
     source: str, kw: dict[str, Any], raw: dict[str, Any], weights: Weights | None, spec: str
 ) -> tuple[Any, Adapter | None]:
-    """The model's config, checked against its files, and its adapter (None: a family with no adapter file)."""
+    """The model's config, checked against its files (``raw``: config.json as read; ``weights``: the safetensors
+    headers), and its adapter (None: a family with no adapter file): what :func:`load_model` builds from, and
+    what :func:`walklens.costs.planning.plan` plans from."""
     import transformers
 
     try:
@@ -456,6 +458,7 @@ __all__ = [
     "auto_model_class",
     "cache_dir",
     "load_model",
+    "model_config",
     "model_source",
     "token_strings",
     "wrap",

@@ -23,11 +23,10 @@ import torch
 from ..base.errors import InputError, UnknownModelError
 from ..base.precision import check_device, dtype_name, model_label, parse_dtype
 from ..core.capture import point_names, tokenize
-from ..core.loading import model_source
+from ..core.loading import model_config, model_source
 from ..core.streaming import quiet_transformers, streams, weights_bytes
-from ..models import get_adapter, has_adapter
 from ..models.base import Adapter
-from ..models.checkpoint import Weights, check_config, check_depth, check_family, check_model_files, read_weights
+from ..models.checkpoint import Weights, check_model_files, read_weights
 from . import GB, config_shape, fmt_bytes, forward_memory, forward_work, free_memory
 from .calibration import DEFAULTS, rates
 
@@ -58,7 +57,6 @@ class Files:
 def read_files(spec: str, progress: bool = False) -> Files:
     """``spec``'s config.json and safetensors headers, checked as :func:`walklens.core.loading.load_model` checks
     them (a GGUF or named model is de-quantized into the cache first, once, as every load does)."""
-    import transformers
 
     if not isinstance(spec, str) or not spec.strip():
         raise UnknownModelError("no model given")
@@ -66,16 +64,7 @@ def read_files(spec: str, progress: bool = False) -> Files:
     raw = check_model_files(folder, spec)
     weights = read_weights(folder, hub=hub)
     with quiet_transformers():
-        try:
-            config = transformers.AutoConfig.from_pretrained(source, **kw)
-        except Exception as e:  # OSError, ValueError, TypeError, ... (as load_model words it)
-            raise UnknownModelError(f"{spec}: config.json is not usable ({' '.join(str(e).split())[:200]})") from None
-    check_family(config.model_type)
-    adapter = get_adapter(config) if has_adapter(config) else None
-    if adapter is not None:
-        check_depth(adapter, config, spec)
-    if weights is not None:
-        check_config(config, raw, weights, adapter, spec)
+        config, adapter = model_config(source, kw, raw, weights, spec)
     return Files(spec, source, kw, weights, config, adapter)
 
 
