@@ -137,6 +137,8 @@ def scheme_picks(path: Path, select: Mapping[str, Any]) -> Measured:
         raise InputError(f"{path}: no baseline picks (a run of `walklens hellaswag ... --json`)")
     ctl: dict[str, np.ndarray] = {}
     for c in CONTROLS:
+        if c in select and ("/" in str(select[c]) or str(select[c]).startswith(".")):
+            raise InputError(f"{path}: control file {str(select[c])[:80]!r} must be a file name beside it")
         if c in select and (path.parent / str(select[c])).exists():
             cdoc, cgold, cpicks, _ = _run_picks(path.parent / str(select[c]), metric)
             same = cdoc["scheme"] == f"control={c};{doc['scheme']}"

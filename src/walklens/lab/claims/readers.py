@@ -73,6 +73,54 @@ def heldout(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(str(run["model"]), int(run["n_items"]), kf["acc"], kf["lo"], kf["hi"], text, facts)
 
 
+def standard(path: Path, select: Mapping[str, Any]) -> Measured:
+    """The standard scheme (sec. 5.1) of one run of a sweep report's ``summary.json``: its accuracy (Wilson) and
+    both ratios, the baseline as a point (the report keeps no picks of it)."""
+    from ...analyses.chance import wilson
+
+    where, run = _run(path, select)
+    metric = select.get("metric", "acc")
+    m = sc.SWEEP_METRIC.check(sc.key(run["metrics"], metric, f"{where} metrics", "metric"), where)
+    std = sc.STANDARD.check(sc.key(m, "standard", where, "key"), f"{where} standard")
+    n, acc, base = int(run["n_items"]), float(std["acc"]), float(m["baseline"])
+    lo, hi = wilson(round(acc * n), n)
+    cc = [corrected(x, base) for x in (acc, lo, hi)]
+    facts = {"baseline": base, "norm": acc / base, "norm_lo": lo / base, "norm_hi": hi / base}
+    facts |= {"cc": cc[0], "cc_lo": cc[1], "cc_hi": cc[2]}
+    text = (
+        f"{run['model']}, Test {run['test']}, {run['shots']}-shot, the standard scheme, n={n:,}: {acc:.3f} "
+        f"[{lo:.3f}, {hi:.3f}] vs baseline {base:.3f} ({acc / base:.2f} normalised, chance-corrected {cc[0]:.2f} "
+        f"[{cc[1]:.2f}, {cc[2]:.2f}] with the baseline as a point: no per-item picks committed)"
+    )
+    return Measured(str(run["model"]), n, acc, lo, hi, text, facts)
+
+
+def unique(path: Path, select: Mapping[str, Any]) -> Measured:
+    """Whether each model's best scheme is its own: per (test, shots) of a sweep report, the in-sample best of each
+    model and how many distinct schemes its k folds chose (the selection's own noise)."""
+    doc = sc.load_json(path)
+    runs = sc.SWEEP_RUN.check_all(doc if isinstance(doc, list) else [], str(path), sc.MAX_ROWS)
+    best: dict[tuple[int, int], dict[str, tuple[str, int]]] = {}
+    for i, r in enumerate(runs):
+        m = sc.SWEEP_METRIC.check(sc.key(r["metrics"], "acc", f"{path} row {i}", "metric"), f"{path} row {i}")
+        ins = sc.key(m, "in_sample", f"{path} row {i}", "key")
+        folds = sc.key(m["kfold"], "fold_schemes", f"{path} row {i} kfold", "key")
+        if not isinstance(ins, dict) or not isinstance(folds, list):
+            raise InputError(f"{path} row {i}: in_sample and kfold.fold_schemes must be an object and a list")
+        per = best.setdefault((int(r["test"]), int(r["shots"])), {})
+        per[str(r["model"])] = (str(ins.get("scheme")), len(set(map(str, folds))))
+    pairs = {k: v for k, v in best.items() if len(v) == 2}
+    differ = sum(1 for v in pairs.values() if len({s for s, _ in v.values()}) == 2)
+    unstable = sum(1 for v in pairs.values() for _, k in v.values() if k > 1)
+    facts = {"pairs": len(pairs), "differ": differ, "unstable": unstable}
+    text = (
+        f"{len(pairs)} (test, shots) with both models, 200 items each: the in-sample best schemes differ between the "
+        f"models in {differ} of {len(pairs)}; in {unstable} of {2 * len(pairs)} runs the 5 folds chose more than one "
+        "scheme"
+    )
+    return Measured("smollm2-135m, gemma3-270m", 200, differ, differ, differ, text, facts)
+
+
 _RATIO = Range(0, open_lo=True, what="a positive number or max")
 
 
@@ -385,6 +433,8 @@ MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {
     "steering": steering,
     "alignment": alignment,
     "heldout": heldout,
+    "standard": standard,
+    "unique": unique,
     "compaction": compaction,
     "self_mass": self_mass_share,
 }

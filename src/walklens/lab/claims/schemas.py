@@ -85,6 +85,7 @@ SWEEP_RUN = _doc("sweep run", _str("model"), _int("test", Range(1, 2, integer=Tr
                  _int("n_items", POSITIVE), _int("n_schemes", POSITIVE), _obj("metrics"))  # fmt: skip
 SWEEP_METRIC = _doc("metric", _num("baseline", BASELINE), _obj("kfold"), _obj("bootstrap", required=False,
                     nullable=True), _obj("paired", required=False, nullable=True))  # fmt: skip
+STANDARD = _doc("standard scheme", _str("scheme", 4000), _num("acc", ACC))
 KFOLD = _doc("k-fold held-out best", _num("acc", ACC), *_interval())
 BOOTSTRAP = _doc("bootstrap", *_interval("norm_lo", "norm_hi", SCALE, nan=True))
 PAIRED = _doc("paired test", _num("diff", DIFF), *_interval(rng=DIFF), _num("p", ACC))

@@ -49,7 +49,10 @@ def assess(claim: Claim, root: Path, src: Source | None = None) -> tuple[Measure
     """The claim's figure read from its result file (``src``: another source, for ``reproduce``) and its verdict."""
     src = src or committed(claim)
     if src.file is None:
-        return None, src.skipped or f"not measurable here: {why(claim, root)}"
+        if src.skipped:
+            return None, src.skipped
+        reason = why(claim, root)  # a reason may start with its verdict word; else the claim is not measurable here
+        return None, reason if reason.startswith(tuple(w + ":" for w in VERDICTS)) else f"not measurable here: {reason}"
     p = root / src.file
     if not os.path.lexists(p):  # anything there is read (a folder, a FIFO or a broken link: refused in one line)
         return None, f"not decided: {src.file} is missing" + (f" ({why(claim, root)})" if claim.why else "")
