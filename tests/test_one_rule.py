@@ -63,6 +63,12 @@ def _grid(tmp: Path) -> Path:
     return tmp / "grid.toml"
 
 
+@_input("summary")
+def _summary(tmp: Path) -> Path:
+    (tmp / "summary.json").write_text('{"runs": []}')
+    return tmp / "summary.json"
+
+
 @_input("corpus")
 def _corpus(tmp: Path) -> Path:
     (tmp / "corpus.txt").write_text("one line of text\nanother line\n")
@@ -165,6 +171,8 @@ BASE: dict[str, list[str]] = {
     "reproduce": ["--render", "--root", "{root}", "--out", "{outdir}"],
     "hellaswag compaction": ["--out", "{outdir}"],
     "report": ["--db", "{db}"],
+    "hellaswag folds": ["--test", "2", "--summary", "{summary}"],
+    "hellaswag pools": ["--shots", "1"],
 }
 #: Inputs a command takes only together with other options (in place of BASE).
 WITH = {("steer", "card"): ["--card", "{card}"], ("steer", "store"): ["--card", "{card}", "--store", "{store}"]}

@@ -144,7 +144,14 @@ def read_text(value: str) -> str:
 
 #: Options that name a file or folder a command reads, when the path exists (``--model smollm2-135m`` and
 #: ``--grid full`` are names, not paths); ``--db`` and ``--cache`` are inputs even before they exist.
-PATH_INPUTS = {"data": "--data", "model": "--model", "grid": "--grid", "file": "FILE", "corpus": "--corpus"}
+PATH_INPUTS = {
+    "data": "--data",
+    "model": "--model",
+    "grid": "--grid",
+    "file": "FILE",
+    "corpus": "--corpus",
+    "summary": "--summary",
+}
 #: The files SQLite keeps beside a database while it is open.
 SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
 

@@ -147,9 +147,8 @@ def _add_folds(hs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run_folds(args: argparse.Namespace) -> int:
     """``walklens hellaswag folds``: :func:`walklens.lab.experiments.folds.run_folds` on the run of ``--summary``
     with this model, test and shots over the first ``--limit`` items, its picks written to ``--json``."""
-    import json
-
     from ..analyses.concepts.cache import open_cache
+    from ..base.records import read_json
     from ..lab.concepts.controls import make_control
     from ..lab.experiments.folds import picks_document, plan_from_summary
     from ..lab.experiments.folds import run_folds as score
@@ -160,13 +159,13 @@ def run_folds(args: argparse.Namespace) -> int:
     names = [c for c in args.controls.split(",") if c]
     if any(c not in CONTROLS for c in names):
         raise InputError(f"--controls: use some of {', '.join(CONTROLS)}, not {args.controls!r}")
-    doc = json.loads(open(args.summary, encoding="utf-8").read())
-    model = args.summary_model or args.model
     wanted = [m for m in args.metrics.split(",") if m]
     if not wanted or any(m not in ("acc", "acc_norm") for m in wanted):
         raise InputError(f"--metrics: use acc and/or acc_norm, not {args.metrics!r}")
+    check_outputs(args)  # before anything is read: no output may be the summary, the data or the database
+    doc = read_json(args.summary, "--summary")
+    model = args.summary_model or args.model
     plan, metrics = plan_from_summary(doc, model, args.test, args.shots, args.limit or 0, wanted)
-    check_outputs(args)
     db, cache = check_db(args.db), open_cache(args.cache)
     everything = load_hellaswag(args.data)
     items = everything[: plan.n]
