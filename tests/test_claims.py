@@ -514,10 +514,11 @@ def test_reproduce_render_refuses_a_garbage_curves_csv_in_one_line(
 def test_reproduce_render_never_ranks_a_nan(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """A NaN share kept (a compaction point) is reported as NaN and never chosen as the best; it used to win."""
     root = _root_with(tmp_path, CURVES, CURVES.replace(".csv", ".json"))
-    _tamper_csv(root, CURVES, 4, "kept_acc", "nan")  # the first concept point at ratio 8 (line 5)
+    _tamper_csv(root, CURVES, 4, "kept_acc_norm", "nan")  # the first concept point at ratio 8 (line 5)
+    _tamper_csv(root, CURVES, 10, "kept_acc_norm", "nan")  # the best by acc_norm (line 11)
     rc, err, table = _render(capfd, root, tmp_path / "out")
     row = next(ln for ln in table.splitlines() if ln.startswith("| compaction-smollm2-5shot |"))
-    assert rc == 0 and "(bounds=sentence) keeps 0.82 [0.76, 0.88]" in row and "nan" not in row
+    assert rc == 0 and "(bounds=sentence; layer" in row and "keeps 0.71 [" in row and "nan" not in row, row
 
 
 def test_reproduce_render_reports_a_null_normalised_figure_as_nan(

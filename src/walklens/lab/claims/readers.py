@@ -135,31 +135,53 @@ def _ratio(r: Mapping[str, Any], where: str) -> float | None:
         raise InputError(f"{where}: {e}") from None
 
 
+def _concept_name(spec: str) -> str:
+    """What a compaction's concept vectors are: the layer-E mean of a segment is average pooling of its token
+    embeddings (the average-pooling baseline's vectors), named so."""
+    parts = dict(p.split("=", 1) for p in spec.split(",") if "=" in p)
+    if parts.get("layer") == "E" and parts.get("word") == "mean":
+        return "the layer-E mean: average pooling of the token embeddings"
+    return f"layer {parts.get('layer', '?')}, {parts.get('word', '?')}"
+
+
 def compaction(path: Path, select: Mapping[str, Any]) -> Measured:
-    """From a compaction ``curves.csv``: the concept compaction keeping the most of the full run's ``acc`` at
-    ``ratio`` (a NaN share is never ranked), against dropping the examples altogether (the zero-shot row)."""
+    """From a compaction ``curves.csv``: the concept compaction keeping the most of the full run's ``metric``
+    (``select``; docs/compaction.md reads ``acc_norm``) at ``ratio`` (a NaN share is never ranked), against
+    dropping the examples altogether (the zero-shot row); the overall input ratio counts verbatim tokens."""
+    metric = str(select.get("metric", "acc"))
+    k = f"kept_{metric}"
     rows = sc.read_csv(path, sc.COMPACTION_POINT)
     for where, r in rows:
-        sc.ordered(r, where, "kept_acc_lo", "kept_acc", "kept_acc_hi")
+        if r.get(k) is None:
+            raise InputError(f"{where}: no field {k!r}")
+        for x in {"kept_acc", k}:  # every interval read is checked, the acc one always
+            sc.ordered(r, where, f"{x}_lo", x, f"{x}_hi")
         r["ratio"] = _ratio(r, where)
     ratio = float(select["ratio"])
     concept = [r for _, r in rows if "method=concept" in r["spec"] and r["ratio"] == ratio]
     zero = [r for _, r in rows if r["strategy"] == "zero-shot"]
     if not concept or len(zero) != 1:
         raise InputError(f"{path}: no concept compaction at ratio {ratio:g} or no zero-shot row")
-    ranked = [r for r in concept if not math.isnan(r["kept_acc"])]
+    ranked = [r for r in concept if not math.isnan(r[k])]
     if not ranked:
-        raise InputError(f"{path}: every concept compaction at ratio {ratio:g} keeps NaN of the full run's acc")
-    best = max(ranked, key=lambda r: float(r["kept_acc"]))
+        raise InputError(f"{path}: every concept compaction at ratio {ratio:g} keeps NaN of the full run's {metric}")
+    best = max(ranked, key=lambda r: float(r[k]))
     json_path = path.with_suffix(".json")
     model = str(sc.COMPACTION_DOC.check(sc.load_json(json_path), str(json_path)).get("model", select["model"]))
     z = zero[0]
-    v, lo, hi = (float(best[k]) for k in ("kept_acc", "kept_acc_lo", "kept_acc_hi"))
-    zv, zlo, zhi = (float(z[k]) for k in ("kept_acc", "kept_acc_lo", "kept_acc_hi"))
+    v, lo, hi = (float(best[x]) for x in (k, f"{k}_lo", f"{k}_hi"))
+    zv, zlo, zhi = (float(z[x]) for x in (k, f"{k}_lo", f"{k}_hi"))
+    inputs, full = best.get("inputs"), best.get("inputs_full")
+    overall = (
+        f"; {inputs:.1f} of {full:.1f} input positions per item ({full / inputs:.1f}x overall, verbatim tokens counted)"
+        if inputs and full and not math.isnan(inputs) and inputs > 0
+        else ""
+    )
     text = (
-        f"{model}, {best['shots']}-shot prefixes, n={int(best['n']):,}: best concept compaction at ratio "
-        f"{ratio:g} ({best['strategy']}) keeps {v:.2f} [{lo:.2f}, {hi:.2f}] of the full run's acc; dropping the "
-        f"examples keeps {zv:.2f} [{zlo:.2f}, {zhi:.2f}]"
+        f"{model}, {best['shots']}-shot prefixes, n={int(best['n']):,}, {metric}: best concept compaction at "
+        f"{ratio:g} tokens per vector ({best['strategy']}; {_concept_name(best['spec'])}) keeps {v:.2f} "
+        f"[{lo:.2f}, {hi:.2f}] of the full run's {metric}{overall}; dropping the examples keeps {zv:.2f} "
+        f"[{zlo:.2f}, {zhi:.2f}]"
     )
     return Measured(model, int(best["n"]), v, lo, hi, text, {"drop": zv, "drop_lo": zlo, "drop_hi": zhi})
 

@@ -113,7 +113,11 @@ FOLDS_DOC = _doc("fold picks", _str("model"), _int("test", Range(1, 2, integer=T
 
 COMPACTION_POINT = _doc("compaction point", _int("shots"), _str("strategy"), _str("ratio", 40, nullable=True),
                         _int("n"), _num("kept_acc", SCALE, nan=True),
-                        *_interval("kept_acc_lo", "kept_acc_hi", SCALE, nan=True), _str("spec", 4000))  # fmt: skip
+                        *_interval("kept_acc_lo", "kept_acc_hi", SCALE, nan=True), _str("spec", 4000),
+                        _num("kept_acc_norm", SCALE, nan=True, nullable=True),
+                        *_interval("kept_acc_norm_lo", "kept_acc_norm_hi", SCALE, nan=True),
+                        _num("inputs", SCALE, nan=True, nullable=True),
+                        _num("inputs_full", SCALE, nan=True, nullable=True))  # fmt: skip
 COMPACTION_DOC = _doc("compaction document", _str("model", required=False))
 
 # ---- the --json of heads, power, steer, cooccur, simmap --blocks, kernels, walk --self-rank, concept-eval --------
