@@ -217,14 +217,15 @@ def test_verdicts_are_no_stronger_than_interval_and_controls() -> None:
 
     f = {"partial_cos": 0.1, "partial_cos_lo": 0.02, "excess_cos": 0.1, "excess_cos_lo": 0.01}
     rule = RULES["associative"]
-    assert rule(Measured("m", 10, 0.2, 0.1, 0.3, "", f), None).startswith("reproduced weakly")
+    assert rule(Measured("m", 10, 0.2, 0.1, 0.3, "", f), None).startswith("partly")  # one of the defined words
     assert rule(Measured("m", 10, 0.2, 0.1, 0.3, "", f | {"excess_cos_lo": -0.01}), None).startswith("not decided")
     assert rule(Measured("m", 10, 0.2, -0.1, 0.3, "", f), None).startswith("not decided")
-    assert rule(Measured("m", 10, -0.2, -0.3, -0.1, "", f), None).startswith("contradicted")
+    assert rule(Measured("m", 10, -0.2, -0.3, -0.1, "", f), None).startswith("not reproduced")
     blocks = RULES["blocks"]
     facts = {"maps": 6, "number_alike": 6, "bracket_alike": 6, "separator_alike": 0}
     assert blocks(Measured("m", 9, 0.5, 0.4, 0.6, "", facts), None).startswith("reproduced")
-    assert blocks(Measured("m", 9, 0.5, 0.4, 0.6, "", facts | {"separator_alike": 1}), None).startswith("partly")
+    # separators alike no longer lowers the verdict: the seed's light bands are not what the contrast measures
+    assert blocks(Measured("m", 9, 0.5, 0.4, 0.6, "", facts | {"separator_alike": 1}), None).startswith("reproduced")
     assert blocks(
         Measured("m", 9, 0.5, 0.4, 0.6, "", facts | {"number_alike": 0, "bracket_alike": 0}), None
     ).startswith("not reproduced")

@@ -206,9 +206,10 @@ def test_simmap_report_shows_block_means_json_every_value(long, tmp_path, capsys
     full = torch.tensor(json.loads(js.read_text())["maps"]["final/dot"])
     assert full.shape == (T, T)
     page = (out / "index.html").read_text()
-    spec = json.loads(html.unescape(re.search(r"data-spec='([^']*)'", page).group(1)))
-    z = torch.tensor(spec["z"], dtype=torch.float64)
-    assert z.shape == (400, 400) and spec["row_labels"][1].startswith("3-5 ")
+    # the map is drawn on the page from its document (results.js's simmap_view): the block means and their labels
+    doc = json.loads(html.unescape(re.search(r"data-result='simmap_view' data-doc='([^']*)'", page).group(1)))
+    z = torch.tensor(doc["maps"]["final/dot"], dtype=torch.float64)
+    assert z.shape == (400, 400) and doc["labels"][1].startswith("3-5 ") and doc["block"] == 3
     want = full.double().reshape(400, 3, 400, 3).mean((1, 3))
     assert torch.allclose(z, want, rtol=5e-3, atol=1e-6)  # the report keeps 3 significant digits
 

@@ -27,6 +27,7 @@ from walklens.reports import notebook
 PARTS = {
     "Batch": "capture's batch, read through its traces",
     "Step": "one step of record_steps",
+    "Generation": "one sequence of generate_batch, shown through its decoding walk and its trace",
     "CompactSpec": "a setting",
     "Eigen": "ov maths, part of PowerSpectra",
     "FactoredMatrix": "ov maths, part of PowerSpectra",

@@ -249,6 +249,7 @@ class _Page(HTMLParser):
         named = dict(attrs)
         if named.get("data-result") and named.get("data-doc"):  # a result drawn by results.js from its document
             self.docs[named["data-result"]] = json.loads(named["data-doc"])
+            self.specs.append(self.docs[named["data-result"]])  # its strings reach the page by textContent too
 
     def handle_endtag(self, tag: str) -> None:
         if self._in and self._in[-1] == tag:
@@ -326,7 +327,7 @@ def test_walk_and_simmap_reports_escape_every_field(llama):
     assert all(show(e) in text for e in EVIL)  # the tables and the nearest-token grid
     # spec strings are inserted with textContent by plots.js: raw, not pre-escaped (else '&lt;' would show)
     for e in EVIL:
-        assert any(show(e) in s for s in data) and any(repr(e) in s for s in data), e  # labels; hover
+        assert any(show(e) in s for s in data), e  # labels and hover, from the documents drawn on the page
     assert not any("&lt;" in s for s in data)
 
     dw = walklens.decoding_walk(llama, "the capital of", max_new_tokens=3, stop_at_eos=False)
@@ -336,7 +337,8 @@ def test_walk_and_simmap_reports_escape_every_field(llama):
 
     maps = {f"embed/{EVIL[1]}": walklens.similarity_map(tr, "embed", "cosine")}
     page = _check(simmap_report.build(maps, toks, EVIL[2], EVIL[3], figures=False).render(), EVIL[2])
-    assert page.specs[0]["row_labels"] == [show(t) for t in toks]
+    data = list(_strings(page.specs))  # the map's document: its labels reach the page by textContent
+    assert all(any(t in s or show(t) in s for s in data) for t in toks)
     assert EVIL[1] in "".join(page.text)
 
 
@@ -382,12 +384,13 @@ def test_each_view_shown_once_pngs_linked(llama, tmp_path):
     labels = walklens.analyses.walks.labels_for(llama.tokenizer, ids)
     path = walk_report.build(walks, labels, "walk").save(tmp_path / "walk")
     html = path.read_text()
-    assert html.count("class='wl-heatmap'") == 4 and "<img" not in html
+    # the rank maps are drawn on the page from their documents (results.js's rankMap, the explorer's own function)
+    assert html.count("data-result='rank_map'") == len(walks) and "<img" not in html  # one per walk, both maps
     pngs = re.findall(r"<a href='([^']+\.png)'>", html)
     assert sorted(pngs) == sorted(f"rank_{w}_{k}.png" for w in ("input", "next") for k in walks)
     assert all((tmp_path / "walk" / p).stat().st_size > 1000 for p in pngs)
 
     sim = simmap_report.build({"embed/cosine": walklens.similarity_map(tr, "embed", "cosine")}, tr.tokens, "s")
     html = sim.save(tmp_path / "sim").read_text()
-    assert html.count("class='wl-heatmap'") == 1 and "<img" not in html
+    assert html.count("data-result='simmap_view'") == 1 and "<img" not in html  # drawn from its document
     assert (tmp_path / "sim" / "simmap_embed_cosine.png").is_file() and "href='simmap_embed_cosine.png'" in html

@@ -241,7 +241,10 @@ def test_verdicts_follow_the_evidence():
     f = {"chance_control_lo": 0.3, "chance_control_hi": 0.45, "own_vs_shuffled_lo": 0.4, "gold_vs_distractors_lo": 0.4}
     assert RULES["concept_eval"](Measured("m", 10, 0.9, 0.8, 1.0, "", f), None).startswith("not decided")
     f["chance_control_hi"] = 0.6
-    assert RULES["concept_eval"](Measured("m", 10, 0.9, 0.8, 1.0, "", f), None).startswith("partly")
+    # above 1/2 and above its chance control: still a topic check, not footnote 12's evaluator (issue 54)
+    assert RULES["concept_eval"](Measured("m", 10, 0.9, 0.8, 1.0, "", f), None).startswith(
+        "not reproduced: a topic check"
+    )
     assert RULES["concept_eval"](Measured("m", 10, 0.5, 0.4, 0.6, "", f), None).startswith("not reproduced")
     sb = {"p_sink": 0.5, "sig_sink": 10.0, "expected": 13.5, "sink": 0.1}
     assert RULES["self_bias"](Measured("m", 270, 0.4, 0.4, 0.4, "", sb), None).startswith("not reproduced")

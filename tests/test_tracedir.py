@@ -86,7 +86,7 @@ class Spy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.writers: list[Any] = []
         self.recorders: list[Any] = []
-        real_writer, real_init = capture_module.trace_writer, capture_module._Recorder.__init__
+        real_writer, real_init = capture_module.trace_writer, capture_module.Recorder.__init__
         spy = self
 
         def writer(*a: Any, **k: Any) -> Any:
@@ -108,7 +108,7 @@ class Spy:
             spy.recorders.append(rec)
 
         monkeypatch.setattr(capture_module, "trace_writer", writer)
-        monkeypatch.setattr(capture_module._Recorder, "__init__", init)
+        monkeypatch.setattr(capture_module.Recorder, "__init__", init)
 
     @property
     def written(self) -> list[str]:

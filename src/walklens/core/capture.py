@@ -94,7 +94,7 @@ class _Stop(Exception):
     """Raised by the hook that writes the last needed point, to end the forward pass there (caught below)."""
 
 
-class _Recorder:
+class Recorder:
     """Writes hook outputs straight into one preallocated [points, batch, tokens, D] buffer per stack, or, with a
     ``sink`` (a trace folder's writer), hands each point to it as it is computed and keeps nothing.
 
@@ -249,7 +249,7 @@ def point_names(spec: StackSpec, residual: str, n_layers: int) -> list[str]:
     return names
 
 
-def _select(names: list[str], patterns: Sequence[str] | None) -> list[str]:
+def select_points(names: list[str], patterns: Sequence[str] | None) -> list[str]:
     if not patterns:
         return names
     keep = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
@@ -259,7 +259,7 @@ def _select(names: list[str], patterns: Sequence[str] | None) -> list[str]:
 
 
 def _register(
-    rec: _Recorder, hooks: Hooks, lm: LoadedModel, specs: Sequence[StackSpec], attentions: bool, n_layers: int
+    rec: Recorder, hooks: Hooks, lm: LoadedModel, specs: Sequence[StackSpec], attentions: bool, n_layers: int
 ) -> None:
     """The recorder's hooks on every module of ``specs`` and on the token embeddings (a module shared by
     several stacks, T5's, feeds them in call order)."""
@@ -273,13 +273,13 @@ def _register(
         rec.embed(hooks, get_module(model, adapter.embed), [sp.name for sp in specs])
 
 
-def _check_written(rec: _Recorder) -> None:
+def check_written(rec: Recorder) -> None:
     if rec.missing:
         names = ", ".join(sorted(f"{s}:{n}" if len(rec.names) > 1 else n for s, n in rec.missing))
         raise WalklensError(f"the forward pass never produced the point(s) {names}")
 
 
-def _record_dtype(lm: LoadedModel, dtype: torch.dtype | None) -> torch.dtype:
+def record_dtype(lm: LoadedModel, dtype: torch.dtype | None) -> torch.dtype:
     """The dtype vectors are recorded in: ``dtype``, or the model's own when None."""
     dtype = lm.dtype if dtype is None else dtype
     if dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
@@ -331,7 +331,7 @@ def _record_to(lm: LoadedModel, to: str | os.PathLike[str], p: _Pass, dtype: tor
     with trace_writer(to, new_manifest(lm, p.names, p.ids, dtype)) as writer:
         missing = {s.name: writer.missing(s.name) for s in p.specs}
         if any(missing.values()):
-            rec = _Recorder(dtype, residual, stop_early=p.stop_early, sink=writer.write)
+            rec = Recorder(dtype, residual, stop_early=p.stop_early, sink=writer.write)
             for s in p.specs:
                 rec.add_stack(s.name, missing[s.name])
             with Hooks() as hooks:
@@ -340,12 +340,12 @@ def _record_to(lm: LoadedModel, to: str | os.PathLike[str], p: _Pass, dtype: tor
                     p.run()
                 except _Stop:
                     pass
-            _check_written(rec)
+            check_written(rec)
         writer.finish()
 
 
 def _traces(
-    lm: LoadedModel, rec: _Recorder, ids: torch.Tensor, dec_ids: torch.Tensor | None, n_layers: int
+    lm: LoadedModel, rec: Recorder, ids: torch.Tensor, dec_ids: torch.Tensor | None, n_layers: int
 ) -> list[Trace]:
     """One :class:`Trace` per stack of what ``rec`` recorded (T5: the encoder's, then the decoder's)."""
     adapter = lm.adapter
@@ -407,15 +407,15 @@ def capture(
     tl = naming(names) == TRANSFORMERLENS
     if to is not None and (attentions or tl):
         raise InputError("to= writes the points under walklens names, without attention maps: capture those in memory")
-    dtype = _record_dtype(lm, dtype)
+    dtype = record_dtype(lm, dtype)
     model, adapter = lm.model, lm.adapter
     ids = tokenize(lm, text, truncate=truncate).to(lm.device)
     n_layers = adapter.n_layers(model.config)
     residual = adapter.residual_kind(model.config)
-    rec = _Recorder(dtype, residual)
+    rec = Recorder(dtype, residual)
     for spec in adapter.stacks:
         every = point_names(spec, residual, n_layers)
-        rec.add_stack(spec.name, tl_select(lm, every, points) if tl else _select(every, points))
+        rec.add_stack(spec.name, tl_select(lm, every, points) if tl else select_points(every, points))
 
     kwargs, dec_ids = _forward_inputs(lm, ids, decoder_text, truncate)
     if to is not None:
@@ -425,7 +425,7 @@ def capture(
     with Hooks() as hooks:
         _register(rec, hooks, lm, adapter.stacks, attentions, n_layers)
         model(**kwargs)
-    _check_written(rec)
+    check_written(rec)
 
     traces = _traces(lm, rec, ids, dec_ids, n_layers)
     main = traces[-1]
@@ -495,7 +495,7 @@ def capture_batch(
     encoder-decoder models run their encoder alone).  ``dtype``: the record dtype, as in :func:`capture`.
     ``to``: each point written to this trace folder as it is computed, as in :func:`capture`; the Batch's
     ``hidden`` then reads the folder lazily (a :class:`~walklens.core.tracedir.PointStack`)."""
-    dtype = _record_dtype(lm, dtype)
+    dtype = record_dtype(lm, dtype)
     points = [points] if isinstance(points, str) else list(points)
     if not seqs or any(len(s) == 0 for s in seqs):
         raise EmptyTextError("a sequence of the batch is empty")
@@ -521,7 +521,7 @@ def capture_batch(
         _record_to(lm, to, _Pass([spec], {spec.name: names}, listed, run, stop_early), dtype)
         hidden = PointStack(open_folder(to, lm, "to"), spec.name, None)
         return Batch(points=names, hidden=cast(torch.Tensor, hidden), mask=mask, token_ids=ids, stack=spec.name)
-    rec = _Recorder(dtype, residual, device=lm.device, stop_early=stop_early)
+    rec = Recorder(dtype, residual, device=lm.device, stop_early=stop_early)
     rec.add_stack(spec.name, names)
     with Hooks() as hooks:
         _register(rec, hooks, lm, [spec], False, n_layers)
@@ -529,7 +529,7 @@ def capture_batch(
             run()
         except _Stop:
             pass
-    _check_written(rec)
+    check_written(rec)
     return Batch(points=names, hidden=rec.hidden[spec.name], mask=mask, token_ids=ids, stack=spec.name)
 
 
@@ -551,7 +551,7 @@ def capture_texts(
     seqs = [tokenize(lm, t, truncate=truncate)[0].tolist() for t in texts]
     spec = lm.reading_stack
     every = point_names(spec, lm.adapter.residual_kind(lm.config), lm.n_layers)
-    capture_batch(lm, seqs, _select(every, points), stack=spec.name, dtype=dtype, to=to)
+    capture_batch(lm, seqs, select_points(every, points), stack=spec.name, dtype=dtype, to=to)
     source = open_folder(to, lm, "to")
     return [Trace.open(source, lm, item=i) for i in range(len(seqs))]
 

@@ -45,7 +45,7 @@ from ..base.hooks import Hooks, first_output
 from ..base.numbers import POSITIVE_INT, SEED
 from ..base.precision import dtype_name
 from ..models.base import get_module
-from .capture import _check_written, _record_dtype, _Recorder, _select, context_limit, point_names, tokenize
+from .capture import Recorder, check_written, context_limit, point_names, record_dtype, select_points, tokenize
 from .sampling import StepRecord, check_sampling, eos_ids, read_step, sampler
 from .trace import Trace
 
@@ -203,7 +203,7 @@ def _watch(hooks: Hooks, lm: LoadedModel, batch: _Batch) -> None:
     hooks.post(lm.model, logits)
 
 
-class _CallRecorder(_Recorder):
+class _CallRecorder(Recorder):
     """Capture's recorder, reading a module output flattened to [B*T, D] (OPT's feed-forward) as [B, T, D]."""
 
     def put(self, stack: str, name: str, x: torch.Tensor) -> None:
@@ -239,7 +239,7 @@ class _Calls:
         rec.missing = {(s, n) for n in self.names}
 
     def _end(self) -> None:
-        _check_written(self.rec)
+        check_written(self.rec)
         self.batch.calls.append(self.rec.hidden[self.spec.name].cpu())
 
 
@@ -457,10 +457,10 @@ def _plan(
             )
         pts = [points] if isinstance(points, str) else list(points)
         spec = lm.adapter.stack()
-        names = _select(point_names(spec, lm.adapter.residual_kind(lm.config), lm.n_layers), pts)
+        names = select_points(point_names(spec, lm.adapter.residual_kind(lm.config), lm.n_layers), pts)
     pad = lm.tokenizer.pad_token_id
     pad = int(pad) if pad is not None else min(ends, default=0)
-    rec = _record_dtype(lm, dtype)
+    rec = record_dtype(lm, dtype)
     return _Plan(n=n, sampling=sampling, eos=ends, walk=walk, points=names, dtype=rec, logits=logits, pad=pad)
 
 

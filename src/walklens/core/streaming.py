@@ -212,7 +212,7 @@ def _tensors(module: nn.Module) -> list[torch.Tensor]:
 
 def _mapping(model: Any) -> list[Any]:
     """transformers' weight renamings and conversions for this model (what ``from_pretrained`` applies)."""
-    from transformers.modeling_utils import get_model_conversion_mapping  # type: ignore[attr-defined]
+    from transformers.modeling_utils import get_model_conversion_mapping  # type: ignore[attr-defined]  # not in its __all__
 
     return list(get_model_conversion_mapping(model, None, None) or [])
 
@@ -302,7 +302,7 @@ def stream_weights(model: nn.Module, adapter: Adapter, weights: Weights, dtype: 
 
 def skeleton(model_class: Any, config: Any, dtype: torch.dtype) -> Any:
     """The model's module tree with its parameters on ``meta`` and its buffers real (the rotary tables)."""
-    from accelerate import init_empty_weights  # type: ignore[import-untyped]
+    from accelerate import init_empty_weights  # type: ignore[import-untyped]  # accelerate ships no stubs
 
     with init_empty_weights(include_buffers=False):
         model = model_class.from_config(config, dtype=dtype, attn_implementation="eager")

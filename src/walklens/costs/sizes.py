@@ -91,13 +91,13 @@ HTML_FIXED = 3.0 * len(Report("").render().encode())
 
 
 def _walk_cell(label: str = "token", rank: int = 1234) -> float:
-    """One (position, point) of the walk report (:mod:`walklens.reports.walk`): in each of its two rank maps a
-    cell, ``log10(1 + rank)`` at DIGITS decimals, and its tooltip (both ranks and the TOP_HOVER nearest tokens);
-    in the nearest-token grid a coloured cell."""
+    """One (position, point) of the walk report (:mod:`walklens.reports.walk`): in the walk's rank-map document
+    (one per walk, drawn by results.js's ``rankMap``, both maps from it) a cell, ``log10(1 + rank)`` at DIGITS
+    decimals, with its ranks and the TOP_HOVER nearest tokens once; in the nearest-token grid a coloured cell."""
     hover = f"rank of w_t {rank}, of w_t+1 {rank}\nnearest: " + ", ".join([repr(label)] * TOP_HOVER)
     cell = per_number([round(math.log10(1 + rank), DIGITS)], _spec) + per_number([hover], _spec)
     grid = len(f"<td style='background:#c8f0c8'>{html.escape(label)}</td>")
-    return 2 * cell + grid
+    return cell + grid
 
 
 #: a (position, point) of the walk report

@@ -94,4 +94,4 @@ CARD_ROW = plain("card row", "id", "file", "model", "set", "n_cells")
 reply("/api/cards", plain("cards reply", cards=ListOf(CARD_ROW)))
 reply("/api/card", plain("card reply", "file", "title", parts=PARTS))
 
-__all__ = ["PARTS", "RUN", "SWEEP"]
+__all__: list[str] = []  # declared into walklens.reports.schemas; nothing exported here
