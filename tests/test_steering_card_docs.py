@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEERING = ROOT / "docs" / "results" / "steering"
 FILES = sorted(STEERING.glob("*.json"))  # SmolLM2-135M, --limit 8
 GEMMA3 = sorted((STEERING / "gemma3").glob("*.json"))  # Gemma 3 270M, --limit 8
+COMPLETE = sorted((STEERING / "complete").glob("smollm2-135m_*.json"))  # every held-out prompt, every method
 
 
 def render(files: list[Path] = FILES) -> str:
@@ -23,7 +24,7 @@ def render(files: list[Path] = FILES) -> str:
     ).stdout
 
 
-@pytest.mark.parametrize("files", [FILES, GEMMA3], ids=["smollm2", "gemma3"])
+@pytest.mark.parametrize("files", [FILES, GEMMA3, COMPLETE], ids=["smollm2", "gemma3", "smollm2-complete"])
 def test_the_docs_tables_are_the_result_files(files: list[Path]) -> None:
     assert len(files) == 3, "a committed steering card per shipped set"
     tables = render(files)

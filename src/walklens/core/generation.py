@@ -22,11 +22,12 @@
 
 **Equal to one at a time** (tests/test_generation.py, every tiny family; tests/test_generation_real.py): left
 padding and the attention mask leave each row's numbers as they are up to the kernels, which depend on the batch's
-shape.  In float32 on CPU the logits differ by about 1e-6 and every token is the same.  In bfloat16 most families'
-logits are the same bits; Phi, GPT-J, CodeGen and BLOOM (fused or reordered products whose rounding depends on the
-shape) differ by up to one bfloat16 step, so a near-tie may pick another token: the tests then compare the logits
-within bfloat16's tolerance.  A family whose rotary scaling depends on the length of the padded batch (LongRoPE,
-dynamic NTK: Phi-3's long-context variants) is batched by prompt length, each batch without padding.
+shape.  In float32 on CPU the logits differ by about 1e-6 and every token is the same.  In bfloat16 most tiny
+families' logits are the same bits (Phi, GPT-J, CodeGen, BLOOM, Gemma 2 and Qwen3-MoE: up to one bfloat16 step);
+on SmolLM2 and Gemma 3 a few steps (3.3e-2 and 1.8e-2 of the largest logit), so a near-tie may pick another token
+(one greedy sequence of four on each): the tests then compare the logits within bfloat16's tolerance.  A family
+whose rotary scaling depends on the length of the padded batch (LongRoPE, dynamic NTK: Phi-3's long-context
+variants) is batched by prompt length, each batch without padding.
 """
 
 from __future__ import annotations
@@ -120,7 +121,10 @@ class _Batch:
 
     def choose(self, scores: torch.Tensor) -> torch.Tensor:
         """The processor: each live row's token from its own raw logits; an ended row gets the pad id."""
-        assert self.logits is not None  # the model's output hook ran for this call
+        logits = self.logits
+        assert logits is not None  # the model's output hook ran for this call
+        bad = (torch.isnan(logits).any(-1) | torch.isposinf(logits).any(-1)).tolist()
+        greedy = logits.argmax(-1).tolist()  # each row's argmax (the same as the row's own)
         forced = torch.full_like(scores, float("-inf"))
         live = 0
         for b, g in enumerate(self.gens):
@@ -128,25 +132,26 @@ class _Batch:
                 self.fed[b] = True  # this call consumed the row's last token
                 forced[b, self.plan.pad] = 0.0
                 continue
-            forced[b, self._step(b, g, self.logits[b])] = 0.0
+            if len(g.token_ids) < self.plan.logits:
+                g.logits.append(logits[b].clone())
+            forced[b, self._step(b, g, None if bad[b] else int(greedy[b]))] = 0.0
             live += 1
         if self.bar is not None:
             self.bar.update(live)
         return forced
 
-    def _step(self, b: int, g: Generation, logits: torch.Tensor) -> int:
-        """Row ``b``'s token at this step (the pad id when its logits are not finite), recorded; marks the row
-        ended at an end-of-sequence id, at ``n`` tokens or at non-finite logits."""
-        if len(g.token_ids) < self.plan.logits:
-            g.logits.append(logits.clone())
-        if bool(torch.isnan(logits).any() or torch.isposinf(logits).any()):
+    def _step(self, b: int, g: Generation, greedy: int | None) -> int:
+        """Row ``b``'s token at this step, recorded (``greedy``: its argmax; None when its logits are not finite: the
+        row ends there, with the pad id); marks the row ended at an end-of-sequence id or at ``n`` tokens."""
+        if greedy is None:
             g.finite, self.done[b] = False, True
             return self.plan.pad
+        assert self.logits is not None
         pick = self.picks[b]
-        choice = int(logits.argmax()) if pick is None else pick(logits.cpu())
+        choice = greedy if pick is None else pick(self.logits[b].cpu())
         if self.plan.walk is not None:
             assert self.d is not None
-            g.steps.append(read_step(logits.cpu(), choice, self.d[b].cpu(), self.plan.walk))
+            g.steps.append(read_step(self.logits[b].cpu(), choice, self.d[b].cpu(), self.plan.walk))
         g.token_ids.append(choice)
         if choice in self.plan.eos:
             g.stopped_at_eos = True
