@@ -226,19 +226,8 @@ def decoding_walk(
     target_ids, target_text = _target(lm, target)
     _check_context(lm, ids, len(target_ids))
     records, prompt_prev = _teacher_forced(lm, ids, target_ids, k)
-    return _assemble(
-        lm,
-        prompt,
-        ids,
-        (records, prompt_prev, False),
-        sample=False,
-        seed=seed,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        target=target_text,
-        target_ids=target_ids,
-    )
+    settings = _settings(False, seed, temperature, top_k, top_p)
+    return _assemble(lm, prompt, ids, (records, prompt_prev, False), settings, (target_text, target_ids))
 
 
 @torch.no_grad()
@@ -285,16 +274,15 @@ def decoding_walks(
             p,
             torch.tensor([g.prompt_ids]),
             (g.steps, g.prompt_prev, g.stopped_at_eos),
-            sample=sample,
-            seed=g.seed,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            target=None,
-            target_ids=None,
+            _settings(sample, g.seed, temperature, top_k, top_p),
         )
         for p, g in zip(prompts, gens)
     ]
+
+
+def _settings(sample: bool, seed: int, temperature: float, top_k: int | None, top_p: float | None) -> dict[str, Any]:
+    """The generation settings a :class:`DecodingWalk` records, by field name."""
+    return dict(sample=sample, seed=seed, temperature=temperature, top_k=top_k, top_p=top_p)
 
 
 def _target(lm: LoadedModel, target: str | Sequence[int]) -> tuple[torch.Tensor, str]:
@@ -329,14 +317,14 @@ def _assemble(
     prompt: str,
     ids: torch.Tensor,
     walked: tuple[list[StepRecord], torch.Tensor | None, bool],
-    *,
-    target: str | None,
-    target_ids: torch.Tensor | None,
-    **settings: Any,
+    settings: dict[str, Any],
+    targeted: tuple[str, torch.Tensor] | None = None,
 ) -> DecodingWalk:
     """The walk from its step records, the prompt's second-to-last d and whether it stopped at an end of
-    sequence (``walked``)."""
+    sequence (``walked``), its generation ``settings`` (:func:`_settings`) and the teacher-forced target's text
+    and ids (``targeted``; None: generated)."""
     records, prompt_prev, stopped = walked
+    target, target_ids = targeted if targeted is not None else (None, None)
     if not records:  # a walk whose first logits were not finite (an overflowing intervention) has no step
         raise InputError("the model's first logits are not finite (NaN or inf): the walk has no step")
     tok = lm.tokenizer
