@@ -26,14 +26,18 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MODEL,
         help=f"short name, .gguf path, local directory or hub id (default: {DEFAULT_MODEL})",
     )
-    p.add_argument(
-        "--dtype",
-        choices=tuple(DTYPES),
-        default=DEFAULT_DTYPE,
-        help=f"the dtype the model runs in (default: {DEFAULT_DTYPE}; see docs/dtype.md)",
+    add_dtype_device_args(
+        p, DEFAULT_DTYPE, f"the dtype the model runs in (default: {DEFAULT_DTYPE}; see docs/dtype.md)"
     )
-    p.add_argument("--device", choices=DEVICES, default="cpu", help="where the model runs (default: cpu)")
     add_stream_arg(p)
+
+
+def add_dtype_device_args(
+    p: argparse.ArgumentParser, default: str, dtype_help: str, device_help: str = "where the model runs (default: cpu)"
+) -> None:
+    """``--dtype`` (one of the dtypes, ``default``) and ``--device`` (default cpu), with their help texts."""
+    p.add_argument("--dtype", choices=tuple(DTYPES), default=default, help=dtype_help)
+    p.add_argument("--device", choices=DEVICES, default="cpu", help=device_help)
 
 
 def add_stream_arg(p: argparse.ArgumentParser) -> None:
@@ -51,8 +55,7 @@ def add_model_arg(p: argparse.ArgumentParser) -> None:
     """The model as a positional argument, with ``--dtype`` (default float32) and ``--device``: the commands about
     the model itself (``verify``, ``adapter``)."""
     p.add_argument("model", help="short name, .gguf path, local directory or hub id")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32", help="the dtype (default float32)")
-    p.add_argument("--device", choices=DEVICES, default="cpu", help="where the model runs (default: cpu)")
+    add_dtype_device_args(p, "float32", "the dtype (default float32)")
 
 
 def add_output_args(p: argparse.ArgumentParser, out: bool = True) -> None:

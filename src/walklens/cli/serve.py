@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import InputError
-from ..base.precision import DEFAULT_DTYPE, DEVICES, DTYPES
+from ..base.precision import DEFAULT_DTYPE, DTYPES
 from ..costs import GB
-from .common import load_within, memory_budget
+from .common import add_dtype_device_args, load_within, memory_budget
 from .limits import add_limit_args
 from .terminal import add_command
 
@@ -39,13 +39,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="M",
         help="a model to load (repeat for several; NAME@DTYPE for a dtype; default smollm2-135m)",
     )
-    p.add_argument(
-        "--dtype",
-        choices=tuple(DTYPES),
-        default=DEFAULT_DTYPE,
-        help=f"dtype of the models without @DTYPE (default {DEFAULT_DTYPE})",
+    add_dtype_device_args(
+        p,
+        DEFAULT_DTYPE,
+        f"dtype of the models without @DTYPE (default {DEFAULT_DTYPE})",
+        "where the models run (default: cpu)",
     )
-    p.add_argument("--device", choices=DEVICES, default="cpu", help="where the models run (default: cpu)")
     p.add_argument("--db", metavar="PATH", help="a results database to browse in the sweeps view (read-only)")
     p.add_argument(
         "--card",
