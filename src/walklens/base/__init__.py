@@ -3,8 +3,6 @@ tables as data frames.  Its public names: the errors and :class:`Hooks`."""
 
 from __future__ import annotations
 
-import importlib
-
 from .exports import lazy_exports, names
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
@@ -21,5 +19,5 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "hooks": ("Hooks",),
 }
 
-__getattr__ = lazy_exports(globals(), _PUBLIC, lambda module: importlib.import_module(f".{module}", __name__))
+__getattr__ = lazy_exports(globals(), _PUBLIC)
 __all__ = names(_PUBLIC)
