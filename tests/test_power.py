@@ -262,7 +262,7 @@ def test_weights_bit_identical_after_exit_even_on_error(family):
     lm = tiny_model(family)
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
     with pytest.raises(RuntimeError):
-        with walklens.steer(lm, toward=" dog", layers=[0, 1], alpha=3.0):
+        with walklens.steer(lm, toward=" dog", layers=[0, 1], alpha=3.0, method="eigen", sign=1):
             assert not all(torch.equal(before[k], v) for k, v in lm.model.state_dict().items())
             raise RuntimeError("boom")
     assert all(torch.equal(before[k], v) for k, v in lm.model.state_dict().items())
@@ -275,7 +275,7 @@ def test_weights_bit_identical_after_exit_even_on_error(family):
 def test_eigen_edit_realises_rank_one_update_mha(gpt2):
     u, _, _ = direction(gpt2, " cat")
     F0 = ov_matrix(gpt2, 1)
-    with walklens.steer(gpt2, toward=" cat", layers=1, alpha=2.5) as r:
+    with walklens.steer(gpt2, toward=" cat", layers=1, alpha=2.5, method="eigen", sign=1) as r:
         F1 = ov_matrix(gpt2, 1)
     assert r.edits[0].reach == pytest.approx(1.0, abs=1e-9)  # u is in the value space: F' = F + alpha u u^T
     assert torch.allclose(F1 - F0, 2.5 * torch.outer(u, u), atol=1e-5)
@@ -287,12 +287,12 @@ def test_eigen_edit_gqa_projects_read_side(llama):
     A, _ = ov_factors(llama, 0)
     w = A @ (torch.linalg.pinv(A) @ u)
     F0 = ov_matrix(llama, 0)
-    with walklens.steer(llama, toward=" cat", layers=[0], alpha=1.5) as r:
+    with walklens.steer(llama, toward=" cat", layers=[0], alpha=1.5, method="eigen", sign=1) as r:
         F1 = ov_matrix(llama, 0)
     assert torch.allclose(F1 - F0, 1.5 * torch.outer(w, u), atol=1e-5)
     assert r.edits[0].reach == pytest.approx(float(w.norm()), rel=1e-9) and r.edits[0].reach < 1
     # u F' = u F + alpha |P u|^2 u: with large alpha u becomes the principal left eigenvector
-    with walklens.steer(llama, toward=" cat", layers=[0], alpha=200.0):
+    with walklens.steer(llama, toward=" cat", layers=[0], alpha=200.0, method="eigen", sign=1):
         e = eigen_factored(*ov_factors(llama, 0))
     assert abs(float(e.v1 @ u)) > 0.99
 
@@ -300,10 +300,10 @@ def test_eigen_edit_gqa_projects_read_side(llama):
 @pytest.mark.parametrize("method", ["eigen", "add"])
 def test_target_logit_rises_monotonically_with_alpha(llama, method):
     tid = llama.tokenizer(" cat", add_special_tokens=False)["input_ids"][0]
-    vals = []
+    text, vals = "the dog and the cat and the", []
     for a in [0.0, 1.0, 2.0, 4.0, 8.0]:
-        with walklens.steer(llama, toward=" cat", layers=[0, 1], alpha=a, method=method):
-            vals.append(float(_logits(llama, "the dog and the cat and the")[tid]))
+        with walklens.steer(llama, toward=" cat", layers=[0, 1], alpha=a, method=method, prompts=[text]):
+            vals.append(float(_logits(llama, text)[tid]))
     assert all(b > a for a, b in zip(vals, vals[1:])), vals
 
 
@@ -390,6 +390,8 @@ def test_cli_power_and_steer(tiny_dir, tmp_path, capsys):
                 "0-1",
                 "--alpha",
                 "0,4",
+                "--method",
+                "both",
                 "--max-new-tokens",
                 "2",
                 "--model",
@@ -421,7 +423,7 @@ def test_real_smollm2_factored_equals_dense_and_steer_restores(smollm2):
         assert _same_subspace(s.basis, d.basis) > 1 - 1e-6
     p = smollm2.model.model.layers[10].self_attn.o_proj.weight
     before = p.detach().clone()
-    with walklens.steer(smollm2, toward=" Paris", layers=[10], alpha=5.0) as r:
+    with walklens.steer(smollm2, toward=" Paris", layers=[10], alpha=5.0, method="eigen") as r:
         assert not torch.equal(p, before)
         assert r.edits[0].error < 1e-4 and 0 < r.edits[0].reach < 1  # GQA: 3 kv heads of 64 < 576
     assert torch.equal(p, before)
@@ -448,7 +450,7 @@ def test_shared_layer_is_edited_once_and_restored():
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
     u = torch.randn(32, dtype=torch.float64)
     F0 = ov_matrix(lm, 0)
-    with walklens.steer(lm, toward=u, layers=[0, 1, 2], alpha=1.5) as r:
+    with walklens.steer(lm, toward=u, layers=[0, 1, 2], alpha=1.5, method="eigen", sign=1) as r:
         assert len(r.edits) == 1 and r.edits[0].shared_with == [0, 1, 2]
         F1 = ov_matrix(lm, 2)
     un = u / u.norm()

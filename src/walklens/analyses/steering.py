@@ -14,8 +14,21 @@ into the per-head blocks of W_O, which is right for grouped-query attention beca
 value matrix of h's key/value head.  The realised F' - F is recomputed from the edited weights and its
 error reported.
 
-**Activation addition** (``method="add"``): forward hooks add ``alpha u`` to the residual stream at the
-output of the same layers (the usual steering-vector method).
+**Activation addition** (``method="add"``, the default): forward hooks add ``alpha u`` to the residual stream at
+the output of the same layers (the usual steering-vector method; the one the steering card's held-out verdict
+favours on token and topic targets, docs/power.md).
+
+**The sign.**  Eigen-steering is sign-blind: the edit writes ``alpha (x . w) u``, so whether a positive alpha
+moves a text toward u depends on the sign of ``x . w``.  So that ``toward`` means toward, :func:`steer` and
+:func:`steering_sweep` choose the sign of the edit on texts: the one of ``+alpha`` and ``-alpha`` under which
+the target's mean log-probability (the next token after each prompt; every position of the neutral texts
+:data:`NEUTRAL` when no prompts are given) is the larger, and report it (``sign``; ``sign=+1`` or ``-1`` applies
+the seed's edit as given).
+
+**Coherence** is measured as the steering card measures it: the KL(unsteered || steered) of the next-token
+distribution on :data:`NEUTRAL` (mean over positions and texts), the share of repeated 3-grams of a continuation
+and its distinct-2 (distinct bigrams over bigrams); the continuation's perplexity under the unsteered model is
+kept beside them.
 
 Both are interventions of :mod:`walklens.core.interventions` (:func:`~walklens.core.interventions.eigen_edit`,
 :func:`~walklens.core.interventions.add_to_residual`): context managers that restore the model exactly on exit
@@ -36,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..base.display import Shown
-from ..base.errors import InputError, NonFiniteWarning, UnsupportedFamilyError, utf8_text
+from ..base.errors import InputError, NonFiniteWarning, UnsupportedFamilyError, WalklensWarning, utf8_text
 from ..base.frames import Columns, DataFrame, frame, pick, record_table
 from ..base.hooks import Hooks, distinct, first_output
 from ..core.capture import capture, tokenize
@@ -50,7 +63,10 @@ if TYPE_CHECKING:
 @dataclass
 class SteerResult(Shown, view="steering_edit"):
     """What a :func:`steer` context did: the unit direction ``u``, its label and target token id, and for
-    eigen-steering one :class:`SteerEdit` per edited module."""
+    eigen-steering one :class:`SteerEdit` per edited module.  ``sign``: the sign the seed's edit was applied
+    with (its alpha is ``sign * alpha``; always 1 for activation addition); ``chosen_on``: where it was chosen
+    (``"prompts"``, ``"neutral texts"``, or ``"given"``); ``gain``: the mean change of the target's log-probability
+    (a vector target: of the last hidden state along u) on those texts at that sign (NaN when given)."""
 
     method: str
     alpha: float
@@ -59,6 +75,9 @@ class SteerResult(Shown, view="steering_edit"):
     label: str
     target_id: int | None
     edits: list[SteerEdit] = field(default_factory=list)
+    sign: int = 1
+    chosen_on: str = "given"
+    gain: float = math.nan
 
 
 def direction(lm: LoadedModel, toward: str | torch.Tensor) -> tuple[torch.Tensor, int | None, str]:
@@ -96,29 +115,101 @@ def _resid_dim(lm: LoadedModel) -> int:
     return hw.d_model
 
 
+#: the steering card's neutral sentences (src/walklens/lab/data/steering/*.jsonl, type "neutral"; a test keeps
+#: them equal): where the KL of the coherence check is read and, without prompts, eigen-steering's sign chosen
+NEUTRAL = (
+    "The committee will meet again on Thursday to review the budget.",
+    "He put the keys on the table and went upstairs.",
+    "Water boils at a lower temperature at high altitude.",
+    "The library is open from nine in the morning until six.",
+    "She wrote the numbers down in a small notebook.",
+    "The train was a few minutes late because of the weather.",
+    "Most of the shops in the town close early on Sunday.",
+    "The report describes how the software was tested.",
+)
+
+
 @contextmanager
 def steer(
-    lm: LoadedModel, toward: str | torch.Tensor, layers: int | Sequence[int], alpha: float, method: str = "eigen"
+    lm: LoadedModel,
+    toward: str | torch.Tensor,
+    layers: int | Sequence[int],
+    alpha: float,
+    method: str = "add",
+    *,
+    prompts: str | Sequence[str] | None = None,
+    sign: int | None = None,
 ) -> Iterator[SteerResult]:
-    """Steer ``lm`` toward ``toward`` (a token, a text or a [D] vector) at ``layers`` with strength
-    ``alpha`` inside a ``with`` block (seed 002).  ``method="eigen"``: rank-one W_O edit F' = F + alpha w u^T
-    (module docstring); ``"add"``: activation addition of alpha u at the layers' outputs.  Everything is
-    restored exactly on exit, even on error.  On a shared-weight stack (ALBERT) one edit or hook acts at every
-    depth."""
+    """Steer ``lm`` toward ``toward`` (a token, a text or a [D] vector) at ``layers`` with strength ``alpha``
+    inside a ``with`` block (seed 002).  ``method="add"`` (default): activation addition of alpha u at the
+    layers' outputs; ``"eigen"``: the rank-one W_O edit F' = F + alpha w u^T (module docstring), its sign chosen
+    so that the target's log-probability rises on ``prompts`` (default: the neutral texts :data:`NEUTRAL`), or
+    ``sign=+1``/``-1`` as given.  Everything is restored exactly on exit, even on error.  On a shared-weight
+    stack (ALBERT) one edit or hook acts at every depth."""
     if method not in ("eigen", "add"):
-        raise InputError(f"unknown steering method {method!r}; choose eigen or add")
+        raise InputError(f"unknown steering method {method!r}; choose add or eigen")
     if not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
         raise InputError(f"alpha must be a finite number, got {alpha!r}")
+    if sign not in (None, 1, -1):
+        raise InputError(f"sign must be 1, -1 or None (chosen on the prompts), got {sign!r}")
     ls = resolve_layers(lm, layers)
     u, tid, label = direction(lm, toward)
     res = SteerResult(method=method, alpha=float(alpha), layers=ls, u=u.float(), label=label, target_id=tid)
     if method == "eigen":
-        with eigen_edit(lm, ls, u, float(alpha)) as edits:
+        if sign is None and alpha != 0:
+            texts = NEUTRAL if prompts is None else _prompt_list(prompts)
+            res.sign, res.gain = choose_sign(lm, ls, u, tid, float(alpha), texts, last=prompts is not None)
+            res.chosen_on = "neutral texts" if prompts is None else "prompts"
+            if not res.gain > 0:
+                warnings.warn(
+                    f"eigen-steering at layers {ls} with alpha {alpha:g} lowers {label!r} on the {res.chosen_on} "
+                    f"whichever its sign (the better sign changes its mean log-probability by {res.gain:+.3g}); "
+                    "try another layer or strength, or method='add'",
+                    WalklensWarning,
+                    stacklevel=3,
+                )
+        elif sign is not None:
+            res.sign = sign
+        with eigen_edit(lm, ls, u, res.sign * float(alpha)) as edits:
             res.edits = edits
             yield res
     else:
         with add_to_residual(lm, ls, u, float(alpha)):
             yield res
+
+
+@torch.no_grad()
+def target_score(lm: LoadedModel, texts: Sequence[str], u: torch.Tensor, tid: int | None, last: bool) -> float:
+    """The mean log-probability of token ``tid`` as the next token (a vector target, ``tid`` None: the mean
+    projection of the last hidden state on ``u``) over ``texts``: at each text's last position (``last``) or at
+    every position; NaN when a pass is not finite."""
+    vals = []
+    for t in texts:
+        out = lm.model(input_ids=tokenize(lm, t).to(lm.device), use_cache=False, output_hidden_states=tid is None)
+        if tid is None:
+            x = out.hidden_states[-1][0].double().cpu() @ u
+        else:
+            x = torch.log_softmax(out.logits[0].double().cpu(), -1)[:, tid]
+        vals.append(x[-1:] if last else x)
+    v = torch.cat(vals)
+    return float(v.mean()) if bool(torch.isfinite(v).all()) else math.nan
+
+
+def choose_sign(
+    lm: LoadedModel, layers: list[int], u: torch.Tensor, tid: int | None, alpha: float, texts: Sequence[str], last: bool
+) -> tuple[int, float]:
+    """Eigen-steering's sign (module docstring, "The sign"): +1 or -1, whichever edit ``sign * alpha`` gives the
+    larger :func:`target_score` on ``texts`` (+1 on a tie or where neither is finite), and the gain it gives
+    over the unsteered score."""
+    if not lm.is_causal:
+        raise UnsupportedFamilyError("eigen-steering's sign is chosen on a causal LM's next token; pass sign=1 or -1")
+    base = target_score(lm, texts, u, tid, last)
+    scores = {}
+    for sg in (1, -1):
+        with eigen_edit(lm, layers, u, sg * alpha):
+            scores[sg] = target_score(lm, texts, u, tid, last)
+    best = -1 if math.isfinite(scores[-1]) and not scores[1] >= scores[-1] else 1
+    return best, scores[best] - base
 
 
 def activation_addition(
@@ -137,7 +228,12 @@ class SteerRow:
     (steered model); ``target_rank``: 0-based (0 = the target is the most probable token); ``text``: greedy
     continuation; ``perplexity``: of that continuation under the unsteered
     model; ``push``: (steered - unsteered) state at the first steered layer's output, last position, projected
-    on u (signed; activation addition gives exactly alpha), ``injection``: its norm."""
+    on u (signed; activation addition gives exactly alpha), ``injection``: its norm.  ``sign``: eigen-steering's
+    edit ran with ``sign * alpha``, the sign chosen on the sweep's prompts so that a positive alpha raises the
+    target (1 for activation addition); coherence as the steering card measures it: ``kl``, KL(unsteered ||
+    steered) of the next-token distribution on :data:`NEUTRAL` (mean over positions and texts; the same for every
+    prompt of a method, layers and alpha), ``repetition`` the share of the continuation's repeated 3-grams and
+    ``distinct`` its distinct-2 (NaN where it has none)."""
 
     method: str
     layers: list[int]
@@ -151,6 +247,10 @@ class SteerRow:
     perplexity: float
     push: float
     injection: float
+    sign: int = 1
+    kl: float = math.nan
+    repetition: float = math.nan
+    distinct: float = math.nan
 
 
 @dataclass
@@ -195,6 +295,10 @@ class SteeringSweep(Shown, view="steering_sweep"):
             "perplexity",
             "push",
             "injection",
+            "sign",
+            "kl",
+            "repetition",
+            "distinct",
         )
 
         def row(r: SteerRow) -> dict[str, Any]:
@@ -335,8 +439,10 @@ def steering_sweep(
 ) -> SteeringSweep:
     """Eigen-steering next to activation addition (seed 002's steering method vs the usual steering vector):
     for each method, layer set, alpha and prompt the target's next-token probability and rank, a greedy
-    continuation and its perplexity under the unsteered model.  ``add_alphas`` (default ``alphas``) is the
-    grid for activation addition, whose alpha is in residual-stream units."""
+    continuation, its coherence (KL on :data:`NEUTRAL`, repetition, distinct-2) and its perplexity under the
+    unsteered model.  ``add_alphas`` (default ``alphas``) is the grid for activation addition, whose alpha is in
+    residual-stream units.  Eigen-steering's sign is chosen per layer set and |alpha| on the prompts (a positive
+    alpha raises the target's mean log-probability, a negative one is the other sign; ``SteerRow.sign``)."""
     from tqdm.auto import tqdm
 
     if not lm.is_causal:
@@ -353,9 +459,9 @@ def steering_sweep(
     jobs = [
         (m, s, a, p) for m in methods for s in sets for a in (alphas if m == "eigen" else add_alphas) for p in prompts
     ]
-    base_state: dict[tuple[str, int], torch.Tensor] = {}
+    cache: dict[Any, Any] = {"prompts": prompts, "neutral": neutral_logprobs(lm)}
     for job in tqdm(jobs, desc="steering", disable=not progress, leave=False):
-        rows.append(_sweep_row(lm, job, u, tid, max_new_tokens, base_state))
+        rows.append(_sweep_row(lm, job, u, tid, max_new_tokens, cache))
     return SteeringSweep(
         model_name=lm.name,
         toward=label,
@@ -376,22 +482,29 @@ def _sweep_row(
     u: torch.Tensor,
     tid: int,
     max_new_tokens: int,
-    base_state: dict[tuple[str, int], torch.Tensor],
+    cache: dict[Any, Any],
 ) -> SteerRow:
     """One row of :func:`steering_sweep`: ``job`` (method, layer set, alpha, prompt) steered along ``u``; the
-    target ``tid``'s next-token logit, probability and rank, a greedy continuation and its perplexity under the
-    unsteered model, and the push along u and the injection at the set's first layer, against the unsteered
-    state there (``base_state``, filled as the prompts come)."""
+    target ``tid``'s next-token logit, probability and rank, a greedy continuation, its coherence and its
+    perplexity under the unsteered model, and the push along u and the injection at the set's first layer,
+    against the unsteered state there.  ``cache`` holds the sweep's prompts, the unsteered neutral passes and,
+    as they come, each prompt's unsteered state, each eigen sign and each KL."""
     m, s, a, p = job
     ids = tokenize(lm, p)
-    key = (p, s[0])
     pt = f"L{s[0]}.resid_post"
-    if key not in base_state:
-        base_state[key] = capture(lm, p, points=[pt])[pt][-1].double()
-    with steer(lm, u, s, a, method=m):
+    if ("state", p, s[0]) not in cache:
+        cache[("state", p, s[0])] = capture(lm, p, points=[pt])[pt][-1].double()
+    sg = 1
+    if m == "eigen" and a != 0:
+        if ("sign", tuple(s), abs(a)) not in cache:
+            cache[("sign", tuple(s), abs(a))] = choose_sign(lm, s, u, tid, abs(a), cache["prompts"], last=True)[0]
+        sg = cache[("sign", tuple(s), abs(a))]
+    with steer(lm, u, s, a, method=m, sign=sg):
         new, logits, finite = _greedy(lm, ids, max_new_tokens)
         st = capture(lm, p, points=[pt])[pt][-1].double()
-    d = st - base_state[key]
+        if (m, tuple(s), a) not in cache:
+            cache[(m, tuple(s), a)] = neutral_kl(lm, cache["neutral"])
+    d = st - cache[("state", p, s[0])]
     logit, prob, rank, top = readout(logits if finite else logits.fill_(math.nan), tid)
     if rank is None:
         warnings.warn(
@@ -413,7 +526,59 @@ def _sweep_row(
         perplexity=_perplexity(lm, ids, new),
         push=float(d @ u),
         injection=float(d.norm()),
+        sign=sg,
+        kl=cache[(m, tuple(s), a)],
+        repetition=repetition(new.tolist()),
+        distinct=distinct_n(new.tolist()),
     )
 
 
-__all__ = ["steer", "activation_addition", "steering_sweep", "direction", "SteerResult", "SteerRow", "SteeringSweep"]
+@torch.no_grad()
+def neutral_logprobs(lm: LoadedModel, texts: Sequence[str] = NEUTRAL) -> list[torch.Tensor]:
+    """Per text, the next-token log-probs [T, V] (float64) of the model as it is now (steered inside a
+    steering block)."""
+    out = []
+    for t in texts:
+        logits = lm.model(input_ids=tokenize(lm, t).to(lm.device), use_cache=False).logits[0]
+        out.append(torch.log_softmax(logits.double().cpu(), -1))
+    return out
+
+
+def neutral_kl(lm: LoadedModel, base: list[torch.Tensor], texts: Sequence[str] = NEUTRAL) -> float:
+    """KL(unsteered || steered) of the next-token distribution, mean over the positions of each text, then over
+    the texts (the steering card's measure); ``base`` the unsteered :func:`neutral_logprobs`.  A rounding below
+    0 reads 0; NaN where the steered pass is not finite."""
+    kls = []
+    for lb, ls in zip(base, neutral_logprobs(lm, texts)):
+        kls.append(max(float((lb.exp() * (lb - ls)).sum(-1).mean()), 0.0))
+    return sum(kls) / len(kls)
+
+
+def repetition(ids: Sequence[int], n: int = 3) -> float:
+    """The share of a continuation's ``n``-grams that repeat an earlier one (0: none; NaN when it has none)."""
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    return math.nan if not grams else 1 - len(set(grams)) / len(grams)
+
+
+def distinct_n(ids: Sequence[int], n: int = 2) -> float:
+    """Distinct-``n``: the distinct ``n``-grams of a continuation over its ``n``-grams (1: no repeat; NaN when it
+    has none)."""
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    return math.nan if not grams else len(set(grams)) / len(grams)
+
+
+__all__ = [
+    "NEUTRAL",
+    "steer",
+    "activation_addition",
+    "steering_sweep",
+    "direction",
+    "choose_sign",
+    "target_score",
+    "neutral_kl",
+    "repetition",
+    "distinct_n",
+    "SteerResult",
+    "SteerRow",
+    "SteeringSweep",
+]

@@ -1,11 +1,12 @@
-"""``walklens steer PROMPT... --toward T --layers L --alpha A``: eigen-steering next to activation addition,
-seed 002; with ``--card SET``, the steering card (run by :mod:`.steercard`)."""
+"""``walklens steer PROMPT... --toward T --layers L --alpha A``: activation addition (the default) or
+eigen-steering (``--method eigen``, seed 002; its sign chosen on the prompts so that the target rises), with the
+target's probability and rank, every prompt's continuation and its coherence as the steering card measures it;
+with ``--card SET``, the steering card (run by :mod:`.steercard`)."""
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Iterable
 from typing import Any
 
 from rich.markup import escape
@@ -20,11 +21,16 @@ from .steercard import add_card_args, refuse_backend, run_card
 from .terminal import Col, add_command, console, print_table, say
 
 STEER_DESCRIPTION = """\
-Eigen-steering (a rank-one edit of W_O along the target's direction) next to activation addition: for
-each method, layer set, strength and prompt, the target's next-token probability and rank, a greedy
-continuation (without cache, so every step is a forward pass over prompt + continuation) and its
-perplexity. Work grows with runs x --max-new-tokens x the prompt's length and is checked against
---max-work (and --max-memory) first.
+Activation addition (alpha u added to the residual at the layers' outputs; the default, the method the
+steering card's held-out verdict favours) or, with --method eigen (or both), eigen-steering (a rank-one
+edit of W_O along the target's direction, its sign chosen on the prompts so that the target's
+log-probability rises): for each method, layer set, strength and prompt, the target's next-token
+probability and rank, a greedy continuation (without cache, so every step is a forward pass over
+prompt + continuation) and its coherence as the steering card measures it (KL of the next-token
+distribution on neutral text, repeated 3-grams, distinct-2). The table shows the mean p(target), the
+median rank and the mean coherence over the prompts (the report's curves the same statistics), then
+every prompt's continuation. Work grows with runs x --max-new-tokens x the prompt's length and is
+checked against --max-work (and --max-memory) first.
 
 With --card SET (no prompts, no --toward): the steering card, eigen-steering next to activation
 addition, mean-difference steering and projection ablation on one dose scale over a steering set's
@@ -34,8 +40,10 @@ a card runs for an hour or more and resumes) and --max-memory."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``walklens steer``: eigen-steering next to activation addition, or the steering card (--card)."""
-    s = add_command(sub, "steer", "eigen-steering (rank-one W_O edit) next to activation addition", STEER_DESCRIPTION)
+    """``walklens steer``: activation addition or eigen-steering, or the steering card (--card)."""
+    s = add_command(
+        sub, "steer", "activation addition or eigen-steering toward a token, with coherence", STEER_DESCRIPTION
+    )
     s.add_argument("prompts", nargs="*", help="prompts (use @FILE to read one from a file); none with --card")
     s.add_argument(
         "--toward",
@@ -50,12 +58,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument(
         "--alpha",
         default="0,2,4,8,16",
-        help=f"comma-separated strengths for eigen-steering (each within ±{MAX_ALPHA:g})",
+        help=f"comma-separated strengths (each within ±{MAX_ALPHA:g}); for eigen-steering a positive one moves "
+        "toward the target (its sign chosen on the prompts), a negative one away",
     )
     s.add_argument(
         "--add-alpha", default=None, help="comma-separated strengths for activation addition (default: --alpha)"
     )
-    s.add_argument("--method", choices=("both", "eigen", "add"), default="both")
+    s.add_argument(
+        "--method",
+        choices=("add", "eigen", "both"),
+        default="add",
+        help="add: activation addition (default); eigen: the seed's eigen-steering; both: side by side",
+    )
     s.add_argument(
         "--max-new-tokens", type=POSITIVE_INT.arg(), default=None, help="continuation length (12; 16 with --card)"
     )
@@ -69,6 +83,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_card_args(s)
     add_model_args(s)
+    if "--no-progress" not in s._option_string_actions:  # the shared options may already hold it
+        s.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_output_args(s)
     add_limit_args(s)
     s.set_defaults(func=run_steer, max_work=None)  # None: the sweep's default or the card's (run_steer)
@@ -134,12 +150,6 @@ def _plan_steer(lm: Any, prompts: list[str], runs: int, args: argparse.Namespace
         (f"at most {k} new tokens fit (--max-new-tokens)" if k else "no --max-new-tokens fits")
         + "; or fewer --alpha / --add-alpha values, --layers sets or prompts, or shorter prompts",
     )
-
-
-def _mean(values: Iterable[float | int | None]) -> float:
-    """The mean of a column of steering rows; a rank that overflowed (None) or a NaN makes it NaN."""
-    vs = [math.nan if v is None else float(v) for v in values]
-    return sum(vs) / len(vs) if vs else math.nan
 
 
 def _check_export(args: argparse.Namespace, alphas: list[float], add_alphas: list[float]) -> None:
@@ -216,10 +226,11 @@ def run_steer(args: argparse.Namespace) -> int:
         add_alphas=add_alphas,
         methods=methods,
         max_new_tokens=args.max_new_tokens,
-        progress=True,
+        progress=not getattr(args, "no_progress", False),
     )
     con = console(args)
     _print_steering(con, lm.name, sw, len(prompts))
+    _print_continuations(con, sw)
     if args.json:
         write_json(args.json, steer_report.document(sw))
     if args.out:
@@ -228,38 +239,51 @@ def run_steer(args: argparse.Namespace) -> int:
 
 
 def _print_steering(con: Any, model: str, sw: Any, n_prompts: int) -> None:
-    """The steering sweep's table: one row per method, layers and alpha, means over the prompts."""
+    """The steering sweep's table: one row per method, layers and alpha, each column the statistic over the
+    prompts that the report's curves draw (:data:`walklens.reports.steer.METRICS`: mean p, median rank, mean
+    coherence), and eigen-steering's sign."""
     rows = []
     for m in sw.methods:
         for s in sw.layer_sets:
-            for a in sw.alphas if m == "eigen" else sw.add_alphas:
-                rs = [r for r in sw.rows if r.method == m and r.layers == s and r.alpha == a]
-                rows.append(
-                    [
-                        m,
-                        ",".join(map(str, s)),
-                        f"{a:g}",
-                        f"{_mean(r.target_prob for r in rs):.4f}",
-                        f"{_mean(r.target_rank for r in rs):.1f}",
-                        f"{_mean(r.perplexity for r in rs):.1f}",
-                        f"{_mean(r.push for r in rs):.2f}",
-                        escape(repr(rs[0].text)),
-                    ]
-                )
+            curves = {metric: sw.curve(m, s, metric, stat)[1] for metric, _, stat in steer_report.METRICS}
+            signs = steer_report.signs(sw, m, s)
+            for i, a in enumerate(sw.curve(m, s)[0]):
+                cells = [_cell(metric, curves[metric][i]) for metric, _, _ in steer_report.METRICS]
+                rows.append([m, ",".join(map(str, s)), f"{a:g}", signs.get(a, ""), *cells])
     print_table(
         con,
-        f"{model}: steering toward {sw.target_token!r} (mean over {n_prompts} prompts)",
+        f"{model}: steering toward {sw.target_token!r} over {n_prompts} prompt(s)",
         [
             "method",
             "layers",
             Col("alpha", justify="right"),
-            "p(target)",
-            "rank (0 = top)",
-            "ppl (unsteered)",
-            "push along u",
-            Col("first prompt →", wrap=True),
+            "sign",
+            *(Col(f"{stat} {short}", justify="right") for _, short, stat in steer_report.COLUMNS),
         ],
         rows,
         keys=3,
         short="steering",
+    )
+
+
+def _cell(metric: str, v: float) -> str:
+    """One statistic of the table, as the column reads it."""
+    if not math.isfinite(v):
+        return "nan"
+    return f"{v:.0f}" if metric == "target_rank" else f"{v:.4f}" if metric == "target_prob" else f"{v:.2f}"
+
+
+def _print_continuations(con: Any, sw: Any) -> None:
+    """Every prompt's greedy continuation, per method, layers and alpha."""
+    rows = [
+        [r.method, ",".join(map(str, r.layers)), f"{r.alpha:g}", escape(repr(r.prompt)), escape(repr(r.text))]
+        for r in sw.rows
+    ]
+    print_table(
+        con,
+        "continuations (greedy)",
+        ["method", "layers", Col("alpha", justify="right"), Col("prompt", wrap=True), Col("continuation", wrap=True)],
+        rows,
+        keys=3,
+        short="continuations",
     )

@@ -75,7 +75,12 @@ def trace(tr: Trace) -> Report:
 
 def steer_result(res: SteerResult) -> Report:
     """One steering edit (seed 002): its method, strength, layers and, for eigen-steering, each layer's edit."""
-    rep = Report(f"Steering toward {res.label!r}", f"{res.method}, alpha {res.alpha:g}, layers {res.layers}")
+    sign = (
+        f"; the edit's sign {res.sign:+d} (chosen on the {res.chosen_on}: target log-prob {res.gain:+.3g})"
+        if res.chosen_on != "given"
+        else ""
+    )
+    rep = Report(f"Steering toward {res.label!r}", f"{res.method}, alpha {res.alpha:g}, layers {res.layers}{sign}")
     rows = [[e.layer, e.reach, e.error] for e in res.edits]
     if rows:
         rep.table(["layer", "reach |P u|", "error of F' - F"], rows)

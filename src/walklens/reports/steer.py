@@ -16,13 +16,22 @@ if TYPE_CHECKING:
     from ..analyses.steering import SteeringSweep
 
 #: the curves against alpha, each a :class:`~walklens.analyses.steering.SteerRow` field: (field, label, statistic over
-#: the prompts); the page's charts and the PNG both draw these
+#: the prompts); the page's charts, the PNG and the terminal's table (``walklens steer``) all show these, each with
+#: its one statistic; coherence as the steering card measures it (KL on neutral text, repetition, distinct-2)
 METRICS = (
     ("target_prob", "p(target)", "mean"),
     ("target_rank", "rank of target (0 = top)", "median"),
-    ("perplexity", "perplexity under the unsteered model", "median"),
+    ("kl", "KL(unsteered || steered) on neutral text", "mean"),
+    ("repetition", "share of repeated 3-grams", "mean"),
+    ("distinct", "distinct-2 of the continuation", "mean"),
     ("push", "push along u", "mean"),
 )
+#: the terminal's short column names of :data:`METRICS`: (field, short name, statistic)
+COLUMNS = tuple(
+    (f, short, stat)
+    for (f, _, stat), short in zip(METRICS, ("p(target)", "rank (0 = top)", "KL neutral", "repeated 3-grams",
+                                             "distinct-2", "push along u"))
+)  # fmt: skip
 NAMES = {"eigen": "Eigen-steering", "add": "Activation addition"}
 
 
@@ -30,6 +39,18 @@ def document(sweep: SteeringSweep) -> dict[str, Any]:
     """The ``--json`` document (seed 002): every field of the sweep, each run a row of every
     :class:`~walklens.analyses.steering.SteerRow` field."""
     return fields_of(sweep)
+
+
+def signs(sweep: SteeringSweep, method: str, layers: list[int]) -> dict[float, str]:
+    """Eigen-steering's sign per alpha of one layer set (``"+"``, ``"-"``, or ``"±"`` where it differed
+    between rows); empty for activation addition."""
+    if method != "eigen":
+        return {}
+    out: dict[float, set[int]] = {}
+    for r in sweep.rows:
+        if r.method == method and list(r.layers) == list(layers) and r.alpha != 0:
+            out.setdefault(r.alpha, set()).add(r.sign)
+    return {a: "±" if len(v) > 1 else "+" if 1 in v else "-" for a, v in out.items()}
 
 
 def steering_figure(sweep: SteeringSweep) -> Any:
@@ -43,8 +64,8 @@ def steering_figure(sweep: SteeringSweep) -> Any:
                 ax.plot(xs, ys, "o-", ms=3, label="layers " + ",".join(map(str, s)))
             ax.set_title(f"{NAMES.get(m, m)}: {stat} {label}", fontsize=9)
             ax.set_xlabel("alpha")
-            if metric in ("target_rank", "perplexity"):
-                ax.set_yscale("symlog" if metric == "target_rank" else "log")  # 0-based ranks can be 0
+            if metric == "target_rank":
+                ax.set_yscale("symlog")  # 0-based ranks can be 0
         row[0].legend(fontsize=8)
     fig.suptitle(f"{sweep.model_name}: steering toward {sweep.target_token!r} over {len(sweep.prompts)} prompts")
     fig.tight_layout()
@@ -56,8 +77,9 @@ def build(sweep: SteeringSweep, title: str = "") -> Report:
     run (drawn from :func:`document`)."""
     r = Report(
         title or f"Steering {sweep.model_name} toward {sweep.target_token!r}",
-        "Eigen-steering (seed 002: rank-one W_O edit, F' = F + alpha w u^T) next to activation addition "
-        "(alpha u added to the residual at the same layers).",
+        "Activation addition (alpha u added to the residual at the layers) and eigen-steering (seed 002: "
+        "rank-one W_O edit, F' = F + alpha w u^T, its sign chosen on the prompts so that a positive alpha raises "
+        "the target); coherence as the steering card measures it: KL on neutral text, repetition, distinct-2.",
     )
     r.p(
         "reach |P u| of the target direction in each layer's value space: "
@@ -85,4 +107,4 @@ def build(sweep: SteeringSweep, title: str = "") -> Report:
     return r
 
 
-__all__ = ["METRICS", "build", "document", "steering_figure"]
+__all__ = ["COLUMNS", "METRICS", "build", "document", "signs", "steering_figure"]
