@@ -27,7 +27,7 @@ from scipy import sparse
 from scipy.stats import rankdata
 
 from ..base.display import Shown
-from ..base.errors import InputError
+from ..base.errors import InputError, find
 
 _BRACKETS = "()[]{}"
 _PUNCT = "".join(c for c in string.punctuation if c not in _BRACKETS)
@@ -106,10 +106,8 @@ class BlockContrast(Shown, view="blocks"):
 
     def of(self, cls: str) -> ClassContrast:
         """The contrast of class ``cls``."""
-        for c in self.classes:
-            if c.cls == cls:
-                return c
-        raise InputError(f"no class {cls!r} in this map; classes: {', '.join(c.cls for c in self.classes)}")
+        missing = f"no class {cls!r} in this map; classes: {', '.join(c.cls for c in self.classes)}"
+        return find(self.classes, lambda c: c.cls == cls, missing)
 
     def _headline(self) -> str:
         return f"{self.model_name + ' · ' if self.model_name else ''}{self.name}"

@@ -8,6 +8,11 @@ analyse is refused in one line (:func:`utf8_text`), a name or a path shown in a 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+_T = TypeVar("_T")
+
 
 class WalklensError(Exception):
     """Base class for all errors walklens raises on bad input or a bad environment."""
@@ -65,6 +70,14 @@ class StaleCacheWarning(WalklensWarning):
     computed again, said in one line."""
 
 
+def find(items: Iterable[_T], match: Callable[[_T], bool], missing: str) -> _T:
+    """The first of ``items`` that ``match`` accepts; an :class:`InputError` saying ``missing`` when none does."""
+    for x in items:
+        if match(x):
+            return x
+    raise InputError(missing)
+
+
 def utf8_text(text: str, what: str = "the text") -> str:
     """``text`` when UTF-8 can carry it, else one :class:`InputError` line naming ``what`` and the character of its
     first lone surrogate."""
@@ -108,6 +121,7 @@ __all__ = [
     "ReducedWarning",
     "StaleCacheWarning",
     "displayable",
+    "find",
     "first_line",
     "utf8_text",
 ]

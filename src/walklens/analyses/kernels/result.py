@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...base.display import Shown
-from ...base.errors import InputError
+from ...base.errors import find
 from ...base.frames import Columns, DataFrame, concat_columns, frame, long_table, pick, record_table
 from .classes import CLASSES, LABELS, MARGIN_SWEEP, KernelClass, classify_kernel
 
@@ -79,10 +79,9 @@ class PositionKernels(Shown, view="kernels"):
     alibi_scale: float | None = None
 
     def stack(self, name: str) -> StackKernels:
-        for s in self.stacks:
-            if s.stack == name:
-                return s
-        raise InputError(f"no stack {name!r}; stacks: {[s.stack for s in self.stacks]}")
+        return find(
+            self.stacks, lambda s: s.stack == name, f"no stack {name!r}; stacks: {[s.stack for s in self.stacks]}"
+        )
 
     def fractions(self, margin: float | None = None) -> dict[str, dict[str, float]]:
         """Per stack: fraction of kernels in each class (at ``margin``, default the one used)."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ...base.display import Shown
-from ...base.errors import InputError
+from ...base.errors import InputError, find
 from ...base.frames import Columns, DataFrame, concat_columns, frame, long_table, pick, record_table
 from ...base.precision import dtype_name
 from ...core.ov import Eigen, eigen_factored, ov_factors, residual_gap
@@ -63,10 +63,7 @@ class PowerSpectra(Shown, view="spectra"):
     model_dtype: str = "float32"
 
     def __getitem__(self, layer: int) -> LayerSpectrum:
-        for s in self.layers:
-            if s.layer == layer:
-                return s
-        raise InputError(f"no spectrum for layer {layer}")
+        return find(self.layers, lambda s: s.layer == layer, f"no spectrum for layer {layer}")
 
     def __len__(self) -> int:
         return len(self.layers)
