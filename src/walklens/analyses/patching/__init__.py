@@ -1,0 +1,32 @@
+"""Causal tests of the walk: activation patching and attribution patching on every named point (issue 55).
+
+- :func:`patch` (:mod:`.exact`) -- each (point, position) cell scored by one patched forward pass, batched by layer
+  and started at the cell's layer from the stored residual (:mod:`walklens.core.patching`);
+- :func:`attribute` (:mod:`.attribution`) -- attribution patching (activation difference x gradient, one forward and
+  one backward), reported with its parity card against exact patching on the same cells;
+- :mod:`.metrics` -- logit difference, log-probability, rank, KL to the clean distribution, or a callable;
+- :class:`PatchResult` (:mod:`.result`) -- the grid, its references, ``to_pandas()`` and its JSON document.
+
+Analyses load no model and draw nothing: the views are :mod:`walklens.reports.patching`.
+"""
+
+from __future__ import annotations
+
+from .attribution import attribute, parity_card
+from .exact import DIRECTIONS, expand_points, patch
+from .metrics import Metric, parse_metric
+from .result import MIN_SPEARMAN, MIN_TOPK_OVERLAP, ParityCard, PatchResult
+
+__all__ = [
+    "patch",
+    "attribute",
+    "parity_card",
+    "expand_points",
+    "DIRECTIONS",
+    "Metric",
+    "parse_metric",
+    "PatchResult",
+    "ParityCard",
+    "MIN_SPEARMAN",
+    "MIN_TOPK_OVERLAP",
+]
