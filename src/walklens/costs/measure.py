@@ -51,16 +51,11 @@ def tiny_llama() -> LoadedModel:
     import transformers
 
     from ..core.loading import wrap
+    from ..models.tiny import tiny_config
 
-    cfg = transformers.LlamaConfig(
-        vocab_size=512,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=4096,
-    )
+    # the tiny sizes' 2 layers and 4 heads, wider (4 key/value heads of 64) and with room for the long pass
+    sizes = dict(hidden_size=256, intermediate_size=512, num_key_value_heads=4, head_dim=64)
+    cfg = tiny_config("llama", 512, max_position_embeddings=4096, **sizes)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
     return wrap(model, None, name="a tiny random Llama")

@@ -15,7 +15,7 @@ from ..base.errors import UnsupportedFamilyError
 from .base import Adapter, HeadWeights, StackSpec, get_module
 
 #: Modules of this package that are machinery, not families.
-_NOT_FAMILIES = frozenset({"base", "checkpoint", "derive", "derived_cache", "heads", "probe", "roles"})
+_NOT_FAMILIES = frozenset({"base", "checkpoint", "derive", "derived_cache", "heads", "probe", "roles", "tiny"})
 
 
 def _discover() -> dict[str, Adapter]:

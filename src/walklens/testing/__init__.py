@@ -12,6 +12,7 @@ import torch
 from ..base.precision import model_label, parse_dtype
 from ..core.loading import LoadedModel, auto_model_class, wrap
 from ..models import get_adapter, has_adapter
+from ..models.tiny import tiny_config
 
 WORDS = (
     "the a of to and in is was it that he she they on for with as at by from this his her their "
@@ -42,39 +43,6 @@ def tiny_tokenizer() -> Any:
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(tokenizer_object=tk, **SPECIALS)
-
-
-#: Small sizes for any config class: each is set where the config has the attribute (names via attribute_map too).
-SMALL: dict[str, Any] = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    max_position_embeddings=64,
-    rotary_dim=4,
-)
-
-
-def _settable(cls: type, attr: str) -> bool:
-    """Whether a config class lets ``attr`` be set (not a read-only property, as Falcon's ``head_dim``)."""
-    prop = getattr(cls, attr, None)
-    return not isinstance(prop, property) or prop.fset is not None
-
-
-def tiny_config(model_type: str, vocab_size: int, **overrides: Any) -> Any:
-    """A tiny config of any Hugging Face ``model_type``: :data:`SMALL` sizes where the config class has them,
-    then ``overrides``."""
-    from transformers import AutoConfig
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    defaults = CONFIG_MAPPING[model_type]()
-    kw = {k: v for k, v in SMALL.items() if hasattr(defaults, k) and _settable(type(defaults), k)}
-    for attr, tiny_id in (("pad_token_id", 0), ("bos_token_id", 1), ("eos_token_id", 1)):  # ids of tiny_tokenizer
-        if isinstance(getattr(defaults, attr, None), int) and getattr(defaults, attr) >= vocab_size:
-            kw[attr] = tiny_id
-    return AutoConfig.for_model(model_type, vocab_size=vocab_size, **{**kw, **overrides})
 
 
 #: The tiny families: name -> (model_type, config overrides of :func:`tiny_config`).  A name that is a model_type
