@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from ..base.delegate import Delegated
 from ..base.errors import InputError, MissingDependencyError, StaleCacheWarning, UnknownModelError, first_line
 from ..base.outputs import write_atomic
 from ..base.precision import check_device, model_label, parse_dtype, warn_if_slow
@@ -125,9 +126,7 @@ class LoadedModel:
     name: str
     stream: LayerStream | None = None
 
-    @property
-    def config(self) -> Any:
-        return self.model.config
+    config = Delegated[Any]("model", "The model's Hugging Face config.")
 
     @property
     def hf(self) -> PreTrainedModel:
@@ -155,30 +154,17 @@ class LoadedModel:
         """V [vocab, D] (eq. 2)."""
         return self.adapter.embedding_matrix(self.model)
 
-    @property
-    def kind(self) -> Kind:
-        """``decoder``, ``encoder-decoder`` or ``encoder`` (the architecture word of seed 000's A.6)."""
-        return self.adapter.kind
-
-    @property
-    def is_causal(self) -> bool:
-        """A decoder-only causal LM (it generates, one stack, causal attention)."""
-        return self.adapter.is_causal
-
-    @property
-    def is_encoder_decoder(self) -> bool:
-        """An encoder-decoder LM (T5): the encoder reads the text, the decoder generates."""
-        return self.adapter.is_encoder_decoder
-
-    @property
-    def is_masked(self) -> bool:
-        """An encoder-only masked LM (BERT, ALBERT): it generates nothing."""
-        return self.adapter.is_masked
-
-    @property
-    def harness_bos(self) -> bool:
-        """Whether lm-evaluation-harness prefixes this model's inputs with BOS (Gemma)."""
-        return self.adapter.harness_bos
+    kind = Delegated[Kind](
+        "adapter", "``decoder``, ``encoder-decoder`` or ``encoder`` (the architecture word of seed 000's A.6)."
+    )
+    is_causal = Delegated[bool]("adapter", "A decoder-only causal LM (it generates, one stack, causal attention).")
+    is_encoder_decoder = Delegated[bool](
+        "adapter", "An encoder-decoder LM (T5): the encoder reads the text, the decoder generates."
+    )
+    is_masked = Delegated[bool]("adapter", "An encoder-only masked LM (BERT, ALBERT): it generates nothing.")
+    harness_bos = Delegated[bool](
+        "adapter", "Whether lm-evaluation-harness prefixes this model's inputs with BOS (Gemma)."
+    )
 
     @property
     def reading_stack(self) -> StackSpec:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ...base.delegate import Delegated
 from ...base.display import Shown
 from ...base.errors import InputError
 from ...base.frames import Columns, DataFrame, concat_columns, frame, long_table, pick
@@ -38,25 +39,11 @@ class HeadMatrices(Shown, view="head_matrices"):
     family: str
     weights: HeadWeights
 
-    @property
-    def n_heads(self) -> int:
-        return self.weights.n_heads
-
-    @property
-    def d_head(self) -> int:
-        return self.weights.d_head
-
-    @property
-    def d_model(self) -> int:
-        return self.weights.d_model
-
-    @property
-    def kv_head(self) -> tuple[int, ...]:
-        return self.weights.kv_head
-
-    @property
-    def scale(self) -> float:
-        return self.weights.scale
+    n_heads = Delegated[int]("weights")
+    d_head = Delegated[int]("weights")
+    d_model = Delegated[int]("weights")
+    kv_head = Delegated[tuple[int, ...]]("weights")
+    scale = Delegated[float]("weights")
 
     def to(self, dtype: torch.dtype) -> HeadMatrices:
         """A copy with every weight cast to ``dtype`` (the identity check recomputes in float64)."""
