@@ -130,6 +130,16 @@ def check_db(path: str | os.PathLike[str] | None) -> Path:
     return db
 
 
+def db_origin(given: str | os.PathLike[str] | None) -> str:
+    """How the results database was chosen, said beside its path on every run that reads or writes it (so that
+    reuse from a database the user did not name is never silent)."""
+    if given:
+        return "--db"
+    if os.environ.get("WALKLENS_DB"):
+        return "$WALKLENS_DB"
+    return "the default database; --db PATH for another"
+
+
 #: The largest ``@FILE`` text read (far beyond any model's context; the size limits then refuse it by tokens).
 MAX_TEXT_FILE = 16 * 2**20
 

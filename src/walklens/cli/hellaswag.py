@@ -21,6 +21,7 @@ from .common import (
     check_db,
     check_outputs,
     count_arg,
+    db_origin,
     load,
     positive_arg,
     seed_arg,
@@ -296,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
             cache.close()
     out = _document(args, lm.name, summ.key.data, spec, scheme, summ, base, store)
     _print(out, args)
+    _print_reuse(args, db, summ, base)
     if args.json:
         write_json(args.json, out)
     return 0
@@ -413,21 +415,63 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
 
+def _acc(x: float | None, lo: float | None, hi: float | None) -> str:
+    """An accuracy with its interval, as the table shows it."""
+    return "-" if x is None else f"{x:.4f}" + ("" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]")
+
+
+def _p(p: float | None) -> str:
+    return "-" if p is None else f"{p:.2g}"
+
+
+def _rows(out: dict[str, Any]) -> list[list[str]]:
+    """The table's rows: every accuracy with its Wilson 95% interval and, for a run beside the baseline, the
+    paired p against it (exact McNemar on the same items); the normalised score with its bootstrap interval."""
+    from ..analyses.chance import wilson
+
+    pd = out.get("paired")
+    cells = {}
+    for m in ("acc", "acc_norm"):
+        if pd is not None:
+            cells[m] = (pd[m], pd[m]["paired"]["p"])
+        else:
+            k = sum(p[m] == g for p, g in zip(out["predictions"], out["gold"]))
+            lo, hi = wilson(k, out["n"]) if out["n"] else (None, None)
+            cells[m] = ({"acc": out[m], "lo": lo, "hi": hi}, None)
+    rows = [[escape(out["test"]), *(x for m in ("acc", "acc_norm") for x in (_acc(cells[m][0]["acc"],
+            cells[m][0]["lo"], cells[m][0]["hi"]), _p(cells[m][1])))]]  # fmt: skip
+    if out["test"] != "baseline":
+        b = [(out["baseline"][m], (pd or {}).get(m, {})) for m in ("acc", "acc_norm")]
+        rows.append(["baseline", *(x for v, d in b for x in (_acc(v, d.get("baseline_lo"), d.get("baseline_hi")),
+                     "ref" if d else "-"))])  # fmt: skip
+        n = [(out["normalised"][m], (pd or {}).get(m, {})) for m in ("acc", "acc_norm")]
+        rows.append(["normalised", *(x for v, d in n for x in (_acc(v, d.get("norm_lo"), d.get("norm_hi")), "-"))])
+    return rows
+
+
 def _print(out: dict[str, Any], args: argparse.Namespace) -> None:
-    """What was run, the scores as a table, and the scheme (lines wrapped, so everything fits the terminal)."""
+    """What was run, the scores as a table (each accuracy with its Wilson 95% interval and the paired p against
+    the baseline), and the scheme (lines wrapped, so everything fits the terminal)."""
     con = console(args)
     say(con, f"{out['model']}: HellaSwag {out['test']}, {out['n']} items, {out['shots']}-shot")
-    rows = [[escape(out["test"]), _fmt(out["acc"]), _fmt(out["acc_norm"])]]
-    if out["test"] != "baseline":
-        rows += [
-            ["baseline", _fmt(out["baseline"]["acc"]), _fmt(out["baseline"]["acc_norm"])],
-            ["normalised", _fmt(out["normalised"]["acc"]), _fmt(out["normalised"]["acc_norm"])],
-        ]
-    print_table(con, "", ["score", Col("acc", justify="right"), Col("acc_norm", justify="right")], rows)
+    heads: list[Col | str] = ["score", Col("acc [95% Wilson]", justify="right"), Col("p (acc)", justify="right"),
+             Col("acc_norm [95% Wilson]", justify="right"), Col("p (acc_norm)", justify="right")]  # fmt: skip
+    print_table(con, "", heads, _rows(out))
+    if out["test"] != "baseline" and out.get("paired"):
+        say(con, "p: the exact McNemar test against the baseline's picks on the same items; normalised: bootstrap 95%")
     if out["scheme"] is not None:
         say(con, f"scheme: {out['scheme']}")
     if out.get("compact") is not None:
         say(con, f"compact: {out['compact']}")
+
+
+def _print_reuse(args: argparse.Namespace, db: Any, summ: Any, base: Any) -> None:
+    """Where the results are stored and, per run, how many items were computed now and how many read back from
+    that database (never a silent reuse)."""
+    runs = [("run", summ)] if base is None or base is summ else [(args.test, summ), ("baseline", base)]
+    counts = "; ".join(f"{name}: {r.computed} computed, {r.n - r.computed} reused" for name, r in runs)
+    where = "not stored (--no-db)" if db is None else f"{escape(str(db))} ({db_origin(args.db)})"
+    say(console(args), f"results: {where}; {counts}")
 
 
 def run_export(args: argparse.Namespace) -> int:

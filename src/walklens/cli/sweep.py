@@ -1,11 +1,13 @@
-"""``walklens sweep --test 1|2 --grid full|standard|FILE``: run every composition scheme of a grid (seed 000,
-A.6) over HellaSwag items, one forward pass per distinct segment text serving every scheme.
+"""``walklens sweep --test 1|2 --grid full|standard|small|FILE``: run every composition scheme of a grid (seed
+000, A.6) over HellaSwag items, one forward pass per distinct segment text serving every scheme.
 
 Prints how many schemes the grid holds (and how many combinations were refused, with the reason), then runs
-them; results stream into the SQLite results database (the same file as ``walklens hellaswag``), so killing
-the command and running it again continues where it stopped.  ``walklens report --db PATH --out DIR`` draws
-the paper-style report.  Its name is ``walklens hellaswag sweep``; ``walklens sweep`` is an alias of it: one
-command (one parser's options, one function), listed under both names, each help saying so.
+them; results stream into the SQLite results database (the same file as ``walklens hellaswag``, named with how
+it was chosen), so killing the command and running it again continues where it stopped.  At the end it prints
+the baseline with its Wilson interval and the best schemes with their held-out scores (the k-fold held-out best,
+each fold's scheme chosen on the other folds, and the paired p against the baseline); ``walklens report --db
+PATH --out DIR`` draws the paper-style report.  Its name is ``walklens hellaswag sweep``; ``walklens sweep`` is
+an alias of it: one command (one parser's options, one function), listed under both names, each help saying so.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from ..base.errors import InputError
 from .backend import add_backend_args, backend_from_args
-from .common import add_hellaswag_args, check_db, check_outputs, load, write_json
+from .common import add_hellaswag_args, check_db, check_outputs, db_origin, load, write_json
 from .terminal import Col, console, print_table, say
 
 HELP = "run a whole grid of composition schemes (Test 1 or 2) on HellaSwag"
@@ -55,9 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--grid",
         default="full",
-        metavar="full|standard|FILE",
-        help="full: the cartesian product of the A.6 values; standard: the paper's standard scheme; "
-        "FILE: a TOML grid (see docs/sweep.md)",
+        metavar="full|standard|small|FILE",
+        help="full: the cartesian product of the A.6 values; standard: the paper's standard scheme; small: a "
+        "first sweep (8 Test 1 / 32 Test 2 schemes); FILE: a TOML grid (see docs/sweep.md)",
     )
     p.add_argument(
         "--layers",
@@ -122,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     out = _sweep(args, lm, items, pool, db, schemes, backend)
     wall = time.perf_counter() - t0
-    _print_done(con, out, wall, db)
+    _print_done(con, out, wall, db, args, len(items))
+    _print_best(con, db, out.run_id)
     if args.json:
         _write_result(args, lm, items, out, refused, wall, db)
     return 0
@@ -176,12 +181,15 @@ def _sweep(args: argparse.Namespace, lm: Any, items: Any, pool: Any, db: Path, s
     return out
 
 
-def _print_done(con: Any, out: Any, wall: float, db: Any) -> None:
-    """What the sweep computed, its seconds and its baseline, as lines and tables."""
+def _print_done(con: Any, out: Any, wall: float, db: Any, args: argparse.Namespace, n: int) -> None:
+    """What the sweep computed and what it read back (from which database, chosen how), its seconds and its
+    baseline with the Wilson 95% interval."""
+    from ..analyses.chance import wilson
+
     say(
         con,
-        f"done: {out.groups_computed} groups computed now, {out.groups_stored_before} were stored; "
-        f"{out.n_texts} distinct texts (run {out.run_id} in {db})",
+        f"done: {out.groups_computed} groups computed now, {out.groups_stored_before} reused from the results "
+        f"database {db} ({db_origin(args.db)}); {out.n_texts} distinct texts (run {out.run_id})",
     )
     print_table(
         con,
@@ -190,13 +198,46 @@ def _print_done(con: Any, out: Any, wall: float, db: Any) -> None:
         [[f"{x:.1f}" for x in (out.seconds_baseline, out.seconds_forward, out.seconds_eval, wall)]],
         keys=0,
     )
+
+    def cell(x: float | None) -> str:
+        if x is None:
+            return "-"
+        lo, hi = wilson(round(x * n), n)
+        return f"{x:.4f} [{lo:.3f}, {hi:.3f}]"
+
     print_table(
         con,
-        "baseline",
-        [Col("acc", justify="right"), Col("acc_norm", justify="right")],
-        [["-" if x is None else f"{x:.4f}" for x in (out.baseline_acc, out.baseline_acc_norm)]],
+        f"baseline ({n} items)",
+        [Col("acc [95% Wilson]", justify="right"), Col("acc_norm [95% Wilson]", justify="right")],
+        [[cell(x) for x in (out.baseline_acc, out.baseline_acc_norm)]],
         keys=0,
     )
+
+
+def _print_best(con: Any, db: Any, run_id: int) -> None:
+    """Per metric, the best schemes with their held-out scores: the k-fold held-out best (Wilson 95%), its paired
+    p against the baseline on the same items, and each fold's scheme (chosen on the other folds) with its score
+    on that fold; then the report's command."""
+    from ..lab.experiments.summary import summarise_stored
+
+    s = summarise_stored(db, run_id)
+    for metric, m in (s.metrics if s is not None else {}).items():
+        kf = m.kfold
+        p = "-" if m.paired is None else f"{m.paired.p:.2g}"
+        base = "-" if m.baseline is None else f"{m.baseline:.4f}"
+        say(
+            con,
+            f"{metric}: {kf.k}-fold held-out best {kf.acc:.4f} [{kf.lo:.3f}, {kf.hi:.3f}] over {kf.n} items "
+            f"(baseline {base}; paired p {p}, exact McNemar on the same items)",
+        )
+        rows = [[str(i + 1), escape(sc), f"{a:.4f}"] for i, (sc, a) in enumerate(zip(kf.fold_schemes, kf.fold_acc))]
+        print_table(
+            con,
+            f"{metric}: best scheme of each fold (chosen on the other folds) and its held-out score",
+            [Col("fold", justify="right"), Col("scheme", wrap=True), Col("held-out acc", justify="right")],
+            rows,
+            keys=1,
+        )
     say(con, f"report: walklens report --db {db} --out DIR")
 
 

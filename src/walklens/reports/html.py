@@ -42,7 +42,8 @@ from ..base.outputs import jsonable, make_dir, write_atomic
 _CSS = """
 body{font-family:system-ui,-apple-system,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
 h1{font-size:1.6em}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:2em}
-table.wl{border-collapse:collapse;font-size:13px;margin:8px 0}table.wl td,table.wl th{border:1px solid #ddd;
+table.wl{border-collapse:collapse;font-size:13px;margin:8px 0;display:block;max-width:100%;overflow-x:auto}
+table.wl td,table.wl th{border:1px solid #ddd;
 padding:3px 7px;text-align:left;white-space:pre}table.wl th{background:#f4f4f4}.wl-heatmap{position:relative;
 overflow-x:auto;margin:8px 0}.wl-tip{position:absolute;display:none;background:#fffbe6;border:1px solid #aaa;
 padding:4px 6px;font-size:12px;pointer-events:none;white-space:pre;z-index:10}.note{color:#666;font-size:13px}

@@ -12,6 +12,8 @@ A grid is a mapping from :class:`~walklens.analyses.concepts.schemes.Scheme` fie
 
 * ``full``: every value of every parameter (layers from the layer set);
 * ``standard``: only the paper's standard scheme (sec. 5.1), handy as a reference point and for benchmarks;
+* ``small``: a first sweep (:data:`SMALL`: 8 Test 1 schemes, 32 Test 2 schemes, two layers), minutes on a
+  laptop, with no grid file to write;
 * a TOML file: any parameter given as a list restricts (or extends: e.g. more layers) the full grid; the
   optional ``base = "standard"`` starts from the standard scheme instead of the full product, e.g.::
 
@@ -75,6 +77,22 @@ def parameter_values(test: int, layers: Sequence[str] = DEFAULT_LAYERS) -> dict[
     return vals
 
 
+#: ``--grid small``: a first sweep, two values of the parameters that matter most (sec. 5.1's layer and word
+#: aggregation, the paper's own and the sentence-level encoding) and the standard value of the rest; the layers
+#: are replaced by ``--layers`` when given
+SMALL: dict[str, tuple[str, ...]] = {
+    "enc": ("concat_each_example", "sentence_level_segmentation"),
+    "layer": ("middle", "-1"),
+    "word": ("w1mean", "last"),
+    "norm": ("None",),
+    "seg": ("mean",),
+    "ex": ("mean",),
+    "sim": ("cosine",),
+    "out_layer": ("middle", "-1"),
+    "out_word": ("w1mean", "last"),
+}
+
+
 #: The largest grid or experiment file read (a grid of every value is a few kilobytes).
 MAX_TOML = 2**20
 
@@ -122,6 +140,15 @@ class GridSpec:
         return cls(test=test, values=_standard_values(test, arch, layers), name="standard").checked()
 
     @classmethod
+    def small(cls, test: int, layers: Sequence[str] | None = None) -> GridSpec:
+        """``--grid small`` (:data:`SMALL`): a first sweep of a few schemes; ``layers`` replace its two layers."""
+        _check_test(test)
+        vals = {k: v for k, v in SMALL.items() if test == 2 or k not in ("sim", *OUT_FIELDS)}
+        if layers:
+            vals = {**vals, "layer": tuple(layers), **({"out_layer": tuple(layers)} if test == 2 else {})}
+        return cls(test=test, values=vals, name="small").checked()
+
+    @classmethod
     def from_toml(cls, path: str | Path, test: int, arch: str, layers: Sequence[str] | None = None) -> GridSpec:
         """A grid file: lists restrict/extend parameters of ``base`` (``full``, default, or ``standard``)."""
         _check_test(test)
@@ -160,12 +187,15 @@ class GridSpec:
 
     @classmethod
     def resolve(cls, grid: str, test: int, arch: str, layers: Sequence[str] | None = None) -> GridSpec:
-        """``full`` | ``standard`` | a TOML file path; ``layers`` (e.g. from ``--layers``) is the layer set of
-        ``full``, the layers of ``standard``, and the layer set of a file that does not set its own."""
+        """``full`` | ``standard`` | ``small`` | a TOML file path (``./small`` for a file of that name); ``layers``
+        (e.g. from ``--layers``) is the layer set of ``full``, the layers of ``standard`` and ``small``, and the
+        layer set of a file that does not set its own."""
         if grid == "full":
             return cls.full(test, tuple(layers) if layers else DEFAULT_LAYERS).checked()
         if grid == "standard":
             return cls.standard(test, arch, layers)
+        if grid == "small":
+            return cls.small(test, layers)
         return cls.from_toml(grid, test, arch, layers)
 
     def checked(self) -> GridSpec:

@@ -129,9 +129,17 @@ def _kept_panel(ax: Any, pts: list[CurvePoint], strategies: list[str], metric: s
             [(c[1] if c[1] is not None else y) - y for y, c in zip(ys, ci)],
         ]
         ax.errorbar(xs, ys, yerr=err, capsize=2, lw=1.2, label=s, **_STYLE.get(s, dict(marker="o")))
-    ax.set_xscale("log", base=2)
+    _plain_log2_x(ax)
     ax.set_ylabel(label)
     ax.set_title(title, fontsize=9)
+
+
+def _plain_log2_x(ax: Any) -> None:
+    """A log-2 x axis labelled with plain numbers ("8", not "2^3")."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 def _time_panel(ax: Any, pts: list[CurvePoint], strategies: list[str]) -> None:
@@ -150,7 +158,7 @@ def _time_panel(ax: Any, pts: list[CurvePoint], strategies: list[str]) -> None:
         )
     ax.axhline(0.0, color="0.3", lw=0.8)
     if any(len(line.get_xdata()) for line in ax.lines[:-1]):  # a log axis needs a point (timings may be none)
-        ax.set_xscale("log", base=2)
+        _plain_log2_x(ax)
     ax.set_xlabel("compacted tokens per vector")
     ax.set_ylabel("scoring time saved")
 

@@ -58,6 +58,18 @@ def csv_text(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return buf.getvalue()
 
 
+def plain_log_y(ax: Any, top: float) -> None:
+    """A log y axis of counts that reads plainly: ticks at 1, 10, 100, ... labelled as numbers ("10", not
+    "10^1"), no labels on the minor ticks (which read "4×10^0" by default), and at least two labelled ticks."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    ax.set_ylim(0.8, max(10.0, 1.5 * float(top)))
+    ax.yaxis.set_major_locator(LogLocator(base=10))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _hist_figure(m: MetricSummary, title: str) -> Any:
     plt = pyplot()
     d = m.distribution
@@ -71,7 +83,7 @@ def _hist_figure(m: MetricSummary, title: str) -> Any:
     ax.axvline(m.kfold.acc, color="#27ae60", lw=1, ls="-.", label=f"{m.kfold.k}-fold held-out best")
     ax.set_xlabel("accuracy")
     ax.set_ylabel("schemes")
-    ax.set_yscale("log")
+    plain_log_y(ax, max(d.hist, default=1))
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     return fig
