@@ -75,7 +75,9 @@ for _names in (*_PUBLIC.values(), ("capture",)):
     for _name in _names:
         _MOVED.pop(_name, None)
 
-_exported = lazy_exports(globals(), _PUBLIC, moved=_MOVED)
+_exported = lazy_exports(
+    globals(), _PUBLIC, lambda module: importlib.import_module(f".{module}", __name__), moved=_MOVED
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -5,6 +5,8 @@ card.  Each returns plain dataclasses and never draws; every verb and result typ
 
 from __future__ import annotations
 
+import importlib
+
 from ..base.exports import lazy_exports, names
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
@@ -78,5 +80,5 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
 }
 
-__getattr__ = lazy_exports(globals(), _PUBLIC)
+__getattr__ = lazy_exports(globals(), _PUBLIC, lambda module: importlib.import_module(f".{module}", __name__))
 __all__ = names(_PUBLIC)

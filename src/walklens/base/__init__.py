@@ -3,6 +3,8 @@ tables as data frames.  Its public names: the errors and :class:`Hooks`."""
 
 from __future__ import annotations
 
+import importlib
+
 from .exports import lazy_exports, names
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
@@ -19,5 +21,5 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "hooks": ("Hooks",),
 }
 
-__getattr__ = lazy_exports(globals(), _PUBLIC)
+__getattr__ = lazy_exports(globals(), _PUBLIC, lambda module: importlib.import_module(f".{module}", __name__))
 __all__ = names(_PUBLIC)

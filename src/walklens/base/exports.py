@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
@@ -13,20 +12,19 @@ from typing import Any
 def lazy_exports(
     package: dict[str, Any],
     table: Mapping[str, Sequence[str]],
-    load: Callable[[str], ModuleType] | None = None,
+    load: Callable[[str], ModuleType],
     moved: Mapping[str, str] | None = None,
 ) -> Callable[[str], Any]:
     """The ``__getattr__`` of a package whose namespace is ``package`` (its ``globals()``): a name of ``table``
-    (module, relative to the package -> the names it exports) is read from its module by ``load`` (default: the
-    package's submodule of that name) and kept; a name of ``moved`` (name -> its new home, a dotted path) is read from
-    there with one ``FutureWarning`` (a one-release alias)."""
+    (module, relative to the package -> the names it exports) is read from its module by ``load`` and kept; a name
+    of ``moved`` (name -> its new home, a dotted path) is read from there with one ``FutureWarning`` (a one-release
+    alias)."""
     exports = {name: module for module, names in table.items() for name in names}
     where = str(package["__name__"])
-    find = load or (lambda module: importlib.import_module(f".{module}", where))
 
     def __getattr__(name: str) -> Any:
         if name in exports:
-            value = getattr(find(exports[name]), name)
+            value = getattr(load(exports[name]), name)
             package[name] = value
             return value
         if moved and name in moved:
@@ -36,7 +34,7 @@ def lazy_exports(
                 FutureWarning,
                 stacklevel=2,
             )
-            return getattr(find(home.removeprefix(f"{where}.")), name)
+            return getattr(load(home.removeprefix(f"{where}.")), name)
         raise AttributeError(f"module {where!r} has no attribute {name!r}")
 
     return __getattr__

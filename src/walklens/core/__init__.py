@@ -3,6 +3,8 @@ continuations, F = W_V W_O as factors, TransformerLens names.  Its public names 
 
 from __future__ import annotations
 
+import importlib
+
 from ..base.exports import lazy_exports, names
 
 # The interventions' export list is kept once, in the module, and read here (cheap: capture loads torch anyway).
@@ -22,5 +24,5 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "interventions": tuple(_interventions.__all__),
 }
 
-__getattr__ = lazy_exports(globals(), _PUBLIC)
+__getattr__ = lazy_exports(globals(), _PUBLIC, lambda module: importlib.import_module(f".{module}", __name__))
 __all__ = ["capture", *names(_PUBLIC)]

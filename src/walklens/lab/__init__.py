@@ -6,6 +6,8 @@ reverse (docs/architecture.md).  Importing the lab registers the notebook views 
 
 from __future__ import annotations
 
+import importlib
+
 from ..base.exports import lazy_exports, names
 from . import views as _views  # noqa: F401  # imported for its registration: the lab results' notebook views
 
@@ -23,5 +25,5 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "database": ("summarise_db",),
 }
 
-__getattr__ = lazy_exports(globals(), _PUBLIC)
+__getattr__ = lazy_exports(globals(), _PUBLIC, lambda module: importlib.import_module(f".{module}", __name__))
 __all__ = names(_PUBLIC)
