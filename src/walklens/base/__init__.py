@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import importlib
 
+# The errors' export list is kept once, in the module (its exceptions; cheap: it imports nothing of walklens).
+from . import errors as _errors
 from .exports import lazy_exports, names
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "errors": (
-        "WalklensError",
-        "InputError",
-        "UnknownModelError",
-        "UnsupportedFamilyError",
-        "MissingDependencyError",
-        "EmptyTextError",
-        "ContextTooLongError",
-        "DataFormatError",
-    ),
+    "errors": tuple(name for name in _errors.__all__ if name.endswith("Error")),
     "hooks": ("Hooks",),
 }
 
