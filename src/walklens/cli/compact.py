@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -31,6 +31,9 @@ from .common import (
     write_json,
 )
 from .terminal import Col, add_command, console, print_table, say
+
+if TYPE_CHECKING:
+    from ..lab.experiments.curves import CurveGrid
 
 DESCRIPTION = """\
 Compact TEXT into at most K concept vectors (seed 000, footnote 11): the tokens before the recent window are
@@ -307,18 +310,17 @@ def _list(text: str, sep: str, what: str) -> list[str]:
 def run_curves(args: argparse.Namespace) -> int:
     from ..analyses.concepts.cache import ConceptCache
     from ..base.outputs import make_dir
-    from ..lab.experiments.curves import CurveGrid
     from ..lab.experiments.curves import run_curves as curves
     from ..lab.experiments.runsetup import RunSetup
     from ..lab.hellaswag.data import data_id
     from ..lab.hellaswag.store import ResultStore
     from ..lab.reports.curves import build
 
-    shots, whats, strategies, ratios, candidates = _curve_options(args)
+    grid = _curve_grid(args)
     check_outputs(args)
     db = check_db(args.db)
     out_dir = make_dir(args.out, "--out")
-    items, tune_items, pool = _curve_items(args, max(shots))
+    items, tune_items, pool = _curve_items(args, max(grid.shots))
     lm = load(args)
     timings, save_timings = _timings(out_dir / "timings.json")
     cache = ConceptCache(args.cache) if args.cache else None
@@ -332,14 +334,6 @@ def run_curves(args: argparse.Namespace) -> int:
                 store=store,
                 cache=cache,
                 progress=not args.no_progress,
-            )
-            grid = CurveGrid(
-                shots=shots,
-                whats=whats,
-                strategies=strategies,
-                ratios=ratios,
-                candidates=candidates,
-                timing_items=args.timing_items,
             )
             result = curves(
                 lm,
@@ -404,9 +398,11 @@ def _read_timings(path: Path) -> dict[str, dict[str, float]]:
         raise InputError(f"{path}: {e}; remove it to measure again") from None
 
 
-def _curve_options(args: argparse.Namespace) -> tuple[list[int], list[str], list[str], list[float], list[str]]:
-    """(shots, whats, strategies, ratios, candidates) from the options; a bad one fails before anything loads."""
+def _curve_grid(args: argparse.Namespace) -> CurveGrid:
+    """What the curves measure (shots, whats, strategies, ratios, candidates, timing items) from the options; a bad
+    one fails before anything loads."""
     from ..analyses.compaction.spec import WHATS, CompactSpec
+    from ..lab.experiments.curves import CurveGrid
 
     shots = [_shot(s) for s in _list(args.shots, ",", "shots")]
     whats = _list(args.what, ",", "what")
@@ -425,7 +421,14 @@ def _curve_options(args: argparse.Namespace) -> tuple[list[int], list[str], list
             raise InputError(f"strategy {s!r}: ratio, budget and what are set by the runner")
     for c in given:
         CompactSpec.parse(f"what=examples,{c}")
-    return shots, whats, strategies, ratios, candidates
+    return CurveGrid(
+        shots=shots,
+        whats=whats,
+        strategies=strategies,
+        ratios=ratios,
+        candidates=candidates,
+        timing_items=args.timing_items,
+    )
 
 
 def _print_curves(args: argparse.Namespace, name: str, n_items: int, result: Any) -> None:
