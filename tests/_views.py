@@ -31,6 +31,7 @@ def every_result(lm: LoadedModel, tmp: Path) -> dict[str, Any]:
     out: dict[str, Any] = {
         "Trace": tr,
         "EncodingWalk": walklens.encoding_walk(tr, k=3, progress=False),
+        "TargetAnswer": walklens.encoding_walk(tr, k=3, norm="final", target=5, progress=False).first_top(5),
         "SimilarityMap": walklens.similarity_map(tr, "final"),
         "DecodingWalk": walklens.decoding_walk(lm, "the dog", max_new_tokens=2),
         "HeadMatrices": hm,
@@ -58,6 +59,7 @@ def every_result(lm: LoadedModel, tmp: Path) -> dict[str, Any]:
             [[1, 2, 3, 1, 2, 4, 5, 1, 3] * 3] * 6, torch.randn(8, 4), n_groups=3, min_count=2, n_matched=2
         ),
     }
+    out["PatchResult"] = walklens.patch(lm, "the dog runs", "the cat runs", points="L1.resid_pre", metric="kl")
     with walklens.steer(lm, " cat", [1], 2.0) as res:
         out["SteerResult"] = res
     out["Compacted"] = out["CompactionReport"].compacted

@@ -53,6 +53,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "activation_addition",
         "verify",
         "compact",
+        "patch",
     ),
     "base": ("Hooks", *_base._PUBLIC["errors"]),
     "costs.planning": ("plan",),  # what a run would take, from the model's files alone (walklens plan)

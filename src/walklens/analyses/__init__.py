@@ -10,7 +10,7 @@ import importlib
 from ..base.exports import lazy_exports, names
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "walks": ("encoding_walk", "similarity_map", "EncodingWalk"),
+    "walks": ("encoding_walk", "similarity_map", "EncodingWalk", "TargetAnswer"),
     "simmap": ("SimilarityMap", "similarity_frame"),
     "association": (
         "block_contrast",
@@ -70,6 +70,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "SteeringSweep",
     ),
     "compaction": ("compact", "Compacted", "CompactSpec", "CompactionReport"),
+    "patching": ("patch", "attribute", "PatchResult"),
     "concepts.cache": ("ConceptCache",),
     "controlvectors": (
         "ControlVector",

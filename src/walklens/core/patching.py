@@ -285,15 +285,15 @@ def _cut(lm: LoadedModel, layer: int) -> Iterator[None]:
 
 
 def run_logits(lm: LoadedModel, ids: torch.Tensor, position: int) -> torch.Tensor:
-    """The model's own logits [B, V] (float32) at ``position`` of each row of ``ids`` [B, T]: one call of the whole
-    model, without a key/value cache (only the last position's logits computed when that is the one asked for)."""
+    """The model's own logits [B, V] (float32 at least) at ``position`` of each row of ``ids`` [B, T]: one call of the
+    whole model, without a key/value cache (only the last position's logits computed when that is the one asked for)."""
     kwargs: dict[str, Any] = {"input_ids": ids.to(lm.device), "use_cache": False}
     T = ids.shape[1]
-    last = position in (-1, T - 1)
-    if last and "logits_to_keep" in inspect.signature(lm.model.forward).parameters:
+    if position in (-1, T - 1) and "logits_to_keep" in inspect.signature(lm.model.forward).parameters:
         kwargs["logits_to_keep"] = 1
-        return lm.model(**kwargs).logits[:, -1].float()
-    return lm.model(**kwargs).logits[:, position].float()
+        position = -1
+    logits = lm.model(**kwargs).logits[:, position]
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
 @dataclass
@@ -321,10 +321,10 @@ def record(lm: LoadedModel, ids: torch.Tensor, sites: Sequence[Site], position: 
     pre: dict[int, torch.Tensor] = {}
 
     def keep(name: str, x: torch.Tensor, grad: torch.Tensor | None = None) -> None:
-        x = x[None] if x.dim() == 2 else x  # OPT's MLP runs on [B*T, D]; one sequence here
-        vectors[name] = x[0] if graph else x[0].detach().clone()
+        flat = x[None] if x.dim() == 2 else x  # OPT's MLP runs on [B*T, D]; one sequence here
+        vectors[name] = flat[0] if graph else flat[0].detach().clone()
         if graph:
-            grad_of[name] = x if grad is None else grad
+            grad_of[name] = x if grad is None else grad  # the graph's own tensor (a view of it gets no gradient)
 
     layers = sorted({s.layer for s in sites} | set(range(lm.n_layers)))
     kinds = {(s.layer, "heads" if s.kind == "head" else s.kind) for s in sites}

@@ -421,6 +421,31 @@ def steer_need(
     return _need(memory, work, json, out, js, html)
 
 
+def patch_need(
+    sh: Shape,
+    T: int,
+    layers: Sequence[int],
+    cells: Sequence[int],
+    *,
+    batch: int,
+    attribution: bool = False,
+    json: bool = False,
+    out: bool = False,
+) -> Need:
+    """Activation patching (issue 55): two recorded runs, then each layer's ``cells[i]`` patched passes of ``T`` tokens
+    run ``batch`` at a time from layer ``layers[i]`` (layers l..L-1 only); ``attribution``: one backward pass more
+    (twice a forward's work) and the runs' activations kept for it."""
+    L = max(sh.layers, 1)
+    per_pass = max(min(batch, max(cells, default=1)), 1)
+    memory = forward_memory(sh, T, per_pass) + 2 * T * sh.d_model * 4 * (6 * L + 2)
+    work = 2 * forward_work(sh, T) + sum(n * forward_work(sh, T) * (L - l) / L for l, n in zip(layers, cells))
+    if attribution:
+        memory += forward_memory(sh, T) * L
+        work += 2 * forward_work(sh, T)
+    n = sum(cells)
+    return _need(memory, work, json, out, n * 3 * JSON_FLOAT + n * 20, HTML_FIXED + n * 40)
+
+
 @dataclass(frozen=True)
 class CardPlan:
     """What a steering card runs (:func:`walklens.lab.steering_card`): the token counts of its ``prompts`` (each
@@ -500,6 +525,7 @@ __all__ = [
     "kernels_need",
     "power_need",
     "steer_need",
+    "patch_need",
     "CardPlan",
     "card_need",
 ]

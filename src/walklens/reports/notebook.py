@@ -32,7 +32,7 @@ from typing import Any
 
 from ..base.display import displayable_copy, headline, register_view, text
 from ..base.errors import displayable
-from . import generate, heads, kernels, parity, parts, power, simmap, steer, walk
+from . import generate, heads, kernels, parity, parts, patching, power, simmap, steer, walk
 from .html import Report, inline_only
 
 LIMIT_MB = 5.0  #: the largest view a notebook holds (MB of HTML); over it, a summary with a note
@@ -53,6 +53,7 @@ def _head_stats(st: Any) -> Report:
 VIEWS: dict[str, Callable[[Any], Report]] = {
     "trace": parts.trace,
     "walk": lambda w: walk.build({w.norm: w}, w.labels, f"Encoding walk of {w.model_name}", figures=False),
+    "target": lambda a: _titled(f"{a.token!r} through {a.model_name}", lambda r: walk.add_answers(r, [a])),
     "decoding": lambda dw: generate.build(dw, "Decoding walk", figures=False),
     "similarity": lambda m: simmap.build(
         {simmap.key(m.point, m.metric, m.normed): m.plain()},
@@ -78,6 +79,7 @@ VIEWS: dict[str, Callable[[Any], Report]] = {
     "control_vector": parts.control_vector,
     "blocks": parts.blocks,
     "cooccurrence": parts.cooccurrence,
+    "patching": patching.build,  # PatchResult: an activation or attribution patching grid
 }
 
 #: posts the page's height to the notebook, which sizes the frame (only that frame: the message's source)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .attribution import attribute, parity_card
 from .exact import DIRECTIONS, expand_points, patch
 from .metrics import Metric, parse_metric
-from .result import MIN_SPEARMAN, MIN_TOPK_OVERLAP, ParityCard, PatchResult
+from .result import MIN_SPEARMAN, MIN_TOPK_OVERLAP, AttributionParity, PatchResult
 
 __all__ = [
     "patch",
@@ -26,7 +26,7 @@ __all__ = [
     "Metric",
     "parse_metric",
     "PatchResult",
-    "ParityCard",
+    "AttributionParity",
     "MIN_SPEARMAN",
     "MIN_TOPK_OVERLAP",
 ]

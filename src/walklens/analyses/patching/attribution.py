@@ -2,9 +2,10 @@
 from one forward and one backward pass of the patched run (Nanda 2023, "Attribution Patching: Activation Patching At
 Industrial Scale"; Syed, Rager & Conmy 2023, "Attribution Patching Outperforms Automated Circuit Discovery", sec. 2).
 
-An approximation whose error is measured, not assumed: :func:`attribute` reports a :class:`ParityCard` -- Spearman's
-rank correlation and top-k overlap with exact patching on the same cells, over all and per point kind -- and warns
-(:class:`ParityWarning`) where they fall under the thresholds of :mod:`.result` (docs/patching.md).
+An approximation whose error is measured, not assumed: :func:`attribute` reports an
+:class:`~.result.AttributionParity` -- Spearman's rank correlation and top-k overlap with exact patching on the
+same cells, over all and per point kind -- and warns (:class:`ParityWarning`) where they fall under the
+thresholds of :mod:`.result` (docs/patching.md).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ...base.errors import InputError, WalklensWarning
 from ...core.patching import Recorded
 from .exact import Setup, exact_grid, make_result, references, setup, source_value
 from .metrics import Metric
-from .result import TOP_K, ParityCard, PatchResult
+from .result import TOP_K, AttributionParity, PatchResult
 
 if TYPE_CHECKING:
     from ...core.loading import LoadedModel
@@ -49,7 +50,10 @@ def attribution_grid(s: Setup, rec_clean: Recorded, rec_corr: Recorded) -> np.nd
         )
     keys = list(dict.fromkeys(_key(site) for site in s.sites))
     grads = torch.autograd.grad(m, [base.grad_of[k] for k in keys], allow_unused=True)
-    g = {k: (torch.zeros_like(base.grad_of[k]) if gr is None else gr)[0].detach() for k, gr in zip(keys, grads)}
+    g = {
+        k: (torch.zeros_like(base.grad_of[k]) if gr is None else gr).detach().reshape(-1, base.grad_of[k].shape[-1])
+        for k, gr in zip(keys, grads)
+    }  # [T, width]: one sequence (OPT's MLP output is [T, D] already)
     d = int(lm.head_weights(0).d_head)
     m0 = float(m.detach())
     out = np.full((len(s.sites), len(s.positions)), np.nan)
@@ -97,7 +101,7 @@ def topk_overlap(exact: np.ndarray, approx: np.ndarray, k: int) -> float:
     return len(top & got) / k if k else float("nan")
 
 
-def parity_card(exact: PatchResult, approx: PatchResult, k: int = TOP_K) -> ParityCard:
+def parity_card(exact: PatchResult, approx: PatchResult, k: int = TOP_K) -> AttributionParity:
     """Attribution patching (``approx``) against exact patching on the same cells: Spearman and top-k overlap of the
     effects (value - 0 when denoising, 1 - value when noising), over all cells and per point kind."""
     if exact.points != approx.points or exact.positions != approx.positions:
@@ -110,7 +114,7 @@ def parity_card(exact: PatchResult, approx: PatchResult, k: int = TOP_K) -> Pari
         rows = [i for i, kd in enumerate(kinds) if kd == kind]
         ek, ak = e[rows].ravel(), a[rows].ravel()
         by_kind[kind] = {"spearman": spearman(ek, ak), "topk_overlap": topk_overlap(ek, ak, k), "cells": ek.size}
-    return ParityCard(
+    return AttributionParity(
         spearman=spearman(e.ravel(), a.ravel()),
         topk_overlap=topk_overlap(e.ravel(), a.ravel(), k),
         k=k,
@@ -133,7 +137,7 @@ def attribute(
     parity: bool = True,
 ) -> PatchResult:
     """Attribution patching of the same cells :func:`~.exact.patch` takes (same arguments), normalised the same way;
-    ``parity``: exact patching runs on the same cells too and the result carries the :class:`ParityCard` (a
+    ``parity``: exact patching runs on the same cells too and the result carries the :class:`AttributionParity` (a
     :class:`ParityWarning` when it disagrees beyond the thresholds).  Refuses, in one line, a metric without a gradient
     (``rank``) or a model without one."""
     s = setup(

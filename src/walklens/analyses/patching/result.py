@@ -20,7 +20,7 @@ TOP_K = 5
 
 
 @dataclass(frozen=True)
-class ParityCard:
+class AttributionParity:
     """Attribution patching against exact patching on the same cells (per point kind and over all): Spearman's rank
     correlation of the normalised grids, the share of exact patching's top-k cells (by |value - base|) that
     attribution's top-k holds, and whether either is under its threshold (:data:`MIN_SPEARMAN`,
@@ -64,7 +64,7 @@ class PatchResult(Shown, view="patching"):
     answer_position: int
     passes: int = 0
     forward_equivalents: float = 0.0
-    parity: ParityCard | None = None
+    parity: AttributionParity | None = None
     notes: list[str] = field(default_factory=list)
 
     def _headline(self) -> str:
@@ -119,4 +119,4 @@ class PatchResult(Shown, view="patching"):
         return frame(self._columns(table), attrs)
 
 
-__all__ = ["PatchResult", "ParityCard", "MIN_SPEARMAN", "MIN_TOPK_OVERLAP", "TOP_K"]
+__all__ = ["PatchResult", "AttributionParity", "MIN_SPEARMAN", "MIN_TOPK_OVERLAP", "TOP_K"]
