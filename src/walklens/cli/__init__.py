@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                 hook(group)
     for command in dict.fromkeys(_below(parser)):  # `walklens --threads 1 walk ...` = `walklens walk ... --threads 1`
         _threads_option(command, argparse.SUPPRESS)
+        if "--no-progress" not in command._option_string_actions:  # every command takes it
+            command.add_argument(
+                "--no-progress", action="store_true", default=argparse.SUPPRESS, help="no progress bars"
+            )
     return parser
 
 
@@ -142,8 +146,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _threads(args.threads)
+    from .terminal import progress_bars
+
+    quiet = bool(getattr(args, "no_progress", False)) or not sys.stderr.isatty()
+    args.no_progress = quiet  # off a terminal, no bars: the commands that read it pass it on
     try:
-        with warnings.catch_warnings(), one_command():  # the inputs this command reads: never overwritten
+        with (
+            warnings.catch_warnings(),
+            one_command(),
+            progress_bars(quiet),
+        ):  # the inputs this command reads: never overwritten
             warnings.showwarning = _one_line(warnings.showwarning)
             return int(args.func(args) or 0)
     except WalklensError as e:

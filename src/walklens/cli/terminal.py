@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,6 +152,31 @@ class ParagraphHelp(argparse.HelpFormatter):
         return "\n\n".join(textwrap.fill(p, width, initial_indent=indent, subsequent_indent=indent) for p in paragraphs)
 
 
+PROGRESS_DELAY = 2.0  #: seconds of work before a progress bar appears (shorter work draws none)
+
+
+@contextmanager
+def progress_bars(quiet: bool) -> Iterator[None]:
+    """While a command runs: every ``tqdm.auto`` bar (the analyses import it when they run) drawn only after
+    :data:`PROGRESS_DELAY` seconds, and none at all when ``quiet`` (``--no-progress``, or standard error not a
+    terminal: no carriage returns in a log).  The class is put back on exit."""
+    import tqdm.auto
+
+    base = tqdm.auto.tqdm
+
+    class Bar(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = bool(kwargs.get("disable")) or quiet
+            kwargs.setdefault("delay", PROGRESS_DELAY)
+            super().__init__(*args, **kwargs)
+
+    tqdm.auto.tqdm = Bar
+    try:
+        yield
+    finally:
+        tqdm.auto.tqdm = base
+
+
 def add_command(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, summary: str, description: str
 ) -> argparse.ArgumentParser:
@@ -160,6 +186,8 @@ def add_command(
 
 
 __all__ = [
+    "PROGRESS_DELAY",
+    "progress_bars",
     "ParagraphHelp",
     "add_command",
     "Col",

@@ -70,6 +70,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also write every captured point to this folder as the forward pass computes it (safetensors shards "
         "and a manifest; memory holds one point at a time; rerun to resume an interrupted capture; docs/scale.md)",
     )
+    p.add_argument(
+        "--target",
+        metavar="TOKEN",
+        default=None,
+        help="a token to follow at the last position (its text, e.g. ' Paris', one token): the layer where it first "
+        "becomes top-1 and stays, in each reading, with its rank at every layer; shown first",
+    )
     add_limit_args(p)
     p.set_defaults(func=run)
 
@@ -151,6 +158,7 @@ def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str, args: a
     w = walks[main_key]
     T = len(w.tokens)
     n = min(T, MAX_TERMINAL_COLS)
+    _target_table(con, walks)
     _nearest_table(con, w, labels, model, main_key)
     _position_table(con, walks, w, main_key)
     if n < T:
@@ -158,6 +166,35 @@ def _terminal(walks: dict[str, Any], labels: dict[int, str], model: str, args: a
             f"[dim](the nearest tokens of {n} of {T} positions, the escape points of "
             f"{min(T, MAX_TERMINAL_ROWS)}; --json / --out hold all of them)[/dim]"
         )
+
+
+def _target_table(con: Any, walks: dict[str, Any]) -> None:
+    """The target's answer first: in each reading the point where it becomes top-1 and stays, and its rank and P
+    at embed, every resid_post and final."""
+    answers = walk_report.targets_of(walks)
+    if not answers:
+        return
+    a0 = answers[0]
+    w = next(iter(walks.values()))
+    for a in answers:
+        con.print(
+            f"{show(a.token)!r} after {show(w.tokens[a.position])!r} (position {a.position}), "
+            f"{READING.get(a.reading, a.reading)}: {a.said()}",
+            markup=False,
+        )
+    rows = [i for i, p in enumerate(a0.points) if p in ("embed", "final") or p.endswith(".resid_post")]
+    cols = [Col("point", style="bold")]
+    for a in answers:
+        r = READING.get(a.reading, a.reading)
+        cols += [Col(f"rank ({r})", justify="right"), Col(f"P ({r})", justify="right")]
+    grid = []
+    for i in rows:
+        cells = [_short(a0.points[i])]
+        for a in answers:
+            rank, prob = a.ranks[i], a.probs[i]
+            cells += ["" if rank is None else str(rank), "" if prob != prob else f"{prob:.3f}"]
+        grid.append(cells)
+    print_table(con, f"rank of {escape(show(a0.token))!r} at each layer (0 = top-1)", cols, grid, short="target")
 
 
 def _nearest_table(con: Any, w: Any, labels: dict[int, str], model: str, main_key: str) -> None:
@@ -204,7 +241,8 @@ def _position_table(con: Any, walks: dict[str, Any], w: Any, main_key: str) -> N
         Col("P", justify="right"),
     ]
     for k in walks:
-        cols += [Col(f"first ({READING.get(k, k)})"), Col(f"stays ({READING.get(k, k)})")]
+        r = READING.get(k, k)
+        cols += [Col(f"ahead ({r})"), Col(f"stays ({r})")]
     summary = []
     for t in range(min(T, MAX_TERMINAL_ROWS)):
         rn = int(w.rank_of_next[fi, t])
@@ -224,8 +262,8 @@ def _position_table(con: Any, walks: dict[str, Any], w: Any, main_key: str) -> N
     print_table(
         con,
         f"per position: rank and P of w_t+1 at {w.points[fi]} ({READING.get(main_key, main_key)}); "
-        f"first: where w_t+1 first outranks w_t; stays: from where it stays ahead (raw: against V; "
-        f"lens: final norm + head)",
+        f"ahead: where w_t+1 first outranks w_t (not where it becomes top-1: --target); stays: from where it "
+        f"stays ahead of w_t (raw: against V; lens: final norm + head)",
         cols,
         summary,
         keys=2,
@@ -286,7 +324,9 @@ def run(args: argparse.Namespace) -> int:
     walks = {}
     for norm in sorted(norms, key=lambda n: n == "none"):  # lens first: an error both share is raised, no note
         try:
-            walks[norm] = encoding_walk(trace, k=args.k, metric=args.metric, norm=norm, points=points)
+            walks[norm] = encoding_walk(
+                trace, k=args.k, metric=args.metric, norm=norm, points=points, target=args.target
+            )
         except InputError as e:
             if args.norm != "both" or norm != "none":
                 raise

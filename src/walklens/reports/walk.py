@@ -21,6 +21,7 @@ from .html import Report, fields_of, pyplot, show
 
 if TYPE_CHECKING:
     from ..analyses.walks import EncodingWalk
+    from ..analyses.walks.target import TargetAnswer
 
 TOP_HOVER = 5  # nearest tokens in each heatmap cell's tooltip
 MAX_COLS = 96  # positions the report shows (the JSON holds all of them)
@@ -325,6 +326,59 @@ def add_walk(
     _curves(report, walk, rows)
 
 
+#: each reading's heading, the most informative first (the logit lens)
+READINGS = {
+    "final": "final norm + the model's head (norm=final, the logit lens)",
+    "none": "raw vectors against V (norm=none, the papers' reading)",
+}
+_SHORT = {"final": "lens", "none": "raw"}
+
+
+def add_answers(report: Report, answers: Sequence[TargetAnswer]) -> None:
+    """Where a chosen token becomes top-1 and stays (one :class:`~walklens.analyses.walks.target.TargetAnswer`
+    per reading): the answer in words, and its rank at each residual point as a table and a curve."""
+    if not answers:
+        return
+    first = answers[0]
+    report.h2(f"Target {show(first.token)!r} at position {first.position}: where it becomes top-1 and stays")
+    report.table(
+        ["reading", "top-1 from (and stays)", "layer", "rank at the last point", "ranks"],
+        [
+            [
+                _SHORT.get(a.reading, a.reading),
+                a.point or "never",
+                "" if a.layer is None else a.layer,
+                "" if a.ranks[-1] is None else a.ranks[-1],
+                "exact" if a.exact else "from the top k (beyond it: blank)",
+            ]
+            for a in answers
+        ],
+    )
+    rows = [i for i, r in enumerate(first.residual) if r and not first.points[i].endswith(".resid_pre")]
+    rows = rows or list(range(len(first.points)))
+    series = [
+        {
+            "name": f"log10(1 + rank), {_SHORT.get(a.reading, a.reading)}",
+            "y": [None if (r := a.ranks[i]) is None else math.log10(1 + r) for i in rows],
+        }
+        for a in answers
+    ]
+    report.lines(
+        [first.points[i] for i in rows],
+        series,
+        title=f"rank of {show(first.token)!r} through the stack (0 = top-1)",
+        xlabel="point",
+        width=900,
+        height=300,
+    )
+
+
+def targets_of(walks: Mapping[str, EncodingWalk]) -> list[TargetAnswer]:
+    """The answer of each walk that read a target (its reading's), the logit lens first."""
+    order = sorted(walks, key=lambda k: k != "final")
+    return [w.first_top(tid) for w in (walks[k] for k in order) if (tid := w.target_id) is not None]
+
+
 def build(
     walks: Mapping[str, EncodingWalk],
     labels: Mapping[int, str],
@@ -336,15 +390,14 @@ def build(
     """The ``walklens walk`` report of one text's encoding walks; ``walks`` maps a reading (``"none"``: raw
     vectors against V, ``"final"``: the logit lens) to a walk.
 
-    Encoder-decoder walks (``walk.encoder``) get an encoder section beside the decoder's (A.2).
+    Encoder-decoder walks (``walk.encoder``) get an encoder section beside the decoder's (A.2).  A walk that read
+    a target opens the page with its answer (:func:`add_answers`); the logit lens comes before the raw reading.
     """
     rep = Report(title, subtitle)
-    names = {
-        "none": "raw vectors against V (norm=none, the papers' reading)",
-        "final": "final norm + the model's head (norm=final, the logit lens)",
-    }
-    for key, walk in walks.items():
-        label = names.get(key, key)
+    add_answers(rep, targets_of(walks))
+    for key in sorted(walks, key=lambda k: k != "final"):
+        walk = walks[key]
+        label = READINGS.get(key, key)
         if walk.encoder is not None:
             add_walk(rep, walk.encoder, labels, f"enc_{key}", f"Encoder walk: {label}", figures, max_cols)
             add_walk(rep, walk, labels, key, f"Decoder walk: {label}", figures, max_cols)
@@ -355,6 +408,9 @@ def build(
 
 __all__ = [
     "MAX_COLS",
+    "READINGS",
+    "add_answers",
+    "targets_of",
     "add_walk",
     "build",
     "cell_document",

@@ -6,6 +6,8 @@
 - :func:`~walklens.analyses.decoding.decoding_walk` (in :mod:`walklens.analyses.decoding`) generates text and records
 the
   decoding vector d_t of every step (eqs. 8-15), with ``target=`` teacher-forcing a target path (A.1).
+- :meth:`EncodingWalk.first_top` / :meth:`EncodingWalk.rank_of`: where a chosen token (``encoding_walk(...,
+  target=" Paris")``) first becomes top-1 and stays, with its rank at every point (:class:`TargetAnswer`).
 - :func:`similarity_map` gives the [tokens, tokens] similarity of the vectors at one point (Figs. 3, 11, 12).
 
 Which matrix each reading compares with (``against``):
@@ -66,5 +68,6 @@ from .result import EncodingWalk
 from .result import Metric as Metric
 from .result import Norm as Norm
 from .similarity import similarity_map
+from .target import TargetAnswer
 
-__all__ = ["EncodingWalk", "encoding_walk", "similarity_map"]
+__all__ = ["EncodingWalk", "TargetAnswer", "encoding_walk", "similarity_map"]

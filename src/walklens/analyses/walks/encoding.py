@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -73,6 +74,8 @@ def encoding_walk(
     probs: bool = True,
     progress: bool = True,
     screen: bool = False,
+    target: str | int | None = None,
+    target_position: int = -1,
 ) -> EncodingWalk:
     """The encoding walk of every position (seed 000, sec. 2.2.2, Fig. 9; A.2) read against the token vectors.
 
@@ -86,6 +89,9 @@ def encoding_walk(
     For encoder-decoder models the encoder's walk is attached as ``.encoder``.
     ``screen``: provisional ranks from bfloat16 products (:func:`walklens.core.ranking.screen_ranks`, several times
     faster, not exact: what ``walklens serve`` paints first); needs ``k=0, probs=False``.
+    ``target``: a token (its text, ``" Paris"``, one token of the tokenizer, or its id) read at
+    ``target_position`` (default the last) at every point: its exact rank and probability there
+    (``rank_of_target``), for :meth:`~walklens.analyses.walks.EncodingWalk.first_top`.
     """
     _check_choice("metric", metric, ("dot", "cosine"))
     _check_choice("norm", norm, ("none", "final"))
@@ -107,6 +113,8 @@ def encoding_walk(
         screen=screen,
     )
     walk = _walk_stack(trace, lm, opts)
+    if target is not None:
+        _read_target(walk, trace, lm, opts, _target_id(lm, target), target_position)
     if trace.encoder is not None:
         enc = trace.encoder
         if enc.lm is None:
@@ -116,6 +124,48 @@ def encoding_walk(
     if walk.encoder is not None:
         walk.encoder.labels = walk.labels
     return walk
+
+
+def _target_id(lm: LoadedModel, target: str | int) -> int:
+    """The id of ``target``: an id of the vocabulary, or a text the tokenizer makes one token of."""
+    if isinstance(target, bool) or not isinstance(target, (int, str)):
+        raise InputError(f"target must be a token's text or its id, not {target!r}")
+    if isinstance(target, int):
+        ids = [target]
+    else:
+        ids = list(lm.tokenizer.encode(target, add_special_tokens=False))
+    if len(ids) != 1:
+        pieces = ", ".join(repr(s) for s in token_strings(lm.tokenizer, ids)) or "none"
+        raise InputError(f"target {target!r} is {len(ids)} tokens ({pieces}), not one; choose one token")
+    return int(ids[0])
+
+
+def _read_target(walk: EncodingWalk, trace: Trace, lm: LoadedModel, opts: _Reading, tid: int, position: int) -> None:
+    """The target ``tid``'s rank and probability at ``position`` at every point of ``walk``: the walk's own reading
+    of that position's rows alone, with the target as the token to rank."""
+    T = len(trace.tokens)
+    if isinstance(position, bool) or not isinstance(position, int) or not -T <= position < T:
+        raise InputError(f"target_position must be an integer in [{-T}, {T - 1}], not {position!r}")
+    at = position % T
+    sel = [trace.points.index(n) for n in walk.points]
+    one = SimpleNamespace(tokens=[trace.tokens[at]], token_ids=torch.tensor([tid]), stack=trace.stack)
+    mat = _token_matrix(lm, opts.norm, opts.against, trace.d_model)
+    if not 0 <= tid < mat.M.shape[0]:
+        raise InputError(f"target id {tid} is outside the matrix of {mat.M.shape[0]} rows")
+    rows = point_rows(trace.hidden, sel, T)
+    final_rows = [j for j, n in enumerate(walk.points) if n == "final"]
+    quiet = dataclasses.replace(opts, k=0, progress=False, screen=False)
+    cols = _read_all(
+        lm,
+        one,  # type: ignore[arg-type]  # what the reading reads of a trace: its tokens, their ids, its stack
+        mat,
+        quiet,
+        lambda r0, r1: torch.cat([rows(j * T + at, j * T + at + 1) for j in range(r0, r1)]),
+        len(sel),
+        final_rows,
+    )
+    walk.target_id, walk.target_position = tid, at
+    walk.rank_of_target, walk.prob_of_target = cols.ranks[0].clone(), cols.probs[0].clone()
 
 
 def _walk_stack(trace: Trace, lm: LoadedModel, opts: _Reading) -> EncodingWalk:
@@ -174,6 +224,10 @@ def _per_cell(walk: EncodingWalk) -> list[str]:
     ]
 
 
+#: a walk's fields with a value per point (the target's reading), None when it read no target
+_PER_POINT = ("rank_of_target", "prob_of_target")
+
+
 def walk_rows(walk: EncodingWalk, start: int, stop: int) -> EncodingWalk:
     """The walk at its points ``start`` .. ``stop - 1``: each per-cell field's rows (step length and angle as
     measured in the whole walk); the escape points, found over every point, as indices of these rows (-1 where
@@ -190,6 +244,7 @@ def walk_rows(walk: EncodingWalk, start: int, stop: int) -> EncodingWalk:
         residual=walk.residual[rows],
         escape_point=among(walk.escape_point),
         escape_stable=among(walk.escape_stable),
+        **{f: getattr(walk, f)[rows] for f in _PER_POINT if getattr(walk, f) is not None},
     )
 
 
@@ -208,6 +263,10 @@ def join_walks(trace: Trace, parts: Sequence[EncodingWalk]) -> EncodingWalk:
     residual = [r for p in parts for r in p.residual]
     step_len, step_ang = _steps(trace, [trace.points.index(n) for n in names], residual)
     joined: dict[str, Any] = {f: torch.cat([getattr(p, f) for p in parts]) for f in per_cell}
+    if all(getattr(p, f) is not None for p in parts for f in _PER_POINT):
+        joined |= {f: torch.cat([getattr(p, f) for p in parts]) for f in _PER_POINT}
+    else:
+        joined |= dict.fromkeys(_PER_POINT)
     rank_in, rank_nx = joined["rank_of_input"], joined["rank_of_next"]
     return dataclasses.replace(
         first,

@@ -7,11 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import torch
 
 from ...base.display import Shown
 from ...base.errors import InputError
 from ...base.frames import Columns, DataFrame, concat_columns, frame, long_table, pick, point_kind, point_layer
+from .target import TargetAnswer, first_top_index, token_id_of
 
 Metric = Literal["dot", "cosine"]
 Norm = Literal["none", "final"]
@@ -33,6 +35,14 @@ _WALK_CELLS = (
 )
 
 
+def _texts(ids: torch.Tensor, labels: dict[int, str]) -> np.ndarray:
+    """The text of each token id of ``ids`` (any shape) as an object array of that shape (-1: None)."""
+    flat = [labels.get(i, str(i)) if i >= 0 else None for i in ids.reshape(-1).tolist()]
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return out.reshape(tuple(ids.shape))
+
+
 @dataclass
 class EncodingWalk(Shown, view="walk"):
     """The encoding walk of every position through every selected point (sec. 2.2.2, Fig. 9, A.2).
@@ -49,6 +59,9 @@ class EncodingWalk(Shown, view="walk"):
     (or the last position); ``escape_stable`` — the first residual point from which w_{t+1} stays ahead of w_t
     up to the top.
     ``encoder`` holds the encoder stack's walk for encoder-decoder models (A.2, "Encoder vs Decoder Walks").
+    ``target_id`` / ``target_position`` / ``rank_of_target`` / ``prob_of_target``: a chosen token read at one
+    position, every point ([points]; ``encoding_walk(trace, target=" Paris")``; None when none was chosen):
+    :meth:`first_top` and :meth:`rank_of` answer where it becomes top-1.
     """
 
     tokens: list[str]
@@ -79,6 +92,10 @@ class EncodingWalk(Shown, view="walk"):
     n_layers: int = 0
     encoder: EncodingWalk | None = None
     model_dtype: str = "float32"
+    target_id: int | None = None
+    target_position: int | None = None
+    rank_of_target: torch.Tensor | None = None
+    prob_of_target: torch.Tensor | None = None
     #: the text of each token id the walk names (its tokens and their nearest tokens): what its view shows
     labels: dict[int, str] = field(default_factory=dict, repr=False)
 
@@ -100,6 +117,10 @@ class EncodingWalk(Shown, view="walk"):
         for name in ("escape_point", "escape_stable"):
             if tuple(getattr(self, name).shape) != (T,):
                 raise ValueError(f"{name} has shape {tuple(getattr(self, name).shape)}, expected {(T,)}")
+        for name in ("rank_of_target", "prob_of_target"):
+            v = getattr(self, name)
+            if v is not None and tuple(v.shape) != (P,):
+                raise ValueError(f"{name} has shape {tuple(v.shape)}, expected {(P,)}")
 
     @property
     def residual_points(self) -> list[str]:
@@ -116,6 +137,70 @@ class EncodingWalk(Shown, view="walk"):
         """Name of the point from which w_{t+1} stays ahead of w_t to the top (None: it does not)."""
         return [self.points[i] if i >= 0 else None for i in self.escape_stable.tolist()]
 
+    def _ranks_of(self, token_id: int, position: int) -> tuple[list[int | None], list[float], bool]:
+        """The ranks and probabilities of ``token_id`` at ``position`` at every point, and whether they are exact
+        (read for it) or taken from the top k."""
+        T = len(self.tokens)
+        ids = self.token_ids.reshape(-1).tolist()
+        if self.target_id == token_id and self.target_position == position and self.rank_of_target is not None:
+            assert self.prob_of_target is not None
+            return [int(r) for r in self.rank_of_target], [float(p) for p in self.prob_of_target], True
+        for rank, prob, at in (
+            (self.rank_of_next, self.prob_of_next, position + 1),
+            (self.rank_of_input, self.prob_of_input, position),
+        ):
+            if at < T and ids[at] == token_id:
+                return [int(r) for r in rank[:, position]], [float(p) for p in prob[:, position]], True
+        if self.k == 0:
+            raise InputError(
+                f"the rank of token {token_id} at position {position} was not read and the walk kept no top k: "
+                f"read it as the target (encoding_walk(trace, target=...))"
+            )
+        top = self.top_ids[:, position, :].tolist()
+        ranks: list[int | None] = [row.index(token_id) if token_id in row else None for row in top]
+        return ranks, [float("nan")] * len(top), False
+
+    def _position(self, position: int | None) -> int:
+        T = len(self.tokens)
+        if position is None:
+            position = self.target_position if self.target_position is not None else T - 1
+        if not isinstance(position, int) or isinstance(position, bool) or not -T <= position < T:
+            raise InputError(f"position must be an integer in [{-T}, {T - 1}], not {position!r}")
+        return position % T
+
+    def rank_of(self, token: str | int, position: int | None = None) -> list[int | None]:
+        """The rank of ``token`` (its text as decoded, ``" Paris"``, or its id) at ``position`` (default: the
+        target's, else the last) at each point of the walk, 0 = top-1: exact when the walk read it (its
+        ``target``, or w_t / w_t+1 there); else from the top k, None where it is not among them."""
+        return self.first_top(token, position).ranks
+
+    def first_top(self, token: str | int, position: int | None = None) -> TargetAnswer:
+        """Where ``token`` first becomes the top-1 token at ``position`` (default: the target's, else the last)
+        **and stays** top-1 at every later residual point, with its rank at every point
+        (:class:`~walklens.analyses.walks.target.TargetAnswer`)."""
+        at = self._position(position)
+        labels = dict(self.labels)
+        if self.target_id is not None:
+            labels.setdefault(self.target_id, str(self.target_id))
+        tid = token_id_of(token, labels, "this walk")
+        ranks, probs, exact = self._ranks_of(tid, at)
+        i = first_top_index(ranks, self.residual)
+        point = self.points[i] if i >= 0 else None
+        return TargetAnswer(
+            token=labels.get(tid, str(tid)),
+            token_id=tid,
+            position=at,
+            reading=self.norm,
+            model_name=self.model_name,
+            points=list(self.points),
+            residual=list(self.residual),
+            ranks=ranks,
+            probs=probs,
+            exact=exact,
+            point=point,
+            layer=point_layer(point) if point is not None else None,
+        )
+
     def point_index(self, name: str) -> int:
         try:
             return self.points.index(name)
@@ -124,7 +209,8 @@ class EncodingWalk(Shown, view="walk"):
 
     def label_ids(self) -> list[int]:
         """Every token id this walk mentions (inputs and top-k), for decoding labels once."""
-        ids = torch.cat([self.token_ids.reshape(-1), self.top_ids.reshape(-1)]).unique()
+        extra = torch.tensor([self.target_id] if self.target_id is not None else [], dtype=torch.long)
+        ids = torch.cat([self.token_ids.reshape(-1).long(), self.top_ids.reshape(-1).long(), extra]).unique()
         out = [int(i) for i in ids.tolist() if i >= 0]
         if self.encoder is not None:
             out = sorted(set(out) | set(self.encoder.label_ids()))
@@ -149,11 +235,12 @@ class EncodingWalk(Shown, view="walk"):
                         "token": w.tokens,
                         "token_id": ids,
                         "next_token_id": ids[1:] + [None],
+                        "next_token": list(w.tokens[1:]) + [None],
                         "escape_point": w.escape_names,
                         "escape_stable": w.escape_stable_names,
                     },
                 },
-                wide={"top_id": w.top_ids, "top_score": w.top_scores},
+                wide={"top_id": w.top_ids, "top_token": _texts(w.top_ids, w.labels), "top_score": w.top_scores},
             )
 
         parts = ([self.encoder] if self.encoder is not None else []) + [self]
@@ -162,7 +249,7 @@ class EncodingWalk(Shown, view="walk"):
     def to_pandas(self, table: str = "walk") -> DataFrame:
         """The walk as a long table (pandas; docs/notebooks.md, "Tables"): one row per (stack, point, position)
         with the fields above under their own names, the escape points by name and the top-k as ``top_id_i``,
-        ``top_score_i`` (i = rank, 0 = nearest)."""
+        ``top_token_i``, ``top_score_i`` (i = rank, 0 = nearest); ``next_token`` beside ``next_token_id``."""
         return frame(
             self._columns(table),
             {
