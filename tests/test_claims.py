@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from _cli import run
+from walklens.base.errors import InputError
 from walklens.lab.claims import CLAIMS, Claim, assess, render
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,6 +130,58 @@ def test_the_context_verdict_reads_the_shuffled_control(
     m, v = assess(c, tmp_path)
     assert v.startswith(verdict) and m is not None
     assert ("shuffled 0." in m.text) == (shuffled is not None)
+
+
+def _card(tmp_path: Path, effects: dict[str, tuple[float, float, float] | None]) -> Path:
+    """A committed steering card with its held-out choices' effects replaced (value, lo, hi; None: no cell of
+    that method kept the perplexity budget)."""
+    doc = json.loads((ROOT / "docs/results/steering/complete/smollm2-135m_token.json").read_text())
+    for c in doc["choices"]:
+        e = effects[c["method"]]
+        if e is None:
+            c["heldout"], c["layer"] = None, None
+        else:
+            c["heldout"]["effect"].update(value=e[0], lo=e[1], hi=e[2])
+    (tmp_path / "card.json").write_text(json.dumps(doc))
+    return tmp_path / "card.json"
+
+
+@pytest.mark.parametrize(
+    "eigen,control,verdict",
+    [
+        ((3.0, 2.5, 3.5), (1.0, 0.5, 1.5), "partly: eigen-steering +3.00 [+2.50, +3.50]"),  # add reaches 5.9
+        ((6.0, 5.7, 6.3), (1.0, 0.5, 1.5), "reproduced: eigen-steering +6.00"),
+        (
+            (1.0, 0.7, 1.3),
+            (1.1, 0.9, 1.2),
+            "not decided: eigen-steering +1.00 [+0.70, +1.30] on held-out prompts "
+            "moves toward the target, no further than the projection-ablation control's [+0.90, +1.20]",
+        ),
+        ((-1.0, -1.5, -0.5), (1.0, 0.5, 1.5), "not reproduced: eigen-steering -1.00 [-1.50, -0.50]"),
+        ((0.1, -0.2, 0.4), (1.0, 0.5, 1.5), "not decided: the interval of eigen-steering +0.10"),
+        (None, (1.0, 0.5, 1.5), "not decided: no eigen-steering cell kept the perplexity budget"),
+    ],
+)
+def test_the_steering_verdict_reads_the_held_out_card(
+    tmp_path: Path, eigen: tuple[float, float, float] | None, control: tuple[float, float, float], verdict: str
+) -> None:
+    """Eigen-steering is decided on the held-out card: against 0, the projection-ablation control and the other
+    methods at the same perplexity budget (here activation addition's +5.91 [+5.59, +6.24])."""
+    _card(tmp_path, {"eigen": eigen, "ablate": control, "add": (5.91, 5.59, 6.24), "meandiff": (2.68, 2.35, 3.0)})
+    c = Claim("x", "002", "says", "cmd", "card.json", "steering_card", {}, "steer_card")
+    m, v = assess(c, tmp_path)
+    assert v.startswith(verdict), v
+    assert m is not None and "add L22 dose 0.3 +5.91 [+5.59, +6.24]" in m.text and m.n == (0 if eigen is None else 46)
+    assert "add's [+5.59, +6.24]" in v or v.startswith("not decided: no eigen")
+
+
+def test_a_card_without_a_method_is_refused_in_one_line(tmp_path: Path) -> None:
+    doc = json.loads((ROOT / "docs/results/steering/complete/smollm2-135m_token.json").read_text())
+    doc["choices"] = [c for c in doc["choices"] if c["method"] != "ablate"]
+    (tmp_path / "card.json").write_text(json.dumps(doc))
+    c = Claim("x", "002", "says", "cmd", "card.json", "steering_card", {}, "steer_card")
+    with pytest.raises(InputError, match=r"card.json: no choice for method\(s\) ablate"):
+        assess(c, tmp_path)
 
 
 def test_every_verdict_of_docs_claims_md_is_rederived_from_its_file() -> None:

@@ -297,7 +297,7 @@ READS = {
     "concept_eval": ("concept_eval",),
     "cooccur": ("cooccur",),
     "blocks": ("similarity_blocks",),
-    "steering": ("steering",),
+    "steering_card": ("steering_card",),
     "alignment": ("power",),
     "compaction": {".csv": ("curves_csv",), ".json": ("curves",)},
     "self_mass": ("heads",),
@@ -342,19 +342,17 @@ def test_every_key_the_claims_readers_read_is_declared(monkeypatch: pytest.Monke
 
 
 def test_a_claims_reader_reading_an_undeclared_key_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = readers.MEASURES["steering"]
+    real = readers.MEASURES["steering_card"]
 
     def planted(path: Path, select: Any) -> Any:
         doc = sc.load_json(path)
-        assert doc["rows"][0].get("no_such_key") is None
+        assert doc["cells"][0].get("no_such_key") is None
         return real(path, select)
 
-    monkeypatch.setitem(readers.MEASURES, "steering", planted)
+    monkeypatch.setitem(readers.MEASURES, "steering_card", planted)
     out = sorted(claims_reads(monkeypatch))
-    assert out == [
-        "steer_gemma3.json (steering): rows[].no_such_key",
-        "steer_smollm2.json (steering): rows[].no_such_key",
-    ]
+    cards = sorted(p.name for p in (ROOT / "docs/results/steering/complete").glob("*.json"))
+    assert len(cards) >= 3 and out == [f"{name} (steering_card): cells[].no_such_key" for name in cards]
 
 
 def test_the_claims_schemas_are_parts_of_the_documents() -> None:
@@ -366,7 +364,7 @@ def test_the_claims_schemas_are_parts_of_the_documents() -> None:
         sc.PAIRED: ("sweep", "runs", "[]", "metrics", "{}", "paired"), sc.HELDOUT_RUN: ("hellaswag_run",),
         sc.HELDOUT_METRIC: ("hellaswag_run", "paired", "acc"), sc.SELF_MASS_DOC: ("heads",),
         sc.SELF_MASS: ("heads", "self_mass", "{}"), sc.ALIGNMENT_DOC: ("power",), sc.ALIGNMENT: ("power", "alignment"),
-        sc.STEER_DOC: ("steering",), sc.STEER_ROW: ("steering", "rows", "[]"), sc.COOCCUR: ("cooccur",),
+        sc.STEER_ROW: ("steering", "rows", "[]"), sc.COOCCUR: ("cooccur",),
         sc.CORRELATION: ("cooccur", "pmi_cos"), sc.BLOCKS_DOC: ("similarity_blocks",),
         sc.BLOCK_MAP: ("similarity_blocks", "maps", "{}"), sc.BLOCK_CLASS: ("similarity_blocks", "maps", "{}",
         "classes", "[]"), sc.SELF_BIAS_DOC: ("kernels_sink",), sc.SELF_BIAS: ("kernels_sink", "self_bias", "{}", "[]"),

@@ -9,6 +9,10 @@ from typing import Any
 CHANCE = 0.25  # HellaSwag: four endings
 SIZE = {"smollm2": "135m", "gemma3": "270m"}
 BAND_ALPHA = 0.05  # a null layer ends above the top (95th percentile) of a 5-95 % chance band
+#: the methods a steering card's verdict compares eigen-steering with, in the order of ``facts["other"]``
+CARD_OTHERS = ("add", "meandiff")
+#: the card's control: projection ablation moves the text with no direction toward the target
+CARD_CONTROL = "ablate"
 
 
 @dataclass(frozen=True)

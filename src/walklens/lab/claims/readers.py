@@ -16,7 +16,8 @@ import walklens.lab.claims.schemas as sc  # the module, not the package (whose _
 from ...base.errors import InputError
 from ...base.numbers import Range
 from ..experiments.heldout import corrected
-from .base import BAND_ALPHA, Measured
+from ..steeringcard import CardChoice, SteeringCard
+from .base import BAND_ALPHA, CARD_CONTROL, CARD_OTHERS, Measured
 from .pairs import fold_picks, scheme_picks
 
 # ---- reading the result files ------------------------------------------------------------------------------------
@@ -280,25 +281,50 @@ def steering_settings(
     }
 
 
-def steering(path: Path, select: Mapping[str, Any]) -> Measured:
-    """Eigen-steering's best setting (most prompts with the target on top, then the highest mean probability, a NaN
-    one never ranked above a number) next to activation addition's."""
-    doc = sc.STEER_DOC.check(sc.load_json(path), str(path))
-    st = steering_settings(doc, str(path))
+def _chosen(card: SteeringCard, path: Path) -> dict[str, CardChoice]:
+    """Each method's choice of the card's one kind of target (its cell chosen on ``choose``, measured on
+    ``heldout``), every method a verdict reads present."""
+    kinds = {c.kind for c in card.choices}
+    if len(kinds) != 1:
+        raise InputError(f"{path}: want the choices of one kind of target, not {sorted(kinds)}")
+    got = {c.method: c for c in card.choices}
+    missing = [m for m in ("eigen", CARD_CONTROL, *CARD_OTHERS) if m not in got]
+    if missing:
+        raise InputError(f"{path}: no choice for method(s) {', '.join(missing)}")
+    return got
 
-    def rank(k: tuple[str, str, float]) -> tuple[int, float]:
-        return st[k][0], -math.inf if math.isnan(st[k][2]) else st[k][2]
 
-    best = {m: max((k for k in st if k[0] == m), key=rank) for m in ("eigen", "add") if any(k[0] == m for k in st)}
-    if "eigen" not in best:
-        raise InputError(f"{path}: no eigen-steering row (method 'eigen')")
-    parts = [
-        f"{m} at layers {k[1]}, alpha {k[2]:g}: {st[k][0]}/{st[k][1]} prompts top-1 (mean p {st[k][2]:.3g})"
-        for m, k in best.items()
-    ]
-    e = st[best["eigen"]]
-    text = f"{doc['model_name']}, toward {doc['target_token']!r}, best of each method: " + "; ".join(parts)
-    return Measured(str(doc["model_name"]), e[1], e[0], e[0], e[0], text, {"eigen_top1": e[0], "prompts": e[1]})
+def steering_card(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens steer --card SET --json`` (the held-out steering card, docs/power.md): each method's cell
+    chosen on ``choose`` within the perplexity budget, measured on ``heldout``: eigen-steering's mean effect with
+    its interval, beside the projection-ablation control's and the larger of the other two methods' (NaN where no
+    cell of a method was within the budget)."""
+    card = SteeringCard.from_document(sc.load_json(path))
+    got = _chosen(card, path)
+
+    def effect(m: str) -> tuple[float, float, float]:
+        h = got[m].heldout
+        return (math.nan,) * 3 if h is None else (h.effect.value, h.effect.lo, h.effect.hi)
+
+    def shown(m: str) -> str:
+        c, h = got[m], got[m].heldout
+        if h is None:
+            return f"{m}: no cell within the budget"
+        where = f"L{c.layer}" + ("" if m == CARD_CONTROL else f" dose {c.dose:g}")
+        e = h.effect
+        return f"{m} {where} {e.value:+.2f} [{e.lo:+.2f}, {e.hi:+.2f}] (log ppl {h.log_ppl.value:.2f})"
+
+    value, lo, hi = effect("eigen")
+    means = [effect(m)[0] for m in CARD_OTHERS]
+    other = max(range(len(CARD_OTHERS)), key=lambda i: -math.inf if math.isnan(means[i]) else means[i])
+    h = got["eigen"].heldout
+    n = 0 if h is None else h.effect.n
+    shows = "; ".join(shown(m) for m in ("eigen", *CARD_OTHERS, CARD_CONTROL))
+    text = f"{card.model_name}, {card.set_name} targets, held out (n={n}): {shows}"
+    _, o_lo, o_hi = effect(CARD_OTHERS[other])
+    _, c_lo, c_hi = effect(CARD_CONTROL)
+    facts = {"other": float(other), "other_lo": o_lo, "other_hi": o_hi, "control_lo": c_lo, "control_hi": c_hi}
+    return Measured(card.model_name, n, value, lo, hi, text, facts)
 
 
 def cooccur(path: Path, select: Mapping[str, Any]) -> Measured:
@@ -452,7 +478,7 @@ MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {
     "concept_eval": concept_eval,
     "cooccur": cooccur,
     "blocks": blocks,
-    "steering": steering,
+    "steering_card": steering_card,
     "alignment": alignment,
     "heldout": heldout,
     "standard": standard,

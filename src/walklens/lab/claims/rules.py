@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from .base import CHANCE, Measured
+from .base import CARD_OTHERS, CHANCE, Measured
 
 #: the verdict words, defined in docs/claims.md: every verdict is ``WORD: why``
 VERDICTS = ("reproduced", "not reproduced", "not decided", "partly", "not measurable here")
@@ -189,16 +189,25 @@ def _tilt(m: Measured, target: float | None) -> str:
     )
 
 
-def _steer(m: Measured, target: float | None) -> str:
-    """A five-prompt demonstration decides nothing: its best setting is chosen and reported on the same prompts,
-    for one target; the held-out steering card (docs/power.md) is where eigen-steering is decided."""
-    k, n = int(m.facts["eigen_top1"]), int(m.facts["prompts"])
-    return say(
-        "not decided",
-        f"eigen-steering's best tried setting puts the target on top of {k} of {n} prompts, that setting chosen "
-        "and reported on the same prompts, one target, no coherence measured; the held-out steering card decides "
-        "(docs/power.md)",
-    )
+def _steer_card(m: Measured, target: float | None) -> str:
+    """Seed 002's steering on the held-out card: eigen-steering's effect on the target (its cell chosen on other
+    prompts within the perplexity budget) against 0, the projection-ablation control and the other methods at the
+    same budget; intervals that overlap decide nothing (no paired test across methods is committed)."""
+    f = m.facts
+    eigen = f"eigen-steering {m.value:+.2f} [{m.lo:+.2f}, {m.hi:+.2f}] on held-out prompts"
+    control = f"the projection-ablation control's [{f['control_lo']:+.2f}, {f['control_hi']:+.2f}]"
+    other = f"{CARD_OTHERS[int(f['other'])]}'s [{f['other_lo']:+.2f}, {f['other_hi']:+.2f}]"
+    if _nan(m.lo, m.hi):
+        return say("not decided", "no eigen-steering cell kept the perplexity budget on the choosing prompts")
+    if m.hi < 0:
+        return say("not reproduced", f"{eigen} moves the target away ({other} at the same budget)")
+    if m.lo > 0 and not m.lo <= f["control_hi"]:  # a NaN control bound decides nothing
+        if m.hi < f["other_lo"]:
+            return say("partly", f"{eigen} moves toward the target beyond {control}, less far than {other}")
+        return say("reproduced", f"{eigen} moves toward the target beyond {control}, as far as {other}")
+    if m.lo > 0:
+        return say("not decided", f"{eigen} moves toward the target, no further than {control} ({other})")
+    return say("not decided", f"the interval of {eigen} holds 0 ({other} at the same budget)")
 
 
 def _associative(m: Measured, target: float | None) -> str:
@@ -285,7 +294,7 @@ RULES: dict[str, Callable[[Measured, float | None], str]] = {
     "concept_eval": _concept_eval,
     "associative": _associative,
     "blocks": _blocks,
-    "steer": _steer,
+    "steer_card": _steer_card,
     "tilt": _tilt,
     "sink": _sink,
     "below_baseline": _below_baseline,

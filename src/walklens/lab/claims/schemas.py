@@ -127,7 +127,6 @@ SELF_MASS = _doc("self mass", _list("mass"), _list("uniform"))
 ALIGNMENT_SERIES = ("mean", "random_mean", "other_mean", "random_hi", "other_hi")
 ALIGNMENT_DOC = _doc("power document", _str("model"), _obj("alignment"))
 ALIGNMENT = _doc("alignment", _list("points"), _int("n_tokens"), *map(_list, ALIGNMENT_SERIES))
-STEER_DOC = _doc("steering document", _str("model_name"), _str("target_token"), _list("rows"))
 STEER_ROW = _doc("steering row", _str("method", 40), Field("layers", "list", max_len=256),
                  _num("alpha", SIMILARITY), _int("target_rank"), _num("target_prob", ACC, nan=True))  # fmt: skip
 COOCCUR_STATS = ("pmi_dot", "pmi_cos", "dot_cos", "partial_cos", "matched_cos", "excess_cos")
