@@ -16,12 +16,17 @@ from walklens.analyses.compaction import CompactSpec, compact, explain
 from walklens.analyses.compaction.core import choose_cuts, sentence_starts, word_starts
 from walklens.analyses.concepts.schemes import Scheme
 from walklens.core.scoring.encode import input_embeddings
-from walklens.lab.experiments.compaction import compact_items, plan_item
-from walklens.lab.hellaswag.baseline import baseline_items
+from walklens.lab.experiments.compaction import compact_requests, plan_item
+from walklens.lab.hellaswag.baseline import baseline_items, packed_results
 from walklens.lab.hellaswag.data import HellaswagItem, fewshot_examples
 from walklens.testing import WORDS, tiny_model
 
 FUZZ = dict(deadline=None, derandomize=True, database=None)
+
+
+def compact_items(lm, items, examples, spec, cache=None, stats=None):
+    """The compacted items' results, as the runner's compaction scorer gets them."""
+    return packed_results(lm, items, compact_requests(lm, items, examples, spec, cache, stats))
 TEXT = (
     "the man walks to the river and he runs to the city . the dog eats a red car and she walks to london . "
     "they run to the house"

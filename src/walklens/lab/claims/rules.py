@@ -58,31 +58,34 @@ def _paired(m: Measured, key: str, what: str) -> tuple[str, str] | None:
     return "undecided", test
 
 
+def _paired_verdict(m: Measured, key: str, what: str, none: str, sides: dict[str, tuple[str, str]]) -> str:
+    """The verdict of the paired test ``key`` (the Test minus ``what`` on the same items): ``none`` where the file
+    holds no such test, else the word and reason ``sides`` give the side it falls on (below, above, undecided)."""
+    got = _paired(m, key, what)
+    if got is None:
+        return say("not decided", none)
+    side, test = got
+    word, why = sides[side]
+    return say(word, f"{why} ({test})")
+
+
 def _below_baseline(m: Measured, target: float | None) -> str:
     """The seed: the best scheme does not reach the ordinary run; the paired test on the same items decides."""
-    got = _paired(m, "paired", "baseline")
-    if got is None:
-        return say("not decided", "no paired test on these items (no per-item picks committed)")
-    side, test = got
-    if side == "below":
-        return say("reproduced", f"below the baseline on the same items ({test})")
-    if side == "above":
-        return say("not reproduced", f"above the baseline on the same items ({test})")
-    return say("not decided", f"the paired interval holds 0 ({test})")
+    return _paired_verdict(m, "paired", "baseline", "no paired test on these items (no per-item picks committed)", {
+        "below": ("reproduced", "below the baseline on the same items"),
+        "above": ("not reproduced", "above the baseline on the same items"),
+        "undecided": ("not decided", "the paired interval holds 0"),
+    })  # fmt: skip
 
 
 def _context(m: Measured, target: float | None) -> str:
     """The concept vectors carry the context: the Test against the shuffled control (another item's concept vectors
     on the same items and endings)."""
-    got = _paired(m, "shuffled", "shuffled context")
-    if got is None:
-        return say("not decided", "no shuffled-context control on these items")
-    side, test = got
-    if side == "above":
-        return say("reproduced", f"the item's own concept vectors beat another item's on the same items ({test})")
-    if side == "below":
-        return say("not reproduced", f"another item's concept vectors score higher ({test})")
-    return say("not decided", f"own and another item's concept vectors are not told apart ({test})")
+    return _paired_verdict(m, "shuffled", "shuffled context", "no shuffled-context control on these items", {
+        "above": ("reproduced", "the item's own concept vectors beat another item's on the same items"),
+        "below": ("not reproduced", "another item's concept vectors score higher"),
+        "undecided": ("not decided", "own and another item's concept vectors are not told apart"),
+    })  # fmt: skip
 
 
 def _seed_baseline(r: float, x: float) -> float:

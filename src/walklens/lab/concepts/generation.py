@@ -27,7 +27,7 @@ embeddings, so Test 1 reproduces the baseline's log-likelihoods (the test-suite 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 import torch
 
@@ -35,9 +35,8 @@ from ...analyses.concepts.compose import Segment, compose_context, context_vecto
 from ...analyses.concepts.schemes import Scheme
 from ...analyses.concepts.vectors import VectorBank, layer_key, segment_vectors_of, text_vectors
 from ...core.scoring.encode import continuation_logliks, input_embeddings, n_prefix_tokens
-from ...core.scoring.packing import packed_logliks
 from ...core.scoring.request import ScoreRequest
-from ..hellaswag.baseline import baseline_request, item_result, item_tokens
+from ..hellaswag.baseline import baseline_request, item_result, item_tokens, packed_results
 from ..hellaswag.data import HellaswagItem
 from ..hellaswag.store import ItemResult
 from .segment import segment_context
@@ -46,6 +45,16 @@ if TYPE_CHECKING:
     from ...analyses.concepts.cache import ConceptCache
     from ...core.loading import LoadedModel
     from .controls import Control
+
+
+class Sources(TypedDict, total=False):
+    """Where a concept sequence's vectors come from (:func:`concept_sequence`): the text segments' vectors
+    precomputed in ``bank`` or read through the concept ``cache``; a ``control`` (:mod:`.controls`) composing
+    another context or replacing its vectors."""
+
+    bank: VectorBank | None
+    cache: ConceptCache | None
+    control: Control | None
 
 
 def scheme_bank(
@@ -101,15 +110,13 @@ def concept_sequence(
     item: HellaswagItem,
     examples: Sequence[HellaswagItem],
     scheme: Scheme,
-    *,
-    bank: VectorBank | None = None,
-    cache: ConceptCache | None = None,
-    control: Control | None = None,
+    **sources: Unpack[Sources],
 ) -> torch.Tensor:
     """The model input that replaces the context: ``[m', D]`` (concept vectors, with the baseline's special
     tokens around them: Gemma's BOS before, T5's ``</s>`` after; token_level keeps the baseline's own tokens).
     Text segments' vectors come from ``bank`` when given, else from :func:`scheme_bank` (with the concept
     ``cache``).  A ``control`` (:mod:`.controls`) picks the context composed and replaces its vectors."""
+    bank, cache, control = sources.get("bank"), sources.get("cache"), sources.get("control")
     src, src_examples = (item, examples) if control is None else control.context(item, examples)
     segs = segment_context(src, src_examples, scheme.enc, lm)
     ctx = compose_segments(lm, segs, scheme, bank, cache)
@@ -125,17 +132,14 @@ def test1_request(
     item: HellaswagItem,
     examples: Sequence[HellaswagItem],
     scheme: Scheme,
-    *,
-    bank: VectorBank | None = None,
-    cache: ConceptCache | None = None,
-    control: Control | None = None,
+    **sources: Unpack[Sources],
 ) -> ScoreRequest:
     """The concept sequence of the item's context (a ``control``'s, where given) and the baseline's four
     continuations after it."""
-    if scheme.enc == "cross_encoding" and control is None:
+    if scheme.enc == "cross_encoding" and sources.get("control") is None:
         return baseline_request(lm, item, examples)
     _, conts = item_tokens(lm, item, examples)
-    seq = concept_sequence(lm, item, examples, scheme, bank=bank, cache=cache, control=control)
+    seq = concept_sequence(lm, item, examples, scheme, **sources)
     return ScoreRequest(conts, context_embeds=seq.to(lm.dtype))  # the dtype of the input embeddings
 
 
@@ -177,4 +181,4 @@ def test1_items(
         srcs = [(it, ex) if control is None else control.context(it, ex) for it, ex in zip(items, examples)]
         bank = scheme_bank(lm, [segment_context(it, ex, scheme.enc, lm) for it, ex in srcs], scheme, cache)
     reqs = [test1_request(lm, it, ex, scheme, bank=bank, control=control) for it, ex in zip(items, examples)]
-    return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]
+    return packed_results(lm, items, reqs)

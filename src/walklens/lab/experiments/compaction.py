@@ -39,11 +39,10 @@ from ...analyses.compaction.spec import CompactSpec
 from ...analyses.concepts.vectors import VectorBank
 from ...base.errors import InputError
 from ...core.scoring.encode import n_prefix_tokens, tok_encode
-from ...core.scoring.packing import packed_logliks
 from ...core.scoring.request import ScoreRequest
 from ..concepts.generation import compose_segments, scheme_bank
 from ..concepts.segment import segment_context
-from ..hellaswag.baseline import item_result, item_tokens
+from ..hellaswag.baseline import item_tokens, packed_results
 from ..hellaswag.data import HellaswagItem, fewshot_context
 from ..hellaswag.store import ItemResult
 from .runner import RunSummary, Scorer, run_test
@@ -154,28 +153,15 @@ def compact_requests(
     return reqs
 
 
-def compact_items(
-    lm: LoadedModel,
-    items: Sequence[HellaswagItem],
-    examples: Sequence[Sequence[HellaswagItem]],
-    spec: CompactSpec,
-    cache: ConceptCache | None = None,
-    stats: dict[str, Any] | None = None,
-) -> list[ItemResult]:
-    """The items' results with the compacted context: the four endings' log-likelihoods by the packed scorer
-    (:func:`~walklens.core.scoring.packing.packed_logliks`), ``acc`` and ``acc_norm`` as the baseline's."""
-    reqs = compact_requests(lm, items, examples, spec, cache, stats)
-    return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]
-
-
 def compact_scorer(spec: CompactSpec, stats: dict[str, Any] | None = None) -> Scorer:
-    """:func:`compact_items` as the runner's scorer: stored under test ``compact`` and scheme ``str(spec)``;
+    """The compacted items' results as the runner's scorer (:func:`compact_requests` scored by the packed scorer,
+    ``acc`` and ``acc_norm`` as the baseline's): stored under test ``compact`` and scheme ``str(spec)``;
     ``stats`` (when given) accumulates what :func:`compact_requests` counts."""
-    return Scorer(
-        test="compact",
-        scheme=str(spec),
-        batch=lambda lm, items, examples, cache: compact_items(lm, items, examples, spec, cache, stats),
-    )
+
+    def batch(lm: LoadedModel, items: Sequence[HellaswagItem], examples: Any, cache: Any) -> list[ItemResult]:
+        return packed_results(lm, items, compact_requests(lm, items, examples, spec, cache, stats))
+
+    return Scorer(test="compact", scheme=str(spec), batch=batch)
 
 
 def compact_run(
@@ -186,7 +172,7 @@ def compact_run(
     *,
     stats: dict[str, Any] | None = None,
 ) -> RunSummary:
-    """:func:`compact_items` over ``items`` through the runner (few-shot examples, chunks, resume from the
+    """:func:`compact_scorer` over ``items`` through the runner (few-shot examples, chunks, resume from the
     results store under test ``compact`` and scheme ``str(spec)``; the concept cache ``setup.cache``)."""
     check_causal(lm)
     if spec.what == "examples" and not setup.shots:
@@ -194,4 +180,4 @@ def compact_run(
     return run_test(lm, items, compact_scorer(spec, stats), setup, desc=f"{lm.name} compact")
 
 
-__all__ = ["Plan", "compact_items", "compact_requests", "compact_run", "compact_scorer", "plan_item", "query_start"]
+__all__ = ["Plan", "compact_requests", "compact_run", "compact_scorer", "plan_item", "query_start"]

@@ -96,5 +96,10 @@ def baseline_items(
     """:func:`baseline_item` for many items at once: their requests packed into shared forward passes
     (:func:`~.packing.packed_logliks`; same log-likelihoods to float rounding)."""
     examples = examples if examples is not None else [()] * len(items)
-    reqs = [baseline_request(lm, it, ex) for it, ex in zip(items, examples)]
-    return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs))]
+    return packed_results(lm, items, [baseline_request(lm, it, ex) for it, ex in zip(items, examples)])
+
+
+def packed_results(lm: LoadedModel, items: Sequence[HellaswagItem], reqs: Sequence[ScoreRequest]) -> list[ItemResult]:
+    """The items' results from their score requests (one each), packed into shared forward passes
+    (:func:`~walklens.core.scoring.packing.packed_logliks`): the baseline's, Test 1's and compaction's scorer."""
+    return [item_result(it, s) for it, s in zip(items, packed_logliks(lm, reqs), strict=True)]
