@@ -33,6 +33,9 @@ def every_result(lm: LoadedModel, tmp: Path) -> dict[str, Any]:
         "EncodingWalk": walklens.encoding_walk(tr, k=3, progress=False),
         "TargetAnswer": walklens.encoding_walk(tr, k=3, norm="final", target=5, progress=False).first_top(5),
         "SimilarityMap": walklens.similarity_map(tr, "final"),
+        "SimilarityPair": walklens.analyses.compare_maps(
+            walklens.similarity_map(tr, "final"), walklens.similarity_map(walklens.capture(lm, "a dog ran"), "final")
+        ),
         "DecodingWalk": walklens.decoding_walk(lm, "the dog", max_new_tokens=2),
         "HeadMatrices": hm,
         "IdentityResult": ident,

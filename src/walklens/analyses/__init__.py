@@ -70,7 +70,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "SteeringSweep",
     ),
     "compaction": ("compact", "Compacted", "CompactSpec", "CompactionReport"),
-    "patching": ("patch", "attribute", "PatchResult"),
+    "patching": ("patch", "attribute", "path_patch", "PatchResult"),
     "concepts.cache": ("ConceptCache",),
     "controlvectors": (
         "ControlVector",

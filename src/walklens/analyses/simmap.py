@@ -9,12 +9,14 @@ and how it was read, so that it shows itself (:class:`walklens.base.display.Show
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..base.display import WIDTH, Shown, displayable_copy, headline, summary
-from ..base.frames import frame, similarity_columns
+from ..base.errors import InputError
+from ..base.frames import concat_columns, frame, similarity_columns, with_constants
 
 if TYPE_CHECKING:
     from pandas import DataFrame
@@ -61,6 +63,14 @@ class SimilarityMap(Shown, torch.Tensor, view="similarity"):
             (self.plain().clone(), self.tokens, self.point, self.metric, self.normed, self.model_name),
         )
 
+    def to_pandas(self) -> DataFrame:
+        """The map as a long table: one row per pair of positions (``i``, ``j``) with ``token_i``, ``token_j`` and
+        ``similarity`` (:func:`similarity_frame`); point, metric, normed and model as ``attrs``."""
+        return frame(
+            similarity_columns(self.plain(), self.tokens),
+            {"point": self.point, "metric": self.metric, "normed": self.normed, "model": self.model_name},
+        )
+
     def _headline(self) -> str:
         norm = "+norm" if self.normed else ""
         return f"{self.model_name + ' · ' if self.model_name else ''}{self.point}{norm}/{self.metric}"
@@ -82,6 +92,39 @@ class SimilarityMap(Shown, torch.Tensor, view="similarity"):
         return "\n".join(line if len(line) <= WIDTH else line[: WIDTH - 1] + "…" for line in lines)
 
 
+@dataclass
+class SimilarityPair(Shown, view="similarity_pair"):
+    """Two texts' similarity maps read alike (same point, metric and norm), for a side-by-side view on one colour
+    scale (:func:`compare_maps`): ``a`` and ``b``, ``names`` (how each text is called, default ``"A"``, ``"B"``)."""
+
+    a: SimilarityMap
+    b: SimilarityMap
+    names: tuple[str, str] = ("A", "B")
+
+    def __post_init__(self) -> None:
+        got = [(m.point, m.metric, m.normed) for m in (self.a, self.b)]
+        if got[0] != got[1]:
+            raise InputError(f"the two maps are read differently: {got[0]} and {got[1]}; compare maps read alike")
+
+    def _headline(self) -> str:
+        (na, nb), ta, tb = self.names, len(self.a.tokens), len(self.b.tokens)
+        return f"{headline(self.a)} · {na} ({ta} tokens) vs {nb} ({tb} tokens)"
+
+    def to_pandas(self) -> DataFrame:
+        """Both maps as one long table: a first column ``text`` (its name), then :meth:`SimilarityMap.to_pandas`'s."""
+        parts = [
+            with_constants({"text": name}, similarity_columns(m.plain(), m.tokens))
+            for name, m in zip(self.names, (self.a, self.b))
+        ]
+        return frame(concat_columns(parts), {"point": self.a.point, "metric": self.a.metric, "normed": self.a.normed})
+
+
+def compare_maps(a: SimilarityMap, b: SimilarityMap, names: tuple[str, str] = ("A", "B")) -> SimilarityPair:
+    """Two similarity maps (:func:`walklens.similarity_map` of two texts, read alike) as one result whose view draws
+    them side by side on one colour scale (``walklens simmap TEXT_A TEXT_B``)."""
+    return SimilarityPair(a, b, names)
+
+
 def similarity_frame(maps: Any, tokens: Sequence[str] | None = None) -> DataFrame:
     """A similarity map (:func:`walklens.similarity_map`, seed 000, Figs. 3, 11, 12) as a long table: one row
     per pair of positions (``i``, ``j``) with ``token_i``, ``token_j`` and ``similarity``; given a mapping of
@@ -90,4 +133,4 @@ def similarity_frame(maps: Any, tokens: Sequence[str] | None = None) -> DataFram
     return frame(similarity_columns(maps, tokens))
 
 
-__all__ = ["SimilarityMap", "similarity_frame"]
+__all__ = ["SimilarityMap", "SimilarityPair", "compare_maps", "similarity_frame"]

@@ -34,7 +34,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_text_args(p)
     add_model_args(p)
     add_output_args(p)
-    p.add_argument("--layer", type=int, default=-1, help="layer of the cluster & aggregate view (default: last)")
+    p.add_argument(
+        "--layer",
+        type=int,
+        default=None,
+        help="the layer the terminal shows: its A.3 identity, its cluster & aggregate view and its copying heads "
+        "(default: the last layer's view and copying heads, every layer's identity)",
+    )
     p.add_argument("--position", type=int, default=-1, help="query position of the cluster view (default: last)")
     p.add_argument("--stack", default=None, help="T5: enc or dec for the cluster view (default: dec)")
     p.add_argument("--cross", action="store_true", help="T5: cluster view of the decoder's cross-attention")
@@ -120,6 +126,8 @@ def run_heads(args: argparse.Namespace) -> int:
     lm = load(args)
     text = read_text(args.text)
     n = lm.n_layers
+    chosen = args.layer is not None
+    args.layer = -1 if args.layer is None else args.layer
     if not -n <= args.layer < n:
         raise InputError(f"--layer {args.layer} out of range: the model has {n} layers")
     maps = _layers(args.maps, n)
@@ -142,7 +150,9 @@ def run_heads(args: argparse.Namespace) -> int:
     views = [cluster_view(tr, hm, h, args.position) for h in range(hm.n_heads)]
     masses = _self_masses(lm, trace, len(tr.tokens))
     stats = {s.name or "model": head_stats(lm, s.name) for s in lm.adapter.stacks}
-    _print_heads(lm.name, ident, views, tr.tokens, hm.layer, masses, args)
+    shown = [c for c in ident.checks if c.layer == hm.layer] if chosen else list(ident.checks)
+    _print_heads(lm.name, (ident.max_error, shown), views, tr.tokens, hm.layer, masses, args)
+    _print_copying(console(args), stats.get(stack or "model"), hm.layer)
     if args.json:
         write_json(args.json, heads_report.document(ident, views, masses, stats, lm.name, layers=maps))
     if args.out:
@@ -193,16 +203,35 @@ def _self_masses(lm: Any, trace: Any, n_tokens: int) -> dict[str, Any]:
     }
 
 
+COPIES = 0.5  #: a head copies when its W_vo copying score is above this (negates: below minus this)
+
+
+def _print_copying(con: Any, stats: Any, layer: int) -> None:
+    """Which heads of ``layer`` copy (W_vo copying score > :data:`COPIES`) and which negate (< -COPIES)."""
+    if stats is None or layer not in stats.layers:
+        return
+    row = stats.vo_copying[stats.layers.index(layer)].tolist()
+    copy = [f"h{h} ({v:+.2f})" for h, v in sorted(enumerate(row), key=lambda hv: -hv[1]) if v > COPIES]
+    neg = [f"h{h} ({v:+.2f})" for h, v in sorted(enumerate(row), key=lambda hv: hv[1]) if v < -COPIES]
+    say(
+        con,
+        f"layer {layer}: heads that copy (W_vo copying score > {COPIES}; +1 copies what it attends to, -1 negates "
+        f"it): {', '.join(copy) or 'none'}; heads that negate (< -{COPIES}): {', '.join(neg) or 'none'}",
+    )
+
+
 def _print_heads(
     model: str, ident: Any, views: Any, tokens: Any, layer: int, masses: Any, args: argparse.Namespace
 ) -> None:
-    """The A.3 errors, the cluster view of every head and the share of heads below uniform self mass."""
+    """The A.3 errors (``ident``: the largest error and the checks to show), the cluster view of every head and
+    the share of heads below uniform self mass."""
     con = console(args)
+    max_error, checks = ident
     print_table(
         con,
-        f"{model}: A.3 identity, max |error| per module (max {ident.max_error:.2g})",
+        f"{model}: A.3 identity, max |error| per module (max {max_error:.2g} over every layer)",
         ["module", "max |error|", "max |output|"],
-        [[escape(c.name), f"{c.max_abs_error:.2g}", f"{c.max_abs_output:.3g}"] for c in ident.checks],
+        [[escape(c.name), f"{c.max_abs_error:.2g}", f"{c.max_abs_output:.3g}"] for c in checks],
     )
     v0 = views[0]
     rows = [

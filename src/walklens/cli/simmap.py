@@ -38,6 +38,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         sub, "simmap", "similarity maps of token vectors at any captured point (Figs. 3, 11, 12)", DESCRIPTION
     )
     p.add_argument("text", nargs="?", help="the text (use @FILE to read it from a file)")
+    p.add_argument(
+        "text_b",
+        nargs="?",
+        help="a second text to compare: each map of both texts side by side on one colour scale (@FILE too)",
+    )
     p.add_argument("--example", choices=sorted(EXAMPLES), help="use a bundled text (grading: the A.4 prompt)")
     p.add_argument("--truncate", action="store_true", help="cut a text longer than the model's context")
     add_model_args(p)
@@ -149,12 +154,79 @@ def _write_blocks(
     written(write_json(args.blocks, doc))
 
 
+def _maps(lm: Any, trace: Any, points: list[str], metrics: tuple[Metric, ...], normeds: tuple[bool, ...]) -> dict:
+    """Every map of ``trace`` by its key (:func:`walklens.reports.simmap.key`)."""
+    from ..analyses.walks import similarity_map
+
+    return {
+        simmap_report.key(p, metric, normed): similarity_map(trace, p, metric=metric, normed=normed)
+        for p in points
+        for normed in normeds
+        for metric in metrics
+    }
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """``walklens simmap TEXT_A TEXT_B``: both texts' maps, side by side on one colour scale per map."""
+    from ..core.capture import capture
+
+    if args.blocks:
+        raise InputError("--blocks reads one text: drop it, or the second text")
+    texts = (read_text(args.text), read_text(args.text_b))
+    lm = load(args)
+    points = args.point or ["V", f"L{lm.n_layers // 2}.resid_post", "final"]
+    metrics: tuple[Metric, ...] = ("dot", "cosine") if args.metric == "both" else (args.metric,)
+    normeds = (False, True) if args.normed else (False,)
+    n_maps = len(points) * len(metrics) * len(normeds)
+    for text in texts:
+        _plan(lm, text, args, points, n_maps)
+    traces = [capture(lm, t, truncate=args.truncate, points=[p for p in points if p != "V"]) for t in texts]
+    maps = [_maps(lm, tr, points, metrics, normeds) for tr in traces]
+    if args.json:
+        docs = [simmap_report.document(m, tr.tokens, tr.token_ids, lm.name, t) for m, tr, t in zip(maps, traces, texts)]
+        write_json(args.json, {"model": lm.name, "compared": docs})
+    rows = []
+    for key in maps[0]:
+        lo, hi, _ = simmap_report.shared_range(maps[0][key].plain(), maps[1][key].plain())
+        for name, m in zip("AB", (maps[0][key], maps[1][key])):
+            T = m.shape[0]
+            off = (m.sum() - m.diagonal().sum()) / max(1, T * T - T)
+            rows.append(
+                [
+                    escape(f"{name} {key}"),
+                    f"{float(m.min()):.4g}",
+                    f"{float(m.max()):.4g}",
+                    f"{float(off):.4g}",
+                    f"{lo:.4g} .. {hi:.4g}",
+                ]
+            )
+    print_table(
+        console(args),
+        f"{lm.name}: similarity maps of A ({len(traces[0].tokens)} tokens) and B ({len(traces[1].tokens)} tokens)",
+        ["map", "min", "max", "mean off-diagonal", "one colour scale"],
+        rows,
+    )
+    if args.out:
+        rep = simmap_report.build_pair(
+            {k: m.plain() for k, m in maps[0].items()},
+            traces[0].tokens,
+            {k: m.plain() for k, m in maps[1].items()},
+            traces[1].tokens,
+            title=f"Similarity maps compared — {lm.name}",
+            subtitle=f"A: {texts[0][:150]!r}; B: {texts[1][:150]!r}",
+        )
+        written(rep.save(args.out))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..analyses.walks import similarity_map
     from ..core.capture import capture
 
     if (args.text is None) == (args.example is None):
         raise InputError("give either a TEXT or --example NAME")
+    if args.text_b is not None:
+        return _compare(args)
     text = example_text(args.example) if args.example else read_text(args.text)
     if args.blocks:
         _check_blocks(args)

@@ -27,7 +27,7 @@ import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -133,11 +133,13 @@ class FactoredMatrix:
             ev = torch.cat([ev, zeros], -1)
         return ev
 
-    def copying_score(self) -> torch.Tensor:
+    def copying_score(self) -> Any:
         """``sum Re(lambda) / sum |lambda|`` over the eigenvalues: +1 when the filter maps vectors onto
-        themselves (copies), -1 when it reverses them; a one-number summary of the W_vo filter."""
+        themselves (copies), -1 when it reverses them; a one-number summary of the W_vo filter.  A Python float
+        for one matrix; a tensor of the batch's shape (one per head) for a batch."""
         ev = self.eigenvalues()
-        return ev.real.sum(-1) / ev.abs().sum(-1).clamp_min(1e-30)
+        score = ev.real.sum(-1) / ev.abs().sum(-1).clamp_min(1e-30)
+        return float(score) if score.dim() == 0 else score
 
 
 # ---- F of one layer ------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .html import Report, block_labels, block_mean, fields_of
+from .html import Report, block_labels, block_mean, fields_of, pyplot, ticks
 from .kernels import add_kernels
 
 if TYPE_CHECKING:
@@ -260,10 +260,12 @@ def build(
     block: int = 1,
     layers: Sequence[int] | None = None,
     kernels: PositionKernels | None = None,
+    figures: bool = True,
 ) -> Report:
     """The ``walklens heads`` report: the A.3 identity, the cluster views, the attention maps of ``layers``
     (default: all) as means over ``block`` x ``block`` positions (1: every position), self masses, per-head
-    W_vo / W_qk and, when given, the position kernels."""
+    W_vo / W_qk and, when given, the position kernels; ``figures``: the copying scores and self masses also as
+    PNG files beside the page."""
     trace = _trace(ident)
     rep = Report(title, subtitle)
     add_identity(rep, ident)
@@ -273,9 +275,55 @@ def build(
         add_self_mass(rep, sm, title=f"self-attention mass ({name})")
     for name, st in stats.items():
         add_head_stats(rep, st, title=f"per-head filters W_vo,h and W_qk,h ({name}; factored, A.3)")
+        if figures:
+            rep.figure(copying_figure(st, name), f"copying_{name.replace(' ', '_')}", embed=False)
+    if figures:
+        for name, sm in masses.items():
+            rep.figure(self_mass_figure(sm, name), f"self_mass_{name.replace(' ', '_').replace(',', '')}", embed=False)
     if kernels is not None:
         add_kernels(rep, kernels)
     return rep
+
+
+def copying_figure(stats: HeadStats, name: str = "") -> Any:
+    """The copying score of W_vo,h per layer (rows) and head (columns) as a PNG figure, on the fixed scale -1..1,
+    with a colour bar saying which sign copies."""
+    plt = pyplot()
+    z = stats.vo_copying.float().numpy()
+    rows = [f"L{l}" for l in stats.layers]
+    cols = [f"h{h}" for h in range(z.shape[1])]
+    fig, ax = plt.subplots(figsize=(min(16.0, 3.0 + 0.35 * len(cols)), min(14.0, 2.0 + 0.25 * len(rows))))
+    im = ax.imshow(z, aspect="auto", cmap="RdBu_r", vmin=-1.0, vmax=1.0, interpolation="nearest")
+    ax.set_yticks(*ticks(rows), fontsize=7)
+    ax.set_xticks(*ticks(cols), fontsize=7)
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(f"W_vo copying score ({name or stats.stack or 'model'}): sum Re(eig) / sum |eig|", fontsize=10)
+    bar = fig.colorbar(im, ax=ax)
+    bar.set_label("+1 (red): copies what it attends to; -1 (blue): negates it")
+    fig.tight_layout()
+    return fig
+
+
+def self_mass_figure(sm: SelfMass, name: str = "") -> Any:
+    """Each head's mean self mass over its value under uniform attention (log2; below 0: the query's own position
+    attenuated) per layer and head, as a PNG figure with its colour bar."""
+    plt = pyplot()
+    ratio = (sm.mass.double() / sm.uniform.double()).clamp_min(1e-12).log2().float()
+    z = ratio.numpy()
+    rows = [f"L{l}" for l in range(z.shape[0])]
+    cols = [f"h{h}" for h in range(z.shape[1])]
+    m = float(max(abs(float(ratio.min())), abs(float(ratio.max())), 1e-6))
+    fig, ax = plt.subplots(figsize=(min(16.0, 3.0 + 0.35 * len(cols)), min(14.0, 2.0 + 0.25 * len(rows))))
+    im = ax.imshow(z, aspect="auto", cmap="RdBu_r", vmin=-m, vmax=m, interpolation="nearest")
+    ax.set_yticks(*ticks(rows), fontsize=7)
+    ax.set_xticks(*ticks(cols), fontsize=7)
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(f"self mass over uniform ({name})", fontsize=10)
+    fig.colorbar(im, ax=ax).set_label("log2(self mass / uniform): < 0 attenuates its own position")
+    fig.tight_layout()
+    return fig
 
 
 __all__ = [
@@ -287,6 +335,8 @@ __all__ = [
     "add_self_mass",
     "build",
     "cluster_document",
+    "copying_figure",
+    "self_mass_figure",
     "document",
     "head_stats_document",
     "self_mass_document",

@@ -28,6 +28,7 @@ import contextvars
 import html
 import io
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
@@ -103,6 +104,17 @@ def fields_of(result: Any, leave_out: Iterable[str] = ()) -> dict[str, Any]:
     field added to a result reaches ``--json``, the report and the explorer without another edit."""
     skip = set(leave_out)
     return {k: getattr(result, k) for k in result.__dataclass_fields__ if not k.startswith("_") and k not in skip}
+
+
+MAX_TICKS = 40  #: the most labels a PNG figure's axis carries (thinned evenly beyond it)
+
+
+def ticks(labels: Sequence[str], most: int = MAX_TICKS) -> tuple[list[int], list[str]]:
+    """At most ``most`` evenly spaced positions of ``labels`` and their labels (all of them when they fit), so a
+    figure's axis stays readable at any number of points."""
+    step = max(1, math.ceil(len(labels) / most))
+    at = list(range(0, len(labels), step))
+    return at, [labels[i] for i in at]
 
 
 def block_mean(x: torch.Tensor, b: int) -> torch.Tensor:
@@ -210,9 +222,10 @@ class Report(Charts):
         vmin: float | None = None,
         vmax: float | None = None,
         cell: int | None = None,
+        legend: str = "",
     ) -> Report:
         """Interactive heatmap (canvas); ``hover[i][j]`` adds plain text (``\\n`` breaks lines) to the tooltip
-        of cell (i, j)."""
+        of cell (i, j).  Every heatmap has a colour bar with its range; ``legend`` says what the colours mean."""
         spec = {
             "z": jsonable(z, DIGITS),
             "row_labels": list(map(str, row_labels)) if row_labels is not None else None,
@@ -222,6 +235,7 @@ class Report(Charts):
             "vmin": vmin,
             "vmax": vmax,
             "cell": cell,
+            "legend": legend,
         }
         return self._widget("heatmap", spec, title)
 

@@ -247,7 +247,9 @@ DECODING = declare(
 )
 SIMMAP = declare("simmap", plain("similarity map document", "model", "text", "tokens", "token_ids", maps=MapOf(None)))
 #: the similarity maps a page draws (``walklensResults.draw.simmap_view``; the explorer draws its reply with it)
-SIMMAP_VIEW = declare("simmap_view", plain("similarity map view", "labels", "block", maps=MapOf(None)))
+SIMMAP_VIEW = declare(
+    "simmap_view", plain("similarity map view", "labels", "block", "scale", optional=("scale",), maps=MapOf(None))
+)
 
 CLUSTER = declare(
     "cluster", record_of(ClusterView, "cluster view", leave_out=CLUSTER_LEAVE_OUT, add={"head_output_norm": VALUE})
@@ -399,7 +401,8 @@ reply(
 )
 reply("/api/walk/cell", extended(WALK_CELL, "walk cell reply", labels=MapOf(None)))
 reply("/api/decode", extended(DECODING, "decoding reply"))
-reply("/api/simmap", extended(SIMMAP, "similarity map reply", block=VALUE, labels=VALUE))
+_SIMMAP_REPLY = extended(SIMMAP, "similarity map reply", block=VALUE, labels=VALUE, scale=VALUE)
+reply("/api/simmap", Record(_SIMMAP_REPLY.name, _SIMMAP_REPLY.fields, optional=frozenset({"scale"})))  # one map
 reply(
     "/api/attention",
     plain(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..base.outputs import jsonable
-from .html import Report, fields_of, pyplot, show
+from .html import Report, fields_of, pyplot, show, ticks
 
 if TYPE_CHECKING:
     from ..analyses.walks import EncodingWalk
@@ -118,10 +118,8 @@ def _rank_figure(z: torch.Tensor, rows: list[str], cols: list[str], title: str) 
     w = min(18.0, 3.0 + 0.14 * len(cols))
     fig, ax = plt.subplots(figsize=(w, h))
     im = ax.imshow(z.numpy(), aspect="auto", cmap="viridis", interpolation="nearest")
-    step_r = max(1, math.ceil(len(rows) / 60))
-    step_c = max(1, math.ceil(len(cols) / 60))
-    ax.set_yticks(range(0, len(rows), step_r), rows[::step_r], fontsize=7)
-    ax.set_xticks(range(0, len(cols), step_c), cols[::step_c], fontsize=6, rotation=90)
+    ax.set_yticks(*ticks(rows), fontsize=7)
+    ax.set_xticks(*ticks(cols), fontsize=7, rotation=90)
     ax.set_title(title, fontsize=10)
     fig.colorbar(im, ax=ax, label="log10(1 + rank)  (0 = nearest token)")
     fig.tight_layout()

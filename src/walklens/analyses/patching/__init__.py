@@ -4,6 +4,7 @@
   and started at the cell's layer from the stored residual (:mod:`walklens.core.patching`);
 - :func:`attribute` (:mod:`.attribution`) -- attribution patching (activation difference x gradient, one forward and
   one backward), reported with its parity card against exact patching on the same cells;
+- :func:`path_patch` (:mod:`.paths`) -- path patching from a head or sublayer to the residual entering later layers;
 - :mod:`.metrics` -- logit difference, log-probability, rank, KL to the clean distribution, or a callable;
 - :class:`PatchResult` (:mod:`.result`) -- the grid, its references, ``to_pandas()`` and its JSON document.
 
@@ -15,11 +16,13 @@ from __future__ import annotations
 from .attribution import attribute, parity_card
 from .exact import DIRECTIONS, expand_points, patch
 from .metrics import Metric, parse_metric
+from .paths import path_patch
 from .result import MIN_SPEARMAN, MIN_TOPK_OVERLAP, AttributionParity, PatchResult
 
 __all__ = [
     "patch",
     "attribute",
+    "path_patch",
     "parity_card",
     "expand_points",
     "DIRECTIONS",

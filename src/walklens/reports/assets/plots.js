@@ -26,6 +26,29 @@
     var c = stops[i].map(function (s, k) { return Math.round(s + f * (stops[i + 1][k] - s)); });
     return "rgb(" + c.join(",") + ")";
   }
+  // the colour bar under a heatmap: the ramp from lo to hi with both ends (and 0 when diverging) written, and
+  // spec.legend (what the colours mean, e.g. the sign of a score) beside it as plain text
+  function colourBar(el, lo, hi, spec) {
+    var bar = document.createElement("canvas"), n = 200;
+    bar.className = "wl-colourbar"; bar.width = n + 20; bar.height = 30;
+    el.appendChild(bar);
+    var b = bar.getContext("2d");
+    b.fillStyle = "#fff"; b.fillRect(0, 0, bar.width, bar.height);
+    for (var k = 0; k < n; k++) {
+      b.fillStyle = colour(lo + (hi - lo) * k / (n - 1), lo, hi, spec.diverging); b.fillRect(10 + k, 2, 1, 12);
+    }
+    b.fillStyle = "#222"; b.font = "10px sans-serif"; b.textBaseline = "top";
+    var num = function (x) { return isFinite(x) ? Number(x).toPrecision(3) : "-"; };
+    b.textAlign = "left"; b.fillText(num(lo), 10, 17);
+    b.textAlign = "right"; b.fillText(num(hi), 10 + n, 17);
+    if (spec.diverging) { b.textAlign = "center"; b.fillText("0", 10 + n / 2, 17); }
+    if (spec.legend) {
+      var note = document.createElement("span"); note.className = "wl-legend";
+      note.textContent = " " + spec.legend; el.appendChild(note);
+    }
+  }
+  // column and row labels: every label when cells are 12 px or more, else every step-th (about one per 12 px)
+  function labelStep(cell) { return Math.max(1, Math.ceil(12 / cell)); }
   function heatmap(el) {
     var spec = JSON.parse(el.getAttribute("data-spec"));
     var z = spec.z, rows = z.length, cols = rows ? z[0].length : 0;
@@ -47,12 +70,14 @@
       ctx.fillStyle = v === null ? "#ddd" : colour(v, lo, hi, spec.diverging);
       ctx.fillRect(left + j * cell, top + i * cell, cell, cell);
     }
-    ctx.fillStyle = "#222"; ctx.font = Math.min(12, Math.max(8, cell - 2)) + "px sans-serif";
+    var step = labelStep(cell);
+    ctx.fillStyle = "#222"; ctx.font = Math.min(12, Math.max(9, cell * step - 3)) + "px sans-serif";
     if (spec.row_labels) { ctx.textAlign = "right"; ctx.textBaseline = "middle";
-      spec.row_labels.forEach(function (s, i) { if (cell >= 8 || i % 4 === 0) ctx.fillText(s, left - 4, top + i * cell + cell / 2); }); }
+      spec.row_labels.forEach(function (s, i) { if (i % step === 0) ctx.fillText(s, left - 4, top + i * cell + cell / 2); }); }
     if (spec.col_labels) { ctx.textAlign = "left"; ctx.textBaseline = "middle";
-      spec.col_labels.forEach(function (s, j) { if (cell >= 8 || j % 4 === 0) { ctx.save();
+      spec.col_labels.forEach(function (s, j) { if (j % step === 0) { ctx.save();
         ctx.translate(left + j * cell + cell / 2, top - 4); ctx.rotate(-Math.PI / 3); ctx.fillText(s, 0, 0); ctx.restore(); } }); }
+    colourBar(el, lo, hi, spec);
     var tip = document.createElement("div"); tip.className = "wl-tip"; el.appendChild(tip);
     canvas.addEventListener("mousemove", function (e) {
       var r = canvas.getBoundingClientRect(), x = e.clientX - r.left - left, y = e.clientY - r.top - top;

@@ -136,10 +136,12 @@
       });
       off.sort(function (a, b) { return a - b; });
       lo = off.length ? quantile(off, 0.01) : 0; hi = off.length ? quantile(off, 0.99) : 1;
+      if (doc.scale) { lo = doc.scale[0]; hi = doc.scale[1]; }  // maps compared side by side: one scale
       var diverging = lo < 0 && 0 < hi, m = Math.max(-lo, hi);
       if (diverging) { lo = -m; hi = m; }
       el(parent, "p", {"class": "note"}, "colour range " + fmt(lo) + " .. " + fmt(hi) +
-        " (1st-99th percentile off the diagonal); min " + fmt(off[0]) + ", max " + fmt(off[off.length - 1]));
+        (doc.scale ? " (shared by the maps compared)" : " (1st-99th percentile off the diagonal)") +
+        "; min " + fmt(off[0]) + ", max " + fmt(off[off.length - 1]));
       return plot(parent, "heatmap", {z: z, row_labels: labels, col_labels: labels, diverging: diverging,
         vmin: hi > lo ? lo : null, vmax: hi > lo ? hi : null,
         cell: Math.max(4, Math.min(24, Math.floor(800 / Math.max(n, 1))))},
@@ -173,7 +175,8 @@
                 layerHeadMap(parent, "||W_qk,h||_F", doc.qk_norm, rows, {})];
     if (doc.qk_note) el(parent, "p", {"class": "note"}, doc.qk_note);
     maps.push(layerHeadMap(parent, "W_vo copying score: sum Re(eig) / sum |eig| (+1 copies, -1 negates)",
-                           doc.vo_copying, rows, {diverging: true}));
+                           doc.vo_copying, rows, {diverging: true, vmin: -1, vmax: 1,
+                           legend: "red: the head copies what it attends to (+1); blue: it negates it (-1)"}));
     return maps;
   }
   // stack_document: every kernel of a stack (a row per layer and head; per layer when opts.meanOf: each layer's
