@@ -3,7 +3,7 @@ time, and against the model's own ``generate`` on the same left-padded batch (pl
 capture of every point during generation, as ratios in one run.  Printed, never asserted.
 
     .venv/bin/python benchmarks/bench_generation.py [--model smollm2-135m] [--dtype float32] [--batch 16]
-        [--new-tokens 32] [--threads 2] [--rounds 3] [--json FILE]
+        [--new-tokens 32] [--threads 2] [--rounds 3] [--skip-alone] [--json FILE]
 
 Every configuration generates the same greedy tokens (checked): ``max_new_tokens`` each, no end of sequence.  The
 configurations run ``--rounds`` times, interleaved (each round in another order), and each keeps its least wall time
@@ -79,6 +79,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--skip-alone", action="store_true", help="leave out one at a time (the overhead figures only)")
     a = ap.parse_args()
     import walklens
     from walklens.cli.common import write_json
@@ -98,6 +99,8 @@ def main() -> None:
         ],
         "one_at_a_time": lambda: [generate_batch(lm, [p], max_new_tokens=n, eos=[])[0].token_ids for p in prompts],
     }
+    if a.skip_alone:
+        del runs["one_at_a_time"]
     wall = dict.fromkeys(runs, float("inf"))
     cpu = dict.fromkeys(runs, float("inf"))
     tokens: dict[str, list[list[int]]] = {}
@@ -108,6 +111,7 @@ def main() -> None:
             wall[name], cpu[name] = min(wall[name], w), min(cpu[name], c)
     res = {
         "model": lm.name,
+        "dtype": a.dtype,
         "cpu": cpu_name(),
         "threads": a.threads,
         "batch": a.batch,
@@ -115,8 +119,8 @@ def main() -> None:
         "rounds": a.rounds,
         "wall_seconds": wall,
         "cpu_seconds": cpu,
-        "batched_vs_one_at_a_time": {"wall": wall["one_at_a_time"] / wall["batched"],
-                                     "cpu": cpu["one_at_a_time"] / cpu["batched"]},
+        "batched_vs_one_at_a_time": None if a.skip_alone else {"wall": wall["one_at_a_time"] / wall["batched"],
+                                                             "cpu": cpu["one_at_a_time"] / cpu["batched"]},
         "capture_over_hf_generate": {"wall": wall["batched_capture"] / wall["hf_generate"],
                                      "cpu": cpu["batched_capture"] / cpu["hf_generate"]},
         "batched_over_hf_generate": {"wall": wall["batched"] / wall["hf_generate"],
