@@ -11,7 +11,7 @@ from ..base.exports import lazy_exports, names
 
 _PUBLIC: dict[str, tuple[str, ...]] = {
     "walks": ("encoding_walk", "similarity_map", "EncodingWalk", "TargetAnswer"),
-    "simmap": ("SimilarityMap", "similarity_frame"),
+    "simmap": ("SimilarityMap", "SimilarityPair", "compare_maps", "similarity_frame"),
     "association": (
         "block_contrast",
         "cooccurrence",
