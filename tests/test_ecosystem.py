@@ -468,7 +468,7 @@ def test_steer_export_is_checked_before_the_model_loads(deep_dir, tmp_path, caps
     monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     js = tmp_path / "s.json"
     for extra, needle in (
-        (["--layers", "1", "--alpha", "4", "--export-control-vector", "x.gguf"], "--method add"),
+        (["--layers", "1", "--alpha", "4", "--method", "both", "--export-control-vector", "x.gguf"], "--method add"),
         (
             ["--layers", "1", "--layers", "2", "--method", "add", "--export-control-vector", "x.gguf"],
             "one --layers set",

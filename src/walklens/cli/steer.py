@@ -176,6 +176,11 @@ def _export(lm: Any, args: argparse.Namespace, prompts: list[str], layers: list[
     from ..analyses.controlvectors import control_layers, control_vector, write_control_vector
 
     layers = control_layers(lm, layers)
+    if args.method == "eigen" and alpha != 0:  # the sign the sweep steers with (a positive alpha raises the target)
+        from ..analyses.steering import choose_sign, direction
+
+        u, tid, _ = direction(lm, args.toward)
+        alpha *= choose_sign(lm, layers, u, tid, abs(alpha), prompts, last=True)[0]
     cv = control_vector(lm, args.toward, layers, alpha, method=args.method, texts=prompts)
     path = write_control_vector(cv, args.export_control_vector, "--export-control-vector")
     along = f"; cosine with u {', '.join(f'{c:.4f}' for c in cv.along_u.values())}" if cv.along_u else ""
