@@ -1,7 +1,8 @@
 """Activation patching's cost and exactness on a real model (issue 55): the full resid_pre layer x position grid as
 one plain forward pass per cell, as batched-and-incremental passes, and attribution patching with its parity card.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_patching.py --json docs/results/bench_patching.json
+    OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/bench_patching.py \\
+        --json docs/results/bench_patching.json
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ CORRUPT = "The Colosseum is in the city of"
 METRIC = 'logitdiff:" Paris"," Rome"'
 
 
-def timed(fn):  # noqa: ANN001, ANN201
+def timed(fn):
     t = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - t
