@@ -296,6 +296,68 @@ def run_logits(lm: LoadedModel, ids: torch.Tensor, position: int) -> torch.Tenso
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
+QKV = ("q", "k", "v")
+
+
+def projection_slice(lm: LoadedModel, layer: int, which: str, head: int) -> tuple[nn.Module, slice]:
+    """The module of layer ``layer``'s attention whose output holds head ``head``'s query, key or value (``which``), and
+    the columns that hold it: found by its weight (as-is or transposed, a fused q|k|v projection too) equal to the
+    head's W_q,h / W_k / W_v of :meth:`~walklens.models.base.Adapter.head_weights`.  With grouped-query attention a key
+    or value belongs to the head's key/value head, shared by its group."""
+    hw = lm.head_weights(layer)
+    w = {"q": hw.w_q[head], "k": hw.w_k[hw.kv_head[head]], "v": hw.w_v[hw.kv_head[head]]}[which].detach()
+    d = w.shape[1]
+    for module in lm.adapter.attention_module(lm.model, layer).modules():
+        weight = getattr(module, "weight", None)
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.dtype != w.dtype:
+            continue
+        for rows in (weight, weight.T):  # row convention [D, out]: a Conv1D's weight, a Linear's transposed
+            if rows.shape[0] != w.shape[0]:
+                continue
+            for c in range(0, rows.shape[1] - d + 1, d):
+                if torch.equal(rows[:, c : c + d], w):
+                    return module, slice(c, c + d)
+    raise UnsupportedFamilyError(f"{lm.adapter.family}: no projection holds head {head}'s {which} at layer {layer}")
+
+
+@contextmanager
+def head_input(lm: LoadedModel, layer: int, which: str, head: int, delta: torch.Tensor) -> Iterator[None]:
+    """Inside the block head ``head`` of layer ``layer`` computes its query, key or value (``which``) from the layer's
+    input plus ``delta`` ([B, T, D], one row per sequence of the batch), through the layer's attention norm and the
+    model's own projection module; every other head, and the rest of the layer, reads the input unchanged (path
+    patching's receiver: Wang et al. 2022, sec. 3.1)."""
+    check_model(lm)
+    if which not in QKV:
+        raise InputError(f"receiver input {which!r}: give q, k or v")
+    module, cols = projection_slice(lm, layer, which, head)
+    mod = lm.adapter.layer_modules(lm.model)[layer]
+    norm = lm.adapter.stack().norm_module(mod, "attn")
+    if norm is None:
+        raise UnsupportedFamilyError(f"{lm.adapter.family}: no attention norm found to feed one head's {which}")
+    live: dict[str, Any] = {"busy": False}
+
+    def keep(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        live["x"] = _hidden_arg(args, kwargs)
+
+    def swap(m: nn.Module, _i: Any, out: Any) -> Any:
+        if live["busy"]:
+            return None
+        live["busy"] = True
+        try:
+            x = live["x"]
+            alt = m(norm(x + delta.to(dtype=x.dtype, device=x.device)))
+        finally:
+            live["busy"] = False
+        y = first_output(out).clone()
+        y[..., cols] = first_output(alt)[..., cols]
+        return replace_first(out, y)
+
+    with Hooks() as hooks:
+        hooks.pre(mod, keep, with_kwargs=True)
+        hooks.post(module, swap)
+        yield
+
+
 @dataclass
 class Recorded:
     """One pass's vectors at some sites (``vectors[name]`` [T, D], or [T, H d] for a layer's heads under
@@ -404,6 +466,9 @@ __all__ = [
     "patched",
     "start_at",
     "patched_from",
+    "QKV",
+    "projection_slice",
+    "head_input",
     "record",
     "Recorded",
     "run_logits",
