@@ -72,9 +72,21 @@ def test_attribution_reports_its_parity_card(model_dir, tmp_path, capsys) -> Non
         ([CORRUPT, "--positions", "a,b"], "comma-separated integers"),
         ([CORRUPT, "--position-map", "3"], "C:K pairs"),
         ([CORRUPT, "--max-work", "1e-12"], "TFLOP"),
+        ([CORRUPT, "--sender", "L0.H1"], "both --sender and --receivers"),
+        ([CORRUPT, "--sender", "L1.H1", "--receivers", "L0.resid_pre"], "after the sender"),
     ],
 )
 def test_bad_input_one_line(model_dir, capsys, argv, words) -> None:
     code, err = _run(capsys, CLEAN, *argv, "--model", model_dir)
     assert code == 2 and words in err and err.count("\n") == 1, err
     assert err.startswith("walklens: error: ")
+
+
+def test_path_patching(model_dir, tmp_path, capsys) -> None:
+    js = tmp_path / "p.json"
+    argv = [CLEAN, CORRUPT, "--model", model_dir, "--metric", "kl", "--sender", "L0.H1", "--receivers",
+            "L1.resid_pre,L1.H0.v", "--json", str(js)]  # fmt: skip
+    code, err = _run(capsys, *argv)
+    assert code == 0, err
+    doc = json.loads(js.read_text())
+    assert doc["method"] == "path" and doc["points"] == ["L1.resid_pre", "L1.H0.v"] and len(doc["positions"]) == 6

@@ -47,6 +47,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--direction", choices=("denoise", "noise"), default="denoise")
     p.add_argument("--attribution", action="store_true", help="attribution patching, with its parity card")
+    p.add_argument(
+        "--sender",
+        default=None,
+        metavar="POINT",
+        help="path patching from this head (L0.H1) or sublayer (L0.attn_out, L0.mlp_out) to --receivers",
+    )
+    p.add_argument(
+        "--receivers",
+        default=None,
+        metavar="R,...",
+        help="path patching's receivers: L<r>.resid_pre (the residual entering layer r) or L<r>.H<h>.q|k|v",
+    )
     p.add_argument("--batch", type=positive_arg, default=64, help="most cells per forward pass (default 64)")
     add_limit_args(p)
     p.set_defaults(func=run_patch)
@@ -144,9 +156,21 @@ def run_patch(args: argparse.Namespace) -> int:
         position_map=_position_map(args.position_map),
         heads=args.heads,
     )
+    if (args.sender is None) != (args.receivers is None):
+        raise InputError("path patching needs both --sender and --receivers")
+    if args.sender is not None and (args.attribution or args.position_map or args.heads):
+        raise InputError("--attribution, --position-map and --heads are for activation patching, not --sender")
     lm = load(args)
+    if args.sender is not None:
+        opts["points"] = [args.sender]
     _plan(lm, args, opts)
-    if args.attribution:
+    if args.sender is not None:
+        from ..analyses.patching import path_patch
+
+        receivers = [r for r in args.receivers.split(",") if r.strip()]
+        del opts["points"], opts["heads"], opts["position_map"]
+        r = path_patch(lm, args.clean_text, args.corrupted_text, sender=args.sender, receivers=receivers, **opts)
+    elif args.attribution:
         r = attribute(lm, args.clean_text, args.corrupted_text, **opts)
     else:
         r = patch(lm, args.clean_text, args.corrupted_text, batch=args.batch, **opts)
