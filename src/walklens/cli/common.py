@@ -15,7 +15,7 @@ from ..base.numbers import COUNT, FINITE, POSITIVE, POSITIVE_INT, SEED
 from ..base.outputs import STDOUT, check_dir, check_file, check_not_inputs, json_text, write_atomic
 from ..base.precision import DEFAULT_DTYPE, DEVICES, DTYPES
 from ..base.records import Input
-from ..core.loading import DEFAULT_MODEL, LoadedModel, cache_dir, load_model
+from ..core.loading import DEFAULT_MODEL, NAMED_MODEL_SOURCES, LoadedModel, cache_dir, load_model
 from ..costs import free_memory
 from ..costs.planning import check_budget, model_memory
 
@@ -24,7 +24,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default=DEFAULT_MODEL,
-        help=f"short name, .gguf path, local directory or hub id (default: {DEFAULT_MODEL})",
+        help=f"short name, .gguf path, local directory or hub id (default: {DEFAULT_MODEL}, that is "
+        f"{NAMED_MODEL_SOURCES[DEFAULT_MODEL]})",
     )
     add_dtype_device_args(
         p, DEFAULT_DTYPE, f"the dtype the model runs in (default: {DEFAULT_DTYPE}; see docs/dtype.md)"

@@ -154,7 +154,9 @@ def _write_blocks(
     written(write_json(args.blocks, doc))
 
 
-def _maps(lm: Any, trace: Any, points: list[str], metrics: tuple[Metric, ...], normeds: tuple[bool, ...]) -> dict:
+def _maps(
+    lm: Any, trace: Any, points: list[str], metrics: tuple[Metric, ...], normeds: tuple[bool, ...]
+) -> dict[str, Any]:
     """Every map of ``trace`` by its key (:func:`walklens.reports.simmap.key`)."""
     from ..analyses.walks import similarity_map
 

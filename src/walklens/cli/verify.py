@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     print_table(
         con,
-        f"{card.model_name}: parity card ({card.family}, {card.dtype})",
+        f"{card.model_name}: parity card ({card.family}, {parity_report.read_by(card)}, {card.dtype})",
         cols,
         [[escape(str(x)) for x in r] for r in parity_report.rows(card)],
         keys=1,

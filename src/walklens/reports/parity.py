@@ -54,11 +54,17 @@ def rows(card: ParityCard) -> list[list[Any]]:
     ]
 
 
+def read_by(card: ParityCard) -> str:
+    """How walklens reads the card's family: ``"derived adapter"`` (found by probing, models/derive.py) or
+    ``"adapter file"`` (a declarative adapter in walklens/models/)."""
+    return "derived adapter" if card.derived else "adapter file"
+
+
 def build(card: ParityCard, title: str | None = None) -> Report:
-    """The HTML parity card."""
+    """The HTML parity card; its title says whether the family is read by an adapter file or derived."""
     rep = Report(
-        title or f"Parity card — {card.model_name}",
-        f"{card.family}{' (derived adapter)' if card.derived else ''}, {card.dtype}: "
+        title or f"Parity card — {card.model_name} ({card.family}, {read_by(card)})",
+        f"{card.family} ({read_by(card)}), {card.dtype}: "
         f"{'every check passes' if card.passed else 'FAILED: ' + ', '.join(card.failed())}",
     )
     rep.h2("Checks")
@@ -74,4 +80,4 @@ def build(card: ParityCard, title: str | None = None) -> Report:
     return rep
 
 
-__all__ = ["build", "document", "rows", "verdict"]
+__all__ = ["read_by", "build", "document", "rows", "verdict"]
