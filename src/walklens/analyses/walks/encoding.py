@@ -55,6 +55,14 @@ def _select_points(trace: Trace, points: Sequence[str] | str | None) -> list[int
     return keep
 
 
+def _check_reading(k: Any, probs: bool, screen: bool) -> None:
+    """``k`` a non-negative integer; ``screen`` only with ``k=0, probs=False``."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+        raise InputError(f"k must be a non-negative integer, not {k!r}")
+    if screen and (k or probs):
+        raise InputError("screen=True gives provisional ranks only: use it with k=0, probs=False")
+
+
 def labels_for(tokenizer: Any, ids: Sequence[int]) -> dict[int, str]:
     """Each distinct id's label (:func:`walklens.core.loading.token_strings`: ``" Paris"``, not ``"ĠParis"``)."""
     distinct_ids = list(dict.fromkeys(int(i) for i in ids))
@@ -89,17 +97,13 @@ def encoding_walk(
     For encoder-decoder models the encoder's walk is attached as ``.encoder``.
     ``screen``: provisional ranks from bfloat16 products (:func:`walklens.core.ranking.screen_ranks`, several times
     faster, not exact: what ``walklens serve`` paints first); needs ``k=0, probs=False``.
-    ``target``: a token (its text, ``" Paris"``, one token of the tokenizer, or its id) read at
-    ``target_position`` (default the last) at every point: its exact rank and probability there
-    (``rank_of_target``), for :meth:`~walklens.analyses.walks.EncodingWalk.first_top`.
+    ``target``: one token (``" Paris"``, or its id) whose exact rank at ``target_position`` (default the last) is
+    read at every point (``rank_of_target``; :meth:`~walklens.analyses.walks.EncodingWalk.first_top`).
     """
     _check_choice("metric", metric, ("dot", "cosine"))
     _check_choice("norm", norm, ("none", "final"))
     _check_choice("against", against, ("auto", "embed", "unembed"))
-    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-        raise InputError(f"k must be a non-negative integer, not {k!r}")
-    if screen and (k or probs):
-        raise InputError("screen=True gives provisional ranks only: use it with k=0, probs=False")
+    _check_reading(k, probs, screen)
     lm = _need_lm(trace, lm)
     opts = _Reading(
         k=k,
