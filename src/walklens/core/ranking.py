@@ -40,6 +40,8 @@ from typing import Protocol
 
 import torch
 
+from .vocab_blocks import RowBlocks, TokenRows
+
 TILE = 2048  # token rows per tile: a [512, 2048] float32 tile (4 MiB) stays in cache for its passes
 ROW_BLOCK = 64  # rows compared at once: a [64, j, 2048] comparison block stays in cache (2.5x faster than whole)
 EXP_FLOOR = -80.0  # exp(-80) is a normal float: keeps the softmax pass off the slow denormal path
@@ -78,12 +80,13 @@ def scratch(rows: int, n_vocab: int, k: int, device: torch.device | str = "cpu")
 class Linear:
     """Scores of rows ``x`` [n, D] against matrix rows ``M`` [V, D]: dot = x·m_i (+ bias_i); score = dot, or the
     cosine x·m_i / (|x| |m_i|) (without the bias) when ``inv_m`` is given.  ``buf``: a :func:`scratch` buffer
-    that tiles are written into (each tile's tensors are valid until the next tile)."""
+    that tiles are written into (each tile's tensors are valid until the next tile).  ``M`` may be a
+    :class:`~walklens.core.vocab_blocks.RowBlocks` (a model larger than memory): the same scores, bit for bit."""
 
     def __init__(
         self,
         x: torch.Tensor,
-        M: torch.Tensor,
+        M: TokenRows,
         bias: torch.Tensor | None = None,
         inv_m: torch.Tensor | None = None,
         buf: torch.Tensor | None = None,
@@ -106,7 +109,11 @@ class Linear:
     def tile(self, v0: int, v1: int) -> tuple[torch.Tensor, torch.Tensor]:
         n, b = self.n_rows, v1 - v0
         buf = self.buf if self.buf is not None and self.buf.numel() >= 2 * n * b else None  # None: it does not fit
-        raw = torch.mm(self.x, self.M[v0:v1].t(), out=buf[: n * b].view(n, b) if buf is not None else None)
+        into = buf[: n * b].view(n, b) if buf is not None else None
+        if isinstance(self.M, RowBlocks):  # the matrix in float32 row blocks: one block converted at a time
+            raw = self.M.mm(self.x, v0, v1, out=into)
+        else:
+            raw = torch.mm(self.x, self.M[v0:v1].t(), out=into)
         return self._finish(
             raw,
             None if self.bias is None else self.bias[v0:v1],

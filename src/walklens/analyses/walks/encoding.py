@@ -15,6 +15,7 @@ import torch
 from ...base.errors import InputError
 from ...base.precision import dtype_name
 from ...core.loading import token_strings
+from ...core.tracedir import PointStack
 from .reading import _read_all, _Reading, _token_matrix, point_rows
 from .result import Against, EncodingWalk, Metric, Norm
 
@@ -178,7 +179,7 @@ def _walk_stack(trace: Trace, lm: LoadedModel, opts: _Reading) -> EncodingWalk:
     names = [trace.points[i] for i in sel]
     P, T, D = len(sel), len(trace.tokens), trace.d_model
     token_ids = trace.token_ids.reshape(-1).long().cpu()
-    mat = _token_matrix(lm, opts.norm, opts.against, D)
+    mat = _token_matrix(lm, opts.norm, opts.against, D, blocked=isinstance(trace.hidden, PointStack))
     if int(token_ids.max()) >= mat.M.shape[0]:
         raise InputError(f"token id {int(token_ids.max())} is outside the matrix of {mat.M.shape[0]} rows")
     final_rows = [j for j, n in enumerate(names) if n == "final"]

@@ -21,6 +21,7 @@ from ...core.interventions import outside_layers, upcast
 from ...core.kept import kept
 from ...core.ranking import Dense, Linear, Rows, read_rows, scratch, screen_ranks
 from ...core.tracedir import PointStack
+from ...core.vocab_blocks import RowBlocks, TokenRows
 from ...models.base import get_module
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ class _Matrix:
     :func:`~walklens.core.kept.kept`
     keys the tensors derived from M by)."""
 
-    M: torch.Tensor
+    M: TokenRows
     inv_m: torch.Tensor
     head: nn.Module | None
     bias: torch.Tensor | None
@@ -122,9 +123,10 @@ class _Columns:
         self.top_v[:, self.k_eff :] = float("nan")
 
 
-def _token_matrix(lm: LoadedModel, norm: str, against: str, D: int) -> _Matrix:
+def _token_matrix(lm: LoadedModel, norm: str, against: str, D: int, blocked: bool = False) -> _Matrix:
     """The matrix of ``against`` (``auto``: V for the raw reading, the head for the logit lens; V when the model
-    has no separate unembedding); the raw reading refuses a matrix whose width is not D (ALBERT's V)."""
+    has no separate unembedding); the raw reading refuses a matrix whose width is not D (ALBERT's V).  ``blocked``
+    (or a streamed model): M read in float32 row blocks (:class:`~walklens.core.vocab_blocks.RowBlocks`)."""
     model, adapter = lm.model, lm.adapter
     which = ("embed" if norm == "none" else "unembed") if against == "auto" else against
     if which == "unembed" and not adapter.unembed:
@@ -144,16 +146,27 @@ def _token_matrix(lm: LoadedModel, norm: str, against: str, D: int) -> _Matrix:
                 f"{source.shape[1]} but the captured vectors have D={D} (ALBERT keeps V in E-space); "
                 f"use norm='final', which reads through the model's head"
             )
-    M = source.detach().float().to(lm.device)
+    M: TokenRows
+    if blocked or lm.stream is not None:
+        M = blocks = RowBlocks(source, lm.device)
+        inv_m = kept(lm.model, f"{label} 1/|m_i|", source, lambda: blocks.per_block(lambda b, _0, _1: _inv_norms(b)))
+    else:
+        M = source.detach().float().to(lm.device)
+        inv_m = kept(lm.model, f"{label} 1/|m_i|", source, lambda: _inv_norms(M))
     bias = getattr(head, "bias", None) if head is not None else None
     return _Matrix(
         M=M,
-        inv_m=kept(lm.model, f"{label} 1/|m_i|", source, lambda: 1.0 / M.norm(dim=-1).clamp_min(1e-12)),
+        inv_m=inv_m,
         head=head,
         bias=bias.detach().float().to(lm.device) if bias is not None else None,
         label=label,
         source=source,
     )
+
+
+def _inv_norms(M: torch.Tensor) -> torch.Tensor:
+    """1 / |m_i| of each row of ``M`` (a row's norm is a reduction over that row alone: blocks give the same)."""
+    return 1.0 / M.norm(dim=-1).clamp_min(1e-12)
 
 
 def walk_chunk_rows(n_vocab: int, chunk_rows: int | None = None) -> int:
@@ -223,12 +236,7 @@ def _read_all(
     buf = scratch(min(chunk, rows_total), n_vocab, cols.k_eff, lm.device)  # the tiles' products, chunk after chunk
     Mb = None  # the screen's bfloat16 rows (cosine: of unit norm)
     if opts.screen:
-        Mb = kept(
-            lm.model,
-            f"{mat.label} bfloat16 {opts.metric}",
-            mat.source,
-            lambda: (mat.M * mat.inv_m[:, None] if opts.metric == "cosine" else mat.M).to(torch.bfloat16),
-        )
+        Mb = kept(lm.model, f"{mat.label} bfloat16 {opts.metric}", mat.source, lambda: _screen_rows(mat, opts.metric))
     spans = point_aligned_chunks(rows_total, T, chunk)
     bar = tqdm(
         spans,
@@ -239,7 +247,7 @@ def _read_all(
         leave=False,
     )
     plain_head: bool | None = None  # lens: decided on the first chunk
-    wide = upcast(outside_layers(lm)) if is_low_precision(lm.dtype) else nullcontext()  # head in float32
+    wide = upcast(_widened(lm, mat)) if is_low_precision(lm.dtype) else nullcontext()  # head in float32
     with torch.no_grad(), wide:
         for r0, r1 in bar:
             t_idx = torch.arange(r0, r1) % T
@@ -264,6 +272,23 @@ def _read_all(
     return cols
 
 
+def _screen_rows(mat: _Matrix, metric: str) -> torch.Tensor:
+    """The screen's bfloat16 rows of the matrix (cosine: divided by their norms), block by block if blocked."""
+    if isinstance(mat.M, RowBlocks):
+        scale = metric == "cosine"
+        return mat.M.per_block(lambda b, b0, b1: (b * mat.inv_m[b0:b1, None] if scale else b).to(torch.bfloat16))
+    return (mat.M * mat.inv_m[:, None] if metric == "cosine" else mat.M).to(torch.bfloat16)
+
+
+def _widened(lm: LoadedModel, mat: _Matrix) -> list[torch.Tensor]:
+    """The tensors outside the layers held in float32 while a walk reads (the final norm, the head): all of them,
+    but the vocabulary-sized ones when M is read in blocks (the head then gets its float32 rows block by block)."""
+    tensors = outside_layers(lm)
+    if not isinstance(mat.M, RowBlocks):
+        return tensors
+    return [t for t in tensors if t.dim() == 0 or t.shape[0] != mat.M.shape[0]]
+
+
 def _screened(scorer: Linear, mat: _Matrix, Mb: torch.Tensor, metric: str, ids: torch.Tensor) -> Rows:
     """Provisional ranks of one chunk by :func:`walklens.core.ranking.screen_ranks` against ``Mb`` (the matrix's rows
     in bfloat16, divided by their norms for cosines), with the targets' float32 scores."""
@@ -282,6 +307,8 @@ _PROBE_ROWS = 16  # rows a screen decides on whether the model's head is a plain
 
 def _head_scores(lm: LoadedModel, mat: _Matrix, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The model's own head on ``x``: its logits (float32), its input u and its output y (hooked)."""
+    if isinstance(mat.M, RowBlocks):
+        return _head_scores_blocked(lm, mat, x)
     store: dict[str, torch.Tensor] = {}
     assert mat.head is not None  # a lens reading keeps the model's head
     with Hooks() as hooks:  # the head's input and output while the model's own head runs
@@ -291,11 +318,47 @@ def _head_scores(lm: LoadedModel, mat: _Matrix, x: torch.Tensor) -> tuple[torch.
     return dot, store["u"].float(), store["y"]
 
 
+def _head_scores_blocked(
+    lm: LoadedModel, mat: _Matrix, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_head_scores` with the head's weight (and bias) swapped for its float32 rows one block at a time:
+    each block's logits are those columns of the whole head's (a head whose last step is its linear map, then
+    elementwise: a softcap, a scale), so the float32 head is never whole in memory."""
+    assert mat.head is not None and isinstance(mat.M, RowBlocks)
+    w, b = mat.head.weight, getattr(mat.head, "bias", None)
+    assert isinstance(w, torch.Tensor)
+    saved = (w.data, b.data if isinstance(b, torch.Tensor) else None)
+    dot = y = u = None
+    store: dict[str, torch.Tensor] = {}
+    try:
+        for b0, b1 in mat.M.blocks():
+            w.data = mat.M[b0:b1]
+            if isinstance(b, torch.Tensor) and mat.bias is not None:
+                b.data = mat.bias[b0:b1]
+            with Hooks() as hooks:
+                hooks.pre(mat.head, lambda _m, args: store.__setitem__("u", args[0]))
+                hooks.post(mat.head, lambda _m, _a, out: store.__setitem__("y", out))
+                part = lm.adapter.logits(lm.model, x).float()
+            if dot is None or y is None:
+                whole = (*part.shape[:-1], mat.M.shape[0])
+                dot, y = part.new_empty(whole), part.new_empty(whole)
+                u = store["u"].float()
+            dot[..., b0:b1], y[..., b0:b1] = part, store["y"]
+    finally:
+        w.data = saved[0]
+        if isinstance(b, torch.Tensor) and saved[1] is not None:
+            b.data = saved[1]
+    assert dot is not None and y is not None and u is not None
+    return dot, u, y
+
+
 def _plain(mat: _Matrix, x: torch.Tensor, u: torch.Tensor, dot: torch.Tensor) -> bool:
     """Whether the head's logits ``dot`` of ``x`` (its input ``u``) are x·m_i (+ its bias), bit for bit."""
-    return bool(
-        u.shape == x.shape and torch.equal(u, x) and torch.equal(dot, torch.nn.functional.linear(x, mat.M, mat.bias))
-    )
+    if not (u.shape == x.shape and torch.equal(u, x)):
+        return False
+    if isinstance(mat.M, RowBlocks):
+        return torch.equal(dot, mat.M.linear(x, mat.bias))
+    return torch.equal(dot, torch.nn.functional.linear(x, mat.M, mat.bias))
 
 
 def _is_plain_head(lm: LoadedModel, mat: _Matrix, x: torch.Tensor) -> bool:
