@@ -14,6 +14,7 @@ STEERING = ROOT / "docs" / "results" / "steering"
 FILES = sorted(STEERING.glob("*.json"))  # SmolLM2-135M, --limit 8
 GEMMA3 = sorted((STEERING / "gemma3").glob("*.json"))  # Gemma 3 270M, --limit 8
 COMPLETE = sorted((STEERING / "complete").glob("smollm2-135m_*.json"))  # every held-out prompt, every method
+COMPLETE_GEMMA3 = sorted((STEERING / "complete").glob("gemma3-270m_*.json"))
 
 
 def render(files: list[Path] = FILES) -> str:
@@ -24,7 +25,11 @@ def render(files: list[Path] = FILES) -> str:
     ).stdout
 
 
-@pytest.mark.parametrize("files", [FILES, GEMMA3, COMPLETE], ids=["smollm2", "gemma3", "smollm2-complete"])
+@pytest.mark.parametrize(
+    "files",
+    [FILES, GEMMA3, COMPLETE, COMPLETE_GEMMA3],
+    ids=["smollm2", "gemma3", "smollm2-complete", "gemma3-complete"],
+)
 def test_the_docs_tables_are_the_result_files(files: list[Path]) -> None:
     assert len(files) == 3, "a committed steering card per shipped set"
     tables = render(files)
