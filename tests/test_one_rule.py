@@ -160,6 +160,7 @@ BASE: dict[str, list[str]] = {
     "heads": ["a text"],
     "simmap": ["a text"],
     "walk": ["a text"],
+    "export": ["a text"],
     "power": ["a text"],
     "steer": ["a prompt", "--toward", " Paris", "--layers", "3"],
     "sweep": ["--test", "2"],

@@ -47,10 +47,10 @@ def _check_out(args: argparse.Namespace) -> None:
     """``--out``: a .safetensors file that is writable (an existing one a regular file), not an input."""
     from ..base.outputs import check_file, check_not_inputs
 
-    if not str(args.out).endswith(".safetensors"):
-        raise InputError(f"--out {args.out}: name a .safetensors file")
     check_file(args.out, "--out")
     check_not_inputs(args.out, "--out", command_inputs(args))
+    if not str(args.out).endswith(".safetensors"):
+        raise InputError(f"--out {args.out}: name a .safetensors file")
 
 
 def tensors_of(trace: Any) -> dict[str, Any]:
