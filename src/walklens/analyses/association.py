@@ -28,6 +28,7 @@ from scipy.stats import rankdata
 
 from ..base.display import Shown
 from ..base.errors import InputError, find
+from ..base.frames import DataFrame, attribute_table, frame, record_table
 
 _BRACKETS = "()[]{}"
 _PUNCT = "".join(c for c in string.punctuation if c not in _BRACKETS)
@@ -111,6 +112,13 @@ class BlockContrast(Shown, view="blocks"):
 
     def _headline(self) -> str:
         return f"{self.model_name + ' · ' if self.model_name else ''}{self.name}"
+
+    def to_pandas(self) -> DataFrame:
+        """One row per class: its tokens, within and between means, the contrast with its interval and the
+        permutation test (pandas; docs/notebooks.md, "Tables"); the map's scalars as ``attrs``."""
+        names = ("cls", "n", "within", "between", "contrast", "lo", "hi", "p_above", "null_hi")
+        attrs = {"map": self.name, "model": self.model_name, "n_tokens": self.n_tokens, "off_mean": self.off_mean}
+        return frame(attribute_table(self.classes, names), attrs)
 
 
 def _contrasts(
@@ -243,6 +251,14 @@ class Cooccurrence(Shown, view="cooccurrence"):
 
     def _headline(self) -> str:
         return f"{self.model_name + ' · ' if self.model_name else ''}{self.n_pairs:,} pairs"
+
+    def to_pandas(self) -> DataFrame:
+        """One row per correlation (``pmi_dot`` ... ``excess_cos``) with its jackknife interval (pandas;
+        docs/notebooks.md, "Tables"); the counts as ``attrs``."""
+        stats = ("pmi_dot", "pmi_cos", "dot_cos", "partial_dot", "partial_cos", "matched_dot", "matched_cos")
+        rows = [{"statistic": k, **vars(getattr(self, k))} for k in (*stats, "excess_cos")]
+        counts = ("n_docs", "n_clusters", "n_tokens", "n_pairs", "window", "min_count", "n_groups", "n_matched")
+        return frame(record_table(rows), {"model": self.model_name, **{k: getattr(self, k) for k in counts}})
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:

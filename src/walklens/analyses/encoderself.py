@@ -20,6 +20,7 @@ import torch
 
 from ..base.display import Shown
 from ..base.errors import InputError
+from ..base.frames import DataFrame, frame, values
 from ..core.trace import Trace
 
 if TYPE_CHECKING:
@@ -52,6 +53,18 @@ class SelfRank(Shown):
             f"{self.model_name} {self.stack or 'model'}: own token median rank {med:g} of {self.vocab}; own ahead "
             f"of the control at {self.closer:.0%} of {len(self.token_ids)} positions (p={self.p:.2g})"
         )
+
+    def to_pandas(self) -> DataFrame:
+        """One row per position: its own token and the control token, each one's rank and cosine (pandas;
+        docs/notebooks.md, "Tables"); the summaries as ``attrs``."""
+        cols = {
+            "position": list(range(len(self.token_ids))), "token_id": self.token_ids, "control_id": self.control_ids,
+            "rank_own": self.rank_own, "rank_control": self.rank_control,
+            "cos_own": self.cos_own, "cos_control": self.cos_control,
+        }  # fmt: skip
+        attrs = {"model": self.model_name, "stack": self.stack, "vocab": self.vocab, "closer": self.closer,
+                 "closer_lo": self.closer_lo, "closer_hi": self.closer_hi, "p": self.p}  # fmt: skip
+        return frame({k: values(v) for k, v in cols.items()}, attrs)
 
     def summary(self) -> dict[str, float]:
         """Medians and shares of both readings, as the claims table reads them."""

@@ -24,6 +24,7 @@ import torch
 
 from ..base.display import Shown
 from ..base.errors import InputError
+from ..base.frames import DataFrame, frame, long_table
 from .kernels import PositionKernels, StackKernels
 
 ALPHA = 0.05
@@ -57,6 +58,15 @@ class SelfBiasCount(Shown):
             f"{self.margin:g} nats; {self.significant}/{self.heads} below zero at {self.alpha:g} "
             f"({self.expected:.3g} by chance)"
         )
+
+    def to_pandas(self) -> DataFrame:
+        """One row per (layer, head): the mean self ``gap`` and its ``t`` statistic (pandas; docs/notebooks.md,
+        "Tables"); the counts as ``attrs``."""
+        K, H = self.gap.shape
+        table = long_table([("layer", range(K)), ("head", range(H))], {"gap": self.gap, "t": self.t})
+        counts = ("heads", "samples", "margin", "alpha", "negative", "significant", "expected", "p_chance")
+        attrs = {"model": self.model_name, "stack": self.stack, "sink_removed": self.sink_removed}
+        return frame(table, {**attrs, **{k: getattr(self, k) for k in counts}})
 
 
 def self_gaps(s: StackKernels) -> torch.Tensor:

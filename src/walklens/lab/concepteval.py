@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -34,6 +34,7 @@ from ..analyses.concepts.vectors import layer_key, text_vectors
 from ..analyses.encoderself import derangement
 from ..base.display import Shown
 from ..base.errors import InputError
+from ..base.frames import DataFrame, frame, pick, record_table
 from .hellaswag.data import HellaswagItem
 
 if TYPE_CHECKING:
@@ -96,6 +97,27 @@ class ConceptEval(Shown):
     def _headline(self) -> str:
         c = self.comparisons["own_vs_offtopic"]
         return f"{self.model_name}, {self.n_items} items: own continuation ahead of off-topic in {c.share:.0%}"
+
+    def to_pandas(self, table: str = "items") -> DataFrame:
+        """The scores as tables (pandas; docs/notebooks.md, "Tables"): ``items`` one row per item (its greedy
+        continuation and every cosine, the distractors as ``distractor_0..2``), ``comparisons`` one row per
+        comparison with its share, interval and p."""
+        d = self.distractors.tolist()
+
+        def items() -> dict[str, Any]:
+            scores = ("own", "offtopic", "offtopic2", "shuffled", "gold")
+            rows = [
+                {"item": i, "continuation": self.continuations[i], **{k: float(getattr(self, k)[i]) for k in scores},
+                 **{f"distractor_{j}": float(v) for j, v in enumerate(d[i])}}
+                for i in range(self.n_items)
+            ]  # fmt: skip
+            return record_table(rows)
+
+        def comparisons() -> dict[str, Any]:
+            return record_table([{"comparison": k, **vars(c)} for k, c in self.comparisons.items()])
+
+        cols = pick(table, {"items": items, "comparisons": comparisons}, "a ConceptEval")
+        return frame(cols, {"model": self.model_name, "layer": self.layer, "word": self.word, "seed": self.seed})
 
 
 def shuffle_words(text: str, g: torch.Generator) -> str:
