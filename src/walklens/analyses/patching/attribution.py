@@ -11,16 +11,15 @@ thresholds of :mod:`.result` (docs/patching.md).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 import torch
 
 from ...base.errors import InputError, WalklensWarning
 from ...core.patching import Recorded
-from .exact import Setup, exact_grid, make_result, references, setup, source_value
-from .metrics import Metric
+from .exact import Cells, Setup, exact_grid, make_result, references, setup, source_value
 from .result import TOP_K, AttributionParity, PatchResult
 
 if TYPE_CHECKING:
@@ -128,29 +127,14 @@ def attribute(
     clean: str | Sequence[int] | torch.Tensor,
     corrupted: str | Sequence[int] | torch.Tensor,
     *,
-    points: str | Sequence[str] = "resid_pre",
-    positions: Sequence[int] | None = None,
-    metric: str | Metric | Callable[..., Any] = "kl",
-    direction: str = "denoise",
-    position_map: Mapping[int, int] | None = None,
-    heads: bool = False,
     parity: bool = True,
+    **cells: Unpack[Cells],
 ) -> PatchResult:
     """Attribution patching of the same cells :func:`~.exact.patch` takes (same arguments), normalised the same way;
     ``parity``: exact patching runs on the same cells too and the result carries the :class:`AttributionParity` (a
     :class:`ParityWarning` when it disagrees beyond the thresholds).  Refuses, in one line, a metric without a gradient
     (``rank``) or a model without one."""
-    s = setup(
-        lm,
-        clean,
-        corrupted,
-        points=points,
-        positions=positions,
-        metric=metric,
-        direction=direction,
-        position_map=position_map,
-        heads=heads,
-    )
+    s = setup(lm, clean, corrupted, **cells)
     _check_gradients(lm, s)
     rec_clean, rec_corr, m_clean, m_corr = references(s, graph=True)
     approx = make_result(s, attribution_grid(s, rec_clean, rec_corr), m_clean, m_corr, "attribution", 2, 0.0)

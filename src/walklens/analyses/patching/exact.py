@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -106,20 +106,32 @@ def expand_points(lm: LoadedModel, points: str | Sequence[str], heads: bool = Fa
     return sorted(sites, key=lambda s: (s.layer, order[s.kind], s.head or 0))
 
 
+class Cells(TypedDict, total=False):
+    """The cells of a patching grid, as :func:`patch`, :func:`~.attribution.attribute` and
+    :func:`~.paths.path_patch` take them: ``points`` (kinds, names or globs; default ``resid_pre``), ``positions``
+    of the corrupted prompt (default all), ``metric`` (default ``kl``), ``direction`` (``denoise``, the default, or
+    ``noise``), ``position_map`` (corrupted position -> clean position) and ``heads`` (each head a point)."""
+
+    points: str | Sequence[str]
+    positions: Sequence[int] | None
+    metric: str | Metric | Callable[..., Any]
+    direction: str
+    position_map: Mapping[int, int] | None
+    heads: bool
+
+
 def setup(
     lm: LoadedModel,
     clean: str | Sequence[int] | torch.Tensor,
     corrupted: str | Sequence[int] | torch.Tensor,
-    *,
-    points: str | Sequence[str],
-    positions: Sequence[int] | None,
-    metric: str | Metric | Callable[..., Any],
-    direction: str,
-    position_map: Mapping[int, int] | None,
-    heads: bool = False,
+    **cells: Unpack[Cells],
 ) -> Setup:
     """Every input checked, each failure one line: the model, the direction, the metric, token counts (different ones
-    need ``position_map``: corrupted position -> clean position), points and positions in range."""
+    need ``position_map``: corrupted position -> clean position), points and positions in range (:class:`Cells`;
+    absent keys take their defaults)."""
+    points, positions = cells.get("points", "resid_pre"), cells.get("positions")
+    metric, direction = cells.get("metric", "kl"), cells.get("direction", "denoise")
+    position_map, heads = cells.get("position_map"), cells.get("heads", False)
     check_model(lm)
     if direction not in DIRECTIONS:
         raise InputError(f"direction {direction!r}: give denoise or noise")
@@ -178,32 +190,18 @@ def patch(
     clean: str | Sequence[int] | torch.Tensor,
     corrupted: str | Sequence[int] | torch.Tensor,
     *,
-    points: str | Sequence[str] = "resid_pre",
-    positions: Sequence[int] | None = None,
-    metric: str | Metric | Callable[..., Any] = "kl",
-    direction: str = "denoise",
-    position_map: Mapping[int, int] | None = None,
-    heads: bool = False,
     batch: int | None = None,
     incremental: bool = True,
+    **cells: Unpack[Cells],
 ) -> PatchResult:
-    """Activation patching of every (point, position) cell (issue 55): ``points`` are kinds (``resid_pre``,
-    ``attn_out``, ``resid_mid``, ``mlp_out``, ``resid_post``, ``head``), names (``L3.mlp_out``, ``L2.H1``) or globs;
-    ``positions`` the corrupted prompt's (default all); ``metric`` ``logitdiff:A,B``, ``logprob:T``, ``rank:T``, ``kl``
-    or a callable of the logits at the last position.  ``batch``: cells per forward pass (default: a layer's cells in
-    one); ``incremental``: each pass starts at its layer from the stored residual.  Each cell's value equals the
-    single-patch forward pass's (``batch=1, incremental=False``); the model is restored bit for bit."""
-    s = setup(
-        lm,
-        clean,
-        corrupted,
-        points=points,
-        positions=positions,
-        metric=metric,
-        direction=direction,
-        position_map=position_map,
-        heads=heads,
-    )
+    """Activation patching of every (point, position) cell (issue 55; the cells: :class:`Cells`): ``points`` are
+    kinds (``resid_pre``, ``attn_out``, ``resid_mid``, ``mlp_out``, ``resid_post``, ``head``), names
+    (``L3.mlp_out``, ``L2.H1``) or globs; ``positions`` the corrupted prompt's (default all); ``metric``
+    ``logitdiff:A,B``, ``logprob:T``, ``rank:T``, ``kl`` or a callable of the logits at the last position.
+    ``batch``: cells per forward pass (default: a layer's cells in one); ``incremental``: each pass starts at its
+    layer from the stored residual.  Each cell's value equals the single-patch forward pass's (``batch=1,
+    incremental=False``); the model is restored bit for bit."""
+    s = setup(lm, clean, corrupted, **cells)
     rec_clean, rec_corr, m_clean, m_corr = references(s)
     raw, passes, work = exact_grid(s, rec_clean, rec_corr, batch=batch, incremental=incremental)
     return make_result(s, raw, m_clean, m_corr, "exact", passes, work)

@@ -93,16 +93,7 @@ def path_patch(
     count.  With grouped-query attention a key or value receiver is its key/value head, shared by the group."""
     if lm.adapter.residual_kind(lm.config) == "post_norm":
         raise InputError("path patching needs sublayer outputs that add to the residual stream: not a post-norm model")
-    s = setup(
-        lm,
-        clean,
-        corrupted,
-        points=[sender],
-        positions=positions,
-        metric=metric,
-        direction=direction,
-        position_map=None,
-    )
+    s = setup(lm, clean, corrupted, points=[sender], positions=positions, metric=metric, direction=direction)
     snd = s.sites[0]
     if snd.kind not in ("head", "attn_out", "mlp_out"):
         raise InputError(f"sender {sender}: give a head (L<s>.H<h>), L<s>.attn_out or L<s>.mlp_out")
