@@ -161,6 +161,7 @@ BASE: dict[str, list[str]] = {
     "simmap": ["a text"],
     "walk": ["a text"],
     "export": ["a text"],
+    "patch": ["the cat sat", "the dog sat"],
     "power": ["a text"],
     "steer": ["a prompt", "--toward", " Paris", "--layers", "3"],
     "sweep": ["--test", "2"],
