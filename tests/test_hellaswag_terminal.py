@@ -127,3 +127,31 @@ def test_report_tables_scroll_and_log_axes_read_plainly(toy, run, tmp_path):
     fig2.canvas.draw()
     xs = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
     assert xs and all(re.fullmatch(r"[\d.]+", x) for x in xs), xs
+
+
+def test_folds_print_intervals_and_the_paired_p():
+    """``hellaswag folds``: the held-out best and each control beside the baseline, each with its Wilson interval
+    and the paired p (it printed the bare accuracies as a dict)."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from walklens.cli.hellaswag import _print_folds
+    from walklens.lab.experiments.heldout import paired_test
+
+    gold = [0, 1, 2, 3] * 5
+    picks = SimpleNamespace(
+        gold=gold,
+        heldout={"acc": gold[:15] + [0] * 5},
+        baseline={"acc": [0] * 20},
+        controls={"shuffled": {"acc": [1] * 20}},
+    )
+    con = Console(record=True, width=300)
+    _print_folds(con, "tiny", picks, {"kfold_acc_report": {"acc": 0.7}})
+    text = _flat(con.export_text())
+    lo, hi = wilson(16, 20)
+    import numpy as np
+
+    p = paired_test(np.array(picks.heldout["acc"]) == gold, np.array([0] * 20) == gold).p
+    assert f"k-fold held-out 0.8000 [{lo:.3f}, {hi:.3f}], paired p {p:.2g}" in text
+    assert "baseline 0.2500 [" in text and "control shuffled 0.2500 [" in text

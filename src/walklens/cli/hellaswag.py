@@ -186,10 +186,33 @@ def run_folds(args: argparse.Namespace) -> int:
     head = {"model": lm.name, "summary_model": model, "test": args.test, "shots": args.shots,
             "data": data_id(args.data), "pool": "validation", "command": command}  # fmt: skip
     out = picks_document(picks, plan, head, metrics)
-    say(console(args), f"{lm.name}: k-fold held-out acc {out['kfold_acc']} (the report: {out['kfold_acc_report']})")
+    _print_folds(console(args), lm.name, picks, out)
     if args.json:
         write_json(args.json, out)
     return 0
+
+
+def _print_folds(con: Any, model: str, picks: Any, out: dict[str, Any]) -> None:
+    """Per metric the k-fold held-out best and each control beside the baseline on the same items, every accuracy
+    with its Wilson 95% interval and the paired p against the baseline (exact McNemar)."""
+    import numpy as np
+
+    from ..analyses.chance import wilson
+    from ..lab.experiments.heldout import paired_test
+
+    gold = np.asarray(picks.gold)
+
+    def acc(ok: Any) -> str:
+        lo, hi = wilson(int(ok.sum()), ok.size)
+        return f"{ok.mean():.4f} [{lo:.3f}, {hi:.3f}]"
+
+    for m, held in picks.heldout.items():
+        base = np.asarray(picks.baseline[m]) == gold
+        rows = [("k-fold held-out", np.asarray(held) == gold)]
+        rows += [(f"control {c}", np.asarray(per[m]) == gold) for c, per in picks.controls.items() if m in per]
+        parts = [f"{name} {acc(ok)}, paired p {paired_test(ok, base).p:.2g}" for name, ok in rows]
+        report = out["kfold_acc_report"].get(m)
+        say(con, f"{model} {m}: baseline {acc(base)}; " + "; ".join(parts) + f" (the report's k-fold: {report})")
 
 
 def run_pools(args: argparse.Namespace) -> int:
