@@ -555,9 +555,9 @@ def neutral_kl(lm: LoadedModel, base: list[torch.Tensor], texts: Sequence[str] =
 
 
 def repetition(ids: Sequence[int], n: int = 3) -> float:
-    """The share of a continuation's ``n``-grams that repeat an earlier one (0: none; NaN when it has none)."""
-    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
-    return math.nan if not grams else 1 - len(set(grams)) / len(grams)
+    """The share of a continuation's ``n``-grams that repeat an earlier one (0: none; NaN when it has none):
+    1 - :func:`distinct_n`."""
+    return 1 - distinct_n(ids, n)
 
 
 def distinct_n(ids: Sequence[int], n: int = 2) -> float:

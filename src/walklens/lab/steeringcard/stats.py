@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...analyses.steering import repetition  # the card's coherence is steer()'s
+
 #: the confidence level of every interval of the card (percentile bootstrap over prompts)
 LEVEL = 0.95
 
@@ -48,13 +50,6 @@ def wrong_way(effects: Sequence[float], *, seed: int, n_boot: int = 1000) -> Int
     is not counted), with its bootstrap interval; non-finite effects are left out."""
     x = [float(e < 0) for e in effects if e is not None and math.isfinite(e)]
     return bootstrap(x, seed=seed, n_boot=n_boot)
-
-
-def repetition(ids: Sequence[int], n: int = 3) -> float:
-    """The share of a continuation's ``n``-grams that repeat an earlier one (0: none; NaN when it has no
-    ``n``-gram)."""
-    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
-    return math.nan if not grams else 1 - len(set(grams)) / len(grams)
 
 
 def pareto(points: Sequence[tuple[float, float]]) -> list[int]:
