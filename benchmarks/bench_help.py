@@ -1,6 +1,8 @@
 """How long ``walklens --help`` and ``import walklens.cli`` take, and which heavy packages they import (issue 56:
-"``walklens --help`` in under 1 s").  Each is timed in a fresh interpreter, best of ``--runs``; the load of the
-machine (``os.getloadavg``) is printed beside, since a busy machine stretches every import.
+"``walklens --help`` in under 1 s"; ``build_parser()`` registers every command, so it imports them all, while
+``walklens --help`` builds only the top level, ``build_parser(None)``).  Each is timed in a fresh interpreter,
+best of ``--runs``; the load of the machine (``os.getloadavg``) is printed beside, since a busy machine stretches
+every import.
 
     .venv/bin/python benchmarks/bench_help.py --runs 3 [--json docs/results/bench_help.json]
 """
@@ -42,6 +44,11 @@ def main() -> None:
         "python -m walklens --help": min(_timed(["-m", "walklens", "--help"]) for _ in range(a.runs)),
         "imported by 'import walklens.cli'": _imported("import walklens.cli"),
         "imported by building the parser": _imported("import walklens.cli as c; c.build_parser()"),
+        "imported by building the top-level parser": _imported("import walklens.cli as c; c.build_parser(None)"),
+        "imported by 'walklens --help'": _imported(
+            "import contextlib, io, walklens.cli as c\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n    c.main(['--help'])"
+        ),
     }
     for k, v in res.items():
         print(f"{k}: {v:.2f} s" if isinstance(v, float) else f"{k}: {v}")

@@ -24,22 +24,20 @@ The public API follows one rule:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
-from . import analyses as _analyses
 from . import base as _base
-from . import core as _core
 from ._version import __version__ as __version__
+from .base.display import views_from
 from .base.exports import lazy_exports
-
-# Imported eagerly: the function ``capture`` shares its name with the module ``walklens.core.capture``, and a lazy
-# export would be shadowed by the submodule as soon as anything imports ``walklens.core.capture``.
-from .core import capture
 
 #: the verbs a new user needs first (README, docs/walks.md), the errors to catch, and Hooks; every other public name
 #: lives in its group: walklens.core, walklens.analyses, walklens.lab, walklens.models (docs/architecture.md)
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "core": ("load_model", "LoadedModel", "Trace"),
+    # ``capture`` (the function) is read from walklens.core, which binds it over its submodule of the same name;
+    # walklens has no submodule ``capture`` to shadow it here
+    "core": ("capture", "load_model", "LoadedModel", "Trace"),
     "analyses": (
         "encoding_walk",
         "similarity_map",
@@ -65,16 +63,43 @@ _LAB = (
     "SteeringSet", "summarise_db",
 )  # fmt: skip
 
+
+class _Moved(Mapping[str, str]):
+    """Every name walklens exported at its root before the groups -> its new home: one release more, with a
+    FutureWarning.  Built the first time it is read (it lists walklens.core's names, and walklens.core loads
+    torch), so ``import walklens`` loads no torch."""
+
+    def __init__(self) -> None:
+        self._table: dict[str, str] | None = None
+
+    def _built(self) -> dict[str, str]:
+        if self._table is None:
+            core = importlib.import_module(".core", __name__)
+            analyses = importlib.import_module(".analyses", __name__)
+            table = {
+                **{name: "walklens.core" for name in core.__all__},
+                **{name: "walklens.analyses" for name in analyses.__all__},
+                **{name: "walklens.models" for name in ("get_adapter", "supported_model_types")},
+                **{name: "walklens.lab" for name in _LAB},
+            }
+            for names in _PUBLIC.values():
+                for name in names:
+                    table.pop(name, None)
+            self._table = table
+        return self._table
+
+    def __getitem__(self, name: str) -> str:
+        return self._built()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._built())
+
+
 #: every name walklens exported at its root before the groups: one release more, with a FutureWarning
-_MOVED: dict[str, str] = {
-    **{name: "walklens.core" for name in _core.__all__},
-    **{name: "walklens.analyses" for name in _analyses.__all__},
-    **{name: "walklens.models" for name in ("get_adapter", "supported_model_types")},
-    **{name: "walklens.lab" for name in _LAB},
-}
-for _names in (*_PUBLIC.values(), ("capture",)):
-    for _name in _names:
-        _MOVED.pop(_name, None)
+_MOVED: Mapping[str, str] = _Moved()
 
 _exported = lazy_exports(
     globals(), _PUBLIC, lambda module: importlib.import_module(f".{module}", __name__), moved=_MOVED
@@ -91,10 +116,15 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-__all__ = ["capture", *(name for names in _PUBLIC.values() for name in names)]
+__all__ = [name for names in _PUBLIC.values() for name in names]
 
 # Every result's notebook view registers itself with the display protocol (walklens.base.display.register_view) when
 # walklens.reports.notebook is imported.  The results never import it (it stands on the reports, above them): the entry
-# point does, here, and a submodule is never imported without its package, so `import walklens.core.trace` alone
-# has every view registered too.  Last, so the names above exist while the reports load.
-from .reports import notebook  # noqa: E402, F401  # imported for its registration: the views fill display's table
+# point hands its import to the display table, which runs it the first time a view is looked up (views_from), and a
+# submodule is never imported without its package, so `import walklens.core.trace` alone has every view registered
+# before any result is shown.  Not imported here: it loads torch, and `import walklens` (walklens --help) must not.
+views_from(lambda: importlib.import_module(".reports.notebook", __name__))
+
+if TYPE_CHECKING:  # the same import, for the import contracts (exclude_type_checking_imports = false): a module below
+    # that imports the root still reaches the reports, and they see it (tests/test_architecture.py)
+    from .reports import notebook  # noqa: F401

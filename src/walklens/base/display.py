@@ -7,10 +7,12 @@ view="walk")``).  Two of IPython's display hooks follow from that:
   nothing fetched).  The drawing lives in :mod:`walklens.reports.notebook`, at the top of the layers with the CLI,
   and this module never imports it: the result holds only its view's name, and ``_repr_html_`` looks the name
   up in a table of renderers (:func:`register_view`) that the views fill when they are imported.  The package
-  root (``walklens/__init__.py``, the entry point) imports them, and a submodule is never imported without its
+  root (``walklens/__init__.py``, the entry point) hands this module the import of the views
+  (:func:`views_from`), run the first time the table is read, and a submodule is never imported without its
   package (``import walklens.core.trace`` runs ``walklens/__init__.py`` first), so the table is full before any
-  result exists.  No import runs upward, by name or otherwise: an analysis must never import the reports
-  (import contracts in ``pyproject.toml``; ``tests/test_architecture.py`` checks imports by name too).
+  result is shown, and ``import walklens`` stays light (``walklens --help`` loads no torch).  No import runs
+  upward, by name or otherwise: an analysis must never import the reports (import contracts in
+  ``pyproject.toml``; ``tests/test_architecture.py`` checks imports by name too).
 - ``__repr__`` is :func:`text`: one head line and a line per public field (its type and shape, or the start of
   its value), every line at most :data:`WIDTH` columns, at most :data:`MAX_LINES` lines.
 
@@ -36,6 +38,18 @@ _NESTED = 4  #: how deep :func:`displayable_copy` looks for strings (a result, i
 Renderer = Callable[[Any], str]  #: a result -> its view as notebook HTML
 
 _RENDERERS: dict[str, Renderer] = {}  #: view name -> its renderer (:func:`register_view`)
+_LOADERS: list[Callable[[], object]] = []  #: imports that fill the table, run once when it is first read
+
+
+def views_from(load: Callable[[], object]) -> None:
+    """Run ``load`` (an import of views that register themselves) the first time the table is read: the package
+    root passes the import of :mod:`walklens.reports.notebook`, which this module never names."""
+    _LOADERS.append(load)
+
+
+def _load_views() -> None:
+    while _LOADERS:
+        _LOADERS.pop(0)()
 
 
 def register_view(name: str, renderer: Renderer) -> None:
@@ -48,6 +62,7 @@ def register_view(name: str, renderer: Renderer) -> None:
 
 def registered_views() -> dict[str, Renderer]:
     """A copy of the table: view name -> renderer."""
+    _load_views()
     return dict(_RENDERERS)
 
 
@@ -178,6 +193,7 @@ class Shown:
     def _repr_html_(self) -> str:
         """The result's view for a notebook: the renderer registered for its view (:func:`register_view`;
         :func:`walklens.reports.notebook.html` for every view of walklens)."""
+        _load_views()
         renderer = _RENDERERS.get(type(self)._view)
         if renderer is None:
             raise TypeError(f"{type(self).__name__} has no notebook view (none is registered as {self._view!r})")
@@ -198,4 +214,5 @@ __all__ = [
     "registered_views",
     "summary",
     "text",
+    "views_from",
 ]
