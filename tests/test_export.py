@@ -38,9 +38,8 @@ def test_export_transformerlens_names_equal_tl_cache(tmp_path, saved_model, capf
 
 
 def test_export_refuses_before_loading(tmp_path, capfd, monkeypatch):
-    from walklens.cli import main
-
     import walklens.cli.export as export
+    from walklens.cli import main
 
     monkeypatch.setattr(export, "load", lambda args: pytest.fail("the model loaded before the output was checked"))
     folder = tmp_path / "a.safetensors"

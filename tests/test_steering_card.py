@@ -19,7 +19,8 @@ from _cli import run
 from _steercard import one_thread  # noqa: F401  # shared fixtures
 from walklens.lab.steeringcard import card as card_module
 from walklens.lab.steeringcard import load_steering_set, shipped_sets, steering_card
-from walklens.lab.steeringcard.stats import bootstrap, choose, pareto, repetition, wrong_way
+from walklens.analyses.steering import repetition
+from walklens.lab.steeringcard.stats import bootstrap, choose, pareto, wrong_way
 from walklens.testing import tiny_model
 
 TARGETS = [

@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...analyses.steering import repetition  # the card's coherence is steer()'s
 from ...base.hooks import Hooks, first_output
 from ...core.capture import tokenize
 from ...core.generation import generate_batch
 from ...core.interventions import ablate_direction, add_to_residual, eigen_edit
 from ...models.base import get_module
 from .sets import Target
-from .stats import repetition
 
 if TYPE_CHECKING:
     from ...core.loading import LoadedModel

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...analyses.steering import repetition  # the card's coherence is steer()'s
-
 #: the confidence level of every interval of the card (percentile bootstrap over prompts)
 LEVEL = 0.95
 
@@ -73,4 +71,4 @@ def choose(candidates: Sequence[tuple[float, float]], budget: float) -> int | No
     return max(ok, key=lambda i: (candidates[i][0], -i)) if ok else None
 
 
-__all__ = ["LEVEL", "Interval", "bootstrap", "wrong_way", "repetition", "pareto", "choose"]
+__all__ = ["LEVEL", "Interval", "bootstrap", "wrong_way", "pareto", "choose"]
