@@ -17,9 +17,9 @@ import torch
 import walklens
 from _cli import run
 from _steercard import one_thread  # noqa: F401  # shared fixtures
+from walklens.analyses.steering import repetition
 from walklens.lab.steeringcard import card as card_module
 from walklens.lab.steeringcard import load_steering_set, shipped_sets, steering_card
-from walklens.analyses.steering import repetition
 from walklens.lab.steeringcard.stats import bootstrap, choose, pareto, wrong_way
 from walklens.testing import tiny_model
 
