@@ -27,6 +27,8 @@ FUZZ = dict(deadline=None, derandomize=True, database=None)
 def compact_items(lm, items, examples, spec, cache=None, stats=None):
     """The compacted items' results, as the runner's compaction scorer gets them."""
     return packed_results(lm, items, compact_requests(lm, items, examples, spec, cache, stats))
+
+
 TEXT = (
     "the man walks to the river and he runs to the city . the dog eats a red car and she walks to london . "
     "they run to the house"

@@ -162,7 +162,7 @@ def test_every_view_in_the_browser(page, served):
     first = next(iter(explorer.models))
     n_tokens = len(explorer.models[first].tokenizer(text)["input_ids"])
     n_rows = explorer.models[first].n_layers + 2
-    assert page.coloured("#walk-map canvas") > 50 * n_tokens
+    assert page.coloured("#walk-map canvas.wl-canvas") > 50 * n_tokens
     geo = pg.eval_on_selector(
         "#walk-map .wl-heatmap",
         "e => [e.dataset.left, e.dataset.top, e.dataset.cell, e.dataset.rows, e.dataset.cols].map(Number)",
@@ -170,7 +170,9 @@ def test_every_view_in_the_browser(page, served):
     left, top, cell, rows, cols = geo
     assert (rows, cols) == (n_rows, n_tokens)
     row, col = rows - 2, 2  # the last layer's output, position 2
-    pg.locator("#walk-map canvas").click(position={"x": left + (col + 0.5) * cell, "y": top + (row + 0.5) * cell})
+    pg.locator("#walk-map canvas.wl-canvas").click(
+        position={"x": left + (col + 0.5) * cell, "y": top + (row + 0.5) * cell}
+    )
     pg.wait_for_selector("#walk-neighbours")
     heading = pg.text_content("#walk-cell h3")
     assert heading.startswith(f"L{n_rows - 3}.resid_post, position 2: w_t = ")
@@ -185,14 +187,14 @@ def test_every_view_in_the_browser(page, served):
     assert pg.locator("#decode-out table tr").count() == 11
     page.shot("decode")
 
-    page.view("simmap", "#simmap-out canvas")
-    assert page.coloured("#simmap-out canvas") > 50 * n_tokens
+    page.view("simmap", "#simmap-out canvas.wl-canvas")
+    assert page.coloured("#simmap-out canvas.wl-canvas") > 50 * n_tokens
     page.shot("simmap")
 
     page.view("attention", "#attn-members")
     pg.click("#kernels-run")
-    pg.wait_for_selector("#kernels-out canvas")
-    maps = pg.locator("#attention-out .side-by-side canvas")
+    pg.wait_for_selector("#kernels-out canvas.wl-canvas")
+    maps = pg.locator("#attention-out .side-by-side canvas.wl-canvas")
     assert maps.count() == 4
     hm = pg.eval_on_selector(
         "#attention-out .side-by-side .wl-heatmap", "e => [e.dataset.left, e.dataset.top, e.dataset.cell].map(Number)"
@@ -225,7 +227,7 @@ def test_every_view_in_the_browser(page, served):
     page.shot("sweeps")
 
     page.view("compare", "#compare-out table")
-    assert pg.locator("#compare-out canvas").count() == 2
+    assert pg.locator("#compare-out canvas.wl-canvas").count() == 2
     names = pg.locator("#compare-out td:first-child").all_text_contents()
     assert names == list(explorer.models)
     page.shot("compare")
@@ -250,7 +252,7 @@ def test_markup_from_the_user_or_the_database_renders_as_text(page):
     assert pg.get_by_text(EVIL_GENERATION).count() == 2  # the prompt and the continuation, as table cells' text
     assert pg.locator("#cards-out .wl-lines svg").count() == 12 and pg.locator("#cards-out table").count() >= 7
     page.shot("cards")
-    page.view("walk", "#walk-map canvas")
+    page.view("walk", "#walk-map canvas.wl-canvas")
     assert pg.evaluate("window.__pwned") is None
     assert pg.locator("img").count() == 0 and pg.locator("main script, header script").count() == 0
     assert page.dialogs == [] and page.errors == []
@@ -325,7 +327,7 @@ def test_run_replaces_the_run_due_after_typing(page):
     """Typing and then pressing Run runs the view once: the run due after the typing pause (700 ms) is dropped.
     Before, it ran again and redrew whatever the user had moved on to (it reset the decoding walk's step)."""
     pg = page.page
-    pg.wait_for_selector("#walk-map canvas")  # the page's first walk is done
+    pg.wait_for_selector("#walk-map canvas.wl-canvas")  # the page's first walk is done
     walks: list[str] = []  # the runs: each starts with its provisional request (then its pieces, then the whole)
     pg.on(
         "request",

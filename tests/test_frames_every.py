@@ -56,8 +56,12 @@ def test_block_contrast_and_cooccurrence_frames() -> None:
     b = BlockContrast("cosine", "m", 9, 0.1, (_cc("word", 0.5), _cc("punct", 0.3)), 100, 100, 0, True)
     df = b.to_pandas()
     assert list(df["cls"]) == ["word", "punct"] and list(df["within"]) == [0.5, 0.3] and df.attrs["n_tokens"] == 9
-    c = {k: Correlation(i / 10, i / 10 - 0.05, i / 10 + 0.05) for i, k in enumerate(
-        ("pmi_dot", "pmi_cos", "dot_cos", "partial_dot", "partial_cos", "matched_dot", "matched_cos", "excess_cos"))}
+    c = {
+        k: Correlation(i / 10, i / 10 - 0.05, i / 10 + 0.05)
+        for i, k in enumerate(
+            ("pmi_dot", "pmi_cos", "dot_cos", "partial_dot", "partial_cos", "matched_dot", "matched_cos", "excess_cos")
+        )
+    }
     co = Cooccurrence("m", 10, 5, 1000, 40, 5, 2, **c, n_groups=5, n_matched=3, seed=0)  # type: ignore[arg-type]
     df = co.to_pandas()
     assert df.set_index("statistic")["rho"].to_dict() == {k: v.rho for k, v in c.items()}

@@ -21,7 +21,7 @@ MARKUP = '<img src=x onerror="alert(1)">'
 
 #: in every frame: canvases with painted pixels, line charts with paths, result blocks drawn, the tooltip's state
 _DRAWN = """() => {
-  const painted = [...document.querySelectorAll('.wl-heatmap canvas')].map(c => {
+  const painted = [...document.querySelectorAll('.wl-heatmap canvas.wl-canvas')].map(c => {
     const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
     let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
     return n;
@@ -103,7 +103,7 @@ def test_two_copies_of_a_view_answer_the_pointer_on_their_own(opened) -> None:
     hovered = []
     for name in names[: len(names) // 2]:
         first, second = frames[names.index(name)], frames[names.index(f"{name} (2)")]
-        canvas = ".wl-heatmap canvas"
+        canvas = ".wl-heatmap canvas.wl-canvas"
         if not first.locator(canvas).count():
             continue  # tables and line charts only: nothing answers the pointer
         for here, there in ((second, first), (first, second)):

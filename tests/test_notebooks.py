@@ -269,9 +269,9 @@ def _hover_last_cell(frame: Any) -> None:
     cols = len(spec["z"][0])
     cell = spec.get("cell") or max(4, min(28, 900 // max(cols, 1)))
     size = frame.evaluate(
-        "() => { const c = document.querySelector('.wl-heatmap canvas'); return [c.width, c.height]; }"
+        "() => { const c = document.querySelector('.wl-heatmap canvas.wl-canvas'); return [c.width, c.height]; }"
     )
-    frame.locator(".wl-heatmap canvas").first.hover(
+    frame.locator(".wl-heatmap canvas.wl-canvas").first.hover(
         position={"x": size[0] - 10 - cell / 2, "y": size[1] - 10 - cell / 2}
     )
 
@@ -288,7 +288,7 @@ def check_second_copy(executed: dict[str, tuple[Any, Path]], browser: Any) -> No
         assert pairs, "notebook 01 shows no view twice"
         frames = opened.frames()
         first, second = (frames[k] for k in pairs[0])
-        assert first.locator(".wl-heatmap canvas").count() > 0
+        assert first.locator(".wl-heatmap canvas.wl-canvas").count() > 0
         _hover_last_cell(second)
         second.wait_for_selector(".wl-heatmap .wl-tip", state="visible", timeout=5000)
         tip = second.locator(".wl-heatmap .wl-tip").first.text_content() or ""

@@ -127,4 +127,4 @@ views_from(lambda: importlib.import_module(".reports.notebook", __name__))
 
 if TYPE_CHECKING:  # the same import, for the import contracts (exclude_type_checking_imports = false): a module below
     # that imports the root still reaches the reports, and they see it (tests/test_architecture.py)
-    from .reports import notebook  # noqa: F401
+    from .reports import notebook  # noqa: F401  # imported for the contracts only

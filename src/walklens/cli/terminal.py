@@ -164,7 +164,7 @@ def progress_bars(quiet: bool) -> Iterator[None]:
 
     base = tqdm.auto.tqdm
 
-    class Bar(base):  # type: ignore[misc, valid-type]
+    class Bar(base):  # type: ignore[misc, valid-type]  # tqdm.auto.tqdm is a variable holding a class chosen at import
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["disable"] = bool(kwargs.get("disable")) or quiet
             kwargs.setdefault("delay", PROGRESS_DELAY)

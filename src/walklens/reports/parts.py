@@ -81,6 +81,11 @@ def steer_result(res: SteerResult) -> Report:
         else ""
     )
     rep = Report(f"Steering toward {res.label!r}", f"{res.method}, alpha {res.alpha:g}, layers {res.layers}{sign}")
+    layers = ", ".join(map(str, res.layers))
+    rep.table(
+        ["method", "alpha", "layers", "sign", "chosen on", "target log-prob gain"],
+        [[res.method, res.alpha, layers, res.sign, res.chosen_on, res.gain]],
+    )
     rows = [[e.layer, e.reach, e.error] for e in res.edits]
     if rows:
         rep.table(["layer", "reach |P u|", "error of F' - F"], rows)

@@ -8,6 +8,7 @@ its API and draws its runs with the same script."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from .html import Report, fields_of, pyplot
@@ -91,9 +92,14 @@ def build(sweep: SteeringSweep, title: str = "") -> Report:
         for metric, label, stat in METRICS:
             series = []
             xs: list[float] = []
+            values: list[float] = []
             for s in sweep.layer_sets:
                 xs, ys = sweep.curve(m, s, metric, stat)
                 series.append({"name": "layers " + ",".join(map(str, s)), "y": ys})
+                values += ys
+            if all(math.isnan(y) for y in values):  # e.g. no 3-gram in a 2-token continuation
+                r.p(f"{label}: not defined for any run (NaN: the continuations are too short)", note=True)
+                continue
             r.lines(
                 [f"{a:g}" for a in xs],
                 series,
