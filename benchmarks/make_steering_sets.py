@@ -10,18 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "src" / "walklens" / "data" / "steering"
+import walklens.analyses.steering
 
-NEUTRAL = [
-    "The committee will meet again on Thursday to review the budget.",
-    "He put the keys on the table and went upstairs.",
-    "Water boils at a lower temperature at high altitude.",
-    "The library is open from nine in the morning until six.",
-    "She wrote the numbers down in a small notebook.",
-    "The train was a few minutes late because of the weather.",
-    "Most of the shops in the town close early on Sunday.",
-    "The report describes how the software was tested.",
-]
+OUT = Path(__file__).resolve().parents[1] / "src" / "walklens" / "lab" / "data" / "steering"
+
+NEUTRAL = list(walklens.analyses.steering.NEUTRAL)  # one list: the coherence check reads these texts too
 
 STEMS = [
     "Yesterday my sister told me about",
