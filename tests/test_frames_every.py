@@ -70,9 +70,10 @@ def test_block_contrast_and_cooccurrence_frames() -> None:
 
 def test_self_rank_self_bias_and_concept_eval_frames() -> None:
     r = SelfRank("m", "encoder", 50, [3, 4], [4, 3], torch.tensor([0, 7]), torch.tensor([2, 1]),
-                 torch.tensor([0.9, 0.2]), torch.tensor([0.1, 0.3]), 0.5, 0.1, 0.9, 1.0)  # fmt: skip
+                 torch.tensor([0.9, 0.2]), torch.tensor([0.1, 0.3]), 0.5, 0.1, 0.9, 1.0, [" a", " b"])  # fmt: skip
     df = r.to_pandas()
     assert list(df["rank_own"]) == [0, 7] and list(df["control_id"]) == [4, 3] and df.attrs["stack"] == "encoder"
+    assert list(df["token"]) == [" a", " b"] and list(df["control_token"]) == [" b", " a"]  # strings beside the ids
     gap = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     s = SelfBiasCount("m", "", 6, 10, 0.1, 0.05, 2, 1, 0.3, 0.26, True, gap, -gap)
     df = s.to_pandas()

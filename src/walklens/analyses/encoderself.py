@@ -13,7 +13,7 @@ with an exact two-sided sign test against 1/2 (ties dropped) and a Wilson interv
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -46,6 +46,7 @@ class SelfRank(Shown):
     closer_lo: float
     closer_hi: float
     p: float
+    tokens: list[str] = field(default_factory=list)  # the token strings of ``token_ids`` (empty: not kept)
 
     def _headline(self) -> str:
         med = float(self.rank_own.float().median())
@@ -55,10 +56,13 @@ class SelfRank(Shown):
         )
 
     def to_pandas(self) -> DataFrame:
-        """One row per position: its own token and the control token, each one's rank and cosine (pandas;
-        docs/notebooks.md, "Tables"); the summaries as ``attrs``."""
+        """One row per position: its own token and the control token (ids and strings), each one's rank and cosine
+        (pandas; docs/notebooks.md, "Tables"); the summaries as ``attrs``."""
+        text = dict(zip(self.token_ids, self.tokens))  # a control token is another position's own token
         cols = {
-            "position": list(range(len(self.token_ids))), "token_id": self.token_ids, "control_id": self.control_ids,
+            "position": list(range(len(self.token_ids))), "token_id": self.token_ids,
+            "token": [text.get(i) for i in self.token_ids], "control_id": self.control_ids,
+            "control_token": [text.get(i) for i in self.control_ids],
             "rank_own": self.rank_own, "rank_control": self.rank_control,
             "cos_own": self.cos_own, "cos_control": self.cos_control,
         }  # fmt: skip
@@ -136,6 +140,7 @@ def stack_self_rank(trace: Trace, E: torch.Tensor, *, seed: int = 0, model_name:
         closer_lo=lo,
         closer_hi=hi,
         p=p,
+        tokens=list(trace.tokens) if len(trace.tokens) == ids.numel() else [],
     )
 
 

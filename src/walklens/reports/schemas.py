@@ -22,7 +22,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, Union
 
 import torch
@@ -371,7 +371,13 @@ declare(
         "model",
         "text",
         "encoder_decoder",
-        stacks=ListOf(record_of(SelfRank, add={"summary": plain("rank summary", *SELF_RANK_SUMMARY)})),
+        # tokens: optional, as the files written before the strings were kept lack them
+        stacks=ListOf(
+            replace(
+                record_of(SelfRank, add={"summary": plain("rank summary", *SELF_RANK_SUMMARY)}),
+                optional=frozenset({"tokens"}),
+            )
+        ),
     ),
 )
 
