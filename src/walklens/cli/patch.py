@@ -1,5 +1,5 @@
 """``walklens patch``: activation patching (or attribution patching with its parity card) of a clean and a corrupted
-prompt over points x positions (issue 55; docs/patching.md)."""
+prompt over points x positions (docs/patching.md)."""
 
 from __future__ import annotations
 

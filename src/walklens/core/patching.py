@@ -1,5 +1,5 @@
 """Activation patching's interventions: a vector put in at a (point, position) cell of each sequence of a batch, and a
-forward pass started at a layer from a stored residual (issue 55).  A sibling of :mod:`walklens.core.interventions`
+forward pass started at a layer from a stored residual.  A sibling of :mod:`walklens.core.interventions`
 (that module would pass the 600-line rule with these), with the same contract: each is a context manager whose hooks
 go through :class:`~walklens.base.hooks.Hooks` and which restores the model **bit for bit** on exit, even on error.
 

@@ -1,4 +1,4 @@
-"""Traces on disk (issue #52): every captured point written to its own safetensors shard as the forward pass
+"""Traces on disk (docs/scale.md): every captured point written to its own safetensors shard as the forward pass
 computes it, and read back one point at a time.
 
 A trace folder holds ``manifest.json`` and one shard per (stack, point): ``0007-L1.attn_out.safetensors`` holds the

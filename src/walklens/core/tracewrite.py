@@ -1,4 +1,4 @@
-"""Writing a trace folder (:mod:`walklens.core.tracedir`, issue #52) as the forward pass computes each point.
+"""Writing a trace folder (:mod:`walklens.core.tracedir`; docs/scale.md) as the forward pass computes each point.
 
 A shard goes to a temp name by ``safetensors.torch.save_file``, is hashed and synced, renamed atomically onto its
 name, then listed in the manifest (itself replaced atomically), so a killed capture leaves complete, listed shards

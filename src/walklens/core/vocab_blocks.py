@@ -1,4 +1,4 @@
-"""A token matrix read in float32 row blocks (issue 52): the vocabulary matrix of a model larger than memory is
+"""A token matrix read in float32 row blocks (docs/scale.md): the vocabulary matrix of a model larger than memory is
 never held whole in float32 -- each block of rows is converted from the model's own weight when a product needs
 it and dropped after, so an encoding walk's memory is bounded by a block, not by |V| x D.
 

@@ -432,7 +432,7 @@ def patch_need(
     json: bool = False,
     out: bool = False,
 ) -> Need:
-    """Activation patching (issue 55): two recorded runs, then each layer's ``cells[i]`` patched passes of ``T`` tokens
+    """Activation patching: two recorded runs, then each layer's ``cells[i]`` patched passes of ``T`` tokens
     run ``batch`` at a time from layer ``layers[i]`` (layers l..L-1 only); ``attribution``: one backward pass more
     (twice a forward's work) and the runs' activations kept for it."""
     L = max(sh.layers, 1)

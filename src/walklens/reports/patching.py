@@ -1,4 +1,4 @@
-"""The patching grid's one view (issue 55): a heatmap of the normalised values (clean 1, corrupted 0) with each cell's
+"""The patching grid's one view: a heatmap of the normalised values (clean 1, corrupted 0) with each cell's
 raw metric on hover, the two references and, for attribution patching, its parity card against exact patching.  It
 reads the result's JSON document (:meth:`~walklens.analyses.patching.PatchResult.document`), so ``walklens patch
 --out``, the notebook view and any other reader draw the same thing from the same data."""

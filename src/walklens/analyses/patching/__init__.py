@@ -1,4 +1,4 @@
-"""Causal tests of the walk: activation patching and attribution patching on every named point (issue 55).
+"""Causal tests of the walk: activation patching and attribution patching on every named point (docs/patching.md).
 
 - :func:`patch` (:mod:`.exact`) -- each (point, position) cell scored by one patched forward pass, batched by layer
   and started at the cell's layer from the stored residual (:mod:`walklens.core.patching`);

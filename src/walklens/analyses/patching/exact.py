@@ -1,4 +1,4 @@
-"""Activation patching: each (point, position) cell of a grid scored by one patched forward pass (issue 55).
+"""Activation patching: each (point, position) cell of a grid scored by one patched forward pass (docs/patching.md).
 
 Denoising (Meng et al. 2022, "Locating and Editing Factual Associations in GPT", sec. 2.1, causal tracing's restoring
 run; Heimersheim & Nanda 2024, sec. 2): the corrupted run with the clean run's vector at one cell; noising: the clean
@@ -194,7 +194,7 @@ def patch(
     incremental: bool = True,
     **cells: Unpack[Cells],
 ) -> PatchResult:
-    """Activation patching of every (point, position) cell (issue 55; the cells: :class:`Cells`): ``points`` are
+    """Activation patching of every (point, position) cell (the cells: :class:`Cells`): ``points`` are
     kinds (``resid_pre``, ``attn_out``, ``resid_mid``, ``mlp_out``, ``resid_post``, ``head``), names
     (``L3.mlp_out``, ``L2.H1``) or globs; ``positions`` the corrupted prompt's (default all); ``metric``
     ``logitdiff:A,B``, ``logprob:T``, ``rank:T``, ``kl`` or a callable of the logits at the last position.

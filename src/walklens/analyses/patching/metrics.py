@@ -1,4 +1,4 @@
-"""The metrics a patched run is scored by, each a function of one position's logits (issue 55).
+"""The metrics a patched run is scored by, each a function of one position's logits (docs/patching.md).
 
 - ``logitdiff:A,B`` -- logit(A) - logit(B) (Wang et al. 2022, "Interpretability in the Wild", sec. 3: the IOI logit
   difference);

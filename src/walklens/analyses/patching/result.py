@@ -1,6 +1,6 @@
-"""A patching grid as one plain result: the grid, its references, its parity card, its table and its JSON document
-(issue 55).  The document (:meth:`PatchResult.document`) is what every view reads: ``--json``, the report's heatmap
-and the notebook (:mod:`walklens.reports.patching`)."""
+"""A patching grid as one plain result: the grid, its references, its parity card, its table and its JSON document.
+The document (:meth:`PatchResult.document`) is what every view reads: ``--json``, the report's heatmap and the
+notebook (:mod:`walklens.reports.patching`)."""
 
 from __future__ import annotations
 

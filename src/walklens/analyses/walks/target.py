@@ -1,4 +1,4 @@
-"""A chosen token through the walk (issue 56, "a target answer"): :class:`TargetAnswer`, the rank of one token at
+"""A chosen token through the walk (seed 000, sec. 2.2.2): :class:`TargetAnswer`, the rank of one token at
 one position at every point of a walk, and the point where it first becomes the top-1 token **and stays** top-1
 up to the top of the stack (:func:`first_top_index`).  The walk's methods
 :meth:`~walklens.analyses.walks.EncodingWalk.first_top` and :meth:`~walklens.analyses.walks.EncodingWalk.rank_of`
