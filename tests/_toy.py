@@ -1,10 +1,11 @@
 """A toy HellaSwag set and a tiny saved model for CLI tests, the CLI run in-process (shared by
 tests/test_hellaswag_cli.py and tests/test_compaction_cli.py), and :func:`write_items`, the one writer of the
-tests' HellaSwag files."""
+tests' HellaSwag files; :func:`saved_tiny`, a tiny family's folder as a checkpoint."""
 
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -50,6 +51,17 @@ def cli_runner(capsys: Any) -> Callable[..., SimpleNamespace]:
         return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
 
     return call
+
+
+def saved_tiny(family: str, dtype: str, root: Path) -> Path:
+    """The tiny ``family`` model saved as safetensors (in ``dtype``) with its tokenizer under ``root``."""
+    lm = tiny_model(family, dtype=dtype)
+    folder = root / f"{family}-{dtype}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lm.model.save_pretrained(str(folder))
+        lm.tokenizer.save_pretrained(str(folder))
+    return folder
 
 
 def write_toy(d: Path, rows: int = len(ROWS)) -> SimpleNamespace:

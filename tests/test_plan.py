@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +16,12 @@ import pytest
 import torch
 
 import walklens
+from _toy import saved_tiny
 from walklens.base.errors import InputError
 from walklens.core.loading import load_model
 from walklens.costs import GB, fmt_bytes, forward_work, model_shape
 from walklens.costs.planning import Plan, model_memory, plan
-from walklens.testing import TINY_FAMILIES, tiny_model
+from walklens.testing import TINY_FAMILIES
 from walklens.testing.shapes import real_shape_size, real_shape_specs, write_real_shape
 
 TEXT = "The capital of France is Paris, and"
@@ -30,17 +30,6 @@ TEXT = "The capital of France is Paris, and"
 QWEN = dict(hidden_size=64, intermediate_size=1024, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
 QWEN_OVER = dict(QWEN, vocab_size=49152)
 LAYERS = 4
-
-
-def _saved(family: str, dtype: str, root: Path) -> Path:
-    """The tiny ``family`` model saved as safetensors (in ``dtype``) with its tokenizer."""
-    lm = tiny_model(family, dtype=dtype)
-    folder = root / f"{family}-{dtype}"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lm.model.save_pretrained(str(folder))
-        lm.tokenizer.save_pretrained(str(folder))
-    return folder
 
 
 def _bytes(t: torch.Tensor | None) -> int:
@@ -85,18 +74,18 @@ def _check_against_measured(folder: Path, dtype: str) -> None:
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 def test_the_plan_is_what_a_streamed_capture_measures(family: str, tmp_path: Path) -> None:
-    _check_against_measured(_saved(family, "float32", tmp_path), "float32")
+    _check_against_measured(saved_tiny(family, "float32", tmp_path), "float32")
 
 
 @pytest.mark.parametrize("family", ["llama", "t5", "albert", "qwen3_moe", "gemma2"])
 def test_the_plan_in_bfloat16_is_what_it_measures(family: str, tmp_path: Path) -> None:
     """bfloat16 files read as bfloat16; ALBERT's shared layer is read once per depth; T5 traces two stacks."""
-    _check_against_measured(_saved(family, "bfloat16", tmp_path), "bfloat16")
+    _check_against_measured(saved_tiny(family, "bfloat16", tmp_path), "bfloat16")
 
 
 def test_float32_weights_from_bfloat16_files(tmp_path: Path) -> None:
     """The weights are counted in the dtype they run in, the bytes read in the files' dtype."""
-    folder = _saved("llama", "bfloat16", tmp_path)
+    folder = saved_tiny("llama", "bfloat16", tmp_path)
     p = plan(str(folder), text=TEXT, dtype="float32", stream=True)
     whole = load_model(str(folder), progress=False, stream=False)
     assert p.weights == sum(_bytes(t) for t in {id(t): t for t in whole.model.parameters()}.values())
@@ -110,7 +99,7 @@ def test_a_checkpoint_without_the_model_prefix(tmp_path: Path) -> None:
     """GPT-2's hub checkpoint names its tensors ``h.0.attn...``, not ``transformer.h.0.attn...``: the same layers."""
     from safetensors.torch import load_file, save_file
 
-    folder = _saved("gpt2", "float32", tmp_path)
+    folder = saved_tiny("gpt2", "float32", tmp_path)
     tensors = load_file(str(folder / "model.safetensors"))
     assert any(k.startswith("transformer.h.0.") for k in tensors)
     save_file({k.removeprefix("transformer."): v for k, v in tensors.items()}, str(folder / "model.safetensors"))
@@ -119,7 +108,7 @@ def test_a_checkpoint_without_the_model_prefix(tmp_path: Path) -> None:
 
 def test_what_a_loaded_model_holds_of_the_budget(tmp_path: Path) -> None:
     """In memory: every weight (and buffer); layer by layer: the resident tensors and the largest layer."""
-    folder = str(_saved("llama", "float32", tmp_path))
+    folder = str(saved_tiny("llama", "float32", tmp_path))
     p = plan(folder, text=TEXT, stream=True)
     whole, streamed = load_model(folder, progress=False), load_model(folder, progress=False, stream=True)
     buffers = sum(_bytes(b) for b in whole.model.buffers())
@@ -128,7 +117,7 @@ def test_what_a_loaded_model_holds_of_the_budget(tmp_path: Path) -> None:
 
 
 def test_points_and_the_default_length(tmp_path: Path) -> None:
-    folder = str(_saved("llama", "float32", tmp_path))
+    folder = str(saved_tiny("llama", "float32", tmp_path))
     lm = load_model(folder, progress=False)
     some = walklens.capture(lm, TEXT, points=["L*.resid_post"])
     p = plan(folder, text=TEXT, points=["L*.resid_post"])
@@ -300,6 +289,6 @@ def test_the_refusal_of_a_command_names_the_model_beside_the_budget(
 
 
 def test_a_plan_is_a_plain_dataclass(tmp_path: Path) -> None:
-    p = plan(str(_saved("llama", "float32", tmp_path)), tokens=3)
+    p = plan(str(saved_tiny("llama", "float32", tmp_path)), tokens=3)
     assert isinstance(p, Plan) and walklens.plan is plan
     assert json.dumps({k: v for k, v in vars(p).items()})  # plain numbers and strings

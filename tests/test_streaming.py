@@ -5,13 +5,13 @@ forward pass (one batch) and released after; the refusals are one line."""
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 import walklens
+from _toy import saved_tiny
 from walklens.base.errors import InputError, WalklensError
 from walklens.core.capture import capture_batch
 from walklens.core.loading import LoadedModel, load_model
@@ -20,21 +20,10 @@ from walklens.testing import TINY_FAMILIES, tiny_model
 TEXT = "The capital of France is Paris, and"
 
 
-def _saved(family: str, dtype: str, root: Path) -> Path:
-    """The tiny ``family`` model saved as safetensors (in ``dtype``) with its tokenizer."""
-    lm = tiny_model(family, dtype=dtype)
-    folder = root / f"{family}-{dtype}"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lm.model.save_pretrained(str(folder))
-        lm.tokenizer.save_pretrained(str(folder))
-    return folder
-
-
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 def test_streamed_equals_in_memory_bit_for_bit(family: str, dtype: str, tmp_path: Path) -> None:
-    folder = _saved(family, dtype, tmp_path)
+    folder = saved_tiny(family, dtype, tmp_path)
     whole = load_model(str(folder), dtype=dtype, progress=False, stream=False)
     streamed = load_model(str(folder), dtype=dtype, progress=False, stream=True)
     assert whole.stream is None and streamed.stream is not None
@@ -50,7 +39,7 @@ def test_streamed_equals_in_memory_bit_for_bit(family: str, dtype: str, tmp_path
 def test_each_weight_is_read_once_per_batch(tmp_path: Path) -> None:
     """A batch of four texts runs each layer once: the layers are loaded once each, and the bytes read are the
     layers' bytes in the files, whatever the batch holds."""
-    lm = load_model(str(_saved("llama", "float32", tmp_path)), progress=False, stream=True)
+    lm = load_model(str(saved_tiny("llama", "float32", tmp_path)), progress=False, stream=True)
     stream = lm.stream
     assert stream is not None
     before = (stream.stats.layers_loaded, stream.stats.bytes_read)
@@ -64,7 +53,7 @@ def test_each_weight_is_read_once_per_batch(tmp_path: Path) -> None:
 
 
 def test_a_held_layer_reads_its_weights_once(tmp_path: Path) -> None:
-    lm = load_model(str(_saved("llama", "float32", tmp_path)), progress=False, stream=True)
+    lm = load_model(str(saved_tiny("llama", "float32", tmp_path)), progress=False, stream=True)
     stream = lm.stream
     assert stream is not None
     whole = load_model(str(tmp_path / "llama-float32"), progress=False, stream=False)
@@ -78,7 +67,7 @@ def test_a_held_layer_reads_its_weights_once(tmp_path: Path) -> None:
 
 
 def test_the_budget_decides_when_not_asked(tmp_path: Path) -> None:
-    folder = str(_saved("llama", "float32", tmp_path))
+    folder = str(saved_tiny("llama", "float32", tmp_path))
     assert load_model(folder, progress=False, max_memory=64.0).stream is None
     assert load_model(folder, progress=False, max_memory=1e-6).stream is not None
 
@@ -96,7 +85,7 @@ def test_a_family_without_an_adapter_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_truncated_shard_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    folder = _saved("llama", "float32", tmp_path)
+    folder = saved_tiny("llama", "float32", tmp_path)
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1000])
     with pytest.raises(WalklensError, match="lies outside the file") as e:
@@ -175,7 +164,7 @@ ANALYSES = {
 def test_every_analysis_of_a_streamed_model_equals_in_memory(family: str, tmp_path: Path) -> None:
     """The analyses that read a layer's weights (W_vo, W_qk, F = W_V W_O, position biases) read them from disk
     for a streamed model: each result equals the in-memory model's exactly, field by field."""
-    folder = str(_saved(family, "float32", tmp_path))
+    folder = str(saved_tiny(family, "float32", tmp_path))
     whole = load_model(folder, progress=False, stream=False)
     streamed = load_model(folder, progress=False, stream=True)
     differ, refused = {}, {}
@@ -199,7 +188,7 @@ def test_a_worker_streams_the_model_its_driver_streams(tmp_path: Path) -> None:
     layers from disk for its share), an in-memory one's does not."""
     from walklens.core.backends.base import ModelSpec
 
-    folder = str(_saved("llama", "float32", tmp_path))
+    folder = str(saved_tiny("llama", "float32", tmp_path))
     streamed = load_model(folder, progress=False, stream=True)
     spec = ModelSpec.of(streamed)
     assert spec.stream and spec.load().stream is not None
