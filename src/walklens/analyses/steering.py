@@ -196,14 +196,21 @@ def target_score(lm: LoadedModel, texts: Sequence[str], u: torch.Tensor, tid: in
 
 
 def choose_sign(
-    lm: LoadedModel, layers: list[int], u: torch.Tensor, tid: int | None, alpha: float, texts: Sequence[str], last: bool
+    lm: LoadedModel,
+    layers: list[int],
+    u: torch.Tensor,
+    tid: int | None,
+    alpha: float,
+    texts: Sequence[str],
+    last: bool,
+    base: float | None = None,
 ) -> tuple[int, float]:
     """Eigen-steering's sign (module docstring, "The sign"): +1 or -1, whichever edit ``sign * alpha`` gives the
     larger :func:`target_score` on ``texts`` (+1 on a tie or where neither is finite), and the gain it gives
-    over the unsteered score."""
+    over the unsteered score (``base``: that score, when the caller has it)."""
     if not lm.is_causal:
         raise UnsupportedFamilyError("eigen-steering's sign is chosen on a causal LM's next token; pass sign=1 or -1")
-    base = target_score(lm, texts, u, tid, last)
+    base = target_score(lm, texts, u, tid, last) if base is None else base
     scores = {}
     for sg in (1, -1):
         with eigen_edit(lm, layers, u, sg * alpha):
@@ -497,7 +504,11 @@ def _sweep_row(
     sg = 1
     if m == "eigen" and a != 0:
         if ("sign", tuple(s), abs(a)) not in cache:
-            cache[("sign", tuple(s), abs(a))] = choose_sign(lm, s, u, tid, abs(a), cache["prompts"], last=True)[0]
+            if "base_score" not in cache:  # the unsteered score, once for the sweep
+                cache["base_score"] = target_score(lm, cache["prompts"], u, tid, True)
+            cache[("sign", tuple(s), abs(a))] = choose_sign(
+                lm, s, u, tid, abs(a), cache["prompts"], last=True, base=cache["base_score"]
+            )[0]
         sg = cache[("sign", tuple(s), abs(a))]
     with steer(lm, u, s, a, method=m, sign=sg):
         new, logits, finite = _greedy(lm, ids, max_new_tokens)
