@@ -31,6 +31,16 @@ def timed(fn):
     return out, time.perf_counter() - t
 
 
+def median_interleaved(fns, reps: int = 7) -> list[float]:
+    """Each function's median time over ``reps`` rounds, the functions taking turns (a noisy machine's drift falls on
+    all of them alike)."""
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for k, fn in enumerate(fns):
+            times[k].append(timed(fn)[1])
+    return [float(np.median(t)) for t in times]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
@@ -43,15 +53,18 @@ def main() -> None:
     kw = dict(points="resid_pre", metric=METRIC)
     if ids.shape[1] != cids.shape[1]:
         raise SystemExit(f"token counts differ: {cids.shape[1]} and {ids.shape[1]}")
-    with torch.no_grad():
-        _, t_fwd = timed(lambda: [run_logits(lm, ids, -1) for _ in range(5)])
-    t_fwd /= 5
+
+    def forward() -> None:
+        with torch.no_grad():
+            run_logits(lm, ids, -1)
+
     single, t_single = timed(lambda: patch(lm, CLEAN, CORRUPT, batch=1, incremental=False, **kw))
     incr1, t_incr1 = timed(lambda: patch(lm, CLEAN, CORRUPT, batch=1, incremental=True, **kw))
     batched, t_batched = timed(lambda: patch(lm, CLEAN, CORRUPT, **kw))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        approx, t_attr = timed(lambda: attribute(lm, CLEAN, CORRUPT, parity=False, **kw))
+        forward()
+        t_fwd, t_attr = median_interleaved([forward, lambda: attribute(lm, CLEAN, CORRUPT, parity=False, **kw)])
         card = attribute(lm, CLEAN, CORRUPT, **kw).parity
     _, t_rec = timed(lambda: record(lm, ids, [], -1))
     scale = abs(single.clean_metric - single.corrupted_metric)
@@ -63,6 +76,7 @@ def main() -> None:
         "layers": lm.n_layers,
         "cells": int(single.values.size),
         "forward_s": t_fwd,
+        "timing": "forward and attribution: medians of 7 interleaved rounds",
         "single_patch_s": t_single,
         "incremental_batch1_s": t_incr1,
         "batched_incremental_s": t_batched,

@@ -83,3 +83,31 @@ def test_no_gradient_refused_in_one_line() -> None:
     lm = tiny_model("llama")
     with pytest.raises(Exception, match="no gradient through this model"):
         attribute(lm, CLEAN, CORRUPT, metric=lambda logits: logits.detach()[10] - logits.detach()[20])
+
+
+def test_a_batched_recording_holds_each_run_in_its_own_row() -> None:
+    """Attribution patching records both runs in one batched pass: each row's vectors, layer inputs and logits are its
+    own run's (to the batch's rounding), and a pair of different lengths takes two passes."""
+    from walklens.core.patching import record_rows
+
+    lm = tiny_model("llama")
+    sites = [Site(1, "resid_pre"), Site(0, "mlp_out"), Site(0, "head", 1)]
+    ids = [lm.tokenizer(t, return_tensors="pt")["input_ids"] for t in (CLEAN, CORRUPT)]
+    rows = record_rows(lm, torch.cat(ids), sites, -1, graph=True)
+    for b, one in enumerate(record(lm, x, sites, -1) for x in ids):
+        assert rows[b].row == b
+        torch.testing.assert_close(rows[b].logits.detach(), one.logits, rtol=1e-5, atol=1e-5)
+        for key, v in one.vectors.items():
+            torch.testing.assert_close(rows[b].vectors[key].detach(), v, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(rows[b].resid_pre[1].detach(), one.resid_pre[1], rtol=1e-5, atol=1e-5)
+    assert attribute(lm, CLEAN, CORRUPT, points="L1.resid_pre", metric=_metric, parity=False).passes == 1
+    short = attribute(
+        lm,
+        CLEAN,
+        "the capital of england",
+        points="L1.resid_pre",
+        metric=_metric,
+        parity=False,
+        position_map={0: 0, 3: 3},
+    )
+    assert short.passes == 2 and np.isfinite(short.values).all()

@@ -363,12 +363,13 @@ class Recorded:
     """One pass's vectors at some sites (``vectors[name]`` [T, D], or [T, H d] for a layer's heads under
     ``L{l}.heads``), the input of every layer (``resid_pre[l]`` [T, D]) and the logits at one position [V]; with
     ``graph``, ``grad_of[name]`` is the tensor of the graph whose gradient is the site's (resid_mid of a pre-norm
-    layer: attn_out's)."""
+    layer: attn_out's), shared by the rows of one batched pass: this run is row ``row`` of it."""
 
     vectors: dict[str, torch.Tensor]
     resid_pre: list[torch.Tensor]
     logits: torch.Tensor
     grad_of: dict[str, torch.Tensor] = field(default_factory=dict)
+    row: int = 0
 
 
 def record(lm: LoadedModel, ids: torch.Tensor, sites: Sequence[Site], position: int, graph: bool = False) -> Recorded:
@@ -376,15 +377,25 @@ def record(lm: LoadedModel, ids: torch.Tensor, sites: Sequence[Site], position: 
     ``L{l}.heads``) and every layer's input, in the model's dtype, cloned; with ``graph`` (attribution patching) the
     embeddings' output becomes a leaf that requires grad, the vectors stay in the autograd graph and the logits
     keep their grad_fn."""
+    return record_rows(lm, ids, sites, position, graph)[0]
+
+
+def record_rows(
+    lm: LoadedModel, ids: torch.Tensor, sites: Sequence[Site], position: int, graph: bool = False
+) -> list[Recorded]:
+    """:func:`record` of every row of ``ids`` [B, T] in one batched pass (rows of one length: no padding); a row's
+    vectors equal its own pass's to the batch's rounding, not bit for bit."""
     check_model(lm)
     residual = lm.adapter.residual_kind(lm.config)
-    vectors: dict[str, torch.Tensor] = {}
+    B, T = int(ids.shape[0]), int(ids.shape[1])
+    vectors: list[dict[str, torch.Tensor]] = [{} for _ in range(B)]
     grad_of: dict[str, torch.Tensor] = {}
     pre: dict[int, torch.Tensor] = {}
 
     def keep(name: str, x: torch.Tensor, grad: torch.Tensor | None = None) -> None:
-        flat = x[None] if x.dim() == 2 else x  # OPT's MLP runs on [B*T, D]; one sequence here
-        vectors[name] = flat[0] if graph else flat[0].detach().clone()
+        rows = x.reshape(B, T, x.shape[-1])  # OPT's MLP runs on [B*T, D]
+        for b in range(B):
+            vectors[b][name] = rows[b] if graph else rows[b].detach().clone()
         if graph:
             grad_of[name] = x if grad is None else grad  # the graph's own tensor (a view of it gets no gradient)
 
@@ -397,12 +408,20 @@ def record(lm: LoadedModel, ids: torch.Tensor, sites: Sequence[Site], position: 
             mods = _modules(lm, l, (l, "heads") in kinds)
             _record_layer(hooks, mods, l, kinds, residual, keep, pre)
         with torch.enable_grad() if graph else torch.no_grad():
-            logits = run_logits(lm, ids, position)[0]
+            logits = run_logits(lm, ids, position)
     for s in sites:
-        if (s.name if s.kind != "head" else f"L{s.layer}.heads") not in vectors:
+        if (s.name if s.kind != "head" else f"L{s.layer}.heads") not in vectors[0]:
             raise InputError(f"the forward pass never produced {s.name}")
-    resid = [pre[l] if graph else pre[l].detach().clone() for l in range(lm.n_layers)]
-    return Recorded(vectors=vectors, resid_pre=resid, logits=logits, grad_of=grad_of)
+    return [
+        Recorded(
+            vectors=vectors[b],
+            resid_pre=[pre[l][b] if graph else pre[l][b].detach().clone() for l in range(lm.n_layers)],
+            logits=logits[b],
+            grad_of=grad_of,
+            row=b,
+        )
+        for b in range(B)
+    ]
 
 
 def _record_layer(
@@ -418,7 +437,7 @@ def _record_layer(
 
     def layer_in(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         x = _hidden_arg(args, kwargs)
-        pre[l] = x[0]
+        pre[l] = x
         if (l, "resid_pre") in kinds:
             keep(f"L{l}.resid_pre", x)
 
@@ -427,7 +446,7 @@ def _record_layer(
         if (l, "attn_out") in kinds:
             keep(f"L{l}.attn_out", x)
         if (l, "resid_mid") in kinds and mods.mid is None and residual == "pre_norm":
-            keep(f"L{l}.resid_mid", pre[l][None] + x, grad=x)
+            keep(f"L{l}.resid_mid", pre[l] + x, grad=x)
 
     hooks.pre(mods.layer, layer_in, with_kwargs=True)
     hooks.post(mods.attn_out, attn)
@@ -470,6 +489,7 @@ __all__ = [
     "projection_slice",
     "head_input",
     "record",
+    "record_rows",
     "Recorded",
     "run_logits",
 ]

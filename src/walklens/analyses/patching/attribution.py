@@ -19,7 +19,7 @@ import torch
 
 from ...base.errors import InputError, WalklensWarning
 from ...core.patching import Recorded
-from .exact import Cells, Setup, exact_grid, make_result, references, setup, source_value
+from .exact import Cells, Setup, exact_grid, make_result, references, setup
 from .result import TOP_K, AttributionParity, PatchResult
 
 if TYPE_CHECKING:
@@ -49,23 +49,29 @@ def attribution_grid(s: Setup, rec_clean: Recorded, rec_corr: Recorded) -> np.nd
         )
     keys = list(dict.fromkeys(_key(site) for site in s.sites))
     grads = torch.autograd.grad(m, [base.grad_of[k] for k in keys], allow_unused=True)
+    T = int(s.base_ids.shape[1])
     g = {
-        k: (torch.zeros_like(base.grad_of[k]) if gr is None else gr).detach().reshape(-1, base.grad_of[k].shape[-1])
+        k: (torch.zeros_like(base.grad_of[k]) if gr is None else gr).detach().reshape(-1, T, _width(base, k))[base.row]
         for k, gr in zip(keys, grads)
-    }  # [T, width]: one sequence (OPT's MLP output is [T, D] already)
+    }  # [T, width]: the patched run's row of the pass (OPT's MLP output is [B T, D])
     d = int(lm.head_weights(0).d_head)
     m0 = float(m.detach())
+    cols = [s.cell_positions(j) for j in range(len(s.positions))]
+    p_base, p_src = [c[0] for c in cols], [c[1] for c in cols]
     out = np.full((len(s.sites), len(s.positions)), np.nan)
-    for i, site in enumerate(s.sites):
-        for j in range(len(s.positions)):
-            p_base, p_src = s.cell_positions(j)
-            delta = source_value(site, source, p_src, d).detach() - source_value(site, base, p_base, d).detach()
-            grad = g[_key(site)][p_base]
-            if site.kind == "head":
-                assert site.head is not None
-                grad = grad[site.head * d : (site.head + 1) * d]
-            out[i, j] = m0 + float((delta.double() * grad.double()).sum())
+    for i, site in enumerate(s.sites):  # one row of cells at once: [positions, width]
+        key = _key(site)
+        delta = source.vectors[key].detach()[p_src] - base.vectors[key].detach()[p_base]
+        grad = g[key][p_base]
+        if site.kind == "head":
+            assert site.head is not None
+            delta, grad = delta[:, site.head * d : (site.head + 1) * d], grad[:, site.head * d : (site.head + 1) * d]
+        out[i] = m0 + (delta.double() * grad.double()).sum(-1).numpy()
     return out
+
+
+def _width(run: Recorded, key: str) -> int:
+    return int(run.grad_of[key].shape[-1])
 
 
 def _key(site: Any) -> str:
@@ -137,9 +143,11 @@ def attribute(
     s = setup(lm, clean, corrupted, **cells)
     _check_gradients(lm, s)
     rec_clean, rec_corr, m_clean, m_corr = references(s, graph=True)
-    approx = make_result(s, attribution_grid(s, rec_clean, rec_corr), m_clean, m_corr, "attribution", 2, 0.0)
+    passes = 1 if s.clean_ids.shape == s.corrupted_ids.shape else 2  # one batched pass, or one per run
+    approx = make_result(s, attribution_grid(s, rec_clean, rec_corr), m_clean, m_corr, "attribution", passes, 0.0)
     if not parity:
         return approx
+    rec_clean, rec_corr, m_clean, m_corr = references(s)  # exact patching's own references, bit for bit
     raw, _passes, _work = exact_grid(s, rec_clean, rec_corr)
     card = parity_card(make_result(s, raw, m_clean, m_corr, "exact", 0, 0.0), approx)
     notes = []

@@ -22,7 +22,18 @@ import torch
 
 from ...base.errors import InputError
 from ...core.capture import tokenize
-from ...core.patching import KINDS, Cell, Recorded, Site, check_model, n_heads, parse_site, patched_from, record
+from ...core.patching import (
+    KINDS,
+    Cell,
+    Recorded,
+    Site,
+    check_model,
+    n_heads,
+    parse_site,
+    patched_from,
+    record,
+    record_rows,
+)
 from ...core.patching import run_logits as _run_logits
 from .metrics import Metric, parse_metric
 from .result import PatchResult
@@ -173,11 +184,16 @@ def source_value(site: Site, run: Recorded, position: int, d_head: int) -> torch
 
 
 def references(s: Setup, graph: bool = False) -> tuple[Recorded, Recorded, float, float]:
-    """Both runs recorded (the patched run's in the autograd graph with ``graph``) and their metrics (clean, corrupted);
-    refuses a metric that cannot be normalised (the two runs score the same)."""
+    """Both runs recorded and their metrics (clean, corrupted); refuses a metric that cannot be normalised (the two
+    runs score the same).  With ``graph`` (attribution patching) both runs are one batched pass in the autograd graph
+    when their token counts agree (an estimate needs no bit-exact references), else two passes, the patched run's in
+    the graph."""
     lm = s.lm
-    clean = record(lm, s.clean_ids, s.sites, -1, graph=graph and not s.denoise)
-    corrupted = record(lm, s.corrupted_ids, s.sites, -1, graph=graph and s.denoise)
+    if graph and s.clean_ids.shape == s.corrupted_ids.shape:
+        clean, corrupted = record_rows(lm, torch.cat([s.clean_ids, s.corrupted_ids]), s.sites, -1, graph=True)
+    else:
+        clean = record(lm, s.clean_ids, s.sites, -1, graph=graph and not s.denoise)
+        corrupted = record(lm, s.corrupted_ids, s.sites, -1, graph=graph and s.denoise)
     m_clean = s.metric.value(clean.logits, clean.logits)
     m_corr = s.metric.value(corrupted.logits, clean.logits)
     if m_clean == m_corr:
