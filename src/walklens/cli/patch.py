@@ -59,6 +59,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="R,...",
         help="path patching's receivers: L<r>.resid_pre (the residual entering layer r) or L<r>.H<h>.q|k|v",
     )
+    p.add_argument(
+        "--vector",
+        default=None,
+        metavar="FILE",
+        help="patch this vector (a 1-D .npy, or a .safetensors holding one tensor: a steering direction, a concept "
+        "vector) into the corrupted run at each cell instead of the clean run's vector",
+    )
+    p.add_argument("--vector-mode", choices=("add", "replace"), default="add", help="with --vector (default add)")
+    p.add_argument("--scale", type=float, default=1.0, help="with --vector: the vector's multiple (default 1)")
     p.add_argument("--batch", type=positive_arg, default=64, help="most cells per forward pass (default 64)")
     add_limit_args(p)
     p.set_defaults(func=run_patch)
@@ -88,6 +97,28 @@ def _position_map(value: str | None) -> dict[int, int] | None:
     return out
 
 
+def read_vector(path: str) -> Any:
+    """A 1-D vector from a ``.npy`` (no pickles) or a ``.safetensors`` file holding one tensor; one line on failure."""
+    import numpy as np
+    import torch
+
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            tensors = load_file(path)
+            if len(tensors) != 1:
+                raise InputError(f"--vector {path}: holds {len(tensors)} tensors; give a file with one")
+            return next(iter(tensors.values()))
+        if path.endswith(".npy"):
+            return torch.from_numpy(np.load(path, allow_pickle=False))
+    except InputError:
+        raise
+    except (OSError, ValueError) as e:  # missing, unreadable, not the format, or pickled objects
+        raise InputError(f"--vector {path}: cannot be read ({str(e).splitlines()[0] if str(e) else e})") from None
+    raise InputError(f"--vector {path}: give a .npy or a .safetensors file")
+
+
 def _plan(lm: Any, args: argparse.Namespace, opts: dict[str, Any]) -> None:
     """Refuse, before any forward pass, a grid over the heatmap's size or whose memory, work or files exceed the
     limits (:func:`walklens.costs.patch_need`)."""
@@ -95,7 +126,7 @@ def _plan(lm: Any, args: argparse.Namespace, opts: dict[str, Any]) -> None:
     from ..costs import model_shape, patch_need
     from .limits import check
 
-    s = setup(lm, args.clean_text, args.corrupted_text, **opts)
+    s = setup(lm, args.clean_text, args.corrupted_text, paired=args.vector is None, **opts)
     cells = len(s.sites) * len(s.positions)
     if cells > HEATMAP_CELLS:
         raise LimitError(
@@ -160,6 +191,12 @@ def run_patch(args: argparse.Namespace) -> int:
         raise InputError("path patching needs both --sender and --receivers")
     if args.sender is not None and (args.attribution or args.position_map or args.heads):
         raise InputError("--attribution, --position-map and --heads are for activation patching, not --sender")
+    if args.vector is not None and (args.sender or args.attribution or args.position_map or args.direction == "noise"):
+        raise InputError(
+            "--vector patches a vector into the corrupted run: not with --sender, --attribution, "
+            "--position-map or --direction noise"
+        )
+    vector = None if args.vector is None else read_vector(args.vector)
     lm = load(args)
     if args.sender is not None:
         opts["points"] = [args.sender]
@@ -170,6 +207,20 @@ def run_patch(args: argparse.Namespace) -> int:
         receivers = [r for r in args.receivers.split(",") if r.strip()]
         del opts["points"], opts["heads"], opts["position_map"]
         r = path_patch(lm, args.clean_text, args.corrupted_text, sender=args.sender, receivers=receivers, **opts)
+    elif vector is not None:
+        from ..analyses.patching.vectors import patch_vector
+
+        del opts["position_map"]
+        r = patch_vector(
+            lm,
+            args.clean_text,
+            args.corrupted_text,
+            vector,
+            mode=args.vector_mode,
+            scale=args.scale,
+            batch=args.batch,
+            **opts,
+        )
     elif args.attribution:
         r = attribute(lm, args.clean_text, args.corrupted_text, **opts)
     else:

@@ -57,6 +57,7 @@ class Setup:
     positions: list[int]
     clean_positions: list[int]
     direction: str
+    paired: bool = True
 
     @property
     def denoise(self) -> bool:
@@ -72,7 +73,10 @@ class Setup:
 
     def cell_positions(self, j: int) -> tuple[int, int]:
         """Column j's position in the patched run and in the source run."""
-        c, k = self.positions[j], self.clean_positions[j]
+        c = self.positions[j]
+        if not self.paired:  # a given vector is the source: no clean position
+            return c, c
+        k = self.clean_positions[j]
         return (c, k) if self.denoise else (k, c)
 
 
@@ -135,11 +139,13 @@ def setup(
     lm: LoadedModel,
     clean: str | Sequence[int] | torch.Tensor,
     corrupted: str | Sequence[int] | torch.Tensor,
+    paired: bool = True,
     **cells: Unpack[Cells],
 ) -> Setup:
     """Every input checked, each failure one line: the model, the direction, the metric, token counts (different ones
     need ``position_map``: corrupted position -> clean position), points and positions in range (:class:`Cells`;
-    absent keys take their defaults)."""
+    absent keys take their defaults).  ``paired=False``: no cell takes a clean vector (a given vector is patched in),
+    so the prompts' token counts may differ and nothing maps positions."""
     points, positions = cells.get("points", "resid_pre"), cells.get("positions")
     metric, direction = cells.get("metric", "kl"), cells.get("direction", "denoise")
     position_map, heads = cells.get("position_map"), cells.get("heads", False)
@@ -149,7 +155,9 @@ def setup(
     m = parse_metric(lm, metric)
     c_ids, x_ids = _ids(lm, clean), _ids(lm, corrupted)
     Tc, Tx = c_ids.shape[1], x_ids.shape[1]
-    if position_map is None and Tc != Tx:
+    if not paired and position_map is not None:
+        raise InputError("position_map pairs clean and corrupted positions: a patched-in vector has none")
+    if paired and position_map is None and Tc != Tx:
         raise InputError(
             f"clean has {Tc} tokens and corrupted {Tx}: patching pairs positions one to one; give position_map "
             "(corrupted position -> clean position) to pair them explicitly"
@@ -162,6 +170,10 @@ def setup(
     bad = [p for p in cols if not 0 <= p < Tx]
     if bad:
         raise InputError(f"position {bad[0]} out of range: the corrupted prompt has {Tx} tokens")
+    if not paired:
+        return Setup(
+            lm, m, c_ids, x_ids, expand_points(lm, points, heads), list(dict.fromkeys(cols)), [], direction, False
+        )
     pmap = {p: p for p in cols} if position_map is None else {int(k): int(v) for k, v in position_map.items()}
     missing = [p for p in cols if p not in pmap]
     if missing:
@@ -223,11 +235,22 @@ def patch(
     return make_result(s, raw, m_clean, m_corr, "exact", passes, work)
 
 
+#: a cell's new vector from (site, column, the vector it replaces); default: the source run's at the cell
+CellValue = Callable[[Site, int, torch.Tensor], torch.Tensor]
+
+
 @torch.no_grad()
 def exact_grid(
-    s: Setup, rec_clean: Recorded, rec_corr: Recorded, *, batch: int | None = None, incremental: bool = True
+    s: Setup,
+    rec_clean: Recorded,
+    rec_corr: Recorded,
+    *,
+    batch: int | None = None,
+    incremental: bool = True,
+    value: CellValue | None = None,
 ) -> tuple[np.ndarray, int, float]:
-    """The raw metric of every cell [sites, positions], the passes run and their layer work in forward passes."""
+    """The raw metric of every cell [sites, positions], the passes run and their layer work in forward passes;
+    ``value``: the vector each cell receives (default: the source run's at the paired position)."""
     lm = s.lm
     base, source = s.base_and_source(rec_clean, rec_corr)
     L, d = lm.n_layers, int(lm.head_weights(0).d_head)
@@ -243,7 +266,13 @@ def exact_grid(
             rows = []
             for i, j in chunk:
                 p_base, p_src = s.cell_positions(j)
-                rows.append(Cell(s.sites[i], p_base, source_value(s.sites[i], source, p_src, d)))
+                site = s.sites[i]
+                new = (
+                    source_value(site, source, p_src, d)
+                    if value is None
+                    else value(site, j, source_value(site, base, p_base, d))
+                )
+                rows.append(Cell(site, p_base, new))
             start = layer if incremental else None
             with patched_from(lm, start, base.resid_pre[layer], rows):
                 logits = _run_logits(lm, s.base_ids.expand(len(rows), -1), -1)
@@ -269,7 +298,7 @@ def make_result(
         points=[site.name for site in s.sites],
         positions=list(s.positions),
         tokens=[x_tokens[p] for p in s.positions],
-        clean_tokens=[c_tokens[p] for p in s.clean_positions],
+        clean_tokens=[c_tokens[p] for p in s.clean_positions] if s.paired else [],
         values=(raw - m_corr) / (m_clean - m_corr),
         raw=raw,
         clean_metric=m_clean,
