@@ -63,6 +63,7 @@ def every_result(lm: LoadedModel, tmp: Path) -> dict[str, Any]:
         ),
     }
     out["PatchResult"] = walklens.patch(lm, "the dog runs", "the cat runs", points="L1.resid_pre", metric="kl")
+    out["WalkBeside"] = walklens.analyses.walk_beside_patch(lm, "the cat runs", "the dog runs", " runs", " cat")
     with walklens.steer(lm, " cat", [1], 2.0) as res:
         out["SteerResult"] = res
     out["Compacted"] = out["CompactionReport"].compacted

@@ -114,6 +114,8 @@ def written(r: dict[str, Any]) -> dict[str, tuple[str, Any]]:
         "steercard.document": ("steering_card", card_report.document(card)),
         "steercard.view": ("parts", card_report.view(card)),
         "folds.picks_document": ("folds", _folds_document()),
+        "PatchResult.document": ("patching", r["PatchResult"].document()),
+        "WalkBeside.document": ("walk_beside", r["WalkBeside"].document()),
     }
 
 
@@ -196,17 +198,22 @@ BODIES: list[tuple[str, dict[str, Any] | None]] = [
     ("/api/steer", {"target": " cat", "layers": [1], "alpha": 4.0, "max_new_tokens": 2}),
     ("/api/sweeps/run", {}),
     ("/api/card", {"card": 0}),
+    ("/api/patches", None),
+    ("/api/patch", {"patch": 0}),
 ]
 
 
-def test_every_reply_holds_only_declared_fields(tmp_path: Path) -> None:
+def test_every_reply_holds_only_declared_fields(tmp_path: Path, every_result: dict[str, Any]) -> None:
     from walklens.server.app import create_app
     from walklens.server.security import allowed_hosts
     from walklens.server.state import Explorer
     from walklens.testing import tiny_model
 
     ex = Explorer(
-        {"llama": tiny_model("llama")}, sweep_db(tmp_path / "r.sqlite"), cards=[("c.json", evil_card(tmp_path))]
+        {"llama": tiny_model("llama")},
+        sweep_db(tmp_path / "r.sqlite"),
+        cards=[("c.json", evil_card(tmp_path))],
+        patches=[("b.json", jsonable(every_result["WalkBeside"].document()))],
     )
     app = create_app(ex, TOKEN, allowed_hosts("127.0.0.1", 8765))
     with TestClient(app, base_url=f"http://{HOST}") as c:

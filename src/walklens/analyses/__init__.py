@@ -76,7 +76,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "SteeringSweep",
     ),
     "compaction": ("compact", "Compacted", "CompactSpec", "CompactionReport"),
-    "patching": ("patch", "attribute", "path_patch", "PatchResult"),
+    "patching": ("patch", "attribute", "path_patch", "PatchResult", "walk_beside_patch", "WalkBeside"),
     "concepts.cache": ("ConceptCache",),
     "controlvectors": (
         "ControlVector",

@@ -22,8 +22,8 @@ from .terminal import add_command
 DESCRIPTION = """\
 A local web app over the analyses: type a text, pick a model, and move through the encoding walk (click a
 cell for its nearest tokens), the decoding walk, similarity maps, attention heads and position kernels, power
-spectra and a steering playground, the sweeps of a results database (--db), steering cards (--card), and two
-models side by side.
+spectra and a steering playground, the sweeps of a results database (--db), steering cards (--card), patching
+grids and the walk beside the test (--patch), and two models side by side.
 Binds 127.0.0.1 on a free port by default and prints one URL with a random access token; every request must
 carry it. Nothing is loaded from the network. Repeat --model to load several (NAME@bfloat16 loads one in
 that dtype, e.g. --model smollm2-135m --model smollm2-135m@bfloat16 to compare them)."""
@@ -52,6 +52,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         help="a steering card to show in the cards view: the --json file of walklens steer --card SET (repeat: "
         "several)",
+    )
+    p.add_argument(
+        "--patch",
+        action="append",
+        metavar="FILE",
+        help="a patching grid to show in the patching view: the --json file of walklens patch, or the walk beside "
+        "the test (docs/results/walk_beside_patch.json; repeat: several)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
@@ -99,6 +106,21 @@ def _cards(values: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
+def _patches(values: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """Each ``--patch`` file's documents (a file may hold a list: one per model), checked, refused in one line."""
+    from ..base.records import read_json
+    from ..reports.patching import checked
+
+    out = []
+    for value in values:
+        path = Path(value).expanduser()
+        if not path.exists():
+            raise InputError(f"--patch {value}: no such file")
+        docs = checked(read_json(path, "--patch"), f"--patch {value}")
+        out += [(path.name, d) for d in docs]
+    return out
+
+
 def _load(args: argparse.Namespace) -> tuple[dict[str, Any], float]:
     """Every ``--model``, each within what the budget (``--max-memory``, else the memory free now) leaves after
     the ones before it (:func:`~walklens.cli.common.load_within`), by name; and the bytes they hold together."""
@@ -133,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--port must be from 0 to 65535, not {args.port}")
     db = _check_db(args.db) if args.db else None
     cards = _cards(args.card or [])
+    patches = _patches(args.patch or [])
     try:
         sock = bind(args.host, args.port)
     except OSError as e:
@@ -140,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         models, held = _load(args)
         limits = Limits(args.max_memory, args.max_work, model_bytes=held)
-        serve(Explorer(models, db, limits=limits, cards=cards), args.host, sock)
+        serve(Explorer(models, db, limits=limits, cards=cards, patches=patches), args.host, sock)
     finally:
         sock.close()
     return 0

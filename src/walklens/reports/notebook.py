@@ -88,7 +88,8 @@ VIEWS: dict[str, Callable[[Any], Report]] = {
     "control_vector": parts.control_vector,
     "blocks": parts.blocks,
     "cooccurrence": parts.cooccurrence,
-    "patching": patching.build,  # PatchResult: an activation or attribution patching grid
+    "patching": patching.build,  # PatchResult: an activation, attribution or path patching grid
+    "walk_beside": patching.build_beside,  # WalkBeside: the walk beside the test
 }
 
 #: posts the page's height to the notebook, which sizes the frame (only that frame: the message's source)

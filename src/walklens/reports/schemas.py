@@ -34,10 +34,12 @@ from ..analyses.encoderself import SelfRank
 from ..analyses.idealised import Dynamics, SharedWeights
 from ..analyses.kernels import PositionKernels, StackKernels
 from ..analyses.kernels.classes import CLASSES, LABELS
+from ..analyses.patching import AttributionParity
 from ..analyses.power import Alignment, PowerSpectra
 from ..analyses.selfbias import SelfBiasCount
 from ..analyses.steering import SteeringSweep
 from ..analyses.walks import EncodingWalk
+from ..analyses.walks.target import TargetAnswer
 from .heads import CLUSTER_LEAVE_OUT
 
 
@@ -381,13 +383,43 @@ declare(
     ),
 )
 
+# ---- patching (reports/patching.py) --------------------------------------------------------------------------------
+
+#: a grid's fields (PatchResult.document); ``sender``: path patching's (files written before it was kept lack it)
+PATCH_FIELDS = (
+    "kind model metric direction method points positions tokens clean_tokens values raw clean_metric corrupted_metric "
+    "answer_position passes forward_equivalents notes sender"
+).split()
+PARITY_KIND = plain("parity of a kind", "spearman", "topk_overlap", "cells")
+PATCHING = declare(
+    "patching",
+    plain(
+        "patching document",
+        *PATCH_FIELDS,
+        optional=("sender",),
+        parity=record_of(AttributionParity, add={"agrees": VALUE, "by_kind": MapOf(PARITY_KIND)}),
+    ),
+)
+#: the walk beside the test (WalkBeside.document): the restoration curve, the walk's readings, the grid
+WALK_BESIDE = declare(
+    "walk_beside",
+    plain(
+        "walk beside the test",
+        *"kind model clean corrupted answer other metric layers position restored restored_raw".split(),
+        levels=ListOf(plain("restoration level", "level", "layer")),
+        readings=ListOf(plain("walk reading", "reading", "name", "point", "layer", "ranks")),
+        walks=ListOf(record_of(TargetAnswer)),
+        patch=PATCHING,
+    ),
+)
+
 # ---- the explorer's replies (server/api_*.py, app.py) -------------------------------------------------------------
 
 MODEL_INFO = plain(
     "model", "name", "family", "n_layers", "d_model", "n_heads", "dtype", "kind", "points", "view_tokens"
 )
 reply("/api/status", Record("status", {}, open=True))  # counts of jobs by outcome
-reply("/api/info", plain("info", "db", "cards", models=ListOf(MODEL_INFO), limits=MapOf(None)))
+reply("/api/info", plain("info", "db", "cards", "patches", models=ListOf(MODEL_INFO), limits=MapOf(None)))
 reply(
     "/api/walk",
     extended(
@@ -434,6 +466,9 @@ reply(
 )
 reply("/api/power", extended(POWER, "power reply"))
 reply("/api/steer", extended(STEERING, "steering reply"))
+reply("/api/patches", plain("patching files", patches=ListOf(plain("patching file", "id", "file", "kind", "title"))))
+PATCH_REPLY = plain("patching reply", "id", "file", "title", "subtitle", patching=PATCHING, walk_beside=WALK_BESIDE)
+reply("/api/patch", replace(PATCH_REPLY, optional=frozenset({"patching", "walk_beside"})))  # one of the two
 
 
 __all__ = [

@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from ..base.precision import dtype_name
 from ..core.capture import capture
-from . import api_cards, api_heads, api_power, api_sweeps, api_walks
+from . import api_cards, api_heads, api_patching, api_power, api_sweeps, api_walks
 from .bounds import (
     MAX_ALPHA,
     MAX_CELLS,
@@ -80,7 +80,7 @@ async def asset(request: Request) -> Response:
 async def info(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str, Any]:
     """-> the loaded models (name, family, layers, width, heads, dtype, kind, point names, the most tokens each
     view reads under the explorer's limits), whether a database was given, how many steering cards, and the
-    limits of every argument."""
+    limits of every argument; how many patching documents."""
     models = []
     for name, lm in ex.models.items():
         models.append(
@@ -100,6 +100,7 @@ async def info(request: Request, ex: Explorer, body: dict[str, Any]) -> dict[str
         "models": models,
         "db": ex.db is not None,
         "cards": len(ex.cards),
+        "patches": len(ex.patches),
         "limits": {
             "text_chars": MAX_TEXT_CHARS,
             "tokens": MAX_TOKENS,
@@ -132,6 +133,7 @@ def create_app(explorer: Explorer, token: str, hosts: set[str]) -> Guard:
         Route("/api/status", status),
         Route("/api/sweeps", api_sweeps.sweeps),
         Route("/api/cards", api_cards.cards),
+        Route("/api/patches", api_patching.patches),
     ]
     posts = {
         "/api/walk": api_walks.walk,
@@ -144,6 +146,7 @@ def create_app(explorer: Explorer, token: str, hosts: set[str]) -> Guard:
         "/api/steer": api_power.steer,
         "/api/sweeps/run": api_sweeps.sweep_run,
         "/api/card": api_cards.card,
+        "/api/patch": api_patching.patch,
     }
     routes += [Route(path, fn, methods=["POST"]) for path, fn in posts.items()]
     app = Starlette(routes=routes)

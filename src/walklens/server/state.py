@@ -94,13 +94,16 @@ class Cache:
 @dataclass
 class Explorer:
     """The server's state: ``models`` by name (in the order given), the read-only sweep database ``db``, the
-    ``limits`` every view's need is checked against (``walklens serve --max-memory/--max-work``), and the
-    steering ``cards`` given at start (``walklens serve --card FILE``: the file's name, the card)."""
+    ``limits`` every view's need is checked against (``walklens serve --max-memory/--max-work``), the
+    steering ``cards`` given at start (``walklens serve --card FILE``: the file's name, the card) and the patching
+    documents (``walklens serve --patch FILE``: the file's name, a checked document of
+    :func:`walklens.reports.patching.checked`)."""
 
     models: dict[str, LoadedModel]
     db: Path | None = None
     limits: Limits = field(default_factory=Limits)
     cards: list[tuple[str, SteeringCard]] = field(default_factory=list)
+    patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     locks: dict[str, threading.Lock] = field(default_factory=dict)
     points: dict[str, list[str]] = field(default_factory=dict)  # every point name each model records
     shapes: dict[str, Shape] = field(default_factory=dict)  # what the cost model reads of each model

@@ -5,6 +5,8 @@
 - :func:`attribute` (:mod:`.attribution`) -- attribution patching (activation difference x gradient, one forward and
   one backward), reported with its parity card against exact patching on the same cells;
 - :func:`path_patch` (:mod:`.paths`) -- path patching from a head or sublayer to the residual entering later layers;
+- :func:`walk_beside_patch` (:mod:`.beside`) -- the walk beside the test: where the answer first becomes the walk's
+  top token, beside where restoring the residual at the last position restores it;
 - :mod:`.metrics` -- logit difference, log-probability, rank, KL to the clean distribution, or a callable;
 - :class:`PatchResult` (:mod:`.result`) -- the grid, its references, ``to_pandas()`` and its JSON document.
 
@@ -14,6 +16,7 @@ Analyses load no model and draw nothing: the views are :mod:`walklens.reports.pa
 from __future__ import annotations
 
 from .attribution import attribute, parity_card
+from .beside import WalkBeside, walk_beside_patch
 from .exact import DIRECTIONS, expand_points, patch
 from .metrics import Metric, parse_metric
 from .paths import path_patch
@@ -23,6 +26,8 @@ __all__ = [
     "patch",
     "attribute",
     "path_patch",
+    "walk_beside_patch",
+    "WalkBeside",
     "parity_card",
     "expand_points",
     "DIRECTIONS",

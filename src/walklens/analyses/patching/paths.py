@@ -13,6 +13,7 @@ sublayer outputs are not summands of the residual).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -125,7 +126,7 @@ def path_patch(
     result = make_result(s, raw, m_clean, m_corr, "path", len(layers), float(sum(lm.n_layers - r for r in layers)))
     result.points[:] = [rc.name for rc in recs]
     result.notes.append(f"sender {snd.name} -> each receiver alone; the sender's change at one position per cell")
-    return result
+    return dataclasses.replace(result, sender=snd.name)
 
 
 __all__ = ["path_patch", "sender_delta", "Receiver"]

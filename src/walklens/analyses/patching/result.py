@@ -45,9 +45,10 @@ class PatchResult(Shown, view="patching"):
     """A [points x positions] grid of a patched metric, normalised so the clean run is 1 and the corrupted run 0
     (``values``; ``raw``: the metric itself), with both references.  ``direction``: ``denoise`` (the corrupted run
     with one clean vector) or ``noise`` (the clean run with one corrupted vector).  ``method``: ``exact`` (one patched
-    forward pass per cell) or ``attribution`` (activation difference x gradient; its ``parity`` card compares it with
-    exact patching when measured).  ``passes``: the forward passes run (batched), ``forward_equivalents``: their
-    layer work in whole single-sequence forward passes."""
+    forward pass per cell), ``attribution`` (activation difference x gradient; its ``parity`` card compares it with
+    exact patching when measured) or ``path`` (path patching: ``sender``'s change reaches each receiver, a row, alone;
+    the columns are the positions of its change).  ``passes``: the forward passes run (batched),
+    ``forward_equivalents``: their layer work in whole single-sequence forward passes."""
 
     model_name: str
     metric: str
@@ -66,6 +67,7 @@ class PatchResult(Shown, view="patching"):
     forward_equivalents: float = 0.0
     parity: AttributionParity | None = None
     notes: list[str] = field(default_factory=list)
+    sender: str | None = None
 
     def _headline(self) -> str:
         return (
@@ -98,6 +100,7 @@ class PatchResult(Shown, view="patching"):
             "forward_equivalents": self.forward_equivalents,
             "parity": None if self.parity is None else {**jsonable(self.parity), "agrees": self.parity.agrees},
             "notes": list(self.notes),
+            "sender": self.sender,
         }
 
     def _columns(self, table: str = "cells") -> Columns:

@@ -127,6 +127,15 @@
     xs.forEach(function (x, i) { if (i % step === 0)
       node(svg, "text", {x: sx(i), y: H - B + 14, "font-size": 10, "text-anchor": "middle"}, x); });
     if (spec.xlabel) node(svg, "text", {x: (L + W - R) / 2, y: H - 6, "font-size": 11, "text-anchor": "middle"}, spec.xlabel);
+    var marks = spec.marks || [], below = T + 14 * (spec.series.length + 1) + 6;
+    marks.forEach(function (m, k) {  // a dashed vertical line at x index m.at, named in the legend under the series
+      var c = m.color || "#555", x = sx(m.at), y = below + 14 * k;
+      var line = node(svg, "line", {x1: x, x2: x, y1: T, y2: H - B, stroke: c, "stroke-width": 1.5,
+        "stroke-dasharray": "5 3", "class": "wl-mark"});
+      node(line, "title", {}, m.name);
+      node(svg, "line", {x1: W - R + 8, x2: W - R + 20, y1: y - 4, y2: y - 4, stroke: c, "stroke-dasharray": "3 2"});
+      node(svg, "text", {x: W - R + 24, y: y, "font-size": 10, fill: c}, m.name);
+    });
     spec.series.forEach(function (s, k) {
       var c = s.color || palette[k % palette.length];
       if (s.band) { var pts = s.band[1].map(function (v, i) { return sx(i) + "," + sy(v); });
@@ -136,6 +145,11 @@
       var line = node(svg, "polyline", {fill: "none", stroke: c, "stroke-width": 2, points: d.join(" ")});
       if (s.dash) line.setAttribute("stroke-dasharray", "4 3");
       node(line, "title", {}, s.name);
+      if (s.hover) s.y.forEach(function (v, i) {  // a dot per value, its own text on hover
+        if (v === null) return;
+        var dot = node(svg, "circle", {cx: sx(i), cy: sy(v), r: 3, fill: c, "class": "wl-dot"});
+        node(dot, "title", {}, s.hover[i]);
+      });
       node(svg, "text", {x: W - R + 8, y: T + 14 * (k + 1), "font-size": 11, fill: c}, s.name);
     });
     el.textContent = "";

@@ -271,9 +271,77 @@
     });
   }
 
+  // ---- patching (docs/patching.md): reports/patching.py, the documents of PatchResult and WalkBeside ------------
+  function g6(v) { return v === null || v === undefined ? "nan" : String(Number(Number(v).toPrecision(6))); }
+  // a PatchResult's document: the grid as a heatmap (rows: the points, or path patching's receivers; columns: the
+  // corrupted prompt's positions and tokens; hover: the raw metric), the two references, the parity card of
+  // attribution patching, the notes; returns the heatmap's geometry
+  function patching(parent, doc) {
+    var path = doc.method === "path", sender = doc.sender || "the sender";
+    var cols = doc.positions.map(function (p, j) { return p + " " + quote(doc.tokens[j]); });
+    var hover = doc.raw.map(function (row, i) { return row.map(function (r, j) {
+      return (path ? "receiver " + doc.points[i] + " of " + sender + "'s change at position " + doc.positions[j] +
+        "\n" : "") + doc.metric + " = " + g6(r); }); });
+    var geo = plot(parent, "heatmap", {z: doc.values, row_labels: doc.points, col_labels: cols, hover: hover,
+      diverging: true, vmin: -1, vmax: 1, legend: "1 = the clean run, 0 = the corrupted run"}, path ?
+      "path patching from " + sender + ", " + doc.direction + ": rows the receivers, columns the position of " +
+      sender + "'s change" : doc.method + " patching, " + doc.direction + ": rows the points, columns the positions");
+    table(parent, ["reference", doc.metric], [["clean run", doc.clean_metric], ["corrupted run", doc.corrupted_metric]]);
+    var c = doc.parity;
+    if (c) {
+      el(parent, "h2", {}, "Attribution patching against exact patching (the parity card)");
+      var rows = [["all cells", c.spearman, c.topk_overlap, c.cells]];
+      Object.keys(c.by_kind).forEach(function (k) {
+        var v = c.by_kind[k];
+        rows.push([k, v.spearman, v.topk_overlap, v.cells]);
+      });
+      table(parent, ["cells", "Spearman", "top-" + c.k + " overlap", "n"], rows);
+      el(parent, "p", {"class": "note"}, "Attribution patching " + (c.agrees ? "agrees" : "DISAGREES") + " with " +
+        "exact patching on the same cells (thresholds: Spearman >= " + fmt(c.min_spearman) + ", top-" + c.k +
+        " overlap >= " + fmt(c.min_topk_overlap) + ").");
+    }
+    doc.notes.forEach(function (n) { el(parent, "p", {"class": "note"}, n); });
+    return geo;
+  }
+  // a WalkBeside's document: per layer, restoring the clean residual entering it at the last position (clean 1,
+  // corrupted 0) beside the answer's rank in the clean walk at that same vector, the first layer of each marked;
+  // both per layer in a table; then the grid (patching); returns the grid's geometry
+  function walkBeside(parent, doc) {
+    var x = doc.layers.map(function (l) { return "L" + l; }), marks = [];
+    var colours = ["#1f77b4", "#ff7f0e", "#9467bd"];  // one per reading of the walk: its curve and its mark
+    var at = function (layer) { return doc.layers.indexOf(layer); };
+    doc.levels.forEach(function (v) {
+      if (v.layer !== null) marks.push({at: at(v.layer), name: "restored >= " + v.level + ": L" + v.layer,
+                                        color: "#2ca02c"}); });
+    doc.readings.forEach(function (r, k) {
+      if (r.layer !== null && at(r.layer) >= 0) marks.push({at: at(r.layer), name: r.name + ": " + r.point,
+                                                            color: colours[k % 3]}); });
+    table(parent, ["for " + show(doc.answer), "from", "layer"], doc.readings.map(function (r) {
+      return ["walk (" + r.name + "): top-1 and stays", r.point === null ? "never" : r.point, r.layer];
+    }).concat(doc.levels.map(function (v) {
+      return ["restoring the last position's residual >= " + v.level, v.layer === null ? "never" :
+              "L" + v.layer + ".resid_pre", v.layer];
+    })));
+    plot(parent, "lines", {x: x, xlabel: "layer (the clean residual entering it, at the last position)", width: 760,
+      height: 300, marks: marks, series: [{name: "restored", color: "#2ca02c", y: doc.restored, hover: doc.restored.map(function (v, i) {
+        return x[i] + ": restored " + g6(v) + " (" + doc.metric + " = " + g6(doc.restored_raw[i]) + ")"; })}]},
+      "restoring the clean residual at the last position (1 = the clean run, 0 = the corrupted run)");
+    plot(parent, "lines", {x: x, xlabel: "layer (the same vector in the clean run)", width: 760, height: 300,
+      marks: marks, series: doc.readings.map(function (r, k) {
+        return {name: r.name, color: colours[k % 3], y: r.ranks.map(rankZ), hover: r.ranks.map(function (k, i) {
+          return x[i] + ", " + r.name + ": rank " + (k === null ? "-" : k); })}; })},
+      "the answer's rank in the clean walk at each layer's input, log10(1 + rank): 0 = top-1");
+    table(parent, ["layer", "restored", doc.metric].concat(doc.readings.map(function (r) {
+      return "rank (" + r.name + ")"; })), doc.layers.map(function (l, i) {
+      return [l, doc.restored[i], doc.restored_raw[i]].concat(doc.readings.map(function (r) { return r.ranks[i]; }));
+    }));
+    el(parent, "h3", {}, "the grid: the residual entering every layer, at every position");
+    return patching(parent, doc.patch);
+  }
+
   var draw = {alignment: alignment, spectra: spectra, dynamics: dynamics, shared_weights: sharedWeights,
               steering: steering, parts: parts, rank_map: rankMaps, self_mass: selfMass, head_stats: headStats,
-              kernel_stack: kernelStack, simmap_view: similarityMaps};
+              kernel_stack: kernelStack, simmap_view: similarityMaps, patching: patching, walk_beside: walkBeside};
   window.walklensResults = {draw: draw, rankMap: rankMap, selfMass: selfMass, headStats: headStats,
                             kernelStack: kernelStack, show: show, quote: quote, visible: visible, fmt: fmt,
                             table: table};

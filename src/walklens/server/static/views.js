@@ -1,4 +1,4 @@
-// walklens explorer: attention & kernels, power & steering, sweeps, steering cards. Text only (textContent, canvas, SVG text).
+// walklens explorer: attention & kernels, power & steering, sweeps, steering cards, patching. Text only (textContent, canvas, SVG text).
 (function () {
   "use strict";
   var W = window.walklens, $ = W.$;
@@ -199,4 +199,32 @@
   }
   W.views.cards = {run: cardsRun, init: cardsInit};
   $("cards-card").addEventListener("change", cardsRun);
+
+  // ---- patching: the documents given at start (walklens serve --patch FILE), drawn by results.js as in a report -
+  function patchingInit(info) {
+    if (!info.patches) return;
+    W.call("patches", "/api/patches").then(function (d) {
+      W.options($("patching-doc"), d.patches.map(function (p) { return String(p.id); }), d.patches.map(function (p) {
+        return p.file + " · " + p.title; }));
+      if (W.active === "patching") patchingRun();
+    }, W.quiet);
+  }
+  function patchingRun() {
+    var out = W.clear($("patching-out"));
+    if (!W.info.patches) {
+      W.add(out, "p", {"class": "note"}, "no patching document: start walklens serve with --patch FILE (the --json " +
+        "of walklens patch, or the walk beside the test: docs/results/walk_beside_patch.json)");
+      return;
+    }
+    if (!$("patching-doc").value) return;  // the list is on its way (patchingInit draws the first document)
+    W.call("patch", "/api/patch", {patch: parseInt($("patching-doc").value, 10)}).then(function (d) {
+      out = W.clear($("patching-out"));
+      W.add(out, "h2", {}, d.title);
+      W.add(out, "p", {"class": "note"}, d.subtitle);
+      if (d.patching) W.results.draw.patching(out, d.patching); else W.results.draw.walk_beside(out, d.walk_beside);
+      out.setAttribute("data-rendered", "1");
+    }, W.quiet);
+  }
+  W.views.patching = {run: patchingRun, init: patchingInit};
+  $("patching-doc").addEventListener("change", patchingRun);
 })();
