@@ -292,3 +292,56 @@ def test_a_plan_is_a_plain_dataclass(tmp_path: Path) -> None:
     p = plan(str(saved_tiny("llama", "float32", tmp_path)), tokens=3)
     assert isinstance(p, Plan) and walklens.plan is plan
     assert json.dumps({k: v for k, v in vars(p).items()})  # plain numbers and strings
+
+
+# ---- a batch, and the rates a plan counts time at -----------------------------------------------------------------
+
+
+def test_a_batch_is_planned_as_its_texts_in_one_pass(tmp_path: Path) -> None:
+    """``batch=B``: B texts of T tokens in one streamed pass read each layer once, as one text does; their trace and
+    their work are B times one text's, and the trace is what ``capture_batch`` records."""
+    from walklens.core.capture import capture_batch
+
+    folder = str(saved_tiny("llama", "float32", tmp_path))
+    one = plan(folder, tokens=6, stream=True)
+    three = plan(folder, tokens=6, batch=3, stream=True)
+    lm = load_model(folder, progress=False, stream=True)
+    assert lm.stream is not None
+    got = capture_batch(lm, [[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16], [17, 18, 19, 20, 21, 22]], ["*"])
+    assert lm.stream.stats.bytes_read == three.read == one.read  # one read of the layers per batch
+    assert three.trace == 3 * one.trace == sum(_bytes(h) for h in got.hidden)
+    assert three.work == 3 * one.work and three.batch == 3 and "3 texts of 6 tokens (one pass)" in str(three)
+    with pytest.raises(InputError, match="batch must be a whole number"):
+        plan(folder, tokens=6, batch=0)
+
+
+def test_the_time_is_counted_at_the_rates_given_or_calibrated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The estimate is the bytes read at the disk rate plus the work at the matmul rate; ``walklens calibrate --disk``
+    measures the disk rate on a model's own files and every plan then counts at it; a calibration file written
+    before the disk rate was measured still reads, at the assumed rate."""
+    from walklens.costs import calibration as M
+    from walklens.costs.measure import disk_rate
+
+    monkeypatch.setenv("WALKLENS_CACHE", str(tmp_path / "cache"))
+    folder = saved_tiny("llama", "float32", tmp_path)
+    given = M.Rates(attn_element=1000.0, write_work=1000.0, matmul_gflops=2.0, disk_gbps=0.5)
+    p = plan(str(folder), tokens=8, rates=given)
+    assert p.seconds == p.read / 0.5e9 + p.work / 2e9 and "at 0.5 GB/s (given)" in str(p)
+    assert disk_rate(folder) > 0
+    with pytest.raises(InputError, match="no .safetensors files"):
+        disk_rate(tmp_path)
+    M.save(M.Rates(attn_element=1000.0, write_work=1000.0, matmul_gflops=2.0), model="old", threads=1)
+    old = json.loads((tmp_path / "cache" / M.FILE_NAME).read_text())
+    del old["disk_gbps"]
+    (tmp_path / "cache" / M.FILE_NAME).write_text(json.dumps(old))
+    assert M.rates().disk_gbps == M.DEFAULTS.disk_gbps and "(an assumed disk rate)" in str(plan(str(folder)))
+    code, out, err = _cli(capsys, "calibrate", "--tokens", "256", "--disk", str(folder))
+    assert code == 0 and "reading from disk" in out, err
+    measured = M.rates().disk_gbps
+    assert measured != M.DEFAULTS.disk_gbps
+    later = plan(str(folder), tokens=8)
+    assert f"({'walklens calibrate --disk'})" in str(later) and later.disk_gbps == measured
+    code, _, err = _cli(capsys, "calibrate", "--tokens", "256", "--disk", str(tmp_path / "nowhere"))
+    assert code == 2 and "no .safetensors files" in _one_error(err)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 import torch
 
 from ..base.numbers import Range
 from ..costs import MAX_WORK_TFLOP, TFLOP
 from ..costs import calibration as machine
-from ..costs.measure import measure, tiny_llama
+from ..costs.measure import disk_rate, measure, tiny_llama
 from .common import load
 from .terminal import console, print_table, say
 
@@ -47,6 +48,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help=f"tokens of the longer forward pass, the shorter has half (default {TOKENS}; at most the context)",
     )
+    p.add_argument(
+        "--disk",
+        default=None,
+        metavar="DIR",
+        help="also time reading this model folder's .safetensors files from disk (at most 4 GiB, each dropped from "
+        "the page cache first): the read rate a plan counts (default: the rate stored before, else 1 GB/s assumed)",
+    )
     p.set_defaults(func=run)
 
 
@@ -55,8 +63,9 @@ def _number(v: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    disk = None if args.disk is None else disk_rate(Path(args.disk))  # first: a bad folder is refused before timing
     lm = load(args) if args.model else tiny_llama()
-    measured = measure(lm, args.tokens)
+    measured = measure(lm, args.tokens, disk_gbps=disk)
     path = machine.save(measured, model=lm.name[:400], threads=torch.get_num_threads())
     con = console(args)
     rows = [
@@ -65,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             ("matrix products", "matmul_gflops", "GFLOP/s"),
             ("an attention score", "attn_element", "FLOP"),
             ("a byte of output", "write_work", "FLOP"),
+            ("reading from disk", "disk_gbps", "GB/s"),
         )
     ]
     threads = torch.get_num_threads()

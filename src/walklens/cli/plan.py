@@ -13,7 +13,7 @@ DESCRIPTION = """\
 The plan of a capture before it runs, from the model's config.json and the headers of its safetensors files
 alone (no weight is read, no model is built): the weights' size in the dtype, whether the model runs in memory or
 layer by layer under the memory budget, the peak memory, the trace's size on disk (float32 records), the bytes
-read from disk and an estimated time (the disk rate assumed, the matrix-product rate of walklens calibrate).
+read from disk and an estimated time (the disk and matrix-product rates of walklens calibrate, or shipped ones).
 
 The budget is --max-memory GB, the whole process with the weights (default: the memory free now). A run the budget
 cannot hold is refused in one line naming the smallest budget that would do, as every command refuses it before
@@ -37,6 +37,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the memory budget of the whole process, weights included (default: the memory free now)",
     )
     p.add_argument(
+        "--batch",
+        type=positive_arg,
+        default=1,
+        metavar="N",
+        help="N texts of that length in one forward pass, as a batched capture runs them (default 1)",
+    )
+    p.add_argument(
         "--points",
         default=None,
         help="comma-separated glob patterns of the points captured, as capture takes them (default: every point)",
@@ -56,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         max_memory=args.max_memory,
         stream=args.stream,
         points=None if args.points is None else [p.strip() for p in args.points.split(",") if p.strip()],
+        batch=args.batch,
     )
     for line in got.lines():  # plain lines, never wrapped: a plan is read by scripts too
         sys.stdout.write(flat(line) + "\n")

@@ -32,23 +32,29 @@ class Rates:
     """``attn_element``: operations of matmul work one attention score of an eager forward pass costs (the scale,
     mask and softmax passes over each [H, T, T] tensor); ``write_work``: operations per byte of JSON or HTML built
     in Python; ``matmul_gflops``: the matmul rate both are counted at (GFLOP per second on the threads a command
-    runs), which turns work into time."""
+    runs), which turns work into time; ``disk_gbps``: the rate files are read from disk at (GB per second; a plan's
+    reading time), measured by ``walklens calibrate --disk DIR`` on a model's own files."""
 
     attn_element: float
     write_work: float
     matmul_gflops: float
+    disk_gbps: float = 1.0
 
 
 #: the shipped figures, used until ``walklens calibrate`` has measured a machine: an eager forward pass of
 #: smollm2-135m over 500-2,000 tokens took the time of 800-1,900 FLOP per score; building JSON in Python takes
-#: 1-2 us per number; one CPU core multiplies matrices at 30-100 GFLOP/s (the low end here)
-DEFAULTS = Rates(attn_element=1200.0, write_work=5000.0, matmul_gflops=30.0)
+#: 1-2 us per number; one CPU core multiplies matrices at 30-100 GFLOP/s (the low end here); a plain SSD reads
+#: about 1 GB/s (an assumption until ``--disk`` measures it)
+DEFAULTS = Rates(attn_element=1200.0, write_work=5000.0, matmul_gflops=30.0, disk_gbps=1.0)
+
+#: the rates a file may lack (one written before they were measured): their shipped figures are used
+OPTIONAL = ("disk_gbps",)
 
 #: the calibration file: the rates (finite, positive) and what they were measured on
 SCHEMA = Schema(
     "calibration",
     (
-        *(Field(f.name, "float", POSITIVE) for f in fields(Rates)),
+        *(Field(f.name, "float", POSITIVE, required=f.name not in OPTIONAL) for f in fields(Rates)),
         Field("model", "str", max_len=400),
         Field("threads", "int", POSITIVE_INT),
     ),
@@ -77,7 +83,7 @@ def rates() -> Rates:
         return _READ[key]
     try:
         record = SCHEMA.check(read_json(path, LABEL, MAX_BYTES), f"{LABEL} {path}")
-        got = Rates(**{f.name: record[f.name] for f in fields(Rates)})
+        got = Rates(**{f.name: record[f.name] for f in fields(Rates) if record.get(f.name) is not None})
     except InputError as e:
         warnings.warn(
             StaleCacheWarning(" ".join(f"{e}; discarded, the shipped defaults are used (walklens calibrate)".split())),
@@ -99,4 +105,4 @@ def save(measured: Rates, model: str, threads: int) -> Path:
     return path
 
 
-__all__ = ["DEFAULTS", "FILE_NAME", "Rates", "calibration_path", "rates", "save"]
+__all__ = ["DEFAULTS", "FILE_NAME", "OPTIONAL", "Rates", "calibration_path", "rates", "save"]

@@ -2,12 +2,15 @@
 matrix product (the rate work is counted at), eager forward passes of a model at two lengths (what an attention
 score costs beyond the matrix products, from the difference: what is paid once per pass cancels) and the
 ``--json`` writer and a report's heatmap writing the same scores (what a byte of output costs).  Each timing is the
-fastest of several runs, interleaved so a busy spell slows them alike."""
+fastest of several runs, interleaved so a busy spell slows them alike.  With ``--disk DIR``, the rate a model's own
+files are read from disk at."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -109,12 +112,46 @@ def write_work(rate: float, shape: tuple[int, int] = OUTPUT_SCORES) -> float:
     return took * rate / size
 
 
-def measure(lm: LoadedModel, tokens: int) -> machine.Rates:
-    """This machine's rates, timed on ``lm``."""
+#: the most bytes ``disk_rate`` reads (a few seconds of a disk)
+DISK_PROBE_BYTES = 4 * 2**30
+
+
+def disk_rate(folder: Path, limit: int = DISK_PROBE_BYTES) -> float:
+    """The rate (GB per second) the safetensors files of ``folder`` are read at, 1 MiB reads as the stream reads,
+    each file first dropped from the page cache (``posix_fadvise``: its clean pages; a cache below this system's,
+    a virtual machine's host, may still serve some), at most ``limit`` bytes."""
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not files:
+        raise InputError(f"{folder}: no .safetensors files to time reading")
+    buf, n, took = bytearray(2**20), 0, 0.0
+    for path in files:
+        try:
+            with open(path, "rb", buffering=0) as f:
+                if hasattr(os, "posix_fadvise"):
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                t0 = time.perf_counter()
+                while n < limit and (k := f.readinto(buf)):
+                    n += k
+                took += time.perf_counter() - t0
+        except OSError as e:
+            raise InputError(f"{path}: cannot be read ({e.strerror or e})") from None
+        if n >= limit:
+            break
+    if n == 0 or took <= 0:
+        raise InputError(f"{folder}: its .safetensors files are empty")
+    return n / took / 1e9
+
+
+def measure(lm: LoadedModel, tokens: int, disk_gbps: float | None = None) -> machine.Rates:
+    """This machine's rates, timed on ``lm``, with the disk's read rate ``disk_gbps`` (:func:`disk_rate`; None: the
+    rate stored before, or the shipped one)."""
     rate = matmul_rate()
     return machine.Rates(
-        attn_element=attention_element(lm, tokens, rate), write_work=write_work(rate), matmul_gflops=rate / 1e9
+        attn_element=attention_element(lm, tokens, rate),
+        write_work=write_work(rate),
+        matmul_gflops=rate / 1e9,
+        disk_gbps=machine.rates().disk_gbps if disk_gbps is None else disk_gbps,
     )
 
 
-__all__ = ["attention_element", "fastest", "matmul_rate", "measure", "tiny_llama", "write_work"]
+__all__ = ["attention_element", "disk_rate", "fastest", "matmul_rate", "measure", "tiny_llama", "write_work"]

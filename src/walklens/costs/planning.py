@@ -28,7 +28,7 @@ from ..core.streaming import quiet_transformers, streams, weights_bytes
 from ..models.base import Adapter
 from ..models.checkpoint import Weights, check_model_files, read_weights
 from . import GB, config_shape, fmt_bytes, forward_memory, forward_work, free_memory
-from .calibration import DEFAULTS, rates
+from .calibration import DEFAULTS, Rates, rates
 
 if TYPE_CHECKING:
     from ..core.loading import LoadedModel
@@ -144,9 +144,9 @@ class Plan:
     ``budget_from``), from the files alone: the weights' bytes in the dtype (``weights``; ``files``: in the files),
     whether it ``streams``, the resident tensors and the largest layer in the dtype (``layer``; ``layer_file``: in
     the files), the capture's ``activations`` (its forward pass and trace), the ``peak`` memory and the
-    ``smallest`` budget that runs it, the ``trace`` on disk (``points`` x ``tokens`` x ``width`` float32), the
-    bytes ``read`` from disk (the load and one forward pass), the ``work`` (FLOP) and the ``seconds`` it takes at
-    the ``rates`` named."""
+    ``smallest`` budget that runs it, the ``trace`` on disk (``points`` x ``tokens`` x ``width`` float32, for each of
+    ``batch`` texts of ``tokens`` tokens run as one forward pass), the bytes ``read`` from disk (the load and one
+    forward pass), the ``work`` (FLOP) and the ``seconds`` it takes at the ``rates`` named and ``disk_gbps``."""
 
     model: str
     dtype: str
@@ -170,6 +170,9 @@ class Plan:
     work: float
     seconds: float
     rates: str
+    batch: int = 1
+    disk_gbps: float = DISK_RATE / GB
+    disk_from: str = "an assumed disk rate"
 
     @property
     def fits(self) -> bool:
@@ -184,21 +187,26 @@ class Plan:
             if self.streams
             else "in memory: the weights fit the budget"
         )
-        reading = self.read / DISK_RATE
+        reading = self.read / (self.disk_gbps * GB)
+        texts = (
+            f"{self.batch:,} texts of {self.tokens:,} tokens (one pass)"
+            if self.batch > 1
+            else f"{self.tokens:,} tokens"
+        )
         return [
-            f"plan of {self.model}: a capture of {self.tokens:,} tokens in {self.dtype}",
+            f"plan of {self.model}: a capture of {texts} in {self.dtype}",
             f"  weights          {fmt_bytes(self.weights)} in {self.dtype} ({fmt_bytes(self.files)} in the files), "
             f"{self.layers} layers",
             f"  memory budget    {self.budget:g} GB ({self.budget_from})",
             f"  runs             {how}",
             f"  peak memory      ~{fmt_bytes(self.peak)} (activations and trace ~{fmt_bytes(self.activations)})",
             f"  smallest budget  ~{fmt_bytes(self.smallest)}",
-            f"  trace on disk    {fmt_bytes(self.trace)}: {self.points} points x {self.tokens:,} tokens x "
+            f"  trace on disk    {fmt_bytes(self.trace)}: {self.points} points x {self.batch * self.tokens:,} tokens x "
             f"{self.width} x {RECORD_BYTES} bytes",
             f"  read from disk   {fmt_bytes(self.read)}: "
             + ("the files once, the resident tensors at load, each layer as it runs" if self.streams else "at load"),
             f"  estimated time   ~{self.seconds:.3g} s",
-            f"    reading        {reading:.3g} s at {DISK_RATE / GB:g} GB/s (an assumed disk rate)",
+            f"    reading        {reading:.3g} s at {self.disk_gbps:.3g} GB/s ({self.disk_from})",
             f"    computing      {self.seconds - reading:.3g} s: {self.work / 1e12:.3g} TFLOP at {self.rates}",
         ]
 
@@ -220,6 +228,8 @@ class _Run:
     stream: bool | None
     tokens: int
     points: Sequence[str] | None
+    batch: int = 1
+    rates: Rates | None = None
 
 
 def _selected(names: list[str], patterns: Sequence[str] | None) -> list[str]:
@@ -241,11 +251,15 @@ def _trace_points(files: Files, layers: int, patterns: Sequence[str] | None) -> 
 _PRE_NORM = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post")  # a pre-norm decoder layer's points
 
 
-def _rates_used() -> tuple[float, str]:
-    """The matmul rate work is counted at (FLOP per second) and where it comes from."""
-    r = rates()
+def _rates_used(given: Rates | None) -> tuple[Rates, str, str]:
+    """The rates a plan counts at (``given``, else this machine's calibrated ones), and where the matmul rate and the
+    disk rate come from."""
+    r = rates() if given is None else given
+    if given is not None:
+        return r, f"{r.matmul_gflops:.3g} GFLOP/s (given)", "given"
     source = "shipped default; walklens calibrate measures this machine's" if r is DEFAULTS else "walklens calibrate"
-    return r.matmul_gflops * 1e9, f"{r.matmul_gflops:.3g} GFLOP/s ({source})"
+    disk = "walklens calibrate --disk" if r.disk_gbps != DEFAULTS.disk_gbps else "an assumed disk rate"
+    return r, f"{r.matmul_gflops:.3g} GFLOP/s ({source})", disk
 
 
 def _estimate(files: Files, run: _Run) -> Plan:
@@ -261,10 +275,10 @@ def _estimate(files: Files, run: _Run) -> Plan:
         params=sum(_numel(e.shape) for e in weights.entries.values()),
         width=0,
     )
-    T = run.tokens
+    T, B = run.tokens, run.batch
     points = _trace_points(files, sh.layers, run.points) if run.points != [] else 0
-    trace = points * T * sh.d_model * RECORD_BYTES
-    activations = forward_memory(sh, T) + trace
+    trace = points * B * T * sh.d_model * RECORD_BYTES
+    activations = B * forward_memory(sh, T) + trace
     whole = weights_bytes(weights, run.dtype)
     resident = dtype_bytes(weights, lay.parts[""], run.dtype)
     layer = max((dtype_bytes(weights, lay.parts[p], run.dtype) for p in layers), default=0)
@@ -277,8 +291,8 @@ def _estimate(files: Files, run: _Run) -> Plan:
         if streamed
         else file_bytes(weights, all_keys)
     )
-    work = forward_work(sh, T)
-    rate, rate_text = _rates_used()
+    work = B * forward_work(sh, T)
+    r, rate_text, disk_from = _rates_used(run.rates)
     return Plan(
         model=model_label(files.spec, run.dtype),
         dtype=dtype_name(run.dtype),
@@ -300,8 +314,11 @@ def _estimate(files: Files, run: _Run) -> Plan:
         width=sh.d_model,
         read=read,
         work=work,
-        seconds=read / DISK_RATE + work / rate,
+        seconds=read / (r.disk_gbps * GB) + work / (r.matmul_gflops * 1e9),
         rates=rate_text,
+        batch=B,
+        disk_gbps=r.disk_gbps,
+        disk_from=disk_from,
     )
 
 
@@ -388,12 +405,18 @@ def plan(
     max_memory: float | None = None,
     stream: bool | None = None,
     points: Sequence[str] | None = None,
+    batch: int = 1,
+    rates: Rates | None = None,
 ) -> Plan:
     """The :class:`Plan` of capturing ``text`` (or ``tokens`` tokens; default :data:`DEFAULT_TOKENS`) with ``spec``
     in ``dtype`` under a budget of ``max_memory`` GB (the whole process, weights included; default the memory free
     now), from config.json and the safetensors headers alone: no tensor is read, no model built.  ``stream`` as
-    :func:`~walklens.core.loading.load_model` takes it; ``points``: capture's patterns (None: every point).  A run
-    the budget cannot hold is refused in one line naming the smallest budget that would do."""
+    :func:`~walklens.core.loading.load_model` takes it; ``points``: capture's patterns (None: every point);
+    ``batch``: that many texts of that length in one forward pass (``capture_batch``); ``rates``: the machine's rates
+    to count time at (default: ``walklens calibrate``'s).  A run the budget cannot hold is refused in one line naming
+    the smallest budget that would do."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise InputError(f"batch must be a whole number of at least 1, not {batch!r}")
     dt, dev, budget, source, stream = _run(dtype, device, max_memory, stream)
     files = read_files(spec)
     if files.weights is None:
@@ -401,8 +424,9 @@ def plan(
             f"{spec}: no safetensors weights (model.safetensors or model.safetensors.index.json) to plan from"
         )
     n = _tokens(files, text, tokens)
-    got = _estimate(files, _Run(dt, dev, budget, source, stream, n, None if points is None else list(points)))
-    message = refusal(got, f"a capture of {n:,} tokens")
+    pts = None if points is None else list(points)
+    got = _estimate(files, _Run(dt, dev, budget, source, stream, n, pts, batch, rates))
+    message = refusal(got, f"a capture of {batch:,} x {n:,} tokens" if batch > 1 else f"a capture of {n:,} tokens")
     if message:
         raise InputError(message)
     return got
