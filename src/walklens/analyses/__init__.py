@@ -76,7 +76,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "SteeringSweep",
     ),
     "compaction": ("compact", "Compacted", "CompactSpec", "CompactionReport"),
-    "patching": ("patch", "attribute", "path_patch", "PatchResult", "walk_beside_patch", "WalkBeside"),
+    "patching": ("patch", "attribute", "path_patch", "patch_vector", "PatchResult", "walk_beside_patch", "WalkBeside"),
     "concepts.cache": ("ConceptCache",),
     "controlvectors": (
         "ControlVector",

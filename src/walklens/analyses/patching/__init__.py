@@ -5,6 +5,8 @@
 - :func:`attribute` (:mod:`.attribution`) -- attribution patching (activation difference x gradient, one forward and
   one backward), reported with its parity card against exact patching on the same cells;
 - :func:`path_patch` (:mod:`.paths`) -- path patching from a head or sublayer to the residual entering later layers;
+- :func:`patch_vector` (:mod:`.vectors`) -- a given vector (a steering direction, a concept vector) added to or put in
+  place of the corrupted run's vector at each cell;
 - :func:`walk_beside_patch` (:mod:`.beside`) -- the walk beside the test: where the answer first becomes the walk's
   top token, beside where restoring the residual at the last position restores it;
 - :mod:`.metrics` -- logit difference, log-probability, rank, KL to the clean distribution, or a callable;
@@ -21,11 +23,13 @@ from .exact import DIRECTIONS, expand_points, patch
 from .metrics import Metric, parse_metric
 from .paths import path_patch
 from .result import MIN_SPEARMAN, MIN_TOPK_OVERLAP, AttributionParity, PatchResult
+from .vectors import patch_vector
 
 __all__ = [
     "patch",
     "attribute",
     "path_patch",
+    "patch_vector",
     "walk_beside_patch",
     "WalkBeside",
     "parity_card",
