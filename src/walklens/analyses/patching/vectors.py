@@ -1,5 +1,5 @@
-"""A given vector patched in: a steering direction (seed 002, sec. 5; activation addition) or a Test 2 concept vector
-(seed 000, sec. 4) added to, or put in place of, the corrupted run's vector at each (point, position) cell, scored
+"""A given vector patched in: a steering direction (seed 002's steering; activation addition) or a Test 2 concept vector
+(seed 000, sec. 5.1.2) added to, or put in place of, the corrupted run's vector at each (point, position) cell, scored
 like activation patching: 1 = the clean run, 0 = the corrupted run unpatched (docs/patching.md).
 
 It is exact patching with another source: each cell's vector is ``old + scale v`` (``add``) or ``scale v``
