@@ -44,6 +44,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="N texts of that length in one forward pass, as a batched capture runs them (default 1)",
     )
     p.add_argument(
+        "--to-disk",
+        action="store_true",
+        help="the trace goes to a folder as it is computed (--trace-dir): one point in memory at a time",
+    )
+    p.add_argument(
         "--points",
         default=None,
         help="comma-separated glob patterns of the points captured, as capture takes them (default: every point)",
@@ -64,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         stream=args.stream,
         points=None if args.points is None else [p.strip() for p in args.points.split(",") if p.strip()],
         batch=args.batch,
+        to_disk=args.to_disk,
     )
     for line in got.lines():  # plain lines, never wrapped: a plan is read by scripts too
         sys.stdout.write(flat(line) + "\n")

@@ -171,6 +171,7 @@ class Plan:
     seconds: float
     rates: str
     batch: int = 1
+    to_disk: bool = False
     disk_gbps: float = DISK_RATE / GB
     disk_from: str = "an assumed disk rate"
 
@@ -202,7 +203,8 @@ class Plan:
             f"  peak memory      ~{fmt_bytes(self.peak)} (activations and trace ~{fmt_bytes(self.activations)})",
             f"  smallest budget  ~{fmt_bytes(self.smallest)}",
             f"  trace on disk    {fmt_bytes(self.trace)}: {self.points} points x {self.batch * self.tokens:,} tokens x "
-            f"{self.width} x {RECORD_BYTES} bytes",
+            f"{self.width} x {RECORD_BYTES} bytes"
+            + (", written as computed (one point in memory)" if self.to_disk else ", held in memory"),
             f"  read from disk   {fmt_bytes(self.read)}: "
             + ("the files once, the resident tensors at load, each layer as it runs" if self.streams else "at load"),
             f"  estimated time   ~{self.seconds:.3g} s",
@@ -230,6 +232,7 @@ class _Run:
     points: Sequence[str] | None
     batch: int = 1
     rates: Rates | None = None
+    to_disk: bool = False
 
 
 def _selected(names: list[str], patterns: Sequence[str] | None) -> list[str]:
@@ -276,9 +279,12 @@ def _estimate(files: Files, run: _Run) -> Plan:
         width=0,
     )
     T, B = run.tokens, run.batch
-    points = _trace_points(files, sh.layers, run.points) if run.points != [] else 0
+    capture = run.points != []  # a capture stops after its last point (the final norm): the head never runs
+    points = _trace_points(files, sh.layers, run.points) if capture else 0
     trace = points * B * T * sh.d_model * RECORD_BYTES
-    activations = B * forward_memory(sh, T) + trace
+    held = min(trace, B * T * sh.d_model * RECORD_BYTES) if run.to_disk else trace  # a trace folder: one point
+    head_memory, head_work = (T * sh.vocab * 4, 2 * T * sh.vocab * sh.d_model) if capture else (0, 0)
+    activations = B * (forward_memory(sh, T) - head_memory) + held
     whole = weights_bytes(weights, run.dtype)
     resident = dtype_bytes(weights, lay.parts[""], run.dtype)
     layer = max((dtype_bytes(weights, lay.parts[p], run.dtype) for p in layers), default=0)
@@ -291,7 +297,7 @@ def _estimate(files: Files, run: _Run) -> Plan:
         if streamed
         else file_bytes(weights, all_keys)
     )
-    work = B * forward_work(sh, T)
+    work = B * (forward_work(sh, T) - head_work)
     r, rate_text, disk_from = _rates_used(run.rates)
     return Plan(
         model=model_label(files.spec, run.dtype),
@@ -317,6 +323,7 @@ def _estimate(files: Files, run: _Run) -> Plan:
         seconds=read / (r.disk_gbps * GB) + work / (r.matmul_gflops * 1e9),
         rates=rate_text,
         batch=B,
+        to_disk=run.to_disk,
         disk_gbps=r.disk_gbps,
         disk_from=disk_from,
     )
@@ -407,13 +414,16 @@ def plan(
     points: Sequence[str] | None = None,
     batch: int = 1,
     rates: Rates | None = None,
+    to_disk: bool = False,
 ) -> Plan:
     """The :class:`Plan` of capturing ``text`` (or ``tokens`` tokens; default :data:`DEFAULT_TOKENS`) with ``spec``
     in ``dtype`` under a budget of ``max_memory`` GB (the whole process, weights included; default the memory free
     now), from config.json and the safetensors headers alone: no tensor is read, no model built.  ``stream`` as
     :func:`~walklens.core.loading.load_model` takes it; ``points``: capture's patterns (None: every point);
-    ``batch``: that many texts of that length in one forward pass (``capture_batch``); ``rates``: the machine's rates
-    to count time at (default: ``walklens calibrate``'s).  A run the budget cannot hold is refused in one line naming
+    ``batch``: that many texts of that length in one forward pass (``capture_batch``); ``to_disk``: the trace goes
+    to a trace folder as it is computed (``to=DIR``, ``--trace-dir``: one point in memory at a time); ``rates``: the
+    machine's rates to count time at (default: ``walklens calibrate``'s).  A capture stops after its last point:
+    the head's logits are neither computed nor counted.  A run the budget cannot hold is refused in one line naming
     the smallest budget that would do."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise InputError(f"batch must be a whole number of at least 1, not {batch!r}")
@@ -425,7 +435,7 @@ def plan(
         )
     n = _tokens(files, text, tokens)
     pts = None if points is None else list(points)
-    got = _estimate(files, _Run(dt, dev, budget, source, stream, n, pts, batch, rates))
+    got = _estimate(files, _Run(dt, dev, budget, source, stream, n, pts, batch, rates, bool(to_disk)))
     message = refusal(got, f"a capture of {batch:,} x {n:,} tokens" if batch > 1 else f"a capture of {n:,} tokens")
     if message:
         raise InputError(message)
