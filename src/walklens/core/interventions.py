@@ -13,8 +13,10 @@ config back):
     doses in one pass takes one ``alpha`` (and/or one ``v``) per sequence of the batch;
   * :func:`ablate_direction` -- projection ablation: the residual's component along a unit ``u`` removed at
     some layers' outputs (the steering card's control);
-  * :func:`edit_weights` -- in-place additions to parameters, copied back on exit; :func:`eigen_edit` uses it
-    for eigen-steering's rank-one W_O edit ``F' = F + alpha w u^T`` (seed 002; :mod:`walklens.analyses.steering`);
+  * :func:`edit_weights` -- in-place additions to parameters, copied back on exit; :func:`edit_named` the same by
+    parameter name, which also edits a streamed model's layers (each time a layer is read from disk; the files are
+    never written); :func:`eigen_edit` uses it for eigen-steering's rank-one W_O edit ``F' = F + alpha w u^T``
+    (seed 002; :mod:`walklens.analyses.steering`);
   * :func:`tied_layers` -- one layer's module applied n times (seed 002's shared-weight case);
   * :func:`upcast` -- some parameters and buffers held in a wider dtype (a bfloat16 model's head read in
     float32, :mod:`walklens.analyses.walks`);
@@ -28,6 +30,11 @@ During batched generation (:func:`walklens.core.generation.generate_batch`) ever
 sequence of the batch as on that sequence alone (tests/test_generation_interventions.py); a weight edit
 (:func:`edit_weights`, :func:`eigen_edit`) is one model for the whole batch, so one dose per pass.
 
+On a streamed model (:mod:`walklens.core.streaming`) every intervention acts on the layers as they are read, bit
+for bit as in memory (tests/test_streaming_interventions.py); a parameter of a streamed layer is on ``meta``
+between forward passes, so :func:`edit_weights` and :func:`upcast` refuse it in one line (:func:`edit_named`
+edits it).
+
 Layers are 0-based and may be negative (from the top).  A shared-weight stack (ALBERT) has one module at
 every depth, which is hooked or edited once.
 """
@@ -35,7 +42,7 @@ every depth, which is hooked or edited once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -152,7 +159,13 @@ def ablate_direction(lm: LoadedModel, layers: int | Sequence[int], u: torch.Tens
 @contextmanager
 def edit_weights(deltas: Sequence[tuple[nn.Parameter, torch.Tensor]]) -> Iterator[None]:
     """Add each delta to its parameter in place (cast to the parameter's dtype and device) inside the block;
-    on exit every edited parameter gets its saved copy back, bit for bit, even on error."""
+    on exit every edited parameter gets its saved copy back, bit for bit, even on error.  A parameter on ``meta``
+    (a streamed layer's) is refused in one line: :func:`edit_named` edits it."""
+    if any(p.device.type == "meta" for p, _ in deltas):
+        raise InputError(
+            "a streamed layer's parameter is read from disk when the layer runs and cannot be edited in place; "
+            "edit it by name (edit_named)"
+        )
     saved: list[tuple[nn.Parameter, torch.Tensor]] = []
     try:
         with torch.no_grad():
@@ -164,6 +177,38 @@ def edit_weights(deltas: Sequence[tuple[nn.Parameter, torch.Tensor]]) -> Iterato
         with torch.no_grad():
             for p, old in reversed(saved):
                 p.copy_(old)
+
+
+def _streamed_layer(lm: LoadedModel, name: str) -> str | None:
+    """The path of the streamed layer the parameter ``name`` lies in, or None (in memory, or resident)."""
+    if lm.stream is None:
+        return None
+    return next((path for path in lm.stream.layers if name.startswith(path + ".")), None)
+
+
+@contextmanager
+def edit_named(lm: LoadedModel, deltas: Sequence[tuple[str, torch.Tensor]]) -> Iterator[None]:
+    """:func:`edit_weights` with each parameter named by its path in ``lm.model``
+    (``model.layers.1.self_attn.o_proj.weight``).  On a streamed model a streamed layer's parameter gets its
+    delta each time the layer is read (:meth:`~walklens.core.streaming.LayerStream.edited`), the same numbers as in
+    memory; released, the edit is gone with the weights; the files are never written."""
+    params = dict(lm.model.named_parameters(remove_duplicate=False))
+    direct: list[tuple[nn.Parameter, torch.Tensor]] = []
+    streamed: list[tuple[str, str, torch.Tensor]] = []
+    for name, d in deltas:
+        if name not in params:
+            raise InputError(f"the model has no parameter {name[:80]!r}")
+        layer = _streamed_layer(lm, name)
+        if layer is None:
+            direct.append((params[name], d))
+        else:
+            streamed.append((layer, name[len(layer) + 1 :], d))
+    with ExitStack() as stack:
+        for layer, name, d in streamed:
+            assert lm.stream is not None
+            stack.enter_context(lm.stream.edited(layer, name, d))
+        stack.enter_context(edit_weights(direct))
+        yield
 
 
 @dataclass
@@ -205,21 +250,24 @@ def eigen_edit(
     edited weights.  Weights are restored bit for bit on exit (:func:`edit_weights`)."""
     mods = lm.adapter.layer_modules(lm.model)
     plan: list[tuple[int, str, torch.Tensor, torch.Tensor, torch.Tensor]] = []  # layer, param, A, B, w
-    deltas: list[tuple[nn.Parameter, torch.Tensor]] = []
+    deltas: list[tuple[str, torch.Tensor]] = []
+    paths = {id(m): path for path, m in lm.model.named_modules()}
     by_module: dict[int, list[int]] = {}
     for l in resolve_layers(lm, layers):
         if id(mods[l]) in by_module:
             by_module[id(mods[l])].append(l)
             continue
         by_module[id(mods[l])] = [l]
-        hw = lm.adapter.head_weights(lm.model, l)
-        A, B = ov_factors(lm, l, hw=hw)
-        name, p, transposed = _out_param(lm.adapter.attention_module(lm.model, l), B)
+        with lm.held(l):  # (a streamed layer's weights read for the block)
+            hw = lm.adapter.head_weights(lm.model, l)
+            A, B = ov_factors(lm, l, hw=hw)
+            attn = lm.adapter.attention_module(lm.model, l)
+            name, _, transposed = _out_param(attn, B)
         z, w = value_projection(A, u)
         dB = alpha * torch.outer(z, u)  # A dB = alpha w u^T
-        deltas.append((p, dB.T if transposed else dB))
+        deltas.append((f"{paths[id(attn)]}.{name}", dB.T if transposed else dB))
         plan.append((l, name, A, B, w))
-    with edit_weights(deltas):
+    with edit_named(lm, deltas):
         edits = []
         for l, name, A, B, w in plan:
             A2, B2 = ov_factors(lm, l, grouped=True)
@@ -290,10 +338,17 @@ def upcast(tensors: Iterable[torch.Tensor], dtype: torch.dtype = torch.float32) 
     """Each floating-point parameter or buffer in ``tensors`` holds its values in ``dtype`` inside the block
     (a bfloat16 or float16 number converts to float32 exactly), so modules that use them compute in ``dtype``;
     on exit each gets its original storage back, bit for bit, even on error.  Shared (tied) tensors change
-    once, wherever they are used."""
+    once, wherever they are used.  A tensor on ``meta`` (a streamed layer's, read when the layer runs) is refused in
+    one line."""
     saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+    distinct_tensors = {id(t): t for t in tensors}
+    if any(t.device.type == "meta" for t in distinct_tensors.values()):
+        raise InputError(
+            "a streamed layer's weights are read from disk when the layer runs: upcast holds only tensors in "
+            "memory (the embeddings, final norm and head)"
+        )
     try:
-        for t in {id(t): t for t in tensors}.values():
+        for t in distinct_tensors.values():
             if t.is_floating_point() and t.dtype != dtype:
                 saved.append((t, t.data))
                 t.data = t.data.to(dtype)
@@ -370,6 +425,7 @@ __all__ = [
     "add_to_residual",
     "ablate_direction",
     "edit_weights",
+    "edit_named",
     "eigen_edit",
     "tied_layers",
     "SteerEdit",

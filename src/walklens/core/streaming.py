@@ -104,6 +104,8 @@ class LayerStream:
     sources: dict[str, list[str]]  # layer path ("" for the resident part) -> its checkpoint tensors
     stats: StreamStats = field(default_factory=StreamStats)
     hooks: Hooks = field(default_factory=Hooks)
+    #: weight edits by layer path: (parameter name inside the layer, delta), added each time the layer is read
+    edits: dict[str, list[tuple[str, torch.Tensor]]] = field(default_factory=dict)
     _held: dict[str, int] = field(default_factory=dict)
 
     def _read(self, part: str) -> int:
@@ -135,6 +137,10 @@ class LayerStream:
         if self._held[layer] > 1:
             return
         held = self._read(layer)
+        with torch.no_grad():
+            for name, delta in self.edits.get(layer, ()):
+                p = self.layers[layer].get_parameter(name)
+                p.add_(delta.to(dtype=p.dtype, device=p.device))
         self.stats.layers_loaded += 1
         self.stats.peak_layer_bytes = max(self.stats.peak_layer_bytes, held)
 
@@ -152,6 +158,24 @@ class LayerStream:
                 if b is not None and name not in module._non_persistent_buffers_set:
                     module._buffers[name] = b.to("meta")
         _trim()
+
+    @contextmanager
+    def edited(self, layer: str, name: str, delta: torch.Tensor) -> Iterator[None]:
+        """``delta`` added to ``layer``'s parameter ``name`` each time the layer is read, inside the block (as
+        :func:`~walklens.core.interventions.edit_weights` adds it in memory); released, the edit is gone with the
+        weights, and the files are never written.  Refused while the layer is held (its weights already read)."""
+        if self._held.get(layer, 0) > 0:
+            raise InputError(f"{layer}: cannot edit a streamed layer's weights while they are held")
+        if name not in dict(self.layers[layer].named_parameters()):
+            raise InputError(f"{layer}: no parameter {name[:80]!r} to edit")
+        entry = (name, delta.detach())
+        self.edits.setdefault(layer, []).append(entry)
+        try:
+            yield
+        finally:
+            self.edits[layer] = [e for e in self.edits[layer] if e is not entry]
+            if not self.edits[layer]:
+                del self.edits[layer]
 
     def path_of(self, module: nn.Module) -> str:
         """The path of the layer module ``module`` (a streamed layer)."""
@@ -287,11 +311,40 @@ def _init_buffers(model: Any) -> None:
     model.initialize_weights()
 
 
+def _check_fit(model: Any, weights: Weights, dtype: torch.dtype, label: str) -> None:
+    """Refuse, before anything is read, a checkpoint whose tensors do not fit the model the config builds (a tensor
+    of another shape, one no parameter takes, one a conversion cannot fuse): transformers' loader run on ``meta``
+    tensors of the headers' shapes (nothing read, nothing allocated), the checks ``from_pretrained`` makes."""
+    from transformers.core_model_loading import convert_and_load_state_dict_in_model
+    from transformers.modeling_utils import LoadStateDictConfig
+
+    entries = weights.entries.items()
+    state = {k: torch.empty(e.shape, dtype=DTYPES.get(e.dtype, dtype), device="meta") for k, e in entries}
+    config = LoadStateDictConfig(
+        dtype=dtype, dtype_plan=model._get_dtype_plan(dtype), weight_mapping=_mapping(model), device_map={"": "meta"}
+    )
+    with quiet_transformers():
+        info, _ = convert_and_load_state_dict_in_model(model, state, config)
+    if info.mismatched_keys:
+        name, got, want = sorted(info.mismatched_keys, key=str)[0]
+        raise InputError(
+            f"{label}: the checkpoint's tensor for {name[:80]!r} has shape {list(got)}, the config makes it "
+            f"{list(want)} ({len(info.mismatched_keys)} such); streaming refuses it"
+        )
+    if info.conversion_errors:
+        what = sorted(info.conversion_errors)[0]
+        raise InputError(f"{label}: the checkpoint's tensors for {what[:80]!r} do not fit the config's model")
+    if info.unexpected_keys:
+        what = sorted(info.unexpected_keys)[0]
+        raise InputError(f"{label}: the checkpoint's tensor {what[:80]!r} fits no parameter of the config's model")
+
+
 def stream_weights(model: nn.Module, adapter: Adapter, weights: Weights, dtype: torch.dtype, label: str) -> LayerStream:
-    """Stream ``model`` (built with its parameters on ``meta``): the resident tensors read now, each layer's when
-    it runs (hooks on each layer's module)."""
+    """Stream ``model`` (built with its parameters on ``meta``): the tensors checked against the config first, the
+    resident ones read now, each layer's when it runs (hooks on each layer's module)."""
     layers = layer_modules(model, adapter)
     out = LayerStream(model, weights, dtype, layers, _sources(model, weights, layers, label))
+    _check_fit(model, weights, dtype, label)
     out._read("")
     hf = cast(Any, model)
     hf.tie_weights()  # the head that shares the embedding's tensor takes the one just read
