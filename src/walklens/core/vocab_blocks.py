@@ -31,6 +31,20 @@ def block_rows(width: int, block_bytes: int | None = None) -> int:
     return max(ROW_UNIT, rows // ROW_UNIT * ROW_UNIT)
 
 
+def spans(v0: int, stop: int, rows: int) -> list[tuple[int, int]]:
+    """The ``(start, stop)`` row spans of blocks of ``rows`` rows covering rows ``v0 .. stop - 1``; a last block of
+    fewer than :data:`ROW_UNIT` rows joins the one before (never a product narrow enough to take another kernel)."""
+    out = [(b0, min(b0 + rows, stop)) for b0 in range(v0, stop, rows)]
+    if len(out) > 1 and out[-1][1] - out[-1][0] < ROW_UNIT:
+        out[-2:] = [(out[-2][0], stop)]
+    return out
+
+
+def largest_block(n_rows: int, width: int) -> int:
+    """The most rows one block of a [n_rows, width] matrix holds (:meth:`RowBlocks.blocks` of the whole matrix)."""
+    return max((b1 - b0 for b0, b1 in spans(0, n_rows, block_rows(width))), default=0)
+
+
 def _placed(n: int, width: int, row0: int, device: torch.device) -> torch.Tensor:
     """An empty float32 [n, width] tensor whose first row lies at the 64-byte alignment row ``row0`` has in a
     64-byte aligned [V, width] tensor (a kernel may sum in another order at another address)."""
@@ -71,11 +85,7 @@ class RowBlocks:
     def blocks(self, v0: int = 0, v1: int | None = None) -> list[tuple[int, int]]:
         """The ``(start, stop)`` row spans of the blocks covering rows ``v0 .. v1 - 1``; a last block of fewer than
         :data:`ROW_UNIT` rows joins the one before (never a product narrow enough to take another kernel)."""
-        stop = self.shape[0] if v1 is None else v1
-        spans = [(b0, min(b0 + self.rows, stop)) for b0 in range(v0, stop, self.rows)]
-        if len(spans) > 1 and spans[-1][1] - spans[-1][0] < ROW_UNIT:
-            spans[-2:] = [(spans[-2][0], stop)]
-        return spans
+        return spans(v0, self.shape[0] if v1 is None else v1, self.rows)
 
     def mm(self, x: torch.Tensor, v0: int = 0, v1: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ M[v0:v1].T`` [n, v1 - v0], one block at a time (``out``: where it goes)."""
@@ -102,4 +112,4 @@ class RowBlocks:
 TokenRows = torch.Tensor | RowBlocks
 
 
-__all__ = ["BLOCK_BYTES", "ROW_UNIT", "RowBlocks", "TokenRows", "block_rows"]
+__all__ = ["BLOCK_BYTES", "ROW_UNIT", "RowBlocks", "TokenRows", "block_rows", "largest_block", "spans"]

@@ -287,9 +287,10 @@ class WalkPlan:
     readings: int = 1
 
 
-def walk_need(sh: Shape, T: int, plan: WalkPlan, *, json: bool = False, out: bool = False) -> Need:
+def walk_need(sh: Shape, T: int, plan: WalkPlan, *, json: bool = False, out: bool = False, matrix: float = 0.0) -> Need:
     """``walklens walk`` and the explorer's walk view: the trace, then ``plan``'s readings against the
-    vocabulary a block of rows at a time (:func:`walklens.encoding_walk`)."""
+    vocabulary a block of rows at a time (:func:`walklens.encoding_walk`), beside ``matrix`` bytes of float32 token
+    rows (a streamed model's row block: :func:`walklens.analyses.walks.walk_matrix_bytes`)."""
     rows = plan.points * T * sh.stacks
     trace = plan.captured * T * sh.d_model * 4 * sh.stacks
     chunk = min(rows, walk_chunk_rows(sh.vocab))
@@ -299,7 +300,9 @@ def walk_need(sh: Shape, T: int, plan: WalkPlan, *, json: bool = False, out: boo
     js = readings * rows * (k * (json_id + JSON_FLOAT) + 2 * json_id + 9 * JSON_FLOAT) + T * 60
     js_mem = readings * rows * (2 * k + 13) * PY_NUMBER + js if json else 0.0
     memory = trace + max(
-        forward_memory(sh, T), 4 * chunk * sh.vocab * 4 + outs, outs + js_mem + (FIGURE_MEMORY if out else 0.0)
+        forward_memory(sh, T),
+        4 * chunk * sh.vocab * 4 + outs + matrix,
+        outs + js_mem + (FIGURE_MEMORY if out else 0.0),
     )
     work = forward_work(sh, T) + readings * rows * sh.vocab * sh.d_model * 2
     html = HTML_FIXED + readings * sh.stacks * min(T, WALK_COLS) * plan.shown * WALK_HTML_CELL

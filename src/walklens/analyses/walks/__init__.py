@@ -63,6 +63,7 @@ from .reading import _CHUNK_BYTES as _CHUNK_BYTES
 from .reading import final_norm_fn as final_norm_fn
 from .reading import point_aligned_chunks as point_aligned_chunks
 from .reading import walk_chunk_rows as walk_chunk_rows
+from .reading import walk_matrix_bytes as walk_matrix_bytes
 from .result import Against as Against
 from .result import EncodingWalk
 from .result import Metric as Metric

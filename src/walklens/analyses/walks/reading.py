@@ -21,7 +21,7 @@ from ...core.interventions import outside_layers, upcast
 from ...core.kept import kept
 from ...core.ranking import Dense, Linear, Rows, read_rows, scratch, screen_ranks
 from ...core.tracedir import PointStack
-from ...core.vocab_blocks import RowBlocks, TokenRows
+from ...core.vocab_blocks import RowBlocks, TokenRows, largest_block
 from ...models.base import get_module
 
 if TYPE_CHECKING:
@@ -174,6 +174,20 @@ def walk_chunk_rows(n_vocab: int, chunk_rows: int | None = None) -> int:
     many as a :data:`_CHUNK_BYTES` score block holds; at most :data:`_MAX_CHUNK_ROWS`."""
     chunk = chunk_rows if chunk_rows is not None else _CHUNK_BYTES // (4 * n_vocab)
     return max(1, min(int(chunk), _MAX_CHUNK_ROWS))
+
+
+def walk_matrix_bytes(lm: LoadedModel) -> int:
+    """The bytes of float32 token rows an encoding walk of ``lm`` holds besides its scores: for a streamed model
+    the largest row block (:class:`~walklens.core.vocab_blocks.RowBlocks`); in memory, in a dtype other than float32,
+    the float32 copy of the matrix and of each vocabulary-sized tensor held in float32 while it reads (the embedding,
+    the head: :func:`_widened`), none in float32 (it reads the model's own); and each row's inverse norm."""
+    V, W = lm.embedding_matrix().shape
+    if lm.stream is not None:
+        return (largest_block(V, W) * W + V) * 4
+    if not is_low_precision(lm.dtype):
+        return V * 4
+    wide = sum(t.numel() for t in {id(t): t for t in outside_layers(lm)}.values() if t.dim() and t.shape[0] == V)
+    return (V * W + wide + V) * 4
 
 
 def point_aligned_chunks(rows_total: int, T: int, chunk: int) -> list[tuple[int, int]]:
