@@ -27,7 +27,7 @@ from ..core.loading import model_config, model_source
 from ..core.streaming import quiet_transformers, streams, weights_bytes
 from ..models.base import Adapter
 from ..models.checkpoint import Weights, check_model_files, read_weights
-from . import GB, config_shape, fmt_bytes, forward_memory, forward_work, free_memory
+from . import GB, Shape, config_shape, fmt_bytes, forward_memory, forward_work, free_memory
 from .calibration import DEFAULTS, Rates, rates
 
 if TYPE_CHECKING:
@@ -265,6 +265,18 @@ def _rates_used(given: Rates | None) -> tuple[Rates, str, str]:
     return r, f"{r.matmul_gflops:.3g} GFLOP/s ({source})", disk
 
 
+def _capture_costs(files: Files, run: _Run, sh: Shape) -> tuple[int, int, float, float]:
+    """The points, the trace's bytes, the activations' peak bytes and the work of ``run``'s forward pass: a capture
+    stops after its last point (the final norm), so the head never runs; a trace folder holds one point."""
+    T, B = run.tokens, run.batch
+    capture = run.points != []
+    points = _trace_points(files, sh.layers, run.points) if capture else 0
+    trace = points * B * T * sh.d_model * RECORD_BYTES
+    held = min(trace, B * T * sh.d_model * RECORD_BYTES) if run.to_disk else trace
+    head_memory, head_work = (T * sh.vocab * 4, 2 * T * sh.vocab * sh.d_model) if capture else (0, 0)
+    return points, trace, B * (forward_memory(sh, T) - head_memory) + held, B * (forward_work(sh, T) - head_work)
+
+
 def _estimate(files: Files, run: _Run) -> Plan:
     """The :class:`Plan` of ``run`` on ``files`` (whose weights are known)."""
     weights = cast(Weights, files.weights)
@@ -279,12 +291,7 @@ def _estimate(files: Files, run: _Run) -> Plan:
         width=0,
     )
     T, B = run.tokens, run.batch
-    capture = run.points != []  # a capture stops after its last point (the final norm): the head never runs
-    points = _trace_points(files, sh.layers, run.points) if capture else 0
-    trace = points * B * T * sh.d_model * RECORD_BYTES
-    held = min(trace, B * T * sh.d_model * RECORD_BYTES) if run.to_disk else trace  # a trace folder: one point
-    head_memory, head_work = (T * sh.vocab * 4, 2 * T * sh.vocab * sh.d_model) if capture else (0, 0)
-    activations = B * (forward_memory(sh, T) - head_memory) + held
+    points, trace, activations, work = _capture_costs(files, run, sh)
     whole = weights_bytes(weights, run.dtype)
     resident = dtype_bytes(weights, lay.parts[""], run.dtype)
     layer = max((dtype_bytes(weights, lay.parts[p], run.dtype) for p in layers), default=0)
@@ -297,7 +304,6 @@ def _estimate(files: Files, run: _Run) -> Plan:
         if streamed
         else file_bytes(weights, all_keys)
     )
-    work = B * (forward_work(sh, T) - head_work)
     r, rate_text, disk_from = _rates_used(run.rates)
     return Plan(
         model=model_label(files.spec, run.dtype),

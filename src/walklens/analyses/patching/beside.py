@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -116,7 +116,7 @@ def walk_beside_patch(
     other: str,
     *,
     positions: Sequence[int] | None = None,
-    readings: Sequence[str] = ("none", "final"),
+    readings: Sequence[Literal["none", "final"]] = ("none", "final"),
     batch: int | None = None,
 ) -> WalkBeside:
     """The encoding walk of ``clean`` read for ``answer`` at its last position (each of ``readings``: ``none`` raw,
@@ -124,6 +124,9 @@ def walk_beside_patch(
     ``logitdiff:answer,other``) at ``positions`` of ``corrupted`` (default every one; the last is always in)."""
     if not readings:
         raise InputError("give at least one reading of the walk: none, final")
+    bad = [r for r in readings if r not in ("none", "final")]
+    if bad:
+        raise InputError(f"reading {bad[0]!r}: give none (raw) or final (the logit lens)")
     tr = capture(lm, clean)
     walks = []
     for norm in readings:
