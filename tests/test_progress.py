@@ -115,7 +115,7 @@ def test_gguf_conversion_draws_a_bar_only_when_asked(
     err = capsys.readouterr().err
     assert "de-quantizing tiny.gguf" in err
     (bar,) = [b for b in bars if b.drawn]
-    assert bar.n == bar.total == 2 + 11  # the tiny file's 11 tensors, the copy and the save
+    assert bar.n == bar.total == 2 + 11  # the config and tokenizer, the tiny file's 11 tensors, the index
     walklens.load_model(str(gguf))  # cached: nothing to draw
     assert capsys.readouterr().err == ""
     assert lm.n_layers == 1

