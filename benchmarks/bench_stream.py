@@ -15,10 +15,14 @@ one forward pass, keeping the points ``--points`` (float32 records).  Printed, f
 - the bytes the stream read (its own count) against the checkpoint's bytes: one read of the weights per batch;
 - the bytes read by the process (``/proc/self/io`` rchar: every read, page-cache hits too; read_bytes: from disk);
 - the wall time of the pass against the time to read the layers' weights once (their share of every file read
-  once, fresh, with the page cache dropped first when root) plus the same layers' compute measured in memory (one
-  layer loaded, run on the same hidden states, times the number of layers): the ratio the issue bounds by 1.3.
+  once, fresh, with the page cache dropped first when root) plus the same layers' compute measured in memory (layer
+  0 held in memory, run on the same texts with its points captured to a trace folder as the pass captures them,
+  times the number of layers): the ratio the issue bounds by 1.3 (and beside it the layer's bare forward).
   The pass also runs the embedding, the final norm and the head (read once at load, not streamed), which the
-  ratio's denominator leaves out.
+  ratio's denominator leaves out;
+- the plan's estimates (``walklens.plan`` of the same batch, from the files alone, at this run's own rates: the
+  fresh read rate above and the float32 matrix-product rate ``walklens calibrate`` times) against what the run
+  measured: peak memory (the issue bounds it within 20%), bytes read, trace size and time (within a factor 1.5).
 """
 
 from __future__ import annotations
@@ -151,19 +155,22 @@ def main(argv: list[str] | None = None) -> int:
     from walklens.core.capture import capture_batch
     from walklens.core.loading import load_model
 
+    points = [p for p in args.points.split(",") if p]
+    trace_dir = Path(args.trace_dir or tempfile.mkdtemp(prefix="walklens-bench-trace-"))
+    planned = plan_of(folder, args, points, file_bytes / t_read, trace_dir.parent)
+    rss0 = current_rss()
     io0, t0 = proc_io(), time.perf_counter()
     lm = load_model(str(folder), dtype=args.dtype, stream=not args.in_memory, progress=False)
     t_load = time.perf_counter() - t0
     seqs = [lm.tokenizer(t)["input_ids"][: args.tokens] for t in texts(args.prompts)]
-    points = [p for p in args.points.split(",") if p]
     s1 = lm.stream.stats.bytes_read if lm.stream else 0
     io1 = proc_io()
     t1 = time.perf_counter()
-    trace_dir = Path(args.trace_dir or tempfile.mkdtemp(prefix="walklens-bench-trace-"))
     # every point of every text to disk as computed (float32 records); the head (after final) never runs
     batch = capture_batch(lm, seqs, points, to=trace_dir)
     t_pass = time.perf_counter() - t1
     io2 = proc_io()
+    peak_pass = peak_rss_gib()
     kept = sum(p.stat().st_size for p in trace_dir.glob("*.safetensors"))
     t_walk, walk_points = walk_first(lm, trace_dir, args.walk_points) if args.walk_points else (0.0, 0)
     if lm.stream is None:
@@ -171,9 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         return report(out, args.json)
     pass_read = lm.stream.stats.bytes_read - s1
 
-    # the same layers' compute in memory: layer 0 held, run on the batch's hidden states (the pass's own input)
-    t_layer = layer_compute(lm, seqs)
-    compute = t_layer * len(lm.stream.layers)
+    # the same layers' compute in memory: layer 0 held, run on the batch's hidden states (the pass's own input), bare
+    # and with its points captured to disk as the pass captures them
+    t_bare, t_layer = layer_compute(lm, seqs, points)
+    compute, bare = t_layer * len(lm.stream.layers), t_bare * len(lm.stream.layers)
     layers_bytes = sum(lm.stream.file_bytes(p) for p in lm.stream.layers)
     t_read_layers = t_read * layers_bytes / file_bytes  # the layers' share of one read of every file
     out = {
@@ -198,12 +206,18 @@ def main(argv: list[str] | None = None) -> int:
         "seconds_read_weights_once": t_read,
         "seconds_read_layers_once": t_read_layers,
         "seconds_compute_in_memory": compute,
+        "compute_in_memory_is": "layer 0 held in memory, its points captured to a trace folder as the pass does "
+        "(the embedding before it), best of two, times the layers",
+        "seconds_compute_in_memory_bare": bare,
         "ratio_pass_to_read_plus_compute": t_pass / (t_read_layers + compute),
+        "ratio_pass_to_read_plus_bare_compute": t_pass / (t_read_layers + bare),
         "points_captured": len(batch.points),
         "trace_dir_bytes": kept,
         "seconds_walk_first_text": t_walk,
         "walk_points": walk_points,
         "peak_rss_gib": peak_rss_gib(),
+        "rss_before_load_gib": rss0,
+        **plan_check(planned, rss0, peak_pass, t_load + t_pass, io2["read_bytes"] - io0["read_bytes"], kept),
         **cgroup_report(group),
         "torch_threads": torch.get_num_threads(),
     }
@@ -260,6 +274,60 @@ def compare(args: argparse.Namespace) -> int:
     return report(result, args.json)
 
 
+def plan_of(folder: Path, args: argparse.Namespace, points: list[str], disk_rate: float, where: Path) -> Any:
+    """The plan of this run's batch, from the files alone, at this run's rates: ``disk_rate`` (bytes per second,
+    measured above), and the matrix-product rate and the write rate (to ``where``, the trace folder's disk) that
+    ``walklens calibrate`` measures."""
+    from walklens.costs.calibration import DEFAULTS, Rates
+    from walklens.costs.measure import matmul_rate, write_rate
+    from walklens.costs.planning import plan
+
+    rates = Rates(
+        attn_element=DEFAULTS.attn_element,
+        write_work=DEFAULTS.write_work,
+        matmul_gflops=matmul_rate() / 1e9,
+        disk_gbps=disk_rate / 1e9,
+        write_gbps=write_rate(where),
+    )
+    return plan(
+        str(folder),
+        tokens=args.tokens,
+        batch=args.prompts,
+        dtype=args.dtype,
+        stream=not args.in_memory,
+        points=points,
+        max_memory=args.limit_gb if not args.no_cgroup else None,
+        rates=rates,
+        to_disk=True,  # the run writes its trace folder as it computes
+    )
+
+
+def current_rss() -> float:
+    """This process's resident memory now (GiB): Python's and torch's own, which a plan does not count."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 2**20
+    return 0.0
+
+
+def plan_check(p: Any, rss0: float, peak: float, seconds: float, read: int, trace: int) -> dict[str, Any]:
+    """The plan's estimates beside the measurements: peak memory (the peak RSS of the load and the pass less the
+    process's own before the load), time (the load and the pass), bytes read from disk and the trace's size."""
+    measured_peak = (peak - rss0) * 2**30
+    return {
+        "plan": str(p),
+        "plan_peak_bytes": p.peak,
+        "measured_peak_bytes_beyond_the_process": measured_peak,
+        "plan_peak_ratio_measured_to_planned": measured_peak / p.peak,
+        "plan_seconds": p.seconds,
+        "plan_seconds_ratio_measured_to_planned": seconds / p.seconds,
+        "plan_read_bytes": p.read,
+        "plan_read_ratio_measured_to_planned": read / p.read,
+        "plan_trace_bytes": p.trace,
+        "plan_trace_ratio_measured_to_planned": trace / p.trace if p.trace else None,
+    }
+
+
 def walk_first(lm: Any, folder: Path, points: str) -> tuple[float, int]:
     """Seconds of the first text's encoding walk at ``points``, read from the trace folder (no layer loaded)."""
     from walklens.analyses import encoding_walk
@@ -271,16 +339,23 @@ def walk_first(lm: Any, folder: Path, points: str) -> tuple[float, int]:
     return time.perf_counter() - t0, len(walk.points)
 
 
-def layer_compute(lm: Any, seqs: list[list[int]]) -> float:
-    """Seconds one layer's forward takes in memory on the batch (layer 0 held; its input captured first)."""
+def layer_compute(lm: Any, seqs: list[list[int]], points: list[str]) -> tuple[float, float]:
+    """Seconds layer 0 takes in memory on the batch (held; its input captured first): bare (its forward alone), and
+    as the pass runs it (the embedding, then layer 0 with its points captured to a fresh trace folder, stopping
+    there), each the best of two."""
+    import fnmatch
+    import shutil
+
     import torch
 
-    from walklens.core.capture import capture_batch
+    from walklens.core.capture import capture_batch, point_names
 
     x = capture_batch(lm, seqs, ["L0.resid_pre"], stop_early=True, dtype=None).hidden[0]
     path = next(iter(lm.stream.layers))
     layer = lm.stream.layers[path]
-    best = float("inf")
+    names = point_names(lm.adapter.stack(), lm.adapter.residual_kind(lm.config), lm.n_layers)
+    first = [n for n in names if n.startswith("L0.") and any(fnmatch.fnmatchcase(n, p) for p in points)]
+    bare, captured = float("inf"), float("inf")
     with lm.stream.held(path), torch.no_grad():
         inner: Any = lm.model.model if hasattr(lm.model, "model") else lm.model
         T = x.shape[1]
@@ -290,8 +365,14 @@ def layer_compute(lm: Any, seqs: list[list[int]]) -> float:
         for _ in range(2):
             t0 = time.perf_counter()
             layer(x.to(lm.dtype), attention_mask=mask, position_ids=pos, position_embeddings=emb)
-            best = min(best, time.perf_counter() - t0)
-    return best
+            bare = min(bare, time.perf_counter() - t0)
+        for _ in range(2):
+            folder = Path(tempfile.mkdtemp(prefix="walklens-bench-layer0-"))
+            t0 = time.perf_counter()
+            capture_batch(lm, seqs, first, to=folder)
+            captured = min(captured, time.perf_counter() - t0)
+            shutil.rmtree(folder, ignore_errors=True)
+    return bare, captured
 
 
 def cpu_name() -> str:

@@ -331,9 +331,11 @@ def test_the_time_is_counted_at_the_rates_given_or_calibrated(
 
     monkeypatch.setenv("WALKLENS_CACHE", str(tmp_path / "cache"))
     folder = saved_tiny("llama", "float32", tmp_path)
-    given = M.Rates(attn_element=1000.0, write_work=1000.0, matmul_gflops=2.0, disk_gbps=0.5)
+    given = M.Rates(attn_element=1000.0, write_work=1000.0, matmul_gflops=2.0, disk_gbps=0.5, write_gbps=0.25)
     p = plan(str(folder), tokens=8, rates=given)
-    assert p.seconds == p.read / 0.5e9 + p.work / 2e9 and "at 0.5 GB/s (given)" in str(p)
+    assert p.seconds == p.read / 0.5e9 + p.work / 2e9 and "at 0.5 GB/s (given)" in str(p) and "writing" not in str(p)
+    w = plan(str(folder), tokens=8, rates=given, to_disk=True)  # a trace folder: its bytes written at write_gbps
+    assert w.seconds == p.seconds + p.trace / 0.25e9 and "the trace at 0.25 GB/s" in str(w)
     assert disk_rate(folder) > 0
     with pytest.raises(InputError, match="no .safetensors files"):
         disk_rate(tmp_path)
@@ -345,7 +347,7 @@ def test_the_time_is_counted_at_the_rates_given_or_calibrated(
     code, out, err = _cli(capsys, "calibrate", "--tokens", "256", "--disk", str(folder))
     assert code == 0 and "reading from disk" in out, err
     measured = M.rates().disk_gbps
-    assert measured != M.DEFAULTS.disk_gbps
+    assert measured != M.DEFAULTS.disk_gbps and M.rates().write_gbps != M.DEFAULTS.write_gbps
     later = plan(str(folder), tokens=8)
     assert f"({'walklens calibrate --disk'})" in str(later) and later.disk_gbps == measured
     code, _, err = _cli(capsys, "calibrate", "--tokens", "256", "--disk", str(tmp_path / "nowhere"))

@@ -19,7 +19,7 @@ import torch
 from ..base.numbers import Range
 from ..costs import MAX_WORK_TFLOP, TFLOP
 from ..costs import calibration as machine
-from ..costs.measure import disk_rate, measure, tiny_llama
+from ..costs.measure import disk_rate, measure, tiny_llama, write_rate
 from .common import load
 from .terminal import console, print_table, say
 
@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         metavar="DIR",
         help="also time reading this model folder's .safetensors files from disk (at most 4 GiB, each dropped from "
-        "the page cache first): the read rate a plan counts (default: the rate stored before, else 1 GB/s assumed)",
+        "the page cache first) and writing 256 MiB to the walklens cache: the rates a plan counts (default: the "
+        "rates stored before, else 1 and 0.5 GB/s assumed)",
     )
     p.set_defaults(func=run)
 
@@ -64,8 +65,9 @@ def _number(v: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     disk = None if args.disk is None else disk_rate(Path(args.disk))  # first: a bad folder is refused before timing
+    write = None if args.disk is None else write_rate(machine.calibration_path().parent)
     lm = load(args) if args.model else tiny_llama()
-    measured = measure(lm, args.tokens, disk_gbps=disk)
+    measured = measure(lm, args.tokens, disk_gbps=disk, write_gbps=write)
     path = machine.save(measured, model=lm.name[:400], threads=torch.get_num_threads())
     con = console(args)
     rows = [
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
             ("an attention score", "attn_element", "FLOP"),
             ("a byte of output", "write_work", "FLOP"),
             ("reading from disk", "disk_gbps", "GB/s"),
+            ("writing to disk", "write_gbps", "GB/s"),
         )
     ]
     threads = torch.get_num_threads()

@@ -142,16 +142,52 @@ def disk_rate(folder: Path, limit: int = DISK_PROBE_BYTES) -> float:
     return n / took / 1e9
 
 
-def measure(lm: LoadedModel, tokens: int, disk_gbps: float | None = None) -> machine.Rates:
-    """This machine's rates, timed on ``lm``, with the disk's read rate ``disk_gbps`` (:func:`disk_rate`; None: the
-    rate stored before, or the shipped one)."""
+#: the bytes ``write_rate`` writes
+WRITE_PROBE_BYTES = 256 * 2**20
+
+
+def write_rate(folder: Path, size: int = WRITE_PROBE_BYTES) -> float:
+    """The rate (GB per second) a file of ``size`` bytes is written to ``folder`` at, 1 MiB writes synced to disk
+    (as a trace folder's shards are), the file removed after."""
+    block = os.urandom(2**20)
+    path = folder / f".walklens-write-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        with open(path, "wb", buffering=0) as f:
+            for _ in range(max(size // len(block), 1)):
+                f.write(block)
+            os.fsync(f.fileno())
+        took = time.perf_counter() - t0
+    except OSError as e:
+        raise InputError(f"{folder}: cannot time writing to it ({e.strerror or e})") from None
+    finally:
+        path.unlink(missing_ok=True)
+    return max(size // len(block), 1) * len(block) / took / 1e9
+
+
+def measure(
+    lm: LoadedModel, tokens: int, disk_gbps: float | None = None, write_gbps: float | None = None
+) -> machine.Rates:
+    """This machine's rates, timed on ``lm``, with the disk's read and write rates ``disk_gbps`` (:func:`disk_rate`)
+    and ``write_gbps`` (:func:`write_rate`; None: the rates stored before, or the shipped ones)."""
     rate = matmul_rate()
     return machine.Rates(
         attn_element=attention_element(lm, tokens, rate),
         write_work=write_work(rate),
         matmul_gflops=rate / 1e9,
         disk_gbps=machine.rates().disk_gbps if disk_gbps is None else disk_gbps,
+        write_gbps=machine.rates().write_gbps if write_gbps is None else write_gbps,
     )
 
 
-__all__ = ["attention_element", "disk_rate", "fastest", "matmul_rate", "measure", "tiny_llama", "write_work"]
+__all__ = [
+    "attention_element",
+    "disk_rate",
+    "write_rate",
+    "fastest",
+    "matmul_rate",
+    "measure",
+    "tiny_llama",
+    "write_work",
+]

@@ -174,6 +174,7 @@ class Plan:
     to_disk: bool = False
     disk_gbps: float = DISK_RATE / GB
     disk_from: str = "an assumed disk rate"
+    write_gbps: float = DEFAULTS.write_gbps
 
     @property
     def fits(self) -> bool:
@@ -189,6 +190,7 @@ class Plan:
             else "in memory: the weights fit the budget"
         )
         reading = self.read / (self.disk_gbps * GB)
+        writing = self.trace / (self.write_gbps * GB) if self.to_disk else 0.0
         texts = (
             f"{self.batch:,} texts of {self.tokens:,} tokens (one pass)"
             if self.batch > 1
@@ -209,7 +211,13 @@ class Plan:
             + ("the files once, the resident tensors at load, each layer as it runs" if self.streams else "at load"),
             f"  estimated time   ~{self.seconds:.3g} s",
             f"    reading        {reading:.3g} s at {self.disk_gbps:.3g} GB/s ({self.disk_from})",
-            f"    computing      {self.seconds - reading:.3g} s: {self.work / 1e12:.3g} TFLOP at {self.rates}",
+            *(
+                [f"    writing        {writing:.3g} s: the trace at {self.write_gbps:.3g} GB/s ({self.disk_from})"]
+                if self.to_disk
+                else []
+            ),
+            f"    computing      {self.seconds - reading - writing:.3g} s: {self.work / 1e12:.3g} TFLOP at "
+            f"{self.rates}",
         ]
 
     def __str__(self) -> str:
@@ -326,12 +334,15 @@ def _estimate(files: Files, run: _Run) -> Plan:
         width=sh.d_model,
         read=read,
         work=work,
-        seconds=read / (r.disk_gbps * GB) + work / (r.matmul_gflops * 1e9),
+        seconds=read / (r.disk_gbps * GB)
+        + work / (r.matmul_gflops * 1e9)
+        + (trace / (r.write_gbps * GB) if run.to_disk else 0.0),
         rates=rate_text,
         batch=B,
         to_disk=run.to_disk,
         disk_gbps=r.disk_gbps,
         disk_from=disk_from,
+        write_gbps=r.write_gbps,
     )
 
 
