@@ -276,8 +276,10 @@ def compare(args: argparse.Namespace) -> int:
 
 def plan_of(folder: Path, args: argparse.Namespace, points: list[str], disk_rate: float, where: Path) -> Any:
     """The plan of this run's batch, from the files alone, at this run's rates: ``disk_rate`` (bytes per second,
-    measured above), and the matrix-product rate and the write rate (to ``where``, the trace folder's disk) that
-    ``walklens calibrate`` measures."""
+    measured above), and the matrix-product rates (float32, bfloat16) and the write rate (to ``where``, the trace
+    folder's disk) that ``walklens calibrate`` measures."""
+    import torch
+
     from walklens.costs.calibration import DEFAULTS, Rates
     from walklens.costs.measure import matmul_rate, write_rate
     from walklens.costs.planning import plan
@@ -286,6 +288,7 @@ def plan_of(folder: Path, args: argparse.Namespace, points: list[str], disk_rate
         attn_element=DEFAULTS.attn_element,
         write_work=DEFAULTS.write_work,
         matmul_gflops=matmul_rate() / 1e9,
+        bf16_gflops=matmul_rate(dtype=torch.bfloat16) / 1e9,
         disk_gbps=disk_rate / 1e9,
         write_gbps=write_rate(where),
     )

@@ -82,7 +82,10 @@ def test_calibrate_writes_the_rates_the_cost_model_reads(cache, capsys):
     assert path.is_file() and "stored in" in out and "an attention score" in out
     stored = json.loads(path.read_text())
     got = quiet_rates()
-    assert got == M.Rates(stored["attn_element"], stored["write_work"], stored["matmul_gflops"]) != M.DEFAULTS
+    assert got == M.Rates(
+        stored["attn_element"], stored["write_work"], stored["matmul_gflops"], bf16_gflops=stored["bf16_gflops"]
+    )
+    assert got != M.DEFAULTS
     assert stored["threads"] >= 1 and stored["model"]
     assert all(math.isfinite(v) and v > 0 for v in (got.attn_element, got.write_work, got.matmul_gflops))
     after = C.forward_work(SHAPE, T), C.walk_need(SHAPE, T, C.WalkPlan(4, 4, 4, 5), json=True).work

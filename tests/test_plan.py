@@ -331,9 +331,13 @@ def test_the_time_is_counted_at_the_rates_given_or_calibrated(
 
     monkeypatch.setenv("WALKLENS_CACHE", str(tmp_path / "cache"))
     folder = saved_tiny("llama", "float32", tmp_path)
-    given = M.Rates(attn_element=1000.0, write_work=1000.0, matmul_gflops=2.0, disk_gbps=0.5, write_gbps=0.25)
+    given = M.Rates(
+        attn_element=1000.0, write_work=1000.0, matmul_gflops=2.0, disk_gbps=0.5, write_gbps=0.25, bf16_gflops=4.0
+    )
     p = plan(str(folder), tokens=8, rates=given)
     assert p.seconds == p.read / 0.5e9 + p.work / 2e9 and "at 0.5 GB/s (given)" in str(p) and "writing" not in str(p)
+    bf = plan(str(folder), tokens=8, rates=given, dtype="bfloat16")  # bfloat16 counted at its own matmul rate
+    assert bf.seconds == bf.read / 0.5e9 + bf.work / 4e9 and "4 GFLOP/s (bfloat16 matrix products" in str(bf)
     w = plan(str(folder), tokens=8, rates=given, to_disk=True)  # a trace folder: its bytes written at write_gbps
     assert w.seconds == p.seconds + p.trace / 0.25e9 and "the trace at 0.25 GB/s" in str(w)
     assert disk_rate(folder) > 0
@@ -348,6 +352,7 @@ def test_the_time_is_counted_at_the_rates_given_or_calibrated(
     assert code == 0 and "reading from disk" in out, err
     measured = M.rates().disk_gbps
     assert measured != M.DEFAULTS.disk_gbps and M.rates().write_gbps != M.DEFAULTS.write_gbps
+    assert M.rates().bf16_gflops != M.DEFAULTS.bf16_gflops and "bfloat16" in out
     later = plan(str(folder), tokens=8)
     assert f"({'walklens calibrate --disk'})" in str(later) and later.disk_gbps == measured
     code, _, err = _cli(capsys, "calibrate", "--tokens", "256", "--disk", str(tmp_path / "nowhere"))

@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         [name, _number(getattr(measured, key)), _number(getattr(machine.DEFAULTS, key)), unit]
         for name, key, unit in (
             ("matrix products", "matmul_gflops", "GFLOP/s"),
+            ("matrix products, bfloat16", "bf16_gflops", "GFLOP/s"),
             ("an attention score", "attn_element", "FLOP"),
             ("a byte of output", "write_work", "FLOP"),
             ("reading from disk", "disk_gbps", "GB/s"),

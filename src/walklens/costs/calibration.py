@@ -34,23 +34,28 @@ class Rates:
     in Python; ``matmul_gflops``: the matmul rate both are counted at (GFLOP per second on the threads a command
     runs), which turns work into time; ``disk_gbps`` and ``write_gbps``: the rates files are read from and written
     to disk at (GB per second; a plan's reading and trace-writing time), measured by ``walklens calibrate --disk
-    DIR`` (reading a model's own files; writing a file of its own in the walklens cache, synced)."""
+    DIR`` (reading a model's own files; writing a file of its own in the walklens cache, synced); ``bf16_gflops``:
+    the matmul rate in bfloat16 (a plan of a bfloat16 model counts its time at it: CPUs with AVX512-BF16 or AMX
+    multiply bfloat16 two or more times faster than float32)."""
 
     attn_element: float
     write_work: float
     matmul_gflops: float
     disk_gbps: float = 1.0
     write_gbps: float = 0.5
+    bf16_gflops: float = 30.0
 
 
 #: the shipped figures, used until ``walklens calibrate`` has measured a machine: an eager forward pass of
 #: smollm2-135m over 500-2,000 tokens took the time of 800-1,900 FLOP per score; building JSON in Python takes
 #: 1-2 us per number; one CPU core multiplies matrices at 30-100 GFLOP/s (the low end here); a plain SSD reads
 #: about 1 GB/s and writes half that (assumptions until ``--disk`` measures them)
-DEFAULTS = Rates(attn_element=1200.0, write_work=5000.0, matmul_gflops=30.0, disk_gbps=1.0, write_gbps=0.5)
+DEFAULTS = Rates(
+    attn_element=1200.0, write_work=5000.0, matmul_gflops=30.0, disk_gbps=1.0, write_gbps=0.5, bf16_gflops=30.0
+)
 
 #: the rates a file may lack (one written before they were measured): their shipped figures are used
-OPTIONAL = ("disk_gbps", "write_gbps")
+OPTIONAL = ("disk_gbps", "write_gbps", "bf16_gflops")
 
 #: the calibration file: the rates (finite, positive) and what they were measured on
 SCHEMA = Schema(

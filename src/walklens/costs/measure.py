@@ -42,10 +42,10 @@ def fastest(*runs: Callable[[], Any], min_seconds: float = MIN_SECONDS) -> list[
     return [min(took) for took in times]
 
 
-def matmul_rate(n: int = MATMUL_SIZE) -> float:
-    """FLOP per second of an [n, n] x [n, n] float32 product."""
+def matmul_rate(n: int = MATMUL_SIZE, dtype: torch.dtype = torch.float32) -> float:
+    """FLOP per second of an [n, n] x [n, n] product in ``dtype``."""
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    a, b = torch.randn(n, n, generator=g).to(dtype), torch.randn(n, n, generator=g).to(dtype)
     return 2 * n**3 / fastest(lambda: torch.mm(a, b))[0]
 
 
@@ -176,6 +176,7 @@ def measure(
         attn_element=attention_element(lm, tokens, rate),
         write_work=write_work(rate),
         matmul_gflops=rate / 1e9,
+        bf16_gflops=matmul_rate(dtype=torch.bfloat16) / 1e9,
         disk_gbps=machine.rates().disk_gbps if disk_gbps is None else disk_gbps,
         write_gbps=machine.rates().write_gbps if write_gbps is None else write_gbps,
     )

@@ -262,15 +262,17 @@ def _trace_points(files: Files, layers: int, patterns: Sequence[str] | None) -> 
 _PRE_NORM = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post")  # a pre-norm decoder layer's points
 
 
-def _rates_used(given: Rates | None) -> tuple[Rates, str, str]:
-    """The rates a plan counts at (``given``, else this machine's calibrated ones), and where the matmul rate and the
-    disk rate come from."""
+def _rates_used(given: Rates | None, dtype: torch.dtype) -> tuple[Rates, float, str, str]:
+    """The rates a plan counts at (``given``, else this machine's calibrated ones), the matmul rate of ``dtype``
+    (GFLOP/s: bfloat16's own, else float32's), and where the matmul rate and the disk rate come from."""
     r = rates() if given is None else given
+    gflops = r.bf16_gflops if dtype == torch.bfloat16 else r.matmul_gflops
+    kind = "bfloat16" if dtype == torch.bfloat16 else "float32"
     if given is not None:
-        return r, f"{r.matmul_gflops:.3g} GFLOP/s (given)", "given"
+        return r, gflops, f"{gflops:.3g} GFLOP/s ({kind} matrix products, given)", "given"
     source = "shipped default; walklens calibrate measures this machine's" if r is DEFAULTS else "walklens calibrate"
     disk = "walklens calibrate --disk" if r.disk_gbps != DEFAULTS.disk_gbps else "an assumed disk rate"
-    return r, f"{r.matmul_gflops:.3g} GFLOP/s ({source})", disk
+    return r, gflops, f"{gflops:.3g} GFLOP/s ({kind} matrix products, {source})", disk
 
 
 def _capture_costs(files: Files, run: _Run, sh: Shape) -> tuple[int, int, float, float]:
@@ -312,7 +314,7 @@ def _estimate(files: Files, run: _Run) -> Plan:
         if streamed
         else file_bytes(weights, all_keys)
     )
-    r, rate_text, disk_from = _rates_used(run.rates)
+    r, gflops, rate_text, disk_from = _rates_used(run.rates, run.dtype)
     return Plan(
         model=model_label(files.spec, run.dtype),
         dtype=dtype_name(run.dtype),
@@ -335,7 +337,7 @@ def _estimate(files: Files, run: _Run) -> Plan:
         read=read,
         work=work,
         seconds=read / (r.disk_gbps * GB)
-        + work / (r.matmul_gflops * 1e9)
+        + work / (gflops * 1e9)
         + (trace / (r.write_gbps * GB) if run.to_disk else 0.0),
         rates=rate_text,
         batch=B,
