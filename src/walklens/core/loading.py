@@ -11,6 +11,7 @@ anything loads (:mod:`walklens.base.precision`, docs/dtype.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -196,6 +197,12 @@ class LoadedModel:
         """Layer ``layer``'s per-head W_q, W_k, W_v, W_o (A.3), read from disk for a streamed model."""
         with self.held(layer, stack):
             return self.adapter.head_weights(self.model, layer, stack, cross)
+
+    @functools.cached_property
+    def head_shape(self) -> tuple[int, int]:
+        """Query heads per layer and a head's width d (layer 0's, A.3): found once per model."""
+        hw = self.head_weights(0)
+        return int(hw.n_heads), int(hw.d_head)
 
 
 def auto_model_class(adapter: Adapter | None) -> Any:

@@ -93,7 +93,7 @@ def parse_site(lm: LoadedModel, name: str) -> Site:
 
 def n_heads(lm: LoadedModel) -> int:
     """Query heads per layer."""
-    return int(lm.head_weights(0).n_heads)
+    return lm.head_shape[0]
 
 
 def out_projection(lm: LoadedModel, layer: int) -> nn.Module:

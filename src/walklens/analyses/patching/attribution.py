@@ -54,7 +54,7 @@ def attribution_grid(s: Setup, rec_clean: Recorded, rec_corr: Recorded) -> np.nd
         k: (torch.zeros_like(base.grad_of[k]) if gr is None else gr).detach().reshape(-1, T, _width(base, k))[base.row]
         for k, gr in zip(keys, grads)
     }  # [T, width]: the patched run's row of the pass (OPT's MLP output is [B T, D])
-    d = int(lm.head_weights(0).d_head)
+    d = lm.head_shape[1]
     m0 = float(m.detach())
     cols = [s.cell_positions(j) for j in range(len(s.positions))]
     p_base, p_src = [c[0] for c in cols], [c[1] for c in cols]

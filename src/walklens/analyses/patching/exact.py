@@ -253,7 +253,7 @@ def exact_grid(
     ``value``: the vector each cell receives (default: the source run's at the paired position)."""
     lm = s.lm
     base, source = s.base_and_source(rec_clean, rec_corr)
-    L, d = lm.n_layers, int(lm.head_weights(0).d_head)
+    L, d = lm.n_layers, lm.head_shape[1]
     raw = np.full((len(s.sites), len(s.positions)), np.nan)
     passes, work = 0, 0.0
     by_layer: dict[int, list[tuple[int, int]]] = {}

@@ -62,7 +62,7 @@ def patch_vector(
         raise InputError("a vector is patched into the corrupted run: the direction is denoise")
     v = _vector(vector, scale)
     s = setup(lm, clean, corrupted, paired=False, **cells)
-    d_head = int(lm.head_weights(0).d_head)
+    d_head = lm.head_shape[1]
     for site in s.sites:
         width = d_head if site.kind == "head" else lm.d_model
         if v.numel() != width:
