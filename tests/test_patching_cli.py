@@ -74,6 +74,8 @@ def test_attribution_reports_its_parity_card(model_dir, tmp_path, capsys) -> Non
         ([CORRUPT, "--max-work", "1e-12"], "TFLOP"),
         ([CORRUPT, "--sender", "L0.H1"], "both --sender and --receivers"),
         ([CORRUPT, "--sender", "L1.H1", "--receivers", "L0.resid_pre"], "after the sender"),
+        ([CORRUPT, "--stream", "--heads"], "patching runs on a model held in memory"),
+        ([CORRUPT, "--stream", "--attribution"], "patching runs on a model held in memory"),
     ],
 )
 def test_bad_input_one_line(model_dir, capsys, argv, words) -> None:

@@ -66,10 +66,17 @@ class Cell:
 
 
 def check_model(lm: LoadedModel) -> None:
-    """Refuse, in one line, a model patching does not run on: not decoder-only, or one shared layer (ALBERT)."""
+    """Refuse, in one line, a model patching does not run on: not decoder-only, one shared layer (ALBERT), or one
+    streamed layer by layer (a cell's pass finds its projection modules by their weights and starts at its layer
+    from stored state: the weights must be in memory)."""
     spec = lm.adapter.stack()
     if not lm.is_causal or lm.is_encoder_decoder or spec.shared_layer:
         raise UnsupportedFamilyError(f"{lm.adapter.family}: patching runs on decoder-only models without shared layers")
+    if lm.stream is not None:
+        raise InputError(
+            f"{lm.name}: patching runs on a model held in memory, not streamed layer by layer: load it with "
+            "stream=False (--no-stream) and a budget that holds its weights"
+        )
 
 
 def parse_site(lm: LoadedModel, name: str) -> Site:
