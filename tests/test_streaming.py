@@ -193,3 +193,24 @@ def test_a_worker_streams_the_model_its_driver_streams(tmp_path: Path) -> None:
     spec = ModelSpec.of(streamed)
     assert spec.stream and spec.load().stream is not None
     assert not ModelSpec.of(load_model(folder, progress=False, stream=False)).stream
+
+
+def test_generation_streamed_says_what_each_token_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each new token of a streamed model is one forward pass, one read of every layer (counted by the stream), and
+    ``walklens generate`` says so before it runs: the layers' bytes per token and in all."""
+    from walklens.analyses.decoding import decoding_walk
+    from walklens.cli import main
+    from walklens.costs import fmt_bytes
+
+    folder = str(saved_tiny("llama", "float32", tmp_path))
+    lm = load_model(folder, progress=False, stream=True)
+    layers = sum(lm.stream.file_bytes(p) for p in lm.stream.layers)
+    for n in (1, 4):
+        before = lm.stream.stats.bytes_read
+        decoding_walk(lm, TEXT, max_new_tokens=n)
+        assert lm.stream.stats.bytes_read - before == n * layers
+    assert main(["generate", TEXT, "--model", folder, "--stream", "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr()
+    said = " ".join((out.out + out.err).split())
+    assert f"each new token reads the layers again ({fmt_bytes(layers)}," in said
+    assert f"4 tokens read {fmt_bytes(4 * layers)}" in said

@@ -71,6 +71,18 @@ def _plan(lm: Any, prompt: str, target: str | None, args: argparse.Namespace) ->
     )
 
 
+def streamed_cost(lm: Any, steps: int) -> str:
+    """What generating ``steps`` tokens costs a model streamed layer by layer: each new token is one forward pass,
+    which reads every layer from disk again (the key/value cache is counted in the memory check before)."""
+    from ..costs import fmt_bytes
+    from ..costs.calibration import rates
+
+    layers = sum(lm.stream.file_bytes(p) for p in lm.stream.layers)
+    rate = rates().disk_gbps
+    per, total = f"{fmt_bytes(layers)}, ~{layers / rate / 1e9:.3g} s at {rate:.3g} GB/s", fmt_bytes(steps * layers)
+    return f"streamed layer by layer: each new token reads the layers again ({per}); {steps} tokens read {total}"
+
+
 def run(args: argparse.Namespace) -> int:
     from ..analyses.decoding import decoding_walk
 
@@ -82,6 +94,11 @@ def run(args: argparse.Namespace) -> int:
     target = read_text(args.target) if args.target is not None else None
     lm = load(args)
     _plan(lm, prompt, target, args)
+    if lm.stream is not None:
+        steps = (
+            args.max_new_tokens if target is None else len(lm.tokenizer(target, add_special_tokens=False)["input_ids"])
+        )
+        say(console(args), streamed_cost(lm, steps))
     dw = decoding_walk(
         lm,
         prompt,
