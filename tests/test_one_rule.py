@@ -115,6 +115,27 @@ def _root(tmp: Path) -> Path:
     return tmp / "root" / "docs" / "results"
 
 
+@_input("vector")
+def _vector(tmp: Path) -> Path:
+    import numpy as np
+
+    np.save(tmp / "v.npy", np.ones(8, dtype=np.float32))
+    return tmp / "v.npy"
+
+
+@_input("disk")
+def _disk(tmp: Path) -> Path:
+    (tmp / "m").mkdir()
+    (tmp / "m" / "model.safetensors").write_bytes(b"\0" * 64)
+    return tmp / "m"
+
+
+@_input("patch")
+def _patch(tmp: Path) -> Path:
+    (tmp / "grid.json").write_text("{}")
+    return tmp / "grid.json"
+
+
 @_input("$WALKLENS_CACHE")
 def _walklens_cache(tmp: Path) -> Path:
     """walklens' own cache (derived adapters, de-quantised GGUF): an input of every command."""

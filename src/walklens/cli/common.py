@@ -165,6 +165,8 @@ PATH_INPUTS = {
     "file": "FILE",
     "corpus": "--corpus",
     "summary": "--summary",
+    "vector": "--vector",
+    "disk": "--disk",
 }
 #: The files SQLite keeps beside a database while it is open.
 SQLITE_SIDECARS = ("-wal", "-shm", "-journal")

@@ -124,10 +124,10 @@ def checked(doc: Any, where: str = "the document") -> list[dict[str, Any]]:
             n = _lists(d, "layers restored restored_raw", None, at)
             _lists(d, "levels", None, at), _lists(d, "readings", None, at)
             for j, r in enumerate(d["readings"]):
-                _checked(r, DOCUMENTS[kind].fields["readings"].of, f"{at}.readings[{j}]")  # type: ignore[union-attr]
+                _checked(r, DOCUMENTS[kind].fields["readings"].of, f"{at}.readings[{j}]")  # type: ignore[union-attr]  # a list field's Record
                 _lists(r, "ranks", n, f"{at}.readings[{j}]")
             for j, lv in enumerate(d["levels"]):
-                _checked(lv, DOCUMENTS[kind].fields["levels"].of, f"{at}.levels[{j}]")  # type: ignore[union-attr]
+                _checked(lv, DOCUMENTS[kind].fields["levels"].of, f"{at}.levels[{j}]")  # type: ignore[union-attr]  # a list field's Record
     return docs
 
 
