@@ -54,3 +54,18 @@ def test_walk_need_adds_the_matrix_to_the_reading() -> None:
     sh = C.model_shape(tiny_model("llama"))
     plan = C.WalkPlan(points=4, captured=4, shown=4, k=5)
     assert C.walk_need(sh, 16, plan, matrix=3e11).memory > 3e11 > C.walk_need(sh, 16, plan).memory
+
+
+def test_the_explorers_walk_view_counts_the_rows_its_model_holds() -> None:
+    """The explorer checks a walk view against the budget with the loaded model's own token rows: a bfloat16 model in
+    memory holds the float32 copies the walk reads, which its shape now carries into the estimate."""
+    from dataclasses import replace
+
+    from walklens.server.bounds import VIEW_COSTS
+    from walklens.server.state import Explorer
+
+    lm = tiny_model("llama", dtype="bfloat16")
+    sh = Explorer({"llama": lm}).shape("llama")
+    assert sh.walk_rows == walk_matrix_bytes(lm) > lm.embedding_matrix().numel() * 4
+    with_rows, without = VIEW_COSTS["walk"](sh, 16), VIEW_COSTS["walk"](replace(sh, walk_rows=0.0), 16)
+    assert with_rows.memory - without.memory == walk_matrix_bytes(lm)

@@ -183,6 +183,7 @@ class Shape:
     stacks: int
     points: int  # captured points per stack (all of them)
     causal: bool
+    walk_rows: float = 0.0  # float32 token rows a walk of the loaded model holds (walks.walk_matrix_bytes); 0: unknown
 
 
 def model_shape(lm: LoadedModel) -> Shape:
