@@ -181,6 +181,18 @@ def main() -> None:
         default="float32",
         help="the dtype both sides run in (bfloat16: also each side's float32 picks, for agreement)",
     )
+    ap.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help="smollm2-135m (its de-quantized folder is what lm-eval reads) or a safetensors folder both sides read, "
+        "e.g. a random-weight model of real shape (python -m walklens.testing.shapes llama-3.1-8b DIR)",
+    )
+    ap.add_argument(
+        "--stream", action="store_true", help="walklens runs the model layer by layer (lm-eval holds it in memory)"
+    )
+    ap.add_argument(
+        "--no-float32", action="store_true", help="with --dtype bfloat16: skip both sides' float32 reference runs"
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -190,8 +202,9 @@ def main() -> None:
     from walklens.lab.hellaswag.data import load_hellaswag
 
     items = load_hellaswag(limit=args.n)
-    lm = walklens.load_model("smollm2-135m", dtype=args.dtype)
-    model_dir = _gguf_cache_path(NAMED_MODELS["smollm2-135m"]())
+    named = args.model in NAMED_MODELS
+    lm = walklens.load_model(args.model, dtype=args.dtype, stream=True if args.stream else None, progress=False)
+    model_dir = _gguf_cache_path(NAMED_MODELS[args.model]()) if named else Path(args.model)
     tdtype = getattr(torch, args.dtype)
     peak = matmul_flops(dtype=tdtype)
     wl = walklens_baseline(lm, items)
@@ -199,8 +212,10 @@ def main() -> None:
     useful = 2 * wl["params"] * wl["tokens"] / wl["seconds"]
     out: dict = {
         "n": len(items),
-        "model": "smollm2-135m",
+        "model": args.model,
         "model_dir": str(model_dir),
+        "walklens_streamed": lm.stream is not None,
+        "walklens_bytes_read": None,
         "dtype": args.dtype,
         "walklens": {k: v for k, v in wl.items() if k != "predictions"},
         f"matmul_{args.dtype}_flops": peak,
@@ -216,9 +231,11 @@ def main() -> None:
         f"useful FLOP/s {useful / 1e9:.2f} G / {args.dtype} 2048^2 matmul {peak / 1e9:.2f} G = ratio "
         f"{useful / peak:.3f}"
     )
-    reduced = args.dtype != "float32"
+    if lm.stream is not None:
+        out["walklens_bytes_read"] = lm.stream.stats.bytes_read
+    reduced = args.dtype != "float32" and not args.no_float32
     if reduced:  # the same items in float32: the reference for this side's agreement
-        wl32 = walklens_baseline(walklens.load_model("smollm2-135m"), items)
+        wl32 = walklens_baseline(walklens.load_model(args.model), items)
         out["walklens"]["agreement_with_float32"] = agreement(wl["predictions"], wl32["predictions"])
         out["walklens"]["float32_seconds"] = wl32["seconds"]
         print(
