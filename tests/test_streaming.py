@@ -214,3 +214,24 @@ def test_generation_streamed_says_what_each_token_reads(tmp_path: Path, capsys: 
     said = " ".join((out.out + out.err).split())
     assert f"each new token reads the layers again ({fmt_bytes(layers)}," in said
     assert f"4 tokens read {fmt_bytes(4 * layers)}" in said
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_hellaswag_baseline_streamed_equals_in_memory(dtype: str, tmp_path: Path) -> None:
+    """The baseline's packed scoring (oneDNN-prepacked linears in bfloat16) on a streamed model: the same
+    log-likelihoods bit for bit as in memory, each layer read once per packed batch (its weights, read inside
+    inference mode, are prepacked afresh at each read, never kept)."""
+    from walklens.lab.experiments.runner import baseline_scorer, run_test
+    from walklens.lab.experiments.runsetup import RunSetup
+    from walklens.lab.hellaswag.data import load_hellaswag
+
+    folder = str(saved_tiny("qwen3", "float32", tmp_path))  # an untied head: a resident nn.Linear, prepacked
+    items = load_hellaswag(limit=3)
+    quiet = RunSetup(progress=False)
+    runs = []
+    for stream in (False, True):
+        lm = load_model(folder, dtype=dtype, progress=False, stream=stream)
+        run_test(lm, items[:1], baseline_scorer(), quiet)  # a first pass (a warm-up), then the items
+        runs.append(run_test(lm, items, baseline_scorer(), quiet))
+    whole, streamed = ([r.scores for r in run.results] for run in runs)
+    assert whole == streamed and len(whole) == 3

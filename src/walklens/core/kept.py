@@ -27,7 +27,11 @@ def weight_key(source: torch.Tensor) -> tuple[Any, ...]:
 
 def kept(owner: object, name: str, source: torch.Tensor, make: Callable[[], T]) -> T:
     """``make()``, derived from the weight ``source`` and kept under ``owner`` and ``name`` while ``source`` is
-    unchanged (:func:`weight_key`); ``owner`` must allow weak references (a module does)."""
+    unchanged (:func:`weight_key`); ``owner`` must allow weak references (a module does).  An inference tensor (a
+    streamed layer's weight, read inside ``torch.inference_mode``) has no version counter: derived afresh each time,
+    never kept (the next read of the layer may reuse its storage with other values)."""
+    if source.is_inference():
+        return make()
     key = weight_key(source)
     per_owner = _KEPT.setdefault(owner, {})
     hit = per_owner.get(name)
