@@ -53,8 +53,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _plan(lm: Any, prompt: str, target: str | None, args: argparse.Namespace) -> None:
-    """Refuse, before the prompt's forward pass, a walk over the limits."""
+def _plan(lm: Any, prompt: str, target: str | None, args: argparse.Namespace) -> int:
+    """Refuse, before the prompt's forward pass, a walk over the limits; the steps it will take."""
     from ..costs import fit_hint, generate_need, model_shape
     from .limits import check, check_context, text_tokens
 
@@ -69,6 +69,7 @@ def _plan(lm: Any, prompt: str, target: str | None, args: argparse.Namespace) ->
     check(
         need(T), args, f"a decoding walk from a prompt of {T} tokens ({steps} steps)", fit_hint(need, args, T, "prompt")
     )
+    return steps
 
 
 def streamed_cost(lm: Any, steps: int) -> str:
@@ -93,11 +94,8 @@ def run(args: argparse.Namespace) -> int:
     prompt = read_text(args.prompt)
     target = read_text(args.target) if args.target is not None else None
     lm = load(args)
-    _plan(lm, prompt, target, args)
+    steps = _plan(lm, prompt, target, args)
     if lm.stream is not None:
-        steps = (
-            args.max_new_tokens if target is None else len(lm.tokenizer(target, add_special_tokens=False)["input_ids"])
-        )
         say(console(args), streamed_cost(lm, steps))
     dw = decoding_walk(
         lm,
