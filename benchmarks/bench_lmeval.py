@@ -267,10 +267,14 @@ def main() -> None:
             max_ll_diff = max(
                 abs(x - y) for a, b in zip(wl["predictions"], le["predictions"]) for x, y in zip(a["ll"], b["ll"])
             )
+            differ = {
+                m: sum(a[m] != b[m] for a, b in zip(wl["predictions"], le["predictions"])) for m in ("acc", "acc_norm")
+            }
             ratio = (len(items) / wl["seconds"]) / (le["n"] / le["seconds"])
             row = {k: v for k, v in le.items() if k != "predictions"}
             row.update(
                 same_predictions=same_preds,
+                picks_differ=differ,
                 max_loglik_diff=max_ll_diff,
                 items_per_s_ratio=ratio,
                 identical_acc=(wl["acc"] == le["acc"] and wl["acc_norm"] == le["acc_norm"]),
@@ -292,7 +296,8 @@ def main() -> None:
             print(
                 f"lm-eval (batch {batch}): {le['n']} items in {le['seconds']:.1f} s = "
                 f"{le['n'] / le['seconds']:.2f} items/s; acc {le['acc']:.4f} acc_norm {le['acc_norm']:.4f}; "
-                f"identical acc/acc_norm: {row['identical_acc']}; identical per-item picks: {same_preds}; "
+                f"identical acc/acc_norm: {row['identical_acc']}; identical per-item picks: {same_preds} (items that "
+                f"differ: {differ['acc']} by acc, {differ['acc_norm']} by acc_norm); "
                 f"max |loglik diff| {max_ll_diff:.2e}"
             )
             print(f"items/s ratio walklens / lm-eval batch {batch} = {ratio:.2f} (target >= 2.5)")

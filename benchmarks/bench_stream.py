@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm", action="store_true", help="leave the weights in the page cache (read once first)")
     ap.add_argument("--in-memory", action="store_true", help="load every weight in memory (no stream): the reference")
     ap.add_argument(
+        "--no-read-ahead", action="store_true", help="no read-ahead advice for the next layer (LayerStream.prefetch)"
+    )
+    ap.add_argument(
         "--compare", action="store_true", help="run in memory, then streamed (two processes), and compare: fits mode"
     )
     args = ap.parse_args(argv)
@@ -162,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     io0, t0 = proc_io(), time.perf_counter()
     lm = load_model(str(folder), dtype=args.dtype, stream=not args.in_memory, progress=False)
     t_load = time.perf_counter() - t0
+    if lm.stream is not None and args.no_read_ahead:
+        lm.stream.prefetch = False
     seqs = [lm.tokenizer(t)["input_ids"][: args.tokens] for t in texts(args.prompts)]
     s1 = lm.stream.stats.bytes_read if lm.stream else 0
     io1 = proc_io()
@@ -220,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         **plan_check(planned, rss0, peak_pass, t_load + t_pass, io2["read_bytes"] - io0["read_bytes"], kept),
         **cgroup_report(group),
         "torch_threads": torch.get_num_threads(),
+        "read_ahead": lm.stream.prefetch,
     }
     return report(out, args.json)
 

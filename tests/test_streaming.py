@@ -52,6 +52,50 @@ def test_each_weight_is_read_once_per_batch(tmp_path: Path) -> None:
     assert stream.resident_file_bytes() > 0
 
 
+def test_each_layer_advises_the_kernel_to_read_the_next_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While layer l runs, layer l + 1's byte ranges (the first layer's after the last) are advised to the page
+    cache, file by file, joined where they touch; nothing is advised with ``prefetch`` off."""
+    import os
+
+    from walklens.core import streaming
+
+    lm = load_model(str(saved_tiny("llama", "float32", tmp_path)), progress=False, stream=True)
+    stream = lm.stream
+    assert stream is not None and len(stream.layers) >= 2
+    advised: list[tuple[str, int, int]] = []
+    real = os.posix_fadvise
+
+    def record(fd: int, offset: int, length: int, advice: int) -> None:
+        assert advice == os.POSIX_FADV_WILLNEED
+        advised.append((os.readlink(f"/proc/self/fd/{fd}"), offset, offset + length))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    walklens.capture(lm, TEXT)
+    streaming._advisor().submit(lambda: None).result()  # the advice given so far has run
+
+    def spans(part: str) -> list[tuple[str, int, int]]:
+        by_file: dict[str, list[tuple[int, int]]] = {}
+        for key in stream.sources[part]:
+            e = stream.weights.entries[key]
+            by_file.setdefault(str(Path(e.path).resolve()), []).append((e.begin, e.end))
+        return [(f, b, e) for f, r in by_file.items() for b, e in streaming.merged_spans(r)]
+
+    order = list(stream.layers)
+    assert advised == [s for p in [*order[1:], order[0]] for s in spans(p)]
+    stream.prefetch = False
+    advised.clear()
+    walklens.capture(lm, TEXT)
+    streaming._advisor().submit(lambda: None).result()
+    assert advised == []
+
+
+def test_touching_byte_ranges_are_joined() -> None:
+    from walklens.core.streaming import merged_spans
+
+    assert merged_spans([(10, 20), (0, 10), (30, 40), (35, 50), (60, 61)]) == [(0, 20), (30, 50), (60, 61)]
+
+
 def test_a_held_layer_reads_its_weights_once(tmp_path: Path) -> None:
     lm = load_model(str(saved_tiny("llama", "float32", tmp_path)), progress=False, stream=True)
     stream = lm.stream
