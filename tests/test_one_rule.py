@@ -195,6 +195,7 @@ BASE: dict[str, list[str]] = {
     "hellaswag compaction": ["--out", "{outdir}"],
     "report": ["--db", "{db}"],
     "hellaswag folds": ["--test", "2", "--summary", "{summary}"],
+    "hellaswag selection": ["--test", "2", "--summary", "{summary}"],
     "hellaswag pools": ["--shots", "1"],
 }
 #: Inputs a command takes only together with other options (in place of BASE).

@@ -114,6 +114,7 @@ def written(r: dict[str, Any]) -> dict[str, tuple[str, Any]]:
         "steercard.document": ("steering_card", card_report.document(card)),
         "steercard.view": ("parts", card_report.view(card)),
         "folds.picks_document": ("folds", _folds_document()),
+        "selection.selection_document": ("selection", _selection_document()),
         "PatchResult.document": ("patching", r["PatchResult"].document()),
         "WalkBeside.document": ("walk_beside", r["WalkBeside"].document()),
     }
@@ -128,6 +129,16 @@ def _folds_document() -> dict[str, Any]:
                       {"shuffled": {"acc": [1] * 10}})  # fmt: skip
     head = {k: "x" for k in ("model", "summary_model", "test", "shots", "data", "pool", "command")}
     return picks_document(picks, plan, head, {"acc": {"kfold": {"acc": 1.0}}})
+
+
+def _selection_document() -> dict[str, Any]:
+    """``walklens hellaswag selection``'s document for 4 items and two schemes (a pure function of the picks)."""
+    from walklens.lab.experiments.selection import Ranked, SelectionPicks, selection_document
+
+    picks = SelectionPicks(list(range(4)), [0] * 4, {"acc": [0] * 4, "acc_norm": [1] * 4},
+                           {s: {"acc": [0] * 4, "acc_norm": [2] * 4} for s in ("a", "b")})  # fmt: skip
+    head = {k: "x" for k in ("model", "summary_model", "test", "shots", "data", "pool", "metric", "command")}
+    return selection_document(picks, [Ranked(1, "a", 0.5), Ranked(2, "b", 0.4)], {**head, "chosen_on": 4, "skip": 4})
 
 
 def test_every_document_writes_exactly_its_declared_fields(every_result: dict[str, Any]) -> None:
@@ -378,7 +389,7 @@ def test_the_claims_schemas_are_parts_of_the_documents() -> None:
         sc.SELF_RANK_DOC: ("self_rank",), sc.SELF_RANK: ("self_rank", "stacks", "[]"),
         sc.RANK_SUMMARY: ("self_rank", "stacks", "[]", "summary"), sc.CONCEPT_DOC: ("concept_eval",),
         sc.COMPARISON: ("concept_eval", "comparisons", "{}"), sc.HELDOUT_PICKS: ("hellaswag_run",),
-        sc.FOLDS_DOC: ("folds",), sc.STANDARD: ("sweep", "runs", "[]", "metrics", "{}", "standard"),
+        sc.FOLDS_DOC: ("folds",), sc.SELECTION_DOC: ("selection",), sc.STANDARD: ("sweep", "runs", "[]", "metrics", "{}", "standard"),
     }  # fmt: skip
     declared = {v for k, v in vars(sc).items() if k.isupper() and isinstance(v, sc._Schema)}
     assert declared == set(parts), f"not mapped to a document: {[x.name for x in declared - set(parts)]}"

@@ -81,7 +81,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 #: command -> the modules that add sub-commands to it (``register_<command>``), imported with it
-EXTENDERS: dict[str, tuple[str, ...]] = {"hellaswag": ("compact", "sweep")}
+EXTENDERS: dict[str, tuple[str, ...]] = {"hellaswag": ("compact", "selection", "sweep")}
 
 
 def build_parser(command: str | None = "*") -> argparse.ArgumentParser:

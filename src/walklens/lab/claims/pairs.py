@@ -23,7 +23,9 @@ from ...analyses.chance import wilson
 from ...base.errors import InputError
 from ..experiments.folds import FOLDS_FIELDS
 from ..experiments.heldout import corrected, corrected_interval, paired_test, ratio_interval
+from ..experiments.selection import SELECTION_FIELDS
 from .base import Measured
+from .rules import ALPHA
 
 #: the controls a row may show, in their order (walklens.lab.concepts.controls.CONTROLS)
 CONTROLS = ("ending", "shuffled", "random")
@@ -154,4 +156,68 @@ def scheme_picks(path: Path, select: Mapping[str, Any]) -> Measured:
     return Measured(str(doc["model"]), len(gold), facts["acc"], facts["lo"], facts["hi"], head + text, facts)
 
 
-__all__ = ["FOLDS_FIELDS", "CONTROLS", "fold_picks", "paired_facts", "scheme_picks"]
+def holm(ps: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values of ``ps`` (in their order): the ``i``-th smallest times ``m - i``, made
+    non-decreasing, at most 1.  Four lines, so written here rather than taken from statsmodels (not a dependency)."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    out, running = [0.0] * len(ps), 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - k) * ps[i]))
+        out[i] = running
+    return out
+
+
+def selection_picks(path: Path, select: Mapping[str, Any]) -> Measured:
+    """From ``walklens hellaswag selection --json``: the sweep's top schemes in sample, each scored on the held-out
+    items beside the baseline; per scheme the exact McNemar test against it, Holm-adjusted over the schemes.  The
+    facts: how many are below and above the baseline after the adjustment, the spread of their held-out accuracies
+    and chance-corrected ratios, and where the in-sample best lands held out."""
+    doc = sc.SELECTION_DOC.check(sc.load_json(path), str(path))
+    metric, n = str(doc["metric"]), int(doc["n"])
+    where = f"{path} {metric}"
+    gold = _digits(doc["gold"], n, f"{path} gold")
+    base = _digits(sc.key(doc["baseline"], metric, f"{path} baseline", "metric"), n, f"{where} baseline")
+    z = base == gold
+    rows = []
+    for j, s in enumerate(doc["schemes"]):
+        if not isinstance(s, dict) or not isinstance(s.get("picks"), dict) or not isinstance(s.get("rank"), int):
+            raise InputError(f"{path} schemes[{j}]: must hold its rank and picks")
+        a = _digits(sc.key(s["picks"], metric, f"{path} schemes[{j}].picks", "metric"), n, f"{where} schemes[{j}]")
+        a = a == gold
+        rows.append((int(s["rank"]), float(a.mean()), paired_test(a, z)))
+    if not rows:
+        raise InputError(f"{path}: no scheme")
+    adjusted = holm([r[2].p for r in rows])
+    below = sum(p < ALPHA and r[2].diff < 0 for r, p in zip(rows, adjusted))
+    above = sum(p < ALPHA and r[2].diff > 0 for r, p in zip(rows, adjusted))
+    accs = [r[1] for r in rows]
+    b = float(z.mean())
+    ccs = [corrected(x, b) for x in accs]
+    first = next(r for r in rows if r[0] == min(q[0] for q in rows))
+    rank_held = 1 + sum(x > first[1] for x in accs)
+    facts = {"schemes": float(len(rows)), "below": float(below), "above": float(above), "baseline": b,
+             "acc_min": min(accs), "acc_max": max(accs), "cc_min": min(ccs), "cc_max": max(ccs),
+             "first_heldout_rank": float(rank_held), "holm_p_max": max(adjusted), "picks": 1.0}  # fmt: skip
+    best = max(range(len(rows)), key=lambda i: accs[i])
+    text = (
+        f"{doc['model']}, Test {doc['test']}, {doc['shots']}-shot, {metric}, the {len(rows)} best schemes in sample "
+        f"(items 0-{int(doc['chosen_on']) - 1}), each scored on n={n:,} held-out items: acc {min(accs):.3f} to "
+        f"{max(accs):.3f} (chance-corrected {min(ccs):.2f} to {max(ccs):.2f}) vs baseline {b:.3f}; the in-sample "
+        f"best ranks {rank_held} of {len(rows)} held out; the held-out best (in-sample rank {rows[best][0]}) "
+        f"{rows[best][1]:.3f}, paired vs baseline {rows[best][2].diff:+.3f} [{rows[best][2].lo:+.3f}, "
+        f"{rows[best][2].hi:+.3f}]; {below} below and {above} above the baseline (McNemar, Holm over the "
+        f"{len(rows)}, level {ALPHA})"
+    )
+    return Measured(str(doc["model"]), n, max(accs), min(accs), max(accs), text, facts)
+
+
+__all__ = [
+    "CONTROLS",
+    "FOLDS_FIELDS",
+    "SELECTION_FIELDS",
+    "fold_picks",
+    "holm",
+    "paired_facts",
+    "scheme_picks",
+    "selection_picks",
+]

@@ -18,7 +18,7 @@ from ...base.numbers import Range
 from ..experiments.heldout import corrected
 from ..steeringcard import CardChoice, SteeringCard
 from .base import BAND_ALPHA, CARD_CONTROL, CARD_OTHERS, Measured
-from .pairs import fold_picks, scheme_picks
+from .pairs import fold_picks, scheme_picks, selection_picks
 
 # ---- reading the result files ------------------------------------------------------------------------------------
 
@@ -473,6 +473,7 @@ def concept_eval(path: Path, select: Mapping[str, Any]) -> Measured:
 MEASURES: dict[str, Callable[[Path, Mapping[str, Any]], Measured]] = {
     "scheme_picks": scheme_picks,
     "fold_picks": fold_picks,
+    "selection_picks": selection_picks,
     "self_bias": self_bias,
     "self_rank": self_rank,
     "concept_eval": concept_eval,

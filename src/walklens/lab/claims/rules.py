@@ -291,7 +291,21 @@ def _concept_eval(m: Measured, target: float | None) -> str:
     return say("not reproduced", "the concept score does not separate own from off-topic continuations")
 
 
+def _selection_below(m: Measured, target: float | None) -> str:
+    """The seed's best scheme, not one pick: every one of the sweep's top schemes in sample stays below the
+    ordinary run held out (exact McNemar on the same items, Holm-adjusted over the schemes)."""
+    k, below, above = int(m.facts["schemes"]), int(m.facts["below"]), int(m.facts["above"])
+    if above:
+        return say("not reproduced", f"{above} of the {k} best schemes score above the baseline held out")
+    if below == k:
+        return say("reproduced", f"all {k} best schemes stay below the baseline held out (Holm p <= "
+                                 f"{m.facts['holm_p_max']:.2g})")  # fmt: skip
+    return say("not decided", f"{below} of the {k} best schemes below the baseline held out after Holm's "
+                              "correction, none above")  # fmt: skip
+
+
 RULES: dict[str, Callable[[Measured, float | None], str]] = {
+    "selection_below": _selection_below,
     "self_bias": _self_bias,
     "self_rank": _self_rank,
     "concept_eval": _concept_eval,

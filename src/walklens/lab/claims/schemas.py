@@ -109,6 +109,12 @@ FOLDS_DOC = _doc("fold picks", _str("model"), _int("test", Range(1, 2, integer=T
                  _int("n", POSITIVE), _str("gold", MAX_ROWS), _obj("baseline"), _obj("heldout"), _obj("controls"),
                  _obj("fold_schemes"), _obj("kfold_acc_report"))  # fmt: skip
 
+# ---- walklens hellaswag selection --json: a sweep's top schemes in sample, each held out item by item --------------
+
+SELECTION_DOC = _doc("selection picks", _str("model"), _int("test", Range(1, 2, integer=True)), _int("shots"),
+                     _str("metric", 20), _int("chosen_on", POSITIVE), _int("skip", POSITIVE), _int("n", POSITIVE),
+                     _str("gold", MAX_ROWS), _obj("baseline"), _list("schemes"))  # fmt: skip
+
 # ---- walklens hellaswag compaction: curves.csv (its columns) and curves.json -------------------------------------
 
 COMPACTION_POINT = _doc("compaction point", _int("shots"), _str("strategy"), _str("ratio", 40, nullable=True),
