@@ -119,5 +119,11 @@ def _print(con: Any, out: dict[str, Any]) -> None:
         f"{out['model']}, Test {out['test']}, {out['shots']}-shot, {metric}: the sweep's best in sample, held out "
         f"beside the baseline {base.mean():.4f} [{lo:.3f}, {hi:.3f}] on the same n={out['n']:,} items"
     )
-    cols = [Col("rank"), Col("in sample"), Col(escape("held out [95% Wilson]")), Col("paired p"), Col("scheme")]
+    cols = [
+        Col("rank"),
+        Col("in sample"),
+        Col(escape("held out [95% Wilson]")),
+        Col("paired p"),
+        Col("scheme", wrap=True),
+    ]
     print_table(con, title, cols, [[escape(c) for c in r] for r in rows])
