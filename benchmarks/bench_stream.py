@@ -241,12 +241,18 @@ def report(out: dict[str, Any], path: str | None) -> int:
 def compare(args: argparse.Namespace) -> int:
     """Fits mode: the same batch in memory, then streamed with the weights in the page cache (each in its own
     process, so each peak is its own); the records compared bit for bit, the time and peak memory as ratios."""
-    import subprocess
     import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="walklens-bench-compare-") as folder:  # two traces: gigabytes, removed
+        return _compare_in(args, Path(folder))
+
+
+def _compare_in(args: argparse.Namespace, tmp: Path) -> int:
+    """:func:`compare` with its two trace folders under ``tmp``."""
+    import subprocess
 
     from safetensors.torch import load_file
 
-    tmp = Path(tempfile.mkdtemp())
     common = [sys.executable, __file__, args.model, "--prompts", str(args.prompts), "--tokens", str(args.tokens)]
     common += ["--points", args.points, "--dtype", args.dtype, "--no-cgroup", "--warm", "--walk-points", ""]
     runs = {}

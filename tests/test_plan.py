@@ -180,13 +180,29 @@ def test_a_real_shape_is_planned_from_its_files_alone(qwen: Path, monkeypatch: p
     assert "GFLOP/s" in text and "1 GB/s (an assumed disk rate)" in text
 
 
+def test_a_family_that_fuses_tensors_at_load_counts_its_copy() -> None:
+    """transformers fuses Qwen3-MoE's and Mixtral's experts at load (a copy of the layer whatever the dtype); Llama's
+    and Qwen3's tensors are used as stored."""
+    from transformers import AutoConfig
+
+    from walklens.costs.planning import _fuses
+
+    fused = {t: _fuses(AutoConfig.for_model(t)) for t in ("qwen3_moe", "mixtral", "llama", "qwen3", "gemma3_text")}
+    assert fused == {"qwen3_moe": True, "mixtral": True, "llama": False, "qwen3": False, "gemma3_text": False}
+
+
 def test_a_budget_below_the_weights_streams_and_one_below_the_smallest_is_refused(
     qwen: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _no_tensor_read(monkeypatch)
     stream = plan(str(qwen), tokens=1, dtype="bfloat16", stream=True, max_memory=1.0)
-    assert stream.smallest == stream.resident + stream.layer_file + stream.layer + stream.activations
+    # a layer used as stored (bfloat16 files, bfloat16 run, no fused conversion) is a view of the map: no copy
+    assert stream.converted == 0 and "used as stored: no copy" in str(stream)
+    assert stream.smallest == stream.resident + stream.layer_file + stream.activations
     assert stream.peak == stream.smallest and stream.read == stream.files
+    cast = plan(str(qwen), tokens=1, dtype="float32", stream=True, max_memory=1.0)  # every tensor cast: a copy
+    assert cast.converted == cast.layer == 2 * cast.layer_file and f"{fmt_bytes(cast.layer)} converted" in str(cast)
+    assert cast.smallest == cast.resident + cast.layer_file + cast.layer + cast.activations
     budget = math.ceil(stream.smallest / 1e3) / 1e6  # GB, rounded up to a kB
     p = plan(str(qwen), tokens=1, dtype="bfloat16", max_memory=budget)
     assert p.streams and budget * GB < 1.1 * p.weights and p.fits

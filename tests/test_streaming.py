@@ -90,6 +90,33 @@ def test_each_layer_advises_the_kernel_to_read_the_next_one(tmp_path: Path, monk
     assert advised == []
 
 
+def _mapped_file(address: int) -> str | None:
+    """The file mapped at ``address`` in this process (/proc/self/maps), None for anonymous memory."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        span, *rest = line.split(maxsplit=5)
+        lo, hi = (int(x, 16) for x in span.split("-"))
+        if lo <= address < hi:
+            path = rest[4] if len(rest) > 4 else ""
+            return path if path.startswith("/") else None
+    return None
+
+
+def test_a_layer_is_a_view_of_the_files_and_the_resident_tensors_are_read(tmp_path: Path) -> None:
+    """A streamed layer's weights are views of a map of the shard (nothing copied out of the page cache), equal to
+    the weights in memory; the resident tensors are read into anonymous memory, which the budget counts."""
+    folder = saved_tiny("llama", "bfloat16", tmp_path)
+    lm = load_model(str(folder), dtype="bfloat16", progress=False, stream=True)
+    whole = load_model(str(folder), dtype="bfloat16", progress=False, stream=False)
+    stream = lm.stream
+    assert stream is not None
+    shard = str((folder / "model.safetensors").resolve())
+    with stream.held("model.layers.1"):
+        w = stream.layers["model.layers.1"].mlp.down_proj.weight
+        assert _mapped_file(w.data_ptr()) == shard
+        assert torch.equal(w, whole.model.model.layers[1].mlp.down_proj.weight)
+    assert _mapped_file(lm.model.model.embed_tokens.weight.data_ptr()) is None
+
+
 def test_touching_byte_ranges_are_joined() -> None:
     from walklens.core.streaming import merged_spans
 

@@ -1,21 +1,22 @@
 """Models larger than memory: the layers' weights read from the safetensors files when a layer runs, released after.
 
 A streamed model is the model's own module tree built with its parameters on the ``meta`` device (buffers real:
-accelerate's ``init_empty_weights``), so nothing of its weights is allocated.  What is outside the layers (the
-embedding, the final norm, the head, the rotary tables) is read once and stays.  Each layer of each stack gets a
-forward pre-hook that reads its tensors from the checkpoint (plain reads at the offsets the safetensors header
-states, cast to the model's dtype as ``from_pretrained`` casts them; no memory map, so nothing of the files stays
-mapped into the process) and a hook after its forward that puts them back on ``meta``.  One forward pass of a
-batch runs every sequence through layer ``l`` before layer ``l + 1``, so each weight is read from disk once per
-batch, whatever the batch holds.  While a layer runs, the kernel is asked to bring the next one's byte ranges into
-the page cache (``posix_fadvise(WILLNEED)``, from a background thread): its disk reads overlap this layer's compute,
-take no memory of the process and are not read twice.  The model's forward pass itself is the model's own: the
-same modules, the same kernels, the same weights' values, so a streamed pass equals the in-memory pass bit for bit
-(tested on every family, float32 and bfloat16).
+accelerate's ``init_empty_weights``), so nothing of its weights is allocated. What is outside the layers (the
+embedding, the final norm, the head, the rotary tables) is read once and stays. Each layer of each stack gets a
+forward pre-hook that reads its tensors from the checkpoint (views of a private memory map of the bytes the
+safetensors header locates, as ``from_pretrained``'s tensors are views of a map of the whole file, cast to the
+model's dtype as it casts them; only the layer that runs is mapped, and the resident tensors are read into memory)
+and a hook after its forward that puts them back on ``meta``, which unmaps them. One forward pass of a batch runs
+every sequence through layer ``l`` before layer ``l + 1``, so each weight is read from disk once per batch,
+whatever the batch holds. While a layer runs, the kernel is asked to bring the next one's byte ranges into the page
+cache (``posix_fadvise(WILLNEED)``, from a background thread): its disk reads overlap this layer's compute, take no
+memory of the process and are not read twice. The model's forward pass itself is the model's own: the same modules,
+the same kernels, the same weights' values, so a streamed pass equals the in-memory pass bit for bit (tested on
+every family, float32 and bfloat16).
 
-Written here rather than taken from accelerate's disk offload because that path copies weights that need a cast
-or a conversion into an offload folder first, and walklens must plan a run from the files alone (bytes read,
-peak memory: :mod:`walklens.costs`) and count what it reads.
+Written here rather than taken from accelerate's disk offload because that path copies weights that need a cast or
+a conversion into an offload folder first, and walklens must plan a run from the files alone (bytes read, peak
+memory: :mod:`walklens.costs`) and count what it reads.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import mmap
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -67,8 +69,10 @@ class StreamStats:
     peak_layer_bytes: int = 0
 
 
-def read_tensor(entry: Entry, dtype: torch.dtype | None, name: str) -> torch.Tensor:
-    """The tensor ``entry`` locates, read with plain reads into fresh memory and cast to ``dtype`` (None: kept)."""
+def read_tensor(entry: Entry, dtype: torch.dtype | None, name: str, mapped: bool = False) -> torch.Tensor:
+    """The tensor ``entry`` locates, cast to ``dtype`` (None: kept): read with plain reads into fresh memory, or
+    with ``mapped`` a view of a private memory map of its bytes (no copy: they stay in the page cache, copied only
+    if written; unmapped when the tensor is freed)."""
     stored = DTYPES.get(entry.dtype)
     if stored is None:
         raise InputError(
@@ -79,19 +83,31 @@ def read_tensor(entry: Entry, dtype: torch.dtype | None, name: str) -> torch.Ten
         raise InputError(f"{entry.path}: the tensor {name[:80]!r} holds {n:,} bytes, not what its shape needs")
     # At the file offset's alignment, as a memory map of the file puts it: kernels may sum in another order at
     # another alignment, and the in-memory model's tensors are views of such a map.
-    shift = entry.begin % 64
-    raw = torch.empty(n + 64, dtype=torch.uint8)[shift : shift + n]
     with open(entry.path, "rb", buffering=0) as f:
-        f.seek(entry.begin)
-        view = memoryview(cast(Any, raw.numpy())).cast("B")
-        got = 0
-        while got < n:
-            k = f.readinto(view[got:])
-            if not k:
-                raise InputError(f"{entry.path}: ends inside the tensor {name[:80]!r} (truncated?)")
-            got += k
+        if os.fstat(f.fileno()).st_size < entry.end:  # refused before a map could fault past the end
+            raise InputError(f"{entry.path}: ends inside the tensor {name[:80]!r} (truncated?)")
+        if mapped and n:
+            start = entry.begin - entry.begin % mmap.ALLOCATIONGRANULARITY
+            view = mmap.mmap(f.fileno(), entry.end - start, access=mmap.ACCESS_COPY, offset=start)
+            raw = torch.frombuffer(view, dtype=torch.uint8, offset=entry.begin - start, count=n)
+        else:
+            shift = entry.begin % 64
+            raw = torch.empty(n + 64, dtype=torch.uint8)[shift : shift + n]
+            _read_into(f, entry.begin, raw, f"{entry.path}: ends inside the tensor {name[:80]!r} (truncated?)")
     t = raw.view(stored).reshape(entry.shape)
     return t if dtype is None or dtype == stored or not t.is_floating_point() else t.to(dtype)
+
+
+def _read_into(f: Any, offset: int, raw: torch.Tensor, short: str) -> None:
+    """Fill the uint8 tensor ``raw`` from the file ``f`` at ``offset`` (``short``: the error if the file ends)."""
+    f.seek(offset)
+    view = memoryview(cast(Any, raw.numpy())).cast("B")
+    got = 0
+    while got < raw.numel():
+        k = f.readinto(view[got:])
+        if not k:
+            raise InputError(short)
+        got += k
 
 
 @dataclass
@@ -124,7 +140,9 @@ class LayerStream:
         state = {}
         for key in self.sources[part]:
             entry = self.weights.entries[key]
-            state[key] = read_tensor(entry, None, key)
+            # a layer's tensors are views of the map (no copy out of the page cache; unmapped at release); the
+            # resident ones are read into memory once, where the budget counts them
+            state[key] = read_tensor(entry, None, key, mapped=bool(part))
             self.stats.bytes_read += entry.end - entry.begin
             self.stats.tensors_read += 1
         model: Any = self.model

@@ -4,10 +4,10 @@ dtype, whether the model streams layer by layer under the memory budget, the pea
 the bytes read from disk and an estimated time.
 
 The same estimate gives the smallest budget a model runs in: layer by layer, its resident tensors (embeddings, final
-norm, head) + twice its largest layer (the tensors read, and transformers' converted copy) + the activations of the
-batch.  Every command checks it before it loads a model (:func:`check_budget`, called by
-:func:`walklens.cli.common.load`), and checks its own estimate after the load against the budget less what the model
-holds (:func:`model_memory`).  1 GB = 10^9 bytes.
+norm, head) + its largest layer as read (views of the files' map) + transformers' converted copy of it where one is
+made (a dtype cast, a fused conversion of the family) + the activations of the batch.  Every command checks it
+before it loads a model (:func:`check_budget`, called by :func:`walklens.cli.common.load`), and checks its own
+estimate after the load against the budget less what the model holds (:func:`model_memory`).  1 GB = 10^9 bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..base.errors import InputError, UnknownModelError
 from ..base.precision import check_device, dtype_name, model_label, parse_dtype
 from ..core.capture import point_names, tokenize
 from ..core.loading import model_config, model_source
-from ..core.streaming import quiet_transformers, streams, weights_bytes
+from ..core.streaming import DTYPES, quiet_transformers, streams, weights_bytes
 from ..models.base import Adapter
 from ..models.checkpoint import Weights, check_model_files, read_weights
 from . import GB, Shape, config_shape, fmt_bytes, forward_memory, forward_work, free_memory
@@ -123,6 +123,31 @@ def dtype_bytes(weights: Weights, keys: Sequence[str], dtype: torch.dtype) -> in
     return weights_bytes(Weights({k: e.shape for k, e in part.items()}, part), dtype)
 
 
+def converted_bytes(weights: Weights, keys: Sequence[str], dtype: torch.dtype, fused: bool) -> int:
+    """The bytes of transformers' converted copy of the tensors ``keys`` loaded in ``dtype``: all of them where
+    the family fuses tensors at load (``fused``), else those a cast changes; a tensor used as stored is a view of the
+    files' map (:func:`walklens.core.streaming.read_tensor`) and takes no copy."""
+    if fused:
+        return dtype_bytes(weights, keys, dtype)
+    cast_keys = [k for k in keys if (t := DTYPES.get(weights.entries[k].dtype)) is not None and t.is_floating_point
+                 and t != dtype]  # fmt: skip
+    return dtype_bytes(weights, cast_keys, dtype)
+
+
+def _fuses(config: Any) -> bool:
+    """Whether transformers converts this family's checkpoint tensors at load (a ``WeightConverter``: fused
+    experts, fused projections), which makes a copy of a layer whatever the dtype."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import WeightConverter
+
+    mapping = get_checkpoint_conversion_mapping(str(getattr(config, "model_type", "")))
+    return any(isinstance(m, WeightConverter) for m in mapping or ())
+
+
+def _copy(converted: int) -> str:
+    return f"{fmt_bytes(converted)} converted" if converted else "used as stored: no copy"
+
+
 def model_memory(lm: LoadedModel) -> int:
     """The bytes of the memory budget a loaded model holds: every weight in memory, or for a model streamed layer
     by layer its resident tensors and its largest layer in the model's dtype."""
@@ -161,6 +186,7 @@ class Plan:
     layer: int
     layer_file: int
     activations: float
+    converted: int  # the largest layer's converted copy: 0 where its tensors are used as stored
     peak: float
     smallest: float
     trace: int
@@ -185,7 +211,7 @@ class Plan:
         """The plan as text, one quantity a line."""
         how = (
             f"layer by layer: the resident tensors {fmt_bytes(self.resident)} stay, each layer is read as it runs "
-            f"(the largest: {fmt_bytes(self.layer_file)} read, {fmt_bytes(self.layer)} converted)"
+            f"(the largest: {fmt_bytes(self.layer_file)} read, {_copy(self.converted)})"
             if self.streams
             else "in memory: the weights fit the budget"
         )
@@ -306,8 +332,10 @@ def _estimate(files: Files, run: _Run) -> Plan:
     resident = dtype_bytes(weights, lay.parts[""], run.dtype)
     layer = max((dtype_bytes(weights, lay.parts[p], run.dtype) for p in layers), default=0)
     layer_file = max((file_bytes(weights, lay.parts[p]) for p in layers), default=0)
+    fused = _fuses(files.config)
+    converted = max((converted_bytes(weights, lay.parts[p], run.dtype, fused) for p in layers), default=0)
     streamed = streams(run.stream, run.budget, weights, files.adapter, run.dtype, run.device, files.spec)
-    streamed_peak = resident + layer_file + layer + activations
+    streamed_peak = resident + layer_file + converted + activations
     in_memory_peak = whole + activations
     read = (
         file_bytes(weights, lay.parts[""]) + sum(file_bytes(weights, lay.parts[p]) * lay.runs[p] for p in layers)
@@ -328,6 +356,7 @@ def _estimate(files: Files, run: _Run) -> Plan:
         resident=resident,
         layer=layer,
         layer_file=layer_file,
+        converted=converted,
         activations=activations,
         peak=streamed_peak if streamed else in_memory_peak,
         smallest=_smallest(files, run, in_memory_peak, streamed_peak, whole),
@@ -377,7 +406,7 @@ def refusal(p: Plan, what: str) -> str | None:
     act = fmt_bytes(p.activations)
     how = (
         f"layer by layer: the resident tensors {fmt_bytes(p.resident)} + the largest layer read "
-        f"{fmt_bytes(p.layer_file)} and converted {fmt_bytes(p.layer)} + activations {act}"
+        f"{fmt_bytes(p.layer_file)} ({_copy(p.converted)}) + activations {act}"
         if p.streams
         else f"in memory: the weights {fmt_bytes(p.weights)} + activations {act}"
     )
