@@ -389,7 +389,8 @@ def test_the_claims_schemas_are_parts_of_the_documents() -> None:
         sc.SELF_RANK_DOC: ("self_rank",), sc.SELF_RANK: ("self_rank", "stacks", "[]"),
         sc.RANK_SUMMARY: ("self_rank", "stacks", "[]", "summary"), sc.CONCEPT_DOC: ("concept_eval",),
         sc.COMPARISON: ("concept_eval", "comparisons", "{}"), sc.HELDOUT_PICKS: ("hellaswag_run",),
-        sc.FOLDS_DOC: ("folds",), sc.SELECTION_DOC: ("selection",), sc.STANDARD: ("sweep", "runs", "[]", "metrics", "{}", "standard"),
+        sc.FOLDS_DOC: ("folds",), sc.SELECTION_DOC: ("selection",),
+        sc.STANDARD: ("sweep", "runs", "[]", "metrics", "{}", "standard"),
     }  # fmt: skip
     declared = {v for k, v in vars(sc).items() if k.isupper() and isinstance(v, sc._Schema)}
     assert declared == set(parts), f"not mapped to a document: {[x.name for x in declared - set(parts)]}"
