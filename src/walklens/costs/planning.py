@@ -144,6 +144,12 @@ def _fuses(config: Any) -> bool:
     return any(isinstance(m, WeightConverter) for m in mapping or ())
 
 
+def _largest_copy(weights: Weights, parts: Sequence[Sequence[str]], dtype: torch.dtype, config: Any) -> int:
+    """The largest converted copy (:func:`converted_bytes`) of the layers whose tensors are ``parts``."""
+    fused = _fuses(config)
+    return max((converted_bytes(weights, keys, dtype, fused) for keys in parts), default=0)
+
+
 def _copy(converted: int) -> str:
     return f"{fmt_bytes(converted)} converted" if converted else "used as stored: no copy"
 
@@ -326,14 +332,12 @@ def _estimate(files: Files, run: _Run) -> Plan:
         params=sum(_numel(e.shape) for e in weights.entries.values()),
         width=0,
     )
-    T, B = run.tokens, run.batch
     points, trace, activations, work = _capture_costs(files, run, sh)
     whole = weights_bytes(weights, run.dtype)
     resident = dtype_bytes(weights, lay.parts[""], run.dtype)
     layer = max((dtype_bytes(weights, lay.parts[p], run.dtype) for p in layers), default=0)
     layer_file = max((file_bytes(weights, lay.parts[p]) for p in layers), default=0)
-    fused = _fuses(files.config)
-    converted = max((converted_bytes(weights, lay.parts[p], run.dtype, fused) for p in layers), default=0)
+    converted = _largest_copy(weights, [lay.parts[p] for p in layers], run.dtype, files.config)
     streamed = streams(run.stream, run.budget, weights, files.adapter, run.dtype, run.device, files.spec)
     streamed_peak = resident + layer_file + converted + activations
     in_memory_peak = whole + activations
@@ -346,7 +350,7 @@ def _estimate(files: Files, run: _Run) -> Plan:
     return Plan(
         model=model_label(files.spec, run.dtype),
         dtype=dtype_name(run.dtype),
-        tokens=T,
+        tokens=run.tokens,
         budget=run.budget,
         budget_from=run.budget_from,
         weights=whole,
@@ -369,7 +373,7 @@ def _estimate(files: Files, run: _Run) -> Plan:
         + work / (gflops * 1e9)
         + (trace / (r.write_gbps * GB) if run.to_disk else 0.0),
         rates=rate_text,
-        batch=B,
+        batch=run.batch,
         to_disk=run.to_disk,
         disk_gbps=r.disk_gbps,
         disk_from=disk_from,

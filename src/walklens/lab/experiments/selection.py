@@ -140,4 +140,4 @@ def selection_document(picks: SelectionPicks, ranked: Sequence[Ranked], head: Ma
     }
 
 
-__all__ = ["Ranked", "SELECTION_FIELDS", "SelectionPicks", "run_selection", "selection_document", "top_schemes"]
+__all__ = ["Ranked", "SelectionPicks", "run_selection", "selection_document", "top_schemes"]
