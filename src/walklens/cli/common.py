@@ -117,6 +117,14 @@ def add_hellaswag_args(p: argparse.ArgumentParser, json_help: str) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def add_summary_args(p: argparse.ArgumentParser) -> None:
+    """The options of the commands that re-score a committed sweep (``walklens hellaswag folds|selection``): its
+    report's ``summary.json``, the test and the run's model name in it."""
+    p.add_argument("--summary", metavar="FILE", required=True, help="the sweep report's summary.json")
+    p.add_argument("--test", type=int, choices=(1, 2), required=True, help="Test 1 or Test 2")
+    p.add_argument("--summary-model", metavar="NAME", default=None, help="the run's model in the summary")
+
+
 def check_db(path: str | os.PathLike[str] | None) -> Path:
     """The results database ``--db`` (default: ``$WALKLENS_DB`` or the user data dir's), checked before any
     model loads: a regular file that can be written or created, and, when it exists, a walklens database both

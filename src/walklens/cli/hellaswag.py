@@ -18,6 +18,7 @@ from ..base.errors import InputError
 from .common import (
     add_hellaswag_args,
     add_model_args,
+    add_summary_args,
     check_db,
     check_outputs,
     count_arg,
@@ -136,9 +137,7 @@ def _add_folds(hs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(docs/claims.md, paired evidence)",
     )
     add_hellaswag_args(f, "write the picks (one digit per item) of the baseline, the held-out best and each control")
-    f.add_argument("--summary", metavar="FILE", required=True, help="the sweep report's summary.json")
-    f.add_argument("--test", type=int, choices=(1, 2), required=True, help="Test 1 or Test 2")
-    f.add_argument("--summary-model", metavar="NAME", default=None, help="the run's model in the summary")
+    add_summary_args(f)
     f.add_argument("--controls", default=",".join(CONTROLS), metavar="C,C", help="controls (default: all three)")
     f.add_argument("--metrics", default="acc", metavar="M,M", help="acc (the seed's, default) and/or acc_norm")
     f.add_argument("--cache", metavar="DIR", default=None, help="concept cache folder")

@@ -15,7 +15,16 @@ from typing import Any
 from rich.markup import escape
 
 from ..base.errors import InputError
-from .common import add_hellaswag_args, check_db, check_outputs, count_arg, load, positive_arg, write_json
+from .common import (
+    add_hellaswag_args,
+    add_summary_args,
+    check_db,
+    check_outputs,
+    count_arg,
+    load,
+    positive_arg,
+    write_json,
+)
 from .terminal import Col, console, print_table
 
 
@@ -27,9 +36,7 @@ def register_hellaswag(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "baseline: how much the pick matters (docs/claims.md)",
     )
     add_hellaswag_args(p, "write the picks (one digit per item) of the baseline and of each scheme")
-    p.add_argument("--summary", metavar="FILE", required=True, help="the sweep report's summary.json")
-    p.add_argument("--test", type=int, choices=(1, 2), required=True, help="Test 1 or Test 2")
-    p.add_argument("--summary-model", metavar="NAME", default=None, help="the run's model in the summary")
+    add_summary_args(p)
     p.add_argument("--chosen-on", type=positive_arg, default=200, metavar="N", help="the sweep's items (default 200)")
     p.add_argument("--top", type=int, default=10, metavar="K", help="how many of its best schemes (default 10)")
     p.add_argument("--metric", choices=("acc", "acc_norm"), default="acc", help="the ranking's metric (seed: acc)")

@@ -64,12 +64,9 @@ class FoldPlan:
         return {s: sorted(p) for s, p in out.items()}
 
 
-def plan_from_summary(
-    doc: Any, model: str, test: int, shots: int, n_items: int, metrics: Sequence[str] = ("acc",)
-) -> tuple[FoldPlan, dict[str, Any]]:
-    """The :class:`FoldPlan` of the run of a report's ``summary.json`` (``doc``) with this model, test, shots and
-    number of items, for ``metrics`` (the seed's is ``acc``), and that run's ``metrics`` (one line naming what is
-    missing where it is not there)."""
+def summary_run(doc: Any, model: str, test: int, shots: int, n_items: int) -> dict[str, Any]:
+    """The one run of a sweep report's ``summary.json`` (``doc``) with this model, test, shots and number of items;
+    one line naming them where there is not exactly one."""
     runs = doc["runs"] if isinstance(doc, dict) and "runs" in doc else doc
     hits = [
         r
@@ -79,11 +76,21 @@ def plan_from_summary(
     ]
     if len(hits) != 1:
         raise InputError(f"the summary holds {len(hits)} runs of {model}, Test {test}, {shots}-shot, {n_items} items")
-    schemes = {m: list(v["kfold"]["fold_schemes"]) for m, v in hits[0]["metrics"].items() if m in metrics}
+    return dict(hits[0])
+
+
+def plan_from_summary(
+    doc: Any, model: str, test: int, shots: int, n_items: int, metrics: Sequence[str] = ("acc",)
+) -> tuple[FoldPlan, dict[str, Any]]:
+    """The :class:`FoldPlan` of the run of a report's ``summary.json`` (``doc``) with this model, test, shots and
+    number of items, for ``metrics`` (the seed's is ``acc``), and that run's ``metrics`` (one line naming what is
+    missing where it is not there)."""
+    run = summary_run(doc, model, test, shots, n_items)
+    schemes = {m: list(v["kfold"]["fold_schemes"]) for m, v in run["metrics"].items() if m in metrics}
     if not schemes:
         raise InputError(f"the run holds none of the metrics {', '.join(metrics)}")
     k = len(next(iter(schemes.values())))
-    return FoldPlan(n=n_items, k=k, seed=0, schemes=schemes), hits[0]["metrics"]
+    return FoldPlan(n=n_items, k=k, seed=0, schemes=schemes), run["metrics"]
 
 
 @dataclass(frozen=True)
@@ -167,4 +174,4 @@ def picks_document(picks: FoldPicks, plan: FoldPlan, head: Mapping[str, Any], su
     }
 
 
-__all__ = ["FoldPicks", "FoldPlan", "digits", "picks_document", "plan_from_summary", "run_folds"]
+__all__ = ["FoldPicks", "FoldPlan", "digits", "picks_document", "plan_from_summary", "run_folds", "summary_run"]

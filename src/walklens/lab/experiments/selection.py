@@ -21,7 +21,7 @@ from ...base.errors import InputError
 from ...core.scoring.encode import arch_of
 from ..hellaswag.data import HellaswagItem
 from ..hellaswag.store import SweepStore
-from .folds import METRICS, digits
+from .folds import METRICS, digits, summary_run
 from .runner import baseline_scorer, run_test
 from .runsetup import RunSetup
 from .sweep import SweepSpec, run_sweep
@@ -57,16 +57,7 @@ def top_schemes(
 ) -> list[Ranked]:
     """The ``k`` best schemes in sample (``top10`` of a sweep report's ``summary.json``, ``doc``) of the run with
     this model, test, shots and number of items, by ``metric``; one line naming what is missing otherwise."""
-    runs = doc["runs"] if isinstance(doc, dict) and "runs" in doc else doc
-    hits = [
-        r
-        for r in runs
-        if isinstance(r, dict)
-        and (r.get("model"), r.get("test"), r.get("shots"), r.get("n_items")) == (model, test, shots, n_items)
-    ]
-    if len(hits) != 1:
-        raise InputError(f"the summary holds {len(hits)} runs of {model}, Test {test}, {shots}-shot, {n_items} items")
-    top = hits[0].get("metrics", {}).get(metric, {}).get("top10")
+    top = summary_run(doc, model, test, shots, n_items).get("metrics", {}).get(metric, {}).get("top10")
     if not isinstance(top, list) or len(top) < k:
         raise InputError(f"the run's {metric} ranking holds {0 if not isinstance(top, list) else len(top)} schemes, "
                          f"not {k}")  # fmt: skip
