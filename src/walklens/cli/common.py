@@ -117,6 +117,17 @@ def add_hellaswag_args(p: argparse.ArgumentParser, json_help: str) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def add_pool_arg(p: argparse.ArgumentParser) -> None:
+    """``--pool``: where few-shot examples come from (``walklens.lab.hellaswag.data.POOLS``; docs/hellaswag.md)."""
+    p.add_argument(
+        "--pool",
+        choices=("validation", "reserved"),
+        default="validation",
+        help="few-shot examples from the whole file (validation, as before) or from the reserved tenth of it "
+        "(items 9, 19, ...), which the run then never scores (docs/hellaswag.md)",
+    )
+
+
 def add_summary_args(p: argparse.ArgumentParser) -> None:
     """The options of the commands that re-score a committed sweep (``walklens hellaswag folds|selection``): its
     report's ``summary.json``, the test and the run's model name in it."""

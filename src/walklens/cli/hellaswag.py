@@ -18,6 +18,7 @@ from ..base.errors import InputError
 from .common import (
     add_hellaswag_args,
     add_model_args,
+    add_pool_arg,
     add_summary_args,
     check_db,
     check_outputs,
@@ -52,13 +53,7 @@ def _add_common(p: argparse.ArgumentParser, scheme: bool) -> None:
             help="score a control on the same items: ending (a neutral context), shuffled (another item's "
             "context), random (random directions of the same norms); docs/claims.md",
         )
-    p.add_argument(
-        "--pool",
-        choices=("validation", "reserved"),
-        default="validation",
-        help="few-shot examples from the whole file (validation, as before) or from the reserved tenth of it "
-        "(items 9, 19, ...), which the run then never scores (docs/hellaswag.md)",
-    )
+    add_pool_arg(p)
     p.add_argument("--no-db", action="store_true", help="do not read or write the results database")
     p.add_argument(
         "--skip",

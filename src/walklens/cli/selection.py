@@ -17,6 +17,7 @@ from rich.markup import escape
 from ..base.errors import InputError
 from .common import (
     add_hellaswag_args,
+    add_pool_arg,
     add_summary_args,
     check_db,
     check_outputs,
@@ -43,12 +44,7 @@ def register_hellaswag(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument(
         "--skip", type=count_arg, default=None, metavar="N", help="leave out the first N items (default: --chosen-on)"
     )
-    p.add_argument(
-        "--pool",
-        choices=("validation", "reserved"),
-        default="validation",
-        help="few-shot examples from the whole file or from the reserved tenth, never scored (docs/hellaswag.md)",
-    )
+    add_pool_arg(p)
     p.add_argument("--cache", metavar="DIR", default=None, help="concept cache folder")
     p.set_defaults(func=run)
 

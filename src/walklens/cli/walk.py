@@ -107,12 +107,11 @@ def _selected(names: list[str], spec: Any) -> list[str]:
 def _plan(lm: Any, text: str, args: argparse.Namespace, points: Any) -> tuple[Any, Any]:
     """Check the limits before capturing: (points to read, patterns to capture).  The default (all points)
     narrows to the residual points, then to :data:`POST`, with a note; anything else over a limit is refused."""
-    from ..analyses.walks import walk_matrix_bytes
     from ..core.capture import point_names
     from ..costs import WalkPlan, fit_hint, model_shape, walk_need
     from .limits import check, note, text_tokens
 
-    sh, matrix = model_shape(lm), walk_matrix_bytes(lm)
+    sh = model_shape(lm)  # with the token rows the walk holds
     T = text_tokens(lm, text, args.truncate)
     names = point_names(lm.adapter.stacks[-1], lm.adapter.residual_kind(lm.config), lm.n_layers)
     readings = 2 if args.norm == "both" else 1
@@ -122,7 +121,7 @@ def _plan(lm: Any, text: str, args: argparse.Namespace, points: Any) -> tuple[An
         shown = [n for n in sel if n in ("embed", "final") or n.split(".", 1)[-1] in RESIDUAL[1:]] or sel
         captured = len(names) if spec == "all" else len(set(sel) | {"final"})
         plan = WalkPlan(points=len(sel), captured=captured, shown=len(shown), k=args.k, readings=readings)
-        return walk_need(sh, t, plan, json=bool(args.json), out=bool(args.out), matrix=matrix)
+        return walk_need(sh, t, plan, json=bool(args.json), out=bool(args.out))
 
     default = args.points is None  # only the default narrows; an explicit --points all is refused instead
     chosen = points

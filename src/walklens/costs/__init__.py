@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..analyses.walks import walk_chunk_rows  # the rows the encoding walk scores against the vocabulary at once
+from ..analyses.walks import walk_chunk_rows, walk_matrix_bytes  # rows scored at once; token rows a walk holds
 from ..core.streaming import available_memory
 from ..reports.walk import MAX_COLS as WALK_COLS  # positions the walk report shows
 from .calibration import rates
@@ -187,14 +187,16 @@ class Shape:
 
 
 def model_shape(lm: LoadedModel) -> Shape:
-    """The :class:`Shape` of a loaded model, read from its config, its V and its parameters."""
-    return config_shape(
+    """The :class:`Shape` of a loaded model, read from its config, its V and its parameters, with the float32 token
+    rows its walk holds (:func:`~walklens.analyses.walks.walk_matrix_bytes`)."""
+    sh = config_shape(
         lm.config,
         lm.adapter,
         vocab=int(lm.embedding_matrix().shape[0]),
         params=sum(p.numel() for p in lm.model.parameters()),
         width=lm.d_model,
     )
+    return replace(sh, walk_rows=float(walk_matrix_bytes(lm)))
 
 
 def config_shape(cfg: Any, adapter: Adapter | None, *, vocab: int, params: int, width: int) -> Shape:
@@ -288,10 +290,14 @@ class WalkPlan:
     readings: int = 1
 
 
-def walk_need(sh: Shape, T: int, plan: WalkPlan, *, json: bool = False, out: bool = False, matrix: float = 0.0) -> Need:
+def walk_need(
+    sh: Shape, T: int, plan: WalkPlan, *, json: bool = False, out: bool = False, matrix: float | None = None
+) -> Need:
     """``walklens walk`` and the explorer's walk view: the trace, then ``plan``'s readings against the
     vocabulary a block of rows at a time (:func:`walklens.encoding_walk`), beside ``matrix`` bytes of float32 token
-    rows (a streamed model's row block: :func:`walklens.analyses.walks.walk_matrix_bytes`)."""
+    rows (default: the shape's ``walk_rows``; a streamed model's row block:
+    :func:`walklens.analyses.walks.walk_matrix_bytes`)."""
+    matrix = sh.walk_rows if matrix is None else matrix
     rows = plan.points * T * sh.stacks
     trace = plan.captured * T * sh.d_model * 4 * sh.stacks
     chunk = min(rows, walk_chunk_rows(sh.vocab))

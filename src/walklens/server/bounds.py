@@ -174,7 +174,7 @@ def check_tokens(n: int, limit: int, view: str) -> None:
 def _walk_view(sh: Shape, T: int) -> Need:
     """The rank maps of every walk point (no top k), the trace they read."""
     points = sh.layers + 2  # WALK_POINTS: embed, every resid_post, final
-    return walk_need(sh, T, WalkPlan(points=points, captured=points, shown=points, k=0), matrix=sh.walk_rows)
+    return walk_need(sh, T, WalkPlan(points=points, captured=points, shown=points, k=0))
 
 
 #: what each view that runs the model needs for a text of T tokens (at the largest values its arguments take),

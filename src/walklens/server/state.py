@@ -16,7 +16,6 @@ after piece) takes its model's lock only while no other job waits for it: a job 
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections import OrderedDict
@@ -135,10 +134,7 @@ class Explorer:
     def shape(self, name: str) -> Shape:
         """The :class:`~walklens.costs.Shape` of a loaded model (read once), with the token rows its walk holds."""
         if name not in self.shapes:
-            from ..analyses.walks import walk_matrix_bytes
-
-            lm = self.model(name)
-            self.shapes[name] = dataclasses.replace(model_shape(lm), walk_rows=float(walk_matrix_bytes(lm)))
+            self.shapes[name] = model_shape(self.model(name))
         return self.shapes[name]
 
     def count(self, what: str) -> None:

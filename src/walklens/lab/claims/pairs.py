@@ -193,7 +193,7 @@ def selection_picks(path: Path, select: Mapping[str, Any]) -> Measured:
     accs = [r[1] for r in rows]
     b = float(z.mean())
     ccs = [corrected(x, b) for x in accs]
-    first = next(r for r in rows if r[0] == min(q[0] for q in rows))
+    first = min(rows, key=lambda r: r[0])  # the in-sample best
     rank_held = 1 + sum(x > first[1] for x in accs)
     facts = {"schemes": float(len(rows)), "below": float(below), "above": float(above), "baseline": b,
              "acc_min": min(accs), "acc_max": max(accs), "cc_min": min(ccs), "cc_max": max(ccs),
