@@ -621,3 +621,32 @@ def test_result_schemas_name_the_fields_their_writers_write() -> None:
     base = [SimpleNamespace(item=i, pred=i % 3, pred_norm=i % 2, gold=0) for i in range(6)]
     run = paired_against(SimpleNamespace(n=6, results=item), SimpleNamespace(n=6, results=base))  # type: ignore[arg-type]
     assert set(sc.HELDOUT_METRIC.names) <= set(run["acc"]) and set(sc.PAIRED.names) <= set(run["acc"]["paired"])
+
+
+@pytest.mark.parametrize("differ", [0, 1])
+def test_a_control_from_other_arithmetic_is_not_paired(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], differ: int
+) -> None:
+    """A control file whose baseline picks differ from the Test file's (computed on another CPU, whose bfloat16
+    kernels round differently) is not paired with the Test's picks in silence: the row says so and the context
+    verdict does not read it."""
+    root = _root_with(tmp_path, HELDOUT)
+    shuffled = HELDOUT.replace(".json", "_shuffled.json")
+
+    def control(doc: Any) -> None:
+        doc["scheme"] = "control=shuffled;" + doc["scheme"]
+        doc["predictions"] = doc["baseline_predictions"][::-1]
+        for p in doc["baseline_predictions"][:differ]:
+            p["acc"] = (p["acc"] + 1) % 4
+
+    shutil.copyfile(root / HELDOUT, root / shuffled)
+    _tamper_json(root, shuffled, control)
+    rc, err, table = _render(capfd, root, tmp_path / "out")
+    assert rc == 0, err
+    (row,) = [ln for ln in table.splitlines() if ln.startswith("| T1-context-full-set |")]
+    if differ:
+        assert "shuffled not paired: its baseline's picks differ from this file's on 1 items" in row
+        assert "not decided: no shuffled-context control on these items" in row
+    else:
+        assert "not paired" not in row and "Test - shuffled" in row
+        assert "no shuffled-context control" not in row

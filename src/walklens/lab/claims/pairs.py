@@ -138,17 +138,24 @@ def scheme_picks(path: Path, select: Mapping[str, Any]) -> Measured:
     if base is None:
         raise InputError(f"{path}: no baseline picks (a run of `walklens hellaswag ... --json`)")
     ctl: dict[str, np.ndarray] = {}
+    unpaired: list[str] = []
     for c in CONTROLS:
         if c in select and ("/" in str(select[c]) or str(select[c]).startswith(".")):
             raise InputError(f"{path}: control file {str(select[c])[:80]!r} must be a file name beside it")
         if c in select and (path.parent / str(select[c])).exists():
-            cdoc, cgold, cpicks, _ = _run_picks(path.parent / str(select[c]), metric)
+            cdoc, cgold, cpicks, cbase = _run_picks(path.parent / str(select[c]), metric)
             same = cdoc["scheme"] == f"control={c};{doc['scheme']}"
             same = same and all(cdoc.get(k) == doc[k] for k in ("skip", "shots", "model"))
             if not same or not np.array_equal(cgold, gold):
                 raise InputError(f"{select[c]}: not the items and scheme of {path}")
+            differ = len(gold) if cbase is None else int((cbase != base).sum())
+            if differ:  # other arithmetic (another CPU's bfloat16 kernels): its picks are not this run's to pair
+                unpaired.append(f"{c} not paired: its baseline's picks differ from this file's on {differ:,} items")
+                continue
             ctl[c] = cpicks
     facts, text = paired_facts(gold, test, base, ctl)
+    if unpaired:
+        text += " (" + "; ".join(unpaired) + ", computed with other arithmetic: rerun the Test and it together)"
     head = (
         f"{doc['model']}, Test {str(doc['test'])[-1]}, {doc['shots']}-shot, {metric}, scheme {doc['scheme']} chosen "
         f"on items 0-{doc['skip'] - 1}, scored on the next "
