@@ -310,6 +310,7 @@ READS = {
     "standard": ("sweep", "runs"),
     "unique": ("sweep", "runs"),
     "fold_picks": ("folds",),
+    "selection_picks": ("selection",),
     "self_bias": ("kernels_sink",),
     "self_rank": ("self_rank",),
     "concept_eval": ("concept_eval",),
