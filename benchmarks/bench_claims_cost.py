@@ -44,13 +44,15 @@ def planned(runs: Path, *step: str) -> list[list[str]]:
     return [line.split(" ") for line in r.stdout.splitlines() if line.startswith("hellaswag ")]
 
 
-def _set(cmd: list[str], flag: str, value: str | None) -> list[str]:
-    """``cmd`` with ``flag``'s value replaced (or the flag added); ``value=None`` removes the flag and its value."""
+def _with(cmd: list[str], flags: dict[str, str]) -> list[str]:
+    """``cmd`` with each flag of ``flags`` set to its value (replaced where ``cmd`` has it, else added)."""
     out = list(cmd)
-    if flag in out:
-        i = out.index(flag)
-        del out[i : i + 2]
-    return out + ([flag, value] if value is not None else [])
+    for flag, value in flags.items():
+        if flag in out:
+            i = out.index(flag)
+            del out[i : i + 2]
+        out += [flag, value]
+    return out
 
 
 def cpu_seconds(cmd: list[str], cwd: Path) -> float:
@@ -86,8 +88,7 @@ def baseline_of(cmd: list[str]) -> list[str]:
 def probe(cmds: list[list[str]], n: int, tmp: Path) -> dict[str, float]:
     """CPU seconds per item of each command (the first preceded by its baseline) on ``n`` items, load taken off."""
     db, cache = str(tmp / "probe.sqlite"), str(tmp / "cache")
-    runs = [_set(_set(_set(_set(c, "--db", db), "--cache", cache), "--limit", str(n)), "--json", str(tmp / "x.json"))
-            for c in cmds]  # fmt: skip
+    runs = [_with(c, {"--db": db, "--cache": cache, "--limit": str(n), "--json": str(tmp / "x.json")}) for c in cmds]
     base = baseline_of(runs[0])
     out = {"baseline": cpu_seconds(base, ROOT)}
     for c in runs:
@@ -113,15 +114,19 @@ def main() -> None:
         tmp = Path(td)
         for name in FULLSET if args.only != "selection" else ():
             cmds = planned(tmp / "dry", "fullset", name)
-            shots = int(_flag(cmds[0], "--shots", "0") or 0)
+            if not cmds:  # every step committed
+                continue
+            shots = int(_flag(cmds[0], "--shots") or 0)
             per = probe(cmds, args.items, tmp / name)
             items = scored(shots)
             total = items * sum(v for k, v in per.items() if k != "load_s")
             doc["fullset"][name] = {"per_item_cpu_s": per, "items": items, "hours": round(total / 3600, 2)}
             print(f"fullset {name}: {per} x {items} items = {total / 3600:.1f} h of one thread", flush=True)
         for t, m, k in SELECTION if args.only != "fullset" else ():
-            (cmd,) = planned(tmp / "dry", "selection", t, m, k)
-            per = probe([cmd], args.selection_items, tmp / f"sel{t}{m}{k}")
+            cmds = planned(tmp / "dry", "selection", t, m, k)
+            if not cmds:  # committed
+                continue
+            per = probe(cmds, args.selection_items, tmp / f"sel{t}{m}{k}")
             items = scored(int(k))
             total = items * (per["baseline"] + per["selection"])
             doc["selection"][f"T{t}_{m}_{k}shot"] = {"per_item_cpu_s": per, "items": items,
